@@ -1,0 +1,47 @@
+/**
+ * Every setting the service reads from the environment, parsed once.
+ * CONTRACT.md lists the names; the README documents each of them.
+ */
+export interface Config {
+  port: number;
+  databaseUrl: string;
+  temporalAddress: string;
+  temporalNamespace: string;
+  taskQueue: string;
+  adminToken: string;
+  publicBaseUrl: string;
+  allowPrivateUrls: boolean;
+  webhookRetryScale: number;
+  /** Trust X-Forwarded-For for the client IP (set only behind a proxy you control). */
+  trustProxy: boolean;
+  logLevel: string;
+}
+
+function bool(value: string | undefined, fallback: boolean): boolean {
+  if (value === undefined || value === '') return fallback;
+  return ['1', 'true', 'yes', 'on'].includes(value.toLowerCase());
+}
+
+function number(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined || value === '') return fallback;
+  const parsed = Number(value);
+  if (!Number.isFinite(parsed)) throw new Error(`${name} must be a number, got "${value}"`);
+  return parsed;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const port = number('PORT', env.PORT, 3000);
+  return {
+    port,
+    databaseUrl: env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/crm',
+    temporalAddress: env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
+    temporalNamespace: env.TEMPORAL_NAMESPACE ?? 'default',
+    taskQueue: env.TEMPORAL_TASK_QUEUE ?? 'crm',
+    adminToken: env.ADMIN_TOKEN ?? '',
+    publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),
+    allowPrivateUrls: bool(env.ALLOW_PRIVATE_URLS, false),
+    webhookRetryScale: number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1),
+    trustProxy: bool(env.TRUST_PROXY, false),
+    logLevel: env.LOG_LEVEL ?? 'info',
+  };
+}
