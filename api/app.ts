@@ -1,0 +1,53 @@
+import Koa from 'koa';
+import type { Context, Next } from 'koa';
+import type { AppDeps } from './context';
+import { ApiError } from './errors';
+import { enforce, ipBucket, jsonBody, loggablePath, requestContext } from './middleware';
+import { buildOpenApi } from './openapi';
+import { AnyRoute } from './route';
+import { buildRouter } from './router';
+import { DOCS_HTML } from './docs-page';
+import { adminRoutes } from './routes/admin';
+import { instanceRoutes } from './routes/instances';
+import { pipelineRoutes } from './routes/pipelines';
+import { systemRoutes } from './routes/system';
+
+/** Every endpoint of the service, in documentation order. */
+export const ROUTES: AnyRoute[] = [...pipelineRoutes, ...instanceRoutes, ...systemRoutes, ...adminRoutes];
+
+export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {
+  const app = new Koa();
+  app.proxy = deps.config.trustProxy;
+  app.context.deps = deps;
+  // Koa's own error printing is replaced by our request logger.
+  app.silent = true;
+
+  const routes = [...ROUTES, ...(options.extraRoutes ?? [])];
+  let openapi: object | undefined;
+
+  app.use(requestContext);
+  app.use(async (ctx: Context, next: Next) => {
+    if (ctx.method === 'GET' && ctx.path === '/api/v1/openapi.json') {
+      openapi ??= buildOpenApi(routes, deps.config.publicBaseUrl);
+      ctx.body = openapi;
+      return;
+    }
+    if (ctx.method === 'GET' && (ctx.path === '/docs' || ctx.path === '/docs/')) {
+      ctx.type = 'html';
+      ctx.body = DOCS_HTML;
+      return;
+    }
+    await next();
+  });
+  app.use(jsonBody());
+  const router = buildRouter(routes);
+  app.use(router.routes());
+  app.use(router.allowedMethods({ throw: false }));
+  // Unknown /api/v1 routes still count against the caller's IP and carry the rate-limit headers.
+  app.use(async (ctx: Context) => {
+    if (ctx.status !== 404 || ctx.body !== undefined) return;
+    if (ctx.path.startsWith('/api/v1')) await enforce(ctx, [ipBucket(ctx, 'read')]);
+    throw new ApiError('NOT_FOUND', `No route for ${ctx.method} ${loggablePath(ctx.path)}`);
+  });
+  return app;
+}

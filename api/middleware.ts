@@ -1,0 +1,235 @@
+import { randomUUID, timingSafeEqual, createHash } from 'node:crypto';
+import type { Context, Next } from 'koa';
+import { koaBody } from 'koa-body';
+import { ZodError } from 'zod';
+import { ApiError, validationError } from './errors';
+import { hashApiKey, looksLikeApiKey } from '../domain/api-keys';
+import { consume, tightest, Bucket, BucketState, IP_PROFILES, IpProfile, KEY_PROFILES, KeyProfile } from '../domain/rate-limit';
+import { grants, satisfying, Scope } from '../domain/scopes';
+
+const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** Paths that carry a secret in the URL are logged with the secret masked. */
+export function loggablePath(path: string): string {
+  return path.replace(/(\/webhook-in\/)[^/?]+/, '$1[redacted]');
+}
+
+/** Request id, one structured log line per request, and the flat error body for every failure. */
+export async function requestContext(ctx: Context, next: Next): Promise<void> {
+  const incoming = ctx.get('x-request-id');
+  const requestId = REQUEST_ID.test(incoming) ? incoming : randomUUID();
+  ctx.state.requestId = requestId;
+  ctx.state.log = ctx.deps.logger.child({ reqId: requestId });
+  ctx.set('X-Request-Id', requestId);
+  const started = process.hrtime.bigint();
+  try {
+    await next();
+  } catch (err) {
+    renderError(ctx, err);
+  } finally {
+    const ms = Number(process.hrtime.bigint() - started) / 1e6;
+    const line = {
+      method: ctx.method,
+      path: loggablePath(ctx.path),
+      status: ctx.status,
+      ms: Math.round(ms * 10) / 10,
+      workspaceId: ctx.state.auth?.workspaceId,
+    };
+    if (ctx.status >= 500) ctx.state.log.error(line, 'request failed');
+    else ctx.state.log.info(line, 'request');
+  }
+}
+
+function renderError(ctx: Context, err: unknown): void {
+  let apiError: ApiError;
+  if (err instanceof ApiError) apiError = err;
+  else if (err instanceof ZodError) apiError = validationError(err, 'body');
+  else if (isPgError(err, '23505')) {
+    apiError = new ApiError('CONFLICT', 'A record with the same unique value already exists', { hint: `Constraint ${err.constraint ?? 'unique'}.` });
+  } else if (isHttpError(err) && err.status === 413) {
+    apiError = new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 1 MiB.' });
+  } else if (isHttpError(err) && err.status === 415) {
+    apiError = new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Unsupported content type', { hint: 'Send Content-Type: application/json.' });
+  } else if (isHttpError(err) && err.status === 400) {
+    apiError = new ApiError('VALIDATION', 'Malformed JSON body', { hint: err.message });
+  } else {
+    ctx.state.log?.error({ err }, 'unhandled error');
+    apiError = new ApiError('INTERNAL', 'Internal error', { hint: `Quote request id ${ctx.state.requestId} when reporting this.` });
+  }
+  ctx.status = apiError.status;
+  ctx.body = apiError.toBody();
+  for (const [name, value] of Object.entries(apiError.headers ?? {})) ctx.set(name, value);
+}
+
+function isPgError(err: unknown, code: string): err is { code: string; constraint?: string } {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === code && 'severity' in err;
+}
+
+function isHttpError(err: unknown): err is { status: number; message: string; expose?: boolean } {
+  return typeof err === 'object' && err !== null && typeof (err as { status?: unknown }).status === 'number';
+}
+
+const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** JSON bodies only, at most 1 MiB; anything else is 415, malformed JSON 400 VALIDATION. */
+export function jsonBody(limit = '1mb') {
+  const parse = koaBody({
+    json: true,
+    multipart: false,
+    urlencoded: false,
+    text: false,
+    jsonLimit: limit,
+    jsonStrict: true,
+    includeUnparsed: true,
+    parsedMethods: ['POST', 'PUT', 'PATCH', 'DELETE'] as never,
+    onError: (err: Error) => {
+      throw err;
+    },
+  });
+  return async (ctx: Context, next: Next): Promise<void> => {
+    if (BODY_METHODS.has(ctx.method) && hasBody(ctx)) {
+      if (!ctx.is('application/json', 'application/*+json')) {
+        throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `Unsupported content type "${ctx.get('content-type') || 'none'}"`, {
+          hint: 'Send Content-Type: application/json.',
+        });
+      }
+      const declared = Number(ctx.get('content-length'));
+      if (Number.isFinite(declared) && declared > 1024 * 1024) {
+        throw new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 1 MiB.' });
+      }
+      await parse(ctx, async () => undefined);
+    }
+    await next();
+  };
+}
+
+function hasBody(ctx: Context): boolean {
+  return Number(ctx.get('content-length') || 0) > 0 || ctx.get('transfer-encoding') !== '';
+}
+
+/** The parsed JSON body, or undefined when none was sent. */
+export function requestBody(ctx: Context): unknown {
+  const body = (ctx.request as { body?: unknown }).body;
+  if (body === undefined || body === null) return undefined;
+  if (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0 && !hasBody(ctx)) return undefined;
+  return body;
+}
+
+/**
+ * The headers report the key's state (its own limit or a per-key profile, whichever is nearer
+ * exhaustion); before authentication, or when the IP limit is what stopped the request, the IP's.
+ */
+export function setRateLimitHeaders(ctx: Context, states: BucketState[]): void {
+  const exceeded = states.find((s) => s.count > s.limit);
+  const keyStates = states.filter((s) => s.name.startsWith('key:'));
+  const report = exceeded ?? tightest(keyStates.length ? keyStates : states);
+  if (!report) return;
+  ctx.set('X-RateLimit-Limit', String(report.limit));
+  ctx.set('X-RateLimit-Remaining', String(report.remaining));
+  ctx.set('X-RateLimit-Reset', String(report.resetSeconds));
+}
+
+/** Counts the request in every bucket; answers 429 with Retry-After and the bucket's code when one is exhausted. */
+export async function enforce(ctx: Context, buckets: Bucket[]): Promise<void> {
+  const states = await consume(ctx.deps.db, buckets);
+  ctx.state.rateLimit = [...(ctx.state.rateLimit ?? []), ...states];
+  setRateLimitHeaders(ctx, ctx.state.rateLimit);
+  const exceeded = states.find((s) => s.count > s.limit);
+  if (exceeded) {
+    throw new ApiError(exceeded.code as never, 'Too many requests', {
+      hint: `Limit of ${exceeded.limit} requests per minute reached; retry after ${exceeded.resetSeconds} s.`,
+      headers: { 'Retry-After': String(exceeded.resetSeconds) },
+    });
+  }
+}
+
+export function ipBucket(ctx: Context, profile: IpProfile): Bucket {
+  return { name: `ip:${profile}:${ctx.ip}`, limit: IP_PROFILES[profile], code: 'IP_RATE_LIMITED' };
+}
+
+export function keyBuckets(keyId: string, keyLimit: number, profile?: KeyProfile): Bucket[] {
+  const buckets: Bucket[] = [{ name: `key:${keyId}`, limit: keyLimit, code: 'RATE_LIMITED' }];
+  if (profile) {
+    buckets.push({
+      name: `key:${keyId}:${profile}`,
+      limit: KEY_PROFILES[profile],
+      code: profile === 'coldSend' ? 'COLD_SEND_RATE_LIMITED' : 'SEND_RATE_LIMITED',
+    });
+  }
+  return buckets;
+}
+
+function bearer(ctx: Context): string | undefined {
+  const header = ctx.get('authorization');
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match?.[1];
+}
+
+interface KeyRow {
+  id: string;
+  workspace_id: string;
+  scopes: string[];
+  rate_limit_per_minute: number;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  api_access: boolean;
+  active: boolean;
+}
+
+/**
+ * API key authentication, then the key's rate limit, then the plan, then the scope:
+ * 401 UNAUTHORIZED, 429 RATE_LIMITED, 402 SUBSCRIPTION_INACTIVE / API_ACCESS_DISABLED, 403 INSUFFICIENT_SCOPE.
+ */
+export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile) {
+  return async (ctx: Context, next: Next): Promise<void> => {
+    const token = bearer(ctx);
+    if (!token || !looksLikeApiKey(token)) {
+      throw new ApiError('UNAUTHORIZED', 'Missing or invalid API key', {
+        hint: 'Send Authorization: Bearer vg_live_<secret>.',
+      });
+    }
+    const key: KeyRow | undefined = await ctx.deps
+      .db('api_keys as k')
+      .join('workspaces as w', 'w.id', 'k.workspace_id')
+      .where('k.key_hash', hashApiKey(token))
+      .first('k.id', 'k.workspace_id', 'k.scopes', 'k.rate_limit_per_minute', 'k.expires_at', 'k.revoked_at', 'w.api_access', 'w.active');
+    if (!key || key.revoked_at) throw new ApiError('UNAUTHORIZED', 'Invalid API key');
+    if (key.expires_at && key.expires_at.getTime() <= Date.now()) throw new ApiError('UNAUTHORIZED', 'API key expired');
+    ctx.state.auth = {
+      keyId: key.id,
+      workspaceId: key.workspace_id,
+      scopes: key.scopes,
+      rateLimitPerMinute: key.rate_limit_per_minute,
+    };
+    await enforce(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile));
+    if (!key.active) throw new ApiError('SUBSCRIPTION_INACTIVE', 'The workspace subscription is inactive');
+    if (!key.api_access) throw new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
+    if (!grants(key.scopes, scopes)) {
+      const accepted = [...new Set(scopes.flatMap(satisfying))];
+      throw new ApiError('INSUFFICIENT_SCOPE', 'The API key lacks the scope this endpoint needs', {
+        hint: `Needs one of: ${accepted.join(', ')}.`,
+      });
+    }
+    await next();
+  };
+}
+
+function sameSecret(a: string, b: string): boolean {
+  // Hash first so lengths match and comparison time does not depend on the secret.
+  const ha = createHash('sha256').update(a).digest();
+  const hb = createHash('sha256').update(b).digest();
+  return timingSafeEqual(ha, hb);
+}
+
+export async function adminAuth(ctx: Context, next: Next): Promise<void> {
+  const expected = ctx.deps.config.adminToken;
+  const token = bearer(ctx);
+  if (!expected || !token || !sameSecret(token, expected)) {
+    throw new ApiError('UNAUTHORIZED', 'Missing or invalid admin token', {
+      hint: expected ? 'Send Authorization: Bearer <ADMIN_TOKEN>.' : 'The admin API is disabled: ADMIN_TOKEN is not set.',
+    });
+  }
+  await next();
+}
+
+export { validationError };

@@ -1,0 +1,63 @@
+import type { Context } from 'koa';
+import { z } from 'zod';
+import type { ErrorCode } from './errors';
+import type { IpProfile, KeyProfile } from '../domain/rate-limit';
+import type { Scope } from '../domain/scopes';
+
+/**
+ * One declaration per endpoint drives the router, the zod validation and the OpenAPI document,
+ * so the documentation cannot drift from the code.
+ */
+export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
+
+type AnyObject = z.ZodObject<z.ZodRawShape>;
+
+export interface RouteInput<P, Q, B> {
+  params: P;
+  query: Q;
+  body: B;
+}
+
+export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject = AnyObject, B extends z.ZodType = z.ZodType> {
+  method: Method;
+  /** OpenAPI form: `/api/v1/deals/{id}`. */
+  path: string;
+  summary: string;
+  description?: string;
+  tag: string;
+  /** `apiKey`: Bearer vg_live_ key; `admin`: Bearer ADMIN_TOKEN; `none`: public. */
+  auth: 'apiKey' | 'admin' | 'none';
+  /** Any one of these scopes is enough (implied scopes count; see domain/scopes). */
+  scopes?: Scope[];
+  /** Per-IP profile applied before authentication. */
+  ipProfile?: IpProfile;
+  /** A per-key profile on top of the key's own limit. */
+  keyProfile?: KeyProfile;
+  params?: P;
+  query?: Q;
+  body?: B;
+  /** Success status (default 200). */
+  status?: number;
+  /** Response body schema, for the OpenAPI document. */
+  response?: z.ZodType;
+  /** Error codes this endpoint can answer with (beyond the ones every endpoint has). */
+  errors?: ErrorCode[];
+  handler: (ctx: Context, input: RouteInput<z.infer<P>, z.infer<Q>, z.infer<B>>) => Promise<unknown>;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyRoute = RouteDef<any, any, any>;
+
+/** Declares an endpoint with its input types inferred from the zod schemas. */
+export function route<P extends AnyObject = z.ZodObject<{}>, Q extends AnyObject = z.ZodObject<{}>, B extends z.ZodType = z.ZodUndefined>(
+  def: RouteDef<P, Q, B>,
+): AnyRoute {
+  return def as AnyRoute;
+}
+
+/** `/api/v1/deals/{id}` → `/api/v1/deals/:id` for the Koa router. */
+export function koaPath(path: string): string {
+  return path.replace(/\{([A-Za-z0-9_]+)\}/g, ':$1');
+}
+
+export const idParam = z.object({ id: z.uuid({ error: 'must be a UUID' }) });

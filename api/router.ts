@@ -1,0 +1,48 @@
+import Router from '@koa/router';
+import type { Context, Middleware, Next } from 'koa';
+import { z, ZodError } from 'zod';
+import { ApiError, validationError } from './errors';
+import { adminAuth, apiKeyAuth, enforce, ipBucket, requestBody } from './middleware';
+import { AnyRoute, koaPath } from './route';
+
+function parse<T extends z.ZodType>(schema: T | undefined, value: unknown, where: 'params' | 'query' | 'body'): z.infer<T> | undefined {
+  if (!schema) return undefined;
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  if (where === 'params') {
+    // A malformed id names no record: the same answer as an id that does not exist.
+    throw new ApiError('NOT_FOUND', 'Record not found', { hint: validationError(result.error as ZodError, 'params').message });
+  }
+  throw validationError(result.error as ZodError, where);
+}
+
+function handle(def: AnyRoute): Middleware {
+  return async (ctx: Context) => {
+    const params = parse(def.params, ctx.params, 'params');
+    const query = parse(def.query, ctx.query, 'query');
+    const body = parse(def.body, requestBody(ctx) ?? {}, 'body');
+    ctx.status = def.status ?? 200;
+    const result = await def.handler(ctx, { params, query, body });
+    if (result !== undefined) ctx.body = result;
+  };
+}
+
+/** Mounts every route: per-IP limit, then authentication and scope, then validation and the handler. */
+export function buildRouter(routes: AnyRoute[]): Router {
+  const router = new Router();
+  for (const def of routes) {
+    const chain: Middleware[] = [];
+    const profile = def.ipProfile;
+    if (profile) {
+      chain.push(async (ctx: Context, next: Next) => {
+        await enforce(ctx, [ipBucket(ctx, profile)]);
+        await next();
+      });
+    }
+    if (def.auth === 'apiKey') chain.push(apiKeyAuth(def.scopes ?? [], def.keyProfile));
+    if (def.auth === 'admin') chain.push(adminAuth);
+    chain.push(handle(def));
+    router.register(koaPath(def.path), [def.method.toUpperCase()], chain);
+  }
+  return router;
+}

@@ -1,0 +1,380 @@
+import { z } from 'zod';
+import { ApiError, notFound } from '../errors';
+import { route } from '../route';
+import { generateApiKey } from '../../domain/api-keys';
+import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/pipelines';
+import { ALL_SCOPES } from '../../domain/scopes';
+import { iso } from '../../domain/time';
+import { createWorkspace, planColumns, planSchema, serializeWorkspace } from '../../domain/workspaces';
+import { instanceConfigSchema, serializeInstanceForAdmin } from '../../domain/instances';
+import type { Db } from '../../domain/db';
+
+/**
+ * The operator API of CONTRACT.md (what the CRM panel would do), behind ADMIN_TOKEN.
+ * Every route is scoped to the workspace in its path.
+ */
+const tag = 'Admin';
+const ws = z.object({ id: z.uuid() });
+const wsAnd = <K extends string>(key: K) => z.object({ id: z.uuid(), [key]: z.uuid() } as { id: z.ZodUUID } & Record<K, z.ZodUUID>);
+
+async function requireWorkspace(db: Db, id: string): Promise<void> {
+  const found = await db('workspaces').where({ id }).first('id');
+  if (!found) throw notFound('Workspace');
+}
+
+const keyRow = (row: Record<string, unknown>) => ({
+  id: row.id,
+  name: row.name,
+  prefix: row.key_prefix,
+  scopes: row.scopes,
+  rateLimitPerMinute: row.rate_limit_per_minute,
+  expiresAt: iso(row.expires_at as Date | null),
+  revokedAt: iso(row.revoked_at as Date | null),
+  createdAt: iso(row.created_at as Date),
+});
+
+export const adminRoutes = [
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Create a workspace with its plan',
+    status: 201,
+    body: z.object({ name: z.string().trim().min(1).max(200), plan: planSchema.optional() }),
+    handler: async (ctx, { body }) => ({ data: serializeWorkspace(await createWorkspace(ctx.deps.db, body.name, body.plan)) }),
+  }),
+  route({
+    method: 'get',
+    path: '/admin/v1/workspaces/{id}',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Get a workspace and its plan',
+    params: ws,
+    handler: async (ctx, { params }) => {
+      const row = await ctx.deps.db('workspaces').where({ id: params.id }).first();
+      if (!row) throw notFound('Workspace');
+      return { data: serializeWorkspace(row) };
+    },
+  }),
+  route({
+    method: 'patch',
+    path: '/admin/v1/workspaces/{id}',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Change the name or plan of a workspace',
+    params: ws,
+    body: z.object({ name: z.string().trim().min(1).max(200).optional(), plan: planSchema.optional() }),
+    handler: async (ctx, { params, body }) => {
+      const changes = { ...(body.name ? { name: body.name } : {}), ...planColumns(body.plan) };
+      const [row] = await ctx.deps
+        .db('workspaces')
+        .where({ id: params.id })
+        .update({ ...changes, updated_at: ctx.deps.db.fn.now() })
+        .returning('*');
+      if (!row) throw notFound('Workspace');
+      return { data: serializeWorkspace(row) };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/api-keys',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Create an API key (the key is shown only in this response)',
+    status: 201,
+    params: ws,
+    body: z.object({
+      name: z.string().trim().min(1).max(200),
+      scopes: z.array(z.enum(ALL_SCOPES)).max(ALL_SCOPES.length),
+      rateLimitPerMinute: z.number().int().min(1).max(1000).optional(),
+      expiresAt: z.iso.datetime({ offset: true }).optional(),
+    }),
+    handler: async (ctx, { params, body }) => {
+      await requireWorkspace(ctx.deps.db, params.id);
+      const { key, hash, prefix } = generateApiKey();
+      const [row] = await ctx.deps
+        .db('api_keys')
+        .insert({
+          workspace_id: params.id,
+          name: body.name,
+          key_hash: hash,
+          key_prefix: prefix,
+          scopes: [...new Set(body.scopes)],
+          rate_limit_per_minute: body.rateLimitPerMinute ?? 100,
+          expires_at: body.expiresAt ?? null,
+        })
+        .returning('*');
+      return { data: { ...keyRow(row), key } };
+    },
+  }),
+  route({
+    method: 'patch',
+    path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: "Change a key's per-minute rate limit",
+    params: wsAnd('keyId'),
+    body: z.object({ rateLimitPerMinute: z.number().int().min(1).max(1000) }),
+    handler: async (ctx, { params, body }) => {
+      const [row] = await ctx.deps
+        .db('api_keys')
+        .where({ id: params.keyId, workspace_id: params.id })
+        .update({ rate_limit_per_minute: body.rateLimitPerMinute })
+        .returning('*');
+      if (!row) throw notFound('API key');
+      return { data: keyRow(row) };
+    },
+  }),
+  route({
+    method: 'delete',
+    path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Revoke an API key',
+    params: wsAnd('keyId'),
+    handler: async (ctx, { params }) => {
+      const [row] = await ctx.deps
+        .db('api_keys')
+        .where({ id: params.keyId, workspace_id: params.id })
+        .update({ revoked_at: ctx.deps.db.raw('coalesce(revoked_at, now())') })
+        .returning('id');
+      if (!row) throw notFound('API key');
+      return { data: { id: row.id, deleted: true } };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/members',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Add a member to the workspace',
+    status: 201,
+    params: ws,
+    errors: ['CONFLICT'],
+    body: z.object({ name: z.string().trim().min(1).max(200), email: z.email().max(320) }),
+    handler: async (ctx, { params, body }) => {
+      await requireWorkspace(ctx.deps.db, params.id);
+      const [row] = await ctx.deps
+        .db('members')
+        .insert({ workspace_id: params.id, name: body.name, email: body.email })
+        .returning('*');
+      return { data: { id: row.id, name: row.name, email: row.email, createdAt: iso(row.created_at) } };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/pipelines',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Create a pipeline with its stages (funnel order) and custom fields',
+    status: 201,
+    params: ws,
+    errors: ['CONFLICT'],
+    body: z.object({
+      name: z.string().trim().min(1).max(200),
+      stages: z.array(z.object({ name: z.string().trim().min(1).max(200) })).max(100).default([]),
+      customFields: z
+        .array(
+          z.object({
+            key: z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/, 'letters, digits and _, starting with a letter'),
+            label: z.string().trim().min(1).max(200),
+            type: z.enum(CUSTOM_FIELD_TYPES),
+          }),
+        )
+        .max(200)
+        .default([]),
+    }),
+    handler: async (ctx, { params, body }) => {
+      await requireWorkspace(ctx.deps.db, params.id);
+      const id = await createPipeline(ctx.deps.db, params.id, body);
+      const pipeline = (await listPipelines(ctx.deps.db, params.id)).find((p) => p.id === id);
+      return { data: pipeline };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/instances',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Create a connection (instance)',
+    status: 201,
+    params: ws,
+    body: z.object({
+      name: z.string().trim().min(1).max(200),
+      channel: z.enum(['whatsapp', 'instagram']),
+      provider: z.enum(['cloud', 'web']),
+      connected: z.boolean().default(false),
+      archived: z.boolean().default(false),
+      config: instanceConfigSchema.default({}),
+    }),
+    handler: async (ctx, { params, body }) => {
+      await requireWorkspace(ctx.deps.db, params.id);
+      const [row] = await ctx.deps
+        .db('instances')
+        .insert({ workspace_id: params.id, ...body, config: JSON.stringify(body.config) })
+        .returning('*');
+      return { data: serializeInstanceForAdmin(row) };
+    },
+  }),
+  route({
+    method: 'patch',
+    path: '/admin/v1/workspaces/{id}/instances/{instanceId}',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Change connected, archived or config of an instance (config keys are merged)',
+    params: wsAnd('instanceId'),
+    body: z.object({
+      connected: z.boolean().optional(),
+      archived: z.boolean().optional(),
+      config: instanceConfigSchema.optional(),
+    }),
+    handler: async (ctx, { params, body }) => {
+      const db = ctx.deps.db;
+      const [row] = await db('instances')
+        .where({ id: params.instanceId, workspace_id: params.id })
+        .update({
+          ...(body.connected !== undefined ? { connected: body.connected } : {}),
+          ...(body.archived !== undefined ? { archived: body.archived } : {}),
+          ...(body.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(body.config)]) } : {}),
+          updated_at: db.fn.now(),
+        })
+        .returning('*');
+      if (!row) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found');
+      return { data: serializeInstanceForAdmin(row) };
+    },
+    errors: ['INSTANCE_NOT_FOUND'],
+  }),
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/templates',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Register a message template of an instance (`approved` is sendable)',
+    status: 201,
+    params: ws,
+    errors: ['INSTANCE_NOT_FOUND', 'CONFLICT'],
+    body: z.object({
+      instanceId: z.uuid(),
+      name: z.string().trim().min(1).max(512),
+      language: z.string().min(2).max(15),
+      variableCount: z.number().int().min(0).max(20).default(0),
+      status: z.enum(['approved', 'pending', 'rejected', 'paused', 'disabled']).default('approved'),
+    }),
+    handler: async (ctx, { params, body }) => {
+      const instance = await ctx.deps.db('instances').where({ id: body.instanceId, workspace_id: params.id }).first('id');
+      if (!instance) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
+      const [row] = await ctx.deps
+        .db('templates')
+        .insert({
+          workspace_id: params.id,
+          instance_id: body.instanceId,
+          name: body.name,
+          language: body.language,
+          variable_count: body.variableCount,
+          status: body.status,
+        })
+        .returning('*');
+      return {
+        data: {
+          id: row.id,
+          instanceId: row.instance_id,
+          name: row.name,
+          language: row.language,
+          variableCount: row.variable_count,
+          status: row.status,
+          createdAt: iso(row.created_at),
+        },
+      };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/broadcasts',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'Record a broadcast using tags (`in_progress` blocks deleting those tags)',
+    status: 201,
+    params: ws,
+    body: z.object({
+      tagIds: z.array(z.uuid()).max(100).default([]),
+      status: z.enum(['draft', 'scheduled', 'in_progress', 'completed', 'cancelled']),
+    }),
+    handler: async (ctx, { params, body }) => {
+      await requireWorkspace(ctx.deps.db, params.id);
+      const tagIds = [...new Set(body.tagIds)];
+      return ctx.deps.db.transaction(async (trx) => {
+        const found = await trx('tags').where({ workspace_id: params.id }).whereIn('id', tagIds).pluck('id');
+        if (found.length !== tagIds.length) throw new ApiError('NOT_FOUND', 'Tag not found in this workspace');
+        const [row] = await trx('broadcasts').insert({ workspace_id: params.id, status: body.status }).returning('*');
+        if (tagIds.length) {
+          await trx('broadcast_tags').insert(tagIds.map((tagId) => ({ workspace_id: params.id, broadcast_id: row.id, tag_id: tagId })));
+        }
+        return { data: { id: row.id, status: row.status, tagIds, createdAt: iso(row.created_at) } };
+      });
+    },
+  }),
+  route({
+    method: 'put',
+    path: '/admin/v1/workspaces/{id}/contacts/{contactId}/insight',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: "Set a contact's AI sales insight",
+    params: wsAnd('contactId'),
+    errors: ['CONTACT_NOT_FOUND'],
+    body: z.object({
+      interest: z.string().max(5000).nullable().optional(),
+      products: z.unknown().optional(),
+      objections: z.unknown().optional(),
+      nextStep: z.string().max(5000).nullable().optional(),
+      qualification: z.unknown().optional(),
+      summary: z.string().max(20000).nullable().optional(),
+    }),
+    handler: async (ctx, { params, body }) => {
+      const db = ctx.deps.db;
+      const contact = await db('contacts')
+        .where({ id: params.contactId, workspace_id: params.id })
+        .whereNull('deleted_at')
+        .whereNull('merged_into_id')
+        .first('id');
+      if (!contact) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
+      const json = (v: unknown) => (v === undefined ? null : JSON.stringify(v));
+      const values = {
+        contact_id: params.contactId,
+        workspace_id: params.id,
+        interest: body.interest ?? null,
+        products: json(body.products),
+        objections: json(body.objections),
+        next_step: body.nextStep ?? null,
+        qualification: json(body.qualification),
+        summary: body.summary ?? null,
+        updated_at: db.fn.now(),
+      };
+      const [row] = await db('insights').insert(values).onConflict('contact_id').merge().returning('*');
+      return {
+        data: {
+          interest: row.interest,
+          products: row.products,
+          objections: row.objections,
+          nextStep: row.next_step,
+          qualification: row.qualification,
+          summary: row.summary,
+          updatedAt: iso(row.updated_at),
+        },
+      };
+    },
+  }),
+];

@@ -1,0 +1,39 @@
+import { z } from 'zod';
+import { route } from '../route';
+import { listOf } from '../schemas';
+import { serializeInstance } from '../../domain/instances';
+import { listEnvelope, pageQuery } from '../../domain/pagination';
+
+const Instance = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    channel: z.enum(['whatsapp', 'instagram']),
+    provider: z.enum(['cloud', 'web']),
+    connected: z.boolean(),
+    createdAt: z.string(),
+  })
+  .openapi('Instance');
+
+export const instanceRoutes = [
+  route({
+    method: 'get',
+    path: '/api/v1/instances',
+    tag: 'Instances',
+    auth: 'apiKey',
+    scopes: ['instances:read'],
+    ipProfile: 'read',
+    summary: 'List connections and their connected state (archived ones never appear)',
+    query: pageQuery(),
+    response: listOf(Instance),
+    handler: async (ctx, { query }) => {
+      const db = ctx.deps.db;
+      const scope = db('instances').where({ workspace_id: ctx.state.auth!.workspaceId, archived: false });
+      const [rows, [{ total }]] = await Promise.all([
+        scope.clone().orderBy([{ column: 'created_at' }, { column: 'id' }]).limit(query.limit).offset(query.offset).select('*'),
+        scope.clone().count<{ total: number }[]>({ total: '*' }),
+      ]);
+      return listEnvelope(rows.map(serializeInstance), total, query);
+    },
+  }),
+];

@@ -1,0 +1,39 @@
+import type { Server } from 'node:http';
+import { createApp } from './app';
+import { loadConfig } from '../domain/config';
+import { createDb } from '../domain/db';
+import { createLogger } from '../domain/logger';
+import { pruneCounters } from '../domain/rate-limit';
+import { temporalClientFactory } from '../domain/temporal';
+
+/** API process entry point: `tsx api/server.ts`. */
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const logger = createLogger('api', config.logLevel);
+  const db = createDb(config.databaseUrl, { max: Number(process.env.DB_POOL_MAX ?? 20) });
+  const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+  const app = createApp({ config, db, logger, temporal: temporal.get });
+
+  const server: Server = app.listen(config.port, () => logger.info({ port: config.port }, 'API listening'));
+  server.keepAliveTimeout = 65_000;
+
+  const pruner = setInterval(() => {
+    pruneCounters(db).catch((err) => logger.warn({ err }, 'rate-limit counter pruning failed'));
+  }, 60_000);
+  pruner.unref();
+
+  const shutdown = async (signal: string): Promise<void> => {
+    logger.info({ signal }, 'API shutting down');
+    clearInterval(pruner);
+    server.close();
+    await Promise.allSettled([db.destroy(), temporal.close()]);
+    process.exit(0);
+  };
+  process.once('SIGINT', () => void shutdown('SIGINT'));
+  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+}
+
+main().catch((err) => {
+  console.error('API failed to start:', err);
+  process.exit(1);
+});

@@ -1,0 +1,51 @@
+import { z } from 'zod';
+import { iso } from './time';
+
+/** Operator configuration of a connection. Tokens and secrets never leave the service. */
+export const instanceConfigSchema = z
+  .object({
+    baseUrl: z.url({ protocol: /^https?$/ }).max(2048),
+    phoneNumberId: z.string().min(1).max(64),
+    accessToken: z.string().min(1).max(4096),
+    appSecret: z.string().min(1).max(512),
+    apiVersion: z.string().regex(/^v\d+\.\d+$/).max(16),
+    /** "web" gateways name their connection instead of using a phone-number id. */
+    instanceName: z.string().min(1).max(200),
+  })
+  .partial();
+export type InstanceConfig = z.infer<typeof instanceConfigSchema>;
+
+export interface InstanceRow {
+  id: string;
+  workspace_id: string;
+  name: string;
+  channel: 'whatsapp' | 'instagram';
+  provider: 'cloud' | 'web';
+  connected: boolean;
+  archived: boolean;
+  config: InstanceConfig;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** The public shape of CONTRACT.md: no configuration, so no secrets. */
+export function serializeInstance(row: InstanceRow) {
+  return {
+    id: row.id,
+    name: row.name,
+    channel: row.channel,
+    provider: row.provider,
+    connected: row.connected,
+    createdAt: iso(row.created_at),
+  };
+}
+
+/** The operator's view: configuration without its secrets, which only say whether they are set. */
+export function serializeInstanceForAdmin(row: InstanceRow) {
+  const { accessToken, appSecret, ...rest } = row.config;
+  return {
+    ...serializeInstance(row),
+    archived: row.archived,
+    config: { ...rest, accessTokenSet: Boolean(accessToken), appSecretSet: Boolean(appSecret) },
+  };
+}

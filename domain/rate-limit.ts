@@ -1,0 +1,77 @@
+import type { Db } from './db';
+
+/**
+ * Rate limits are fixed one-minute windows counted in PostgreSQL, so every API replica shares
+ * them. One statement increments every bucket a request touches and returns the counts.
+ */
+
+/** Per-IP limits applied before authentication, by operation profile (requests per minute). */
+export const IP_PROFILES = {
+  pipelines: 120, // the spec's figure for GET /api/v1/pipelines
+  read: 600,
+  write: 300,
+  delete: 120,
+  send: 120,
+  coldSend: 60,
+  webhookIn: 600,
+  admin: 600,
+} as const;
+export type IpProfile = keyof typeof IP_PROFILES;
+
+/** Per-key limits that hold even when the key's own limit is higher. */
+export const KEY_PROFILES = {
+  send: 15,
+  coldSend: 5,
+} as const;
+export type KeyProfile = keyof typeof KEY_PROFILES;
+
+export const DEFAULT_KEY_LIMIT = 100;
+
+export interface Bucket {
+  /** Unique bucket name, e.g. `ip:pipelines:1.2.3.4` or `key:<id>`. */
+  name: string;
+  limit: number;
+  /** The 429 code this bucket answers with when exhausted. */
+  code: string;
+}
+
+export interface BucketState extends Bucket {
+  count: number;
+  remaining: number;
+  resetSeconds: number;
+}
+
+export async function consume(db: Db, buckets: Bucket[]): Promise<BucketState[]> {
+  if (buckets.length === 0) return [];
+  // A fixed order across requests keeps concurrent multi-row upserts from deadlocking.
+  const names = buckets.map((b) => b.name).sort();
+  const result = await db.raw<{ rows: { bucket: string; count: number; reset: string }[] }>(
+    `INSERT INTO rate_limit_counters AS c (bucket, window_start, count)
+     SELECT name, date_trunc('minute', now()), 1 FROM unnest(?::text[]) AS name
+     ON CONFLICT (bucket, window_start) DO UPDATE SET count = c.count + 1
+     RETURNING bucket, count, ceil(extract(epoch FROM (window_start + interval '1 minute' - now()))) AS reset`,
+    [names],
+  );
+  const byName = new Map(result.rows.map((r) => [r.bucket, r]));
+  return buckets.map((bucket) => {
+    const row = byName.get(bucket.name)!;
+    return {
+      ...bucket,
+      count: row.count,
+      remaining: Math.max(0, bucket.limit - row.count),
+      resetSeconds: Math.max(1, Number(row.reset)),
+    };
+  });
+}
+
+/** The bucket to report in headers: the one closest to its limit. */
+export function tightest(states: BucketState[]): BucketState | undefined {
+  return states.reduce<BucketState | undefined>(
+    (best, s) => (best === undefined || s.remaining < best.remaining ? s : best),
+    undefined,
+  );
+}
+
+export async function pruneCounters(db: Db): Promise<number> {
+  return db('rate_limit_counters').where('window_start', '<', db.raw(`now() - interval '2 minutes'`)).delete();
+}

@@ -1,0 +1,56 @@
+/** API key scopes: those the spec names plus the `<resource>:read|write` ones CONTRACT.md adds. */
+export const ALL_SCOPES = [
+  'deals:read',
+  'deals:write',
+  'leads:read',
+  'leads:write',
+  'tags:read',
+  'tags:write',
+  'lists:read',
+  'lists:write',
+  'notes:read',
+  'notes:write',
+  'pipelines:read',
+  'products:read',
+  'products:write',
+  'tasks:read',
+  'tasks:write',
+  'activities:read',
+  'insights:read',
+  'conversations:read',
+  'conversations:write',
+  'conversations:send',
+  'instances:read',
+  'webhooks:read',
+  'webhooks:write',
+  'automations:read',
+  'automations:write',
+] as const;
+
+export type Scope = (typeof ALL_SCOPES)[number];
+
+/**
+ * The only implication the spec states: `leads:write` also authorizes reading pipelines.
+ * Nothing else implies anything: `conversations:send` is dedicated and grants no reads.
+ */
+const IMPLIED: Partial<Record<Scope, Scope[]>> = {
+  'leads:write': ['pipelines:read'],
+};
+
+export function isScope(value: string): value is Scope {
+  return (ALL_SCOPES as readonly string[]).includes(value);
+}
+
+/** True when the key's scopes (directly or by implication) include one of `required`. */
+export function grants(keyScopes: readonly string[], required: readonly Scope[]): boolean {
+  if (required.length === 0) return true;
+  const effective = new Set<string>(keyScopes);
+  for (const scope of keyScopes) for (const implied of IMPLIED[scope as Scope] ?? []) effective.add(implied);
+  return required.some((scope) => effective.has(scope));
+}
+
+/** Scopes that satisfy `scope`, for documentation: the scope itself and those implying it. */
+export function satisfying(scope: Scope): Scope[] {
+  const implying = (Object.keys(IMPLIED) as Scope[]).filter((s) => IMPLIED[s]?.includes(scope));
+  return [scope, ...implying];
+}

@@ -1,0 +1,57 @@
+import { Client, Connection } from '@temporalio/client';
+
+/** Custom search attributes our workflows set, so operators can find a send or a run in the UI. */
+export const SEARCH_ATTRIBUTES = {
+  WorkspaceId: 'Keyword',
+  Phone: 'Keyword',
+  InstanceId: 'Keyword',
+  IdempotencyKey: 'Keyword',
+  AutomationId: 'Keyword',
+} as const;
+
+/**
+ * A lazily connected, shared Temporal client. A failed connection is forgotten so the next call
+ * retries: the API keeps serving reads while Temporal is down and recovers by itself.
+ */
+export function temporalClientFactory(address: string, namespace: string): { get: () => Promise<Client>; close: () => Promise<void> } {
+  let pending: Promise<Client> | undefined;
+  let connection: Connection | undefined;
+  return {
+    get() {
+      if (!pending) {
+        pending = Connection.connect({ address, connectTimeout: 3000 })
+          .then((conn) => {
+            connection = conn;
+            return new Client({ connection: conn, namespace });
+          })
+          .catch((err) => {
+            pending = undefined;
+            throw err;
+          });
+      }
+      return pending;
+    },
+    async close() {
+      await connection?.close();
+      pending = undefined;
+      connection = undefined;
+    },
+  };
+}
+
+/** Registers our search attributes on the namespace (idempotent: existing ones are left alone). */
+export async function ensureSearchAttributes(address: string, namespace: string): Promise<void> {
+  const connection = await Connection.connect({ address, connectTimeout: 10_000 });
+  try {
+    const existing = await connection.operatorService.listSearchAttributes({ namespace });
+    const missing = Object.entries(SEARCH_ATTRIBUTES).filter(([name]) => !(name in (existing.customAttributes ?? {})));
+    if (missing.length === 0) return;
+    // IndexedValueType: KEYWORD = 2
+    await connection.operatorService.addSearchAttributes({
+      namespace,
+      searchAttributes: Object.fromEntries(missing.map(([name]) => [name, 2])),
+    });
+  } finally {
+    await connection.close();
+  }
+}

