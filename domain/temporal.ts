@@ -32,6 +32,8 @@ export function temporalClientFactory(address: string, namespace: string): { get
       return pending;
     },
     async close() {
+      // Let an in-flight connection attempt settle so no socket outlives the caller.
+      await pending?.catch(() => undefined);
       await connection?.close();
       pending = undefined;
       connection = undefined;

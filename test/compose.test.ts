@@ -1,0 +1,45 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+
+/** No Docker engine runs here: this checks the production topology file instead of running it. */
+const root = path.resolve(__dirname, '..');
+const compose = YAML.parse(fs.readFileSync(path.join(root, 'docker-compose.yml'), 'utf8'), { merge: true });
+const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
+
+describe('docker-compose.yml', () => {
+  it('defines PostgreSQL, Temporal on PostgreSQL, the Temporal UI, the API and the worker', () => {
+    for (const name of ['postgres', 'temporal', 'temporal-ui', 'api', 'worker', 'migrate']) expect(compose.services).toHaveProperty(name);
+    expect(compose.services.temporal.environment).toMatchObject({ DB: 'postgres12', POSTGRES_SEEDS: 'postgres' });
+    expect(compose.services['temporal-ui'].environment.TEMPORAL_ADDRESS).toBe('temporal:7233');
+  });
+
+  it('builds the API, the worker and the migration job from the one Dockerfile', () => {
+    for (const name of ['api', 'worker', 'migrate']) expect(compose.services[name].build).toBe('.');
+    expect(fs.existsSync(path.join(root, 'Dockerfile'))).toBe(true);
+    expect(compose.services.api.command.join(' ')).toContain('api/server.ts');
+    expect(compose.services.worker.command.join(' ')).toContain('workers/main.ts');
+    expect(fs.existsSync(path.join(root, 'api/server.ts'))).toBe(true);
+    expect(fs.existsSync(path.join(root, 'workers/main.ts'))).toBe(true);
+  });
+
+  it('wires the API and the worker with the environment they read', () => {
+    for (const name of ['api', 'worker']) {
+      const env = compose.services[name].environment;
+      for (const variable of ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'ADMIN_TOKEN', 'PUBLIC_BASE_URL', 'ALLOW_PRIVATE_URLS', 'WEBHOOK_RETRY_SCALE']) {
+        expect(env).toHaveProperty(variable);
+      }
+      expect(env.DATABASE_URL).toContain('@postgres:5432/');
+      expect(env.TEMPORAL_ADDRESS).toBe('temporal:7233');
+    }
+    expect(compose.services.api.environment.PORT).toBe('3000');
+  });
+
+  it('is described in the README, service by service, and every variable the config reads is documented', () => {
+    for (const name of ['postgres', 'temporal', 'temporal-ui', 'api', 'worker', 'migrate']) expect(readme).toContain(`\`${name}\``);
+    const configSource = fs.readFileSync(path.join(root, 'domain/config.ts'), 'utf8');
+    const read = [...configSource.matchAll(/env\.([A-Z_]+)/g)].map((m) => m[1]);
+    expect(read.length).toBeGreaterThan(5);
+    for (const variable of new Set(read)) expect(readme).toContain(`\`${variable}\``);
+  });
+});

@@ -1,0 +1,86 @@
+/**
+ * Provisions the test stack once per `npm test`: its own PostgreSQL (embedded, or a fresh database
+ * on TEST_DATABASE_URL's server), its own Temporal dev server, the worker and the provider emulator.
+ * Never the user's data: everything lives under .data/test and is recreated on every run.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import {
+  Child,
+  ROOT,
+  Running,
+  ensureDatabase,
+  ensureTemporalCli,
+  freePort,
+  migrateLatest,
+  nodeTs,
+  startChild,
+  startEmbeddedPostgres,
+  startTemporalDevServer,
+  waitForHttp,
+  waitForWorker,
+} from '../scripts/stack';
+
+const TEST_DIR = path.join(ROOT, '.data', 'test');
+const log = (message: string): void => console.log(`[test-setup] ${message}`);
+
+declare global {
+  // eslint-disable-next-line no-var
+  var __TEST_STACK__: Running[] | undefined;
+}
+
+export default async function globalSetup(): Promise<void> {
+  const started = Date.now();
+  const running: Running[] = [];
+  globalThis.__TEST_STACK__ = running;
+  fs.rmSync(TEST_DIR, { recursive: true, force: true });
+  fs.mkdirSync(path.join(TEST_DIR, 'logs'), { recursive: true });
+  console.log('');
+
+  let adminUrl = process.env.TEST_DATABASE_URL;
+  if (adminUrl) {
+    log('PostgreSQL: TEST_DATABASE_URL server, fresh database crm_test');
+  } else {
+    const pg = await startEmbeddedPostgres(path.join(TEST_DIR, 'postgres'), await freePort(), log);
+    running.push(pg);
+    adminUrl = pg.adminUrl;
+  }
+  const databaseUrl = await ensureDatabase(adminUrl, 'crm_test', true);
+  await migrateLatest(databaseUrl, log);
+
+  const cli = ensureTemporalCli(log);
+  const temporal = await startTemporalDevServer(cli, {
+    dbFile: path.join(TEST_DIR, 'temporal.sqlite'),
+    port: await freePort(),
+    logFile: path.join(TEST_DIR, 'logs', 'temporal.log'),
+    log,
+  });
+  running.push(temporal);
+
+  const emulatorPort = await freePort();
+  const env: Record<string, string> = {
+    DATABASE_URL: databaseUrl,
+    TEST_ADMIN_DATABASE_URL: adminUrl,
+    TEMPORAL_ADDRESS: temporal.address,
+    TEMPORAL_NAMESPACE: 'default',
+    TEMPORAL_TASK_QUEUE: 'crm-test',
+    ADMIN_TOKEN: 'test-admin-token',
+    ALLOW_PRIVATE_URLS: 'true',
+    WEBHOOK_RETRY_SCALE: '0.001',
+    EMULATOR_URL: `http://127.0.0.1:${emulatorPort}`,
+    LOG_LEVEL: 'info',
+  };
+  Object.assign(process.env, env);
+
+  const emulator: Child = startChild({
+    name: 'emulator',
+    ...nodeTs('emulator/server.ts'),
+    env: { ...env, EMULATOR_PORT: String(emulatorPort) },
+    logFile: path.join(TEST_DIR, 'logs', 'emulator.log'),
+  });
+  running.push(emulator);
+  const worker: Child = startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: path.join(TEST_DIR, 'logs', 'worker.log') });
+  running.push(worker);
+  await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker)]);
+  log(`stack ready in ${((Date.now() - started) / 1000).toFixed(1)} s (logs in .data/test/logs)`);
+}

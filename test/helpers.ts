@@ -1,0 +1,134 @@
+/**
+ * Test harness: a real API (our Koa app on a real port) against the suite's PostgreSQL and
+ * Temporal, and small clients that speak HTTP to it like an integrator would.
+ */
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { createApp } from '../api/app';
+import type { AnyRoute } from '../api/route';
+import { loadConfig, Config } from '../domain/config';
+import { createDb, Db } from '../domain/db';
+import { REDACT_PATHS } from '../domain/logger';
+import { temporalClientFactory } from '../domain/temporal';
+import type { Scope } from '../domain/scopes';
+
+export interface ApiResponse<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+  text: string;
+}
+
+export interface RequestOptions {
+  key?: string;
+  body?: unknown;
+  rawBody?: string;
+  headers?: Record<string, string>;
+}
+
+export interface TestApi {
+  url: string;
+  db: Db;
+  config: Config;
+  logs: string[];
+  request: <T = any>(method: string, path: string, options?: RequestOptions) => Promise<ApiResponse<T>>;
+  admin: <T = any>(method: string, path: string, body?: unknown) => Promise<ApiResponse<T>>;
+  close: () => Promise<void>;
+}
+
+let ipCounter = 0;
+/** A distinct client IP per test so per-IP limits of parallel test files never collide. */
+export function uniqueIp(): string {
+  ipCounter += 1;
+  const n = (process.pid * 1000 + ipCounter) % 16_000_000;
+  return `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`;
+}
+
+export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Partial<Config> } = {}): Promise<TestApi> {
+  const config = { ...loadConfig(), trustProxy: true, ...options.config };
+  const db = createDb(config.databaseUrl, { max: 10 });
+  const logs: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      logs.push(chunk.toString());
+      cb();
+    },
+  });
+  const logger = pino({ level: 'info', redact: { paths: REDACT_PATHS, censor: '[redacted]' } }, sink);
+  const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+  const app = createApp({ config, db, logger, temporal: temporal.get }, { extraRoutes: options.extraRoutes });
+  const server: Server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const ip = uniqueIp();
+
+  const request = async <T>(method: string, path: string, opts: RequestOptions = {}): Promise<ApiResponse<T>> => {
+    const headers: Record<string, string> = { 'x-forwarded-for': ip, ...opts.headers };
+    if (opts.key) headers.authorization = `Bearer ${opts.key}`;
+    let body: string | undefined = opts.rawBody;
+    if (opts.body !== undefined) {
+      body = JSON.stringify(opts.body);
+      headers['content-type'] ??= 'application/json';
+    }
+    const res = await fetch(url + path, { method, headers, body, redirect: 'manual' });
+    const text = await res.text();
+    let parsed: unknown = undefined;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    return { status: res.status, headers: res.headers, body: parsed as T, text };
+  };
+
+  return {
+    url,
+    db,
+    config,
+    logs,
+    request,
+    admin: (method, path, body) => request(method, path, { body, headers: { authorization: `Bearer ${config.adminToken}` } }),
+    close: async () => {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await Promise.allSettled([db.destroy(), temporal.close()]);
+    },
+  };
+}
+
+export interface Workspace {
+  id: string;
+  key: string;
+  keyId: string;
+}
+
+/** A new workspace (with an optional plan) and an API key with the given scopes. */
+export async function createWorkspace(
+  api: TestApi,
+  options: { scopes?: Scope[]; plan?: Record<string, unknown>; rateLimitPerMinute?: number; name?: string } = {},
+): Promise<Workspace> {
+  const ws = await api.admin('POST', '/admin/v1/workspaces', { name: options.name ?? 'Test workspace', plan: options.plan });
+  expect(ws.status).toBe(201);
+  const key = await createKey(api, ws.body.data.id, options.scopes ?? [], { rateLimitPerMinute: options.rateLimitPerMinute ?? 1000 });
+  return { id: ws.body.data.id, key: key.key, keyId: key.id };
+}
+
+export async function createKey(
+  api: TestApi,
+  workspaceId: string,
+  scopes: Scope[],
+  extra: { rateLimitPerMinute?: number; expiresAt?: string } = {},
+): Promise<{ id: string; key: string }> {
+  const res = await api.admin('POST', `/admin/v1/workspaces/${workspaceId}/api-keys`, { name: 'test key', scopes, ...extra });
+  expect(res.status).toBe(201);
+  return { id: res.body.data.id, key: res.body.data.key };
+}
+
+/** Asserts the flat error body of CONTRACT.md. */
+export function expectError(res: ApiResponse, status: number, code: string): void {
+  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
+  expect(typeof res.body.error).toBe('string');
+  expect(Object.keys(res.body).every((k) => ['error', 'code', 'hint'].includes(k))).toBe(true);
+}

@@ -1,0 +1,160 @@
+import { route } from '../api/route';
+import { createWorkspace, expectError, startApi, TestApi } from './helpers';
+
+// Endpoints with the send and cold-send profiles, mounted through the real route machinery,
+// so the profiles are proven before the messaging endpoints that use them exist.
+const extraRoutes = [
+  route({
+    method: 'post',
+    path: '/api/v1/__test/send',
+    tag: 'Test',
+    auth: 'apiKey',
+    scopes: ['conversations:send'],
+    ipProfile: 'send',
+    keyProfile: 'send',
+    summary: 'send profile',
+    handler: async () => ({ data: { ok: true } }),
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/__test/cold-send',
+    tag: 'Test',
+    auth: 'apiKey',
+    scopes: ['conversations:send'],
+    ipProfile: 'coldSend',
+    keyProfile: 'coldSend',
+    summary: 'cold send profile',
+    handler: async () => ({ data: { ok: true } }),
+  }),
+];
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startApi({ extraRoutes });
+});
+afterAll(async () => api.close());
+
+// Windows are calendar minutes; a run that straddles a boundary would see a fresh window.
+async function awayFromMinuteBoundary(): Promise<void> {
+  const second = new Date().getUTCSeconds();
+  if (second >= 50) await new Promise((r) => setTimeout(r, (61 - second) * 1000));
+}
+
+function limitHeaders(res: { headers: Headers }) {
+  return {
+    limit: Number(res.headers.get('x-ratelimit-limit')),
+    remaining: Number(res.headers.get('x-ratelimit-remaining')),
+    reset: Number(res.headers.get('x-ratelimit-reset')),
+  };
+}
+
+describe('rate limits', () => {
+  it("enforces the key's own limit, set through the admin API, with headers and Retry-After", async () => {
+    await awayFromMinuteBoundary();
+    const ws = await createWorkspace(api, { scopes: ['pipelines:read'], rateLimitPerMinute: 1000 });
+    await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/api-keys/${ws.keyId}`, { rateLimitPerMinute: 3 });
+    const seen = [];
+    for (let i = 0; i < 3; i += 1) {
+      const res = await api.request('GET', '/api/v1/pipelines', { key: ws.key });
+      expect(res.status).toBe(200);
+      seen.push(limitHeaders(res));
+    }
+    expect(seen.map((h) => h.remaining)).toEqual([2, 1, 0]);
+    expect(seen.every((h) => h.limit === 3 && h.reset >= 1 && h.reset <= 60)).toBe(true);
+    const blocked = await api.request('GET', '/api/v1/pipelines', { key: ws.key });
+    expectError(blocked, 429, 'RATE_LIMITED');
+    const retryAfter = Number(blocked.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(60);
+    expect(limitHeaders(blocked)).toMatchObject({ limit: 3, remaining: 0 });
+  });
+
+  it('counts per key: another key of the same workspace is not affected', async () => {
+    await awayFromMinuteBoundary();
+    const ws = await createWorkspace(api, { scopes: ['pipelines:read'], rateLimitPerMinute: 1 });
+    expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key })).status).toBe(200);
+    expectError(await api.request('GET', '/api/v1/pipelines', { key: ws.key }), 429, 'RATE_LIMITED');
+    const other = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'second', scopes: ['pipelines:read'], rateLimitPerMinute: 1 });
+    expect((await api.request('GET', '/api/v1/pipelines', { key: other.body.data.key })).status).toBe(200);
+  });
+
+  it('shares counters between API replicas through PostgreSQL', async () => {
+    await awayFromMinuteBoundary();
+    const replica = await startApi();
+    try {
+      const ws = await createWorkspace(api, { scopes: ['pipelines:read'], rateLimitPerMinute: 4 });
+      expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key })).status).toBe(200);
+      expect((await replica.request('GET', '/api/v1/pipelines', { key: ws.key })).status).toBe(200);
+      expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key })).status).toBe(200);
+      const fourth = await replica.request('GET', '/api/v1/pipelines', { key: ws.key });
+      expect(limitHeaders(fourth).remaining).toBe(0);
+      expectError(await api.request('GET', '/api/v1/pipelines', { key: ws.key }), 429, 'RATE_LIMITED');
+    } finally {
+      await replica.close();
+    }
+  });
+
+  it('limits GET /api/v1/pipelines to 120 requests a minute per IP, before authentication', async () => {
+    await awayFromMinuteBoundary();
+    const ip = '192.0.2.77';
+    const statuses: number[] = [];
+    for (let i = 0; i < 120; i += 1) {
+      const res = await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': ip } });
+      statuses.push(res.status);
+    }
+    expect(new Set(statuses)).toEqual(new Set([401]));
+    const blocked = await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': ip } });
+    expectError(blocked, 429, 'IP_RATE_LIMITED');
+    expect(limitHeaders(blocked)).toMatchObject({ limit: 120, remaining: 0 });
+    expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // Even a valid key is refused from that IP; another IP is untouched.
+    const ws = await createWorkspace(api, { scopes: ['pipelines:read'] });
+    expectError(await api.request('GET', '/api/v1/pipelines', { key: ws.key, headers: { 'x-forwarded-for': ip } }), 429, 'IP_RATE_LIMITED');
+    expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key, headers: { 'x-forwarded-for': '192.0.2.78' } })).status).toBe(200);
+  });
+
+  it('holds the send profile at 15 a minute per key even when the key allows 1000', async () => {
+    await awayFromMinuteBoundary();
+    const ws = await createWorkspace(api, { scopes: ['conversations:send'], rateLimitPerMinute: 1000 });
+    for (let i = 0; i < 15; i += 1) expect((await api.request('POST', '/api/v1/__test/send', { key: ws.key })).status).toBe(200);
+    const blocked = await api.request('POST', '/api/v1/__test/send', { key: ws.key });
+    expectError(blocked, 429, 'SEND_RATE_LIMITED');
+    expect(limitHeaders(blocked)).toMatchObject({ limit: 15, remaining: 0 });
+  });
+
+  it('holds the cold-send profile at 5 a minute per key even when the key allows 1000', async () => {
+    await awayFromMinuteBoundary();
+    const ws = await createWorkspace(api, { scopes: ['conversations:send'], rateLimitPerMinute: 1000 });
+    const remaining = [];
+    for (let i = 0; i < 5; i += 1) {
+      const res = await api.request('POST', '/api/v1/__test/cold-send', { key: ws.key });
+      expect(res.status).toBe(200);
+      remaining.push(limitHeaders(res));
+    }
+    expect(remaining.map((h) => h.remaining)).toEqual([4, 3, 2, 1, 0]);
+    expect(remaining[0].limit).toBe(5);
+    const blocked = await api.request('POST', '/api/v1/__test/cold-send', { key: ws.key });
+    expectError(blocked, 429, 'COLD_SEND_RATE_LIMITED');
+    expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+  });
+
+  it('puts the rate-limit headers on every /api/v1 response: success, 401, 403, 400 and unknown routes', async () => {
+    const ws = await createWorkspace(api, { scopes: ['instances:read'] });
+    const responses = [
+      await api.request('GET', '/api/v1/instances', { key: ws.key }),
+      await api.request('GET', '/api/v1/instances'),
+      await api.request('GET', '/api/v1/pipelines', { key: ws.key }),
+      await api.request('GET', '/api/v1/instances?limit=0', { key: ws.key }),
+      await api.request('GET', '/api/v1/unknown-thing', { key: ws.key }),
+    ];
+    expect(responses.map((r) => r.status)).toEqual([200, 401, 403, 400, 404]);
+    for (const res of responses) {
+      const h = limitHeaders(res);
+      expect(h.limit).toBeGreaterThan(0);
+      expect(Number.isInteger(h.remaining)).toBe(true);
+      expect(h.reset).toBeGreaterThanOrEqual(1);
+    }
+    // Authenticated responses report the key's state.
+    expect(limitHeaders(responses[0]).limit).toBe(1000);
+  });
+});
