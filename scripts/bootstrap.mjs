@@ -24,13 +24,18 @@ function ensureDependencies() {
   const manifest = path.join(root, 'package.json');
   const stale = !fs.existsSync(installed) || mtime(lock) > mtime(installed) || mtime(manifest) > mtime(installed);
   if (!stale) return;
-  const args = fs.existsSync(lock) ? ['ci', '--no-audit', '--no-fund'] : ['install', '--no-audit', '--no-fund'];
-  console.log(`[setup] installing dependencies: npm ${args.join(' ')}`);
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
-  const result = spawnSync(npm, args, { cwd: root, stdio: 'inherit' });
-  if (result.status !== 0) {
+  const install = (args) => {
+    console.log(`[setup] installing dependencies: npm ${args.join(' ')}`);
+    return spawnSync(npm, args, { cwd: root, stdio: 'inherit' }).status === 0;
+  };
+  if (fs.existsSync(lock) && install(['ci', '--no-audit', '--no-fund'])) return;
+  // npm 11 can reject its own lockfile for platform-specific optional packages a registry does
+  // not serve (npm/cli#9846); `npm install` still installs the locked versions.
+  if (fs.existsSync(lock)) console.log('[setup] npm ci refused the lockfile; falling back to npm install');
+  if (!install(['install', '--no-audit', '--no-fund'])) {
     console.error('[setup] dependency installation failed');
-    process.exit(result.status ?? 1);
+    process.exit(1);
   }
 }
 
