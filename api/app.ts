@@ -1,7 +1,7 @@
 import Koa from 'koa';
 import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
-import { ApiError } from './errors';
+import { ApiError } from '../domain/errors';
 import { enforce, ipBucket, jsonBody, loggablePath, requestContext } from './middleware';
 import { buildOpenApi } from './openapi';
 import { AnyRoute } from './route';

@@ -2,7 +2,7 @@ import { randomUUID, timingSafeEqual, createHash } from 'node:crypto';
 import type { Context, Next } from 'koa';
 import { koaBody } from 'koa-body';
 import { ZodError } from 'zod';
-import { ApiError, validationError } from './errors';
+import { ApiError, validationError } from '../domain/errors';
 import { hashApiKey, looksLikeApiKey } from '../domain/api-keys';
 import { consume, tightest, Bucket, BucketState, IP_PROFILES, IpProfile, KEY_PROFILES, KeyProfile } from '../domain/rate-limit';
 import { grants, satisfying, Scope } from '../domain/scopes';

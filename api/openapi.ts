@@ -1,6 +1,6 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31, extendZodWithOpenApi } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
-import { ERROR_CODES, ErrorCode } from './errors';
+import { ERROR_CODES, ErrorCode } from '../domain/errors';
 import type { AnyRoute } from './route';
 import { satisfying } from '../domain/scopes';
 import { IP_PROFILES, KEY_PROFILES } from '../domain/rate-limit';

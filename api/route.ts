@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import type { ErrorCode } from './errors';
+import type { ErrorCode } from '../domain/errors';
 import type { IpProfile, KeyProfile } from '../domain/rate-limit';
 import type { Scope } from '../domain/scopes';
 

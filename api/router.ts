@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import type { Context, Middleware, Next } from 'koa';
 import { z, ZodError } from 'zod';
-import { ApiError, validationError } from './errors';
+import { ApiError, validationError } from '../domain/errors';
 import { adminAuth, apiKeyAuth, enforce, ipBucket, requestBody } from './middleware';
 import { AnyRoute, koaPath } from './route';
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ApiError } from '../api/errors';
+import { ApiError } from '../domain/errors';
 import { route } from '../api/route';
 import { createWorkspace, expectError, startApi, TestApi } from './helpers';
 

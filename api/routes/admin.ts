@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ApiError, notFound } from '../errors';
+import { ApiError, notFound } from '../../domain/errors';
 import { route } from '../route';
 import { generateApiKey } from '../../domain/api-keys';
 import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/pipelines';
@@ -8,6 +8,7 @@ import { iso } from '../../domain/time';
 import { createWorkspace, planColumns, planSchema, serializeWorkspace } from '../../domain/workspaces';
 import { instanceConfigSchema, serializeInstanceForAdmin } from '../../domain/instances';
 import type { Db } from '../../domain/db';
+import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
 
 /**
  * The operator API of CONTRACT.md (what the CRM panel would do), behind ADMIN_TOKEN.
@@ -378,3 +379,54 @@ export const adminRoutes = [
     },
   }),
 ];
+
+const panelContact = z.object({
+  name: z.string().trim().max(200).optional(),
+  email: z.email().max(320).nullable().optional(),
+  phone: z.string().max(32).optional(),
+  notes: z.string().max(10000).optional(),
+  tags: z.array(z.string().min(1).max(100)).max(100).optional(),
+  memberId: z.uuid().optional(),
+});
+
+async function requireMember(db: Db, workspaceId: string, memberId: string | undefined): Promise<void> {
+  if (!memberId) return;
+  const member = await db('members').where({ workspace_id: workspaceId, id: memberId }).first('id');
+  if (!member) throw new ApiError('VALIDATION', 'memberId is not a member of this workspace', { hint: 'body.memberId' });
+}
+
+adminRoutes.push(
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/contacts',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: "A human creates a contact in the panel (emits contact.created)",
+    status: 201,
+    params: ws,
+    errors: ['INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
+    body: panelContact,
+    handler: async (ctx, { params, body }) => {
+      await requireWorkspace(ctx.deps.db, params.id);
+      if (!body.phone) throw new ApiError('PHONE_REQUIRED', 'phone is required');
+      await requireMember(ctx.deps.db, params.id, body.memberId);
+      return { data: await panelCreateContact(ctx.deps.db, params.id, { ...body, phone: body.phone }) };
+    },
+  }),
+  route({
+    method: 'patch',
+    path: '/admin/v1/workspaces/{id}/contacts/{contactId}',
+    tag,
+    auth: 'admin',
+    ipProfile: 'admin',
+    summary: 'A human edits a contact in the panel (emits contact.updated and the contact_updated trigger)',
+    params: wsAnd('contactId'),
+    errors: ['INVALID_PHONE', 'CONTACT_NOT_FOUND', 'CONFLICT'],
+    body: panelContact,
+    handler: async (ctx, { params, body }) => {
+      await requireMember(ctx.deps.db, params.id, body.memberId);
+      return { data: await panelUpdateContact(ctx.deps.db, params.id, params.contactId, body) };
+    },
+  }),
+);

@@ -1,0 +1,46 @@
+/**
+ * Brazilian phone numbers (CONTRACT.md): after dropping `+`, spaces, parentheses and dashes only
+ * digits remain, and the number is 55 + a valid area code + 8 digits (landline or old-form mobile)
+ * or 9 digits starting with 9 (mobile). A mobile with and without its ninth digit is one contact:
+ * both share the same `key`.
+ */
+const AREA_CODES = new Set([
+  11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 24, 27, 28, 31, 32, 33, 34, 35, 37, 38, 41, 42, 43, 44, 45, 46, 47, 48, 49, 51, 53, 54,
+  55, 61, 62, 63, 64, 65, 66, 67, 68, 69, 71, 73, 74, 75, 77, 79, 81, 82, 83, 84, 85, 86, 87, 88, 89, 91, 92, 93, 94, 95, 96, 97, 98,
+  99,
+]);
+
+export const MAX_PHONE_INPUT = 32;
+
+export interface Phone {
+  /** Digits as the client gave them (international form). */
+  digits: string;
+  /** Matching key: 55 + area code + the last 8 digits. */
+  key: string;
+  /** The full modern form: mobiles with their ninth digit. */
+  e164: string;
+  mobile: boolean;
+}
+
+export type PhoneResult = { ok: true; phone: Phone } | { ok: false; reason: string };
+
+export function parsePhone(input: string): PhoneResult {
+  if (input.length > MAX_PHONE_INPUT) return { ok: false, reason: `at most ${MAX_PHONE_INPUT} characters` };
+  const digits = input.replace(/[\s()+-]/g, '');
+  if (!/^\d+$/.test(digits)) return { ok: false, reason: 'only digits, +, spaces, parentheses and dashes are allowed' };
+  if (!digits.startsWith('55')) return { ok: false, reason: 'must start with the country code 55' };
+  const area = Number(digits.slice(2, 4));
+  if (!AREA_CODES.has(area)) return { ok: false, reason: 'missing or unknown area code' };
+  const local = digits.slice(4);
+  if (local.length === 9) {
+    if (local[0] !== '9') return { ok: false, reason: 'a 9-digit number must start with 9' };
+    const last8 = local.slice(1);
+    return { ok: true, phone: { digits, key: `55${area}${last8}`, e164: digits, mobile: true } };
+  }
+  if (local.length === 8) {
+    // Old-form mobiles start with 6-9; landlines with 2-5.
+    const mobile = /^[6-9]/.test(local);
+    return { ok: true, phone: { digits, key: `55${area}${local}`, e164: mobile ? `55${area}9${local}` : digits, mobile } };
+  }
+  return { ok: false, reason: 'expected 8 or 9 digits after the area code' };
+}

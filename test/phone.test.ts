@@ -1,0 +1,45 @@
+import { parsePhone } from '../domain/phone';
+
+describe('phone canonicalisation', () => {
+  it.each([
+    ['+55 (11) 98765-4321', '5511987654321', '551187654321', true],
+    ['5511987654321', '5511987654321', '551187654321', true],
+    ['55 11 8765-4321', '551187654321', '551187654321', true],
+    ['+55 21 3456-7890', '552134567890', '552134567890', false],
+  ])('%s → digits %s, key %s', (input, digits, key, mobile) => {
+    const result = parsePhone(input);
+    expect(result).toEqual({ ok: true, phone: expect.objectContaining({ digits, key, mobile }) });
+  });
+
+  it('gives a mobile with and without its ninth digit the same key and the same full form', () => {
+    const with9 = parsePhone('5548991234567');
+    const without9 = parsePhone('554891234567');
+    if (!with9.ok || !without9.ok) throw new Error('both must parse');
+    expect(with9.phone.key).toBe(without9.phone.key);
+    expect(without9.phone.e164).toBe('5548991234567');
+  });
+
+  it('keeps a landline apart from mobiles', () => {
+    const landline = parsePhone('551133334444');
+    const mobile = parsePhone('5511933334444');
+    if (!landline.ok || !mobile.ok) throw new Error('both must parse');
+    expect(landline.phone.mobile).toBe(false);
+    expect(landline.phone.e164).toBe('551133334444');
+  });
+
+  it.each([
+    ['11987654321', 'country code'],
+    ['1 415 555 0100', 'country code'],
+    ['55987654321', 'area code'],
+    ['55 20 98765-4321', 'area code'],
+    ['5511887654321', 'start with 9'],
+    ['55119876543', '8 or 9 digits'],
+    ['55119876543210', '8 or 9 digits'],
+    ['55 11 9876a4321', 'only digits'],
+    ['5511987654321'.padEnd(33, '0'), 'at most 32'],
+  ])('rejects %p (%s)', (input, reason) => {
+    const result = parsePhone(input);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.reason).toContain(reason);
+  });
+});
