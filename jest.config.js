@@ -8,6 +8,5 @@ module.exports = {
   globalTeardown: '<rootDir>/test/global-teardown.ts',
   testTimeout: 60000,
   maxWorkers: 2,
-  // A test that cannot run is a failure, never a silent skip.
   errorOnDeprecated: true,
 };

@@ -59,5 +59,3 @@ export function route<P extends AnyObject = z.ZodObject<{}>, Q extends AnyObject
 export function koaPath(path: string): string {
   return path.replace(/\{([A-Za-z0-9_]+)\}/g, ':$1');
 }
-
-export const idParam = z.object({ id: z.uuid({ error: 'must be a UUID' }) });

@@ -21,25 +21,18 @@ export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 export const TRIGGERS = ['stage_changed', 'deal_won', 'deal_lost', 'card_created', 'contact_updated', 'webhook_received'] as const;
 export type Trigger = (typeof TRIGGERS)[number];
 
+type Writer = Knex | Knex.Transaction;
+
+async function append(trx: Writer, workspaceId: string, kind: 'webhook' | 'trigger', name: string, payload: object, depth: number): Promise<void> {
+  await trx('outbox_events').insert({ workspace_id: workspaceId, kind, name, payload, depth });
+}
+
 /** An outbound event: its fields sit at the root next to `event`, `workspace_id` and `timestamp`. */
-export async function recordEvent(
-  trx: Knex | Knex.Transaction,
-  workspaceId: string,
-  event: WebhookEvent,
-  fields: Record<string, unknown>,
-  depth = 0,
-): Promise<void> {
-  const payload = { event, workspace_id: workspaceId, timestamp: new Date().toISOString(), ...fields };
-  await trx('outbox_events').insert({ workspace_id: workspaceId, kind: 'webhook', name: event, payload, depth });
+export function recordEvent(trx: Writer, workspaceId: string, event: WebhookEvent, fields: Record<string, unknown>, depth = 0): Promise<void> {
+  return append(trx, workspaceId, 'webhook', event, { event, workspace_id: workspaceId, timestamp: new Date().toISOString(), ...fields }, depth);
 }
 
 /** An internal automation trigger with its variables. */
-export async function recordTrigger(
-  trx: Knex | Knex.Transaction,
-  workspaceId: string,
-  trigger: Trigger,
-  variables: Record<string, unknown>,
-  depth = 0,
-): Promise<void> {
-  await trx('outbox_events').insert({ workspace_id: workspaceId, kind: 'trigger', name: trigger, payload: { trigger, ...variables }, depth });
+export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger, variables: Record<string, unknown>, depth = 0): Promise<void> {
+  return append(trx, workspaceId, 'trigger', trigger, { trigger, ...variables }, depth);
 }
