@@ -232,4 +232,3 @@ export async function adminAuth(ctx: Context, next: Next): Promise<void> {
   await next();
 }
 
-export { validationError };

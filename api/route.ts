@@ -10,7 +10,7 @@ import type { Scope } from '../domain/scopes';
  */
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
-type AnyObject = z.ZodObject<z.ZodRawShape>;
+export type AnyObject = z.ZodObject<z.ZodRawShape>;
 
 export interface RouteInput<P, Q, B> {
   params: P;

@@ -4,6 +4,3 @@ export function iso(value: Date | string | null | undefined): string | null {
   return (value instanceof Date ? value : new Date(value)).toISOString();
 }
 
-export function isoRequired(value: Date | string): string {
-  return (value instanceof Date ? value : new Date(value)).toISOString();
-}

@@ -1,9 +1,10 @@
 import { z } from 'zod';
 import { ApiError, notFound } from '../../domain/errors';
-import { route } from '../route';
+import { AnyObject, AnyRoute, route, RouteDef } from '../route';
 import { generateApiKey } from '../../domain/api-keys';
 import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/pipelines';
 import { ALL_SCOPES } from '../../domain/scopes';
+import { DEFAULT_KEY_LIMIT } from '../../domain/rate-limit';
 import { iso } from '../../domain/time';
 import { createWorkspace, planColumns, planSchema, serializeWorkspace } from '../../domain/workspaces';
 import { instanceConfigSchema, serializeInstanceForAdmin } from '../../domain/instances';
@@ -14,7 +15,12 @@ import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
  * The operator API of CONTRACT.md (what the CRM panel would do), behind ADMIN_TOKEN.
  * Every route is scoped to the workspace in its path.
  */
-const tag = 'Admin';
+/** Every admin endpoint: admin token, the `admin` per-IP profile, documented under Admin. */
+function adminRoute<P extends AnyObject = z.ZodObject<{}>, Q extends AnyObject = z.ZodObject<{}>, B extends z.ZodType = z.ZodUndefined>(
+  def: Omit<RouteDef<P, Q, B>, 'tag' | 'auth' | 'ipProfile'>,
+): AnyRoute {
+  return route<P, Q, B>({ ...def, tag: 'Admin', auth: 'admin', ipProfile: 'admin' });
+}
 const ws = z.object({ id: z.uuid() });
 const wsAnd = <K extends string>(key: K) => z.object({ id: z.uuid(), [key]: z.uuid() } as { id: z.ZodUUID } & Record<K, z.ZodUUID>);
 
@@ -34,24 +40,18 @@ const keyRow = (row: Record<string, unknown>) => ({
   createdAt: iso(row.created_at as Date),
 });
 
-export const adminRoutes = [
-  route({
+export const adminRoutes: AnyRoute[] = [
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Create a workspace with its plan',
     status: 201,
     body: z.object({ name: z.string().trim().min(1).max(200), plan: planSchema.optional() }),
     handler: async (ctx, { body }) => ({ data: serializeWorkspace(await createWorkspace(ctx.deps.db, body.name, body.plan)) }),
   }),
-  route({
+  adminRoute({
     method: 'get',
     path: '/admin/v1/workspaces/{id}',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Get a workspace and its plan',
     params: ws,
     handler: async (ctx, { params }) => {
@@ -60,12 +60,9 @@ export const adminRoutes = [
       return { data: serializeWorkspace(row) };
     },
   }),
-  route({
+  adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Change the name or plan of a workspace',
     params: ws,
     body: z.object({ name: z.string().trim().min(1).max(200).optional(), plan: planSchema.optional() }),
@@ -80,12 +77,9 @@ export const adminRoutes = [
       return { data: serializeWorkspace(row) };
     },
   }),
-  route({
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/api-keys',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Create an API key (the key is shown only in this response)',
     status: 201,
     params: ws,
@@ -106,19 +100,16 @@ export const adminRoutes = [
           key_hash: hash,
           key_prefix: prefix,
           scopes: [...new Set(body.scopes)],
-          rate_limit_per_minute: body.rateLimitPerMinute ?? 100,
+          rate_limit_per_minute: body.rateLimitPerMinute ?? DEFAULT_KEY_LIMIT,
           expires_at: body.expiresAt ?? null,
         })
         .returning('*');
       return { data: { ...keyRow(row), key } };
     },
   }),
-  route({
+  adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: "Change a key's per-minute rate limit",
     params: wsAnd('keyId'),
     body: z.object({ rateLimitPerMinute: z.number().int().min(1).max(1000) }),
@@ -132,12 +123,9 @@ export const adminRoutes = [
       return { data: keyRow(row) };
     },
   }),
-  route({
+  adminRoute({
     method: 'delete',
     path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Revoke an API key',
     params: wsAnd('keyId'),
     handler: async (ctx, { params }) => {
@@ -150,12 +138,9 @@ export const adminRoutes = [
       return { data: { id: row.id, deleted: true } };
     },
   }),
-  route({
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/members',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Add a member to the workspace',
     status: 201,
     params: ws,
@@ -170,12 +155,9 @@ export const adminRoutes = [
       return { data: { id: row.id, name: row.name, email: row.email, createdAt: iso(row.created_at) } };
     },
   }),
-  route({
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/pipelines',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Create a pipeline with its stages (funnel order) and custom fields',
     status: 201,
     params: ws,
@@ -201,12 +183,9 @@ export const adminRoutes = [
       return { data: pipeline };
     },
   }),
-  route({
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/instances',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Create a connection (instance)',
     status: 201,
     params: ws,
@@ -227,12 +206,9 @@ export const adminRoutes = [
       return { data: serializeInstanceForAdmin(row) };
     },
   }),
-  route({
+  adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}/instances/{instanceId}',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Change connected, archived or config of an instance (config keys are merged)',
     params: wsAnd('instanceId'),
     body: z.object({
@@ -256,12 +232,9 @@ export const adminRoutes = [
     },
     errors: ['INSTANCE_NOT_FOUND'],
   }),
-  route({
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/templates',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Register a message template of an instance (`approved` is sendable)',
     status: 201,
     params: ws,
@@ -300,12 +273,9 @@ export const adminRoutes = [
       };
     },
   }),
-  route({
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/broadcasts',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'Record a broadcast using tags (`in_progress` blocks deleting those tags)',
     status: 201,
     params: ws,
@@ -327,12 +297,9 @@ export const adminRoutes = [
       });
     },
   }),
-  route({
+  adminRoute({
     method: 'put',
     path: '/admin/v1/workspaces/{id}/contacts/{contactId}/insight',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: "Set a contact's AI sales insight",
     params: wsAnd('contactId'),
     errors: ['CONTACT_NOT_FOUND'],
@@ -396,12 +363,9 @@ async function requireMember(db: Db, workspaceId: string, memberId: string | und
 }
 
 adminRoutes.push(
-  route({
+  adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/contacts',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: "A human creates a contact in the panel (emits contact.created)",
     status: 201,
     params: ws,
@@ -414,12 +378,9 @@ adminRoutes.push(
       return { data: await panelCreateContact(ctx.deps.db, params.id, { ...body, phone: body.phone }) };
     },
   }),
-  route({
+  adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}/contacts/{contactId}',
-    tag,
-    auth: 'admin',
-    ipProfile: 'admin',
     summary: 'A human edits a contact in the panel (emits contact.updated and the contact_updated trigger)',
     params: wsAnd('contactId'),
     errors: ['INVALID_PHONE', 'CONTACT_NOT_FOUND', 'CONFLICT'],
