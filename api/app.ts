@@ -8,12 +8,33 @@ import { AnyRoute } from './route';
 import { buildRouter } from './router';
 import { DOCS_HTML } from './docs-page';
 import { adminRoutes } from './routes/admin';
+import { conversationRoutes } from './routes/conversations';
+import { dealRoutes } from './routes/deals';
+import { leadRoutes } from './routes/leads';
+import { listRoutes } from './routes/lists';
+import { noteRoutes } from './routes/notes';
+import { productRoutes } from './routes/products';
+import { tagRoutes } from './routes/tags';
+import { taskRoutes } from './routes/tasks';
 import { instanceRoutes } from './routes/instances';
 import { pipelineRoutes } from './routes/pipelines';
 import { systemRoutes } from './routes/system';
 
 /** Every endpoint of the service, in documentation order. */
-export const ROUTES: AnyRoute[] = [...pipelineRoutes, ...instanceRoutes, ...systemRoutes, ...adminRoutes];
+export const ROUTES: AnyRoute[] = [
+  ...dealRoutes,
+  ...leadRoutes,
+  ...noteRoutes,
+  ...tagRoutes,
+  ...listRoutes,
+  ...pipelineRoutes,
+  ...productRoutes,
+  ...taskRoutes,
+  ...conversationRoutes,
+  ...instanceRoutes,
+  ...systemRoutes,
+  ...adminRoutes,
+];
 
 export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {
   const app = new Koa();

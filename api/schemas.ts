@@ -10,3 +10,11 @@ export const Pagination = z
 
 export const listOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item), pagination: Pagination });
 export const single = <T extends z.ZodType>(item: T) => z.object({ data: item });
+
+/** `{id}` path parameter: a malformed id answers 404 like a missing record (see router). */
+export const IdParams = z.object({ id: z.uuid() });
+
+/** The body of every delete (CONTRACT.md). */
+export const Deleted = single(z.object({ id: z.string(), deleted: z.literal(true) }));
+
+export const Tag = z.object({ id: z.string(), name: z.string(), color: z.string() }).openapi('Tag');

@@ -4,11 +4,8 @@ import type { Db } from './db';
 import { recordEvent, recordTrigger } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { iso } from './time';
+import { canonical, isUuid } from './refs';
 
-/** Only canonical contacts are ever visible: not merged, not soft-deleted, not group chats. */
-export function canonical(query: Knex.QueryBuilder, alias = 'contacts'): Knex.QueryBuilder {
-  return query.whereNull(`${alias}.merged_into_id`).whereNull(`${alias}.deleted_at`).where(`${alias}.is_group`, false);
-}
 
 export function requirePhone(input: string): Phone {
   const parsed = parsePhone(input);
@@ -53,10 +50,9 @@ export function serializeLead(row: ContactRow, tags: { id: string; name: string;
 }
 
 /** Resolves tag ids or names (case-insensitive) of the workspace; an unknown one is 404. */
-async function resolveTags(trx: Knex.Transaction, workspaceId: string, refs: string[]): Promise<{ id: string; name: string }[]> {
+export async function resolveTags(trx: Db | Knex.Transaction, workspaceId: string, refs: string[]): Promise<{ id: string; name: string }[]> {
   const unique = [...new Set(refs)];
   if (unique.length === 0) return [];
-  const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
   const rows: { id: string; name: string }[] = await trx('tags')
     .where({ workspace_id: workspaceId })
     .where((q) => {

@@ -26,3 +26,32 @@ export function listEnvelope<T>(data: T[], total: number, page: Page): { data: T
     pagination: { total, limit: page.limit, offset: page.offset, hasMore: page.offset + data.length < total },
   };
 }
+
+/**
+ * `sort` over a documented set of columns (an unknown one is 400 VALIDATION naming the allowed
+ * values) and `order`; `columns` maps the API's names to SQL expressions.
+ */
+export function sortQuery<K extends string>(columns: Record<K, string>, defaults: { sort: K; order: 'asc' | 'desc' }) {
+  const names = Object.keys(columns) as [K, ...K[]];
+  return z.object({
+    sort: z.enum(names).default(defaults.sort as never),
+    order: z.enum(['asc', 'desc']).default(defaults.order),
+  });
+}
+
+/** An ISO 8601 instant in a query string (`2026-01-31` or `2026-01-31T12:00:00.000Z`), parsed to a Date. */
+export const isoInstant = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?$/, 'expected an ISO 8601 date or date-time')
+  .transform((value, ctx) => {
+    // A date-time without a zone is read as UTC, like a bare date.
+    const date = new Date(/T[^Z+-]*$/.test(value) ? `${value}Z` : value);
+    if (Number.isNaN(date.getTime())) {
+      ctx.addIssue({ code: 'custom', message: 'not a valid date' });
+      return z.NEVER;
+    }
+    return date;
+  });
+
+/** A query-string boolean: only `true` or `false`. */
+export const queryBoolean = z.enum(['true', 'false']).transform((v) => v === 'true');

@@ -21,7 +21,8 @@ import {
   waitForWorker,
 } from '../scripts/stack';
 
-const TEST_DIR = path.join(ROOT, '.data', 'test');
+// TEST_STACK_DIR lets two suites run side by side on one machine (each needs its own stack).
+const TEST_DIR = process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test');
 const log = (message: string): void => console.log(`[test-setup] ${message}`);
 
 declare global {

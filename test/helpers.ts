@@ -132,3 +132,60 @@ export function expectError(res: ApiResponse, status: number, code: string): voi
   expect(typeof res.body.error).toBe('string');
   expect(Object.keys(res.body).every((k) => ['error', 'code', 'hint'].includes(k))).toBe(true);
 }
+
+/** A contact created the way the CRM panel does (admin API), returned in the Lead shape. */
+export async function seedContact(
+  api: TestApi,
+  workspaceId: string,
+  input: { phone: string; name?: string; email?: string | null; tags?: string[] },
+): Promise<{ id: string; name: string; phone: string; email: string | null }> {
+  const res = await api.admin('POST', `/admin/v1/workspaces/${workspaceId}/contacts`, input);
+  expect(res.status).toBe(201);
+  return res.body.data;
+}
+
+/** A pipeline with stages in funnel order and custom fields, as `GET /api/v1/pipelines` lists it. */
+export async function seedPipeline(
+  api: TestApi,
+  workspaceId: string,
+  input: { name: string; stages?: string[]; customFields?: { key: string; label: string; type: string }[] },
+): Promise<{ id: string; name: string; stages: { id: string; name: string; order: number }[] }> {
+  const res = await api.admin('POST', `/admin/v1/workspaces/${workspaceId}/pipelines`, {
+    name: input.name,
+    stages: (input.stages ?? []).map((name) => ({ name })),
+    customFields: input.customFields ?? [],
+  });
+  expect(res.status).toBe(201);
+  return res.body.data;
+}
+
+export async function seedMember(api: TestApi, workspaceId: string, name: string): Promise<{ id: string; name: string }> {
+  const res = await api.admin('POST', `/admin/v1/workspaces/${workspaceId}/members`, {
+    name,
+    email: `${name.replace(/\W+/g, '.').toLowerCase()}.${Math.random().toString(36).slice(2, 8)}@example.com`,
+  });
+  expect(res.status).toBe(201);
+  return res.body.data;
+}
+
+/** Counts the SQL statements the API's own pool runs while `fn` runs (for N+1 checks). */
+export async function countQueries(api: TestApi, fn: () => Promise<unknown>): Promise<number> {
+  let count = 0;
+  const listener = (): void => {
+    count += 1;
+  };
+  api.db.on('query', listener);
+  try {
+    await fn();
+  } finally {
+    api.db.removeListener('query', listener);
+  }
+  return count;
+}
+
+/** Outbox rows of a workspace (oldest first), to prove events are recorded with the change. */
+export async function outbox(api: TestApi, workspaceId: string, name?: string): Promise<{ kind: string; name: string; payload: any; depth: number }[]> {
+  const q = api.db('outbox_events').where({ workspace_id: workspaceId }).orderBy('seq');
+  if (name) q.where({ name });
+  return q.select('kind', 'name', 'payload', 'depth');
+}

@@ -1,0 +1,4 @@
+import type { AnyRoute } from '../route';
+
+// Filled in by issue 3.
+export const leadRoutes: AnyRoute[] = [];
