@@ -15,6 +15,8 @@ export interface AppDeps {
 
 export interface ApiKeyAuth {
   keyId: string;
+  /** Shown as the actor of what the key does (history, notes): actors are exposed by name. */
+  keyName: string;
   workspaceId: string;
   scopes: string[];
   rateLimitPerMinute: number;

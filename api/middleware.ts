@@ -167,6 +167,7 @@ function bearer(ctx: Context): string | undefined {
 
 interface KeyRow {
   id: string;
+  name: string;
   workspace_id: string;
   scopes: string[];
   rate_limit_per_minute: number;
@@ -192,11 +193,12 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile) {
       .db('api_keys as k')
       .join('workspaces as w', 'w.id', 'k.workspace_id')
       .where('k.key_hash', hashApiKey(token))
-      .first('k.id', 'k.workspace_id', 'k.scopes', 'k.rate_limit_per_minute', 'k.expires_at', 'k.revoked_at', 'w.api_access', 'w.active');
+      .first('k.id', 'k.name', 'k.workspace_id', 'k.scopes', 'k.rate_limit_per_minute', 'k.expires_at', 'k.revoked_at', 'w.api_access', 'w.active');
     if (!key || key.revoked_at) throw new ApiError('UNAUTHORIZED', 'Invalid API key');
     if (key.expires_at && key.expires_at.getTime() <= Date.now()) throw new ApiError('UNAUTHORIZED', 'API key expired');
     ctx.state.auth = {
       keyId: key.id,
+      keyName: key.name,
       workspaceId: key.workspace_id,
       scopes: key.scopes,
       rateLimitPerMinute: key.rate_limit_per_minute,

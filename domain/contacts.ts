@@ -4,10 +4,26 @@ import type { Db } from './db';
 import { recordEvent, recordTrigger } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { iso } from './time';
-import { canonical, isUuid } from './refs';
+import { canonical, isUuid, requireContact } from './refs';
 
+type Trx = Knex.Transaction;
+type Reader = Db | Trx;
 
-export function requirePhone(input: string): Phone {
+/**
+ * Where a change to a contact comes from. It decides the events: only a human's edit in the
+ * panel emits contact.updated (spec), and tag events carry the matching `source`.
+ */
+export type ChangeOrigin = 'panel' | 'api' | 'automation';
+const TAG_SOURCE: Record<ChangeOrigin, 'manual' | 'api' | 'automation'> = { panel: 'manual', api: 'api', automation: 'automation' };
+
+export interface ChangeOptions {
+  origin: ChangeOrigin;
+  /** Automation chain depth of the change (loop protection). */
+  depth?: number;
+}
+
+export function requirePhone(input: string | undefined): Phone {
+  if (input === undefined || input.trim() === '') throw new ApiError('PHONE_REQUIRED', 'phone is required');
   const parsed = parsePhone(input);
   if (!parsed.ok) throw new ApiError('INVALID_PHONE', `Invalid phone: ${parsed.reason}`, { hint: 'Use 55 + area code + number, e.g. +55 11 98765-4321.' });
   return parsed.phone;
@@ -24,19 +40,26 @@ export interface ContactRow {
   updated_at: Date;
 }
 
-export async function tagsOf(db: Db | Knex.Transaction, contactIds: string[]) {
-  if (contactIds.length === 0) return new Map<string, { id: string; name: string; color: string }[]>();
+export interface TagRef {
+  id: string;
+  name: string;
+  color: string;
+}
+
+/** Tags of many contacts in one query (a lead page is a constant number of queries). */
+export async function tagsOf(db: Reader, contactIds: string[]): Promise<Map<string, TagRef[]>> {
+  const map = new Map<string, TagRef[]>();
+  if (contactIds.length === 0) return map;
   const rows = await db('contact_tags as ct')
     .join('tags as t', 't.id', 'ct.tag_id')
     .whereIn('ct.contact_id', contactIds)
-    .orderBy([{ column: 't.name' }])
+    .orderBy([{ column: 't.name' }, { column: 't.id' }])
     .select('ct.contact_id', 't.id', 't.name', 't.color');
-  const map = new Map<string, { id: string; name: string; color: string }[]>();
   for (const r of rows) map.set(r.contact_id, [...(map.get(r.contact_id) ?? []), { id: r.id, name: r.name, color: r.color }]);
   return map;
 }
 
-export function serializeLead(row: ContactRow, tags: { id: string; name: string; color: string }[]) {
+export function serializeLead(row: ContactRow, tags: TagRef[]) {
   return {
     id: row.id,
     name: row.name,
@@ -49,38 +72,239 @@ export function serializeLead(row: ContactRow, tags: { id: string; name: string;
   };
 }
 
-/** Resolves tag ids or names (case-insensitive) of the workspace; an unknown one is 404. */
-export async function resolveTags(trx: Db | Knex.Transaction, workspaceId: string, refs: string[]): Promise<{ id: string; name: string }[]> {
-  const unique = [...new Set(refs)];
+export async function serializeLeads(db: Reader, rows: ContactRow[]) {
+  const tags = await tagsOf(db, rows.map((r) => r.id));
+  return rows.map((r) => serializeLead(r, tags.get(r.id) ?? []));
+}
+
+/**
+ * Tag ids or names (case-insensitive) of the workspace. An unknown one is 404 NOT_FOUND, unless
+ * `create` is set: then an unknown name is created (an unknown id is still 404).
+ */
+export async function resolveTags(trx: Reader, workspaceId: string, refs: string[], options: { create?: boolean } = {}): Promise<TagRef[]> {
+  const unique = [...new Set(refs.map((r) => r.trim()))];
   if (unique.length === 0) return [];
-  const rows: { id: string; name: string }[] = await trx('tags')
-    .where({ workspace_id: workspaceId })
-    .where((q) => {
-      const ids = unique.filter(isUuid);
-      if (ids.length) q.whereIn('id', ids);
-      q.orWhereIn(trx.raw('lower(name)') as never, unique.map((r) => r.toLowerCase()));
-    })
-    .select('id', 'name');
-  for (const ref of unique) {
-    if (!rows.some((t) => t.id === ref || t.name.toLowerCase() === ref.toLowerCase())) throw new ApiError('NOT_FOUND', `Tag "${ref}" not found`);
+  const find = (): Promise<TagRef[]> =>
+    trx('tags')
+      .where({ workspace_id: workspaceId })
+      .where((q) => {
+        const ids = unique.filter(isUuid);
+        if (ids.length) q.whereIn('id', ids);
+        q.orWhereIn(trx.raw('lower(name)') as never, unique.map((r) => r.toLowerCase()));
+      })
+      .select('id', 'name', 'color');
+  const matches = (rows: TagRef[], ref: string) => rows.some((t) => t.id === ref || t.name.toLowerCase() === ref.toLowerCase());
+  let rows = await find();
+  const missing = unique.filter((ref) => !matches(rows, ref));
+  if (missing.length && options.create) {
+    const names = missing.filter((ref) => !isUuid(ref));
+    for (const name of names) {
+      if (name.length === 0 || name.length > 100) throw new ApiError('VALIDATION', 'Invalid tag name: 1 to 100 characters');
+    }
+    if (names.length) {
+      // Concurrent creations of one name end with one tag.
+      await trx.raw(
+        `INSERT INTO tags (workspace_id, name) SELECT ?, unnest(?::text[]) ON CONFLICT (workspace_id, lower(name)) DO NOTHING`,
+        [workspaceId, names],
+      );
+      rows = await find();
+    }
   }
+  for (const ref of unique) if (!matches(rows, ref)) throw new ApiError('NOT_FOUND', `Tag "${ref}" not found`);
   return rows;
 }
 
-export interface PanelContactInput {
+/** Adds and removes tags of one contact and records a tag event per actual change. */
+async function applyTagChanges(
+  trx: Trx,
+  workspaceId: string,
+  contact: ContactRow,
+  change: { add?: TagRef[]; remove?: TagRef[] },
+  options: ChangeOptions,
+): Promise<{ added: TagRef[]; removed: TagRef[] }> {
+  const event = (tag: TagRef) => ({
+    contact_id: contact.id,
+    contact_name: contact.name,
+    phone: contact.phone,
+    tag: { id: tag.id, name: tag.name },
+    source: TAG_SOURCE[options.origin],
+  });
+  let added: TagRef[] = [];
+  if (change.add?.length) {
+    const inserted: { tag_id: string }[] = await trx('contact_tags')
+      .insert(change.add.map((t) => ({ workspace_id: workspaceId, contact_id: contact.id, tag_id: t.id })))
+      .onConflict(['contact_id', 'tag_id'])
+      .ignore()
+      .returning('tag_id');
+    added = change.add.filter((t) => inserted.some((r) => r.tag_id === t.id));
+  }
+  let removed: TagRef[] = [];
+  if (change.remove?.length) {
+    const deleted: { tag_id: string }[] = await trx('contact_tags')
+      .where({ workspace_id: workspaceId, contact_id: contact.id })
+      .whereIn('tag_id', change.remove.map((t) => t.id))
+      .delete()
+      .returning('tag_id');
+    removed = change.remove.filter((t) => deleted.some((r) => r.tag_id === t.id));
+  }
+  for (const tag of added) await recordEvent(trx, workspaceId, 'contact.tag_added', event(tag), options.depth);
+  for (const tag of removed) await recordEvent(trx, workspaceId, 'contact.tag_removed', event(tag), options.depth);
+  return { added, removed };
+}
+
+export interface ContactChanges {
   name?: string;
   email?: string | null;
   phone?: string;
+  notes?: string;
+  /** The full tag set (panel edit). */
+  tags?: string[];
+  /** Tags to add, keeping the others (API upsert, automation). */
+  addTags?: string[];
+}
+
+/**
+ * Applies changes to a locked, canonical contact inside the caller's transaction and records what
+ * the change means: tag events, contact.updated (panel only) and the contact_updated trigger with
+ * the changed fields (only when something changed).
+ */
+async function changeContact(trx: Trx, workspaceId: string, before: ContactRow, input: ContactChanges, options: ChangeOptions): Promise<ContactRow> {
+  const changes: Record<string, unknown> = {};
+  const changed: string[] = [];
+  if (input.name !== undefined && input.name !== before.name) (changes.name = input.name), changed.push('name');
+  if (input.email !== undefined && input.email !== before.email) (changes.email = input.email), changed.push('email');
+  if (input.notes !== undefined && input.notes !== before.notes) (changes.notes = input.notes), changed.push('notes');
+  if (input.phone !== undefined) {
+    const phone = requirePhone(input.phone);
+    if (phone.digits !== before.phone) {
+      const clash = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key }).whereNot({ id: before.id })).first('id');
+      if (clash) throw new ApiError('CONFLICT', 'Another contact has this phone', { hint: `Contact ${clash.id}.` });
+      Object.assign(changes, { phone: phone.digits, phone_key: phone.key });
+      changed.push('phone');
+    }
+  }
+  let after: ContactRow = before;
+  if (Object.keys(changes).length) {
+    [after] = await trx('contacts').where({ id: before.id }).update({ ...changes, updated_at: trx.fn.now() }).returning('*');
+  }
+
+  let tagChange: { add?: TagRef[]; remove?: TagRef[] } = {};
+  if (input.tags !== undefined) {
+    const wanted = await resolveTags(trx, workspaceId, input.tags);
+    const current: TagRef[] = (await tagsOf(trx, [before.id])).get(before.id) ?? [];
+    tagChange = { add: wanted.filter((t) => !current.some((c) => c.id === t.id)), remove: current.filter((c) => !wanted.some((t) => t.id === c.id)) };
+  } else if (input.addTags?.length) {
+    tagChange = { add: await resolveTags(trx, workspaceId, input.addTags, { create: options.origin !== 'panel' }) };
+  }
+  const { added, removed } = await applyTagChanges(trx, workspaceId, after, tagChange, options);
+  if (added.length || removed.length) {
+    changed.push('tags');
+    // A tags-only change still marks the contact as updated.
+    if (!Object.keys(changes).length) [after] = await trx('contacts').where({ id: before.id }).update({ updated_at: trx.fn.now() }).returning('*');
+  }
+  if (changed.length) {
+    if (options.origin === 'panel') {
+      await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email }, options.depth);
+    }
+    await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.depth);
+  }
+  return after;
+}
+
+async function withTags(trx: Reader, row: ContactRow) {
+  return serializeLead(row, (await tagsOf(trx, [row.id])).get(row.id) ?? []);
+}
+
+export interface LeadInput {
+  phone?: string;
+  name?: string;
+  email?: string | null;
   notes?: string;
   tags?: string[];
 }
 
 /**
- * A human's edit in the CRM panel: emits contact.created / contact.updated, tag events with
- * source `manual`, and the contact_updated trigger with the changed fields, all in the
- * transaction of the change.
+ * Lead upsert by phone (spec): the phone is canonicalised like messaging (a mobile with and
+ * without its ninth digit is one contact). A new phone creates the contact and records
+ * lead.created; a known one is updated (given fields only; tags are added, unknown tag names
+ * created). One INSERT ... ON CONFLICT decides, so concurrent upserts of one phone make one contact.
  */
-export async function panelCreateContact(db: Db, workspaceId: string, input: PanelContactInput & { phone: string }) {
+export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, options: ChangeOptions) {
+  const phone = requirePhone(input.phone);
+  return db.transaction(async (trx) => {
+    const inserted = await trx.raw(
+      `INSERT INTO contacts (workspace_id, name, phone, phone_key, email, notes)
+       VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
+       RETURNING *`,
+      [workspaceId, input.name ?? '', phone.digits, phone.key, input.email ?? null, input.notes ?? ''],
+    );
+    let row: ContactRow | undefined = inserted.rows[0];
+    if (row) {
+      await recordEvent(trx, workspaceId, 'lead.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email }, options.depth);
+      const tags = await resolveTags(trx, workspaceId, input.tags ?? [], { create: true });
+      await applyTagChanges(trx, workspaceId, row, { add: tags }, options);
+      return { created: true, lead: await withTags(trx, row) };
+    }
+    const existing: ContactRow = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).forUpdate().first();
+    if (!existing) throw new ApiError('CONFLICT', 'The contact changed while it was being saved', { hint: 'Retry the request.' });
+    row = await changeContact(trx, workspaceId, existing, { name: input.name, email: input.email, notes: input.notes, addTags: input.tags }, options);
+    return { created: false, lead: await withTags(trx, row) };
+  });
+}
+
+/** Changes a lead's fields (name, email, phone, notes) through the API or an automation. */
+export async function updateContact(db: Db, workspaceId: string, contactId: string, input: ContactChanges, options: ChangeOptions) {
+  return db.transaction(async (trx) => {
+    const before = await requireContact<ContactRow>(trx, workspaceId, contactId, { forUpdate: true });
+    return withTags(trx, await changeContact(trx, workspaceId, before, input, options));
+  });
+}
+
+/** Soft delete: the contact disappears from every list, lookup, filter and count; rows stay. */
+export async function softDeleteContact(db: Db, workspaceId: string, contactId: string): Promise<void> {
+  const updated = await canonical(db('contacts').where({ workspace_id: workspaceId, id: contactId }))
+    .update({ deleted_at: db.fn.now(), updated_at: db.fn.now() })
+    .returning('id');
+  if (updated.length === 0) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
+}
+
+/** Applies one tag (id, or name: created when new) to a contact; `added` is false when it was already there. */
+export async function addTag(db: Db | Trx, workspaceId: string, contactId: string, ref: string, options: ChangeOptions) {
+  return db.transaction(async (trx) => {
+    const contact = await requireContact<ContactRow>(trx, workspaceId, contactId, { forUpdate: true });
+    const [tag] = await resolveTags(trx, workspaceId, [ref], { create: true });
+    const { added } = await applyTagChanges(trx, workspaceId, contact, { add: [tag] }, options);
+    if (added.length) await tagsChanged(trx, workspaceId, contact, options);
+    return { contactId: contact.id, tag, added: added.length > 0 };
+  });
+}
+
+/** Removes one tag (by id) from a contact; `removed` is false when it was not applied. */
+export async function removeTag(db: Db | Trx, workspaceId: string, contactId: string, tagId: string, options: ChangeOptions) {
+  return db.transaction(async (trx) => {
+    const contact = await requireContact<ContactRow>(trx, workspaceId, contactId, { forUpdate: true });
+    const tag: TagRef | undefined = isUuid(tagId) ? await trx('tags').where({ workspace_id: workspaceId, id: tagId }).first('id', 'name', 'color') : undefined;
+    if (!tag) throw new ApiError('NOT_FOUND', 'Tag not found');
+    const { removed } = await applyTagChanges(trx, workspaceId, contact, { remove: [tag] }, options);
+    if (removed.length) await tagsChanged(trx, workspaceId, contact, options);
+    return { contactId: contact.id, tagId: tag.id, removed: removed.length > 0 };
+  });
+}
+
+async function tagsChanged(trx: Trx, workspaceId: string, contact: ContactRow, options: ChangeOptions): Promise<void> {
+  await trx('contacts').where({ id: contact.id }).update({ updated_at: trx.fn.now() });
+  if (options.origin === 'panel') {
+    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: contact.id, contact_name: contact.name, phone: contact.phone, email: contact.email }, options.depth);
+  }
+  await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: contact.id, changedFields: 'tags' }, options.depth);
+}
+
+/**
+ * A human creates a contact in the CRM panel: contact.created (not lead.created), tag events
+ * with source `manual`. A phone already in use is 409 CONFLICT (the panel opens the existing one).
+ */
+export async function panelCreateContact(db: Db, workspaceId: string, input: LeadInput & { phone: string }) {
   const phone = requirePhone(input.phone);
   return db.transaction(async (trx) => {
     const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first('id');
@@ -88,61 +312,14 @@ export async function panelCreateContact(db: Db, workspaceId: string, input: Pan
     const [row]: ContactRow[] = await trx('contacts')
       .insert({ workspace_id: workspaceId, name: input.name ?? '', phone: phone.digits, phone_key: phone.key, email: input.email ?? null, notes: input.notes ?? '' })
       .returning('*');
-    const tags = await resolveTags(trx, workspaceId, input.tags ?? []);
-    if (tags.length) await trx('contact_tags').insert(tags.map((t) => ({ workspace_id: workspaceId, contact_id: row.id, tag_id: t.id })));
     await recordEvent(trx, workspaceId, 'contact.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email });
-    for (const tag of tags) {
-      await recordEvent(trx, workspaceId, 'contact.tag_added', {
-        contact_id: row.id, contact_name: row.name, phone: row.phone, tag: { id: tag.id, name: tag.name }, source: 'manual',
-      });
-    }
-    return serializeLead(row, (await tagsOf(trx, [row.id])).get(row.id) ?? []);
+    const tags = await resolveTags(trx, workspaceId, input.tags ?? []);
+    await applyTagChanges(trx, workspaceId, row, { add: tags }, { origin: 'panel' });
+    return withTags(trx, row);
   });
 }
 
-export async function panelUpdateContact(db: Db, workspaceId: string, contactId: string, input: PanelContactInput) {
-  return db.transaction(async (trx) => {
-    const before: ContactRow | undefined = await canonical(trx('contacts').where({ workspace_id: workspaceId, id: contactId })).forUpdate().first();
-    if (!before) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
-    const changes: Record<string, unknown> = {};
-    const changed: string[] = [];
-    if (input.name !== undefined && input.name !== before.name) (changes.name = input.name), changed.push('name');
-    if (input.email !== undefined && input.email !== before.email) (changes.email = input.email), changed.push('email');
-    if (input.notes !== undefined && input.notes !== before.notes) (changes.notes = input.notes), changed.push('notes');
-    if (input.phone !== undefined) {
-      const phone = requirePhone(input.phone);
-      if (phone.digits !== before.phone) {
-        const clash = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key }).whereNot({ id: contactId })).first('id');
-        if (clash) throw new ApiError('CONFLICT', 'Another contact has this phone', { hint: `Contact ${clash.id}.` });
-        Object.assign(changes, { phone: phone.digits, phone_key: phone.key });
-        changed.push('phone');
-      }
-    }
-    const after: ContactRow = Object.keys(changes).length
-      ? (await trx('contacts').where({ id: contactId }).update({ ...changes, updated_at: trx.fn.now() }).returning('*'))[0]
-      : before;
-
-    const tagEvent = (tag: { id: string; name: string }) => ({
-      contact_id: after.id, contact_name: after.name, phone: after.phone, tag: { id: tag.id, name: tag.name }, source: 'manual',
-    });
-    if (input.tags !== undefined) {
-      const wanted = await resolveTags(trx, workspaceId, input.tags);
-      const current: { id: string; name: string }[] = await trx('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').where('ct.contact_id', contactId).select('t.id', 't.name');
-      const added = wanted.filter((t) => !current.some((c) => c.id === t.id));
-      const removed = current.filter((c) => !wanted.some((t) => t.id === c.id));
-      if (added.length) await trx('contact_tags').insert(added.map((t) => ({ workspace_id: workspaceId, contact_id: contactId, tag_id: t.id })));
-      if (removed.length) await trx('contact_tags').where({ contact_id: contactId }).whereIn('tag_id', removed.map((t) => t.id)).delete();
-      for (const tag of added) await recordEvent(trx, workspaceId, 'contact.tag_added', tagEvent(tag));
-      for (const tag of removed) await recordEvent(trx, workspaceId, 'contact.tag_removed', tagEvent(tag));
-      if (added.length || removed.length) changed.push('tags');
-    }
-    if (changed.length) {
-      // A tags-only edit still marks the contact as updated.
-      if (!Object.keys(changes).length) await trx('contacts').where({ id: contactId }).update({ updated_at: trx.fn.now() });
-      await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email });
-      await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') });
-    }
-    const fresh: ContactRow = await trx('contacts').where({ id: contactId }).first();
-    return serializeLead(fresh, (await tagsOf(trx, [contactId])).get(contactId) ?? []);
-  });
+/** A human's edit in the panel: the full tag set, contact.updated and the contact_updated trigger. */
+export function panelUpdateContact(db: Db, workspaceId: string, contactId: string, input: ContactChanges) {
+  return updateContact(db, workspaceId, contactId, input, { origin: 'panel' });
 }

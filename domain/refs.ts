@@ -64,3 +64,9 @@ export async function memberNames(db: Reader, workspaceId: string, ids: (string 
   const rows = await db('members').where({ workspace_id: workspaceId }).whereIn('id', unique).select('id', 'name');
   return new Map(rows.map((r) => [r.id, r.name]));
 }
+
+/** Who made a change: recorded by name (activities expose the actor by name, never by id). */
+export interface Actor {
+  memberId: string | null;
+  name: string;
+}

@@ -1,4 +1,198 @@
-import type { AnyRoute } from '../route';
+import type { Context } from 'koa';
+import { z } from 'zod';
+import { route } from '../route';
+import { IdParams, listOf, single } from '../schemas';
+import type { Actor } from '../../domain/refs';
+import {
+  createDeal,
+  customValuesSchema,
+  DEAL_STATUSES,
+  dealValue,
+  findDeal,
+  serializeActivity,
+  serializeDeals,
+  updateDeal,
+  visibleDeals,
+} from '../../domain/deals';
+import { listEnvelope, pageQuery } from '../../domain/pagination';
 
-// Filled in by issue 3.
-export const dealRoutes: AnyRoute[] = [];
+const Deal = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    status: z.enum(DEAL_STATUSES),
+    lostReason: z.string().nullable(),
+    closedAt: z.string().nullable(),
+    value: z.number().nullable(),
+    pipelineId: z.string(),
+    stageId: z.string(),
+    contactId: z.string(),
+    productId: z.string().nullable(),
+    source: z.string(),
+    assignedTo: z.object({ id: z.string(), name: z.string() }).nullable(),
+    customValues: z.record(z.string(), z.unknown()),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .openapi('Deal');
+
+const Activity = z
+  .object({
+    id: z.string(),
+    type: z.string().openapi({ example: 'stage_changed' }),
+    actorName: z.string(),
+    meta: z
+      .object({ outcome: z.unknown(), attemptNo: z.unknown(), from: z.unknown(), to: z.unknown() })
+      .partial()
+      .nullable()
+      .openapi({ example: { from: 'Qualified', to: 'Proposal' } }),
+    createdAt: z.string(),
+  })
+  .openapi('Activity');
+
+const text = (max: number) => z.string().trim().min(1).max(max);
+
+/** What the API key does is recorded under its name (activities expose actors by name only). */
+const apiActor = (ctx: Context): Actor => ({ memberId: null, name: ctx.state.auth!.keyName });
+
+export const dealRoutes = [
+  route({
+    method: 'post',
+    path: '/api/v1/deals',
+    tag: 'Deals',
+    auth: 'apiKey',
+    scopes: ['deals:write'],
+    ipProfile: 'write',
+    status: 201,
+    summary: 'Create a deal (card) for an existing contact',
+    description:
+      '`pipeline`: id or case-insensitive name; `stage`: id or name, default the first stage. `product`: id or name, an unknown ' +
+      'name is created. `assignedTo`: member id or case-insensitive name. `customValues` keeps only keys defined on the pipeline ' +
+      '(or globally) and drops the others silently; values are strings, numbers, booleans or arrays of those. Records `card.created` ' +
+      'and the `card_created` trigger.',
+    body: z.object({
+      contactId: z.string().min(1),
+      pipeline: text(200),
+      stage: text(200).optional(),
+      name: text(200).optional(),
+      value: dealValue.nullable().optional(),
+      product: text(200).optional(),
+      source: text(64).optional(),
+      assignedTo: text(200).optional(),
+      customValues: customValuesSchema.optional(),
+    }),
+    response: single(Deal),
+    errors: ['CONTACT_NOT_FOUND', 'PIPELINE_NOT_FOUND', 'STAGE_NOT_FOUND', 'PIPELINE_EMPTY', 'ASSIGNEE_NOT_FOUND', 'DEAL_LIMIT_REACHED'],
+    handler: async (ctx, { body }) => ({ data: await createDeal(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/deals',
+    tag: 'Deals',
+    auth: 'apiKey',
+    scopes: ['deals:read'],
+    ipProfile: 'read',
+    summary: 'List deals, newest first',
+    description: 'Filters combine (AND). A contact, pipeline or member of another workspace gives an empty list.',
+    query: pageQuery().extend({
+      pipelineId: z.uuid().optional(),
+      stageId: z.uuid().optional(),
+      status: z.enum(DEAL_STATUSES).optional(),
+      contactId: z.uuid().optional(),
+      assignedTo: z.uuid().optional(),
+    }),
+    response: listOf(Deal),
+    handler: async (ctx, { query }) => {
+      const db = ctx.deps.db;
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const scope = visibleDeals(db, workspaceId);
+      if (query.pipelineId) scope.where('deals.pipeline_id', query.pipelineId);
+      if (query.stageId) scope.where('deals.stage_id', query.stageId);
+      if (query.status) scope.where('deals.status', query.status);
+      if (query.contactId) scope.where('deals.contact_id', query.contactId);
+      if (query.assignedTo) scope.where('deals.assigned_to', query.assignedTo);
+      const [rows, [{ total }]] = await Promise.all([
+        scope.clone().orderBy([{ column: 'deals.created_at', order: 'desc' }, { column: 'deals.id', order: 'desc' }]).limit(query.limit).offset(query.offset),
+        scope.clone().clearSelect().count<{ total: number }[]>({ total: '*' }),
+      ]);
+      return listEnvelope(await serializeDeals(db, workspaceId, rows), total, query);
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/deals/{id}',
+    tag: 'Deals',
+    auth: 'apiKey',
+    scopes: ['deals:read'],
+    ipProfile: 'read',
+    summary: 'Get a deal',
+    params: IdParams,
+    response: single(Deal),
+    errors: ['NOT_FOUND'],
+    handler: async (ctx, { params }) => {
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const row = await findDeal(ctx.deps.db, workspaceId, params.id);
+      return { data: (await serializeDeals(ctx.deps.db, workspaceId, [row]))[0] };
+    },
+  }),
+  route({
+    method: 'patch',
+    path: '/api/v1/deals/{id}',
+    tag: 'Deals',
+    auth: 'apiKey',
+    scopes: ['deals:write'],
+    ipProfile: 'write',
+    summary: 'Change a deal: rename, value, stage move, assignee, status, custom values',
+    description:
+      '`status`: any → `won` sets `closedAt` and records `card.won` + `deal_won`; any → `lost` needs `lostReason`, sets `closedAt` ' +
+      'and records `card.lost` + `deal_lost`; `won`/`lost` → `open` clears `closedAt` and `lostReason`. `stageId` moves the deal ' +
+      '(a stage of another pipeline of the workspace moves it to that pipeline), records a `stage_changed` activity, `card.moved` ' +
+      'and `stage_changed`. A request that repeats the current stage or status changes nothing and records nothing, so identical ' +
+      'concurrent requests fire each event once. `customValues` are merged into the current ones; `null` removes a key.',
+    params: IdParams,
+    body: z
+      .object({
+        name: text(200).optional(),
+        value: dealValue.nullable().optional(),
+        stageId: z.string().min(1).max(100).optional(),
+        assignedTo: z.string().min(1).max(100).nullable().optional(),
+        status: z.enum(DEAL_STATUSES).optional(),
+        lostReason: text(1000).optional(),
+        customValues: customValuesSchema.optional(),
+      })
+      .superRefine((body, zctx) => {
+        if (body.status === 'lost' && body.lostReason === undefined) {
+          zctx.addIssue({ code: 'custom', path: ['lostReason'], message: 'required when status is "lost"' });
+        }
+      }),
+    response: single(Deal),
+    errors: ['NOT_FOUND', 'STAGE_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
+    handler: async (ctx, { params, body }) => ({
+      data: await updateDeal(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, apiActor(ctx)),
+    }),
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/deals/{id}/activities',
+    tag: 'Deals',
+    auth: 'apiKey',
+    scopes: ['activities:read'],
+    ipProfile: 'read',
+    summary: "A deal's timeline, newest first",
+    description: '`meta` keeps only `outcome`, `attemptNo`, `from` and `to` (null when none is present); the actor is given by name.',
+    params: IdParams,
+    query: pageQuery(),
+    response: listOf(Activity),
+    errors: ['NOT_FOUND'],
+    handler: async (ctx, { params, query }) => {
+      const db = ctx.deps.db;
+      const deal = await findDeal(db, ctx.state.auth!.workspaceId, params.id);
+      const scope = db('deal_activities').where({ workspace_id: deal.workspace_id, deal_id: deal.id });
+      const [rows, [{ total }]] = await Promise.all([
+        scope.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(query.limit).offset(query.offset).select('*'),
+        scope.clone().count<{ total: number }[]>({ total: '*' }),
+      ]);
+      return listEnvelope(rows.map(serializeActivity), total, query);
+    },
+  }),
+];

@@ -1,4 +1,281 @@
-import type { AnyRoute } from '../route';
+import type { Knex } from 'knex';
+import { z } from 'zod';
+import { route } from '../route';
+import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
+import { addTag, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead } from '../../domain/contacts';
+import { DEAL_STATUSES } from '../../domain/deals';
+import { isoInstant, listEnvelope, pageQuery, sortQuery } from '../../domain/pagination';
+import { canonical, requireContact } from '../../domain/refs';
+import { iso } from '../../domain/time';
 
-// Filled in by issue 3.
-export const leadRoutes: AnyRoute[] = [];
+const Lead = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    phone: z.string().openapi({ example: '5511987654321' }),
+    email: z.string().nullable(),
+    notes: z.string(),
+    tags: z.array(Tag),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .openapi('Lead');
+
+const Insight = z
+  .object({
+    interest: z.string().nullable(),
+    products: z.unknown(),
+    objections: z.unknown(),
+    nextStep: z.string().nullable(),
+    qualification: z.unknown(),
+    summary: z.string().nullable(),
+    updatedAt: z.string(),
+  })
+  .openapi('Insight');
+
+/** Sortable columns of the lead list (each backed by an index on canonical contacts). */
+const LEAD_SORT = { createdAt: 'contacts.created_at', updatedAt: 'contacts.updated_at', name: 'lower(contacts.name)' } as const;
+
+const phoneInput = z.union([z.string().max(200), z.number().int().nonnegative()]).transform(String);
+const leadFields = {
+  name: z.string().trim().max(200).optional(),
+  email: z.email().max(320).nullable().optional(),
+  notes: z.string().max(10_000).optional(),
+};
+const ContactParams = z.object({ id: z.uuid() });
+
+/** `%`, `_` and `\` in a search term match themselves. */
+const likeEscape = (term: string): string => term.replace(/[\\%_]/g, (c) => `\\${c}`);
+
+function applyLeadFilters(db: Knex, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters): Knex.QueryBuilder {
+  if (f.q) {
+    const term = f.q.trim().toLowerCase();
+    // A phone typed with separators ("+55 (11) 9...") searches its digits.
+    const digits = /^[\d\s()+-]+$/.test(term) ? term.replace(/\D/g, '') : '';
+    q.where((w) => {
+      w.whereRaw(`(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), '')) LIKE ?`, [`%${likeEscape(term)}%`]);
+      if (digits && digits !== term) w.orWhere('contacts.phone', 'like', `%${digits}%`);
+    });
+  }
+  if (f.tag) {
+    const tag = f.tag.trim();
+    q.whereExists(
+      db('contact_tags as ct')
+        .join('tags as t', 't.id', 'ct.tag_id')
+        .whereRaw('ct.contact_id = contacts.id')
+        .where('t.workspace_id', workspaceId)
+        .where((w) => {
+          if (z.uuid().safeParse(tag).success) w.where('t.id', tag);
+          w.orWhereRaw('lower(t.name) = lower(?)', [tag]);
+        })
+        .select(db.raw('1')),
+    );
+  }
+  // pipelineId, stageId and status describe ONE deal that must satisfy all of them (spec).
+  if (f.pipelineId || f.stageId || f.status) {
+    const deal = db('deals as d').whereRaw('d.contact_id = contacts.id').where('d.workspace_id', workspaceId).select(db.raw('1'));
+    if (f.pipelineId) deal.where('d.pipeline_id', f.pipelineId);
+    if (f.stageId) deal.where('d.stage_id', f.stageId);
+    if (f.status) deal.where('d.status', f.status);
+    q.whereExists(deal);
+  }
+  if (f.createdAfter) q.where('contacts.created_at', '>=', f.createdAfter);
+  if (f.createdBefore) q.where('contacts.created_at', '<', f.createdBefore);
+  if (f.updatedAfter) q.where('contacts.updated_at', '>=', f.updatedAfter);
+  return q;
+}
+
+const leadListQuery = pageQuery()
+  .extend({
+    q: z.string().trim().min(1).max(200).optional(),
+    tag: z.string().trim().min(1).max(100).optional(),
+    pipelineId: z.uuid().optional(),
+    stageId: z.uuid().optional(),
+    status: z.enum(DEAL_STATUSES).optional(),
+    createdAfter: isoInstant.optional(),
+    createdBefore: isoInstant.optional(),
+    updatedAfter: isoInstant.optional(),
+  })
+  .extend(sortQuery(LEAD_SORT, { sort: 'createdAt', order: 'desc' }).shape);
+type LeadFilters = z.infer<typeof leadListQuery>;
+
+export const leadRoutes = [
+  route({
+    method: 'get',
+    path: '/api/v1/leads',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['leads:read'],
+    ipProfile: 'read',
+    summary: 'List and search leads',
+    description:
+      '`q` searches name, phone and e-mail (case-insensitive substring; a phone typed with separators matches its digits). `tag`: ' +
+      'tag id or name. `pipelineId`, `stageId` and `status` together describe ONE deal of the lead that satisfies all of them. ' +
+      '`createdAfter` and `updatedAfter` are inclusive, `createdBefore` exclusive (ISO 8601; a date-time without a zone is UTC). ' +
+      '`sort`: `createdAt` (default), `updatedAt` or `name`; `order`: `desc` (default) or `asc`. Merged, deleted and group contacts ' +
+      'never appear.',
+    query: leadListQuery,
+    response: listOf(Lead),
+    handler: async (ctx, { query }) => {
+      const db = ctx.deps.db;
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const scope = applyLeadFilters(db, canonical(db('contacts').where('contacts.workspace_id', workspaceId)), workspaceId, query);
+      const [rows, [{ total }]] = await Promise.all([
+        scope
+          .clone()
+          .orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`)
+          .limit(query.limit)
+          .offset(query.offset)
+          .select('contacts.*'),
+        scope.clone().count<{ total: number }[]>({ total: '*' }),
+      ]);
+      return listEnvelope(await serializeLeads(db, rows), total, query);
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/leads',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['leads:write'],
+    ipProfile: 'write',
+    status: 201,
+    summary: 'Create or update a lead by phone (upsert)',
+    description:
+      'The phone is canonicalised like messaging: `+`, spaces, parentheses and dashes are ignored, `55` and the area code are ' +
+      'required, and a mobile with and without its ninth digit is the same lead. A new phone answers 201 and records ' +
+      '`lead.created`; a known one answers 200 with the lead updated (only the fields sent; `tags` are added, never removed, and ' +
+      'unknown tag names are created, each recording `contact.tag_added` with source `api`). Updating fires the `contact_updated` ' +
+      'trigger with the changed fields, but not the `contact.updated` webhook, which is for edits made by a person in the CRM.',
+    body: z.object({
+      phone: phoneInput.optional(),
+      ...leadFields,
+      tags: z.array(z.string().trim().min(1).max(100)).max(50).optional(),
+    }),
+    response: single(Lead),
+    errors: ['PHONE_REQUIRED', 'INVALID_PHONE', 'NOT_FOUND'],
+    handler: async (ctx, { body }) => {
+      const { created, lead } = await upsertLead(ctx.deps.db, ctx.state.auth!.workspaceId, body, { origin: 'api' });
+      if (!created) ctx.status = 200;
+      return { data: lead };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/leads/{id}',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['leads:read'],
+    ipProfile: 'read',
+    summary: 'Get a lead with its tags',
+    params: ContactParams,
+    response: single(Lead),
+    errors: ['CONTACT_NOT_FOUND'],
+    handler: async (ctx, { params }) => {
+      const row = await requireContact(ctx.deps.db, ctx.state.auth!.workspaceId, params.id);
+      return { data: (await serializeLeads(ctx.deps.db, [row as never]))[0] };
+    },
+  }),
+  route({
+    method: 'patch',
+    path: '/api/v1/leads/{id}',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['leads:write'],
+    ipProfile: 'write',
+    summary: "Change a lead's name, e-mail, phone or notes",
+    description:
+      'At least one field. A phone already used by another lead is 409 CONFLICT. Fires the `contact_updated` trigger with the ' +
+      'changed fields (nothing when nothing changed); the `contact.updated` webhook is reserved to edits in the CRM panel.',
+    params: ContactParams,
+    body: z
+      .object({ phone: phoneInput.optional(), ...leadFields })
+      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'send at least one of name, email, phone, notes' }),
+    response: single(Lead),
+    errors: ['CONTACT_NOT_FOUND', 'INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
+    handler: async (ctx, { params, body }) => ({
+      data: await updateContact(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, { origin: 'api' }),
+    }),
+  }),
+  route({
+    method: 'delete',
+    path: '/api/v1/leads/{id}',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['leads:write'],
+    ipProfile: 'delete',
+    summary: 'Delete a lead (soft delete)',
+    description: 'The lead disappears from every list, lookup, filter and count, its deals and conversations with it; nothing is erased.',
+    params: ContactParams,
+    response: Deleted,
+    errors: ['CONTACT_NOT_FOUND'],
+    handler: async (ctx, { params }) => {
+      await softDeleteContact(ctx.deps.db, ctx.state.auth!.workspaceId, params.id);
+      return { data: { id: params.id, deleted: true } };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/leads/{id}/tags',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['tags:write'],
+    ipProfile: 'write',
+    summary: 'Apply a tag to a lead, by tag id or name',
+    description:
+      'An unknown name creates the tag; an unknown id is 404 NOT_FOUND. `added` is false when the lead already had the tag. ' +
+      'Records `contact.tag_added` with source `api` and fires `contact_updated` (changedFields `tags`) only when added.',
+    params: ContactParams,
+    body: z.object({ tag: z.string().trim().min(1).max(100) }),
+    response: single(z.object({ contactId: z.string(), tag: Tag, added: z.boolean() })),
+    errors: ['CONTACT_NOT_FOUND', 'NOT_FOUND'],
+    handler: async (ctx, { params, body }) => ({
+      data: await addTag(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body.tag, { origin: 'api' }),
+    }),
+  }),
+  route({
+    method: 'delete',
+    path: '/api/v1/leads/{id}/tags/{tagId}',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['tags:write'],
+    ipProfile: 'delete',
+    summary: 'Remove a tag from a lead',
+    description: '`removed` is false when the tag was not applied. Records `contact.tag_removed` with source `api` only when removed.',
+    params: z.object({ id: z.uuid(), tagId: z.uuid() }),
+    response: single(z.object({ contactId: z.string(), tagId: z.string(), removed: z.boolean() })),
+    errors: ['CONTACT_NOT_FOUND', 'NOT_FOUND'],
+    handler: async (ctx, { params }) => ({
+      data: await removeTag(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, params.tagId, { origin: 'api' }),
+    }),
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/leads/{id}/insight',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['insights:read'],
+    ipProfile: 'read',
+    summary: "A lead's AI-derived sales insight, or `data: null` when none exists yet",
+    params: ContactParams,
+    response: single(Insight.nullable()),
+    errors: ['CONTACT_NOT_FOUND'],
+    handler: async (ctx, { params }) => {
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const contact = await requireContact(ctx.deps.db, workspaceId, params.id);
+      const row = await ctx.deps.db('insights').where({ workspace_id: workspaceId, contact_id: contact.id }).first();
+      if (!row) return { data: null };
+      return {
+        data: {
+          interest: row.interest,
+          products: row.products,
+          objections: row.objections,
+          nextStep: row.next_step,
+          qualification: row.qualification,
+          summary: row.summary,
+          updatedAt: iso(row.updated_at),
+        },
+      };
+    },
+  }),
+];

@@ -1,0 +1,286 @@
+import type { Knex } from 'knex';
+import { z } from 'zod';
+import type { Db } from './db';
+import { ApiError } from './errors';
+import { recordEvent, recordTrigger } from './outbox';
+import { resolveOrCreateProduct } from './products';
+import { Actor, canonical, isUuid, memberNames, requireContact, resolveMember } from './refs';
+import { iso } from './time';
+
+type Trx = Knex.Transaction;
+type Reader = Db | Trx;
+
+export const DEAL_STATUSES = ['open', 'won', 'lost'] as const;
+export type DealStatus = (typeof DEAL_STATUSES)[number];
+
+/** Money in BRL: >= 0, two decimals, what numeric(14, 2) holds. */
+export const dealValue = z.number().min(0).max(999_999_999_999.99);
+
+/**
+ * Custom values: string, number, boolean or an array of those; a nested object is 400
+ * VALIDATION (spec). `null` clears a key.
+ */
+const primitive = z.union([z.string().max(10_000), z.number(), z.boolean()]);
+export const customValuesSchema = z.record(
+  z.string().max(64),
+  z.union([primitive, z.array(primitive).max(1000), z.null()]),
+);
+
+export interface DealRow {
+  id: string;
+  workspace_id: string;
+  contact_id: string;
+  pipeline_id: string;
+  stage_id: string;
+  product_id: string | null;
+  assigned_to: string | null;
+  name: string;
+  status: DealStatus;
+  lost_reason: string | null;
+  closed_at: Date | null;
+  value: string | null;
+  source: string;
+  custom_values: Record<string, unknown>;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const money = (value: string | null): number | null => (value === null ? null : Number(value));
+
+export function serializeDeal(row: DealRow, assigneeName: string | undefined) {
+  return {
+    id: row.id,
+    name: row.name,
+    status: row.status,
+    lostReason: row.lost_reason,
+    closedAt: iso(row.closed_at),
+    value: money(row.value),
+    pipelineId: row.pipeline_id,
+    stageId: row.stage_id,
+    contactId: row.contact_id,
+    productId: row.product_id,
+    source: row.source,
+    assignedTo: row.assigned_to ? { id: row.assigned_to, name: assigneeName ?? '' } : null,
+    customValues: row.custom_values,
+    createdAt: iso(row.created_at),
+    updatedAt: iso(row.updated_at),
+  };
+}
+
+/** Serialises deals with their assignees' names in one extra query, whatever the page size. */
+export async function serializeDeals(db: Reader, workspaceId: string, rows: DealRow[]) {
+  const names = await memberNames(db, workspaceId, rows.map((r) => r.assigned_to));
+  return rows.map((r) => serializeDeal(r, r.assigned_to ? names.get(r.assigned_to) : undefined));
+}
+
+/**
+ * Deals visible through the API: those of canonical contacts. Soft-deleting a lead hides its
+ * deals with it (and restoring it would bring them back); nothing is destroyed.
+ */
+export function visibleDeals(db: Reader, workspaceId: string): Knex.QueryBuilder {
+  return canonical(db('deals').join('contacts', 'contacts.id', 'deals.contact_id').where('deals.workspace_id', workspaceId)).select('deals.*');
+}
+
+export async function findDeal(db: Reader, workspaceId: string, id: string, options: { forUpdate?: boolean } = {}): Promise<DealRow> {
+  if (!isUuid(id)) throw new ApiError('NOT_FOUND', 'Deal not found');
+  let q = visibleDeals(db, workspaceId).where('deals.id', id);
+  if (options.forUpdate) q = q.forUpdate('deals');
+  const row = await q.first();
+  if (!row) throw new ApiError('NOT_FOUND', 'Deal not found');
+  return row;
+}
+
+/** Pipeline by id or case-insensitive name. */
+async function resolvePipeline(trx: Reader, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
+  const q = trx('pipelines').where({ workspace_id: workspaceId });
+  const row = isUuid(ref)
+    ? ((await q.clone().where({ id: ref }).first('id', 'name')) ?? (await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name')))
+    : await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name');
+  if (!row) throw new ApiError('PIPELINE_NOT_FOUND', `Pipeline "${ref}" not found`, { hint: 'GET /api/v1/pipelines lists the accepted ids and names.' });
+  return row;
+}
+
+/** Stage of the pipeline by id or case-insensitive name; none given: the first stage of the funnel. */
+async function resolveStage(trx: Reader, pipelineId: string, ref: string | undefined): Promise<{ id: string; name: string }> {
+  const stages: { id: string; name: string }[] = await trx('stages').where({ pipeline_id: pipelineId }).orderBy('position').select('id', 'name');
+  if (stages.length === 0) throw new ApiError('PIPELINE_EMPTY', 'The pipeline has no stages', { hint: 'Add a stage to the pipeline first.' });
+  if (ref === undefined) return stages[0];
+  const wanted = ref.trim().toLowerCase();
+  const stage = stages.find((s) => s.id === ref) ?? stages.find((s) => s.name.toLowerCase() === wanted);
+  if (!stage) throw new ApiError('STAGE_NOT_FOUND', `Stage "${ref}" not found in this pipeline`);
+  return stage;
+}
+
+/** Keeps only keys defined as custom fields of the pipeline or globally; unknown keys are dropped silently (spec). */
+async function knownCustomValues(trx: Reader, workspaceId: string, pipelineId: string, values: Record<string, unknown>): Promise<Record<string, unknown>> {
+  const keys = Object.keys(values);
+  if (keys.length === 0) return {};
+  const defined: string[] = await trx('custom_fields')
+    .where({ workspace_id: workspaceId })
+    .where((q) => q.where({ pipeline_id: pipelineId }).orWhereNull('pipeline_id'))
+    .whereIn('key', keys)
+    .pluck('key');
+  return Object.fromEntries(keys.filter((k) => defined.includes(k)).map((k) => [k, values[k]]));
+}
+
+/** Takes a unit of the plan's deal quota: the workspace row lock makes concurrent creations count one by one. */
+async function takeDealQuota(trx: Trx, workspaceId: string): Promise<void> {
+  const plan = await trx('workspaces').where({ id: workspaceId }).first('deal_limit');
+  if (!plan || plan.deal_limit === null) return;
+  // NO KEY UPDATE: serialises deal creation without blocking inserts that reference the workspace.
+  await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('id');
+  const { count } = await trx('deals').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
+  if (count >= plan.deal_limit) {
+    throw new ApiError('DEAL_LIMIT_REACHED', `The plan allows ${plan.deal_limit} deals`, { hint: 'Existing deals stay readable; upgrade the plan to create more.' });
+  }
+}
+
+export interface CreateDealInput {
+  contactId: string;
+  pipeline: string;
+  stage?: string;
+  name?: string;
+  value?: number | null;
+  product?: string;
+  source?: string;
+  assignedTo?: string;
+  customValues?: Record<string, unknown>;
+}
+
+/** Creates a deal and records card.created and the card_created trigger in the same transaction. */
+export async function createDeal(db: Db | Trx, workspaceId: string, input: CreateDealInput, options: { depth?: number } = {}) {
+  const run = async (trx: Trx) => {
+    const contact = await requireContact(trx, workspaceId, input.contactId);
+    const pipeline = await resolvePipeline(trx, workspaceId, input.pipeline);
+    const stage = await resolveStage(trx, pipeline.id, input.stage);
+    const assignee = input.assignedTo !== undefined ? await resolveMember(trx, workspaceId, input.assignedTo, { byName: true }) : null;
+    const product = input.product !== undefined ? await resolveOrCreateProduct(trx, workspaceId, input.product) : null;
+    const customValues = await knownCustomValues(trx, workspaceId, pipeline.id, input.customValues ?? {});
+    await takeDealQuota(trx, workspaceId);
+    const name = input.name ?? (contact.name.trim() || contact.phone);
+    const [row]: DealRow[] = await trx('deals')
+      .insert({
+        workspace_id: workspaceId,
+        contact_id: contact.id,
+        pipeline_id: pipeline.id,
+        stage_id: stage.id,
+        product_id: product?.id ?? null,
+        assigned_to: assignee?.id ?? null,
+        name: name.slice(0, 200),
+        value: input.value ?? null,
+        source: input.source ?? 'api',
+        custom_values: JSON.stringify(dropNulls(customValues)),
+      })
+      .returning('*');
+    const depth = options.depth ?? 0;
+    await recordEvent(trx, workspaceId, 'card.created', { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name }, depth);
+    await recordTrigger(trx, workspaceId, 'card_created', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, depth);
+    return serializeDeal(row, assignee?.name);
+  };
+  // Inside a caller's transaction this is a savepoint; otherwise its own transaction.
+  return db.transaction(run);
+}
+
+function dropNulls(values: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(values).filter(([, v]) => v !== null));
+}
+
+export interface UpdateDealInput {
+  name?: string;
+  value?: number | null;
+  stageId?: string;
+  assignedTo?: string | null;
+  status?: DealStatus;
+  lostReason?: string;
+  customValues?: Record<string, unknown>;
+}
+
+/**
+ * The single mutation of a deal. The row is locked first, so identical concurrent requests are
+ * applied one after the other: the second sees the stage or status already in place, changes
+ * nothing and records no event (spec: status changes and stage moves are atomic).
+ */
+export async function updateDeal(db: Db, workspaceId: string, dealId: string, input: UpdateDealInput, actor: Actor, options: { depth?: number } = {}) {
+  const depth = options.depth ?? 0;
+  return db.transaction(async (trx) => {
+    const before = await findDeal(trx, workspaceId, dealId, { forUpdate: true });
+    const changes: Record<string, unknown> = {};
+    const after = (): DealRow => ({ ...before, ...changes }) as DealRow;
+
+    if (input.name !== undefined && input.name !== before.name) changes.name = input.name;
+    if (input.value !== undefined && money(before.value) !== input.value) changes.value = input.value;
+    let assigneeName: string | undefined;
+    if (input.assignedTo !== undefined) {
+      const member = input.assignedTo === null ? null : await resolveMember(trx, workspaceId, input.assignedTo);
+      if ((member?.id ?? null) !== before.assigned_to) changes.assigned_to = member?.id ?? null;
+      assigneeName = member?.name;
+    }
+
+    let move: { from: { id: string; name: string }; to: { id: string; name: string; pipeline_id: string } } | undefined;
+    if (input.stageId !== undefined && input.stageId !== before.stage_id) {
+      const to = isUuid(input.stageId) ? await trx('stages').where({ workspace_id: workspaceId, id: input.stageId }).first('id', 'name', 'pipeline_id') : undefined;
+      if (!to) throw new ApiError('STAGE_NOT_FOUND', 'Stage not found', { hint: 'GET /api/v1/pipelines lists the stages.' });
+      const from = await trx('stages').where({ id: before.stage_id }).first('id', 'name');
+      // A stage of another pipeline of the workspace moves the deal to that pipeline.
+      Object.assign(changes, { stage_id: to.id, pipeline_id: to.pipeline_id });
+      move = { from, to };
+    }
+
+    const status = input.status ?? before.status;
+    if (input.lostReason !== undefined && status !== 'lost') {
+      throw new ApiError('VALIDATION', 'Invalid body.lostReason: only with status "lost"', { hint: 'Send status: "lost" with the reason.' });
+    }
+    const transition = input.status !== undefined && input.status !== before.status ? input.status : undefined;
+    if (transition === 'won') Object.assign(changes, { status: 'won', closed_at: trx.fn.now(), lost_reason: null });
+    if (transition === 'lost') Object.assign(changes, { status: 'lost', closed_at: trx.fn.now(), lost_reason: input.lostReason });
+    if (transition === 'open') Object.assign(changes, { status: 'open', closed_at: null, lost_reason: null });
+    if (!transition && status === 'lost' && input.lostReason !== undefined && input.lostReason !== before.lost_reason) changes.lost_reason = input.lostReason;
+
+    if (input.customValues !== undefined) {
+      const known = await knownCustomValues(trx, workspaceId, after().pipeline_id, input.customValues);
+      const merged = dropNulls({ ...before.custom_values, ...known });
+      if (JSON.stringify(merged) !== JSON.stringify(before.custom_values)) changes.custom_values = JSON.stringify(merged);
+    }
+
+    if (Object.keys(changes).length === 0) return (await serializeDeals(trx, workspaceId, [before]))[0];
+    const [row]: DealRow[] = await trx('deals').where({ id: dealId }).update({ ...changes, updated_at: trx.fn.now() }).returning('*');
+
+    if (move) {
+      await trx('deal_activities').insert({
+        workspace_id: workspaceId,
+        deal_id: row.id,
+        type: 'stage_changed',
+        actor_member_id: actor.memberId,
+        actor_name: actor.name,
+        meta: JSON.stringify({ from: move.from.name, to: move.to.name, fromStageId: move.from.id, toStageId: move.to.id }),
+      });
+      await recordEvent(trx, workspaceId, 'card.moved', { card_id: row.id, from_stage_id: move.from.id, to_stage_id: move.to.id, contact_id: row.contact_id, name: row.name }, depth);
+      await recordTrigger(trx, workspaceId, 'stage_changed', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, fromStageId: move.from.id, toStageId: move.to.id }, depth);
+    }
+    const closed = { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name };
+    if (transition === 'won') {
+      await recordEvent(trx, workspaceId, 'card.won', { ...closed, value: money(row.value), closed_at: iso(row.closed_at) }, depth);
+      await recordTrigger(trx, workspaceId, 'deal_won', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, depth);
+    }
+    if (transition === 'lost') {
+      await recordEvent(trx, workspaceId, 'card.lost', { ...closed, lost_reason: row.lost_reason, closed_at: iso(row.closed_at) }, depth);
+      await recordTrigger(trx, workspaceId, 'deal_lost', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id, lostReason: row.lost_reason }, depth);
+    }
+    if (input.assignedTo !== undefined) return serializeDeal(row, assigneeName);
+    return (await serializeDeals(trx, workspaceId, [row]))[0];
+  });
+}
+
+/** Activity `meta` exposes only these keys; with none left it is null (spec). */
+const META_KEYS = ['outcome', 'attemptNo', 'from', 'to'] as const;
+
+export function serializeActivity(row: { id: string; type: string; actor_name: string; meta: Record<string, unknown> | null; created_at: Date }) {
+  const kept = META_KEYS.filter((k) => row.meta && Object.prototype.hasOwnProperty.call(row.meta, k));
+  return {
+    id: row.id,
+    type: row.type,
+    actorName: row.actor_name,
+    meta: kept.length ? Object.fromEntries(kept.map((k) => [k, row.meta![k]])) : null,
+    createdAt: iso(row.created_at),
+  };
+}

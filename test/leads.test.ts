@@ -1,0 +1,243 @@
+import { countQueries, createWorkspace, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+
+let api: TestApi;
+let ws: Workspace;
+let seq = 0;
+/** A distinct mobile per call: 55 + area 31 + 9 + 8 digits. */
+const mobile = (): string => `55319${String(80000000 + ++seq * 131 + (process.pid % 1000))}`;
+const withoutNinth = (phone: string): string => phone.slice(0, 4) + phone.slice(5);
+
+const ALL = ['leads:read', 'leads:write', 'tags:write', 'insights:read', 'deals:write'] as const;
+
+beforeAll(async () => {
+  api = await startApi();
+  ws = await createWorkspace(api, { scopes: [...ALL] });
+});
+afterAll(() => api.close());
+
+const upsert = (body: Record<string, unknown>, key = ws.key) => api.request('POST', '/api/v1/leads', { key, body });
+const list = async (w: Workspace, qs = '') => (await api.request('GET', `/api/v1/leads${qs}`, { key: w.key })).body;
+
+describe('POST /api/v1/leads (upsert by phone)', () => {
+  it('creates a lead (201, lead.created) and updates it when the same number arrives without its ninth digit (200)', async () => {
+    const phone = mobile();
+    const created = await upsert({ phone: `+${phone.slice(0, 2)} (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`, name: 'João', email: 'joao@example.com' });
+    expect(created.status).toBe(201);
+    expect(created.body.data).toMatchObject({ name: 'João', phone, email: 'joao@example.com', notes: '', tags: [] });
+    const events = (await outbox(api, ws.id, 'lead.created')).filter((e) => e.payload.contact_id === created.body.data.id);
+    expect(events.map((e) => e.payload)).toEqual([
+      { event: 'lead.created', workspace_id: ws.id, timestamp: expect.any(String), contact_id: created.body.data.id, name: 'João', phone, email: 'joao@example.com' },
+    ]);
+    // The API is not the CRM panel: no contact.created for this lead.
+    expect((await outbox(api, ws.id, 'contact.created')).filter((e) => e.payload.contact_id === created.body.data.id)).toHaveLength(0);
+
+    const updated = await upsert({ phone: withoutNinth(phone), name: 'João Silva', tags: ['VIP'] });
+    expect(updated.status).toBe(200);
+    expect(updated.body.data).toMatchObject({ id: created.body.data.id, name: 'João Silva', phone, email: 'joao@example.com' });
+    expect(updated.body.data.tags).toEqual([{ id: expect.any(String), name: 'VIP', color: '#6b7280' }]);
+    const tagAdded = (await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === created.body.data.id);
+    expect(tagAdded.map((e) => e.payload)).toEqual([
+      {
+        event: 'contact.tag_added',
+        workspace_id: ws.id,
+        timestamp: expect.any(String),
+        contact_id: created.body.data.id,
+        contact_name: 'João Silva',
+        phone,
+        tag: { id: updated.body.data.tags[0].id, name: 'VIP' },
+        source: 'api',
+      },
+    ]);
+    const triggers = (await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === created.body.data.id);
+    expect(triggers.map((t) => t.payload.changedFields)).toEqual(['name,tags']);
+    expect((await outbox(api, ws.id, 'contact.updated')).filter((e) => e.payload.contact_id === created.body.data.id)).toHaveLength(0);
+  });
+
+  it('answers PHONE_REQUIRED, INVALID_PHONE and VALIDATION', async () => {
+    expectError(await upsert({ name: 'No phone' }), 400, 'PHONE_REQUIRED');
+    expectError(await upsert({ phone: '11987654321' }), 400, 'INVALID_PHONE');
+    expectError(await upsert({ phone: '55 00 98765-4321' }), 400, 'INVALID_PHONE');
+    expectError(await upsert({ phone: '5511abc' }), 400, 'INVALID_PHONE');
+    const badEmail = await upsert({ phone: mobile(), email: 'not-an-email' });
+    expectError(badEmail, 400, 'VALIDATION');
+    expect(badEmail.body.error).toContain('body.email');
+    expectError(await upsert({ phone: mobile(), name: 'x'.repeat(201) }), 400, 'VALIDATION');
+    const readOnly = await createWorkspace(api, { scopes: ['leads:read'] });
+    expectError(await upsert({ phone: mobile() }, readOnly.key), 403, 'INSUFFICIENT_SCOPE');
+  });
+
+  it('makes one contact from 20 concurrent upserts of one number in both ninth-digit forms', async () => {
+    const phone = mobile();
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => upsert({ phone: i % 2 ? phone : withoutNinth(phone), name: `N${i}` })));
+    expect(results.every((r) => r.status === 200 || r.status === 201)).toBe(true);
+    expect(results.filter((r) => r.status === 201)).toHaveLength(1);
+    expect(new Set(results.map((r) => r.body.data.id)).size).toBe(1);
+    const id = results[0].body.data.id;
+    expect((await outbox(api, ws.id, 'lead.created')).filter((e) => e.payload.contact_id === id)).toHaveLength(1);
+  });
+});
+
+describe('GET /api/v1/leads', () => {
+  let w: Workspace;
+  let pipeline: Awaited<ReturnType<typeof seedPipeline>>;
+  const leads: Record<string, any> = {};
+
+  beforeAll(async () => {
+    w = await createWorkspace(api, { scopes: [...ALL] });
+    pipeline = await seedPipeline(api, w.id, { name: 'P', stages: ['S1', 'S2'] });
+    for (const [name, email] of [['Alice Prado', 'alice@acme.com'], ['Bruno Reis', null], ['Carla Dias', 'carla@corp.io'], ['Davi Melo', null]] as const) {
+      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: mobile(), name, email } });
+      leads[name.split(' ')[0]] = res.body.data;
+      await new Promise((r) => setTimeout(r, 5)); // distinct createdAt for the ordering assertions
+    }
+    const deal = async (contactId: string, stage: string, status?: string) => {
+      const d = await api.request('POST', '/api/v1/deals', { key: w.key, body: { contactId, pipeline: 'P', stage } });
+      if (status) await api.request('PATCH', `/api/v1/deals/${d.body.data.id}`, { key: w.key, body: { status, lostReason: status === 'lost' ? 'x' : undefined } });
+    };
+    // Alice: S1 open + S2 won. Bruno: S1 won.
+    await deal(leads.Alice.id, 'S1');
+    await deal(leads.Alice.id, 'S2', 'won');
+    await deal(leads.Bruno.id, 'S1', 'won');
+    await api.request('POST', `/api/v1/leads/${leads.Carla.id}/tags`, { key: w.key, body: { tag: 'Hot' } });
+  });
+
+  const names = (body: any) => body.data.map((l: any) => l.name.split(' ')[0]);
+
+  it('lists newest first with tags and an exact total', async () => {
+    const body = await list(w);
+    expect(names(body)).toEqual(['Davi', 'Carla', 'Bruno', 'Alice']);
+    expect(body.pagination).toEqual({ total: 4, limit: 25, offset: 0, hasMore: false });
+    expect(body.data[1].tags).toEqual([{ id: expect.any(String), name: 'Hot', color: '#6b7280' }]);
+  });
+
+  it('searches name, phone (with separators) and e-mail', async () => {
+    expect(names(await list(w, '?q=prado'))).toEqual(['Alice']);
+    expect(names(await list(w, '?q=CORP.IO'))).toEqual(['Carla']);
+    const p = leads.Bruno.phone as string;
+    expect(names(await list(w, `?q=${encodeURIComponent(`(${p.slice(2, 4)}) ${p.slice(4, 9)}-${p.slice(9)}`)}`))).toEqual(['Bruno']);
+    expect(names(await list(w, '?q=%25'))).toEqual([]);
+  });
+
+  it('filters by tag id or name', async () => {
+    expect(names(await list(w, '?tag=hot'))).toEqual(['Carla']);
+    const tagId = (await list(w, '?tag=Hot')).data[0].tags[0].id;
+    expect(names(await list(w, `?tag=${tagId}`))).toEqual(['Carla']);
+    expect((await list(w, '?tag=unknown')).pagination.total).toBe(0);
+  });
+
+  it('treats pipelineId, stageId and status as ONE deal satisfying all of them', async () => {
+    const [s1, s2] = pipeline.stages;
+    expect(names(await list(w, `?stageId=${s1.id}`)).sort()).toEqual(['Alice', 'Bruno']);
+    expect(names(await list(w, `?stageId=${s1.id}&status=won`))).toEqual(['Bruno']);
+    expect(names(await list(w, `?stageId=${s2.id}&status=won`))).toEqual(['Alice']);
+    expect(names(await list(w, `?stageId=${s2.id}&status=open`))).toEqual([]);
+    expect(names(await list(w, `?pipelineId=${pipeline.id}&status=open`))).toEqual(['Alice']);
+    expect((await list(w, `?pipelineId=00000000-0000-4000-8000-000000000000`)).data).toEqual([]);
+  });
+
+  it('filters by dates and sorts by a documented column only', async () => {
+    const mid = leads.Bruno.createdAt;
+    expect(names(await list(w, `?createdAfter=${mid}`))).toEqual(['Davi', 'Carla', 'Bruno']);
+    expect(names(await list(w, `?createdBefore=${mid}`))).toEqual(['Alice']);
+    expect(names(await list(w, `?updatedAfter=2999-01-01`))).toEqual([]);
+    expect(names(await list(w, '?sort=name&order=asc'))).toEqual(['Alice', 'Bruno', 'Carla', 'Davi']);
+    expect(names(await list(w, '?sort=name&order=asc&limit=2&offset=1'))).toEqual(['Bruno', 'Carla']);
+    const badSort = await api.request('GET', '/api/v1/leads?sort=phone', { key: w.key });
+    expectError(badSort, 400, 'VALIDATION');
+    expect(badSort.body.error).toContain('query.sort');
+    const badDate = await api.request('GET', '/api/v1/leads?createdAfter=yesterday', { key: w.key });
+    expectError(badDate, 400, 'VALIDATION');
+    expect(badDate.body.error).toContain('query.createdAfter');
+    expectError(await api.request('GET', '/api/v1/leads?order=up', { key: w.key }), 400, 'VALIDATION');
+    expectError(await api.request('GET', '/api/v1/leads?status=pending', { key: w.key }), 400, 'VALIDATION');
+  });
+
+  it('never shows merged, deleted or group contacts, in lists, filters, counts or lookups', async () => {
+    const x = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: mobile(), name: 'Merged One' } });
+    const y = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: mobile(), name: 'Deleted One' } });
+    await api.db('contacts').where({ id: x.body.data.id }).update({ merged_into_id: leads.Alice.id });
+    expect((await api.request('DELETE', `/api/v1/leads/${y.body.data.id}`, { key: w.key })).body.data).toEqual({ id: y.body.data.id, deleted: true });
+    await api.db('contacts').insert({ workspace_id: w.id, name: 'Group One', phone: '120363000000000001@g.us', phone_key: '120363000000000001@g.us', is_group: true });
+    expect((await list(w)).pagination.total).toBe(4);
+    expect((await list(w, '?q=one')).data).toEqual([]);
+    for (const id of [x.body.data.id, y.body.data.id]) {
+      expectError(await api.request('GET', `/api/v1/leads/${id}`, { key: w.key }), 404, 'CONTACT_NOT_FOUND');
+      expectError(await api.request('PATCH', `/api/v1/leads/${id}`, { key: w.key, body: { name: 'z' } }), 404, 'CONTACT_NOT_FOUND');
+    }
+    expectError(await api.request('DELETE', `/api/v1/leads/${y.body.data.id}`, { key: w.key }), 404, 'CONTACT_NOT_FOUND');
+  });
+
+  it('is a constant number of queries whatever the page size (tags included)', async () => {
+    const small = await countQueries(api, () => api.request('GET', '/api/v1/leads?limit=1', { key: w.key }));
+    const large = await countQueries(api, () => api.request('GET', '/api/v1/leads?limit=100&tag=&q=', { key: w.key }).then(() => api.request('GET', '/api/v1/leads?limit=100', { key: w.key })));
+    // Two requests in the second run: exactly twice the first (validation failures run no data query).
+    expect(large).toBeLessThanOrEqual(small * 2);
+    const single = await countQueries(api, () => api.request('GET', '/api/v1/leads?limit=100', { key: w.key }));
+    expect(single).toBe(small);
+  });
+});
+
+describe('single lead endpoints', () => {
+  it('gets, patches and deletes a lead; PATCH fires contact_updated but never the contact.updated webhook', async () => {
+    const lead = (await upsert({ phone: mobile(), name: 'Edit Me' })).body.data;
+    expect((await api.request('GET', `/api/v1/leads/${lead.id}`, { key: ws.key })).body.data).toEqual(lead);
+    const other = mobile();
+    const patched = await api.request('PATCH', `/api/v1/leads/${lead.id}`, { key: ws.key, body: { name: 'Edited', notes: 'likes coffee', phone: other } });
+    expect(patched.body.data).toMatchObject({ name: 'Edited', notes: 'likes coffee', phone: other });
+    expect(Date.parse(patched.body.data.updatedAt)).toBeGreaterThanOrEqual(Date.parse(lead.updatedAt));
+    const triggers = (await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === lead.id);
+    expect(triggers.map((t) => t.payload.changedFields)).toEqual(['name,notes,phone']);
+    expect((await outbox(api, ws.id, 'contact.updated')).filter((e) => e.payload.contact_id === lead.id)).toHaveLength(0);
+    // Nothing changed: nothing recorded.
+    await api.request('PATCH', `/api/v1/leads/${lead.id}`, { key: ws.key, body: { name: 'Edited' } });
+    expect((await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === lead.id)).toHaveLength(1);
+
+    const clash = (await upsert({ phone: mobile() })).body.data;
+    expectError(await api.request('PATCH', `/api/v1/leads/${lead.id}`, { key: ws.key, body: { phone: clash.phone } }), 409, 'CONFLICT');
+    expectError(await api.request('PATCH', `/api/v1/leads/${lead.id}`, { key: ws.key, body: {} }), 400, 'VALIDATION');
+    expectError(await api.request('PATCH', `/api/v1/leads/${lead.id}`, { key: ws.key, body: { phone: '123' } }), 400, 'INVALID_PHONE');
+    expectError(await api.request('GET', '/api/v1/leads/not-a-uuid', { key: ws.key }), 404, 'NOT_FOUND');
+  });
+
+  it('adds a tag by name (created) or id and removes it, recording tag events with source api only on change', async () => {
+    const lead = (await upsert({ phone: mobile(), name: 'Tagged' })).body.data;
+    const add = await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: { tag: 'Newsletter' } });
+    expect(add.status).toBe(200);
+    expect(add.body.data).toEqual({ contactId: lead.id, tag: { id: expect.any(String), name: 'Newsletter', color: '#6b7280' }, added: true });
+    const tagId = add.body.data.tag.id;
+    const again = await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: { tag: tagId } });
+    expect(again.body.data.added).toBe(false);
+    expect((await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === lead.id)).toHaveLength(1);
+
+    const removed = await api.request('DELETE', `/api/v1/leads/${lead.id}/tags/${tagId}`, { key: ws.key });
+    expect(removed.body.data).toEqual({ contactId: lead.id, tagId, removed: true });
+    const events = (await outbox(api, ws.id, 'contact.tag_removed')).filter((e) => e.payload.contact_id === lead.id);
+    expect(events.map((e) => e.payload)).toEqual([
+      { event: 'contact.tag_removed', workspace_id: ws.id, timestamp: expect.any(String), contact_id: lead.id, contact_name: 'Tagged', phone: lead.phone, tag: { id: tagId, name: 'Newsletter' }, source: 'api' },
+    ]);
+    const twice = await api.request('DELETE', `/api/v1/leads/${lead.id}/tags/${tagId}`, { key: ws.key });
+    expect(twice.body.data.removed).toBe(false);
+    expect((await outbox(api, ws.id, 'contact.tag_removed')).filter((e) => e.payload.contact_id === lead.id)).toHaveLength(1);
+    expect((await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === lead.id).map((e) => e.payload.changedFields)).toEqual(['tags', 'tags']);
+
+    expectError(await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: { tag: '00000000-0000-4000-8000-000000000000' } }), 404, 'NOT_FOUND');
+    expectError(await api.request('DELETE', `/api/v1/leads/${lead.id}/tags/00000000-0000-4000-8000-000000000000`, { key: ws.key }), 404, 'NOT_FOUND');
+    expectError(await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: {} }), 400, 'VALIDATION');
+  });
+
+  it('returns the insight, or data null when none exists yet', async () => {
+    const lead = await seedContact(api, ws.id, { phone: mobile() });
+    const none = await api.request('GET', `/api/v1/leads/${lead.id}/insight`, { key: ws.key });
+    expect(none.status).toBe(200);
+    expect(none.body).toEqual({ data: null });
+    await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${lead.id}/insight`, {
+      interest: 'CRM', products: ['Pro'], objections: ['price'], nextStep: 'demo', qualification: { score: 80, temperature: 'hot' }, summary: 'Good fit',
+    });
+    const res = await api.request('GET', `/api/v1/leads/${lead.id}/insight`, { key: ws.key });
+    expect(res.body.data).toEqual({
+      interest: 'CRM', products: ['Pro'], objections: ['price'], nextStep: 'demo', qualification: { score: 80, temperature: 'hot' }, summary: 'Good fit', updatedAt: expect.stringMatching(/\.\d{3}Z$/),
+    });
+    const noScope = await createWorkspace(api, { scopes: ['leads:read'] });
+    expectError(await api.request('GET', `/api/v1/leads/${lead.id}/insight`, { key: noScope.key }), 403, 'INSUFFICIENT_SCOPE');
+  });
+});
