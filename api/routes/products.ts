@@ -1,4 +1,140 @@
-import type { AnyRoute } from '../route';
+import { z } from 'zod';
+import { route } from '../route';
+import { Deleted, IdParams, listOf, single } from '../schemas';
+import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/pagination';
+import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, updateProduct } from '../../domain/products';
 
-// Filled in by issue 3.
-export const productRoutes: AnyRoute[] = [];
+const Product = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    description: z.string().nullable(),
+    sku: z.string().nullable(),
+    price: z.string().nullable().openapi({ description: 'Decimal string with two places ("10.50"), never a JSON number; null when unset.', example: '10.50' }),
+    active: z.boolean(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .openapi('Product');
+
+/** Checked by the domain (parsePrice) so that any bad price answers INVALID_PRICE, not VALIDATION. */
+const price = z
+  .unknown()
+  .optional()
+  .openapi({
+    type: ['string', 'number', 'null'],
+    description:
+      'Decimal >= 0 with at most 2 decimal places and 12 integer digits (numeric(14,2)), as a string ("10.50") or a number; ' +
+      'null clears. Anything else is 400 `INVALID_PRICE`.',
+    example: '10.50',
+  } as never);
+
+const fields = {
+  name: z.string().trim().min(1).max(200),
+  description: z.string().max(2000).nullable(),
+  sku: z.string().trim().max(120).nullable().openapi({ description: 'Up to 120 characters; trimmed, and an empty one is stored as null.' }),
+  price,
+  active: z.boolean(),
+};
+
+const ProductQuery = pageQuery()
+  .extend(sortQuery(PRODUCT_SORTS, { sort: 'name', order: 'asc' }).shape)
+  .extend({
+    q: z.string().max(200).optional().openapi({ description: 'Case-insensitive substring of the name or the SKU.' }),
+    active: queryBoolean.optional().openapi({ description: '`true` or `false`.' }),
+  });
+
+export const productRoutes = [
+  route({
+    method: 'get',
+    path: '/api/v1/products',
+    tag: 'Products',
+    auth: 'apiKey',
+    scopes: ['products:read'],
+    ipProfile: 'read',
+    summary: 'List products',
+    description:
+      '`sort` is `name` (default, case-insensitive), `createdAt`, `updatedAt` or `price`; `order` `asc` (default) or `desc`. ' +
+      'Products without a price sort last in both orders; ties are broken by id, so pages are stable.',
+    query: ProductQuery,
+    response: listOf(Product),
+    handler: async (ctx, { query }) => {
+      const { rows, total } = await listProducts(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      return listEnvelope(rows, total, query);
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/products',
+    tag: 'Products',
+    auth: 'apiKey',
+    scopes: ['products:write'],
+    ipProfile: 'write',
+    status: 201,
+    summary: 'Create a product',
+    description: 'Names are unique per workspace ignoring case: a duplicate is 409 `CONFLICT`. `active` defaults to true.',
+    body: z.object({
+      name: fields.name,
+      description: fields.description.optional(),
+      sku: fields.sku.optional(),
+      price: fields.price,
+      active: fields.active.optional(),
+    }),
+    errors: ['INVALID_PRICE', 'CONFLICT'],
+    response: single(Product),
+    handler: async (ctx, { body }) => ({ data: await createProduct(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/products/{id}',
+    tag: 'Products',
+    auth: 'apiKey',
+    scopes: ['products:read'],
+    ipProfile: 'read',
+    summary: 'Get a product',
+    params: IdParams,
+    response: single(Product),
+    handler: async (ctx, { params }) => ({ data: await getProduct(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) }),
+  }),
+  route({
+    method: 'patch',
+    path: '/api/v1/products/{id}',
+    tag: 'Products',
+    auth: 'apiKey',
+    scopes: ['products:write'],
+    ipProfile: 'write',
+    summary: 'Change a product',
+    description: 'At least one field must be sent. `null` clears `description`, `sku` and `price`. A bad price is 400 `INVALID_PRICE`.',
+    params: IdParams,
+    body: z
+      .object({
+        name: fields.name.optional(),
+        description: fields.description.optional(),
+        sku: fields.sku.optional(),
+        price: fields.price,
+        active: fields.active.optional(),
+      })
+      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'send at least one of name, description, sku, price, active' }),
+    errors: ['INVALID_PRICE', 'CONFLICT'],
+    response: single(Product),
+    handler: async (ctx, { params, body }) => ({ data: await updateProduct(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),
+  }),
+  route({
+    method: 'delete',
+    path: '/api/v1/products/{id}',
+    tag: 'Products',
+    auth: 'apiKey',
+    scopes: ['products:write'],
+    ipProfile: 'delete',
+    summary: 'Delete a product',
+    description:
+      'Deals that reference the product are kept and detached from it (their `productId` becomes null and their `updatedAt` ' +
+      'moves) in the same transaction as the delete.',
+    params: IdParams,
+    response: Deleted,
+    handler: async (ctx, { params }) => {
+      const { id } = await deleteProduct(ctx.deps.db, ctx.state.auth!.workspaceId, params.id);
+      return { data: { id, deleted: true } };
+    },
+  }),
+];

@@ -1,4 +1,143 @@
-import type { AnyRoute } from '../route';
+import { z } from 'zod';
+import { route } from '../route';
+import { Deleted, IdParams, listOf, single } from '../schemas';
+import { isoInstant, listEnvelope, pageQuery, sortQuery } from '../../domain/pagination';
+import { isUuid } from '../../domain/refs';
+import { createTask, deleteTask, getTask, listTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/tasks';
 
-// Filled in by issue 3.
-export const taskRoutes: AnyRoute[] = [];
+const Task = z
+  .object({
+    id: z.string(),
+    title: z.string(),
+    type: z.string(),
+    dueDate: z.string().nullable(),
+    status: z.enum(TASK_STATUSES),
+    contactId: z.string().nullable().openapi({ description: 'The linked contact; null when none, or when it was merged or deleted.' }),
+    cardId: z.string().nullable().openapi({ description: 'The linked deal (card), or null.' }),
+    assignedTo: z.object({ id: z.string(), name: z.string() }).nullable(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .openapi('Task');
+
+const uuidFilter = (what: string) =>
+  z.string().refine(isUuid, 'expected a uuid').optional().openapi({ description: what, format: 'uuid' });
+
+const TaskQuery = pageQuery()
+  .extend(sortQuery(TASK_SORTS, { sort: 'dueAt', order: 'asc' }).shape)
+  .extend({
+    contactId: uuidFilter('Tasks of this contact (another workspace\'s, a merged or a deleted contact gives an empty list).'),
+    cardId: uuidFilter('Tasks of this deal.'),
+    status: z.enum(TASK_STATUSES).optional(),
+    assignedTo: uuidFilter('Tasks assigned to this member id.'),
+    dueAfter: isoInstant.optional().openapi({ description: 'Due at or after this instant (ISO 8601; a bare date is midnight UTC).' }),
+    dueBefore: isoInstant.optional().openapi({ description: 'Due at or before this instant (ISO 8601; a bare date is midnight UTC).' }),
+  });
+
+const fields = {
+  title: z.string().trim().min(1).max(500),
+  type: z.string().trim().min(1).max(64).openapi({ example: 'call' }),
+  dueDate: isoInstant.nullable().openapi({ description: 'ISO 8601 instant; null clears.', example: '2026-01-31T15:00:00.000Z' }),
+  status: z.enum(TASK_STATUSES),
+  contactId: z.string().nullable().openapi({ description: 'A contact of the workspace (404 `CONTACT_NOT_FOUND` otherwise); null unlinks.' }),
+  cardId: z.string().nullable().openapi({ description: 'A deal of the workspace (404 `NOT_FOUND` otherwise); null unlinks.' }),
+  assignedTo: z.string().nullable().openapi({ description: 'A member id (400 `ASSIGNEE_NOT_FOUND` otherwise); null unassigns.' }),
+};
+
+export const taskRoutes = [
+  route({
+    method: 'get',
+    path: '/api/v1/tasks',
+    tag: 'Tasks',
+    auth: 'apiKey',
+    scopes: ['tasks:read'],
+    ipProfile: 'read',
+    summary: 'List tasks',
+    description:
+      '`sort` is `dueAt` (default), `createdAt` or `updatedAt`; `order` `asc` (default) or `desc`. Tasks without a due date ' +
+      'sort last in both orders and are left out by `dueAfter`/`dueBefore` (both inclusive). Ties are broken by id. A task ' +
+      'whose contact was merged or deleted is still listed, with `contactId: null`.',
+    query: TaskQuery,
+    response: listOf(Task),
+    handler: async (ctx, { query }) => {
+      const { rows, total } = await listTasks(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      return listEnvelope(rows, total, query);
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/tasks',
+    tag: 'Tasks',
+    auth: 'apiKey',
+    scopes: ['tasks:write'],
+    ipProfile: 'write',
+    status: 201,
+    summary: 'Create a task',
+    description: '`type` defaults to `task` and `status` to `pending`. Links (`contactId`, `cardId`, `assignedTo`) are optional.',
+    body: z.object({
+      title: fields.title,
+      type: fields.type.optional(),
+      dueDate: fields.dueDate.optional(),
+      status: fields.status.optional(),
+      contactId: fields.contactId.optional(),
+      cardId: fields.cardId.optional(),
+      assignedTo: fields.assignedTo.optional(),
+    }),
+    errors: ['CONTACT_NOT_FOUND', 'NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
+    response: single(Task),
+    handler: async (ctx, { body }) => ({ data: await createTask(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/tasks/{id}',
+    tag: 'Tasks',
+    auth: 'apiKey',
+    scopes: ['tasks:read'],
+    ipProfile: 'read',
+    summary: 'Get a task',
+    params: IdParams,
+    response: single(Task),
+    handler: async (ctx, { params }) => ({ data: await getTask(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) }),
+  }),
+  route({
+    method: 'patch',
+    path: '/api/v1/tasks/{id}',
+    tag: 'Tasks',
+    auth: 'apiKey',
+    scopes: ['tasks:write'],
+    ipProfile: 'write',
+    summary: 'Change a task',
+    description:
+      'At least one field must be sent. `status: "done"` records the completion time, `"pending"` clears it. `null` clears ' +
+      '`dueDate`, `contactId`, `cardId` and `assignedTo`.',
+    params: IdParams,
+    body: z
+      .object({
+        title: fields.title.optional(),
+        type: fields.type.optional(),
+        dueDate: fields.dueDate.optional(),
+        status: fields.status.optional(),
+        contactId: fields.contactId.optional(),
+        cardId: fields.cardId.optional(),
+        assignedTo: fields.assignedTo.optional(),
+      })
+      .refine((b) => Object.values(b).some((v) => v !== undefined), {
+        message: 'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo',
+      }),
+    errors: ['CONTACT_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
+    response: single(Task),
+    handler: async (ctx, { params, body }) => ({ data: await updateTask(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),
+  }),
+  route({
+    method: 'delete',
+    path: '/api/v1/tasks/{id}',
+    tag: 'Tasks',
+    auth: 'apiKey',
+    scopes: ['tasks:write'],
+    ipProfile: 'delete',
+    summary: 'Delete a task',
+    params: IdParams,
+    response: Deleted,
+    handler: async (ctx, { params }) => ({ data: await deleteTask(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) }),
+  }),
+];
