@@ -46,6 +46,9 @@ function renderError(ctx: Context, err: unknown): void {
   else if (err instanceof ZodError) apiError = validationError(err, 'body');
   else if (isPgError(err, '23505')) {
     apiError = new ApiError('CONFLICT', 'A record with the same unique value already exists', { hint: `Constraint ${err.constraint ?? 'unique'}.` });
+  } else if (isPgError(err, '23503')) {
+    // A referenced record vanished between our check and the write (e.g. deleted concurrently).
+    apiError = new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
   } else if (isHttpError(err) && err.status === 413) {
     apiError = new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 1 MiB.' });
   } else if (isHttpError(err) && err.status === 415) {

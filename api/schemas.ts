@@ -18,3 +18,16 @@ export const IdParams = z.object({ id: z.uuid() });
 export const Deleted = single(z.object({ id: z.string(), deleted: z.literal(true) }));
 
 export const Tag = z.object({ id: z.string(), name: z.string(), color: z.string() }).openapi('Tag');
+
+export const Lead = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    phone: z.string().openapi({ example: '5511987654321' }),
+    email: z.string().nullable(),
+    notes: z.string(),
+    tags: z.array(Tag),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .openapi('Lead');

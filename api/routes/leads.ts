@@ -1,25 +1,14 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import { route } from '../route';
-import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
+import { Deleted, Lead, listOf, single, Tag } from '../schemas';
 import { addTag, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead } from '../../domain/contacts';
 import { DEAL_STATUSES } from '../../domain/deals';
 import { isoInstant, listEnvelope, pageQuery, sortQuery } from '../../domain/pagination';
 import { canonical, requireContact } from '../../domain/refs';
 import { iso } from '../../domain/time';
 
-const Lead = z
-  .object({
-    id: z.string(),
-    name: z.string(),
-    phone: z.string().openapi({ example: '5511987654321' }),
-    email: z.string().nullable(),
-    notes: z.string(),
-    tags: z.array(Tag),
-    createdAt: z.string(),
-    updatedAt: z.string(),
-  })
-  .openapi('Lead');
+
 
 const Insight = z
   .object({
