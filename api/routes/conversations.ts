@@ -1,4 +1,104 @@
-import type { AnyRoute } from '../route';
+import { z } from 'zod';
+import { AnyRoute, route } from '../route';
+import { IdParams, listOf, Pagination, single } from '../schemas';
+import {
+  CONVERSATION_STATUSES,
+  getConversationWithMessages,
+  listConversations,
+  MESSAGE_STATUSES,
+  updateConversationStatus,
+} from '../../domain/conversations';
+import { pageQuery } from '../../domain/pagination';
 
-// Filled in by issue 3.
-export const conversationRoutes: AnyRoute[] = [];
+const Message = z
+  .object({
+    id: z.string(),
+    direction: z.enum(['in', 'out']).describe('`in` received, `out` sent'),
+    type: z.string().describe('For example `text`, `image`'),
+    body: z.string(),
+    timestamp: z.string(),
+    status: z.enum(MESSAGE_STATUSES),
+    mediaUrl: z
+      .string()
+      .optional()
+      .describe('Present only when the media has an external https URL; internal storage references are never exposed'),
+  })
+  .openapi('Message');
+
+const conversationFields = {
+  id: z.string(),
+  contact: z.object({ id: z.string(), name: z.string(), phone: z.string() }),
+  instanceId: z.string(),
+  channel: z.enum(['whatsapp', 'instagram']),
+  status: z.enum(CONVERSATION_STATUSES),
+  lastMessageAt: z.string().nullable(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+};
+const Conversation = z.object(conversationFields).openapi('Conversation');
+const ConversationWithMessages = z
+  .object({ ...conversationFields, messages: z.array(Message) })
+  .openapi('ConversationWithMessages');
+
+const EXCLUSIONS =
+  'Group chats, merged or deleted contacts and archived connections never appear: their conversations are ' +
+  'neither listed nor counted, and reading or changing one answers 404 `NOT_FOUND`.';
+
+export const conversationRoutes: AnyRoute[] = [
+  route({
+    method: 'get',
+    path: '/api/v1/conversations',
+    tag: 'Conversations',
+    auth: 'apiKey',
+    scopes: ['conversations:read'],
+    ipProfile: 'read',
+    summary: 'List conversations, most recent activity first',
+    description:
+      'Ordered by `lastMessageAt` descending (conversations without messages last). Filters: `instanceId`, `status`, ' +
+      '`contactId` (an id of another workspace, or one that names nothing, gives an empty list). ' +
+      EXCLUSIONS,
+    query: pageQuery().extend({
+      instanceId: z.string().max(64).optional(),
+      status: z.enum(CONVERSATION_STATUSES).optional(),
+      contactId: z.string().max(64).optional(),
+    }),
+    response: listOf(Conversation),
+    handler: async (ctx, { query }) => {
+      const { limit, offset, ...filters } = query;
+      return listConversations(ctx.deps.db, ctx.state.auth!.workspaceId, filters, { limit, offset });
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/conversations/{id}',
+    tag: 'Conversations',
+    auth: 'apiKey',
+    scopes: ['conversations:read'],
+    ipProfile: 'read',
+    summary: 'Get a conversation with its messages, newest first',
+    description:
+      'Message paging: `limit` 1 to 100 (default 100) and `offset`; `pagination` describes the messages. ' + EXCLUSIONS,
+    params: IdParams,
+    query: pageQuery({ defaultLimit: 100, maxLimit: 100 }),
+    response: z.object({ data: ConversationWithMessages, pagination: Pagination }),
+    errors: ['NOT_FOUND'],
+    handler: async (ctx, { params, query }) => getConversationWithMessages(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query),
+  }),
+  route({
+    method: 'patch',
+    path: '/api/v1/conversations/{id}',
+    tag: 'Conversations',
+    auth: 'apiKey',
+    scopes: ['conversations:write'],
+    ipProfile: 'write',
+    summary: 'Change the status of a conversation',
+    description: '`status` is one of `open`, `waiting`, `snoozed`, `closed`. ' + EXCLUSIONS,
+    params: IdParams,
+    body: z.object({ status: z.enum(CONVERSATION_STATUSES) }),
+    response: single(Conversation),
+    errors: ['NOT_FOUND'],
+    handler: async (ctx, { params, body }) => ({
+      data: await updateConversationStatus(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body.status),
+    }),
+  }),
+];
