@@ -14,8 +14,10 @@ type Writer = Db | Knex.Transaction;
 export async function resolveOrCreateProduct(trx: Writer, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
   const name = ref.trim();
   if (isUuid(name)) {
+    // An id names an existing product; it is never taken as the name of a new one.
     const byId = await trx('products').where({ workspace_id: workspaceId, id: name }).first('id', 'name');
-    if (byId) return byId;
+    if (!byId) throw new ApiError('NOT_FOUND', 'Product not found', { hint: 'Pass an existing product id, or a name to create one.' });
+    return byId;
   }
   if (name.length === 0 || name.length > 200) throw new ApiError('VALIDATION', 'Invalid body.product: 1 to 200 characters');
   const byName = await trx('products').where({ workspace_id: workspaceId }).whereRaw('lower(name) = lower(?)', [name]).first('id', 'name');

@@ -67,7 +67,7 @@ export const dealRoutes = [
     summary: 'Create a deal (card) for an existing contact',
     description:
       '`pipeline`: id or case-insensitive name; `stage`: id or name, default the first stage. `product`: id or name, an unknown ' +
-      'name is created. `assignedTo`: member id or case-insensitive name. `customValues` keeps only keys defined on the pipeline ' +
+      'name is created (an unknown id is 404 NOT_FOUND). `assignedTo`: member id or case-insensitive name. `customValues` keeps only keys defined on the pipeline ' +
       '(or globally) and drops the others silently; values are strings, numbers, booleans or arrays of those. Records `card.created` ' +
       'and the `card_created` trigger.',
     body: z.object({
@@ -82,7 +82,7 @@ export const dealRoutes = [
       customValues: customValuesSchema.optional(),
     }),
     response: single(Deal),
-    errors: ['CONTACT_NOT_FOUND', 'PIPELINE_NOT_FOUND', 'STAGE_NOT_FOUND', 'PIPELINE_EMPTY', 'ASSIGNEE_NOT_FOUND', 'DEAL_LIMIT_REACHED'],
+    errors: ['CONTACT_NOT_FOUND', 'PIPELINE_NOT_FOUND', 'STAGE_NOT_FOUND', 'PIPELINE_EMPTY', 'ASSIGNEE_NOT_FOUND', 'NOT_FOUND', 'DEAL_LIMIT_REACHED'],
     handler: async (ctx, { body }) => ({ data: await createDeal(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
   }),
   route({
