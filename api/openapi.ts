@@ -100,7 +100,7 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     } as never);
   }
 
-  return new OpenApiGeneratorV31(registry.definitions).generateDocument({
+  const doc = new OpenApiGeneratorV31(registry.definitions).generateDocument({
     openapi: '3.1.0',
     info: {
       title: 'Sales CRM API',
@@ -112,4 +112,60 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     },
     servers: [{ url: serverUrl }],
   });
+  addSuccessExamples(doc as unknown as OpenApiDoc);
+  return doc;
+}
+
+type JsonSchema = Record<string, any>;
+interface OpenApiDoc {
+  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema?: JsonSchema; example?: unknown }> }> }>>;
+  components?: { schemas?: Record<string, JsonSchema> };
+}
+
+const EXAMPLE_ID = '3f1c2a9e-8b7d-4c6e-9a10-5d2b7e4f8c01';
+const EXAMPLE_TIME = '2026-03-14T15:09:26.535Z';
+
+/** A plausible value for a field, from its name and JSON schema. */
+function exampleOf(schema: JsonSchema | undefined, doc: OpenApiDoc, key = '', depth = 0): unknown {
+  if (!schema || depth > 8) return null;
+  if (schema.example !== undefined) return schema.example;
+  if (schema.$ref) return exampleOf(doc.components?.schemas?.[schema.$ref.split('/').pop()], doc, key, depth + 1);
+  const variants = schema.anyOf ?? schema.oneOf;
+  if (variants) return exampleOf(variants.find((v: JsonSchema) => v.type !== 'null') ?? variants[0], doc, key, depth + 1);
+  if (schema.enum) return schema.enum[0];
+  if (schema.const !== undefined) return schema.const;
+  const type = Array.isArray(schema.type) ? schema.type.find((t: string) => t !== 'null') : schema.type;
+  switch (type) {
+    case 'object':
+      return Object.fromEntries(Object.entries(schema.properties ?? {}).map(([k, v]) => [k, exampleOf(v as JsonSchema, doc, k, depth + 1)]));
+    case 'array':
+      return [exampleOf(schema.items, doc, key, depth + 1)];
+    case 'boolean':
+      return key === 'hasMore' ? false : true;
+    case 'number':
+    case 'integer':
+      return { total: 1, limit: 25, offset: 0, value: 1500, order: 0 }[key] ?? 1;
+    case 'string':
+      if (key === 'id' || key.endsWith('Id')) return EXAMPLE_ID;
+      if (key.endsWith('At') || key === 'timestamp' || key === 'dueDate') return EXAMPLE_TIME;
+      if (key === 'phone') return '5511987654321';
+      if (key === 'email') return 'maria@example.com';
+      if (key === 'color') return '#6b7280';
+      if (key === 'price') return '150.00';
+      return { name: 'Maria Souza', body: 'Asked for a demo', title: 'Call back', type: 'text' }[key] ?? 'string';
+    default:
+      return null;
+  }
+}
+
+/** Every success response gets an example derived from its schema, so examples never drift either. */
+function addSuccessExamples(doc: OpenApiDoc): void {
+  for (const methods of Object.values(doc.paths)) {
+    for (const op of Object.values(methods)) {
+      for (const [status, response] of Object.entries(op.responses ?? {})) {
+        const media = response.content?.['application/json'];
+        if (status.startsWith('2') && media?.schema && media.example === undefined) media.example = exampleOf(media.schema, doc);
+      }
+    }
+  }
 }
