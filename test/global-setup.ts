@@ -83,5 +83,5 @@ export default async function globalSetup(): Promise<void> {
   const worker: Child = startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: path.join(TEST_DIR, 'logs', 'worker.log') });
   running.push(worker);
   await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker)]);
-  log(`stack ready in ${((Date.now() - started) / 1000).toFixed(1)} s (logs in .data/test/logs)`);
+  log(`stack ready in ${((Date.now() - started) / 1000).toFixed(1)} s (logs in ${path.relative(ROOT, TEST_DIR)}/logs)`);
 }
