@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import ipaddr from 'ipaddr.js';
 import type { Db } from './db';
 import { ApiError } from './errors';
-import { listEnvelope, Page, Pagination } from './pagination';
+import { listEnvelope, Page, pageWithTotal, Pagination } from './pagination';
 import { canonical, isUuid } from './refs';
 import { iso } from './time';
 
@@ -143,15 +143,7 @@ export async function listConversations(db: Db, workspaceId: string, filters: Co
   if (filters.instanceId !== undefined) scope.where('c.instance_id', filters.instanceId);
   if (filters.contactId !== undefined) scope.where('c.contact_id', filters.contactId);
   if (filters.status !== undefined) scope.where('c.status', filters.status);
-  const [rows, [{ total }]] = await Promise.all([
-    scope
-      .clone()
-      .orderByRaw('c.last_message_at DESC NULLS LAST, c.id ASC')
-      .limit(page.limit)
-      .offset(page.offset)
-      .select(COLUMNS) as Promise<ConversationRow[]>,
-    scope.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+  const { rows, total } = await pageWithTotal<ConversationRow>(scope, page, (q) => q.orderByRaw('c.last_message_at DESC NULLS LAST, c.id ASC').select(COLUMNS));
   return listEnvelope(rows.map(serializeConversation), total, page);
 }
 
@@ -173,18 +165,14 @@ export async function getConversationWithMessages(
 ): Promise<{ data: Conversation & { messages: ReturnType<typeof serializeMessage>[] }; pagination: Pagination }> {
   const conversation = await requireConversation(db, workspaceId, id);
   const messages = db('messages').where({ workspace_id: workspaceId, conversation_id: conversation.id });
-  const [rows, [{ total }]] = await Promise.all([
-    messages
-      .clone()
+  const { rows, total } = await pageWithTotal<MessageRow>(messages, page, (q) =>
+    q
       .orderBy([
         { column: 'timestamp', order: 'desc' },
         { column: 'id', order: 'desc' },
       ])
-      .limit(page.limit)
-      .offset(page.offset)
-      .select('id', 'direction', 'type', 'body', 'media_url', 'timestamp', 'status') as Promise<MessageRow[]>,
-    messages.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+      .select('id', 'direction', 'type', 'body', 'media_url', 'timestamp', 'status'),
+  );
   const envelope = listEnvelope(rows.map(serializeMessage), total, page);
   return { data: { ...conversation, messages: envelope.data }, pagination: envelope.pagination };
 }

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
-import { Page } from './pagination';
+import { Page, pageWithTotal } from './pagination';
 import { canonical, isUuid, requireContact } from './refs';
 import { ContactRow, serializeLeads } from './contacts';
 import { iso } from './time';
@@ -39,15 +39,9 @@ const columns = (db: Writer) => ['lists.id', 'lists.name', 'lists.created_at', '
 /** Newest first (then id); two statements whatever the page size. */
 export async function listLists(db: Db, workspaceId: string, page: Page) {
   const scope = db('lists').where({ workspace_id: workspaceId });
-  const [rows, [{ total }]] = await Promise.all([
-    scope
-      .clone()
-      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }])
-      .limit(page.limit)
-      .offset(page.offset)
-      .select<ListRow[]>(columns(db)),
-    scope.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+  const { rows, total } = await pageWithTotal<ListRow>(scope, page, (q) =>
+    q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select(columns(db)),
+  );
   return { rows: rows.map(serializeList), total };
 }
 
@@ -140,14 +134,8 @@ export async function listContactsOfList(db: Db, workspaceId: string, listId: st
       .join('contacts', 'contacts.id', 'lm.contact_id')
       .where({ 'lm.workspace_id': workspaceId, 'lm.list_id': listId, 'contacts.workspace_id': workspaceId }),
   );
-  const [rows, [{ total }]] = await Promise.all([
-    scope
-      .clone()
-      .orderBy([{ column: 'lm.created_at', order: 'desc' }, { column: 'lm.contact_id', order: 'desc' }])
-      .limit(page.limit)
-      .offset(page.offset)
-      .select<ContactRow[]>('contacts.*'),
-    scope.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+  const { rows, total } = await pageWithTotal<ContactRow>(scope, page, (q) =>
+    q.orderBy([{ column: 'lm.created_at', order: 'desc' }, { column: 'lm.contact_id', order: 'desc' }]).select('contacts.*'),
+  );
   return { rows: await serializeLeads(db, rows), total };
 }

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import { notFound } from './errors';
-import { Page } from './pagination';
+import { Page, pageWithTotal } from './pagination';
 import { isUuid, requireContact, resolveMember } from './refs';
 import { iso } from './time';
 
@@ -30,15 +30,9 @@ const COLUMNS = ['id', 'body', 'author_name', 'created_at', 'updated_at'];
 export async function listNotes(db: Db, workspaceId: string, contactId: string, page: Page) {
   await requireContact(db, workspaceId, contactId);
   const scope = db('notes').where({ workspace_id: workspaceId, contact_id: contactId });
-  const [rows, [{ total }]] = await Promise.all([
-    scope
-      .clone()
-      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }])
-      .limit(page.limit)
-      .offset(page.offset)
-      .select<NoteRow[]>(COLUMNS),
-    scope.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+  const { rows, total } = await pageWithTotal<NoteRow>(scope, page, (q) =>
+    q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select(COLUMNS),
+  );
   return { rows: rows.map(serializeNote), total };
 }
 

@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { z } from 'zod';
 
 /** `limit` 1..max (default per endpoint) and `offset` >= 0, as numbers in the query string. */
@@ -17,6 +18,18 @@ export interface Page {
 export interface Pagination extends Page {
   total: number;
   hasMore: boolean;
+}
+
+/**
+ * One page of a filtered query and its exact total, run in parallel. `scope` carries only the
+ * workspace scope and filters; `shape` adds order and selected columns to the page query.
+ */
+export async function pageWithTotal<T>(scope: Knex.QueryBuilder, page: Page, shape: (q: Knex.QueryBuilder) => Knex.QueryBuilder): Promise<{ rows: T[]; total: number }> {
+  const [rows, [{ total }]] = await Promise.all([
+    shape(scope.clone()).limit(page.limit).offset(page.offset),
+    scope.clone().clearSelect().clearOrder().count<{ total: number }[]>({ total: '*' }),
+  ]);
+  return { rows, total: Number(total) };
 }
 
 /** The spec's list envelope. */

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError } from './errors';
+import { pageWithTotal } from './pagination';
 import { isUuid } from './refs';
 import { iso } from './time';
 
@@ -210,14 +211,6 @@ export async function listProducts(db: Writer, workspaceId: string, filter: Prod
   }
   if (filter.active !== undefined) scope.where({ active: filter.active });
   const dir = filter.order === 'desc' ? 'DESC' : 'ASC';
-  const [rows, [{ total }]] = await Promise.all([
-    scope
-      .clone()
-      .orderByRaw(`${PRODUCT_SORTS[filter.sort]} ${dir} NULLS LAST, id ${dir}`)
-      .limit(filter.limit)
-      .offset(filter.offset)
-      .select('*'),
-    scope.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+  const { rows, total } = await pageWithTotal<ProductRow>(scope, filter, (q) => q.orderByRaw(`${PRODUCT_SORTS[filter.sort]} ${dir} NULLS LAST, id ${dir}`).select('*'));
   return { rows: rows.map(serializeProduct), total };
 }

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
-import { Page } from './pagination';
+import { Page, pageWithTotal } from './pagination';
 import { isUuid } from './refs';
 import { iso } from './time';
 
@@ -36,10 +36,7 @@ const nameTaken = (name: string) =>
 export async function listTags(db: Db, workspaceId: string, input: Page & { q?: string }) {
   const scope = db('tags').where({ workspace_id: workspaceId });
   if (input.q) scope.whereRaw(`lower(name) LIKE ? ESCAPE '\\'`, [likeContains(input.q)]);
-  const [rows, [{ total }]] = await Promise.all([
-    scope.clone().orderByRaw('lower(name), id').limit(input.limit).offset(input.offset).select<TagRow[]>('*'),
-    scope.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+  const { rows, total } = await pageWithTotal<TagRow>(scope, input, (q) => q.orderByRaw('lower(name), id').select('*'));
   return { rows: rows.map(serializeTag), total };
 }
 

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError } from './errors';
+import { pageWithTotal } from './pagination';
 import { isUuid, memberNames, requireContact, resolveMember } from './refs';
 import { iso } from './time';
 
@@ -191,15 +192,9 @@ export async function listTasks(db: Writer, workspaceId: string, filter: TaskFil
   if (filter.dueAfter !== undefined) scope.where('t.due_at', '>=', filter.dueAfter);
   if (filter.dueBefore !== undefined) scope.where('t.due_at', '<=', filter.dueBefore);
   const dir = filter.order === 'desc' ? 'DESC' : 'ASC';
-  const [rows, [{ total }]] = await Promise.all([
-    scope
-      .clone()
-      .orderByRaw(`${TASK_SORTS[filter.sort]} ${dir} NULLS LAST, t.id ${dir}`)
-      .limit(filter.limit)
-      .offset(filter.offset)
-      .select(TASK_COLUMNS),
-    scope.clone().count<{ total: number }[]>({ total: '*' }),
-  ]);
+  const { rows, total } = await pageWithTotal<TaskRow>(scope, filter, (q) =>
+    q.orderByRaw(`${TASK_SORTS[filter.sort]} ${dir} NULLS LAST, t.id ${dir}`).select(TASK_COLUMNS),
+  );
   const names = await memberNames(db, workspaceId, rows.map((r: TaskRow) => r.assigned_to));
   return { rows: rows.map((r: TaskRow) => serializeTask(r, names)), total };
 }

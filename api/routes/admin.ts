@@ -6,6 +6,7 @@ import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/
 import { ALL_SCOPES } from '../../domain/scopes';
 import { DEFAULT_KEY_LIMIT } from '../../domain/rate-limit';
 import { iso } from '../../domain/time';
+import { serializeInsight } from '../../domain/insights';
 import { createWorkspace, planColumns, planSchema, serializeWorkspace } from '../../domain/workspaces';
 import { instanceConfigSchema, serializeInstanceForAdmin } from '../../domain/instances';
 import type { Db } from '../../domain/db';
@@ -332,17 +333,7 @@ export const adminRoutes: AnyRoute[] = [
         updated_at: db.fn.now(),
       };
       const [row] = await db('insights').insert(values).onConflict('contact_id').merge().returning('*');
-      return {
-        data: {
-          interest: row.interest,
-          products: row.products,
-          objections: row.objections,
-          nextStep: row.next_step,
-          qualification: row.qualification,
-          summary: row.summary,
-          updatedAt: iso(row.updated_at),
-        },
-      };
+      return { data: serializeInsight(row) };
     },
   }),
 ];

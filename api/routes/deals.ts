@@ -7,6 +7,7 @@ import {
   createDeal,
   customValuesSchema,
   DEAL_STATUSES,
+  DealRow,
   dealValue,
   findDeal,
   serializeActivity,
@@ -14,7 +15,7 @@ import {
   updateDeal,
   visibleDeals,
 } from '../../domain/deals';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { listEnvelope, pageQuery, pageWithTotal } from '../../domain/pagination';
 
 const Deal = z
   .object({
@@ -111,10 +112,9 @@ export const dealRoutes = [
       if (query.status) scope.where('deals.status', query.status);
       if (query.contactId) scope.where('deals.contact_id', query.contactId);
       if (query.assignedTo) scope.where('deals.assigned_to', query.assignedTo);
-      const [rows, [{ total }]] = await Promise.all([
-        scope.clone().orderBy([{ column: 'deals.created_at', order: 'desc' }, { column: 'deals.id', order: 'desc' }]).limit(query.limit).offset(query.offset),
-        scope.clone().clearSelect().count<{ total: number }[]>({ total: '*' }),
-      ]);
+      const { rows, total } = await pageWithTotal<DealRow>(scope, query, (q) =>
+        q.orderBy([{ column: 'deals.created_at', order: 'desc' }, { column: 'deals.id', order: 'desc' }]),
+      );
       return listEnvelope(await serializeDeals(db, workspaceId, rows), total, query);
     },
   }),
@@ -188,10 +188,9 @@ export const dealRoutes = [
       const db = ctx.deps.db;
       const deal = await findDeal(db, ctx.state.auth!.workspaceId, params.id);
       const scope = db('deal_activities').where({ workspace_id: deal.workspace_id, deal_id: deal.id });
-      const [rows, [{ total }]] = await Promise.all([
-        scope.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(query.limit).offset(query.offset).select('*'),
-        scope.clone().count<{ total: number }[]>({ total: '*' }),
-      ]);
+      const { rows, total } = await pageWithTotal<Parameters<typeof serializeActivity>[0]>(scope, query, (q) =>
+        q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select('*'),
+      );
       return listEnvelope(rows.map(serializeActivity), total, query);
     },
   }),

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { listOf } from '../schemas';
-import { serializeInstance } from '../../domain/instances';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { InstanceRow, serializeInstance } from '../../domain/instances';
+import { listEnvelope, pageQuery, pageWithTotal } from '../../domain/pagination';
 
 const Instance = z
   .object({
@@ -29,10 +29,7 @@ export const instanceRoutes = [
     handler: async (ctx, { query }) => {
       const db = ctx.deps.db;
       const scope = db('instances').where({ workspace_id: ctx.state.auth!.workspaceId, archived: false });
-      const [rows, [{ total }]] = await Promise.all([
-        scope.clone().orderBy([{ column: 'created_at' }, { column: 'id' }]).limit(query.limit).offset(query.offset).select('*'),
-        scope.clone().count<{ total: number }[]>({ total: '*' }),
-      ]);
+      const { rows, total } = await pageWithTotal<InstanceRow>(scope, query, (q) => q.orderBy([{ column: 'created_at' }, { column: 'id' }]).select('*'));
       return listEnvelope(rows.map(serializeInstance), total, query);
     },
   }),

@@ -2,11 +2,11 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, Lead, listOf, single, Tag } from '../schemas';
-import { addTag, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead } from '../../domain/contacts';
+import { addTag, ContactRow, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead } from '../../domain/contacts';
 import { DEAL_STATUSES } from '../../domain/deals';
-import { isoInstant, listEnvelope, pageQuery, sortQuery } from '../../domain/pagination';
+import { isoInstant, listEnvelope, pageQuery, pageWithTotal, sortQuery } from '../../domain/pagination';
 import { canonical, requireContact } from '../../domain/refs';
-import { iso } from '../../domain/time';
+import { serializeInsight } from '../../domain/insights';
 
 
 
@@ -109,15 +109,9 @@ export const leadRoutes = [
       const db = ctx.deps.db;
       const workspaceId = ctx.state.auth!.workspaceId;
       const scope = applyLeadFilters(db, canonical(db('contacts').where('contacts.workspace_id', workspaceId)), workspaceId, query);
-      const [rows, [{ total }]] = await Promise.all([
-        scope
-          .clone()
-          .orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`)
-          .limit(query.limit)
-          .offset(query.offset)
-          .select('contacts.*'),
-        scope.clone().count<{ total: number }[]>({ total: '*' }),
-      ]);
+      const { rows, total } = await pageWithTotal<ContactRow>(scope, query, (q) =>
+        q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*'),
+      );
       return listEnvelope(await serializeLeads(db, rows), total, query);
     },
   }),
@@ -254,17 +248,7 @@ export const leadRoutes = [
       const contact = await requireContact(ctx.deps.db, workspaceId, params.id);
       const row = await ctx.deps.db('insights').where({ workspace_id: workspaceId, contact_id: contact.id }).first();
       if (!row) return { data: null };
-      return {
-        data: {
-          interest: row.interest,
-          products: row.products,
-          objections: row.objections,
-          nextStep: row.next_step,
-          qualification: row.qualification,
-          summary: row.summary,
-          updatedAt: iso(row.updated_at),
-        },
-      };
+      return { data: serializeInsight(row) };
     },
   }),
 ];
