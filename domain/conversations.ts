@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import ipaddr from 'ipaddr.js';
+import { assertSafeUrlSyntax } from './url-safety';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { listEnvelope, Page, pageWithTotal, Pagination } from './pagination';
@@ -90,24 +90,13 @@ export type Conversation = ReturnType<typeof serializeConversation>;
  */
 export function externalMediaUrl(value: string | null | undefined): string | undefined {
   if (!value) return undefined;
-  let url: URL;
   try {
-    url = new URL(value);
+    // The same rule as media URLs accepted on send (no DNS here: a stored URL is only shown or not).
+    assertSafeUrlSyntax(value, { allowPrivate: false });
+    return value;
   } catch {
     return undefined;
   }
-  if (url.protocol !== 'https:' || !url.hostname || url.username || url.password) return undefined;
-  const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
-  if (host === 'localhost' || host.endsWith('.localhost') || host.endsWith('.internal') || host.endsWith('.local')) return undefined;
-  if (ipaddr.isValid(host)) {
-    let addr = ipaddr.parse(host);
-    if (addr.kind() === 'ipv6' && (addr as ipaddr.IPv6).isIPv4MappedAddress()) addr = (addr as ipaddr.IPv6).toIPv4Address();
-    if (addr.range() !== 'unicast') return undefined;
-  } else if (!host.includes('.')) {
-    // A single-label name only resolves inside a private network.
-    return undefined;
-  }
-  return value;
 }
 
 export function serializeMessage(row: MessageRow) {
