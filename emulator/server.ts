@@ -1,61 +1,553 @@
 import { randomBytes } from 'node:crypto';
 import type { Server } from 'node:http';
+import { Readable } from 'node:stream';
 import Koa from 'koa';
 import { koaBody } from 'koa-body';
 
 /**
- * A local stand-in for the WhatsApp Cloud API, speaking its wire format: the only thing the
- * project emulates, because the real provider cannot be reached from here. The sending path
+ * A local stand-in for the WhatsApp providers, speaking their wire formats: the only thing the
+ * project emulates, because the real providers cannot be reached from here. The sending path
  * does not know it talks to an emulator; it only has an instance `baseUrl`.
  *
- * Now: `POST /{version}/{phoneNumberId}/messages` answers like Graph API.
- * The messaging issue adds per-number error scripting, slowness and outages.
+ * Provider routes
+ * - Cloud API: `POST /{version}/{phoneNumberId}/messages` (Bearer token), validated like Graph
+ *   API enough to catch adapter bugs (error code 100 otherwise).
+ * - "web" gateway (Evolution-API-like): `POST /message/sendText/{instance}` and
+ *   `POST /message/sendMedia/{instance}` (header `apikey`).
+ *
+ * Control routes (state lives in this process; tests run files in parallel, so scripts are keyed
+ * by recipient number and every test uses its own numbers)
+ * - `POST /__emulator/script` `{ to | phoneNumberId, behaviour: 'ok'|'error'|'redirect', code?,
+ *   httpStatus?, delayMs?, times?, down? }`: how the next sends to that number (or through that
+ *   phone-number id / web instance name) are answered. `times` = how many calls it applies to
+ *   before reverting to ok (absent: until reset or replaced). `down: true` answers 503 (not JSON).
+ *   `delayMs` answers that much later (slowness / timeouts). A recipient script wins over a
+ *   phone-number-id script. Answers `{ script }`.
+ * - `POST /__emulator/reset` `{ to? | phoneNumberId? }`: forgets scripts and calls of that number
+ *   or id; with an empty body, everything.
+ * - `GET /__emulator/calls?to=&phoneNumberId=&outcome=`: received send calls, oldest first,
+ *   `{ calls: [{ seq, at, api, version?, phoneNumberId, to, type, body, auth, status, outcome, messageId?,
+ *   waId? }] }`, never a token. A call is recorded once its request was fully received (before
+ *   any scripted delay: a provider that got the request may have delivered it even if the client
+ *   gave up waiting).
+ * - `HEAD|GET /__emulator/media/{bytes}/{name}`: a media file of that many bytes (zeros), its
+ *   content type from the extension, for media size checks.
+ *
+ * Numbers: `to` matches both forms of a Brazilian mobile (with and without the ninth digit).
  */
+
+export type EmulatorOutcome = 'ok' | 'error' | 'down' | 'redirect' | 'invalid' | 'unauthorized';
+
 export interface EmulatorCall {
+  seq: number;
   at: string;
+  api: 'cloud' | 'web';
+  /** Cloud: the path's API version (e.g. v21.0). */
+  version?: string;
+  /** Cloud: the path's phone-number id; web: the instance name. */
   phoneNumberId: string;
-  authorization: string | undefined;
+  /** Recipient digits as sent. */
+  to: string;
+  type: string | undefined;
   body: unknown;
+  /** Which credential was present (never its value). */
+  auth: 'bearer' | 'apikey' | 'none';
+  status: number;
+  outcome: EmulatorOutcome;
+  messageId?: string;
+  waId?: string;
 }
 
-export function createEmulator(): { app: Koa; calls: EmulatorCall[] } {
+export interface EmulatorScript {
+  to?: string;
+  phoneNumberId?: string;
+  behaviour: 'ok' | 'error' | 'redirect';
+  code?: number;
+  httpStatus?: number;
+  delayMs?: number;
+  times?: number;
+  down?: boolean;
+}
+
+const MAX_CALLS = 10_000;
+const MAX_DELAY_MS = 120_000;
+
+/** Digits only. */
+const digitsOf = (value: unknown): string => String(value ?? '').replace(/\D/g, '');
+
+/**
+ * One key for both forms of a Brazilian mobile: 55 + DDD + 9 + 8 digits and 55 + DDD + 8 digits
+ * are the same person, so scripts and call filters match either.
+ */
+function personKey(value: unknown): string {
+  const digits = digitsOf(value);
+  const m = /^55(\d{2})9(\d{8})$/.exec(digits);
+  return m ? `55${m[1]}${m[2]}` : digits;
+}
+
+/**
+ * The `wa_id` the Cloud API answers for a recipient. Brazil added a ninth digit (a leading 9) to
+ * mobile numbers region by region between 2012 and 2016; WhatsApp accounts created before that in
+ * the regions that switched last keep their old 8-digit identity, so for many numbers the real API
+ * returns `wa_id` WITHOUT the ninth digit even though `to` had it (e.g. to 5531991234567 →
+ * wa_id 553191234567). The emulator reproduces this deterministically: `to` = 55 + DDD + 9 digits
+ * starting with 9, with DDD >= 31 (the old 8-digit mobile regions) → wa_id without the ninth
+ * digit; anything else (DDD 11-28, landlines, numbers already without it) → wa_id = to (digits).
+ */
+export function emulatedWaId(to: string): string {
+  const digits = digitsOf(to);
+  const m = /^55(\d{2})9(\d{8})$/.exec(digits);
+  if (m && Number(m[1]) >= 31) return `55${m[1]}${m[2]}`;
+  return digits;
+}
+
+/** Graph API errors the emulator can answer, as the real API words them. */
+const CLOUD_ERRORS: Record<number, { status: number; message: string; type: string; details: string }> = {
+  1: { status: 500, message: 'An unknown error occurred', type: 'OAuthException', details: 'Unknown error.' },
+  2: { status: 503, message: 'Service temporarily unavailable', type: 'OAuthException', details: 'The service is temporarily unavailable.' },
+  4: { status: 400, message: '(#4) Application request limit reached', type: 'OAuthException', details: 'Too many API calls.' },
+  10: { status: 403, message: '(#10) Permission denied', type: 'OAuthException', details: 'Permission is not granted or has been removed.' },
+  100: { status: 400, message: '(#100) Invalid parameter', type: 'OAuthException', details: 'Invalid parameter.' },
+  190: { status: 401, message: 'Invalid OAuth access token - Cannot parse access token', type: 'OAuthException', details: 'The access token has expired or is invalid.' },
+  130429: { status: 400, message: '(#130429) Rate limit hit', type: 'OAuthException', details: 'Cloud API message throughput has been reached.' },
+  131000: { status: 500, message: '(#131000) Something went wrong', type: 'OAuthException', details: 'Message failed to send due to an unknown error.' },
+  131016: { status: 503, message: '(#131016) Service unavailable', type: 'OAuthException', details: 'A service is temporarily unavailable.' },
+  131026: { status: 400, message: '(#131026) Message Undeliverable', type: 'OAuthException', details: 'Unable to deliver message. The recipient may not be a WhatsApp user or cannot receive this message.' },
+  131047: { status: 400, message: '(#131047) Re-engagement message', type: 'OAuthException', details: 'Message failed to send because more than 24 hours have passed since the customer last replied to this number.' },
+  131048: { status: 400, message: '(#131048) Spam rate limit hit', type: 'OAuthException', details: 'Message failed to send because there are restrictions on how many messages can be sent from this phone number.' },
+  131053: { status: 400, message: '(#131053) Media upload error', type: 'OAuthException', details: 'Unable to upload the media used in the message: the file is larger than the maximum size for its type.' },
+  131056: { status: 400, message: '(#131056) (Business Account, Consumer Account) pair rate limit hit', type: 'OAuthException', details: 'Message failed to send because there were too many messages sent from this phone number to the same phone number in a short period of time.' },
+  132000: { status: 400, message: '(#132000) Number of parameters does not match the expected number of params', type: 'OAuthException', details: 'body: number of localizable_params does not match the expected number of params.' },
+  132001: { status: 404, message: '(#132001) Template name does not exist in the translation', type: 'OAuthException', details: 'template name does not exist in the language.' },
+  132012: { status: 400, message: '(#132012) Parameter format does not match format in the created template', type: 'OAuthException', details: 'body: Format mismatch, expected TEXT.' },
+};
+
+const MEDIA_TYPES: Record<string, string> = {
+  jpg: 'image/jpeg',
+  jpeg: 'image/jpeg',
+  png: 'image/png',
+  webp: 'image/webp',
+  mp4: 'video/mp4',
+  '3gp': 'video/3gpp',
+  ogg: 'audio/ogg',
+  mp3: 'audio/mpeg',
+  m4a: 'audio/mp4',
+  aac: 'audio/aac',
+  amr: 'audio/amr',
+  pdf: 'application/pdf',
+  txt: 'text/plain',
+  doc: 'application/msword',
+  docx: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
+  xlsx: 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
+};
+
+const CLOUD_OBJECTS = ['text', 'image', 'video', 'audio', 'document', 'template', 'sticker', 'location', 'contacts', 'interactive', 'reaction'];
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isText = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
+
+/** What the real API would refuse with code 100, in its words; undefined when the body is fine. */
+function validateCloudBody(body: unknown): string | undefined {
+  if (!isObject(body)) return 'The request body must be a JSON object';
+  if (body.messaging_product !== 'whatsapp') return "The parameter messaging_product is required and must be 'whatsapp'";
+  if (body.recipient_type !== undefined && body.recipient_type !== 'individual' && body.recipient_type !== 'group') {
+    return "Param recipient_type must be one of {individual, group}";
+  }
+  if (!isText(body.to) || digitsOf(body.to).length < 8) return 'The parameter to is required and must be a phone number';
+  const type = body.type ?? 'text';
+  if (typeof type !== 'string' || !CLOUD_OBJECTS.includes(type)) return `Param type must be one of {${CLOUD_OBJECTS.join(', ')}}`;
+  for (const other of CLOUD_OBJECTS) {
+    if (other !== type && body[other] !== undefined) return `Param ${other} is not allowed when type is ${type}`;
+  }
+  const content = body[type];
+  if (!isObject(content)) return `The parameter ${type} is required when type is ${type}`;
+  if (body.biz_opaque_callback_data !== undefined && (typeof body.biz_opaque_callback_data !== 'string' || body.biz_opaque_callback_data.length > 512)) {
+    return 'Param biz_opaque_callback_data must be a string of at most 512 characters';
+  }
+  switch (type) {
+    case 'text':
+      if (!isText(content.body)) return "The parameter text['body'] is required";
+      if (content.body.length > 4096) return "Param text['body'] must be at most 4096 characters";
+      if (content.preview_url !== undefined && typeof content.preview_url !== 'boolean') return "Param text['preview_url'] must be a boolean";
+      for (const key of Object.keys(content)) if (key !== 'body' && key !== 'preview_url') return `Param text['${key}'] is not a valid parameter`;
+      return undefined;
+    case 'image':
+    case 'video':
+    case 'audio':
+    case 'document': {
+      if (!isText(content.link) && !isText(content.id)) return `The parameter ${type}['link'] or ${type}['id'] is required`;
+      if (content.link !== undefined && (!isText(content.link) || !/^https?:\/\//i.test(content.link))) return `Param ${type}['link'] must be a valid URL`;
+      const allowed = type === 'audio' ? ['link', 'id'] : type === 'document' ? ['link', 'id', 'caption', 'filename'] : ['link', 'id', 'caption'];
+      for (const key of Object.keys(content)) if (!allowed.includes(key)) return `Param ${type}['${key}'] is not a valid parameter`;
+      if (content.caption !== undefined && (typeof content.caption !== 'string' || content.caption.length > 1024)) return `Param ${type}['caption'] must be a string of at most 1024 characters`;
+      if (content.filename !== undefined && !isText(content.filename)) return `Param ${type}['filename'] must be a string`;
+      return undefined;
+    }
+    case 'template': {
+      if (!isText(content.name)) return "The parameter template['name'] is required";
+      if (!isObject(content.language) || !isText(content.language.code)) return "The parameter template['language']['code'] is required";
+      if (content.components !== undefined) {
+        if (!Array.isArray(content.components)) return "Param template['components'] must be an array";
+        for (const component of content.components) {
+          if (!isObject(component) || !['header', 'body', 'button', 'footer'].includes(String(component.type))) {
+            return "Param template['components'][]['type'] must be one of {header, body, button}";
+          }
+          if (component.parameters !== undefined) {
+            if (!Array.isArray(component.parameters)) return "Param template['components'][]['parameters'] must be an array";
+            for (const p of component.parameters) {
+              if (!isObject(p) || typeof p.type !== 'string') return "Param template['components'][]['parameters'][]['type'] is required";
+              if (p.type === 'text' && !isText(p.text)) return "Param template['components'][]['parameters'][]['text'] is required";
+            }
+          }
+        }
+      }
+      return undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+function validateWebBody(kind: 'sendText' | 'sendMedia', body: unknown): string[] {
+  if (!isObject(body)) return ['body must be a JSON object'];
+  const problems: string[] = [];
+  if (typeof body.number !== 'string' || !/^\d{8,20}$/.test(body.number)) problems.push('number must be the digits of a phone number');
+  if (kind === 'sendText') {
+    if (!isText(body.text)) problems.push('text is required');
+  } else {
+    if (!['image', 'video', 'audio', 'document'].includes(String(body.mediatype))) problems.push('mediatype must be one of image, video, audio, document');
+    if (!isText(body.media)) problems.push('media is required (a URL or base64)');
+    if (body.caption !== undefined && typeof body.caption !== 'string') problems.push('caption must be a string');
+    if (body.fileName !== undefined && typeof body.fileName !== 'string') problems.push('fileName must be a string');
+  }
+  return problems;
+}
+
+function fbtraceId(): string {
+  return randomBytes(9).toString('base64').replace(/[+/=]/g, 'A');
+}
+
+function graphError(code: number, details?: string): { status: number; body: unknown } {
+  const known = CLOUD_ERRORS[code] ?? { status: 400, message: `(#${code}) Emulated error ${code}`, type: 'OAuthException', details: `Emulated error ${code}.` };
+  return {
+    status: known.status,
+    body: {
+      error: {
+        message: known.message,
+        type: known.type,
+        code,
+        error_data: { messaging_product: 'whatsapp', details: details ?? known.details },
+        fbtrace_id: fbtraceId(),
+      },
+    },
+  };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+function zeros(total: number): Readable {
+  const chunk = Buffer.alloc(64 * 1024);
+  let left = total;
+  return new Readable({
+    read() {
+      if (left <= 0) {
+        this.push(null);
+        return;
+      }
+      const n = Math.min(left, chunk.length);
+      left -= n;
+      this.push(n === chunk.length ? chunk : chunk.subarray(0, n));
+    },
+  });
+}
+
+export interface Emulator {
+  app: Koa;
+  calls: EmulatorCall[];
+  /** Forgets every script and call. */
+  reset: () => void;
+}
+
+export function createEmulator(): Emulator {
   const app = new Koa();
   const calls: EmulatorCall[] = [];
+  const byTo = new Map<string, EmulatorScript & { left?: number }>();
+  const byId = new Map<string, EmulatorScript & { left?: number }>();
+  let seq = 0;
+
+  const reset = (): void => {
+    calls.length = 0;
+    byTo.clear();
+    byId.clear();
+  };
+
+  /** The script for this send, if any, without consuming it. */
+  const peek = (to: string, id: string): { map: Map<string, EmulatorScript & { left?: number }>; key: string; script: EmulatorScript & { left?: number } } | undefined => {
+    const toKey = personKey(to);
+    if (toKey && byTo.has(toKey)) return { map: byTo, key: toKey, script: byTo.get(toKey)! };
+    if (id && byId.has(id)) return { map: byId, key: id, script: byId.get(id)! };
+    return undefined;
+  };
+  /** Applies a script to one call: counts it down and forgets it after `times` calls. */
+  const consume = (found: NonNullable<ReturnType<typeof peek>>): EmulatorScript => {
+    if (found.script.left !== undefined) {
+      found.script.left -= 1;
+      if (found.script.left <= 0 && found.map.get(found.key) === found.script) found.map.delete(found.key);
+    }
+    return found.script;
+  };
+
+  const record = (call: Omit<EmulatorCall, 'seq' | 'at'>): EmulatorCall => {
+    const full: EmulatorCall = { seq: ++seq, at: new Date().toISOString(), ...call };
+    calls.push(full);
+    if (calls.length > MAX_CALLS) calls.splice(0, calls.length - MAX_CALLS);
+    return full;
+  };
+
+  app.use(async (ctx, next) => {
+    try {
+      await next();
+    } catch (err) {
+      const status = (err as { status?: number }).status ?? 500;
+      ctx.status = status;
+      const message = err instanceof Error ? err.message : String(err);
+      if (/^\/v\d+\.\d+\//.test(ctx.path)) {
+        ctx.body = { error: { message: `(#100) ${message}`, type: 'OAuthException', code: 100, error_data: { details: message }, fbtrace_id: fbtraceId() } };
+      } else {
+        ctx.body = { status, error: status >= 500 ? 'Internal Server Error' : 'Bad Request', response: { message: [message] } };
+      }
+    }
+  });
   app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: '2mb' }));
+
+  // Control routes.
   app.use(async (ctx, next) => {
     if (ctx.method === 'GET' && ctx.path === '/health') {
       ctx.body = { status: 'ok' };
       return;
     }
     if (ctx.method === 'GET' && ctx.path === '/__emulator/calls') {
-      ctx.body = { calls };
+      const to = typeof ctx.query.to === 'string' ? personKey(ctx.query.to) : undefined;
+      const id = typeof ctx.query.phoneNumberId === 'string' ? ctx.query.phoneNumberId : undefined;
+      const outcome = typeof ctx.query.outcome === 'string' ? ctx.query.outcome : undefined;
+      ctx.body = {
+        calls: calls.filter((c) => (!to || personKey(c.to) === to) && (!id || c.phoneNumberId === id) && (!outcome || c.outcome === outcome)),
+      };
+      return;
+    }
+    if (ctx.method === 'POST' && ctx.path === '/__emulator/script') {
+      const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
+      const to = body.to !== undefined ? personKey(body.to) : '';
+      const id = typeof body.phoneNumberId === 'string' ? body.phoneNumberId : '';
+      const behaviour = body.behaviour ?? 'ok';
+      const problems: string[] = [];
+      if (!to && !id) problems.push('to (digits) or phoneNumberId is required');
+      if (!['ok', 'error', 'redirect'].includes(String(behaviour))) problems.push("behaviour must be 'ok', 'error' or 'redirect'");
+      for (const field of ['code', 'httpStatus', 'delayMs', 'times'] as const) {
+        if (body[field] !== undefined && (typeof body[field] !== 'number' || !Number.isInteger(body[field]) || (body[field] as number) < 0)) {
+          problems.push(`${field} must be a non-negative integer`);
+        }
+      }
+      if (typeof body.httpStatus === 'number' && (body.httpStatus < 100 || body.httpStatus > 599)) problems.push('httpStatus must be 100..599');
+      if (typeof body.delayMs === 'number' && body.delayMs > MAX_DELAY_MS) problems.push(`delayMs must be at most ${MAX_DELAY_MS}`);
+      if (body.down !== undefined && typeof body.down !== 'boolean') problems.push('down must be a boolean');
+      if (problems.length > 0) {
+        ctx.status = 400;
+        ctx.body = { error: problems.join('; ') };
+        return;
+      }
+      const script: EmulatorScript & { left?: number } = {
+        ...(to ? { to } : { phoneNumberId: id }),
+        behaviour: behaviour as EmulatorScript['behaviour'],
+        ...(body.code !== undefined ? { code: body.code as number } : {}),
+        ...(body.httpStatus !== undefined ? { httpStatus: body.httpStatus as number } : {}),
+        ...(body.delayMs !== undefined ? { delayMs: body.delayMs as number } : {}),
+        ...(body.times !== undefined ? { times: body.times as number, left: body.times as number } : {}),
+        ...(body.down ? { down: true } : {}),
+      };
+      if (script.left === 0) (to ? byTo : byId).delete(to || id);
+      else (to ? byTo : byId).set(to || id, script);
+      const { left: _left, ...shown } = script;
+      ctx.body = { script: shown };
+      return;
+    }
+    if (ctx.method === 'POST' && ctx.path === '/__emulator/reset') {
+      const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
+      const to = body.to !== undefined ? personKey(body.to) : '';
+      const id = typeof body.phoneNumberId === 'string' ? body.phoneNumberId : '';
+      if (!to && !id) reset();
+      else {
+        if (to) byTo.delete(to);
+        if (id) byId.delete(id);
+        const keep = calls.filter((c) => !((to && personKey(c.to) === to) || (id && c.phoneNumberId === id)));
+        calls.length = 0;
+        calls.push(...keep);
+      }
+      ctx.body = { reset: true };
+      return;
+    }
+    const media = /^\/__emulator\/media\/(\d{1,12})\/([^/]+)$/.exec(ctx.path);
+    if (media && (ctx.method === 'GET' || ctx.method === 'HEAD')) {
+      const bytes = Number(media[1]);
+      const ext = (/\.([A-Za-z0-9]+)$/.exec(media[2])?.[1] ?? '').toLowerCase();
+      ctx.status = 200;
+      ctx.type = MEDIA_TYPES[ext] ?? 'application/octet-stream';
+      if (ctx.method === 'GET') ctx.body = zeros(bytes);
+      ctx.length = bytes;
       return;
     }
     await next();
   });
-  app.use(async (ctx) => {
+
+  // WhatsApp Cloud API.
+  app.use(async (ctx, next) => {
     const match = /^\/(v\d+\.\d+)\/([^/]+)\/messages$/.exec(ctx.path);
-    if (ctx.method !== 'POST' || !match) {
-      ctx.status = 404;
-      ctx.body = { error: { message: 'Unknown path', type: 'GraphMethodException', code: 100 } };
+    if (!match) return next();
+    if (ctx.method !== 'POST') {
+      ctx.status = 400;
+      ctx.body = graphError(100, `Unsupported ${ctx.method} request.`).body;
       return;
     }
-    const auth = ctx.get('authorization');
-    if (!/^Bearer \S+/.test(auth)) {
-      ctx.status = 401;
-      ctx.body = { error: { message: 'Invalid OAuth access token.', type: 'OAuthException', code: 190 } };
+    const phoneNumberId = decodeURIComponent(match[2]);
+    const body = (ctx.request as { body?: unknown }).body;
+    const to = isObject(body) ? digitsOf(body.to) : '';
+    const type = isObject(body) && typeof body.type === 'string' ? body.type : undefined;
+    const auth = /^Bearer \S+/.test(ctx.get('authorization')) ? 'bearer' : 'none';
+    const base = { api: 'cloud' as const, version: match[1], phoneNumberId, to, type, body, auth } as const;
+
+    const found = peek(to, phoneNumberId);
+    // An outage or a misrouting proxy answers before anything else looks at the request.
+    if (found && (found.script.down || found.script.behaviour === 'redirect')) {
+      const script = consume(found);
+      const status = script.down ? 503 : script.httpStatus && script.httpStatus >= 300 && script.httpStatus < 400 ? script.httpStatus : 307;
+      record({ ...base, status, outcome: script.down ? 'down' : 'redirect' });
+      if (script.delayMs) await sleep(script.delayMs);
+      ctx.status = status;
+      if (script.down) {
+        ctx.type = 'text/html';
+        ctx.body = '<html><body><h1>503 Service Unavailable</h1>No server is available to handle this request.</body></html>';
+      } else {
+        ctx.set('location', ctx.href);
+        ctx.body = '';
+      }
       return;
     }
-    const body = (ctx.request as { body?: { to?: string } }).body ?? {};
-    calls.push({ at: new Date().toISOString(), phoneNumberId: match[2], authorization: '[redacted]', body });
-    const to = String(body.to ?? '');
+    if (auth === 'none') {
+      const answer = graphError(190);
+      record({ ...base, status: answer.status, outcome: 'unauthorized' });
+      ctx.status = answer.status;
+      ctx.set('www-authenticate', 'OAuth "Facebook Platform" "invalid_token" "Invalid OAuth access token"');
+      ctx.body = answer.body;
+      return;
+    }
+    const invalid = validateCloudBody(body);
+    if (invalid) {
+      const answer = graphError(100, invalid);
+      record({ ...base, status: answer.status, outcome: 'invalid' });
+      ctx.status = answer.status;
+      ctx.body = answer.body;
+      return;
+    }
+    const script = found ? consume(found) : undefined;
+    if (script?.behaviour === 'error') {
+      const answer = graphError(script.code ?? 131000);
+      const status = script.httpStatus ?? answer.status;
+      record({ ...base, status, outcome: 'error' });
+      if (script.delayMs) await sleep(script.delayMs);
+      ctx.status = status;
+      ctx.body = answer.body;
+      return;
+    }
+    const messageId = `wamid.${randomBytes(24).toString('base64').replace(/[+/=]/g, 'A')}`;
+    const waId = emulatedWaId(to);
+    record({ ...base, status: 200, outcome: 'ok', messageId, waId });
+    if (script?.delayMs) await sleep(script.delayMs);
+    ctx.status = 200;
     ctx.body = {
       messaging_product: 'whatsapp',
-      contacts: [{ input: to, wa_id: to.replace(/\D/g, '') }],
-      messages: [{ id: `wamid.${randomBytes(16).toString('hex')}` }],
+      contacts: [{ input: (body as { to: string }).to, wa_id: waId }],
+      messages: [{ id: messageId }],
     };
   });
-  return { app, calls };
+
+  // "web" gateway (Evolution-API-like).
+  app.use(async (ctx) => {
+    const match = /^\/message\/(sendText|sendMedia)\/([^/]+)$/.exec(ctx.path);
+    if (ctx.method !== 'POST' || !match) {
+      ctx.status = 404;
+      ctx.body = { error: { message: `Unknown path components: ${ctx.path}`, type: 'OAuthException', code: 2500, fbtrace_id: fbtraceId() } };
+      return;
+    }
+    const kind = match[1] as 'sendText' | 'sendMedia';
+    const instance = decodeURIComponent(match[2]);
+    const body = (ctx.request as { body?: unknown }).body;
+    const to = isObject(body) ? digitsOf(body.number) : '';
+    const type = kind === 'sendText' ? 'text' : isObject(body) && typeof body.mediatype === 'string' ? body.mediatype : undefined;
+    const auth = ctx.get('apikey') ? 'apikey' : 'none';
+    const base = { api: 'web' as const, phoneNumberId: instance, to, type, body, auth } as const;
+    const gatewayError = (status: number, message: unknown[]): void => {
+      ctx.status = status;
+      ctx.body = { status, error: status === 401 ? 'Unauthorized' : status >= 500 ? 'Internal Server Error' : 'Bad Request', response: { message } };
+    };
+
+    const found = peek(to, instance);
+    if (found && (found.script.down || found.script.behaviour === 'redirect')) {
+      const script = consume(found);
+      const status = script.down ? 503 : script.httpStatus && script.httpStatus >= 300 && script.httpStatus < 400 ? script.httpStatus : 307;
+      record({ ...base, status, outcome: script.down ? 'down' : 'redirect' });
+      if (script.delayMs) await sleep(script.delayMs);
+      ctx.status = status;
+      if (script.down) {
+        ctx.type = 'text/plain';
+        ctx.body = 'Service Unavailable';
+      } else {
+        ctx.set('location', ctx.href);
+        ctx.body = '';
+      }
+      return;
+    }
+    if (auth === 'none') {
+      record({ ...base, status: 401, outcome: 'unauthorized' });
+      gatewayError(401, ['Unauthorized']);
+      return;
+    }
+    const problems = validateWebBody(kind, body);
+    if (problems.length > 0) {
+      record({ ...base, status: 400, outcome: 'invalid' });
+      gatewayError(400, problems);
+      return;
+    }
+    const script = found ? consume(found) : undefined;
+    if (script?.behaviour === 'error') {
+      // 131026 (undeliverable) is how the gateway says a number is not on WhatsApp.
+      const status = script.httpStatus ?? (script.code === 131026 ? 400 : 500);
+      record({ ...base, status, outcome: 'error' });
+      if (script.delayMs) await sleep(script.delayMs);
+      gatewayError(status, script.code === 131026 ? [{ jid: `${to}@s.whatsapp.net`, exists: false, number: to }] : [`Emulated error${script.code ? ` ${script.code}` : ''}`]);
+      return;
+    }
+    const messageId = randomBytes(10).toString('hex').toUpperCase();
+    const waId = emulatedWaId(to);
+    record({ ...base, status: 201, outcome: 'ok', messageId, waId });
+    if (script?.delayMs) await sleep(script.delayMs);
+    const b = body as Record<string, unknown>;
+    ctx.status = 201;
+    ctx.body = {
+      key: { remoteJid: `${waId}@s.whatsapp.net`, fromMe: true, id: messageId },
+      pushName: '',
+      status: 'PENDING',
+      message:
+        kind === 'sendText'
+          ? { conversation: b.text }
+          : { [`${String(b.mediatype)}Message`]: { url: b.media, ...(b.caption ? { caption: b.caption } : {}), ...(b.fileName ? { fileName: b.fileName } : {}) } },
+      messageType: kind === 'sendText' ? 'conversation' : `${String(b.mediatype)}Message`,
+      messageTimestamp: Math.floor(Date.now() / 1000),
+      instanceId: instance,
+      source: 'unknown',
+    };
+  });
+
+  return { app, calls, reset };
 }
 
 if (require.main === module) {

@@ -1,0 +1,197 @@
+import {
+  OutboundMessage,
+  ProviderAdapter,
+  ProviderConnection,
+  ProviderError,
+  ProviderFailure,
+  SendOptions,
+  SendResult,
+  excerpt,
+  postJson,
+  redactSecrets,
+} from './types';
+
+/**
+ * WhatsApp Cloud API (Graph API) adapter.
+ *
+ * `POST {baseUrl}/{apiVersion}/{phoneNumberId}/messages`, `Authorization: Bearer <accessToken>`,
+ * body `{ messaging_product: 'whatsapp', recipient_type: 'individual', to, type, <type>: {...},
+ * biz_opaque_callback_data }`; success `{ messaging_product, contacts: [{ input, wa_id }],
+ * messages: [{ id }] }`; failure `{ error: { message, type, code, error_data: { details },
+ * error_subcode?, fbtrace_id } }`.
+ *
+ * The adapter only classifies failures (ProviderError.failure / retryable); it never retries:
+ * Temporal's activity retry policy does, and a non-retryable error stops it.
+ */
+export const DEFAULT_API_VERSION = 'v21.0';
+const SERVICE = 'WhatsApp Cloud API';
+
+/** Cloud API error codes we act on. Anything else is REJECTED (or UNAVAILABLE when HTTP 5xx). */
+const CODE_FAILURES: Record<number, ProviderFailure> = {
+  131047: 'WINDOW_CLOSED', // Re-engagement message: more than 24 h since the customer last wrote
+  132000: 'TEMPLATE_INVALID', // Number of parameters does not match the template
+  132001: 'TEMPLATE_INVALID', // Template does not exist (in this language)
+  132012: 'TEMPLATE_INVALID', // Parameter format does not match the template
+  131053: 'MEDIA_TOO_LARGE', // Media upload error (too large, unsupported, unreachable)
+  131026: 'UNDELIVERABLE', // Message undeliverable (not on WhatsApp, old app, blocked...)
+  130429: 'THROTTLED', // Cloud API throughput reached
+  131056: 'THROTTLED', // Pair rate limit: too many messages to this recipient
+  131048: 'THROTTLED', // Spam rate limit
+  4: 'THROTTLED', // Graph API: application request limit reached
+  80007: 'THROTTLED', // WhatsApp Business Account rate limit
+  2: 'UNAVAILABLE', // Graph API: service temporarily unavailable
+  131016: 'UNAVAILABLE', // Service overloaded / unavailable
+};
+
+/** What each outcome means, in words an operator reads in the Temporal UI. */
+const EXPLANATION: Record<ProviderFailure, string> = {
+  WINDOW_CLOSED: 'the recipient has not written in the last 24 hours, so WhatsApp only accepts an approved template',
+  TEMPLATE_INVALID: 'WhatsApp refused the template (unknown or unapproved name or language, or variables that do not match it)',
+  MEDIA_TOO_LARGE: 'WhatsApp could not accept the media file (too large for its type, unsupported, or unreachable)',
+  UNDELIVERABLE: 'WhatsApp cannot deliver to this number (not on WhatsApp, or unable to receive)',
+  THROTTLED: 'WhatsApp is rate limiting this sender (temporary; trying again later can help)',
+  UNAVAILABLE: 'the WhatsApp Cloud API is unavailable (temporary; trying again can help)',
+  REJECTED: 'WhatsApp refused the request',
+};
+
+type GraphError = {
+  message?: unknown;
+  type?: unknown;
+  code?: unknown;
+  error_subcode?: unknown;
+  error_data?: { details?: unknown };
+  fbtrace_id?: unknown;
+};
+
+function asCode(value: unknown): number | undefined {
+  const n = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
+  return typeof n === 'number' && Number.isInteger(n) ? n : undefined;
+}
+
+/** Classifies a non-2xx answer. Exported for tests and for whoever needs the same mapping. */
+export function classifyCloudError(status: number, code: number | undefined): ProviderFailure {
+  if (code !== undefined && CODE_FAILURES[code]) return CODE_FAILURES[code];
+  if (status >= 500) return 'UNAVAILABLE';
+  if (status === 429) return 'THROTTLED';
+  return 'REJECTED';
+}
+
+function buildBody(message: OutboundMessage): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    messaging_product: 'whatsapp',
+    recipient_type: 'individual',
+    to: message.to,
+    type: message.type,
+  };
+  const need = (value: string | undefined, field: string): string => {
+    if (!value) throw new ProviderError('REJECTED', `Cannot send a ${message.type} message without ${field} (nothing was sent)`);
+    return value;
+  };
+  switch (message.type) {
+    case 'text': {
+      const text = need(message.text, 'its text');
+      // Link previews only when the text carries a link (the API's default is no preview).
+      body.text = /https?:\/\/\S/i.test(text) ? { body: text, preview_url: true } : { body: text };
+      break;
+    }
+    case 'image':
+    case 'video':
+      body[message.type] = { link: need(message.mediaUrl, 'a media URL'), ...(message.caption ? { caption: message.caption } : {}) };
+      break;
+    case 'audio':
+      // Audio takes no caption on the Cloud API.
+      body.audio = { link: need(message.mediaUrl, 'a media URL') };
+      break;
+    case 'document':
+      body.document = {
+        link: need(message.mediaUrl, 'a media URL'),
+        ...(message.caption ? { caption: message.caption } : {}),
+        ...(message.fileName ? { filename: message.fileName } : {}),
+      };
+      break;
+    case 'template': {
+      const variables = message.templateVariables ?? [];
+      body.template = {
+        name: need(message.templateName, 'a template name'),
+        language: { code: need(message.templateLanguage, 'a template language') },
+        ...(variables.length > 0
+          ? { components: [{ type: 'body', parameters: variables.map((text) => ({ type: 'text', text })) }] }
+          : {}),
+      };
+      break;
+    }
+    default:
+      throw new ProviderError('REJECTED', `Unknown message type "${String((message as { type: unknown }).type)}" (nothing was sent)`);
+  }
+  if (message.reference) body.biz_opaque_callback_data = message.reference;
+  return body;
+}
+
+function failureMessage(failure: ProviderFailure, status: number, error: GraphError | undefined, rawText: string): string {
+  const code = asCode(error?.code);
+  const subcode = asCode(error?.error_subcode);
+  let explanation = EXPLANATION[failure];
+  if (failure === 'REJECTED' && (status === 401 || code === 190)) {
+    explanation = "WhatsApp refused the instance's access token (expired, revoked or wrong); update the instance's access token";
+  } else if (failure === 'REJECTED' && (status === 403 || code === 10 || code === 200)) {
+    explanation = 'WhatsApp says the access token lacks permission for this phone number id; check the instance configuration';
+  } else if (failure === 'REJECTED' && code === 100) {
+    explanation = 'WhatsApp says the request has an invalid parameter';
+  } else if (failure === 'UNAVAILABLE') {
+    explanation = `the WhatsApp Cloud API is unavailable (HTTP ${status}; temporary, trying again can help)`;
+  }
+  const parts: string[] = [];
+  if (code !== undefined) parts.push(`code ${code}${subcode !== undefined ? `/${subcode}` : ''}`);
+  parts.push(`HTTP ${status}`);
+  let said = '';
+  if (error && typeof error.message === 'string') said = error.message;
+  else if (rawText) said = excerpt(rawText);
+  const details = typeof error?.error_data?.details === 'string' ? error.error_data.details : '';
+  const trace = typeof error?.fbtrace_id === 'string' ? ` [fbtrace_id ${error.fbtrace_id}]` : '';
+  const provider = [said, details].filter(Boolean).join(' — ');
+  return `Send failed: ${explanation}. WhatsApp said (${parts.join(', ')})${provider ? `: ${provider}` : ''}${trace}`;
+}
+
+export const cloudAdapter: ProviderAdapter = {
+  async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
+    const { baseUrl, phoneNumberId, accessToken } = connection.config;
+    const apiVersion = connection.config.apiVersion || DEFAULT_API_VERSION;
+    const missing = [!baseUrl && 'base URL', !phoneNumberId && 'phone number id', !accessToken && 'access token'].filter(Boolean);
+    if (missing.length > 0) {
+      throw new ProviderError('REJECTED', `The Cloud API instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`);
+    }
+    const secrets = [accessToken];
+    const url = `${baseUrl!.replace(/\/+$/, '')}/${encodeURIComponent(apiVersion)}/${encodeURIComponent(phoneNumberId!)}/messages`;
+    const body = buildBody(message);
+    const answer = await postJson(url, {
+      headers: { authorization: `Bearer ${accessToken}` },
+      body,
+      timeoutMs: options.timeoutMs,
+      service: SERVICE,
+      secrets,
+    });
+
+    if (answer.status >= 200 && answer.status < 300) {
+      const ok = answer.json as { contacts?: Array<{ wa_id?: unknown }>; messages?: Array<{ id?: unknown }> } | undefined;
+      const id = ok?.messages?.[0]?.id;
+      if (typeof id !== 'string' || !id) {
+        // The message may have gone out: not retryable, so it cannot be sent twice.
+        throw new ProviderError(
+          'REJECTED',
+          redactSecrets(`The WhatsApp Cloud API answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(answer.text)}`, secrets),
+          { retryable: false, httpStatus: answer.status },
+        );
+      }
+      const waId = ok?.contacts?.[0]?.wa_id;
+      return { providerMessageId: id, ...(typeof waId === 'string' && waId ? { waId } : {}) };
+    }
+
+    const error = (answer.json as { error?: GraphError } | undefined)?.error;
+    const code = asCode(error?.code);
+    const failure = classifyCloudError(answer.status, code);
+    throw new ProviderError(failure, redactSecrets(failureMessage(failure, answer.status, error, answer.text), secrets), {
+      providerCode: code,
+      httpStatus: answer.status,
+    });
+  },
+};

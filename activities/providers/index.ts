@@ -1,0 +1,53 @@
+import { ApplicationFailure } from '@temporalio/activity';
+import { cloudAdapter } from './cloud';
+import { webAdapter } from './web';
+import { OutboundMessage, ProviderAdapter, ProviderConnection, ProviderError, SendOptions, SendResult, redactSecrets } from './types';
+
+export * from './types';
+export { cloudAdapter, classifyCloudError, DEFAULT_API_VERSION } from './cloud';
+export { webAdapter } from './web';
+
+/** The adapter that speaks an instance's provider. */
+export function adapterFor(provider: ProviderConnection['provider']): ProviderAdapter {
+  switch (provider) {
+    case 'cloud':
+      return cloudAdapter;
+    case 'web':
+      return webAdapter;
+    default:
+      throw new ProviderError('REJECTED', `Unknown provider "${String(provider)}" (nothing was sent)`);
+  }
+}
+
+/**
+ * Sends one message through the instance's provider. Every failure comes out as a ProviderError
+ * (`failure`, `retryable`, plain-words message without secrets); the caller (a Temporal activity)
+ * decides what to do with it, typically ApplicationFailure.nonRetryable when `retryable` is false.
+ * No retries here.
+ */
+export async function sendThroughProvider(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
+  try {
+    return await adapterFor(connection.provider).send(connection, message, options);
+  } catch (err) {
+    if (err instanceof ProviderError) throw err;
+    // A bug rather than a provider answer: keep it visible, retryable, and without secrets.
+    const text = err instanceof Error ? err.message : String(err);
+    throw new ProviderError('UNAVAILABLE', redactSecrets(`Unexpected error while sending through the ${connection.provider} provider: ${text}`, [connection.config.accessToken]));
+  }
+}
+
+/**
+ * For a Temporal activity: a ProviderError becomes an ApplicationFailure whose `type` is the
+ * failure (WINDOW_CLOSED, THROTTLED, ...), non-retryable when trying again cannot help, with
+ * `{ failure, providerCode, httpStatus }` as details; the message (already in plain words, without
+ * secrets) is what the Temporal UI shows. Anything else is returned unchanged.
+ */
+export function toActivityFailure(err: unknown): unknown {
+  if (!(err instanceof ProviderError)) return err;
+  return ApplicationFailure.create({
+    message: err.message,
+    type: err.failure,
+    nonRetryable: !err.retryable,
+    details: [{ failure: err.failure, providerCode: err.providerCode ?? null, httpStatus: err.httpStatus ?? null }],
+  });
+}

@@ -1,0 +1,219 @@
+/**
+ * What the sending path asks of a messaging provider, whichever wire format it speaks.
+ * Adapters: `cloud.ts` (WhatsApp Cloud API) and `web.ts` (the unofficial "web" gateway style).
+ */
+export const MESSAGE_TYPES = ['text', 'image', 'video', 'audio', 'document', 'template'] as const;
+export type MessageType = (typeof MESSAGE_TYPES)[number];
+
+export interface OutboundMessage {
+  type: MessageType;
+  /** Recipient: digits in international form (e.g. 5511987654321). */
+  to: string;
+  text?: string;
+  mediaUrl?: string;
+  caption?: string;
+  fileName?: string;
+  templateName?: string;
+  templateLanguage?: string;
+  templateVariables?: string[];
+  /**
+   * Our reference for this send (stable across retries of one request). The Cloud adapter puts it
+   * in `biz_opaque_callback_data`, which the provider echoes in status callbacks.
+   */
+  reference: string;
+}
+
+export interface ProviderConnection {
+  instanceId: string;
+  provider: 'cloud' | 'web';
+  /** Operator configuration of the instance (secrets: never logged). */
+  config: {
+    baseUrl?: string;
+    phoneNumberId?: string;
+    accessToken?: string;
+    apiVersion?: string;
+    instanceName?: string;
+  };
+}
+
+export interface SendResult {
+  providerMessageId: string;
+  /** The provider's authoritative identity of the recipient (Cloud API `contacts[].wa_id`). */
+  waId?: string;
+}
+
+/**
+ * Why a send failed, in our words. `retryable` says whether trying again can help (throttling,
+ * 5xx, network); the rest are final and map to the API's error codes.
+ */
+export type ProviderFailure =
+  | 'WINDOW_CLOSED' // Cloud 131047: outside the 24-hour window
+  | 'TEMPLATE_INVALID' // Cloud 132000 / 132001: parameter count, template missing
+  | 'MEDIA_TOO_LARGE' // Cloud 131053: media upload error / too large
+  | 'UNDELIVERABLE' // Cloud 131026: recipient cannot receive
+  | 'THROTTLED' // Cloud 130429 / 131056: rate limits (retryable)
+  | 'UNAVAILABLE' // 5xx, timeouts, connection refused (retryable)
+  | 'REJECTED'; // anything else the provider refused (auth, bad request)
+
+export class ProviderError extends Error {
+  readonly failure: ProviderFailure;
+  readonly retryable: boolean;
+  readonly providerCode?: number;
+  readonly httpStatus?: number;
+
+  constructor(failure: ProviderFailure, message: string, options: { retryable?: boolean; providerCode?: number; httpStatus?: number } = {}) {
+    super(message);
+    this.name = 'ProviderError';
+    this.failure = failure;
+    this.retryable = options.retryable ?? (failure === 'THROTTLED' || failure === 'UNAVAILABLE');
+    this.providerCode = options.providerCode;
+    this.httpStatus = options.httpStatus;
+  }
+}
+
+/** How long one send may take, connection and answer included, before it counts as UNAVAILABLE. */
+export const DEFAULT_SEND_TIMEOUT_MS = 10_000;
+
+export interface SendOptions {
+  /** Abort the HTTP call after this many milliseconds (default DEFAULT_SEND_TIMEOUT_MS). */
+  timeoutMs?: number;
+}
+
+export interface ProviderAdapter {
+  send(connection: ProviderConnection, message: OutboundMessage, options?: SendOptions): Promise<SendResult>;
+}
+
+export function isProviderError(err: unknown): err is ProviderError {
+  return err instanceof ProviderError;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Shared by the adapters: one HTTP POST with a hard timeout, no redirects, secrets scrubbed from
+ * every message an operator may read (Temporal UI, logs).
+ * ---------------------------------------------------------------------------------------------- */
+
+/** Replaces every occurrence of each secret with `[redacted]`. */
+export function redactSecrets(text: string, secrets: Array<string | undefined>): string {
+  let out = text;
+  for (const secret of secrets) {
+    if (secret) out = out.split(secret).join('[redacted]');
+  }
+  return out;
+}
+
+export interface HttpAnswer {
+  status: number;
+  text: string;
+  /** The parsed body when it is JSON, else undefined. */
+  json: unknown;
+}
+
+const NETWORK_WORDS: Record<string, string> = {
+  ECONNREFUSED: 'connection refused',
+  ECONNRESET: 'connection reset by the server',
+  ENOTFOUND: 'host name not found',
+  EAI_AGAIN: 'host name lookup failed (temporary DNS failure)',
+  ETIMEDOUT: 'connection timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  EPIPE: 'connection closed while sending',
+  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
+  UND_ERR_SOCKET: 'connection closed unexpectedly',
+  UND_ERR_HEADERS_TIMEOUT: 'no answer headers in time',
+  UND_ERR_BODY_TIMEOUT: 'the answer stopped arriving',
+};
+
+function describeNetworkError(err: unknown): string {
+  const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
+  const code = cause?.code ?? (err as { code?: string })?.code;
+  if (code && NETWORK_WORDS[code]) return `${NETWORK_WORDS[code]} (${code})`;
+  if (code) return `${cause?.message ?? (err as Error)?.message ?? 'network error'} (${code})`;
+  return cause?.message ?? (err as Error)?.message ?? String(err);
+}
+
+/**
+ * POSTs a JSON body. Never follows a redirect (it would carry the credentials elsewhere and
+ * hides a misconfigured base URL): a 3xx is REJECTED. Timeouts (the whole exchange, body
+ * included) and network errors are UNAVAILABLE. Any other status is returned for the adapter
+ * to classify.
+ */
+export async function postJson(
+  url: string,
+  init: { headers: Record<string, string>; body: unknown; timeoutMs?: number; service: string; secrets: Array<string | undefined> },
+): Promise<HttpAnswer> {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ProviderError('REJECTED', `The instance base URL is not a valid URL; fix the instance configuration (${init.service})`);
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    throw new ProviderError('REJECTED', `The instance base URL must be http or https, not ${parsed.protocol} (${init.service})`);
+  }
+  const where = parsed.host; // never the userinfo part
+  const timeoutMs = init.timeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
+  const controller = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    controller.abort();
+  }, timeoutMs);
+  const scrub = (text: string): string => redactSecrets(text, init.secrets);
+  try {
+    const res = await fetch(parsed, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json', ...init.headers },
+      body: JSON.stringify(init.body),
+      redirect: 'manual',
+      signal: controller.signal,
+    });
+    if (res.status >= 300 && res.status < 400) {
+      const location = res.headers.get('location');
+      let target = '';
+      if (location) {
+        try {
+          const to = new URL(location, parsed);
+          target = ` to ${to.host}${to.pathname}`;
+        } catch {
+          target = '';
+        }
+      }
+      await res.body?.cancel().catch(() => undefined);
+      throw new ProviderError(
+        'REJECTED',
+        scrub(
+          `${init.service} at ${where} answered with a redirect (HTTP ${res.status}${target}); redirects are not followed, so the credentials are never sent elsewhere. Check the instance base URL (https, exact host and path)`,
+        ),
+        { httpStatus: res.status },
+      );
+    }
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = text ? JSON.parse(text) : undefined;
+    } catch {
+      json = undefined;
+    }
+    return { status: res.status, text, json };
+  } catch (err) {
+    if (err instanceof ProviderError) throw err;
+    if (timedOut) {
+      throw new ProviderError(
+        'UNAVAILABLE',
+        `${init.service} at ${where} did not answer within ${(timeoutMs / 1000).toLocaleString('en-US')} s (temporary; trying again can help)`,
+      );
+    }
+    throw new ProviderError('UNAVAILABLE', scrub(`Could not reach ${init.service} at ${where}: ${describeNetworkError(err)} (temporary; trying again can help)`));
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A short, single-line excerpt of a non-JSON answer, for error messages. */
+export function excerpt(text: string, max = 200): string {
+  const flat = text
+    .replace(/<[^>]*>/g, ' ') // an HTML error page: keep its words
+    .replace(/\s+/g, ' ')
+    .trim();
+  return flat.length > max ? `${flat.slice(0, max)}…` : flat;
+}

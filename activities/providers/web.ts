@@ -1,0 +1,137 @@
+import {
+  OutboundMessage,
+  ProviderAdapter,
+  ProviderConnection,
+  ProviderError,
+  SendOptions,
+  SendResult,
+  excerpt,
+  postJson,
+  redactSecrets,
+} from './types';
+
+/**
+ * The unofficial "web" gateway style (Evolution-API-like: a WhatsApp Web session behind an HTTP
+ * API, one named connection per instance).
+ *
+ * - `POST {baseUrl}/message/sendText/{instanceName}` `{ number, text }`
+ * - `POST {baseUrl}/message/sendMedia/{instanceName}` `{ number, mediatype, media, caption?, fileName? }`
+ * - header `apikey: <accessToken>`; answer `{ key: { id, remoteJid } }`.
+ *
+ * No 24-hour window and no templates (a web session cannot send WhatsApp Business templates).
+ * Group chats (`...@g.us`) are refused: the CRM talks to people, not groups.
+ */
+const SERVICE = 'WhatsApp web gateway';
+
+type GatewayError = { status?: unknown; error?: unknown; message?: unknown; response?: { message?: unknown } };
+
+/** Flattens the gateway's `response.message` (a string, or an array of strings/objects). */
+function gatewaySaid(json: unknown, text: string): { said: string; notOnWhatsApp: boolean } {
+  const body = json as GatewayError | undefined;
+  const raw = body?.response?.message ?? body?.message ?? body?.error;
+  const items = Array.isArray(raw) ? raw : raw === undefined ? [] : [raw];
+  let notOnWhatsApp = false;
+  const words = items.map((item) => {
+    if (typeof item === 'string') return item;
+    if (item && typeof item === 'object') {
+      const entry = item as { exists?: unknown; number?: unknown; jid?: unknown };
+      if (entry.exists === false) {
+        notOnWhatsApp = true;
+        return `${String(entry.number ?? entry.jid ?? 'number')} is not on WhatsApp`;
+      }
+      return JSON.stringify(item);
+    }
+    return String(item);
+  });
+  const said = words.join('; ') || (json === undefined ? excerpt(text) : '');
+  return { said, notOnWhatsApp };
+}
+
+/** The phone digits of a `<digits>@s.whatsapp.net` JID; undefined for other JID kinds (lid, group). */
+function waIdFromJid(jid: unknown): string | undefined {
+  if (typeof jid !== 'string') return undefined;
+  const m = /^(\d+)(?::\d+)?@(s\.whatsapp\.net|c\.us)$/.exec(jid);
+  return m ? m[1] : undefined;
+}
+
+export const webAdapter: ProviderAdapter = {
+  async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
+    const { baseUrl, instanceName, accessToken } = connection.config;
+    const missing = [!baseUrl && 'base URL', !instanceName && 'instance name', !accessToken && 'API key (access token)'].filter(Boolean);
+    if (missing.length > 0) {
+      throw new ProviderError('REJECTED', `The web gateway instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`);
+    }
+    if (/@g\.us$/i.test(message.to.trim())) {
+      throw new ProviderError('REJECTED', 'Group chats (ids ending in @g.us) are not supported: messages go to one person at a time (nothing was sent)');
+    }
+    if (message.type === 'template') {
+      throw new ProviderError(
+        'REJECTED',
+        'Templates cannot be sent through a web gateway instance (only the WhatsApp Cloud API supports them); send text or media instead (nothing was sent)',
+      );
+    }
+    // A person's JID (`<digits>@s.whatsapp.net`) or a phone number: the gateway wants the digits.
+    const number = message.to.replace(/@.*$/, '').replace(/\D/g, '');
+    if (!number) throw new ProviderError('REJECTED', `"${message.to}" is not a phone number (nothing was sent)`);
+
+    let path: string;
+    let body: Record<string, unknown>;
+    if (message.type === 'text') {
+      if (!message.text) throw new ProviderError('REJECTED', 'Cannot send a text message without its text (nothing was sent)');
+      path = 'sendText';
+      body = { number, text: message.text };
+    } else {
+      if (!message.mediaUrl) throw new ProviderError('REJECTED', `Cannot send a ${message.type} message without a media URL (nothing was sent)`);
+      path = 'sendMedia';
+      body = {
+        number,
+        mediatype: message.type,
+        media: message.mediaUrl,
+        ...(message.caption && message.type !== 'audio' ? { caption: message.caption } : {}),
+        ...(message.fileName && message.type === 'document' ? { fileName: message.fileName } : {}),
+      };
+    }
+
+    const secrets = [accessToken];
+    const url = `${baseUrl!.replace(/\/+$/, '')}/message/${path}/${encodeURIComponent(instanceName!)}`;
+    const answer = await postJson(url, { headers: { apikey: accessToken! }, body, timeoutMs: options.timeoutMs, service: SERVICE, secrets });
+
+    if (answer.status >= 200 && answer.status < 300) {
+      const key = (answer.json as { key?: { id?: unknown; remoteJid?: unknown } } | undefined)?.key;
+      if (typeof key?.id !== 'string' || !key.id) {
+        throw new ProviderError(
+          'REJECTED',
+          redactSecrets(`The web gateway answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(answer.text)}`, secrets),
+          { retryable: false, httpStatus: answer.status },
+        );
+      }
+      const waId = waIdFromJid(key.remoteJid);
+      return { providerMessageId: key.id, ...(waId ? { waId } : {}) };
+    }
+
+    const { said, notOnWhatsApp } = gatewaySaid(answer.json, answer.text);
+    const suffix = `The gateway said (HTTP ${answer.status})${said ? `: ${said}` : ''}`;
+    let failure: ProviderError['failure'];
+    let explanation: string;
+    if (answer.status >= 500) {
+      failure = 'UNAVAILABLE';
+      explanation = 'the web gateway is unavailable (temporary; trying again can help)';
+    } else if (answer.status === 429) {
+      failure = 'THROTTLED';
+      explanation = 'the web gateway is rate limiting this sender (temporary; trying again later can help)';
+    } else if (notOnWhatsApp) {
+      failure = 'UNDELIVERABLE';
+      explanation = 'this number is not on WhatsApp';
+    } else if (answer.status === 401 || answer.status === 403) {
+      failure = 'REJECTED';
+      explanation = "the web gateway refused the instance's API key; update the instance's access token";
+    } else if (answer.status === 404) {
+      failure = 'REJECTED';
+      explanation = `the web gateway does not know the connection "${instanceName}"; check the instance name`;
+    } else {
+      failure = 'REJECTED';
+      explanation = 'the web gateway refused the message';
+    }
+    throw new ProviderError(failure, redactSecrets(`Send failed: ${explanation}. ${suffix}`, secrets), { httpStatus: answer.status });
+  },
+};

@@ -1,0 +1,554 @@
+/**
+ * Provider adapters against the suite's emulator, over real HTTP: the Cloud API wire format and
+ * error mapping, the "web" gateway style, and the emulator's control API. Every test uses its own
+ * recipient numbers (other files run in parallel against the same emulator).
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import {
+  OutboundMessage,
+  ProviderConnection,
+  ProviderError,
+  adapterFor,
+  classifyCloudError,
+  cloudAdapter,
+  sendThroughProvider,
+  toActivityFailure,
+  webAdapter,
+} from '../activities/providers';
+import { ApplicationFailure } from '@temporalio/activity';
+
+const TOKEN = 'test-token';
+const EMULATOR_URL = process.env.EMULATOR_URL as string;
+
+const cloud: ProviderConnection = {
+  instanceId: 'inst-cloud-test',
+  provider: 'cloud',
+  config: { baseUrl: EMULATOR_URL, phoneNumberId: 'PN1', accessToken: TOKEN },
+};
+const web: ProviderConnection = {
+  instanceId: 'inst-web-test',
+  provider: 'web',
+  config: { baseUrl: EMULATOR_URL, instanceName: 'web-inst', accessToken: TOKEN },
+};
+
+// 55 + DDD + 96 + 7 digits: a 13-digit mobile, unique to this file's run.
+let counter = Math.floor(Math.random() * 9_000_000);
+const phone = (ddd = '11'): string => `55${ddd}96${String(counter++ % 10_000_000).padStart(7, '0')}`;
+
+async function emu<T = any>(method: string, path: string, body?: unknown): Promise<{ status: number; headers: Headers; body: T }> {
+  const res = await fetch(EMULATOR_URL + path, {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let parsed: any = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
+  return { status: res.status, headers: res.headers, body: parsed as T };
+}
+const script = async (body: Record<string, unknown>): Promise<void> => {
+  const res = await emu('POST', '/__emulator/script', body);
+  expect(res.status).toBe(200);
+};
+const callsTo = async (to: string): Promise<any[]> => (await emu<{ calls: any[] }>('GET', `/__emulator/calls?to=${to}`)).body.calls;
+
+const msg = (to: string, extra: Partial<OutboundMessage> = {}): OutboundMessage => ({ type: 'text', to, text: 'Olá!', reference: `ref-${to}`, ...extra });
+
+/** Expects a ProviderError, and that nothing an operator reads carries the token. */
+async function failure(promise: Promise<unknown>): Promise<ProviderError> {
+  const err = await promise.then(
+    () => {
+      throw new Error('expected the send to fail');
+    },
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ProviderError);
+  const pe = err as ProviderError;
+  expect(pe.message).not.toContain(TOKEN);
+  expect(String(pe.stack)).not.toContain(TOKEN);
+  expect(JSON.stringify(pe)).not.toContain(TOKEN);
+  return pe;
+}
+
+describe('Cloud API adapter: wire format', () => {
+  test('text: the real body, bearer token, default version v21.0, reference as biz_opaque_callback_data', async () => {
+    const to = phone();
+    const result = await cloudAdapter.send(cloud, msg(to, { text: 'Bom dia' }));
+    const calls = await callsTo(to);
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatchObject({ api: 'cloud', version: 'v21.0', phoneNumberId: 'PN1', auth: 'bearer', status: 200, outcome: 'ok' });
+    expect(calls[0].body).toEqual({
+      messaging_product: 'whatsapp',
+      recipient_type: 'individual',
+      to,
+      type: 'text',
+      text: { body: 'Bom dia' },
+      biz_opaque_callback_data: `ref-${to}`,
+    });
+    expect(result).toEqual({ providerMessageId: calls[0].messageId, waId: to });
+    expect(result.providerMessageId).toMatch(/^wamid\./);
+    expect(JSON.stringify(calls)).not.toContain(TOKEN);
+  });
+
+  test('text with a link asks for a preview; a configured apiVersion is used', async () => {
+    const to = phone();
+    await cloudAdapter.send({ ...cloud, config: { ...cloud.config, apiVersion: 'v22.0', baseUrl: `${EMULATOR_URL}/` } }, msg(to, { text: 'Veja https://example.com/x' }));
+    const [call] = await callsTo(to);
+    expect(call.version).toBe('v22.0');
+    expect(call.body.text).toEqual({ body: 'Veja https://example.com/x', preview_url: true });
+  });
+
+  test.each([
+    ['image', { mediaUrl: 'https://cdn.example.com/a.jpg', caption: 'Foto' }, { link: 'https://cdn.example.com/a.jpg', caption: 'Foto' }],
+    ['image', { mediaUrl: 'https://cdn.example.com/b.jpg' }, { link: 'https://cdn.example.com/b.jpg' }],
+    ['video', { mediaUrl: 'https://cdn.example.com/v.mp4', caption: 'Vídeo' }, { link: 'https://cdn.example.com/v.mp4', caption: 'Vídeo' }],
+    ['audio', { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'dropped: audio has no caption' }, { link: 'https://cdn.example.com/a.ogg' }],
+    [
+      'document',
+      { mediaUrl: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
+      { link: 'https://cdn.example.com/p.pdf', caption: 'Proposta', filename: 'proposta.pdf' },
+    ],
+  ] as const)('%s: body %#', async (type, fields, expected) => {
+    const to = phone();
+    const result = await cloudAdapter.send(cloud, { type, to, reference: 'r1', ...fields });
+    const [call] = await callsTo(to);
+    expect(call.status).toBe(200);
+    expect(call.body).toEqual({
+      messaging_product: 'whatsapp',
+      recipient_type: 'individual',
+      to,
+      type,
+      [type]: expected,
+      biz_opaque_callback_data: 'r1',
+    });
+    expect(result.providerMessageId).toBe(call.messageId);
+  });
+
+  test('template: name, language.code and body parameters in order', async () => {
+    const to = phone();
+    await cloudAdapter.send(cloud, {
+      type: 'template',
+      to,
+      reference: 'r2',
+      templateName: 'boas_vindas',
+      templateLanguage: 'pt_BR',
+      templateVariables: ['Ana', 'Plano Pro'],
+    });
+    const [call] = await callsTo(to);
+    expect(call.status).toBe(200);
+    expect(call.body.template).toEqual({
+      name: 'boas_vindas',
+      language: { code: 'pt_BR' },
+      components: [
+        {
+          type: 'body',
+          parameters: [
+            { type: 'text', text: 'Ana' },
+            { type: 'text', text: 'Plano Pro' },
+          ],
+        },
+      ],
+    });
+  });
+
+  test('template without variables sends no components', async () => {
+    const to = phone();
+    await cloudAdapter.send(cloud, { type: 'template', to, reference: 'r3', templateName: 'hello_world', templateLanguage: 'en_US', templateVariables: [] });
+    const [call] = await callsTo(to);
+    expect(call.body.template).toEqual({ name: 'hello_world', language: { code: 'en_US' } });
+  });
+
+  test('a message missing what its type needs is refused before any call', async () => {
+    const to = phone();
+    const err = await failure(cloudAdapter.send(cloud, { type: 'image', to, reference: 'r' }));
+    expect(err.failure).toBe('REJECTED');
+    expect(err.retryable).toBe(false);
+    expect(err.message).toMatch(/media URL/);
+    const errT = await failure(cloudAdapter.send(cloud, { type: 'template', to, reference: 'r', templateName: 'x' }));
+    expect(errT.message).toMatch(/template language/);
+    expect(await callsTo(to)).toHaveLength(0);
+  });
+
+  test('an instance without token or phone-number id is refused without a call', async () => {
+    const to = phone();
+    const err = await failure(cloudAdapter.send({ ...cloud, config: { baseUrl: EMULATOR_URL } }, msg(to)));
+    expect(err.failure).toBe('REJECTED');
+    expect(err.message).toMatch(/phone number id, access token/);
+    expect(await callsTo(to)).toHaveLength(0);
+  });
+});
+
+describe('Cloud API adapter: wa_id and the Brazilian ninth digit', () => {
+  test('DDD >= 31 mobile with the ninth digit: wa_id comes back without it', async () => {
+    const to = phone('31'); // 5531 96xxxxxxx
+    const result = await cloudAdapter.send(cloud, msg(to));
+    const without = `5531${to.slice(5)}`;
+    expect(without).toHaveLength(12);
+    expect(result.waId).toBe(without);
+    // The emulator finds the call by either form.
+    expect(await callsTo(without)).toHaveLength(1);
+  });
+
+  test.each(['11', '21', '27'])('DDD %s keeps the ninth digit: wa_id = to', async (ddd) => {
+    const to = phone(ddd);
+    expect((await cloudAdapter.send(cloud, msg(to))).waId).toBe(to);
+  });
+
+  test('an old 8-digit form is answered as is', async () => {
+    const to = `5531${phone('31').slice(5)}`; // 12 digits
+    expect((await cloudAdapter.send(cloud, msg(to))).waId).toBe(to);
+  });
+});
+
+describe('Cloud API adapter: error mapping', () => {
+  test.each([
+    [131047, 'WINDOW_CLOSED', false, 400],
+    [132000, 'TEMPLATE_INVALID', false, 400],
+    [132001, 'TEMPLATE_INVALID', false, 404],
+    [132012, 'TEMPLATE_INVALID', false, 400],
+    [131053, 'MEDIA_TOO_LARGE', false, 400],
+    [131026, 'UNDELIVERABLE', false, 400],
+    [130429, 'THROTTLED', true, 400],
+    [131056, 'THROTTLED', true, 400],
+    [131048, 'THROTTLED', true, 400],
+    [190, 'REJECTED', false, 401],
+    [10, 'REJECTED', false, 403],
+    [100, 'REJECTED', false, 400],
+    [131000, 'UNAVAILABLE', true, 500],
+    [131016, 'UNAVAILABLE', true, 503],
+  ] as const)('code %d → %s (retryable %s)', async (code, expected, retryable, status) => {
+    const to = phone();
+    await script({ to, behaviour: 'error', code });
+    const err = await failure(cloudAdapter.send(cloud, msg(to)));
+    expect(err.failure).toBe(expected);
+    expect(err.retryable).toBe(retryable);
+    expect(err.providerCode).toBe(code);
+    expect(err.httpStatus).toBe(status);
+    // Plain words with the provider's own code and message.
+    expect(err.message).toMatch(/^Send failed: /);
+    expect(err.message).toContain(`code ${code}`);
+    expect(err.message).toContain(`HTTP ${status}`);
+    expect(err.message).toContain(code === 190 ? 'Invalid OAuth access token' : `(#${code})`);
+    expect(err.message).toContain('fbtrace_id');
+  });
+
+  test('the code decides over the HTTP status; unknown codes: 5xx UNAVAILABLE, 429 THROTTLED, else REJECTED', async () => {
+    const a = phone();
+    await script({ to: a, behaviour: 'error', code: 131047, httpStatus: 500 });
+    expect((await failure(cloudAdapter.send(cloud, msg(a)))).failure).toBe('WINDOW_CLOSED');
+    const b = phone();
+    await script({ to: b, behaviour: 'error', code: 999999, httpStatus: 502 });
+    const eb = await failure(cloudAdapter.send(cloud, msg(b)));
+    expect([eb.failure, eb.retryable]).toEqual(['UNAVAILABLE', true]);
+    const c = phone();
+    await script({ to: c, behaviour: 'error', code: 999999 });
+    const ec = await failure(cloudAdapter.send(cloud, msg(c)));
+    expect([ec.failure, ec.retryable]).toEqual(['REJECTED', false]);
+    expect(classifyCloudError(429, undefined)).toBe('THROTTLED');
+    expect(classifyCloudError(400, 4)).toBe('THROTTLED');
+    expect(classifyCloudError(400, 80007)).toBe('THROTTLED');
+    expect(classifyCloudError(400, 2)).toBe('UNAVAILABLE');
+    expect(classifyCloudError(401, undefined)).toBe('REJECTED');
+  });
+
+  test('the 401 message tells the operator to update the access token', async () => {
+    const to = phone();
+    await script({ to, behaviour: 'error', code: 190 });
+    const err = await failure(cloudAdapter.send(cloud, msg(to)));
+    expect(err.message).toMatch(/access token/);
+  });
+
+  test('provider down (503, not JSON) → UNAVAILABLE, retryable; the adapter itself does not retry', async () => {
+    const to = phone();
+    await script({ to, behaviour: 'ok', down: true });
+    const err = await failure(cloudAdapter.send(cloud, msg(to)));
+    expect(err.failure).toBe('UNAVAILABLE');
+    expect(err.retryable).toBe(true);
+    expect(err.httpStatus).toBe(503);
+    expect(err.message).toMatch(/unavailable \(HTTP 503/);
+    expect(err.message).toMatch(/503 Service Unavailable No server is available/);
+    expect(err.message).not.toMatch(/<h1>/);
+    expect(await callsTo(to)).toHaveLength(1);
+  });
+
+  test('a script with times applies to that many calls, then the number answers ok again', async () => {
+    const to = phone();
+    await script({ to, behaviour: 'error', code: 130429, times: 2 });
+    expect((await failure(cloudAdapter.send(cloud, msg(to)))).failure).toBe('THROTTLED');
+    expect((await failure(cloudAdapter.send(cloud, msg(to)))).failure).toBe('THROTTLED');
+    const ok = await cloudAdapter.send(cloud, msg(to));
+    expect(ok.providerMessageId).toMatch(/^wamid\./);
+    expect((await callsTo(to)).map((c) => c.outcome)).toEqual(['error', 'error', 'ok']);
+  });
+
+  test('a slow provider beyond the timeout → UNAVAILABLE (retryable), and the provider did receive the call', async () => {
+    const to = phone();
+    await script({ to, behaviour: 'ok', delayMs: 1500 });
+    const started = Date.now();
+    const err = await failure(cloudAdapter.send(cloud, msg(to), { timeoutMs: 300 }));
+    expect(Date.now() - started).toBeLessThan(1400);
+    expect(err.failure).toBe('UNAVAILABLE');
+    expect(err.retryable).toBe(true);
+    expect(err.message).toMatch(/did not answer within 0\.3 s/);
+    const calls = await callsTo(to);
+    expect(calls).toHaveLength(1);
+    expect(calls[0].outcome).toBe('ok');
+  });
+
+  test('slow but within the timeout is a success', async () => {
+    const to = phone();
+    await script({ to, behaviour: 'ok', delayMs: 200 });
+    expect((await cloudAdapter.send(cloud, msg(to), { timeoutMs: 3000 })).providerMessageId).toMatch(/^wamid\./);
+  });
+
+  test('a redirect is a failure and is not followed', async () => {
+    const to = phone();
+    // If the adapter followed the 307, the second call would succeed (times: 1).
+    await script({ to, behaviour: 'redirect', times: 1 });
+    const err = await failure(cloudAdapter.send(cloud, msg(to)));
+    expect(err.failure).toBe('REJECTED');
+    expect(err.retryable).toBe(false);
+    expect(err.httpStatus).toBe(307);
+    expect(err.message).toMatch(/redirect/);
+    const calls = await callsTo(to);
+    expect(calls.map((c) => c.outcome)).toEqual(['redirect']);
+  });
+
+  test('connection refused → UNAVAILABLE in plain words', async () => {
+    const server = http.createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const err = await failure(cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: `http://127.0.0.1:${port}` } }, msg(phone())));
+    expect(err.failure).toBe('UNAVAILABLE');
+    expect(err.retryable).toBe(true);
+    expect(err.message).toMatch(/Could not reach WhatsApp Cloud API at 127\.0\.0\.1:\d+: connection refused \(ECONNREFUSED\)/);
+  });
+
+  test('a provider that echoes the token: every message is scrubbed', async () => {
+    const secret = `${TOKEN}-EAAG-very-secret`;
+    const server = http.createServer((req, res) => {
+      const auth = String(req.headers.authorization);
+      res.writeHead(req.url?.includes('/ok-') ? 200 : 400, { 'content-type': 'application/json' });
+      req.resume();
+      req.on('end', () => {
+        if (req.url?.includes('/ok-')) res.end(JSON.stringify({ weird: auth }));
+        else res.end(JSON.stringify({ error: { message: `Invalid OAuth access token: ${auth}`, type: 'OAuthException', code: 190, error_data: { details: auth }, fbtrace_id: 'X' } }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const conn = { ...cloud, config: { ...cloud.config, baseUrl: `http://127.0.0.1:${port}`, accessToken: secret } };
+      const err = await failure(cloudAdapter.send(conn, msg(phone())));
+      expect(err.message).not.toContain(secret);
+      expect(err.message).toContain('[redacted]');
+      expect(err.failure).toBe('REJECTED');
+      // 2xx without a message id: not retryable (it may have been sent), still scrubbed.
+      const err2 = await failure(cloudAdapter.send({ ...conn, config: { ...conn.config, phoneNumberId: 'ok-1' } }, msg(phone())));
+      expect(err2.message).not.toContain(secret);
+      expect(err2.retryable).toBe(false);
+      expect(err2.message).toMatch(/without a message id/);
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});
+
+describe('web gateway adapter', () => {
+  test('text: POST /message/sendText/{instance} with apikey and { number, text }', async () => {
+    const to = phone();
+    const result = await webAdapter.send(web, msg(to, { text: 'Oi' }));
+    const calls = await callsTo(to);
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatchObject({ api: 'web', phoneNumberId: 'web-inst', auth: 'apikey', status: 201, outcome: 'ok', type: 'text' });
+    expect(calls[0].body).toEqual({ number: to, text: 'Oi' });
+    expect(result).toEqual({ providerMessageId: calls[0].messageId, waId: to });
+    expect(JSON.stringify(calls)).not.toContain(TOKEN);
+  });
+
+  test.each([
+    ['image', { mediaUrl: 'https://cdn.example.com/a.jpg', caption: 'Foto' }, { mediatype: 'image', media: 'https://cdn.example.com/a.jpg', caption: 'Foto' }],
+    ['video', { mediaUrl: 'https://cdn.example.com/v.mp4' }, { mediatype: 'video', media: 'https://cdn.example.com/v.mp4' }],
+    ['audio', { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'x' }, { mediatype: 'audio', media: 'https://cdn.example.com/a.ogg' }],
+    [
+      'document',
+      { mediaUrl: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
+      { mediatype: 'document', media: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
+    ],
+  ] as const)('media %s: POST /message/sendMedia/{instance}', async (type, fields, expected) => {
+    const to = phone();
+    const result = await webAdapter.send(web, { type, to, reference: 'w', ...fields });
+    const [call] = await callsTo(to);
+    expect(call.status).toBe(201);
+    expect(call.body).toEqual({ number: to, ...expected });
+    expect(result.providerMessageId).toBe(call.messageId);
+  });
+
+  test('templates are refused with a clear message, nothing sent', async () => {
+    const to = phone();
+    const err = await failure(webAdapter.send(web, { type: 'template', to, reference: 'w', templateName: 't', templateLanguage: 'pt_BR' }));
+    expect(err.failure).toBe('REJECTED');
+    expect(err.retryable).toBe(false);
+    expect(err.message).toMatch(/Templates cannot be sent through a web gateway/);
+    expect(await callsTo(to)).toHaveLength(0);
+  });
+
+  test('group ids (@g.us) are refused, nothing sent', async () => {
+    const group = `${phone()}-1600000000@g.us`;
+    const err = await failure(webAdapter.send(web, msg(group)));
+    expect(err.failure).toBe('REJECTED');
+    expect(err.message).toMatch(/Group chats/);
+    const calls = (await emu<{ calls: any[] }>('GET', '/__emulator/calls?phoneNumberId=web-inst')).body.calls;
+    expect(calls.some((c) => String(c.to).startsWith(group.replace(/\D.*$/, '')))).toBe(false);
+  });
+
+  test('waId from remoteJid digits, with the ninth-digit behaviour', async () => {
+    const to = phone('31');
+    expect((await webAdapter.send(web, msg(to))).waId).toBe(`5531${to.slice(5)}`);
+  });
+
+  test('down / 5xx → UNAVAILABLE (retryable); not on WhatsApp → UNDELIVERABLE; 4xx → REJECTED', async () => {
+    const a = phone();
+    await script({ to: a, behaviour: 'ok', down: true });
+    const ea = await failure(webAdapter.send(web, msg(a)));
+    expect([ea.failure, ea.retryable, ea.httpStatus]).toEqual(['UNAVAILABLE', true, 503]);
+    expect(ea.message).toMatch(/web gateway is unavailable/);
+
+    const b = phone();
+    await script({ to: b, behaviour: 'error' });
+    expect((await failure(webAdapter.send(web, msg(b)))).failure).toBe('UNAVAILABLE');
+
+    const c = phone();
+    await script({ to: c, behaviour: 'error', code: 131026 });
+    const ec = await failure(webAdapter.send(web, msg(c)));
+    expect([ec.failure, ec.retryable]).toEqual(['UNDELIVERABLE', false]);
+    expect(ec.message).toContain(`${c} is not on WhatsApp`);
+
+    const d = phone();
+    await script({ to: d, behaviour: 'error', httpStatus: 401 });
+    const ed = await failure(webAdapter.send(web, msg(d)));
+    expect([ed.failure, ed.retryable]).toEqual(['REJECTED', false]);
+    expect(ed.message).toMatch(/API key/);
+  });
+
+  test('timeout and redirect', async () => {
+    const a = phone();
+    await script({ to: a, behaviour: 'ok', delayMs: 1000 });
+    const ea = await failure(webAdapter.send(web, msg(a), { timeoutMs: 200 }));
+    expect([ea.failure, ea.retryable]).toEqual(['UNAVAILABLE', true]);
+    const b = phone();
+    await script({ to: b, behaviour: 'redirect', times: 1 });
+    const eb = await failure(webAdapter.send(web, msg(b)));
+    expect([eb.failure, eb.retryable]).toEqual(['REJECTED', false]);
+    expect(await callsTo(b)).toHaveLength(1);
+  });
+});
+
+describe('adapterFor / sendThroughProvider', () => {
+  test('picks the adapter by provider', async () => {
+    expect(adapterFor('cloud')).toBe(cloudAdapter);
+    expect(adapterFor('web')).toBe(webAdapter);
+    expect(() => adapterFor('smoke' as never)).toThrow(ProviderError);
+    const a = phone();
+    await sendThroughProvider(cloud, msg(a));
+    const b = phone();
+    await sendThroughProvider(web, msg(b));
+    expect((await callsTo(a))[0].api).toBe('cloud');
+    expect((await callsTo(b))[0].api).toBe('web');
+  });
+
+  test('passes the timeout option through', async () => {
+    const to = phone();
+    await script({ to, behaviour: 'ok', delayMs: 800 });
+    const err = await failure(sendThroughProvider(cloud, msg(to), { timeoutMs: 150 }));
+    expect(err.failure).toBe('UNAVAILABLE');
+  });
+});
+
+describe('toActivityFailure', () => {
+  test('ProviderError → ApplicationFailure typed by failure, non-retryable when retrying cannot help', () => {
+    const final = toActivityFailure(new ProviderError('WINDOW_CLOSED', 'Send failed: window', { providerCode: 131047, httpStatus: 400 })) as ApplicationFailure;
+    expect(final).toBeInstanceOf(ApplicationFailure);
+    expect([final.type, final.nonRetryable, final.message]).toEqual(['WINDOW_CLOSED', true, 'Send failed: window']);
+    expect(final.details).toEqual([{ failure: 'WINDOW_CLOSED', providerCode: 131047, httpStatus: 400 }]);
+    const again = toActivityFailure(new ProviderError('THROTTLED', 'slow down')) as ApplicationFailure;
+    expect([again.type, again.nonRetryable]).toEqual(['THROTTLED', false]);
+    const other = new Error('x');
+    expect(toActivityFailure(other)).toBe(other);
+  });
+});
+
+describe('emulator', () => {
+  test('validates the Cloud body like the real API (code 100)', async () => {
+    const post = (body: unknown) =>
+      fetch(`${EMULATOR_URL}/v21.0/PN1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer x' },
+        body: JSON.stringify(body),
+      }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+    const to = phone();
+    const cases: Array<[unknown, RegExp]> = [
+      [{ to, type: 'text', text: { body: 'x' } }, /messaging_product/],
+      [{ messaging_product: 'whatsapp', to, type: 'image', text: { body: 'x' } }, /not allowed when type is image/],
+      [{ messaging_product: 'whatsapp', to, type: 'image' }, /image is required/],
+      [{ messaging_product: 'whatsapp', to, type: 'template', template: { name: 't', language: {} } }, /language'\]\['code'\] is required/],
+      [{ messaging_product: 'whatsapp', to, type: 'audio', audio: { link: 'https://x/a.ogg', caption: 'no' } }, /audio\['caption'\] is not a valid parameter/],
+      [{ messaging_product: 'whatsapp', to, type: 'text', text: { body: '' } }, /text\['body'\] is required/],
+    ];
+    for (const [body, details] of cases) {
+      const res = await post(body);
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe(100);
+      expect(res.body.error.error_data.details).toMatch(details);
+    }
+    const missingAuth = await fetch(`${EMULATOR_URL}/v21.0/PN1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    expect(missingAuth.status).toBe(401);
+    expect(((await missingAuth.json()) as any).error.code).toBe(190);
+    expect((await callsTo(to)).every((c) => c.outcome === 'invalid')).toBe(true);
+  });
+
+  test.each([
+    ['photo.jpg', 'image/jpeg', 6_000_000],
+    ['clip.mp4', 'video/mp4', 17_000_000],
+    ['voice.ogg', 'audio/ogg', 1234],
+    ['contract.pdf', 'application/pdf', 2048],
+  ])('media %s: HEAD and GET give the size and type', async (name, type, bytes) => {
+    const head = await fetch(`${EMULATOR_URL}/__emulator/media/${bytes}/${name}`, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-type')).toBe(type);
+    expect(head.headers.get('content-length')).toBe(String(bytes));
+    if (bytes < 10_000) {
+      const get = await fetch(`${EMULATOR_URL}/__emulator/media/${bytes}/${name}`);
+      expect(get.headers.get('content-length')).toBe(String(bytes));
+      const buf = Buffer.from(await get.arrayBuffer());
+      expect(buf.length).toBe(bytes);
+      expect(buf.every((b) => b === 0)).toBe(true);
+    }
+  });
+
+  test('script validation, phoneNumberId scripts, scoped reset', async () => {
+    expect((await emu('POST', '/__emulator/script', { behaviour: 'error' })).status).toBe(400);
+    expect((await emu('POST', '/__emulator/script', { to: phone(), behaviour: 'explode' })).status).toBe(400);
+    expect((await emu('POST', '/__emulator/script', { to: phone(), behaviour: 'ok', delayMs: -1 })).status).toBe(400);
+
+    // A phone-number-id script applies to any recipient through that id (its own id here).
+    const id = `PN-${phone()}`;
+    await script({ phoneNumberId: id, behaviour: 'error', code: 131056, times: 1 });
+    const viaId = { ...cloud, config: { ...cloud.config, phoneNumberId: id } };
+    expect((await failure(cloudAdapter.send(viaId, msg(phone())))).failure).toBe('THROTTLED');
+    expect((await cloudAdapter.send(viaId, msg(phone()))).providerMessageId).toMatch(/^wamid\./);
+
+    const to = phone();
+    await script({ to, behaviour: 'error', code: 131026 });
+    await emu('POST', '/__emulator/reset', { to });
+    expect(await callsTo(to)).toHaveLength(0);
+    expect((await cloudAdapter.send(cloud, msg(to))).providerMessageId).toMatch(/^wamid\./);
+    expect(await callsTo(to)).toHaveLength(1);
+  });
+});
