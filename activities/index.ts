@@ -1,4 +1,7 @@
+import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
+import { createMediaActivities } from './media';
+import { createMessagingActivities } from './messaging';
 
 /**
  * Activities are built by a factory that takes their dependencies, so the worker wires real ones
@@ -6,15 +9,18 @@ import type { Db } from '../domain/db';
  */
 export interface ActivityDeps {
   db: Db;
+  config: Pick<Config, 'allowPrivateUrls'>;
 }
 
-export function createActivities({ db }: ActivityDeps) {
+export function createActivities({ db, config }: ActivityDeps) {
   return {
     /** Proves a workflow can reach PostgreSQL through an activity: returns the database clock. */
     async databaseTime(): Promise<string> {
       const { rows } = await db.raw<{ rows: { now: Date }[] }>('SELECT now() AS now');
       return rows[0].now.toISOString();
     },
+    ...createMessagingActivities({ db }),
+    ...createMediaActivities({ config }),
   };
 }
 

@@ -12,6 +12,7 @@ import { conversationRoutes } from './routes/conversations';
 import { dealRoutes } from './routes/deals';
 import { leadRoutes } from './routes/leads';
 import { listRoutes } from './routes/lists';
+import { messageRoutes } from './routes/messages';
 import { noteRoutes } from './routes/notes';
 import { productRoutes } from './routes/products';
 import { tagRoutes } from './routes/tags';
@@ -19,6 +20,7 @@ import { taskRoutes } from './routes/tasks';
 import { instanceRoutes } from './routes/instances';
 import { pipelineRoutes } from './routes/pipelines';
 import { systemRoutes } from './routes/system';
+import { providerWebhookRoutes } from './routes/provider-webhooks';
 
 /** Every endpoint of the service, in documentation order. */
 export const ROUTES: AnyRoute[] = [
@@ -31,9 +33,11 @@ export const ROUTES: AnyRoute[] = [
   ...productRoutes,
   ...taskRoutes,
   ...conversationRoutes,
+  ...messageRoutes,
   ...instanceRoutes,
   ...systemRoutes,
   ...adminRoutes,
+  ...providerWebhookRoutes,
 ];
 
 export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {

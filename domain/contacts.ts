@@ -176,10 +176,10 @@ async function changeContact(trx: Trx, workspaceId: string, before: ContactRow, 
   if (input.notes !== undefined && input.notes !== before.notes) (changes.notes = input.notes), changed.push('notes');
   if (input.phone !== undefined) {
     const phone = requirePhone(input.phone);
-    if (phone.digits !== before.phone) {
+    if (phone.e164 !== before.phone) {
       const clash = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key }).whereNot({ id: before.id })).first('id');
       if (clash) throw new ApiError('CONFLICT', 'Another contact has this phone', { hint: `Contact ${clash.id}.` });
-      Object.assign(changes, { phone: phone.digits, phone_key: phone.key });
+      Object.assign(changes, { phone: phone.e164, phone_key: phone.key });
       changed.push('phone');
     }
   }
@@ -237,7 +237,7 @@ export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, 
        VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
        RETURNING *`,
-      [workspaceId, input.name ?? '', phone.digits, phone.key, input.email ?? null, input.notes ?? ''],
+      [workspaceId, input.name ?? '', phone.e164, phone.key, input.email ?? null, input.notes ?? ''],
     );
     let row: ContactRow | undefined = inserted.rows[0];
     if (row) {
@@ -310,7 +310,7 @@ export async function panelCreateContact(db: Db, workspaceId: string, input: Lea
     const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first('id');
     if (existing) throw new ApiError('CONFLICT', 'A contact with this phone already exists', { hint: `Contact ${existing.id}.` });
     const [row]: ContactRow[] = await trx('contacts')
-      .insert({ workspace_id: workspaceId, name: input.name ?? '', phone: phone.digits, phone_key: phone.key, email: input.email ?? null, notes: input.notes ?? '' })
+      .insert({ workspace_id: workspaceId, name: input.name ?? '', phone: phone.e164, phone_key: phone.key, email: input.email ?? null, notes: input.notes ?? '' })
       .returning('*');
     await recordEvent(trx, workspaceId, 'contact.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email });
     const tags = await resolveTags(trx, workspaceId, input.tags ?? []);

@@ -8,6 +8,8 @@ export const instanceConfigSchema = z
     phoneNumberId: z.string().min(1).max(64),
     accessToken: z.string().min(1).max(4096),
     appSecret: z.string().min(1).max(512),
+    /** Token Meta sends back when verifying the webhook URL (default: the app secret). */
+    verifyToken: z.string().min(1).max(512),
     apiVersion: z.string().regex(/^v\d+\.\d+$/).max(16),
     /** "web" gateways name their connection instead of using a phone-number id. */
     instanceName: z.string().min(1).max(200),
@@ -42,10 +44,10 @@ export function serializeInstance(row: InstanceRow) {
 
 /** The operator's view: configuration without its secrets, which only say whether they are set. */
 export function serializeInstanceForAdmin(row: InstanceRow) {
-  const { accessToken, appSecret, ...rest } = row.config;
+  const { accessToken, appSecret, verifyToken, ...rest } = row.config;
   return {
     ...serializeInstance(row),
     archived: row.archived,
-    config: { ...rest, accessTokenSet: Boolean(accessToken), appSecretSet: Boolean(appSecret) },
+    config: { ...rest, accessTokenSet: Boolean(accessToken), appSecretSet: Boolean(appSecret), verifyTokenSet: Boolean(verifyToken) },
   };
 }

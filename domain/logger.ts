@@ -14,6 +14,7 @@ export const REDACT_PATHS = [
   'token',
   'accessToken',
   'appSecret',
+  'verifyToken',
   'password',
   '*.authorization',
   '*.key',
@@ -22,9 +23,11 @@ export const REDACT_PATHS = [
   '*.token',
   '*.accessToken',
   '*.appSecret',
+  '*.verifyToken',
   '*.password',
   'config.accessToken',
   'config.appSecret',
+  'config.verifyToken',
 ];
 
 export function createLogger(name: string, level = process.env.LOG_LEVEL ?? 'info'): Logger {

@@ -42,7 +42,7 @@ let ipCounter = 0;
 /** A distinct client IP per test so per-IP limits of parallel test files never collide. */
 export function uniqueIp(): string {
   ipCounter += 1;
-  const n = (process.pid * 1000 + ipCounter) % 16_000_000;
+  const n = ((process.pid % 150) * 100_000 + (ipCounter % 100_000)) % 16_000_000;
   return `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`;
 }
 
@@ -63,10 +63,10 @@ export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Par
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const ip = uniqueIp();
-
   const request = async <T>(method: string, path: string, opts: RequestOptions = {}): Promise<ApiResponse<T>> => {
-    const headers: Record<string, string> = { 'x-forwarded-for': ip, ...opts.headers };
+    // Each request comes from its own client IP, so per-IP limits never couple unrelated tests;
+    // tests of the IP limits set X-Forwarded-For themselves.
+    const headers: Record<string, string> = { 'x-forwarded-for': uniqueIp(), ...opts.headers };
     if (opts.key) headers.authorization = `Bearer ${opts.key}`;
     let body: string | undefined = opts.rawBody;
     if (opts.body !== undefined) {

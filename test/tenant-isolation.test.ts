@@ -107,6 +107,7 @@ const BODIES: Record<string, (f: Fixture) => unknown> = {
   'patch /api/v1/products/{id}': () => ({ name: 'hijacked' }),
   'patch /api/v1/tasks/{id}': () => ({ title: 'hijacked' }),
   'patch /api/v1/conversations/{id}': () => ({ status: 'closed' }),
+  'post /api/v1/conversations/{id}/messages': () => ({ type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR' }),
 };
 
 const withIds = (path: string, f: Fixture): string =>

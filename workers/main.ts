@@ -15,7 +15,7 @@ async function main(): Promise<void> {
     namespace: config.temporalNamespace,
     taskQueue: config.taskQueue,
     workflowsPath: require.resolve('../workflows'),
-    activities: createActivities({ db }),
+    activities: createActivities({ db, config }),
     maxConcurrentActivityTaskExecutions: Number(process.env.WORKER_MAX_ACTIVITIES ?? 200),
     maxConcurrentWorkflowTaskExecutions: Number(process.env.WORKER_MAX_WORKFLOW_TASKS ?? 100),
   });

@@ -10,3 +10,4 @@ const db = proxyActivities<Activities>(DATABASE);
 export async function systemCheckWorkflow(): Promise<{ databaseTime: string }> {
   return { databaseTime: await db.databaseTime() };
 }
+export { sendMessageWorkflow } from './send-message';

@@ -1,0 +1,236 @@
+import { ApplicationFailure } from '@temporalio/activity';
+import type { Db } from '../domain/db';
+import { ApiError } from '../domain/errors';
+import { recordEvent } from '../domain/outbox';
+import { requirePhone } from '../domain/contacts';
+import { visibleConversations } from '../domain/conversations';
+import { coldCap, findOrCreateContact, findOrCreateConversation, giveBackDaily, saoPauloDay, takeDaily, windowOpen } from '../domain/messaging';
+import { sendThroughProvider } from './providers';
+import { OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
+import type { SendInput, PreparedSend, SentMessage, SendOutcome } from '../workflows/send-types';
+
+/**
+ * The steps of a send (the workflow in workflows/send-message.ts orders them and compensates).
+ * Business refusals become non-retryable failures whose `type` is the API's error code, so the
+ * API answers with the same code and an operator reads it in the Temporal UI.
+ */
+export function businessFailure(err: ApiError): ApplicationFailure {
+  return ApplicationFailure.create({ type: err.code, message: err.message, nonRetryable: true, details: err.hint ? [{ hint: err.hint }] : [] });
+}
+
+async function asFailure<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    if (err instanceof ApiError) throw businessFailure(err);
+    throw err;
+  }
+}
+
+/** Provider refusals the API reports under their own code; anything else final is SEND_FAILED. */
+const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE'>> = {
+  WINDOW_CLOSED: 'WINDOW_CLOSED',
+  TEMPLATE_INVALID: 'TEMPLATE_INVALID',
+  MEDIA_TOO_LARGE: 'MEDIA_TOO_LARGE',
+};
+/** Failure type of a provider error worth retrying (throttled, down); the workflow turns it into SEND_FAILED once retries are spent. */
+export const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
+
+export function createMessagingActivities({ db }: { db: Db }) {
+  return {
+    /**
+     * Everything before the provider call, in one transaction so a refusal leaves nothing behind:
+     * instance, contact and conversation (found or created), opt-out, the 24-hour window and the
+     * template, the daily cold slot (new conversations only) and the daily message quota.
+     */
+    async prepareSend(input: SendInput): Promise<PreparedSend> {
+      return asFailure(() =>
+        db.transaction(async (trx) => {
+          const now = new Date();
+          const day = saoPauloDay(now);
+          const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit');
+
+          let instance: { id: string; channel: string; provider: 'cloud' | 'web'; connected: boolean };
+          let contact: { id: string; name: string; phone: string; opted_out: boolean; wa_id: string | null };
+          let conversation: { id: string; last_inbound_at: Date | null };
+          let createdContact = false;
+          let createdConversation = false;
+
+          if (input.conversationId) {
+            const row = await visibleConversations(trx, input.workspaceId)
+              .where('c.id', input.conversationId)
+              .forUpdate('c')
+              .first('c.id', 'c.last_inbound_at', 'c.contact_id', 'i.id as instance_id', 'i.channel', 'i.provider', 'i.connected', 'ct.name', 'ct.phone', 'ct.opted_out', 'ct.wa_id');
+            if (!row) throw new ApiError('NOT_FOUND', 'Conversation not found');
+            instance = { id: row.instance_id, channel: row.channel, provider: row.provider, connected: row.connected };
+            contact = { id: row.contact_id, name: row.name, phone: row.phone, opted_out: row.opted_out, wa_id: row.wa_id };
+            conversation = { id: row.id, last_inbound_at: row.last_inbound_at };
+          } else {
+            const phone = requirePhone(input.phone);
+            const live = trx('instances').where({ workspace_id: input.workspaceId, archived: false, channel: 'whatsapp' });
+            if (input.instanceId) {
+              const found = await live.clone().where({ id: input.instanceId }).first('id', 'channel', 'provider', 'connected');
+              if (!found) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
+              instance = found;
+            } else {
+              const all = await live.clone().orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
+              if (all.length === 0) throw new ApiError('NO_INSTANCE', 'The workspace has no WhatsApp connection', { hint: 'Connect an instance first.' });
+              if (all.length > 1) throw new ApiError('INSTANCE_REQUIRED', 'The workspace has several connections: say which one', { hint: 'Send instanceId (GET /api/v1/instances).' });
+              instance = all[0];
+            }
+            if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
+            const found = await findOrCreateContact(trx, input.workspaceId, phone);
+            contact = found.contact;
+            createdContact = found.created;
+            const conv = await findOrCreateConversation(trx, input.workspaceId, contact.id, instance);
+            conversation = conv.conversation;
+            createdConversation = conv.created;
+          }
+          if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it first.' });
+          if (contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
+
+          const message = input.message;
+          if (message.type === 'template') {
+            const template = await trx('templates')
+              .where({ workspace_id: input.workspaceId, instance_id: instance.id, name: message.templateName, language: message.templateLanguage, status: 'approved' })
+              .first('variable_count');
+            if (!template) {
+              throw new ApiError('TEMPLATE_INVALID', `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`);
+            }
+            const given = message.templateVariables?.length ?? 0;
+            if (given !== template.variable_count) {
+              throw new ApiError('TEMPLATE_INVALID', `The template takes ${template.variable_count} variables, ${given} given`);
+            }
+          } else if (instance.provider === 'cloud' && !windowOpen(conversation.last_inbound_at, now)) {
+            throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
+              hint: 'Send type "template" with an approved template.',
+            });
+          }
+
+          const tookCold = createdConversation;
+          if (tookCold && !(await takeDaily(trx, input.workspaceId, 'cold_conversations', day, coldCap(workspace.broadcast_limit)))) {
+            throw new ApiError('COLD_LIMIT_REACHED', 'The daily cap of new numbers is reached', { hint: 'It resets at midnight (America/Sao_Paulo).' });
+          }
+          if (!(await takeDaily(trx, input.workspaceId, 'messages', day, workspace.daily_message_quota))) {
+            throw new ApiError('MESSAGE_LIMIT_REACHED', "The plan's daily message quota is reached", { hint: 'It resets at midnight (America/Sao_Paulo).' });
+          }
+          return {
+            workspaceId: input.workspaceId,
+            instanceId: instance.id,
+            contactId: contact.id,
+            conversationId: conversation.id,
+            // Cloud API recipients are addressed by the provider's wa_id once known.
+            to: contact.wa_id ?? contact.phone,
+            phone: contact.phone,
+            createdContact,
+            createdConversation,
+            day,
+            tookCold,
+          };
+        }),
+      );
+    },
+
+    /** Saga compensation of prepareSend, in reverse order: quota, daily slot, conversation, contact. */
+    async undoPrepare(prepared: PreparedSend): Promise<void> {
+      const workspaceId = prepared.workspaceId;
+      await db.transaction(async (trx) => {
+        await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
+        if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
+        if (prepared.createdConversation) {
+          await trx('conversations')
+            .where({ workspace_id: workspaceId, id: prepared.conversationId })
+            .whereNotExists(trx('messages').whereRaw('messages.conversation_id = conversations.id').select(trx.raw('1')))
+            .delete();
+        }
+        if (prepared.createdContact) {
+          // Only if nothing else started using the contact meanwhile (another send, a deal, a note...).
+          const unused = (table: string) => trx(table).whereRaw(`${table}.contact_id = contacts.id`).select(trx.raw('1'));
+          await trx.raw('SAVEPOINT undo_contact');
+          try {
+            await trx('contacts')
+              .where({ workspace_id: workspaceId, id: prepared.contactId })
+              .whereNotExists(unused('conversations'))
+              .whereNotExists(unused('notes'))
+              .whereNotExists(unused('contact_tags'))
+              .whereNotExists(unused('list_members'))
+              .delete();
+            await trx.raw('RELEASE SAVEPOINT undo_contact');
+          } catch {
+            // Referenced by a deal or a task created in between: it is someone's contact now.
+            await trx.raw('ROLLBACK TO SAVEPOINT undo_contact');
+          }
+        }
+      });
+    },
+
+    /**
+     * The provider call, at most once per reference: the attempt is claimed before the call. A
+     * retry that finds it `in_flight` (an earlier attempt died mid-call) does not call again.
+     */
+    async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string; message: SendInput['message'] }): Promise<SentMessage> {
+      const claimed = await db.raw(
+        `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
+         ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
+         RETURNING reference`,
+        [input.reference, input.workspaceId],
+      );
+      if (claimed.rows.length === 0) {
+        const previous = await db('send_attempts').where({ reference: input.reference }).first();
+        if (previous?.state === 'sent') return { providerMessageId: previous.provider_message_id, waId: previous.wa_id ?? undefined };
+        throw ApplicationFailure.create({
+          type: 'SEND_FAILED',
+          nonRetryable: true,
+          message: 'An earlier attempt of this send may have reached the provider; it is not sent twice',
+          details: [{ hint: 'Check the conversation before sending again.', outcomeUnknown: true }],
+        });
+      }
+      const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId }).first('id', 'provider', 'config');
+      const outbound: OutboundMessage = { ...input.message, to: input.to, reference: input.reference };
+      try {
+        const sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: instance.config }, outbound);
+        await db('send_attempts')
+          .where({ reference: input.reference })
+          .update({ state: 'sent', provider_message_id: sent.providerMessageId, wa_id: sent.waId ?? null, updated_at: db.fn.now() });
+        return sent;
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        await db('send_attempts').where({ reference: input.reference }).update({ state: 'failed', error: message.slice(0, 1000), updated_at: db.fn.now() });
+        if (!(err instanceof ProviderError)) throw err;
+        if (err.retryable) throw ApplicationFailure.create({ type: PROVIDER_RETRYABLE, message, nonRetryable: false });
+        throw ApplicationFailure.create({ type: FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message, nonRetryable: true });
+      }
+    },
+
+    /**
+     * After the provider accepted: the message (status `sent`), the conversation's clock, the
+     * provider's identity of the number, and only now the business events.
+     */
+    async recordSent(input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; message: SendInput['message']; mode: 'cold' | 'conversation' }): Promise<SendOutcome> {
+      const { workspaceId, prepared, sent, message } = input;
+      return db.transaction(async (trx) => {
+        const inserted = await trx.raw(
+          `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_url, status, provider_message_id)
+           VALUES (?, ?, 'out', ?, ?, ?, 'sent', ?)
+           ON CONFLICT (workspace_id, provider_message_id) WHERE provider_message_id IS NOT NULL DO NOTHING
+           RETURNING id, timestamp`,
+          [workspaceId, prepared.conversationId, message.type, message.text ?? message.caption ?? (message.templateName ? `[template] ${message.templateName}` : ''), message.mediaUrl ?? null, sent.providerMessageId],
+        );
+        const row = inserted.rows[0] ?? (await trx('messages').where({ workspace_id: workspaceId, provider_message_id: sent.providerMessageId }).first('id', 'timestamp'));
+        if (inserted.rows[0]) {
+          await trx('conversations').where({ id: prepared.conversationId }).update({ last_message_at: row.timestamp, updated_at: trx.fn.now() });
+          if (sent.waId) await trx('contacts').where({ id: prepared.contactId }).whereRaw('wa_id IS DISTINCT FROM ?', [sent.waId]).update({ wa_id: sent.waId });
+          if (prepared.createdContact) {
+            const contact = await trx('contacts').where({ id: prepared.contactId }).first('id', 'name', 'phone', 'email');
+            await recordEvent(trx, workspaceId, 'contact.created', { contact_id: contact.id, name: contact.name, phone: contact.phone, email: contact.email });
+          }
+        }
+        const outcome: SendOutcome = { id: row.id, status: 'sent', type: message.type, conversationId: prepared.conversationId, contactId: prepared.contactId };
+        if (input.mode === 'cold') outcome.created = { contact: prepared.createdContact, conversation: prepared.createdConversation };
+        return outcome;
+      });
+    },
+  };
+}
+
+export type MessagingActivities = ReturnType<typeof createMessagingActivities>;

@@ -1,0 +1,135 @@
+import type { Context } from 'koa';
+import { z } from 'zod';
+import { route } from '../route';
+import { single } from '../schemas';
+import { runSend } from '../send';
+import { MESSAGE_TYPES } from '../../activities/providers/types';
+import { requirePhone } from '../../domain/contacts';
+import { ApiError } from '../../domain/errors';
+import { isUuid } from '../../domain/refs';
+import { assertSafeUrlSyntax } from '../../domain/url-safety';
+import type { SendMessageContent } from '../../workflows/send-types';
+
+/** The message fields of both send endpoints, with the spec's bounds. */
+const content = {
+  type: z.enum(MESSAGE_TYPES).default('text'),
+  text: z.string().min(1).max(4096).optional(),
+  mediaUrl: z.string().min(1).max(2048).optional(),
+  caption: z.string().min(1).max(1024).optional(),
+  fileName: z.string().min(1).max(255).optional(),
+  templateName: z.string().min(1).max(512).optional(),
+  templateLanguage: z.string().min(2).max(15).optional(),
+  templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+};
+
+const contentSchema = z.object(content);
+type ContentInput = z.infer<typeof contentSchema>;
+
+/** What each type needs (a missing one is 400 VALIDATION naming it). */
+function requireForType(body: ContentInput, zctx: z.RefinementCtx): void {
+  const need = (field: keyof ContentInput, why: string) => {
+    if (body[field] === undefined) zctx.addIssue({ code: 'custom', path: [field], message: `required ${why}` });
+  };
+  if (body.type === 'text') need('text', 'when type is "text"');
+  if (['image', 'video', 'audio', 'document'].includes(body.type)) need('mediaUrl', `when type is "${body.type}"`);
+  if (body.type === 'template') {
+    need('templateName', 'when type is "template"');
+    need('templateLanguage', 'when type is "template"');
+  }
+}
+
+/** Only the fields of the message's type travel on (and show in the workflow history). */
+function messageOf(ctx: Context, body: ContentInput): SendMessageContent {
+  const message: SendMessageContent = { type: body.type };
+  if (body.type === 'text') message.text = body.text;
+  if (['image', 'video', 'audio', 'document'].includes(body.type)) {
+    assertSafeUrlSyntax(body.mediaUrl!, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
+    Object.assign(message, { mediaUrl: body.mediaUrl, caption: body.type === 'audio' ? undefined : body.caption, fileName: body.type === 'document' ? body.fileName : undefined });
+  }
+  if (body.type === 'template') Object.assign(message, { templateName: body.templateName, templateLanguage: body.templateLanguage, templateVariables: body.templateVariables ?? [] });
+  return message;
+}
+
+const SendResult = z
+  .object({
+    id: z.string(),
+    status: z.literal('sent'),
+    type: z.enum(MESSAGE_TYPES),
+    conversationId: z.string(),
+    contactId: z.string(),
+    created: z.object({ contact: z.boolean(), conversation: z.boolean() }),
+  })
+  .openapi('SendResult');
+
+const SEND_ERRORS = [
+  'OPTED_OUT',
+  'INSTANCE_DISCONNECTED',
+  'WINDOW_CLOSED',
+  'TEMPLATE_INVALID',
+  'MEDIA_TOO_LARGE',
+  'INVALID_URL',
+  'IN_PROGRESS',
+  'MESSAGE_LIMIT_REACHED',
+  'SEND_FAILED',
+  'UNAVAILABLE',
+] as const;
+
+const IDEMPOTENCY =
+  'Header `Idempotency-Key` (optional, 1..255 visible characters, scoped to the workspace): while a send with the key runs, ' +
+  'the same key gets 409 IN_PROGRESS; after a success, the same key within 10 minutes gets the same body with status 200 and ' +
+  '`Idempotent-Replayed: true`; a failed send frees the key.';
+
+export const messageRoutes = [
+  route({
+    method: 'post',
+    path: '/api/v1/messages',
+    tag: 'Messages',
+    auth: 'apiKey',
+    scopes: ['conversations:send'],
+    ipProfile: 'coldSend',
+    keyProfile: 'coldSend',
+    status: 201,
+    summary: 'Send a message to a phone number, creating the contact and conversation when new',
+    description:
+      'Runs as a durable Temporal workflow (a saga): instance, contact and conversation found or created, opt-out, the ' +
+      '24-hour window (a Cloud API number that has not written in 24 hours only accepts an approved template), the daily cap of ' +
+      'new numbers (new conversations only) and the daily message quota, then the provider call, then the message is recorded ' +
+      'with status `sent`. Any failure after the contact or conversation was created removes them and returns the quota and ' +
+      `the daily slot. ${IDEMPOTENCY} The phone accepts \`+\`, spaces, parentheses and dashes; a mobile with and without its ` +
+      'ninth digit is one contact. `created` tells whether this request created the contact and the conversation.',
+    body: z
+      .object({ phone: z.string().max(32).optional(), instanceId: z.string().max(100).optional(), ...content })
+      .superRefine(requireForType),
+    response: single(SendResult),
+    errors: ['PHONE_REQUIRED', 'INVALID_PHONE', 'INSTANCE_NOT_FOUND', 'INSTANCE_REQUIRED', 'NO_INSTANCE', 'COLD_LIMIT_REACHED', ...SEND_ERRORS],
+    handler: async (ctx, { body }) => {
+      const phone = requirePhone(body.phone);
+      if (body.instanceId !== undefined && !isUuid(body.instanceId)) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const message = messageOf(ctx, body);
+      const data = await runSend(ctx, { workspaceId, phone: body.phone, instanceId: body.instanceId, message }, { kind: 'cold', phone: phone.e164 });
+      return { data };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/conversations/{id}/messages',
+    tag: 'Messages',
+    auth: 'apiKey',
+    scopes: ['conversations:send'],
+    ipProfile: 'send',
+    keyProfile: 'send',
+    status: 201,
+    summary: 'Send a message in an existing conversation',
+    description: `The same rules, quota and window as \`POST /api/v1/messages\`, without find-or-create. ${IDEMPOTENCY}`,
+    params: z.object({ id: z.uuid() }),
+    body: contentSchema.superRefine(requireForType),
+    response: single(SendResult.omit({ created: true })),
+    errors: ['NOT_FOUND', ...SEND_ERRORS],
+    handler: async (ctx, { params, body }) => {
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const data = await runSend(ctx, { workspaceId, conversationId: params.id, message: messageOf(ctx, body) }, { kind: 'conversation' });
+      return { data };
+    },
+  }),
+];

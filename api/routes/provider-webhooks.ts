@@ -1,0 +1,125 @@
+import type { Context } from 'koa';
+import { z } from 'zod';
+import { AnyRoute, route } from '../route';
+// Side effect: zod's .openapi() (registered by the shared schemas module).
+import '../schemas';
+import { requestBody } from '../middleware';
+import { ApiError } from '../../domain/errors';
+import {
+  applyCloudWebhook,
+  expectedVerifyToken,
+  findWebhookInstance,
+  parseCloudWebhook,
+  sameToken,
+  validSignature,
+  WebhookInstance,
+} from '../../domain/inbound';
+
+/**
+ * Provider → service traffic (CONTRACT.md "Inbound provider traffic"): Meta's WhatsApp Cloud API
+ * webhook, one URL per instance. No API key: the POST is authenticated by its signature
+ * (`X-Hub-Signature-256`, HMAC-SHA256 of the raw body with the instance's app secret), the GET
+ * verification by the verify token.
+ */
+const InstanceParams = z.object({ instanceId: z.uuid() });
+
+async function requireInstance(ctx: Context, instanceId: string): Promise<WebhookInstance> {
+  const instance = await findWebhookInstance(ctx.deps.db, instanceId);
+  if (!instance) throw new ApiError('NOT_FOUND', 'Instance not found');
+  return instance;
+}
+
+/**
+ * The exact text received: the signature covers these bytes, not a re-serialisation of the JSON.
+ * koa-body 8 (`includeUnparsed: true` in jsonBody) puts it on `ctx.request.rawBody`; older
+ * versions kept it under `Symbol.for('unparsedBody')` on the parsed body.
+ */
+function rawBody(ctx: Context): string {
+  const request = ctx.request as unknown as { rawBody?: unknown; body?: Record<symbol, unknown> };
+  if (typeof request.rawBody === 'string') return request.rawBody;
+  const legacy = request.body && typeof request.body === 'object' ? request.body[Symbol.for('unparsedBody')] : undefined;
+  return typeof legacy === 'string' ? legacy : '';
+}
+
+const Outcome = z
+  .object({
+    received: z.number().describe('Messages recorded by this delivery'),
+    duplicates: z.number().describe('Messages already recorded by an earlier delivery of the same provider message id'),
+    statuses: z.number().describe('Outbound messages whose status moved forward'),
+    ignored: z.number().describe('Items skipped: groups, echoes, other numbers, unsupported types, unknown or stale status ids'),
+  })
+  .openapi('ProviderWebhookOutcome');
+
+export const providerWebhookRoutes: AnyRoute[] = [
+  route({
+    method: 'get',
+    path: '/webhooks/whatsapp/{instanceId}',
+    tag: 'Provider webhooks',
+    auth: 'none',
+    ipProfile: 'webhookIn',
+    summary: 'WhatsApp Cloud API webhook verification (hub.challenge)',
+    description:
+      'Meta calls this once when the callback URL is saved in the app dashboard. With `hub.mode=subscribe` and ' +
+      '`hub.verify_token` equal to the instance\'s `config.verifyToken` (or, when none is set, its `config.appSecret`) ' +
+      'the answer is 200 `text/plain` with the `hub.challenge` value; otherwise 401 `UNAUTHORIZED`. ' +
+      'An unknown instance id is 404 `NOT_FOUND`.',
+    params: InstanceParams,
+    query: z.object({
+      'hub.mode': z.string().max(64).optional(),
+      'hub.verify_token': z.string().max(512).optional(),
+      'hub.challenge': z.string().max(1024).optional(),
+    }),
+    errors: ['UNAUTHORIZED', 'NOT_FOUND'],
+    handler: async (ctx, { params, query }) => {
+      const instance = await requireInstance(ctx, params.instanceId);
+      const challenge = query['hub.challenge'];
+      if (query['hub.mode'] !== 'subscribe' || !challenge || !sameToken(query['hub.verify_token'], expectedVerifyToken(instance.config))) {
+        throw new ApiError('UNAUTHORIZED', 'Webhook verification failed', {
+          hint: 'Send hub.mode=subscribe, hub.challenge and the verify token configured for this instance.',
+        });
+      }
+      ctx.type = 'text/plain';
+      ctx.set('X-Content-Type-Options', 'nosniff');
+      return challenge;
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/webhooks/whatsapp/{instanceId}',
+    tag: 'Provider webhooks',
+    auth: 'none',
+    ipProfile: 'webhookIn',
+    summary: 'WhatsApp Cloud API webhook (inbound messages and status callbacks)',
+    description:
+      'The Cloud API notification body as Meta sends it (`object: whatsapp_business_account`, `entry[].changes[].value` ' +
+      'with `messages`, `contacts` and `statuses`). Header `X-Hub-Signature-256: sha256=<hex>`: HMAC-SHA256 of the raw ' +
+      'body with the instance\'s app secret; missing or wrong is 401 `UNAUTHORIZED` and nothing changes.\n\n' +
+      'Everything a delivery carries is recorded in one transaction. An inbound message from a contact creates the ' +
+      'contact and the conversation when new, is stored as direction `in`, status `received`, opens the 24-hour window ' +
+      'and emits `contact.created` (new contact) and `message.received`. The same provider message id delivered again ' +
+      'records nothing. Group messages, echoes of our own number, senders outside Brazil and unsupported types are ' +
+      'skipped. Status callbacks move our outbound messages forward (`sent` → `delivered` → `read`; `failed` only from ' +
+      '`sent`); unknown ids are ignored. An archived instance answers 200 and records nothing.',
+    params: InstanceParams,
+    response: z.object({ data: Outcome }),
+    errors: ['UNAUTHORIZED', 'NOT_FOUND'],
+    handler: async (ctx, { params }) => {
+      const instance = await requireInstance(ctx, params.instanceId);
+      if (!validSignature(instance.config.appSecret, rawBody(ctx), ctx.get('x-hub-signature-256') || undefined)) {
+        if (!instance.config.appSecret) ctx.state.log.warn({ instanceId: instance.id }, 'inbound webhook: the instance has no appSecret configured');
+        throw new ApiError('UNAUTHORIZED', 'Missing or invalid webhook signature', {
+          hint: 'Send X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body with the app secret>.',
+        });
+      }
+      const parsed = parseCloudWebhook(requestBody(ctx), instance);
+      if (instance.archived) {
+        // Acknowledged so Meta stops retrying, but an archived connection takes no new traffic.
+        const ignored = parsed.messages.length + parsed.statuses.length + parsed.skipped.length;
+        ctx.state.log.info({ instanceId: instance.id, workspaceId: instance.workspace_id, ignored }, 'inbound webhook for an archived instance: nothing recorded');
+        return { data: { received: 0, duplicates: 0, statuses: 0, ignored } };
+      }
+      const outcome = await applyCloudWebhook(ctx.deps.db, instance, parsed, ctx.state.log);
+      return { data: outcome };
+    },
+  }),
+];

@@ -1,0 +1,102 @@
+import { randomUUID } from 'node:crypto';
+import type { Context } from 'koa';
+import { ApplicationFailure, Client, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
+import { ApiError, ERROR_CODES, ErrorCode } from '../domain/errors';
+import type { SendInput, SendOutcome } from '../workflows/send-types';
+
+/** How long a repeat of an Idempotency-Key gets the memoised answer (spec rule 5). */
+export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
+/** How long the API waits for a send before answering 409 IN_PROGRESS (the send carries on). */
+const WAIT_MS = 30_000;
+
+export function idempotencyKey(ctx: Context): string | undefined {
+  const key = ctx.get('idempotency-key');
+  if (!key) return undefined;
+  if (key.length > 255 || !/^[\x21-\x7e]+$/.test(key)) {
+    throw new ApiError('VALIDATION', 'Invalid headers.Idempotency-Key: 1 to 255 visible ASCII characters');
+  }
+  return key;
+}
+
+async function temporalClient(ctx: Context): Promise<Client> {
+  try {
+    return await ctx.deps.temporal();
+  } catch {
+    throw new ApiError('UNAVAILABLE', 'The messaging service is unavailable', { hint: 'Retry in a few seconds.' });
+  }
+}
+
+/** The business code a failed send workflow carries (see workflows/send-message.ts). */
+function toApiError(err: WorkflowFailedError): ApiError {
+  let cause: unknown = err.cause;
+  while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES)) cause = (cause as { cause?: unknown }).cause;
+  if (!(cause instanceof ApplicationFailure)) return new ApiError('SEND_FAILED', 'The send failed', { hint: err.message });
+  const details = (cause.details?.[0] ?? {}) as { hint?: string };
+  return new ApiError(cause.type as ErrorCode, cause.message, { hint: details.hint });
+}
+
+/**
+ * Runs a send as a workflow and answers with its result. The Idempotency-Key names the workflow
+ * (per workspace), so Temporal's own id rules do the reservation: a running send with the key is
+ * 409 IN_PROGRESS, a completed one within 10 minutes is replayed (200, `Idempotent-Replayed`),
+ * a failed one (or an older success) lets the key start a new send.
+ */
+export async function runSend(ctx: Context, input: SendInput, options: { kind: 'cold' | 'conversation'; phone?: string }): Promise<SendOutcome> {
+  const key = idempotencyKey(ctx);
+  const client = await temporalClient(ctx);
+  const workflowId = `send/${input.workspaceId}/${key ? `key/${key}` : randomUUID()}`;
+  const handle = client.workflow.getHandle<(input: SendInput) => Promise<SendOutcome>>(workflowId);
+
+  if (key) {
+    const previous = await handle.describe().catch((err) => {
+      if (err instanceof WorkflowNotFoundError) return undefined;
+      throw err;
+    });
+    if (previous?.status.name === 'RUNNING') throw inProgress(workflowId);
+    const closed = previous?.closeTime?.getTime();
+    if (previous?.status.name === 'COMPLETED' && closed !== undefined && Date.now() - closed < IDEMPOTENCY_MEMO_MS) {
+      ctx.status = 200;
+      ctx.set('Idempotent-Replayed', 'true');
+      return handle.result();
+    }
+  }
+
+  try {
+    await client.workflow.start('sendMessageWorkflow', {
+      workflowId,
+      taskQueue: ctx.deps.config.taskQueue,
+      args: [input],
+      workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+      searchAttributes: {
+        WorkspaceId: [input.workspaceId],
+        ...(key ? { IdempotencyKey: [key] } : {}),
+        ...(options.phone ? { Phone: [options.phone] } : {}),
+        ...(input.instanceId ? { InstanceId: [input.instanceId] } : {}),
+      },
+    });
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress(workflowId);
+    throw err;
+  }
+
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      handle.result(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(inProgress(workflowId)), WAIT_MS);
+      }),
+    ]);
+  } catch (err) {
+    if (err instanceof WorkflowFailedError) throw toApiError(err);
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function inProgress(workflowId: string): ApiError {
+  return new ApiError('IN_PROGRESS', 'A send with this Idempotency-Key is still running', {
+    hint: `Repeat the request with the same Idempotency-Key in a moment. Temporal workflow id: ${workflowId}`,
+  });
+}

@@ -1,0 +1,365 @@
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import type { Db } from './db';
+import type { InstanceRow } from './instances';
+import { findOrCreateContact, findOrCreateConversation } from './messaging';
+import { recordEvent } from './outbox';
+import { parsePhone, Phone } from './phone';
+import { isUuid } from './refs';
+
+/**
+ * Inbound provider traffic of the WhatsApp Cloud API (CONTRACT.md "Inbound provider traffic"):
+ * the webhook Meta posts to `/webhooks/whatsapp/{instanceId}`, signed with the app secret.
+ *
+ * Payload: `{ object: 'whatsapp_business_account', entry: [{ id, changes: [{ field: 'messages',
+ * value: { messaging_product, metadata: { display_phone_number, phone_number_id },
+ * contacts: [{ profile: { name }, wa_id }], messages: [...], statuses: [...] } }] }] }`.
+ *
+ * Parsing (`parseCloudWebhook`) is pure and lenient: anything it does not understand is skipped
+ * with a reason, never an error, because a non-2xx answer only makes Meta retry the same bytes.
+ * Applying (`applyCloudWebhook`) runs in one transaction.
+ */
+
+// ---------------------------------------------------------------------------------------------
+// Instance, signature and verify token
+
+export type WebhookInstance = Pick<InstanceRow, 'id' | 'workspace_id' | 'channel' | 'provider' | 'archived' | 'config'>;
+
+/** The instance a webhook URL names (any workspace: the URL carries no workspace), or undefined. */
+export async function findWebhookInstance(db: Db, instanceId: string): Promise<WebhookInstance | undefined> {
+  if (!isUuid(instanceId)) return undefined;
+  return db('instances').where({ id: instanceId, channel: 'whatsapp' }).first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
+}
+
+const SIGNATURE = /^sha256=([0-9a-f]{64})$/i;
+
+/**
+ * `X-Hub-Signature-256: sha256=<hex HMAC-SHA256(appSecret, raw body)>`, compared in constant
+ * time on two 32-byte buffers. The raw body is the exact text received (never re-serialised JSON).
+ */
+export function validSignature(appSecret: string | undefined, rawBody: string, header: string | undefined): boolean {
+  if (!appSecret || !header) return false;
+  const match = SIGNATURE.exec(header.trim());
+  if (!match) return false;
+  const given = Buffer.from(match[1], 'hex');
+  const expected = createHmac('sha256', appSecret).update(rawBody, 'utf8').digest();
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+/** The signature header value for a body (tests, the emulator, the README's curl example). */
+export function signBody(appSecret: string, rawBody: string): string {
+  return `sha256=${createHmac('sha256', appSecret).update(rawBody, 'utf8').digest('hex')}`;
+}
+
+/**
+ * The token Meta's verification GET must present: `config.verifyToken` when the operator set one,
+ * otherwise the app secret (so every instance that can receive signed traffic can also be verified).
+ */
+export function expectedVerifyToken(config: WebhookInstance['config']): string | undefined {
+  const own = (config as Record<string, unknown>).verifyToken;
+  if (typeof own === 'string' && own.length > 0) return own;
+  return config.appSecret || undefined;
+}
+
+/** Constant-time comparison of two strings of any length (both are hashed first). */
+export function sameToken(given: string | undefined, expected: string | undefined): boolean {
+  if (!given || !expected) return false;
+  const a = createHash('sha256').update(given, 'utf8').digest();
+  const b = createHash('sha256').update(expected, 'utf8').digest();
+  return timingSafeEqual(a, b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+
+/** Our Message `type` for what the provider calls a message type. */
+export type InboundType = 'text' | 'image' | 'audio' | 'video' | 'document' | 'sticker';
+
+/** `message.received` type vocabulary of the spec (section 6). */
+export const EVENT_TYPE: Record<InboundType, string> = {
+  text: 'text',
+  image: 'imageMessage',
+  audio: 'audioMessage',
+  video: 'videoMessage',
+  document: 'documentMessage',
+  sticker: 'stickerMessage',
+};
+
+const MEDIA_TYPES = new Set(['image', 'audio', 'video', 'document', 'sticker']);
+
+export interface InboundMessage {
+  providerMessageId: string;
+  phone: Phone;
+  waId: string;
+  profileName?: string;
+  type: InboundType;
+  body: string;
+  /** The provider's media id: an internal reference, never a public URL. */
+  mediaRef: string | null;
+  timestamp: Date;
+}
+
+export interface StatusUpdate {
+  providerMessageId: string;
+  status: 'sent' | 'delivered' | 'read' | 'failed';
+}
+
+export interface Skipped {
+  reason: string;
+  /** Provider message id when there is one (never a phone number: logs carry no contact data). */
+  id?: string;
+}
+
+export interface ParsedWebhook {
+  messages: InboundMessage[];
+  statuses: StatusUpdate[];
+  skipped: Skipped[];
+}
+
+type Json = Record<string, unknown>;
+const obj = (v: unknown): Json | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Json) : undefined);
+const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length > 0 ? v : typeof v === 'number' ? String(v) : undefined);
+const digitsOf = (v: string | undefined): string => (v ?? '').replace(/\D/g, '');
+
+/** Unix seconds (a string in the payload) as a date, never in the future; now when absent. */
+function providerTime(value: unknown, now: Date): Date {
+  const seconds = Number(value);
+  if (!Number.isFinite(seconds) || seconds <= 0) return now;
+  return new Date(Math.min(seconds * 1000, now.getTime()));
+}
+
+/** Group traffic: a `@g.us` id anywhere we look, or a group marker on the message. */
+function isGroup(message: Json): boolean {
+  if (message.group_id !== undefined || message.group !== undefined || message.is_group === true) return true;
+  const context = obj(message.context);
+  if (context && (context.group_id !== undefined || context.group !== undefined)) return true;
+  return [message.from, message.chat_id, message.recipient_id, message.to].some((v) => typeof v === 'string' && v.includes('@g.us'));
+}
+
+/** Our type and the text we keep for a message, or undefined for a type we do not take in. */
+function content(message: Json): { type: InboundType; body: string; mediaRef: string | null } | undefined {
+  const kind = str(message.type);
+  if (kind === 'text') return { type: 'text', body: str(obj(message.text)?.body) ?? '', mediaRef: null };
+  if (kind && MEDIA_TYPES.has(kind)) {
+    const media = obj(message[kind]) ?? {};
+    return { type: kind as InboundType, body: str(media.caption) ?? '', mediaRef: str(media.id) ?? null };
+  }
+  // A tap on a template's quick-reply button or on an interactive reply is the contact's text.
+  if (kind === 'button') return { type: 'text', body: str(obj(message.button)?.text) ?? '', mediaRef: null };
+  if (kind === 'interactive') {
+    const interactive = obj(message.interactive) ?? {};
+    const reply = obj(interactive.button_reply) ?? obj(interactive.list_reply);
+    if (reply) return { type: 'text', body: str(reply.title) ?? '', mediaRef: null };
+  }
+  return undefined;
+}
+
+/**
+ * Reads a Cloud API webhook body. Only `field: 'messages'` changes for this instance's phone
+ * number id count; inbound messages must come from a Brazilian phone number that is not our own
+ * (echoes) and not a group.
+ */
+export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstance, 'config'>, now = new Date()): ParsedWebhook {
+  const result: ParsedWebhook = { messages: [], statuses: [], skipped: [] };
+  const root = obj(payload);
+  if (!root || root.object !== 'whatsapp_business_account') {
+    result.skipped.push({ reason: 'not a whatsapp_business_account notification' });
+    return result;
+  }
+  for (const entry of arr(root.entry)) {
+    for (const change of arr(obj(entry)?.changes)) {
+      const c = obj(change);
+      const value = obj(c?.value);
+      if (!c || !value || (c.field !== undefined && c.field !== 'messages')) {
+        result.skipped.push({ reason: `change field ${String(c?.field ?? 'missing')} is not handled` });
+        continue;
+      }
+      const metadata = obj(value.metadata) ?? {};
+      const phoneNumberId = str(metadata.phone_number_id);
+      const ours = instance.config.phoneNumberId;
+      if (ours && phoneNumberId && phoneNumberId !== ours) {
+        // One Meta app may serve several numbers: traffic of another number is not this instance's.
+        result.skipped.push({ reason: 'notification for another phone number id' });
+        continue;
+      }
+      const ownDigits = digitsOf(str(metadata.display_phone_number));
+      const ownParsed = ownDigits ? parsePhone(ownDigits) : undefined;
+      const names = new Map<string, string>();
+      for (const contact of arr(value.contacts)) {
+        const co = obj(contact);
+        const waId = str(co?.wa_id);
+        const name = str(obj(co?.profile)?.name);
+        if (waId && name) names.set(waId, name);
+      }
+
+      for (const raw of arr(value.messages)) {
+        const message = obj(raw);
+        const id = str(message?.id);
+        if (!message || !id) {
+          result.skipped.push({ reason: 'message without id' });
+          continue;
+        }
+        if (id.length > 256) {
+          result.skipped.push({ reason: 'message id too long' });
+          continue;
+        }
+        if (isGroup(message)) {
+          result.skipped.push({ reason: 'group message', id });
+          continue;
+        }
+        const from = str(message.from);
+        if (!from) {
+          result.skipped.push({ reason: 'message without sender', id });
+          continue;
+        }
+        const parsed = parsePhone(from);
+        if (!parsed.ok) {
+          result.skipped.push({ reason: `sender is not a Brazilian phone number (${parsed.reason})`, id });
+          continue;
+        }
+        const own = ownDigits === digitsOf(from) || (ownParsed?.ok === true && ownParsed.phone.key === parsed.phone.key);
+        if (own) {
+          result.skipped.push({ reason: 'echo of our own number', id });
+          continue;
+        }
+        const body = content(message);
+        if (!body) {
+          result.skipped.push({ reason: `message type ${String(message.type ?? 'missing')} is not taken in`, id });
+          continue;
+        }
+        result.messages.push({
+          providerMessageId: id,
+          phone: parsed.phone,
+          waId: from,
+          profileName: names.get(from) ?? (names.size === 1 ? [...names.values()][0] : undefined),
+          ...body,
+          timestamp: providerTime(message.timestamp, now),
+        });
+      }
+
+      for (const raw of arr(value.statuses)) {
+        const status = obj(raw);
+        const id = str(status?.id);
+        const state = str(status?.status);
+        if (!id || (state !== 'sent' && state !== 'delivered' && state !== 'read' && state !== 'failed')) {
+          result.skipped.push({ reason: `status ${String(state ?? 'missing')} is not handled`, id });
+          continue;
+        }
+        result.statuses.push({ providerMessageId: id, status: state });
+      }
+    }
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Applying
+
+/** Status moves forward only: sent → delivered → read; failed only from sent. */
+const FROM: Record<StatusUpdate['status'], string[]> = {
+  sent: [],
+  delivered: ['sent'],
+  read: ['sent', 'delivered'],
+  failed: ['sent'],
+};
+
+export interface WebhookOutcome {
+  /** Messages recorded now. */
+  received: number;
+  /** Messages already recorded by an earlier delivery of the same provider message id. */
+  duplicates: number;
+  /** Outbound messages whose status moved. */
+  statuses: number;
+  /** Everything skipped (groups, echoes, foreign numbers, unknown types, unknown or stale status ids). */
+  ignored: number;
+}
+
+/**
+ * Records a parsed webhook in one transaction: for each new message the contact and conversation
+ * (found or created), the message row (`in`, `received`, deduplicated on the provider message id),
+ * the conversation's window (`last_inbound_at`) and `last_message_at`, and the events
+ * `contact.created` (new contact) and `message.received`; then the status moves.
+ */
+export async function applyCloudWebhook(db: Db, instance: WebhookInstance, parsed: ParsedWebhook, log?: Logger): Promise<WebhookOutcome> {
+  const outcome: WebhookOutcome = { received: 0, duplicates: 0, statuses: 0, ignored: parsed.skipped.length };
+  const workspaceId = instance.workspace_id;
+  await db.transaction(async (trx) => {
+    // One lock order for every delivery (by phone key; stable, so one contact's messages keep theirs):
+    // two deliveries creating the same two contacts in opposite orders cannot deadlock.
+    const ordered = [...parsed.messages].sort((a, b) => (a.phone.key < b.phone.key ? -1 : a.phone.key > b.phone.key ? 1 : 0));
+    for (const message of ordered) {
+      const recorded = await recordInbound(trx, instance, message);
+      if (recorded) outcome.received += 1;
+      else outcome.duplicates += 1;
+    }
+    for (const status of parsed.statuses) {
+      if (FROM[status.status].length === 0) {
+        outcome.ignored += 1;
+        continue;
+      }
+      const moved = await trx.raw(
+        `UPDATE messages AS m SET status = ?
+           FROM conversations AS c
+          WHERE m.workspace_id = ? AND m.provider_message_id = ? AND m.direction = 'out'
+            AND m.status = ANY(?::text[])
+            AND c.workspace_id = m.workspace_id AND c.id = m.conversation_id AND c.instance_id = ?`,
+        [status.status, workspaceId, status.providerMessageId, FROM[status.status], instance.id],
+      );
+      if (moved.rowCount > 0) outcome.statuses += 1;
+      else outcome.ignored += 1;
+    }
+  });
+  if (parsed.skipped.length > 0) {
+    log?.info({ instanceId: instance.id, workspaceId, skipped: parsed.skipped.slice(0, 20) }, 'inbound webhook: items skipped');
+  }
+  return outcome;
+}
+
+/** One inbound message; false when the provider message id was already recorded (a redelivery). */
+async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, message: InboundMessage): Promise<boolean> {
+  const workspaceId = instance.workspace_id;
+  // Cheap early exit for a redelivery; the ON CONFLICT below is what holds under concurrency.
+  const seen = await trx('messages').where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId }).first('id');
+  if (seen) return false;
+
+  const { contact, created } = await findOrCreateContact(trx, workspaceId, message.phone, { name: message.profileName, waId: message.waId });
+  if (!created && contact.wa_id !== message.waId) {
+    // The provider's identity of the number reconciles ours (not a human edit: no contact.updated).
+    await trx('contacts').where({ workspace_id: workspaceId, id: contact.id }).update({ wa_id: message.waId });
+  }
+  const { conversation } = await findOrCreateConversation(trx, workspaceId, contact.id, instance);
+
+  const inserted = await trx.raw(
+    `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_ref, status, provider_message_id, timestamp)
+     VALUES (?, ?, 'in', ?, ?, ?, 'received', ?, ?)
+     ON CONFLICT (workspace_id, provider_message_id) WHERE provider_message_id IS NOT NULL DO NOTHING
+     RETURNING id`,
+    [workspaceId, conversation.id, message.type, message.body, message.mediaRef, message.providerMessageId, message.timestamp],
+  );
+  if (created) {
+    await recordEvent(trx, workspaceId, 'contact.created', { contact_id: contact.id, name: contact.name, phone: contact.phone, email: contact.email });
+  }
+  const row = inserted.rows[0] as { id: string } | undefined;
+  if (!row) return false;
+
+  // The window opens at the message's own time; out-of-order deliveries never move it back.
+  await trx('conversations')
+    .where({ workspace_id: workspaceId, id: conversation.id })
+    .update({
+      last_inbound_at: trx.raw('GREATEST(last_inbound_at, ?::timestamptz)', [message.timestamp]),
+      last_message_at: trx.raw('GREATEST(last_message_at, ?::timestamptz)', [message.timestamp]),
+      updated_at: trx.fn.now(),
+    });
+  await recordEvent(trx, workspaceId, 'message.received', {
+    contact_id: contact.id,
+    contact_name: contact.name,
+    phone: contact.phone,
+    message_id: row.id,
+    type: EVENT_TYPE[message.type],
+    instance_id: instance.id,
+    conversation_id: conversation.id,
+  });
+  return true;
+}

@@ -1,0 +1,478 @@
+import { createHmac } from 'node:crypto';
+import { createWorkspace, expectError, outbox, seedContact, startApi, TestApi, Workspace } from './helpers';
+
+/**
+ * Inbound provider traffic: Meta's WhatsApp Cloud API webhook on /webhooks/whatsapp/{instanceId}.
+ * Bodies are the real Cloud API notification shape, signed like Meta signs them
+ * (X-Hub-Signature-256 = sha256=<hex HMAC-SHA256(app secret, raw body)>).
+ */
+let api: TestApi;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(async () => api.close());
+
+const SECRET = 'shh';
+const OUR_NUMBER = '5511930000000';
+const PHONE_NUMBER_ID = 'PN1';
+
+let counter = 0;
+/** A distinct 8-digit local number of a mobile (starts with 8), so both ninth-digit forms are valid. */
+const nextLocal = (): string => `8${String((process.pid * 1000 + ++counter) % 10_000_000).padStart(7, '0')}`;
+/** The modern (13-digit) and the old (12-digit, no ninth digit) form of one mobile. */
+const nextMobile = (): { modern: string; old: string } => {
+  const local = nextLocal();
+  return { modern: `55119${local}`, old: `5511${local}` };
+};
+const nextWamid = (): string => `wamid.HBgM${Date.now().toString(36)}${++counter}${Math.random().toString(36).slice(2, 10)}`;
+/** Unix seconds as the Cloud API sends them (a string), `ago` seconds in the past. */
+const unix = (ago = 60): string => String(Math.floor(Date.now() / 1000) - ago);
+
+async function seedInstance(ws: { id: string }, input: { archived?: boolean; config?: Record<string, unknown> } = {}): Promise<string> {
+  const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Main number',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+    archived: input.archived ?? false,
+    config: { appSecret: SECRET, phoneNumberId: PHONE_NUMBER_ID, accessToken: 't', baseUrl: process.env.EMULATOR_URL, ...input.config },
+  });
+  expect(res.status).toBe(201);
+  return res.body.data.id;
+}
+
+type CloudMessage = Record<string, unknown> & { from: string; id: string; type: string };
+
+function notification(value: { messages?: CloudMessage[]; statuses?: Record<string, unknown>[]; contacts?: unknown[]; phoneNumberId?: string }) {
+  return {
+    object: 'whatsapp_business_account',
+    entry: [
+      {
+        id: '102290129340398',
+        changes: [
+          {
+            field: 'messages',
+            value: {
+              messaging_product: 'whatsapp',
+              metadata: { display_phone_number: OUR_NUMBER, phone_number_id: value.phoneNumberId ?? PHONE_NUMBER_ID },
+              ...(value.contacts ? { contacts: value.contacts } : {}),
+              ...(value.messages ? { messages: value.messages } : {}),
+              ...(value.statuses ? { statuses: value.statuses } : {}),
+            },
+          },
+        ],
+      },
+    ],
+  };
+}
+
+/** One inbound text message from `from`, with the contact's profile name. */
+function textFrom(from: string, options: { id?: string; text?: string; name?: string; timestamp?: string } = {}) {
+  return notification({
+    contacts: [{ profile: { name: options.name ?? 'Maria Souza' }, wa_id: from }],
+    messages: [{ from, id: options.id ?? nextWamid(), timestamp: options.timestamp ?? unix(), type: 'text', text: { body: options.text ?? 'Oi, tudo bem?' } }],
+  });
+}
+
+const sign = (raw: string, secret = SECRET): string => `sha256=${createHmac('sha256', secret).update(raw, 'utf8').digest('hex')}`;
+
+/** Posts `payload` (or an exact raw text) signed with `secret` unless a signature header is given. */
+function deliver(instanceId: string, payload: unknown, options: { secret?: string; signature?: string | null; raw?: string } = {}) {
+  const raw = options.raw ?? JSON.stringify(payload);
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (options.signature !== null) headers['x-hub-signature-256'] = options.signature ?? sign(raw, options.secret);
+  return api.request('POST', `/webhooks/whatsapp/${instanceId}`, { rawBody: raw, headers });
+}
+
+/** Everything inbound traffic could have changed in a workspace. */
+async function snapshot(workspaceId: string) {
+  const count = async (table: string): Promise<number> => Number((await api.db(table).where({ workspace_id: workspaceId }).count({ n: '*' }))[0].n);
+  return {
+    contacts: await count('contacts'),
+    conversations: await count('conversations'),
+    messages: await count('messages'),
+    events: await count('outbox_events'),
+    statuses: await api.db('messages').where({ workspace_id: workspaceId }).orderBy('id').pluck('status'),
+  };
+}
+
+async function setup(): Promise<{ ws: Workspace; instanceId: string }> {
+  const ws = await createWorkspace(api, { scopes: ['conversations:read'] });
+  return { ws, instanceId: await seedInstance(ws) };
+}
+
+describe('POST /webhooks/whatsapp/{instanceId}: signature', () => {
+  it('rejects a missing, malformed or wrong signature with 401 and changes nothing', async () => {
+    const { ws, instanceId } = await setup();
+    const payload = textFrom(nextMobile().modern);
+    const raw = JSON.stringify(payload);
+    const before = await snapshot(ws.id);
+    const attempts = [
+      await deliver(instanceId, payload, { signature: null }),
+      await deliver(instanceId, payload, { signature: '' }),
+      await deliver(instanceId, payload, { signature: 'sha256=abc' }),
+      await deliver(instanceId, payload, { signature: sign(raw).replace('sha256=', 'sha1=') }),
+      await deliver(instanceId, payload, { signature: sign(raw).slice(0, -2) + (sign(raw).endsWith('00') ? '11' : '00') }),
+      await deliver(instanceId, payload, { secret: 'not-the-secret' }),
+      // Signed for other bytes than the ones sent (tampered body).
+      await deliver(instanceId, payload, { signature: sign(raw.replace('Oi', 'Oh')) }),
+    ];
+    for (const res of attempts) expectError(res, 401, 'UNAUTHORIZED');
+    expect(await snapshot(ws.id)).toEqual(before);
+    expect(before).toMatchObject({ contacts: 0, messages: 0, events: 0 });
+  });
+
+  it('signs the raw bytes: a pretty-printed body with non-ASCII text verifies as sent', async () => {
+    const { ws, instanceId } = await setup();
+    const raw = JSON.stringify(textFrom(nextMobile().modern, { text: 'Olá! Quero saber o preço 😀' }), null, 2);
+    const res = await deliver(instanceId, undefined, { raw });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toMatchObject({ received: 1 });
+    const [message] = await api.db('messages').where({ workspace_id: ws.id }).select('body');
+    expect(message.body).toBe('Olá! Quero saber o preço 😀');
+  });
+
+  it('answers 404 for an unknown or malformed instance id', async () => {
+    const payload = textFrom(nextMobile().modern);
+    expectError(await deliver('00000000-0000-4000-8000-000000000000', payload), 404, 'NOT_FOUND');
+    expectError(await deliver('not-a-uuid', payload), 404, 'NOT_FOUND');
+  });
+
+  it("does not accept another workspace's instance id with this workspace's secret", async () => {
+    const mine = await setup();
+    const other = await createWorkspace(api);
+    const otherInstance = await seedInstance(other, { config: { appSecret: 'other-secret' } });
+    const before = { mine: await snapshot(mine.ws.id), other: await snapshot(other.id) };
+    expectError(await deliver(otherInstance, textFrom(nextMobile().modern), { secret: SECRET }), 401, 'UNAUTHORIZED');
+    expect({ mine: await snapshot(mine.ws.id), other: await snapshot(other.id) }).toEqual(before);
+    // Its own secret is what works there, and the message lands in that workspace only.
+    const ok = await deliver(otherInstance, textFrom(nextMobile().modern), { secret: 'other-secret' });
+    expect(ok.status).toBe(200);
+    expect((await snapshot(other.id)).messages).toBe(1);
+    expect(await snapshot(mine.ws.id)).toEqual(before.mine);
+  });
+
+  it('rejects every delivery for an instance without an app secret', async () => {
+    const ws = await createWorkspace(api);
+    const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'No secret', channel: 'whatsapp', provider: 'cloud', config: {} });
+    expect(res.status).toBe(201);
+    expectError(await deliver(res.body.data.id, textFrom(nextMobile().modern), { secret: '' }), 401, 'UNAUTHORIZED');
+    expect((await snapshot(ws.id)).messages).toBe(0);
+  });
+});
+
+describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
+  it('creates the contact, the conversation and the message, opens the window and emits contact.created then message.received', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern } = nextMobile();
+    const wamid = nextWamid();
+    const sentAt = unix(90);
+    const res = await deliver(instanceId, textFrom(modern, { id: wamid, name: 'Maria Souza', text: 'Quero um orçamento', timestamp: sentAt }));
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ data: { received: 1, duplicates: 0, statuses: 0, ignored: 0 } });
+
+    const contact = await api.db('contacts').where({ workspace_id: ws.id }).first();
+    expect(contact).toMatchObject({ name: 'Maria Souza', phone: modern, wa_id: modern, email: null, is_group: false });
+    const conversation = await api.db('conversations').where({ workspace_id: ws.id }).first();
+    expect(conversation).toMatchObject({ contact_id: contact.id, instance_id: instanceId, channel: 'whatsapp', status: 'open' });
+    // The 24-hour window opens at the message's own time.
+    expect(conversation.last_inbound_at.toISOString()).toBe(new Date(Number(sentAt) * 1000).toISOString());
+    expect(conversation.last_message_at.toISOString()).toBe(new Date(Number(sentAt) * 1000).toISOString());
+    const message = await api.db('messages').where({ workspace_id: ws.id }).first();
+    expect(message).toMatchObject({
+      conversation_id: conversation.id,
+      direction: 'in',
+      type: 'text',
+      body: 'Quero um orçamento',
+      status: 'received',
+      provider_message_id: wamid,
+      media_url: null,
+      media_ref: null,
+    });
+    expect(message.timestamp.toISOString()).toBe(new Date(Number(sentAt) * 1000).toISOString());
+
+    const events = await outbox(api, ws.id);
+    expect(events.map((e) => e.name)).toEqual(['contact.created', 'message.received']);
+    const [created, received] = events;
+    expect(created.payload).toEqual({
+      event: 'contact.created',
+      workspace_id: ws.id,
+      timestamp: expect.any(String),
+      contact_id: contact.id,
+      name: 'Maria Souza',
+      phone: modern,
+      email: null,
+    });
+    expect(received.payload).toEqual({
+      event: 'message.received',
+      workspace_id: ws.id,
+      timestamp: expect.any(String),
+      contact_id: contact.id,
+      contact_name: 'Maria Souza',
+      phone: modern,
+      message_id: message.id,
+      type: 'text',
+      instance_id: instanceId,
+      conversation_id: conversation.id,
+    });
+    expect(new Date(received.payload.timestamp).toISOString()).toBe(received.payload.timestamp);
+    // The conversation is visible through the API with its message.
+    const read = await api.request('GET', `/api/v1/conversations/${conversation.id}`, { key: ws.key });
+    expect(read.status).toBe(200);
+    expect(read.body.data.messages).toEqual([
+      { id: message.id, direction: 'in', type: 'text', body: 'Quero um orçamento', timestamp: expect.any(String), status: 'received' },
+    ]);
+  });
+
+  it('finds an existing contact written in the other ninth-digit form: same contact, same conversation, no contact.created', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern, old } = nextMobile();
+    const existing = await seedContact(api, ws.id, { phone: modern, name: 'Cliente antigo' });
+    const eventsBefore = (await outbox(api, ws.id)).length;
+
+    // Brazilian wa_ids often lack the ninth digit.
+    const first = await deliver(instanceId, textFrom(old, { name: 'Profile name' }));
+    expect(first.body.data).toMatchObject({ received: 1 });
+    const second = await deliver(instanceId, textFrom(modern, { name: 'Profile name' }));
+    expect(second.body.data).toMatchObject({ received: 1 });
+
+    const contacts = await api.db('contacts').where({ workspace_id: ws.id }).select('id', 'name', 'phone', 'wa_id');
+    expect(contacts).toEqual([{ id: existing.id, name: 'Cliente antigo', phone: modern, wa_id: modern }]);
+    const conversations = await api.db('conversations').where({ workspace_id: ws.id }).select('id', 'contact_id');
+    expect(conversations).toHaveLength(1);
+    expect(conversations[0].contact_id).toBe(existing.id);
+    expect(Number((await api.db('messages').where({ conversation_id: conversations[0].id }).count({ n: '*' }))[0].n)).toBe(2);
+
+    const events = (await outbox(api, ws.id)).slice(eventsBefore);
+    expect(events.map((e) => e.name)).toEqual(['message.received', 'message.received']);
+    for (const e of events) {
+      expect(e.payload).toMatchObject({ contact_id: existing.id, contact_name: 'Cliente antigo', phone: modern, conversation_id: conversations[0].id });
+    }
+  });
+
+  it('records one message and one event when the provider delivers the same message id twice, even concurrently', async () => {
+    const { ws, instanceId } = await setup();
+    const payload = textFrom(nextMobile().modern, { id: nextWamid() });
+    const first = await deliver(instanceId, payload);
+    expect(first.body.data).toEqual({ received: 1, duplicates: 0, statuses: 0, ignored: 0 });
+    const again = await deliver(instanceId, payload);
+    expect(again.status).toBe(200);
+    expect(again.body.data).toEqual({ received: 0, duplicates: 1, statuses: 0, ignored: 0 });
+    expect((await snapshot(ws.id)).messages).toBe(1);
+    expect((await outbox(api, ws.id, 'message.received')).length).toBe(1);
+    expect((await outbox(api, ws.id, 'contact.created')).length).toBe(1);
+
+    // A new contact's message redelivered five times at once.
+    const burst = textFrom(nextMobile().modern, { id: nextWamid() });
+    const results = await Promise.all(Array.from({ length: 5 }, () => deliver(instanceId, burst)));
+    expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(results.reduce((n, r) => n + r.body.data.received, 0)).toBe(1);
+    const after = await snapshot(ws.id);
+    expect(after).toMatchObject({ contacts: 2, conversations: 2, messages: 2 });
+    expect((await outbox(api, ws.id, 'message.received')).length).toBe(2);
+    expect((await outbox(api, ws.id, 'contact.created')).length).toBe(2);
+  });
+
+  it('ignores group messages, echoes of our own number, foreign and invalid senders and unsupported types', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern } = nextMobile();
+    const payload = notification({
+      contacts: [{ profile: { name: 'Someone' }, wa_id: modern }],
+      messages: [
+        { from: '120363025246125486@g.us', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'group chatter' } },
+        { from: modern, group_id: '120363025246125486@g.us', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'in a group' } },
+        { from: OUR_NUMBER, id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'our own echo' } },
+        { from: '14155550123', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'from the US' } },
+        { from: '55001234', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'garbage' } },
+        { from: modern, id: nextWamid(), timestamp: unix(), type: 'reaction', reaction: { message_id: 'wamid.x', emoji: '👍' } },
+      ],
+    });
+    const res = await deliver(instanceId, payload);
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ received: 0, duplicates: 0, statuses: 0, ignored: 6 });
+    expect(await snapshot(ws.id)).toEqual({ contacts: 0, conversations: 0, messages: 0, events: 0, statuses: [] });
+  });
+
+  it('ignores traffic of another phone number id and answers 200 for notifications it does not handle', async () => {
+    const { ws, instanceId } = await setup();
+    const foreign = { ...textFrom(nextMobile().modern) };
+    const res = await deliver(instanceId, notification({ ...{ phoneNumberId: 'PN-OTHER' }, messages: (foreign.entry[0].changes[0].value as any).messages }));
+    expect(res.body.data).toMatchObject({ received: 0, ignored: 1 });
+    const template = { object: 'whatsapp_business_account', entry: [{ id: '1', changes: [{ field: 'message_template_status_update', value: { event: 'APPROVED' } }] }] };
+    expect((await deliver(instanceId, template)).status).toBe(200);
+    expect((await deliver(instanceId, { object: 'page', entry: [] })).status).toBe(200);
+    expect((await snapshot(ws.id)).messages).toBe(0);
+  });
+
+  it('stores media by its provider id as an internal reference, never as a public mediaUrl', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern } = nextMobile();
+    const kinds = [
+      { type: 'image', image: { id: 'MEDIA-IMG-1', mime_type: 'image/jpeg', sha256: 'abc', caption: 'Foto do produto' } },
+      { type: 'audio', audio: { id: 'MEDIA-AUD-1', mime_type: 'audio/ogg; codecs=opus', voice: true } },
+      { type: 'video', video: { id: 'MEDIA-VID-1', mime_type: 'video/mp4' } },
+      { type: 'document', document: { id: 'MEDIA-DOC-1', mime_type: 'application/pdf', filename: 'pedido.pdf', caption: 'Pedido' } },
+      { type: 'sticker', sticker: { id: 'MEDIA-STK-1', mime_type: 'image/webp', animated: false } },
+    ];
+    const payload = notification({
+      contacts: [{ profile: { name: 'Media sender' }, wa_id: modern }],
+      messages: kinds.map((k, i) => ({ from: modern, id: nextWamid(), timestamp: unix(100 - i), ...k })),
+    });
+    const res = await deliver(instanceId, payload);
+    expect(res.body.data).toMatchObject({ received: 5, ignored: 0 });
+    const rows = await api.db('messages').where({ workspace_id: ws.id }).orderBy('timestamp').select('id', 'type', 'body', 'media_url', 'media_ref');
+    expect(rows.map(({ id: _id, ...r }) => r)).toEqual([
+      { type: 'image', body: 'Foto do produto', media_url: null, media_ref: 'MEDIA-IMG-1' },
+      { type: 'audio', body: '', media_url: null, media_ref: 'MEDIA-AUD-1' },
+      { type: 'video', body: '', media_url: null, media_ref: 'MEDIA-VID-1' },
+      { type: 'document', body: 'Pedido', media_url: null, media_ref: 'MEDIA-DOC-1' },
+      { type: 'sticker', body: '', media_url: null, media_ref: 'MEDIA-STK-1' },
+    ]);
+    const events = await outbox(api, ws.id, 'message.received');
+    expect(events.map((e) => [e.payload.message_id, e.payload.type])).toEqual(
+      rows.map((r, i) => [r.id, ['imageMessage', 'audioMessage', 'videoMessage', 'documentMessage', 'stickerMessage'][i]]),
+    );
+    const conversationId = events[0].payload.conversation_id;
+    const read = await api.request('GET', `/api/v1/conversations/${conversationId}`, { key: ws.key });
+    expect(read.status).toBe(200);
+    expect(read.body.data.messages).toHaveLength(5);
+    for (const m of read.body.data.messages) expect(m.mediaUrl).toBeUndefined();
+    expect(read.text).not.toContain('MEDIA-');
+  });
+
+  it('opens the 24-hour window and never moves it back for a late, older message', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern } = nextMobile();
+    // A conversation whose window closed two days ago.
+    const contact = await seedContact(api, ws.id, { phone: modern, name: 'Returning' });
+    const twoDaysAgo = new Date(Date.now() - 48 * 3600 * 1000);
+    await api.db('conversations').insert({ workspace_id: ws.id, contact_id: contact.id, instance_id: instanceId, channel: 'whatsapp', last_inbound_at: twoDaysAgo, last_message_at: twoDaysAgo });
+
+    const recent = unix(30);
+    await deliver(instanceId, textFrom(modern, { timestamp: recent }));
+    let conversation = await api.db('conversations').where({ workspace_id: ws.id }).first();
+    expect(conversation.last_inbound_at.toISOString()).toBe(new Date(Number(recent) * 1000).toISOString());
+    expect(Date.now() - conversation.last_inbound_at.getTime()).toBeLessThan(24 * 3600 * 1000);
+
+    // A delivery of an older message (out of order) does not close the window again.
+    await deliver(instanceId, textFrom(modern, { timestamp: unix(3600) }));
+    conversation = await api.db('conversations').where({ workspace_id: ws.id }).first();
+    expect(conversation.last_inbound_at.toISOString()).toBe(new Date(Number(recent) * 1000).toISOString());
+    expect(conversation.last_message_at.toISOString()).toBe(new Date(Number(recent) * 1000).toISOString());
+    expect((await snapshot(ws.id)).messages).toBe(2);
+  });
+
+  it('records nothing for an archived instance but still answers 200 (and still checks the signature)', async () => {
+    const ws = await createWorkspace(api);
+    const instanceId = await seedInstance(ws, { archived: true });
+    const payload = textFrom(nextMobile().modern);
+    expectError(await deliver(instanceId, payload, { secret: 'wrong' }), 401, 'UNAUTHORIZED');
+    const res = await deliver(instanceId, payload);
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ received: 0, duplicates: 0, statuses: 0, ignored: 1 });
+    expect(await snapshot(ws.id)).toEqual({ contacts: 0, conversations: 0, messages: 0, events: 0, statuses: [] });
+  });
+});
+
+describe('POST /webhooks/whatsapp/{instanceId}: status callbacks', () => {
+  it('moves our outbound message to delivered, then read, and never back; unknown ids are ignored', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern } = nextMobile();
+    await deliver(instanceId, textFrom(modern));
+    const conversation = await api.db('conversations').where({ workspace_id: ws.id }).first('id');
+    const outId = nextWamid();
+    const [out] = await api
+      .db('messages')
+      .insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'out', type: 'text', body: 'Olá!', status: 'sent', provider_message_id: outId })
+      .returning('id');
+    const eventsBefore = (await outbox(api, ws.id)).length;
+    const status = (s: string) => notification({ statuses: [{ id: outId, status: s, timestamp: unix(5), recipient_id: modern }] });
+    const statusOf = async () => (await api.db('messages').where({ id: out.id }).first('status')).status;
+
+    expect((await deliver(instanceId, status('delivered'))).body.data).toEqual({ received: 0, duplicates: 0, statuses: 1, ignored: 0 });
+    expect(await statusOf()).toBe('delivered');
+    // Late or repeated callbacks never move it backwards.
+    expect((await deliver(instanceId, status('sent'))).body.data).toMatchObject({ statuses: 0, ignored: 1 });
+    expect((await deliver(instanceId, status('failed'))).body.data).toMatchObject({ statuses: 0, ignored: 1 });
+    expect((await deliver(instanceId, status('delivered'))).body.data).toMatchObject({ statuses: 0, ignored: 1 });
+    expect(await statusOf()).toBe('delivered');
+    expect((await deliver(instanceId, status('read'))).body.data).toMatchObject({ statuses: 1 });
+    expect((await deliver(instanceId, status('delivered'))).body.data).toMatchObject({ statuses: 0 });
+    expect(await statusOf()).toBe('read');
+
+    // An unknown id, and an inbound message's id, change nothing.
+    const inbound = await api.db('messages').where({ workspace_id: ws.id, direction: 'in' }).first('provider_message_id', 'status');
+    const unknown = notification({
+      statuses: [
+        { id: 'wamid.unknown', status: 'delivered', timestamp: unix(), recipient_id: modern },
+        { id: inbound.provider_message_id, status: 'read', timestamp: unix(), recipient_id: modern },
+      ],
+    });
+    expect((await deliver(instanceId, unknown)).body.data).toEqual({ received: 0, duplicates: 0, statuses: 0, ignored: 2 });
+    expect((await api.db('messages').where({ workspace_id: ws.id, direction: 'in' }).first('status')).status).toBe('received');
+    // Status callbacks are not business events.
+    expect((await outbox(api, ws.id)).length).toBe(eventsBefore);
+  });
+
+  it("moves a sent message to failed, and ignores another workspace's message id", async () => {
+    const { ws, instanceId } = await setup();
+    const other = await setup();
+    const { modern } = nextMobile();
+    await deliver(instanceId, textFrom(modern));
+    await deliver(other.instanceId, textFrom(modern));
+    const insertOut = async (workspaceId: string) => {
+      const conversation = await api.db('conversations').where({ workspace_id: workspaceId }).first('id');
+      const id = nextWamid();
+      await api.db('messages').insert({ workspace_id: workspaceId, conversation_id: conversation.id, direction: 'out', type: 'text', body: 'x', status: 'sent', provider_message_id: id });
+      return id;
+    };
+    const mine = await insertOut(ws.id);
+    const theirs = await insertOut(other.ws.id);
+    const res = await deliver(
+      instanceId,
+      notification({
+        statuses: [
+          { id: mine, status: 'failed', timestamp: unix(), recipient_id: modern, errors: [{ code: 131026, title: 'Message undeliverable' }] },
+          { id: theirs, status: 'delivered', timestamp: unix(), recipient_id: modern },
+        ],
+      }),
+    );
+    expect(res.body.data).toMatchObject({ statuses: 1, ignored: 1 });
+    expect((await api.db('messages').where({ provider_message_id: mine }).first('status')).status).toBe('failed');
+    expect((await api.db('messages').where({ provider_message_id: theirs }).first('status')).status).toBe('sent');
+  });
+});
+
+describe('GET /webhooks/whatsapp/{instanceId}: verification', () => {
+  const verify = (instanceId: string, params: Record<string, string>) =>
+    api.request('GET', `/webhooks/whatsapp/${instanceId}?${new URLSearchParams(params).toString()}`);
+
+  it('answers the challenge as text/plain when the verify token matches (the app secret by default)', async () => {
+    const { instanceId } = await setup();
+    const res = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': '1158201444' });
+    expect(res.status).toBe(200);
+    expect(res.text).toBe('1158201444');
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
+    // Reflected as plain text, never as HTML.
+    const html = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': '<script>x</script>' });
+    expect(html.headers.get('content-type')).toMatch(/^text\/plain/);
+  });
+
+  it('answers 401 for a wrong token, a wrong mode or no challenge, and 404 for an unknown instance', async () => {
+    const { instanceId } = await setup();
+    expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': 'wrong', 'hub.challenge': '1' }), 401, 'UNAUTHORIZED');
+    expectError(await verify(instanceId, { 'hub.mode': 'unsubscribe', 'hub.verify_token': SECRET, 'hub.challenge': '1' }), 401, 'UNAUTHORIZED');
+    expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET }), 401, 'UNAUTHORIZED');
+    expectError(await verify(instanceId, {}), 401, 'UNAUTHORIZED');
+    expectError(await verify('00000000-0000-4000-8000-000000000000', { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': '1' }), 404, 'NOT_FOUND');
+  });
+
+  it('uses config.verifyToken instead of the app secret when the instance has one', async () => {
+    const { instanceId } = await setup();
+    await api.db('instances').where({ id: instanceId }).update({ config: api.db.raw(`config || '{"verifyToken":"my-verify-token"}'::jsonb`) });
+    const ok = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': 'my-verify-token', 'hub.challenge': 'abc' });
+    expect(ok.status).toBe(200);
+    expect(ok.text).toBe('abc');
+    expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': 'abc' }), 401, 'UNAUTHORIZED');
+  });
+});
