@@ -1,0 +1,73 @@
+/**
+ * What an operator sees of a send in Temporal, and the send profile of the conversation endpoint.
+ */
+import { loadConfig } from '../domain/config';
+import { temporalClientFactory } from '../domain/temporal';
+import { createWorkspace, expectError, startApi, TestApi } from './helpers';
+
+const EMULATOR = process.env.EMULATOR_URL!;
+let api: TestApi;
+const temporal = temporalClientFactory(loadConfig().temporalAddress, loadConfig().temporalNamespace);
+let seq = 0;
+const mobile = (): string => `55219${String(30000000 + ((process.pid * 11 + ++seq * 6007) % 60000000))}`;
+
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(async () => {
+  await api.close();
+  await temporal.close();
+});
+
+async function workspaceWithInstance() {
+  const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true,
+    config: { baseUrl: EMULATOR, phoneNumberId: `PN-${ws.id.slice(0, 8)}`, accessToken: 'super-secret-token-xyz', appSecret: 's' },
+  });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
+  return { ws, instanceId: instance.body.data.id as string };
+}
+
+it('shows a stuck send in Temporal: found by its search attributes, the provider error in plain words, no token', async () => {
+  const { ws, instanceId } = await workspaceWithInstance();
+  const phone = mobile();
+  await fetch(`${EMULATOR}/__emulator/script`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to: phone, behaviour: 'error', code: 131056, httpStatus: 429, times: 2 }),
+  });
+  const key = `stuck-${phone}`;
+  const pending = api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' }, headers: { 'Idempotency-Key': key } });
+
+  const client = await temporal.get();
+  const handle = client.workflow.getHandle(`send/${ws.id}/key/${key}`);
+  let failure: string | undefined;
+  let attributes: Record<string, unknown> = {};
+  for (let i = 0; i < 100 && !failure; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    const description = await handle.describe().catch(() => undefined);
+    if (!description) continue;
+    attributes = description.searchAttributes;
+    failure = description.raw.pendingActivities?.[0]?.lastFailure?.message ?? undefined;
+  }
+  expect(failure).toContain('131056');
+  expect(failure).not.toContain('super-secret-token-xyz');
+  expect(attributes).toMatchObject({ WorkspaceId: [ws.id], IdempotencyKey: [key], Phone: [phone], InstanceId: [instanceId] });
+
+  // While it retries, the same key is 409 IN_PROGRESS naming the workflow; then it completes.
+  const again = await api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' }, headers: { 'Idempotency-Key': key } });
+  expectError(again, 409, 'IN_PROGRESS');
+  expect(again.body.hint).toContain(`send/${ws.id}/key/${key}`);
+  expect((await pending).status).toBe(201);
+}, 30_000);
+
+it('limits conversation sends to 15 per minute per key (SEND_RATE_LIMITED)', async () => {
+  const { ws } = await workspaceWithInstance();
+  const path = '/api/v1/conversations/00000000-0000-4000-8000-000000000000/messages';
+  const statuses: number[] = [];
+  for (let i = 0; i < 15; i++) statuses.push((await api.request('POST', path, { key: ws.key, body: { text: 'x' } })).status);
+  expect(new Set(statuses)).toEqual(new Set([404]));
+  const blocked = await api.request('POST', path, { key: ws.key, body: { text: 'x' } });
+  expectError(blocked, 429, 'SEND_RATE_LIMITED');
+  expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
+});
