@@ -1,4 +1,4 @@
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Db } from '../domain/db';
 import { ApiError } from '../domain/errors';
 import { recordEvent } from '../domain/outbox';
@@ -7,7 +7,7 @@ import { visibleConversations } from '../domain/conversations';
 import { coldCap, findOrCreateContact, findOrCreateConversation, giveBackDaily, saoPauloDay, takeDaily, windowOpen } from '../domain/messaging';
 import { sendThroughProvider } from './providers';
 import { OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
-import type { SendInput, PreparedSend, SentMessage, SendOutcome } from '../workflows/send-types';
+import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../workflows/send-types';
 
 /**
  * The steps of a send (the workflow in workflows/send-message.ts orders them and compensates).
@@ -35,6 +35,52 @@ const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE
 };
 /** Failure type of a provider error worth retrying (throttled, down); the workflow turns it into SEND_FAILED once retries are spent. */
 export const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
+
+/**
+ * Whether a failed provider call may nevertheless have been accepted: no HTTP answer (timeout,
+ * connection lost mid-exchange) or a success answer we could not read. A refusal the provider
+ * answered, or a connection that never opened, is definitely not a sent message.
+ */
+const NEVER_CONNECTED = /\((ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|UND_ERR_CONNECT_TIMEOUT)\)/;
+function mayHaveReachedProvider(err: unknown): boolean {
+  if (!(err instanceof ProviderError)) return false;
+  if (err.httpStatus !== undefined) return err.httpStatus >= 200 && err.httpStatus < 300;
+  return err.failure === 'UNAVAILABLE' && !NEVER_CONNECTED.test(err.message);
+}
+
+/**
+ * `unconfirmed` for a provider that echoes our reference in status callbacks (Cloud API
+ * `biz_opaque_callback_data`), so the workflow can wait for the provider's own answer. The web
+ * gateway has no such callback: there the send stops (never twice), as a last resort.
+ */
+function unconfirmed(provider: string | undefined, reason: string): ProviderSendResult {
+  if (provider === 'cloud') return { outcome: 'unconfirmed', reason };
+  throw ApplicationFailure.create({
+    type: 'SEND_FAILED',
+    nonRetryable: true,
+    message: `${reason}; it is not sent twice`,
+    details: [{ hint: 'Check the conversation before sending again.', outcomeUnknown: true }],
+  });
+}
+
+/** Runs `work` heartbeating every second (when inside an activity), so a dead worker is detected by the heartbeat timeout. */
+async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
+  let context: Context | undefined;
+  try {
+    context = Context.current();
+  } catch {
+    context = undefined;
+  }
+  if (!context) return work();
+  const beat = context;
+  beat.heartbeat();
+  const timer = setInterval(() => beat.heartbeat(), 1000);
+  try {
+    return await work();
+  } finally {
+    clearInterval(timer);
+  }
+}
 
 export function createMessagingActivities({ db }: { db: Db }) {
   return {
@@ -165,41 +211,87 @@ export function createMessagingActivities({ db }: { db: Db }) {
     },
 
     /**
-     * The provider call, at most once per reference: the attempt is claimed before the call. A
-     * retry that finds it `in_flight` (an earlier attempt died mid-call) does not call again.
+     * The provider call, at most once per reference: the attempt is claimed (`in_flight`) before
+     * the call. A retry that finds it `in_flight` (an earlier attempt died mid-call) does not call
+     * again: it answers `unconfirmed` and the workflow waits for the provider's status callback
+     * (reconcileSend), which records the provider's answer on the row (domain/inbound.ts). A call
+     * that got no answer (timeout, connection lost) may have been accepted too: same path.
+     * Heartbeats while it runs (PROVIDER_SEND.heartbeatTimeout) so a dead worker is noticed fast.
      */
-    async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string; message: SendInput['message'] }): Promise<SentMessage> {
-      const claimed = await db.raw(
-        `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
-         ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
-         RETURNING reference`,
-        [input.reference, input.workspaceId],
-      );
-      if (claimed.rows.length === 0) {
-        const previous = await db('send_attempts').where({ reference: input.reference }).first();
-        if (previous?.state === 'sent') return { providerMessageId: previous.provider_message_id, waId: previous.wa_id ?? undefined };
-        throw ApplicationFailure.create({
-          type: 'SEND_FAILED',
-          nonRetryable: true,
-          message: 'An earlier attempt of this send may have reached the provider; it is not sent twice',
-          details: [{ hint: 'Check the conversation before sending again.', outcomeUnknown: true }],
-        });
-      }
-      const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId }).first('id', 'provider', 'config');
-      const outbound: OutboundMessage = { ...input.message, to: input.to, reference: input.reference };
-      try {
-        const sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: instance.config }, outbound);
+    async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string; message: SendInput['message'] }): Promise<ProviderSendResult> {
+      return withHeartbeat(async () => {
+        const claimed = await db.raw(
+          `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
+           ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
+           RETURNING reference`,
+          [input.reference, input.workspaceId],
+        );
+        const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId }).first('id', 'provider', 'config');
+        if (claimed.rows.length === 0) {
+          const previous = await db('send_attempts').where({ reference: input.reference }).first();
+          if (previous?.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id, waId: previous.wa_id ?? undefined } };
+          return unconfirmed(instance?.provider, 'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider');
+        }
+        const outbound: OutboundMessage = { ...input.message, to: input.to, reference: input.reference };
+        let sent: SentMessage;
+        try {
+          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: instance.config }, outbound);
+        } catch (err) {
+          const message = err instanceof Error ? err.message : String(err);
+          if (mayHaveReachedProvider(err)) {
+            // Stays `in_flight`: only the provider's status callback (or the window passing) settles it.
+            await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ error: message.slice(0, 1000), updated_at: db.fn.now() });
+            return unconfirmed(instance.provider, `The provider call got no answer, so it may have been accepted: ${message}`);
+          }
+          await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ state: 'failed', error: message.slice(0, 1000), updated_at: db.fn.now() });
+          if (!(err instanceof ProviderError)) throw err;
+          if (err.retryable) throw ApplicationFailure.create({ type: PROVIDER_RETRYABLE, message, nonRetryable: false });
+          throw ApplicationFailure.create({ type: FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message, nonRetryable: true });
+        }
+        // If this write fails the activity fails: the row stays `in_flight`, so the retry does not
+        // call again and the status callback carrying the same message id settles it.
         await db('send_attempts')
           .where({ reference: input.reference })
-          .update({ state: 'sent', provider_message_id: sent.providerMessageId, wa_id: sent.waId ?? null, updated_at: db.fn.now() });
-        return sent;
-      } catch (err) {
-        const message = err instanceof Error ? err.message : String(err);
-        await db('send_attempts').where({ reference: input.reference }).update({ state: 'failed', error: message.slice(0, 1000), updated_at: db.fn.now() });
-        if (!(err instanceof ProviderError)) throw err;
-        if (err.retryable) throw ApplicationFailure.create({ type: PROVIDER_RETRYABLE, message, nonRetryable: false });
-        throw ApplicationFailure.create({ type: FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message, nonRetryable: true });
+          .update({ state: 'sent', provider_message_id: sent.providerMessageId, wa_id: sent.waId ?? null, error: null, updated_at: db.fn.now() });
+        return { outcome: 'sent', sent };
+      });
+    },
+
+    /**
+     * One check of a send whose provider call may have happened (sendToProvider answered
+     * `unconfirmed`): `sent` once the provider's status callback recorded its answer on the
+     * attempt; before `deadline`, a retryable SEND_UNCONFIRMED failure (the retry policy is the
+     * wait); after it, the attempt is marked `failed` (no callback: the provider did not accept
+     * it) and the workflow may send again. The `in_flight` → `failed` and `in_flight` → `sent`
+     * (inbound) updates are conditional on the row's state, so exactly one of them wins.
+     */
+    async reconcileSend(input: { workspaceId: string; reference: string; deadline: string }): Promise<ReconcileResult> {
+      const read = () => db('send_attempts').where({ reference: input.reference, workspace_id: input.workspaceId }).first('state', 'provider_message_id', 'wa_id', 'error');
+      const settled = (row: { state: string; provider_message_id: string | null; wa_id: string | null; error: string | null } | undefined): ReconcileResult | undefined => {
+        if (!row) return { outcome: 'failed', reason: 'The send was never claimed, so it never reached the provider' };
+        if (row.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: row.provider_message_id!, ...(row.wa_id ? { waId: row.wa_id } : {}) } };
+        if (row.state === 'failed') return { outcome: 'failed', reason: row.error ?? 'The earlier attempt failed' };
+        return undefined;
+      };
+      const now = settled(await read());
+      if (now) return now;
+      const deadline = new Date(input.deadline);
+      if (Date.now() < deadline.getTime()) {
+        throw ApplicationFailure.create({
+          type: 'SEND_UNCONFIRMED',
+          nonRetryable: false,
+          message:
+            `Waiting for the provider's status callback: an earlier attempt of this send may have reached the provider, ` +
+            `so it is not sent again before ${deadline.toISOString()} (then, without a callback, it counts as not accepted and is sent once more)`,
+        });
       }
+      const reason = `No status callback from the provider until ${deadline.toISOString()}: the interrupted attempt was not accepted`;
+      const marked = await db('send_attempts')
+        .where({ reference: input.reference, workspace_id: input.workspaceId, state: 'in_flight' })
+        .update({ state: 'failed', error: reason, updated_at: db.fn.now() });
+      if (marked > 0) return { outcome: 'failed', reason };
+      // The callback won the race between the read and the update.
+      return settled(await read()) ?? { outcome: 'failed', reason };
     },
 
     /**

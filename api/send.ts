@@ -65,7 +65,8 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
     await client.workflow.start('sendMessageWorkflow', {
       workflowId,
       taskQueue: ctx.deps.config.taskQueue,
-      args: [input],
+      // The reconciliation window travels in the input: the workflow's waits depend only on its history.
+      args: [{ ...input, reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
       workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
       searchAttributes: {
         WorkspaceId: [input.workspaceId],

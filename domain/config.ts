@@ -15,6 +15,11 @@ export interface Config {
   /** Trust X-Forwarded-For for the client IP (set only behind a proxy you control). */
   trustProxy: boolean;
   logLevel: string;
+  /**
+   * How long a send whose provider call may have happened (worker died mid-call, no answer) waits
+   * for the provider's status callback before it counts as not accepted and is sent again.
+   */
+  sendReconcileWindowMs: number;
 }
 
 function bool(value: string | undefined, fallback: boolean): boolean {
@@ -27,6 +32,11 @@ function number(name: string, value: string | undefined, fallback: number): numb
   const parsed = Number(value);
   if (!Number.isFinite(parsed)) throw new Error(`${name} must be a number, got "${value}"`);
   return parsed;
+}
+
+function positive(name: string, value: number): number {
+  if (!(value > 0)) throw new Error(`${name} must be a positive number, got ${value}`);
+  return value;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -43,5 +53,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     webhookRetryScale: number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1),
     trustProxy: bool(env.TRUST_PROXY, false),
     logLevel: env.LOG_LEVEL ?? 'info',
+    sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, 5 * 60 * 1000)),
   };
 }

@@ -14,7 +14,9 @@ import { isUuid } from './refs';
  *
  * Payload: `{ object: 'whatsapp_business_account', entry: [{ id, changes: [{ field: 'messages',
  * value: { messaging_product, metadata: { display_phone_number, phone_number_id },
- * contacts: [{ profile: { name }, wa_id }], messages: [...], statuses: [...] } }] }] }`.
+ * contacts: [{ profile: { name }, wa_id }], messages: [...], statuses: [...] } }] }] }`; a status is
+ * `{ id: <wamid>, status, timestamp, recipient_id, biz_opaque_callback_data? }`, the last one echoing
+ * the reference our send put on the message.
  *
  * Parsing (`parseCloudWebhook`) is pure and lenient: anything it does not understand is skipped
  * with a reason, never an error, because a non-2xx answer only makes Meta retry the same bytes.
@@ -103,6 +105,13 @@ export interface InboundMessage {
 export interface StatusUpdate {
   providerMessageId: string;
   status: 'sent' | 'delivered' | 'read' | 'failed';
+  /**
+   * `biz_opaque_callback_data`: the reference our send put on the message (a send attempt's
+   * `reference`), echoed by the provider in every status callback of a message it accepted.
+   */
+  reference?: string;
+  /** `recipient_id`: the provider's identity (wa_id) of the recipient. */
+  recipientId?: string;
 }
 
 export interface Skipped {
@@ -247,7 +256,14 @@ export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstan
           result.skipped.push({ reason: `status ${String(state ?? 'missing')} is not handled`, id });
           continue;
         }
-        result.statuses.push({ providerMessageId: id, status: state });
+        const reference = typeof status?.biz_opaque_callback_data === 'string' && status.biz_opaque_callback_data.length <= 1000 ? status.biz_opaque_callback_data : undefined;
+        const recipientId = str(status?.recipient_id);
+        result.statuses.push({
+          providerMessageId: id,
+          status: state,
+          ...(reference ? { reference } : {}),
+          ...(recipientId && /^\d{8,20}$/.test(recipientId) ? { recipientId } : {}),
+        });
       }
     }
   }
@@ -295,8 +311,14 @@ export async function applyCloudWebhook(db: Db, instance: WebhookInstance, parse
       else outcome.duplicates += 1;
     }
     for (const status of parsed.statuses) {
+      // Reconciliation first: a callback for a send whose provider call was interrupted records
+      // the provider's answer on the attempt, so the waiting send continues with it and never
+      // calls the provider again (workflows/send-message.ts). Any status proves the message was
+      // accepted: it has a provider message id.
+      const reconciled = status.reference ? await reconcileAttempt(trx, workspaceId, status) : false;
       if (FROM[status.status].length === 0) {
-        outcome.ignored += 1;
+        if (reconciled) outcome.statuses += 1;
+        else outcome.ignored += 1;
         continue;
       }
       const moved = await trx.raw(
@@ -307,7 +329,7 @@ export async function applyCloudWebhook(db: Db, instance: WebhookInstance, parse
             AND c.workspace_id = m.workspace_id AND c.id = m.conversation_id AND c.instance_id = ?`,
         [status.status, workspaceId, status.providerMessageId, FROM[status.status], instance.id],
       );
-      if (moved.rowCount > 0) outcome.statuses += 1;
+      if (moved.rowCount > 0 || reconciled) outcome.statuses += 1;
       else outcome.ignored += 1;
     }
   });
@@ -315,6 +337,22 @@ export async function applyCloudWebhook(db: Db, instance: WebhookInstance, parse
     log?.info({ instanceId: instance.id, workspaceId, skipped: parsed.skipped.slice(0, 20) }, 'inbound webhook: items skipped');
   }
   return outcome;
+}
+
+/**
+ * Records the provider's answer (message id, recipient wa_id) on this workspace's send attempt
+ * named by the callback's reference, if that attempt is not settled as sent: `in_flight` (its
+ * provider call was interrupted), or `failed` (the send stopped waiting for this callback: a late
+ * callback still tells the truth, and the send's next claim, which only takes a `failed` row, then
+ * finds it `sent` instead of calling the provider again). One conditional update, in the webhook's
+ * transaction; another workspace's reference never matches.
+ */
+async function reconcileAttempt(trx: Knex.Transaction, workspaceId: string, status: StatusUpdate): Promise<boolean> {
+  const updated = await trx('send_attempts')
+    .where({ workspace_id: workspaceId, reference: status.reference })
+    .whereIn('state', ['in_flight', 'failed'])
+    .update({ state: 'sent', provider_message_id: status.providerMessageId, wa_id: status.recipientId ?? null, error: null, updated_at: trx.fn.now() });
+  return updated > 0;
 }
 
 /** One inbound message; false when the provider message id was already recorded (a redelivery). */

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Server } from 'node:http';
 import { Readable } from 'node:stream';
 import Koa from 'koa';
@@ -24,12 +24,24 @@ import { koaBody } from 'koa-body';
  *   `delayMs` answers that much later (slowness / timeouts). A recipient script wins over a
  *   phone-number-id script. Answers `{ script }`.
  * - `POST /__emulator/reset` `{ to? | phoneNumberId? }`: forgets scripts and calls of that number
- *   or id; with an empty body, everything.
+ *   or id (for an id also its webhook and deliveries); with an empty body, everything.
  * - `GET /__emulator/calls?to=&phoneNumberId=&outcome=`: received send calls, oldest first,
  *   `{ calls: [{ seq, at, api, version?, phoneNumberId, to, type, body, auth, status, outcome, messageId?,
  *   waId? }] }`, never a token. A call is recorded once its request was fully received (before
  *   any scripted delay: a provider that got the request may have delivered it even if the client
  *   gave up waiting).
+ * - `POST /__emulator/webhook` `{ phoneNumberId, url, appSecret, displayPhoneNumber?, wabaId? }`:
+ *   like a Meta app's webhook configuration (callback URL + app secret), where the status
+ *   callbacks of that phone-number id go; `url: null` removes it. Answers `{ webhook }` (never the
+ *   secret). After every accepted Cloud API send through that id, the emulator POSTs, shortly
+ *   after answering (also when the client stopped waiting: the message was accepted), the real
+ *   `statuses[]` notification `{ object: 'whatsapp_business_account', entry: [{ id, changes:
+ *   [{ field: 'messages', value: { messaging_product, metadata: { display_phone_number,
+ *   phone_number_id }, statuses: [{ id: <wamid>, status: 'sent', timestamp, recipient_id: <wa_id>,
+ *   biz_opaque_callback_data? }] } }] }] }`, signed `X-Hub-Signature-256: sha256=<hex
+ *   HMAC-SHA256(appSecret, raw body)>`, retrying a non-2xx answer or a network error a few times.
+ * - `GET /__emulator/webhook?phoneNumberId=`: `{ webhook, deliveries: [{ seq, at, phoneNumberId,
+ *   messageId, status, attempt, httpStatus?, error? }] }`, one entry per delivery attempt.
  * - `HEAD|GET /__emulator/media/{bytes}/{name}`: a media file of that many bytes (zeros), its
  *   content type from the extension, for media size checks.
  *
@@ -69,7 +81,31 @@ export interface EmulatorScript {
   down?: boolean;
 }
 
+export interface EmulatorWebhook {
+  phoneNumberId: string;
+  url: string;
+  appSecret: string;
+  displayPhoneNumber: string;
+  wabaId: string;
+}
+
+export interface EmulatorDelivery {
+  seq: number;
+  at: string;
+  phoneNumberId: string;
+  messageId: string;
+  status: string;
+  attempt: number;
+  httpStatus?: number;
+  error?: string;
+}
+
 const MAX_CALLS = 10_000;
+/** Status callbacks: first try this long after the send was answered, then retries with doubling pauses. */
+const CALLBACK_DELAY_MS = 100;
+const CALLBACK_ATTEMPTS = 5;
+const CALLBACK_RETRY_MS = 250;
+const CALLBACK_TIMEOUT_MS = 5000;
 const MAX_DELAY_MS = 120_000;
 
 /** Digits only. */
@@ -261,9 +297,16 @@ function zeros(total: number): Readable {
   });
 }
 
+/** A WhatsApp Business Account id (15 digits) for a phone-number id, stable across runs. */
+function wabaIdFor(phoneNumberId: string): string {
+  const n = BigInt(`0x${createHash('sha256').update(phoneNumberId).digest('hex').slice(0, 13)}`);
+  return String(100_000_000_000_000n + (n % 899_999_999_999_999n));
+}
+
 export interface Emulator {
   app: Koa;
   calls: EmulatorCall[];
+  deliveries: EmulatorDelivery[];
   /** Forgets every script and call. */
   reset: () => void;
 }
@@ -273,12 +316,73 @@ export function createEmulator(): Emulator {
   const calls: EmulatorCall[] = [];
   const byTo = new Map<string, EmulatorScript & { left?: number }>();
   const byId = new Map<string, EmulatorScript & { left?: number }>();
+  const webhooks = new Map<string, EmulatorWebhook>();
+  const deliveries: EmulatorDelivery[] = [];
   let seq = 0;
+  let deliverySeq = 0;
 
   const reset = (): void => {
     calls.length = 0;
     byTo.clear();
     byId.clear();
+    webhooks.clear();
+    deliveries.length = 0;
+  };
+
+  /**
+   * The `sent` status callback of an accepted Cloud API message, as Meta posts it to the app's
+   * webhook: asynchronous, signed with the app secret, retried on failure.
+   */
+  const scheduleStatusCallback = (phoneNumberId: string, sent: { messageId: string; waId: string; reference?: string }): void => {
+    const timestamp = String(Math.floor(Date.now() / 1000));
+    const deliver = async (attempt: number): Promise<void> => {
+      const webhook = webhooks.get(phoneNumberId);
+      if (!webhook) return;
+      const status: Record<string, unknown> = { id: sent.messageId, status: 'sent', timestamp, recipient_id: sent.waId };
+      if (sent.reference !== undefined) status.biz_opaque_callback_data = sent.reference;
+      const raw = JSON.stringify({
+        object: 'whatsapp_business_account',
+        entry: [
+          {
+            id: webhook.wabaId,
+            changes: [
+              {
+                value: {
+                  messaging_product: 'whatsapp',
+                  metadata: { display_phone_number: webhook.displayPhoneNumber, phone_number_id: phoneNumberId },
+                  statuses: [status],
+                },
+                field: 'messages',
+              },
+            ],
+          },
+        ],
+      });
+      const entry: EmulatorDelivery = { seq: ++deliverySeq, at: new Date().toISOString(), phoneNumberId, messageId: sent.messageId, status: 'sent', attempt };
+      try {
+        const res = await fetch(webhook.url, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'user-agent': 'facebookexternalua',
+            'x-hub-signature': `sha1=${createHmac('sha1', webhook.appSecret).update(raw, 'utf8').digest('hex')}`,
+            'x-hub-signature-256': `sha256=${createHmac('sha256', webhook.appSecret).update(raw, 'utf8').digest('hex')}`,
+          },
+          body: raw,
+          redirect: 'manual',
+          signal: AbortSignal.timeout(CALLBACK_TIMEOUT_MS),
+        });
+        await res.arrayBuffer().catch(() => undefined);
+        entry.httpStatus = res.status;
+      } catch (err) {
+        entry.error = err instanceof Error ? err.message : String(err);
+      }
+      deliveries.push(entry);
+      if (deliveries.length > MAX_CALLS) deliveries.splice(0, deliveries.length - MAX_CALLS);
+      const ok = entry.httpStatus !== undefined && entry.httpStatus >= 200 && entry.httpStatus < 300;
+      if (!ok && attempt < CALLBACK_ATTEMPTS) setTimeout(() => void deliver(attempt + 1), CALLBACK_RETRY_MS * 2 ** (attempt - 1));
+    };
+    if (webhooks.has(phoneNumberId)) setTimeout(() => void deliver(1), CALLBACK_DELAY_MS);
   };
 
   /** The script for this send, if any, without consuming it. */
@@ -371,6 +475,52 @@ export function createEmulator(): Emulator {
       ctx.body = { script: shown };
       return;
     }
+    if (ctx.method === 'POST' && ctx.path === '/__emulator/webhook') {
+      const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
+      const problems: string[] = [];
+      if (!isText(body.phoneNumberId)) problems.push('phoneNumberId is required');
+      if (body.url !== null) {
+        let url: URL | undefined;
+        try {
+          url = isText(body.url) ? new URL(body.url) : undefined;
+        } catch {
+          url = undefined;
+        }
+        if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) problems.push('url must be an http(s) URL (or null to remove the webhook)');
+        if (!isText(body.appSecret)) problems.push('appSecret is required');
+        if (body.displayPhoneNumber !== undefined && !(isText(body.displayPhoneNumber) && /^\d{8,20}$/.test(body.displayPhoneNumber))) problems.push('displayPhoneNumber must be digits');
+        if (body.wabaId !== undefined && !isText(body.wabaId)) problems.push('wabaId must be a string');
+      }
+      if (problems.length > 0) {
+        ctx.status = 400;
+        ctx.body = { error: problems.join('; ') };
+        return;
+      }
+      const phoneNumberId = body.phoneNumberId as string;
+      if (body.url === null) {
+        webhooks.delete(phoneNumberId);
+        ctx.body = { webhook: null };
+        return;
+      }
+      const webhook: EmulatorWebhook = {
+        phoneNumberId,
+        url: body.url as string,
+        appSecret: body.appSecret as string,
+        displayPhoneNumber: (body.displayPhoneNumber as string | undefined) ?? '15550000000',
+        wabaId: (body.wabaId as string | undefined) ?? wabaIdFor(phoneNumberId),
+      };
+      webhooks.set(phoneNumberId, webhook);
+      const { appSecret: _secret, ...shown } = webhook;
+      ctx.body = { webhook: shown };
+      return;
+    }
+    if (ctx.method === 'GET' && ctx.path === '/__emulator/webhook') {
+      const id = typeof ctx.query.phoneNumberId === 'string' ? ctx.query.phoneNumberId : undefined;
+      const webhook = id ? webhooks.get(id) : undefined;
+      const shown = webhook ? (({ appSecret: _secret, ...rest }) => rest)(webhook) : null;
+      ctx.body = { webhook: shown, deliveries: deliveries.filter((d) => !id || d.phoneNumberId === id) };
+      return;
+    }
     if (ctx.method === 'POST' && ctx.path === '/__emulator/reset') {
       const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
       const to = body.to !== undefined ? personKey(body.to) : '';
@@ -378,7 +528,13 @@ export function createEmulator(): Emulator {
       if (!to && !id) reset();
       else {
         if (to) byTo.delete(to);
-        if (id) byId.delete(id);
+        if (id) {
+          byId.delete(id);
+          webhooks.delete(id);
+          const kept = deliveries.filter((d) => d.phoneNumberId !== id);
+          deliveries.length = 0;
+          deliveries.push(...kept);
+        }
         const keep = calls.filter((c) => !((to && personKey(c.to) === to) || (id && c.phoneNumberId === id)));
         calls.length = 0;
         calls.push(...keep);
@@ -468,6 +624,9 @@ export function createEmulator(): Emulator {
       contacts: [{ input: (body as { to: string }).to, wa_id: waId }],
       messages: [{ id: messageId }],
     };
+    // Accepted: the message exists whether or not the client is still there to read the answer.
+    const reference = (body as { biz_opaque_callback_data?: string }).biz_opaque_callback_data;
+    scheduleStatusCallback(phoneNumberId, { messageId, waId, ...(reference !== undefined ? { reference } : {}) });
   });
 
   // "web" gateway (Evolution-API-like).
@@ -547,7 +706,7 @@ export function createEmulator(): Emulator {
     };
   });
 
-  return { app, calls, reset };
+  return { app, calls, deliveries, reset };
 }
 
 if (require.main === module) {

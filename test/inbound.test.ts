@@ -443,6 +443,74 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks', () => {
   });
 });
 
+describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile interrupted sends', () => {
+  const attempt = (workspaceId: string, state: 'in_flight' | 'failed' | 'sent', providerMessageId?: string) => {
+    const reference = `send/${workspaceId}/key/k-${++counter}/run-${counter}`;
+    return api
+      .db('send_attempts')
+      .insert({ reference, workspace_id: workspaceId, state, provider_message_id: providerMessageId ?? null })
+      .then(() => reference);
+  };
+  const attemptRow = (reference: string) => api.db('send_attempts').where({ reference }).first('state', 'provider_message_id', 'wa_id', 'error');
+
+  it("records the provider's answer on the attempt its biz_opaque_callback_data names (in_flight or failed, this workspace only)", async () => {
+    const { ws, instanceId } = await setup();
+    const other = await setup();
+    const { modern } = nextMobile();
+    const [inFlight, failed, sent, theirs] = [await attempt(ws.id, 'in_flight'), await attempt(ws.id, 'failed'), await attempt(ws.id, 'sent', 'wamid.first'), await attempt(other.ws.id, 'in_flight')];
+    const ids = [nextWamid(), nextWamid(), nextWamid(), nextWamid()];
+    const res = await deliver(
+      instanceId,
+      notification({
+        statuses: [
+          { id: ids[0], status: 'sent', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: inFlight },
+          { id: ids[1], status: 'delivered', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: failed },
+          { id: ids[2], status: 'sent', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: sent },
+          { id: ids[3], status: 'sent', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: theirs },
+        ],
+      }),
+    );
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ received: 0, duplicates: 0, statuses: 2, ignored: 2 });
+    expect(await attemptRow(inFlight)).toEqual({ state: 'sent', provider_message_id: ids[0], wa_id: modern, error: null });
+    expect(await attemptRow(failed)).toEqual({ state: 'sent', provider_message_id: ids[1], wa_id: modern, error: null });
+    // Already settled: the first answer stays. Another workspace's attempt: untouched.
+    expect(await attemptRow(sent)).toMatchObject({ state: 'sent', provider_message_id: 'wamid.first' });
+    expect(await attemptRow(theirs)).toMatchObject({ state: 'in_flight', provider_message_id: null });
+    // A badly signed callback changes nothing.
+    const forged = await attempt(ws.id, 'in_flight');
+    const body = notification({ statuses: [{ id: nextWamid(), status: 'sent', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: forged }] });
+    expectError(await deliver(instanceId, body, { secret: 'not-the-secret' }), 401, 'UNAUTHORIZED');
+    expect(await attemptRow(forged)).toMatchObject({ state: 'in_flight' });
+  });
+
+  it("receives the emulator's status callback (Meta's wire format, signed with the app secret) for an accepted Cloud API send", async () => {
+    const phoneNumberId = `PN-cb-${process.pid}-${++counter}`;
+    const ws = await createWorkspace(api, { scopes: ['conversations:read'] });
+    const instanceId = await seedInstance(ws, { config: { phoneNumberId } });
+    const emulator = process.env.EMULATOR_URL!;
+    const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+      fetch(`${emulator}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+    const registered = await post('/__emulator/webhook', { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, appSecret: SECRET });
+    expect(await registered.json()).toEqual({ webhook: { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, displayPhoneNumber: expect.any(String), wabaId: expect.stringMatching(/^\d{15}$/) } });
+
+    const reference = await attempt(ws.id, 'in_flight');
+    const { modern } = nextMobile();
+    const sent = await post(
+      `/v21.0/${phoneNumberId}/messages`,
+      { messaging_product: 'whatsapp', to: modern, type: 'text', text: { body: 'Olá' }, biz_opaque_callback_data: reference },
+      { authorization: 'Bearer t' },
+    );
+    expect(sent.status).toBe(200);
+    const answer = (await sent.json()) as { contacts: { wa_id: string }[]; messages: { id: string }[] };
+    for (let i = 0; i < 50 && (await attemptRow(reference)).state !== 'sent'; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await attemptRow(reference)).toEqual({ state: 'sent', provider_message_id: answer.messages[0].id, wa_id: answer.contacts[0].wa_id, error: null });
+    const log = (await (await fetch(`${emulator}/__emulator/webhook?phoneNumberId=${phoneNumberId}`)).json()) as { deliveries: { httpStatus?: number; messageId: string }[] };
+    expect(log.deliveries).toEqual([expect.objectContaining({ httpStatus: 200, messageId: answer.messages[0].id, status: 'sent', attempt: 1 })]);
+    await post('/__emulator/reset', { phoneNumberId });
+  });
+});
+
 describe('GET /webhooks/whatsapp/{instanceId}: verification', () => {
   const verify = (instanceId: string, params: Record<string, string>) =>
     api.request('GET', `/webhooks/whatsapp/${instanceId}?${new URLSearchParams(params).toString()}`);

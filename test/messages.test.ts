@@ -258,6 +258,38 @@ describe('idempotency', () => {
   });
 });
 
+describe('a provider call that gets no answer', () => {
+  it('waits for the status callback: accepted → recorded with its one call; not accepted → sent once more after the window', async () => {
+    // Its own API (same worker and task queue) with a short reconciliation window; the emulator
+    // posts the Cloud API's status callbacks to it, as Meta posts to the app's callback URL.
+    const quick = await startApi({ config: { sendReconcileWindowMs: 4000 } });
+    try {
+      const run = async (behaviour: 'ok' | 'error') => {
+        const s = await setup();
+        await emulator('/__emulator/webhook', { phoneNumberId: `PN-${s.ws.id.slice(0, 8)}`, url: `${quick.url}/webhooks/whatsapp/${s.instanceId}`, appSecret: 's' });
+        const phone = mobile();
+        // The provider answers after 11 s: the adapter gives up at 10 s, not knowing whether it was accepted.
+        await emulator('/__emulator/script', { to: phone, behaviour, ...(behaviour === 'error' ? { code: 131000 } : {}), delayMs: 11_000, times: 1 });
+        const res = await quick.request('POST', '/api/v1/messages', { key: s.ws.key, body: template(phone), headers: { 'x-forwarded-for': uniqueIp() } });
+        const messages = await api.db('messages').where({ workspace_id: s.ws.id }).select('id', 'status', 'provider_message_id');
+        return { res, calls: await callsTo(phone), messages };
+      };
+      const [accepted, refused] = await Promise.all([run('ok'), run('error')]);
+
+      // Accepted: its `sent` callback settles the send; the provider is not called again.
+      expect(accepted.res.status).toBe(201);
+      expect(accepted.calls.map((c) => c.outcome)).toEqual(['ok']);
+      expect(accepted.messages).toEqual([{ id: accepted.res.body.data.id, status: 'sent', provider_message_id: accepted.calls[0].messageId }]);
+      // Not accepted: no callback within the window, so one more call; still one accepted message.
+      expect(refused.res.status).toBe(201);
+      expect(refused.calls.map((c) => c.outcome)).toEqual(['error', 'ok']);
+      expect(refused.messages).toEqual([{ id: refused.res.body.data.id, status: 'sent', provider_message_id: refused.calls[1].messageId }]);
+    } finally {
+      await quick.close();
+    }
+  }, 50_000);
+});
+
 describe('POST /api/v1/conversations/{id}/messages', () => {
   it('sends in an existing conversation with the same rules, and 404 for another workspace\'s conversation', async () => {
     const s = await setup();

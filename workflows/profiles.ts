@@ -6,15 +6,34 @@ export const DATABASE: ActivityOptions = {
   retry: { initialInterval: '200 milliseconds', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 20 },
 };
 
-/** The provider call: throttling and outages retried with backoff for about a minute, then SEND_FAILED. */
+/**
+ * The provider call: throttling and outages retried with backoff for about a minute, then
+ * SEND_FAILED. The activity heartbeats while it waits for the provider, so a worker that dies
+ * mid-call is noticed within the heartbeat timeout (not the 20 s start-to-close); the retry then
+ * finds the attempt claimed and does not call the provider again (see reconcileSend).
+ */
 export const PROVIDER_SEND: ActivityOptions = {
   startToCloseTimeout: '20 seconds',
+  heartbeatTimeout: '5 seconds',
   retry: {
     initialInterval: '1 second',
     backoffCoefficient: 2,
     maximumInterval: '20 seconds',
     maximumAttempts: 6,
   },
+};
+
+/**
+ * Waiting for the provider's status callback of a send whose outcome is unknown: each try is one
+ * short read of the attempt's row; "not yet" is a retryable failure, so the wait is durable, adds
+ * nothing to the workflow history and shows in the Temporal UI as the pending activity's last
+ * failure. The activity answers `failed` itself once the deadline it is given has passed; the
+ * workflow adds a schedule-to-close timeout (window + margin) so a database outage cannot make it
+ * wait forever.
+ */
+export const RECONCILE: ActivityOptions = {
+  startToCloseTimeout: '10 seconds',
+  retry: { initialInterval: '300 milliseconds', backoffCoefficient: 1.5, maximumInterval: '2 seconds', maximumAttempts: Number.POSITIVE_INFINITY },
 };
 
 /** Recording what the provider already accepted must not give up: retried until the database answers. */

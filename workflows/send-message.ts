@@ -1,8 +1,9 @@
 import { ActivityFailure, ApplicationFailure, proxyActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
-import { COMPENSATION, DATABASE, MEDIA_CHECK, PROVIDER_SEND, RECORD } from './profiles';
-import type { SendInput, SendOutcome } from './send-types';
+import { COMPENSATION, DATABASE, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
+import { DEFAULT_RECONCILE_WINDOW_MS } from './send-types';
+import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from './send-types';
 
 const prepare = proxyActivities<MessagingActivities>(DATABASE);
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
@@ -12,12 +13,19 @@ const media = proxyActivities<MediaActivities>(MEDIA_CHECK);
 
 /** Retryable provider failures (throttled, down) that outlived the retry policy. */
 const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
+/** Interrupted provider calls that found no confirmation before the send gives up (each sent at most one accepted message). */
+const MAX_SEND_ROUNDS = 3;
+/** Bounds of the reconciliation window, whatever the input says. */
+const MIN_WINDOW_MS = 1000;
+const MAX_WINDOW_MS = 24 * 60 * 60 * 1000;
+/** How long past the window the wait may last when the database itself does not answer. */
+const RECONCILE_MARGIN_MS = 60_000;
 
 /**
  * A send as a saga: check the media, prepare (instance, contact, conversation, window, template,
  * daily slot and quota: one transaction), call the provider, record. A failure after prepare runs
  * the compensations in reverse order; once the provider accepted, nothing is undone and recording
- * retries until it succeeds. The workflow id is the idempotency key (see api/routes/messages.ts).
+ * retries until it succeeds. The workflow id is the idempotency key (see api/send.ts).
  */
 export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome> {
   const { workflowId, runId } = workflowInfo();
@@ -28,19 +36,60 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome
     compensations.push(() => compensate.undoPrepare(prepared));
     upsertSearchAttributes({ InstanceId: [prepared.instanceId], Phone: [prepared.phone] });
 
-    const sent = await provider
-      .sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference: `${workflowId}/${runId}`, message: input.message })
-      .catch((err) => {
-        // An earlier attempt may have reached the provider: the message may exist, so the contact
-        // and conversation stay (undoing them could orphan a delivered message).
-        if (outcomeUnknown(err)) compensations.length = 0;
-        throw err;
-      });
+    const sent = await sendOnce(input, prepared, `${workflowId}/${runId}`).catch((err) => {
+      // The provider may have the message: the contact and conversation stay (undoing them could
+      // orphan a delivered message).
+      if (outcomeUnknown(err)) compensations.length = 0;
+      throw err;
+    });
     compensations.length = 0;
     return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, message: input.message, mode: input.conversationId ? 'conversation' : 'cold' });
   } catch (err) {
     for (const undo of compensations.reverse()) await undo();
     throw businessFailure(err);
+  }
+}
+
+/**
+ * The provider call, exactly once. sendToProvider claims the attempt (`reference`) before it
+ * calls; when it finds an earlier attempt's claim (that attempt's worker died mid-call) or its
+ * call got no answer, it does not call and answers `unconfirmed`. Then this waits, durably, for
+ * the provider's own word: the Cloud API posts a status callback carrying our reference
+ * (`biz_opaque_callback_data`) for every message it accepted, and the inbound webhook records its
+ * message id on the attempt. Recorded before the deadline: that is the sent message (no second
+ * call). No callback by the deadline: the provider did not accept it, the attempt is marked
+ * `failed` and the next round sends (still one accepted message). The deadline comes from the
+ * workflow clock, and the decision is an activity result in the history: replay-safe.
+ */
+async function sendOnce(input: SendInput, prepared: PreparedSend, reference: string): Promise<SentMessage> {
+  const windowMs = Math.min(Math.max(input.reconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS, MIN_WINDOW_MS), MAX_WINDOW_MS);
+  const reconcile = proxyActivities<MessagingActivities>({ ...RECONCILE, scheduleToCloseTimeout: windowMs + RECONCILE_MARGIN_MS });
+  for (let round = 1; ; round++) {
+    const result = await provider.sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, message: input.message });
+    if (result.outcome === 'sent') return result.sent;
+
+    const deadline = new Date(Date.now() + windowMs).toISOString();
+    let settled: ReconcileResult;
+    try {
+      settled = await reconcile.reconcileSend({ workspaceId: input.workspaceId, reference, deadline });
+    } catch (err) {
+      // Last resort: the attempt's row could not be read within the window (database down).
+      const cause = err instanceof ActivityFailure && err.cause ? err.cause.message : String(err);
+      throw ApplicationFailure.create({
+        type: 'SEND_FAILED',
+        nonRetryable: true,
+        message: `${result.reason}, and whether the provider accepted it could not be checked (${cause}); it is not sent twice`,
+        details: [{ hint: 'Check the conversation before sending again.', outcomeUnknown: true }],
+      });
+    }
+    if (settled.outcome === 'sent') return settled.sent;
+    if (round >= MAX_SEND_ROUNDS) {
+      throw ApplicationFailure.create({
+        type: 'SEND_FAILED',
+        nonRetryable: true,
+        message: `The provider call was interrupted ${round} times and the provider confirmed none of them: ${settled.reason}`,
+      });
+    }
   }
 }
 

@@ -19,7 +19,16 @@ export interface SendInput {
   instanceId?: string;
   conversationId?: string;
   message: SendMessageContent;
+  /**
+   * How long a send whose provider call may have happened (the worker died mid-call, or the call
+   * got no answer) waits for the provider's status callback before it counts as not accepted and
+   * is sent again. Set by the API from `SEND_RECONCILE_WINDOW_MS`; absent: DEFAULT_RECONCILE_WINDOW_MS.
+   */
+  reconcileWindowMs?: number;
 }
+
+/** Default reconciliation window (see SendInput.reconcileWindowMs). */
+export const DEFAULT_RECONCILE_WINDOW_MS = 5 * 60 * 1000;
 
 export interface PreparedSend {
   workspaceId: string;
@@ -40,6 +49,16 @@ export interface SentMessage {
   providerMessageId: string;
   waId?: string;
 }
+
+/**
+ * What one provider-send activity found out. `unconfirmed`: an attempt claimed this send and may
+ * have reached the provider (it died mid-call, or the call got no answer); nothing was sent now,
+ * and the workflow waits for the provider's status callback (reconcileSend) before deciding.
+ */
+export type ProviderSendResult = { outcome: 'sent'; sent: SentMessage } | { outcome: 'unconfirmed'; reason: string };
+
+/** What reconcileSend decided: the provider's answer arrived (`sent`), or the window passed without it (`failed`). */
+export type ReconcileResult = { outcome: 'sent'; sent: SentMessage } | { outcome: 'failed'; reason: string };
 
 /** The 201 body of CONTRACT.md (`created` only for the cold send). */
 export interface SendOutcome {

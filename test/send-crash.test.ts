@@ -1,0 +1,238 @@
+/**
+ * Killing the worker in the middle of a send (SIGKILL, then a new worker on the same task queue)
+ * still makes exactly one provider call. The test runs its own worker process on its own task
+ * queue (the suite's worker must not be killed) and its own API starting sends there; the
+ * emulator posts the Cloud API's `sent` status callbacks (with our `biz_opaque_callback_data`)
+ * to that API's webhook URL, as Meta would to the app's configured callback URL.
+ */
+import path from 'node:path';
+import { loadConfig } from '../domain/config';
+import { temporalClientFactory } from '../domain/temporal';
+import { Child, ROOT, nodeTs, startChild, waitFor, waitForWorker } from '../scripts/stack';
+import { createWorkspace, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
+
+const EMULATOR = process.env.EMULATOR_URL!;
+const TASK_QUEUE = `crm-crash-${process.pid}`;
+const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
+/** Short in tests: how long a send whose provider call may have happened waits for the status callback. */
+const RECONCILE_WINDOW_MS = 4000;
+
+const temporal = temporalClientFactory(loadConfig().temporalAddress, loadConfig().temporalNamespace);
+let api: TestApi;
+let worker: Child | undefined;
+let workers = 0;
+let seq = 0;
+const mobile = (): string => `55119${String(10000000 + ((process.pid * 17 + ++seq * 7349) % 40000000))}`;
+
+async function startWorker(): Promise<Child> {
+  workers += 1;
+  const child = startChild({
+    name: `crash-worker-${workers}`,
+    ...nodeTs('workers/main.ts'),
+    env: { TEMPORAL_TASK_QUEUE: TASK_QUEUE },
+    logFile: path.join(LOG_DIR, `worker-${TASK_QUEUE}-${workers}.log`),
+  });
+  await waitForWorker(child);
+  return child;
+}
+
+/** SIGKILL: no graceful shutdown, no chance to finish or report the running activity. */
+async function killWorker(child: Child): Promise<void> {
+  const exited = new Promise<void>((resolve) => child.process.once('exit', () => resolve()));
+  child.process.kill('SIGKILL');
+  await exited;
+  expect(child.process.signalCode).toBe('SIGKILL');
+  await child.stop();
+}
+
+async function emulator(pathname: string, body?: unknown): Promise<any> {
+  const res = await fetch(`${EMULATOR}${pathname}`, body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  expect(res.ok).toBe(true);
+  return res.json();
+}
+const callsTo = async (to: string): Promise<any[]> => (await emulator(`/__emulator/calls?to=${to}`)).calls;
+
+interface Setup {
+  ws: Workspace;
+  instanceId: string;
+  phoneNumberId: string;
+}
+
+/** A workspace with a Cloud API instance on the emulator, an approved template, and the instance's webhook registered with the emulator. */
+async function setup(): Promise<Setup> {
+  const ws = await createWorkspace(api, { scopes: ['conversations:send', 'conversations:read'] });
+  const phoneNumberId = `PN-crash-${ws.id.slice(0, 8)}`;
+  const appSecret = `secret-${ws.id.slice(0, 8)}`;
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Main',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+    config: { baseUrl: EMULATOR, phoneNumberId, accessToken: 'token-never-logged', appSecret },
+  });
+  expect(instance.status).toBe(201);
+  const instanceId = instance.body.data.id as string;
+  const template = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+  expect(template.status).toBe(201);
+  await emulator('/__emulator/webhook', { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, appSecret });
+  return { ws, instanceId, phoneNumberId };
+}
+
+const body = (phone: string) => ({ phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] });
+const send = (s: Setup, phone: string, key: string) =>
+  api.request('POST', '/api/v1/messages', { key: s.ws.key, body: body(phone), headers: { 'x-forwarded-for': uniqueIp(), 'Idempotency-Key': key } });
+const saoPauloToday = (): string => new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
+const workflowId = (s: Setup, key: string): string => `send/${s.ws.id}/key/${key}`;
+
+/**
+ * The API's answer: 201, or, when its 30 s wait ran out (409 IN_PROGRESS), the replay (200)
+ * of the same Idempotency-Key once the workflow completed.
+ */
+async function answer(s: Setup, phone: string, key: string, pending: Promise<Awaited<ReturnType<typeof send>>>) {
+  const first = await pending;
+  if (first.status !== 409) return first;
+  expect(first.body.code).toBe('IN_PROGRESS');
+  await (await temporal.get()).workflow.getHandle(workflowId(s, key)).result();
+  const replay = await send(s, phone, key);
+  expect(replay.status).toBe(200);
+  return replay;
+}
+
+/** Attempt numbers of each activity of the send, from its history (proves what the crash did). */
+async function activityAttempts(s: Setup, key: string): Promise<Record<string, number[]>> {
+  const history = await (await temporal.get()).workflow.getHandle(workflowId(s, key)).fetchHistory();
+  const names = new Map<string, string>();
+  const attempts: Record<string, number[]> = {};
+  for (const event of history.events ?? []) {
+    const scheduled = event.activityTaskScheduledEventAttributes;
+    if (scheduled) names.set(String(event.eventId), scheduled.activityType?.name ?? '?');
+    const started = event.activityTaskStartedEventAttributes;
+    if (started) {
+      const name = names.get(String(started.scheduledEventId)) ?? '?';
+      (attempts[name] ??= []).push(started.attempt ?? 1);
+    }
+  }
+  return attempts;
+}
+
+/** Exactly one provider call, and everything the one send should leave behind, once. */
+async function expectOneSend(s: Setup, phone: string, res: { status: number; body: any }): Promise<void> {
+  expect([200, 201]).toContain(res.status);
+  expect(res.body.data).toMatchObject({ status: 'sent', type: 'template', created: { contact: true, conversation: true } });
+
+  const calls = await callsTo(phone);
+  expect(calls.map((c) => c.outcome)).toEqual(['ok']);
+  const { messageId, waId } = calls[0];
+
+  const messages = await api.db('messages').where({ workspace_id: s.ws.id }).select('id', 'direction', 'status', 'provider_message_id', 'conversation_id');
+  expect(messages).toEqual([{ id: res.body.data.id, direction: 'out', status: 'sent', provider_message_id: messageId, conversation_id: res.body.data.conversationId }]);
+  const contacts = await api.db('contacts').where({ workspace_id: s.ws.id }).select('id', 'phone', 'wa_id');
+  expect(contacts).toEqual([{ id: res.body.data.contactId, phone, wa_id: waId }]);
+  expect(await api.db('conversations').where({ workspace_id: s.ws.id }).pluck('id')).toEqual([res.body.data.conversationId]);
+
+  const counters = await api.db('daily_counters').where({ workspace_id: s.ws.id }).select('kind', 'count');
+  expect(Object.fromEntries(counters.map((c) => [c.kind, c.count]))).toEqual({ messages: 1, cold_conversations: 1 });
+  expect(await outbox(api, s.ws.id, 'contact.created')).toHaveLength(1);
+
+  const attempts = await api.db('send_attempts').where({ workspace_id: s.ws.id }).select('state', 'provider_message_id');
+  expect(attempts).toEqual([{ state: 'sent', provider_message_id: messageId }]);
+}
+
+beforeAll(async () => {
+  api = await startApi({ config: { taskQueue: TASK_QUEUE, sendReconcileWindowMs: RECONCILE_WINDOW_MS } });
+  worker = await startWorker();
+}, 120_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await api?.close();
+  await temporal.close();
+});
+
+describe('a worker killed mid-send', () => {
+  it('dies while the provider call is under way: the status callback records the answer, the retry does not call again', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `crash-mid-call-${phone}`;
+    // The provider takes 2 s to answer: the worker dies after the request reached it.
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 2000, times: 1 });
+    const started = Date.now();
+    const pending = send(s, phone, key);
+    await waitFor('the provider call', async () => {
+      if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
+    }, 20_000);
+    await killWorker(worker!);
+    worker = await startWorker();
+
+    const res = await answer(s, phone, key, pending);
+    await expectOneSend(s, phone, res);
+    // The provider's callback reached the webhook, and the provider activity really ran again after the kill.
+    const deliveries = (await emulator(`/__emulator/webhook?phoneNumberId=${s.phoneNumberId}`)).deliveries;
+    expect(deliveries.map((d: any) => d.httpStatus)).toEqual([200]);
+    expect(Math.max(...(await activityAttempts(s, key)).sendToProvider)).toBeGreaterThanOrEqual(2);
+    console.log(`[send-crash] killed mid-call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 60_000);
+
+  it('dies right after the send started, before the provider was reached: still exactly one call', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `crash-early-${phone}`;
+    // Hold the workspace's daily cold-slot row (an uncommitted insert): the send's prepare step
+    // blocks on it, so the worker is certainly killed after the workflow started and before any
+    // provider call. Its transaction never commits (the client that would commit it is dead).
+    const blocker = await api.db.transaction();
+    const blockerPid = (await blocker.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+    await blocker('daily_counters').insert({ workspace_id: s.ws.id, day: saoPauloToday(), kind: 'cold_conversations', count: 0 });
+    const started = Date.now();
+    const pending = send(s, phone, key);
+    try {
+      await waitFor('the send blocked in prepare', async () => {
+        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [blockerPid]);
+        if (rows[0].n === 0) throw new Error('not blocked yet');
+      }, 20_000);
+      expect(await callsTo(phone)).toHaveLength(0);
+      await killWorker(worker!);
+    } finally {
+      await blocker.rollback();
+    }
+    worker = await startWorker();
+
+    const res = await answer(s, phone, key, pending);
+    await expectOneSend(s, phone, res);
+    expect(Math.max(...(await activityAttempts(s, key)).prepareSend)).toBeGreaterThanOrEqual(2);
+    console.log(`[send-crash] killed before the provider call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 60_000);
+
+  it('finds an attempt claimed by a worker that died before calling: no callback within the window, so it sends once', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `claimed-${phone}`;
+    // The state a worker leaves when it dies between claiming the attempt and calling the
+    // provider: the row `in_flight`, no provider call. Written by the test while prepare waits.
+    const blocker = await api.db.transaction();
+    const blockerPid = (await blocker.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+    await blocker('daily_counters').insert({ workspace_id: s.ws.id, day: saoPauloToday(), kind: 'cold_conversations', count: 0 });
+    const started = Date.now();
+    const pending = send(s, phone, key);
+    try {
+      await waitFor('the send blocked in prepare', async () => {
+        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [blockerPid]);
+        if (rows[0].n === 0) throw new Error('not blocked yet');
+      }, 20_000);
+      const { runId } = await (await temporal.get()).workflow.getHandle(workflowId(s, key)).describe();
+      await api.db('send_attempts').insert({ reference: `${workflowId(s, key)}/${runId}`, workspace_id: s.ws.id, state: 'in_flight' });
+    } finally {
+      await blocker.rollback();
+    }
+
+    const res = await pending;
+    expect(res.status).toBe(201);
+    await expectOneSend(s, phone, res);
+    const attempts = await activityAttempts(s, key);
+    // Round 1 found the claim and waited for the window; round 2 called the provider.
+    expect(attempts.sendToProvider).toEqual([1, 1]);
+    expect(attempts.reconcileSend).toHaveLength(1);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(RECONCILE_WINDOW_MS);
+    console.log(`[send-crash] claimed, never called: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 60_000);
+});
