@@ -65,3 +65,24 @@ export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: s
   fs.writeFileSync(opts.stateFile, JSON.stringify(seed, null, 2), { mode: 0o600 });
   return { ...seed, created: !existing };
 }
+
+/**
+ * Plays the part of Meta's app dashboard for instances that point at the emulator: registers
+ * each one's webhook URL and app secret, so the emulator delivers signed status callbacks (which
+ * reconcile an interrupted send). Called on every start: the emulator keeps this in memory.
+ */
+export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: string; apiUrl: string }): Promise<number> {
+  const instances = await db('instances')
+    .where({ provider: 'cloud', archived: false })
+    .whereRaw(`config->>'baseUrl' = ?`, [opts.emulatorUrl])
+    .select('id', 'config');
+  for (const instance of instances) {
+    const res = await fetch(`${opts.emulatorUrl}/__emulator/webhook`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ phoneNumberId: instance.config.phoneNumberId, url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`, appSecret: instance.config.appSecret }),
+    });
+    if (!res.ok) throw new Error(`emulator refused the webhook of instance ${instance.id}: HTTP ${res.status}`);
+  }
+  return instances.length;
+}

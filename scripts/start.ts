@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createDb } from '../domain/db';
 import { ensureSearchAttributes } from '../domain/temporal';
-import { seedDemo } from './seed';
+import { connectEmulatorWebhooks, seedDemo } from './seed';
 import {
   Child,
   ROOT,
@@ -121,7 +121,12 @@ async function main(): Promise<void> {
     await Promise.all([waitForWorker(worker), waitForHttp(`http://127.0.0.1:${port}/health`, api)]);
 
     const db = createDb(databaseUrl, { max: 2 });
-    const seed = await seedDemo(db, { stateFile: path.join(DATA_DIR, 'demo.json'), emulatorUrl }).finally(() => db.destroy());
+    const seed = await seedDemo(db, { stateFile: path.join(DATA_DIR, 'demo.json'), emulatorUrl })
+      .then(async (result) => {
+        await connectEmulatorWebhooks(db, { emulatorUrl, apiUrl: `http://127.0.0.1:${port}` });
+        return result;
+      })
+      .finally(() => db.destroy());
 
     const base = `http://localhost:${port}`;
     console.log(`
