@@ -301,12 +301,15 @@ export function createMessagingActivities({ db }: { db: Db }) {
     async recordSent(input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; message: SendInput['message']; mode: 'cold' | 'conversation' }): Promise<SendOutcome> {
       const { workspaceId, prepared, sent, message } = input;
       return db.transaction(async (trx) => {
+        // A status callback that beat us here is kept on the attempt (domain/inbound.ts); the lock
+        // makes one arriving now wait until the message row exists.
+        const attempt = await trx('send_attempts').where({ workspace_id: workspaceId, provider_message_id: sent.providerMessageId }).forUpdate().first('provider_status');
         const inserted = await trx.raw(
           `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_url, status, provider_message_id)
-           VALUES (?, ?, 'out', ?, ?, ?, 'sent', ?)
+           VALUES (?, ?, 'out', ?, ?, ?, ?, ?)
            ON CONFLICT (workspace_id, provider_message_id) WHERE provider_message_id IS NOT NULL DO NOTHING
            RETURNING id, timestamp`,
-          [workspaceId, prepared.conversationId, message.type, message.text ?? message.caption ?? (message.templateName ? `[template] ${message.templateName}` : ''), message.mediaUrl ?? null, sent.providerMessageId],
+          [workspaceId, prepared.conversationId, message.type, message.text ?? message.caption ?? (message.templateName ? `[template] ${message.templateName}` : ''), message.mediaUrl ?? null, attempt?.provider_status ?? 'sent', sent.providerMessageId],
         );
         const row = inserted.rows[0] ?? (await trx('messages').where({ workspace_id: workspaceId, provider_message_id: sent.providerMessageId }).first('id', 'timestamp'));
         if (inserted.rows[0]) {

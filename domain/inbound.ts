@@ -321,6 +321,12 @@ export async function applyCloudWebhook(db: Db, instance: WebhookInstance, parse
         else outcome.ignored += 1;
         continue;
       }
+      // The attempt first: it is the row recordSent locks, so a status arriving while the message
+      // is being recorded waits for it, and one arriving before is kept there and applied by it.
+      const kept = await trx('send_attempts')
+        .where({ workspace_id: workspaceId, provider_message_id: status.providerMessageId, state: 'sent' })
+        .whereRaw(`coalesce(provider_status, 'sent') = ANY(?::text[])`, [FROM[status.status]])
+        .update({ provider_status: status.status, updated_at: trx.fn.now() });
       const moved = await trx.raw(
         `UPDATE messages AS m SET status = ?
            FROM conversations AS c
@@ -329,7 +335,7 @@ export async function applyCloudWebhook(db: Db, instance: WebhookInstance, parse
             AND c.workspace_id = m.workspace_id AND c.id = m.conversation_id AND c.instance_id = ?`,
         [status.status, workspaceId, status.providerMessageId, FROM[status.status], instance.id],
       );
-      if (moved.rowCount > 0 || reconciled) outcome.statuses += 1;
+      if (moved.rowCount > 0 || kept > 0 || reconciled) outcome.statuses += 1;
       else outcome.ignored += 1;
     }
   });

@@ -1,3 +1,4 @@
+import { createMessagingActivities } from '../activities/messaging';
 import { createHmac } from 'node:crypto';
 import { createWorkspace, expectError, outbox, seedContact, startApi, TestApi, Workspace } from './helpers';
 
@@ -482,6 +483,23 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
     const body = notification({ statuses: [{ id: nextWamid(), status: 'sent', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: forged }] });
     expectError(await deliver(instanceId, body, { secret: 'not-the-secret' }), 401, 'UNAUTHORIZED');
     expect(await attemptRow(forged)).toMatchObject({ state: 'in_flight' });
+  });
+
+  it('keeps a delivered status that arrives before the sent message is recorded, and the message is recorded with it', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern } = nextMobile();
+    await deliver(instanceId, textFrom(modern));
+    const conversation = await api.db('conversations').where({ workspace_id: ws.id }).first('id', 'contact_id');
+    const wamid = nextWamid();
+    await attempt(ws.id, 'sent', wamid);
+    const early = await deliver(instanceId, notification({ statuses: [{ id: wamid, status: 'delivered', timestamp: unix(1), recipient_id: modern }] }));
+    expect(early.body.data).toMatchObject({ statuses: 1, ignored: 0 });
+    // The send's record step (the activity itself, as the worker runs it) now writes the message.
+    const activities = createMessagingActivities({ db: api.db });
+    const prepared = { workspaceId: ws.id, instanceId, contactId: conversation.contact_id, conversationId: conversation.id, to: modern, phone: modern, createdContact: false, createdConversation: false, day: '2026-01-01', tookCold: false };
+    const outcome = await activities.recordSent({ workspaceId: ws.id, prepared, sent: { providerMessageId: wamid }, message: { type: 'text', text: 'hi' }, mode: 'conversation' });
+    expect(outcome.status).toBe('sent');
+    expect((await api.db('messages').where({ id: outcome.id }).first('status')).status).toBe('delivered');
   });
 
   it("receives the emulator's status callback (Meta's wire format, signed with the app secret) for an accepted Cloud API send", async () => {
