@@ -1,16 +1,7 @@
 /** Shapes exchanged between the API, the send workflow and its activities (types only: safe in the workflow bundle). */
-import type { MessageType } from '../activities/providers/types';
+import type { MessageContent, MessageType } from '../activities/providers/types';
 
-export interface SendMessageContent {
-  type: MessageType;
-  text?: string;
-  mediaUrl?: string;
-  caption?: string;
-  fileName?: string;
-  templateName?: string;
-  templateLanguage?: string;
-  templateVariables?: string[];
-}
+export type SendMessageContent = MessageContent;
 
 export interface SendInput {
   workspaceId: string;

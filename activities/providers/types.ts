@@ -5,10 +5,9 @@
 export const MESSAGE_TYPES = ['text', 'image', 'video', 'audio', 'document', 'template'] as const;
 export type MessageType = (typeof MESSAGE_TYPES)[number];
 
-export interface OutboundMessage {
+/** A message's content, as the API accepts it and the providers send it. */
+export interface MessageContent {
   type: MessageType;
-  /** Recipient: digits in international form (e.g. 5511987654321). */
-  to: string;
   text?: string;
   mediaUrl?: string;
   caption?: string;
@@ -16,6 +15,11 @@ export interface OutboundMessage {
   templateName?: string;
   templateLanguage?: string;
   templateVariables?: string[];
+}
+
+export interface OutboundMessage extends MessageContent {
+  /** Recipient: digits in international form (e.g. 5511987654321). */
+  to: string;
   /**
    * Our reference for this send (stable across retries of one request). The Cloud adapter puts it
    * in `biz_opaque_callback_data`, which the provider echoes in status callbacks.
