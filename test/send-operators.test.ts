@@ -71,3 +71,36 @@ it('limits conversation sends to 15 per minute per key (SEND_RATE_LIMITED)', asy
   expectError(blocked, 429, 'SEND_RATE_LIMITED');
   expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
 });
+
+it('gives up on a provider that stays down: SEND_FAILED after the retries, and the compensation leaves nothing behind', async () => {
+  const { ws } = await workspaceWithInstance();
+  const phone = mobile();
+  await fetch(`${EMULATOR}/__emulator/script`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to: phone, behaviour: 'ok', down: true }),
+  });
+  const key = `down-${phone}`;
+  // The API answers within its 30 s wait (201, or 409 while the send still retries); the workflow decides.
+  const answer = api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' }, headers: { 'Idempotency-Key': key } });
+  const client = await temporal.get();
+  const handle = client.workflow.getHandle(`send/${ws.id}/key/${key}`);
+  for (let i = 0; i < 50 && !(await handle.describe().catch(() => undefined)); i++) await new Promise((r) => setTimeout(r, 100));
+  const failure: any = await handle.result().then(
+    () => undefined,
+    (err: any) => err.cause,
+  );
+  expect(failure).toMatchObject({ type: 'SEND_FAILED' });
+  expect(failure.message).toContain('after several attempts');
+  const first = await answer;
+  if (first.status !== 409) expectError(first, 502, 'SEND_FAILED');
+  const calls = (await (await fetch(`${EMULATOR}/__emulator/calls?to=${phone}`)).json()).calls;
+  expect(calls.length).toBeGreaterThan(1);
+  expect(calls.every((c: any) => c.outcome === 'down')).toBe(true);
+  const [contacts, conversations, counted] = await Promise.all([
+    api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first(),
+    api.db('conversations').where({ workspace_id: ws.id }).count('* as n').first(),
+    api.db('daily_counters').where({ workspace_id: ws.id }).sum('count as n').first(),
+  ]);
+  expect([Number(contacts!.n), Number(conversations!.n), Number(counted!.n ?? 0)]).toEqual([0, 0, 0]);
+  await fetch(`${EMULATOR}/__emulator/reset`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ to: phone }) });
+}, 120_000);
