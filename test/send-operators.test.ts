@@ -93,7 +93,7 @@ it('gives up on a provider that stays down: SEND_FAILED after the retries, and t
   expect(failure.message).toContain('after several attempts');
   const first = await answer;
   if (first.status !== 409) expectError(first, 502, 'SEND_FAILED');
-  const calls = (await (await fetch(`${EMULATOR}/__emulator/calls?to=${phone}`)).json()).calls;
+  const calls: any[] = ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${phone}`)).json()) as any).calls;
   expect(calls.length).toBeGreaterThan(1);
   expect(calls.every((c: any) => c.outcome === 'down')).toBe(true);
   const [contacts, conversations, counted] = await Promise.all([
