@@ -7,6 +7,7 @@ import { visibleConversations } from '../domain/conversations';
 import { coldCap, findOrCreateContact, findOrCreateConversation, giveBackDaily, saoPauloDay, takeDaily, windowOpen } from '../domain/messaging';
 import { sendThroughProvider } from './providers';
 import { OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
+import { PROVIDER_RETRYABLE } from '../workflows/send-types';
 import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../workflows/send-types';
 
 /**
@@ -33,8 +34,6 @@ const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE
   TEMPLATE_INVALID: 'TEMPLATE_INVALID',
   MEDIA_TOO_LARGE: 'MEDIA_TOO_LARGE',
 };
-/** Failure type of a provider error worth retrying (throttled, down); the workflow turns it into SEND_FAILED once retries are spent. */
-export const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
 
 /**
  * Whether a failed provider call may nevertheless have been accepted: no HTTP answer (timeout,
@@ -124,7 +123,6 @@ export function createMessagingActivities({ db }: { db: Db }) {
               if (all.length > 1) throw new ApiError('INSTANCE_REQUIRED', 'The workspace has several connections: say which one', { hint: 'Send instanceId (GET /api/v1/instances).' });
               instance = all[0];
             }
-            if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
             const found = await findOrCreateContact(trx, input.workspaceId, phone);
             contact = found.contact;
             createdContact = found.created;
@@ -132,7 +130,7 @@ export function createMessagingActivities({ db }: { db: Db }) {
             conversation = conv.conversation;
             createdConversation = conv.created;
           }
-          if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it first.' });
+          if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
           if (contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
 
           const message = input.message;
@@ -220,17 +218,19 @@ export function createMessagingActivities({ db }: { db: Db }) {
      */
     async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string; message: SendInput['message'] }): Promise<ProviderSendResult> {
       return withHeartbeat(async () => {
+        // The instance first: one that vanished is a refusal, before any attempt is claimed.
+        const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId, archived: false }).first('id', 'provider', 'config');
+        if (!instance) throw businessFailure(new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists'));
         const claimed = await db.raw(
           `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
            ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
            RETURNING reference`,
           [input.reference, input.workspaceId],
         );
-        const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId }).first('id', 'provider', 'config');
         if (claimed.rows.length === 0) {
           const previous = await db('send_attempts').where({ reference: input.reference }).first();
           if (previous?.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id, waId: previous.wa_id ?? undefined } };
-          return unconfirmed(instance?.provider, 'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider');
+          return unconfirmed(instance.provider, 'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider');
         }
         const outbound: OutboundMessage = { ...input.message, to: input.to, reference: input.reference };
         let sent: SentMessage;
@@ -313,10 +313,10 @@ export function createMessagingActivities({ db }: { db: Db }) {
         );
         const row = inserted.rows[0] ?? (await trx('messages').where({ workspace_id: workspaceId, provider_message_id: sent.providerMessageId }).first('id', 'timestamp'));
         if (inserted.rows[0]) {
-          await trx('conversations').where({ id: prepared.conversationId }).update({ last_message_at: row.timestamp, updated_at: trx.fn.now() });
-          if (sent.waId) await trx('contacts').where({ id: prepared.contactId }).whereRaw('wa_id IS DISTINCT FROM ?', [sent.waId]).update({ wa_id: sent.waId });
+          await trx('conversations').where({ workspace_id: workspaceId, id: prepared.conversationId }).update({ last_message_at: row.timestamp, updated_at: trx.fn.now() });
+          if (sent.waId) await trx('contacts').where({ workspace_id: workspaceId, id: prepared.contactId }).whereRaw('wa_id IS DISTINCT FROM ?', [sent.waId]).update({ wa_id: sent.waId });
           if (prepared.createdContact) {
-            const contact = await trx('contacts').where({ id: prepared.contactId }).first('id', 'name', 'phone', 'email');
+            const contact = await trx('contacts').where({ workspace_id: workspaceId, id: prepared.contactId }).first('id', 'name', 'phone', 'email');
             await recordEvent(trx, workspaceId, 'contact.created', { contact_id: contact.id, name: contact.name, phone: contact.phone, email: contact.email });
           }
         }

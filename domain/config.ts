@@ -1,3 +1,4 @@
+import { DEFAULT_RECONCILE_WINDOW_MS } from '../workflows/send-types';
 /**
  * Every setting the service reads from the environment, parsed once.
  * CONTRACT.md lists the names; the README documents each of them.
@@ -53,6 +54,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     webhookRetryScale: number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1),
     trustProxy: bool(env.TRUST_PROXY, false),
     logLevel: env.LOG_LEVEL ?? 'info',
-    sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, 5 * 60 * 1000)),
+    sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
   };
 }

@@ -55,13 +55,13 @@ export function signBody(appSecret: string, rawBody: string): string {
 }
 
 /**
- * The token Meta's verification GET must present: `config.verifyToken` when the operator set one,
- * otherwise the app secret (so every instance that can receive signed traffic can also be verified).
+ * The token Meta's verification GET must present: the instance's own `config.verifyToken`. Never
+ * the app secret: it would travel in a query string and be typed into a dashboard, and whoever
+ * knows it can sign inbound traffic.
  */
 export function expectedVerifyToken(config: WebhookInstance['config']): string | undefined {
   const own = (config as Record<string, unknown>).verifyToken;
-  if (typeof own === 'string' && own.length > 0) return own;
-  return config.appSecret || undefined;
+  return typeof own === 'string' && own.length > 0 ? own : undefined;
 }
 
 /** Constant-time comparison of two strings of any length (both are hashed first). */

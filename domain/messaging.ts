@@ -1,6 +1,5 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
-import { ApiError } from './errors';
 import type { Phone } from './phone';
 import { canonical } from './refs';
 
@@ -34,7 +33,8 @@ export async function findOrCreateContact(
     'opted_out',
     'wa_id',
   );
-  if (!existing) throw new ApiError('CONFLICT', 'The contact changed while it was being resolved', { hint: 'Retry the request.' });
+  // The conflicting contact was deleted or merged between the two statements: a retry resolves it.
+  if (!existing) throw new Error('The contact changed while it was being resolved; retrying');
   return { contact: existing, created: false };
 }
 

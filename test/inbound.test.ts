@@ -530,35 +530,42 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
 });
 
 describe('GET /webhooks/whatsapp/{instanceId}: verification', () => {
+  const VERIFY = 'my-verify-token';
   const verify = (instanceId: string, params: Record<string, string>) =>
     api.request('GET', `/webhooks/whatsapp/${instanceId}?${new URLSearchParams(params).toString()}`);
+  /** An instance whose verify token the operator set through the admin API. */
+  const withVerifyToken = async () => {
+    const { instanceId, ws } = await setup();
+    const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { config: { verifyToken: VERIFY } });
+    expect(res.body.data.config).toMatchObject({ verifyTokenSet: true });
+    expect(JSON.stringify(res.body)).not.toContain(VERIFY);
+    return instanceId;
+  };
 
-  it('answers the challenge as text/plain when the verify token matches (the app secret by default)', async () => {
-    const { instanceId } = await setup();
-    const res = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': '1158201444' });
+  it('answers the challenge as text/plain when the verify token matches', async () => {
+    const instanceId = await withVerifyToken();
+    const res = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '1158201444' });
     expect(res.status).toBe(200);
     expect(res.text).toBe('1158201444');
     expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
     // Reflected as plain text, never as HTML.
-    const html = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': '<script>x</script>' });
+    const html = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '<script>x</script>' });
     expect(html.headers.get('content-type')).toMatch(/^text\/plain/);
   });
 
   it('answers 401 for a wrong token, a wrong mode or no challenge, and 404 for an unknown instance', async () => {
-    const { instanceId } = await setup();
+    const instanceId = await withVerifyToken();
     expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': 'wrong', 'hub.challenge': '1' }), 401, 'UNAUTHORIZED');
-    expectError(await verify(instanceId, { 'hub.mode': 'unsubscribe', 'hub.verify_token': SECRET, 'hub.challenge': '1' }), 401, 'UNAUTHORIZED');
-    expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET }), 401, 'UNAUTHORIZED');
+    expectError(await verify(instanceId, { 'hub.mode': 'unsubscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '1' }), 401, 'UNAUTHORIZED');
+    expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': VERIFY }), 401, 'UNAUTHORIZED');
     expectError(await verify(instanceId, {}), 401, 'UNAUTHORIZED');
-    expectError(await verify('00000000-0000-4000-8000-000000000000', { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': '1' }), 404, 'NOT_FOUND');
+    expectError(await verify('00000000-0000-4000-8000-000000000000', { 'hub.mode': 'subscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '1' }), 404, 'NOT_FOUND');
   });
 
-  it('uses config.verifyToken instead of the app secret when the instance has one', async () => {
+  it('never accepts the app secret as the verify token (it signs inbound traffic and must not travel in a URL)', async () => {
     const { instanceId } = await setup();
-    await api.db('instances').where({ id: instanceId }).update({ config: api.db.raw(`config || '{"verifyToken":"my-verify-token"}'::jsonb`) });
-    const ok = await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': 'my-verify-token', 'hub.challenge': 'abc' });
-    expect(ok.status).toBe(200);
-    expect(ok.text).toBe('abc');
     expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': 'abc' }), 401, 'UNAUTHORIZED');
+    const withToken = await withVerifyToken();
+    expectError(await verify(withToken, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': 'abc' }), 401, 'UNAUTHORIZED');
   });
 });

@@ -13,10 +13,8 @@ import {
   classifyCloudError,
   cloudAdapter,
   sendThroughProvider,
-  toActivityFailure,
   webAdapter,
 } from '../activities/providers';
-import { ApplicationFailure } from '@temporalio/activity';
 
 const TOKEN = 'test-token';
 const EMULATOR_URL = process.env.EMULATOR_URL as string;
@@ -471,18 +469,6 @@ describe('adapterFor / sendThroughProvider', () => {
   });
 });
 
-describe('toActivityFailure', () => {
-  test('ProviderError → ApplicationFailure typed by failure, non-retryable when retrying cannot help', () => {
-    const final = toActivityFailure(new ProviderError('WINDOW_CLOSED', 'Send failed: window', { providerCode: 131047, httpStatus: 400 })) as ApplicationFailure;
-    expect(final).toBeInstanceOf(ApplicationFailure);
-    expect([final.type, final.nonRetryable, final.message]).toEqual(['WINDOW_CLOSED', true, 'Send failed: window']);
-    expect(final.details).toEqual([{ failure: 'WINDOW_CLOSED', providerCode: 131047, httpStatus: 400 }]);
-    const again = toActivityFailure(new ProviderError('THROTTLED', 'slow down')) as ApplicationFailure;
-    expect([again.type, again.nonRetryable]).toEqual(['THROTTLED', false]);
-    const other = new Error('x');
-    expect(toActivityFailure(other)).toBe(other);
-  });
-});
 
 describe('emulator', () => {
   test('validates the Cloud body like the real API (code 100)', async () => {

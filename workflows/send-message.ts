@@ -1,8 +1,8 @@
-import { ActivityFailure, ApplicationFailure, proxyActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, proxyActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
 import { COMPENSATION, DATABASE, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
-import { DEFAULT_RECONCILE_WINDOW_MS } from './send-types';
+import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE } from './send-types';
 import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from './send-types';
 
 const prepare = proxyActivities<MessagingActivities>(DATABASE);
@@ -11,8 +11,6 @@ const record = proxyActivities<MessagingActivities>(RECORD);
 const compensate = proxyActivities<MessagingActivities>(COMPENSATION);
 const media = proxyActivities<MediaActivities>(MEDIA_CHECK);
 
-/** Retryable provider failures (throttled, down) that outlived the retry policy. */
-const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
 /** Interrupted provider calls that found no confirmation before the send gives up (each sent at most one accepted message). */
 const MAX_SEND_ROUNDS = 3;
 /** Bounds of the reconciliation window, whatever the input says. */
@@ -95,6 +93,8 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
 
 function outcomeUnknown(err: unknown): boolean {
   const cause = err instanceof ActivityFailure ? err.cause : err;
+  // The provider activity timed out on its last attempt (heartbeat or start-to-close): it may have reached the provider.
+  if (cause instanceof TimeoutFailure) return true;
   return cause instanceof ApplicationFailure && (cause.details?.[0] as { outcomeUnknown?: boolean } | undefined)?.outcomeUnknown === true;
 }
 

@@ -60,3 +60,6 @@ export interface SendOutcome {
   contactId: string;
   created?: { contact: boolean; conversation: boolean };
 }
+
+/** Failure type of a provider error worth retrying (throttled, down); the workflow turns it into SEND_FAILED once retries are spent. */
+export const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';

@@ -1,4 +1,3 @@
-import { ApplicationFailure } from '@temporalio/activity';
 import { cloudAdapter } from './cloud';
 import { webAdapter } from './web';
 import { OutboundMessage, ProviderAdapter, ProviderConnection, ProviderError, SendOptions, SendResult, redactSecrets } from './types';
@@ -36,18 +35,3 @@ export async function sendThroughProvider(connection: ProviderConnection, messag
   }
 }
 
-/**
- * For a Temporal activity: a ProviderError becomes an ApplicationFailure whose `type` is the
- * failure (WINDOW_CLOSED, THROTTLED, ...), non-retryable when trying again cannot help, with
- * `{ failure, providerCode, httpStatus }` as details; the message (already in plain words, without
- * secrets) is what the Temporal UI shows. Anything else is returned unchanged.
- */
-export function toActivityFailure(err: unknown): unknown {
-  if (!(err instanceof ProviderError)) return err;
-  return ApplicationFailure.create({
-    message: err.message,
-    type: err.failure,
-    nonRetryable: !err.retryable,
-    details: [{ failure: err.failure, providerCode: err.providerCode ?? null, httpStatus: err.httpStatus ?? null }],
-  });
-}
