@@ -42,12 +42,16 @@ function toApiError(err: WorkflowFailedError): ApiError {
  * a failed one (or an older success) lets the key start a new send.
  */
 export async function runSend(ctx: Context, input: SendInput, options: { kind: 'cold' | 'conversation'; phone?: string }): Promise<SendOutcome> {
-  const key = idempotencyKey(ctx);
+  const given = idempotencyKey(ctx);
+  // Without a key the send gets one, returned in the response header: a client whose request
+  // outlived the API's wait (409 IN_PROGRESS) can repeat with it and join the same send.
+  const key = given ?? randomUUID();
+  ctx.set('Idempotency-Key', key);
   const client = await temporalClient(ctx);
-  const workflowId = `send/${input.workspaceId}/${key ? `key/${key}` : randomUUID()}`;
+  const workflowId = `send/${input.workspaceId}/key/${key}`;
   const handle = client.workflow.getHandle<(input: SendInput) => Promise<SendOutcome>>(workflowId);
 
-  if (key) {
+  if (given) {
     const previous = await handle.describe().catch((err) => {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
@@ -70,7 +74,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
       searchAttributes: {
         WorkspaceId: [input.workspaceId],
-        ...(key ? { IdempotencyKey: [key] } : {}),
+        IdempotencyKey: [key],
         ...(options.phone ? { Phone: [options.phone] } : {}),
         ...(input.instanceId ? { InstanceId: [input.instanceId] } : {}),
       },
@@ -97,7 +101,8 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
 }
 
 function inProgress(workflowId: string): ApiError {
+  const key = workflowId.slice(workflowId.indexOf('/key/') + 5);
   return new ApiError('IN_PROGRESS', 'A send with this Idempotency-Key is still running', {
-    hint: `Repeat the request with the same Idempotency-Key in a moment. Temporal workflow id: ${workflowId}`,
+    hint: `Repeat the request with the header Idempotency-Key: ${key} in a moment. Temporal workflow id: ${workflowId}`,
   });
 }

@@ -66,6 +66,11 @@ describe('POST /api/v1/messages', () => {
     const phone = mobile();
     const res = await send(s.ws.key, template(`+55 (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`));
     expect(res.status).toBe(201);
+    // No key sent: the send got one, so a client that timed out can repeat and join it.
+    const generated = res.headers.get('idempotency-key')!;
+    expect(generated).toMatch(/^[0-9a-f-]{36}$/);
+    const joined = await send(s.ws.key, template(phone), { 'Idempotency-Key': generated });
+    expect({ status: joined.status, body: joined.body }).toEqual({ status: 200, body: res.body });
     expect(res.body.data).toEqual({
       id: expect.any(String),
       status: 'sent',
