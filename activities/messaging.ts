@@ -89,8 +89,13 @@ export function createMessagingActivities({ db }: { db: Db }) {
      * template, the daily cold slot (new conversations only) and the daily message quota.
      */
     async prepareSend(input: SendInput): Promise<PreparedSend> {
+      const execution = Context.current().info.workflowExecution!;
+      const reference = `${execution.workflowId}/${execution.runId}`;
       return asFailure(() =>
         db.transaction(async (trx) => {
+          // Retried after its commit: the first run's result, not a second quota unit.
+          const done = await trx('send_preparations').where({ reference, workspace_id: input.workspaceId }).first('prepared');
+          if (done) return done.prepared as PreparedSend;
           const now = new Date();
           const day = saoPauloDay(now);
           const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit');
@@ -158,7 +163,8 @@ export function createMessagingActivities({ db }: { db: Db }) {
           if (!(await takeDaily(trx, input.workspaceId, 'messages', day, workspace.daily_message_quota))) {
             throw new ApiError('MESSAGE_LIMIT_REACHED', "The plan's daily message quota is reached", { hint: 'It resets at midnight (America/Sao_Paulo).' });
           }
-          return {
+          const prepared: PreparedSend = {
+            reference,
             workspaceId: input.workspaceId,
             instanceId: instance.id,
             contactId: contact.id,
@@ -171,6 +177,9 @@ export function createMessagingActivities({ db }: { db: Db }) {
             day,
             tookCold,
           };
+          // A concurrent duplicate of this activity conflicts here and rolls back; its retry reads the row.
+          await trx('send_preparations').insert({ reference, workspace_id: input.workspaceId, prepared: JSON.stringify(prepared) });
+          return prepared;
         }),
       );
     },
@@ -179,6 +188,12 @@ export function createMessagingActivities({ db }: { db: Db }) {
     async undoPrepare(prepared: PreparedSend): Promise<void> {
       const workspaceId = prepared.workspaceId;
       await db.transaction(async (trx) => {
+        // Once only, even when this compensation is retried after its commit.
+        const claimed = await trx('send_preparations')
+          .where({ reference: prepared.reference, workspace_id: workspaceId })
+          .whereNull('undone_at')
+          .update({ undone_at: trx.fn.now() });
+        if (claimed === 0) return;
         await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
         if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
         if (prepared.createdConversation) {

@@ -22,6 +22,8 @@ export interface SendInput {
 export const DEFAULT_RECONCILE_WINDOW_MS = 5 * 60 * 1000;
 
 export interface PreparedSend {
+  /** `<workflowId>/<runId>`: names the preparation (send_preparations) and the provider attempt. */
+  reference: string;
   workspaceId: string;
   instanceId: string;
   contactId: string;

@@ -1,0 +1,39 @@
+/**
+ * The saga's steps when Temporal runs them more than once (a retry after the commit whose answer
+ * was lost): the activities themselves, run in Temporal's own activity environment against the
+ * real database. prepareSend takes the quota once; undoPrepare gives it back once.
+ */
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createMessagingActivities } from '../activities/messaging';
+import type { PreparedSend } from '../workflows/send-types';
+import { createWorkspace, startApi, TestApi } from './helpers';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+it('prepares once and compensates once, however often each step is retried', async () => {
+  const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
+  });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
+  const activities = createMessagingActivities({ db: api.db });
+  const env = new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/saga-test`, runId: 'run-1' } } as never);
+  const input = { workspaceId: ws.id, phone: `55219${String(70000000 + (process.pid % 9999999))}`, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
+
+  const first: PreparedSend = await env.run(activities.prepareSend, input);
+  const again = await env.run(activities.prepareSend, input);
+  expect(again).toEqual(first);
+  expect(first).toMatchObject({ createdContact: true, createdConversation: true, tookCold: true });
+  const counters = async () => Object.fromEntries((await api.db('daily_counters').where({ workspace_id: ws.id }).select('kind', 'count')).map((r) => [r.kind, r.count]));
+  expect(await counters()).toEqual({ messages: 1, cold_conversations: 1 });
+
+  await env.run(activities.undoPrepare, first);
+  await env.run(activities.undoPrepare, first);
+  expect(await counters()).toEqual({ messages: 0, cold_conversations: 0 });
+  expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
+  expect(await api.db('conversations').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
+});
