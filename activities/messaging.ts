@@ -314,8 +314,18 @@ export function createMessagingActivities({ db }: { db: Db }) {
      * provider's identity of the number, and only now the business events.
      */
     async recordSent(input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; message: SendInput['message']; mode: 'cold' | 'conversation' }): Promise<SendOutcome> {
-      const { workspaceId, prepared, sent, message } = input;
+      const { workspaceId, sent, message } = input;
       return db.transaction(async (trx) => {
+        // A concurrent send to the same new number that failed may have compensated away the
+        // contact or conversation this send found: the message exists, so they come back.
+        let prepared = input.prepared;
+        const live = await trx('conversations').where({ workspace_id: workspaceId, id: prepared.conversationId }).forUpdate().first('id');
+        if (!live) {
+          const instance = await trx('instances').where({ workspace_id: workspaceId, id: prepared.instanceId }).first('id', 'channel');
+          const { contact } = await findOrCreateContact(trx, workspaceId, requirePhone(prepared.phone));
+          const { conversation } = await findOrCreateConversation(trx, workspaceId, contact.id, instance);
+          prepared = { ...prepared, contactId: contact.id, conversationId: conversation.id };
+        }
         // A status callback that beat us here is kept on the attempt (domain/inbound.ts); the lock
         // makes one arriving now wait until the message row exists.
         const attempt = await trx('send_attempts').where({ workspace_id: workspaceId, provider_message_id: sent.providerMessageId }).forUpdate().first('provider_status');

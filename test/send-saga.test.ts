@@ -37,3 +37,28 @@ it('prepares once and compensates once, however often each step is retried', asy
   expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
   expect(await api.db('conversations').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
 });
+
+it("records a send whose contact and conversation a concurrent failed send compensated away, bringing them back", async () => {
+  const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
+  });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
+  const activities = createMessagingActivities({ db: api.db });
+  const run = (id: string) => new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/${id}`, runId: 'r' } } as never);
+  const phone = `55219${String(60000000 + (process.pid % 9999999))}`;
+  const input = { workspaceId: ws.id, phone, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
+
+  const a: PreparedSend = await run('a').run(activities.prepareSend, input);
+  const b: PreparedSend = await run('b').run(activities.prepareSend, input);
+  expect(b).toMatchObject({ contactId: a.contactId, conversationId: a.conversationId, createdContact: false });
+  await run('a').run(activities.undoPrepare, a); // A failed at the provider: its compensation removes what it created
+  expect(await api.db('conversations').where({ id: a.conversationId }).first()).toBeUndefined();
+
+  const outcome = await run('b').run(activities.recordSent, { workspaceId: ws.id, prepared: b, sent: { providerMessageId: `wamid.saga.${process.pid}` }, message: input.message, mode: 'cold' as const });
+  const message = await api.db('messages').where({ id: outcome.id }).first('conversation_id', 'status');
+  expect(message.status).toBe('sent');
+  const conversation = await api.db('conversations').where({ id: message.conversation_id }).first('contact_id');
+  expect(outcome).toMatchObject({ conversationId: message.conversation_id, contactId: conversation.contact_id });
+  expect((await api.db('contacts').where({ id: conversation.contact_id }).first('phone')).phone).toBe(phone);
+});
