@@ -5,7 +5,7 @@
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createMessagingActivities } from '../activities/messaging';
-import type { PreparedSend } from '../workflows/send-types';
+import type { PreparedSend, SendOutcome } from '../workflows/send-types';
 import { createWorkspace, startApi, TestApi } from './helpers';
 
 let api: TestApi;
@@ -55,7 +55,7 @@ it("records a send whose contact and conversation a concurrent failed send compe
   await run('a').run(activities.undoPrepare, a); // A failed at the provider: its compensation removes what it created
   expect(await api.db('conversations').where({ id: a.conversationId }).first()).toBeUndefined();
 
-  const outcome = await run('b').run(activities.recordSent, { workspaceId: ws.id, prepared: b, sent: { providerMessageId: `wamid.saga.${process.pid}` }, message: input.message, mode: 'cold' as const });
+  const outcome: SendOutcome = await run('b').run(activities.recordSent, { workspaceId: ws.id, prepared: b, sent: { providerMessageId: `wamid.saga.${process.pid}` }, message: input.message, mode: 'cold' as const });
   const message = await api.db('messages').where({ id: outcome.id }).first('conversation_id', 'status');
   expect(message.status).toBe('sent');
   const conversation = await api.db('conversations').where({ id: message.conversation_id }).first('contact_id');
