@@ -50,6 +50,12 @@ ensureDependencies();
 if (mode === 'start') {
   run(process.execPath, ['--import', 'tsx', path.join(root, 'scripts', 'start.ts'), ...extra]);
 } else if (mode === 'test') {
+  // Types first: jest compiles with swc, which does not check them.
+  const typecheck = spawnSync(process.execPath, [path.join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit', '-p', root], { cwd: root, stdio: 'inherit' });
+  if (typecheck.status !== 0) {
+    console.error('npm test: the typecheck failed (npm run typecheck), so the tests did not run.');
+    process.exit(typecheck.status ?? 1);
+  }
   run(process.execPath, [path.join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--ci', ...extra]);
 } else {
   console.error('usage: bootstrap.mjs start|test');
