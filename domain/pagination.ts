@@ -68,3 +68,8 @@ export const isoInstant = z
 
 /** A query-string boolean: only `true` or `false`. */
 export const queryBoolean = z.enum(['true', 'false']).transform((v) => v === 'true');
+
+/** A case-insensitive "contains" LIKE pattern: `%`, `_` and `\` in the term match themselves. */
+export function likeContains(term: string): string {
+  return `%${term.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+}

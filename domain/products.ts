@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError } from './errors';
-import { pageWithTotal } from './pagination';
+import { pageWithTotal, likeContains } from './pagination';
 import { isUuid } from './refs';
 import { iso } from './time';
 
@@ -193,10 +193,6 @@ export interface ProductFilter {
   offset: number;
 }
 
-/** `%`, `_` and `\` match themselves in a LIKE pattern. */
-export function likeContains(text: string): string {
-  return `%${text.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-}
 
 /**
  * One page of the catalogue and the exact total (two queries). Products without a price sort

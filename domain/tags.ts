@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
-import { Page, pageWithTotal } from './pagination';
+import { Page, pageWithTotal, likeContains } from './pagination';
 import { isUuid } from './refs';
 import { iso } from './time';
 
@@ -23,10 +23,6 @@ export function serializeTag(row: TagRow) {
   return { id: row.id, name: row.name, color: row.color, createdAt: iso(row.created_at) };
 }
 
-/** `%`, `_` and `\` in a search term are literal characters, not LIKE wildcards. */
-export function likeContains(term: string): string {
-  return `%${term.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-}
 
 const isUniqueViolation = (err: unknown): boolean => (err as { code?: string })?.code === '23505';
 const nameTaken = (name: string) =>

@@ -4,7 +4,7 @@ import { route } from '../route';
 import { Deleted, Lead, listOf, single, Tag } from '../schemas';
 import { addTag, ContactRow, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead } from '../../domain/contacts';
 import { DEAL_STATUSES } from '../../domain/deals';
-import { isoInstant, listEnvelope, pageQuery, pageWithTotal, sortQuery } from '../../domain/pagination';
+import { isoInstant, likeContains, listEnvelope, pageQuery, pageWithTotal, sortQuery } from '../../domain/pagination';
 import { canonical, requireContact } from '../../domain/refs';
 import { serializeInsight } from '../../domain/insights';
 
@@ -33,8 +33,6 @@ const leadFields = {
 };
 const ContactParams = z.object({ id: z.uuid() });
 
-/** `%`, `_` and `\` in a search term match themselves. */
-const likeEscape = (term: string): string => term.replace(/[\\%_]/g, (c) => `\\${c}`);
 
 function applyLeadFilters(db: Knex, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters): Knex.QueryBuilder {
   if (f.q) {
@@ -42,7 +40,7 @@ function applyLeadFilters(db: Knex, q: Knex.QueryBuilder, workspaceId: string, f
     // A phone typed with separators ("+55 (11) 9...") searches its digits.
     const digits = /^[\d\s()+-]+$/.test(term) ? term.replace(/\D/g, '') : '';
     q.where((w) => {
-      w.whereRaw(`(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), '')) LIKE ?`, [`%${likeEscape(term)}%`]);
+      w.whereRaw(`(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), '')) LIKE ?`, [likeContains(term)]);
       if (digits && digits !== term) w.orWhere('contacts.phone', 'like', `%${digits}%`);
     });
   }
