@@ -56,7 +56,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
     });
-    if (previous?.status.name === 'RUNNING') throw inProgress(workflowId);
+    if (previous?.status.name === 'RUNNING') throw inProgress(workflowId, key);
     const closed = previous?.closeTime?.getTime();
     if (previous?.status.name === 'COMPLETED' && closed !== undefined && Date.now() - closed < IDEMPOTENCY_MEMO_MS) {
       ctx.status = 200;
@@ -80,7 +80,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       },
     });
   } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress(workflowId);
+    if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress(workflowId, key);
     throw err;
   }
 
@@ -89,7 +89,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
     return await Promise.race([
       handle.result(),
       new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(inProgress(workflowId)), WAIT_MS);
+        timer = setTimeout(() => reject(inProgress(workflowId, key)), WAIT_MS);
       }),
     ]);
   } catch (err) {
@@ -100,8 +100,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   }
 }
 
-function inProgress(workflowId: string): ApiError {
-  const key = workflowId.slice(workflowId.indexOf('/key/') + 5);
+function inProgress(workflowId: string, key: string): ApiError {
   return new ApiError('IN_PROGRESS', 'A send with this Idempotency-Key is still running', {
     hint: `Repeat the request with the header Idempotency-Key: ${key} in a moment. Temporal workflow id: ${workflowId}`,
   });

@@ -408,6 +408,32 @@ export function createEmulator(): Emulator {
     return full;
   };
 
+  /**
+   * A scripted outage (503 with the front server's own page) or redirect (a misrouting proxy)
+   * answers before the provider looks at the request; true when it did.
+   */
+  const answeredByOutage = async (
+    ctx: Koa.Context,
+    found: ReturnType<typeof peek>,
+    base: Omit<EmulatorCall, 'seq' | 'at' | 'status' | 'outcome'>,
+    downPage: { type: string; body: string },
+  ): Promise<boolean> => {
+    if (!found || !(found.script.down || found.script.behaviour === 'redirect')) return false;
+    const script = consume(found);
+    const status = script.down ? 503 : script.httpStatus && script.httpStatus >= 300 && script.httpStatus < 400 ? script.httpStatus : 307;
+    record({ ...base, status, outcome: script.down ? 'down' : 'redirect' });
+    if (script.delayMs) await sleep(script.delayMs);
+    ctx.status = status;
+    if (script.down) {
+      ctx.type = downPage.type;
+      ctx.body = downPage.body;
+    } else {
+      ctx.set('location', ctx.href);
+      ctx.body = '';
+    }
+    return true;
+  };
+
   app.use(async (ctx, next) => {
     try {
       await next();
@@ -573,21 +599,7 @@ export function createEmulator(): Emulator {
 
     const found = peek(to, phoneNumberId);
     // An outage or a misrouting proxy answers before anything else looks at the request.
-    if (found && (found.script.down || found.script.behaviour === 'redirect')) {
-      const script = consume(found);
-      const status = script.down ? 503 : script.httpStatus && script.httpStatus >= 300 && script.httpStatus < 400 ? script.httpStatus : 307;
-      record({ ...base, status, outcome: script.down ? 'down' : 'redirect' });
-      if (script.delayMs) await sleep(script.delayMs);
-      ctx.status = status;
-      if (script.down) {
-        ctx.type = 'text/html';
-        ctx.body = '<html><body><h1>503 Service Unavailable</h1>No server is available to handle this request.</body></html>';
-      } else {
-        ctx.set('location', ctx.href);
-        ctx.body = '';
-      }
-      return;
-    }
+    if (await answeredByOutage(ctx, found, base, { type: 'text/html', body: '<html><body><h1>503 Service Unavailable</h1>No server is available to handle this request.</body></html>' })) return;
     if (auth === 'none') {
       const answer = graphError(190);
       record({ ...base, status: answer.status, outcome: 'unauthorized' });
@@ -650,21 +662,7 @@ export function createEmulator(): Emulator {
     };
 
     const found = peek(to, instance);
-    if (found && (found.script.down || found.script.behaviour === 'redirect')) {
-      const script = consume(found);
-      const status = script.down ? 503 : script.httpStatus && script.httpStatus >= 300 && script.httpStatus < 400 ? script.httpStatus : 307;
-      record({ ...base, status, outcome: script.down ? 'down' : 'redirect' });
-      if (script.delayMs) await sleep(script.delayMs);
-      ctx.status = status;
-      if (script.down) {
-        ctx.type = 'text/plain';
-        ctx.body = 'Service Unavailable';
-      } else {
-        ctx.set('location', ctx.href);
-        ctx.body = '';
-      }
-      return;
-    }
+    if (await answeredByOutage(ctx, found, base, { type: 'text/plain', body: 'Service Unavailable' })) return;
     if (auth === 'none') {
       record({ ...base, status: 401, outcome: 'unauthorized' });
       gatewayError(401, ['Unauthorized']);
