@@ -1,7 +1,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { Config } from '../domain/config';
 import { ApiError } from '../domain/errors';
-import { assertPublicUrl } from '../domain/url-safety';
+import { safeRequest, SafeHttpError } from '../domain/safe-http';
 import { businessFailure } from './messaging';
 
 /** Largest media the provider accepts per type (WhatsApp Cloud API limits). */
@@ -14,25 +14,26 @@ export const MEDIA_LIMITS: Record<string, number> = {
 
 /**
  * The media URL's anti-SSRF check with DNS (every address the host resolves to must be public)
- * and a size check with a HEAD request (no redirects followed). A size we cannot learn is left
+ * and a size check with a HEAD request pinned to those addresses (no redirects followed). A
+ * temporary DNS failure is retried (MEDIA_CHECK), then answered 503 DNS_UNAVAILABLE. A size we cannot learn is left
  * to the provider, which reports it as MEDIA_TOO_LARGE (131053).
  */
 export function createMediaActivities({ config }: { config: Pick<Config, 'allowPrivateUrls'> }) {
   return {
     async checkMedia(input: { url: string; type: string }): Promise<{ bytes: number | null }> {
-      try {
-        await assertPublicUrl(input.url, { allowPrivate: config.allowPrivateUrls }, { field: 'mediaUrl' });
-      } catch (err) {
-        if (err instanceof ApiError) throw businessFailure(err);
-        throw err;
-      }
       const limit = MEDIA_LIMITS[input.type];
       let bytes: number | null = null;
       try {
-        const res = await fetch(input.url, { method: 'HEAD', redirect: 'manual', signal: AbortSignal.timeout(5000) });
-        const length = Number(res.headers.get('content-length'));
-        if (res.ok && Number.isFinite(length) && length > 0) bytes = length;
-      } catch {
+        // The check and the HEAD in one: the request connects only to the addresses the check approved.
+        const res = await safeRequest(input.url, { method: 'HEAD', timeoutMs: 5000, policy: { allowPrivate: config.allowPrivateUrls }, field: 'mediaUrl', maxBodyBytes: 0 });
+        const length = Number(res.headers['content-length']);
+        if (res.status >= 200 && res.status < 300 && Number.isFinite(length) && length > 0) bytes = length;
+      } catch (err) {
+        if (err instanceof ApiError && err.code === 'DNS_UNAVAILABLE') {
+          throw ApplicationFailure.create({ type: err.code, message: err.message, nonRetryable: false, details: [{ hint: err.hint }] });
+        }
+        if (err instanceof ApiError) throw businessFailure(err);
+        if (!(err instanceof SafeHttpError)) throw err;
         bytes = null; // unreachable from here: the provider will say
       }
       if (limit !== undefined && bytes !== null && bytes > limit) {

@@ -40,11 +40,10 @@ const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE
  * connection lost mid-exchange) or a success answer we could not read. A refusal the provider
  * answered, or a connection that never opened, is definitely not a sent message.
  */
-const NEVER_CONNECTED = /\((ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|UND_ERR_CONNECT_TIMEOUT)\)/;
 function mayHaveReachedProvider(err: unknown): boolean {
   if (!(err instanceof ProviderError)) return false;
   if (err.httpStatus !== undefined) return err.httpStatus >= 200 && err.httpStatus < 300;
-  return err.failure === 'UNAVAILABLE' && !NEVER_CONNECTED.test(err.message);
+  return err.mayHaveReached;
 }
 
 /**

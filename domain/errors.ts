@@ -47,6 +47,7 @@ export const ERROR_CODES = {
   NOT_IMPLEMENTED: 501,
   SEND_FAILED: 502,
   UNAVAILABLE: 503,
+  DNS_UNAVAILABLE: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -23,7 +23,9 @@ import { ApiError } from './errors';
  *   so the check runs on the address the socket would actually use.
  * - DNS (`assertPublicUrl`): every address the name resolves to must be public (a name answering
  *   one public and one private address is refused: that is the DNS-rebinding shape). A name that
- *   does not resolve, or takes longer than `DNS_TIMEOUT_MS`, is refused too (fail closed). The
+ *   does not resolve is refused too (fail closed): NXDOMAIN and the like are INVALID_URL, while a
+ *   temporary failure (SERVFAIL, EAI_AGAIN, no answer within `DNS_TIMEOUT_MS`) is 503
+ *   `DNS_UNAVAILABLE`, which a caller may retry (a Temporal activity does). The
  *   addresses are returned so a caller can pin its connection to them; without pinning, a second
  *   resolution at fetch time can still answer differently (time-of-check/time-of-use).
  *   Under `allowPrivate` resolution is best effort: a name that does not resolve yields no
@@ -191,6 +193,23 @@ export function assertSafeUrlSyntax(raw: string, policy: UrlPolicy, options: { m
   return url;
 }
 
+/**
+ * DNS answers that say "try again", not "no such name": a server failure, a timeout (ours or the
+ * resolver's), a refused or unreachable resolver. NXDOMAIN (ENOTFOUND), no data (ENODATA) and
+ * malformed names stay INVALID_URL: retrying cannot fix them.
+ */
+const TRANSIENT_DNS_CODES = new Set(['EAI_AGAIN', 'ESERVFAIL', 'ETIMEOUT', 'ETIMEDOUT', 'ECONNREFUSED', 'ECANCELLED', 'EREFUSED', 'DNS_TIMEOUT']);
+
+function dnsCode(err: unknown): string | undefined {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+function isTransientDnsFailure(err: unknown): boolean {
+  const code = dnsCode(err);
+  return code !== undefined && TRANSIENT_DNS_CODES.has(code);
+}
+
 function defaultLookup(host: string): Promise<{ address: string; family: number }[]> {
   return dns.lookup(host, { all: true, verbatim: true });
 }
@@ -198,7 +217,7 @@ function defaultLookup(host: string): Promise<{ address: string; family: number 
 async function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`DNS lookup timed out after ${ms} ms`)), ms);
+    timer = setTimeout(() => reject(Object.assign(new Error(`DNS lookup timed out after ${ms} ms`), { code: 'DNS_TIMEOUT' })), ms);
     timer.unref?.();
   });
   try {
@@ -229,8 +248,13 @@ export async function assertPublicUrl(
   let records: { address: string; family: number }[];
   try {
     records = await withTimeout(Promise.resolve().then(() => lookup(host)), DNS_TIMEOUT_MS);
-  } catch {
+  } catch (err) {
     if (policy.allowPrivate) return { url, addresses: [] };
+    if (isTransientDnsFailure(err)) {
+      throw new ApiError('DNS_UNAVAILABLE', `The host of ${field} (${host}) could not be resolved right now (${dnsCode(err) ?? 'timeout'})`, {
+        hint: 'A temporary DNS failure: trying again later can help.',
+      });
+    }
     throw invalid(field, `the host ${host} could not be resolved`);
   }
   const addresses = [...new Set((Array.isArray(records) ? records : []).map((r) => String(r?.address ?? '')))];

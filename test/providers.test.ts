@@ -293,6 +293,7 @@ describe('Cloud API adapter: error mapping', () => {
     expect(err.failure).toBe('UNAVAILABLE');
     expect(err.retryable).toBe(true);
     expect(err.message).toMatch(/did not answer within 0\.3 s/);
+    expect(err.mayHaveReached).toBe(true); // the send path must not call again blindly
     const calls = await callsTo(to);
     expect(calls).toHaveLength(1);
     expect(calls[0].outcome).toBe('ok');
@@ -326,6 +327,17 @@ describe('Cloud API adapter: error mapping', () => {
     expect(err.failure).toBe('UNAVAILABLE');
     expect(err.retryable).toBe(true);
     expect(err.message).toMatch(/Could not reach WhatsApp Cloud API at 127\.0\.0\.1:\d+: connection refused \(ECONNREFUSED\)/);
+    expect(err.mayHaveReached).toBe(false); // nothing left: a retry may call
+  });
+
+  test('a failure before any HTTP (a broken instance record) is final and says nothing was sent', async () => {
+    const to = phone();
+    const err = await failure(sendThroughProvider({ ...cloud, config: null as never }, msg(to)));
+    expect(await callsTo(to)).toHaveLength(0);
+    expect(err.failure).toBe('REJECTED');
+    expect(err.retryable).toBe(false);
+    expect(err.mayHaveReached).toBe(false);
+    expect(err.message).toMatch(/nothing was sent/);
   });
 
   test('a provider that echoes the token: every message is scrubbed', async () => {

@@ -386,3 +386,20 @@ describe('property: private IPv4 hosts are always refused', () => {
     }
   });
 });
+
+describe('assertPublicUrl tells a temporary DNS failure from a name that does not exist', () => {
+  const failing = (code: string): LookupFn => async () => {
+    throw Object.assign(new Error(`getaddrinfo ${code} cdn.example.com`), { code });
+  };
+
+  it.each(['EAI_AGAIN', 'ESERVFAIL', 'ETIMEOUT', 'ECONNREFUSED'])('%s is 503 DNS_UNAVAILABLE (worth retrying)', async (code) => {
+    await expect(assertPublicUrl('https://cdn.example.com/a', STRICT, { lookup: failing(code), field: 'mediaUrl' })).rejects.toMatchObject({
+      code: 'DNS_UNAVAILABLE',
+      status: 503,
+    });
+  });
+
+  it.each(['ENOTFOUND', 'ENODATA'])('%s stays 400 INVALID_URL (retrying cannot help)', async (code) => {
+    await expect(assertPublicUrl('https://cdn.example.com/a', STRICT, { lookup: failing(code) })).rejects.toMatchObject({ code: 'INVALID_URL', status: 400 });
+  });
+});

@@ -66,6 +66,8 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
     const result = await provider.sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, message: input.message });
     if (result.outcome === 'sent') return result.sent;
 
+    // Date.now() inside a workflow is Temporal's workflow clock (the time of this workflow task,
+    // replayed identically), not the machine's.
     const deadline = new Date(Date.now() + windowMs).toISOString();
     let settled: ReconcileResult;
     try {

@@ -29,9 +29,14 @@ export async function sendThroughProvider(connection: ProviderConnection, messag
     return await adapterFor(connection.provider).send(connection, message, options);
   } catch (err) {
     if (err instanceof ProviderError) throw err;
-    // A bug rather than a provider answer: keep it visible, retryable, and without secrets.
+    // Not a provider answer but a failure before any HTTP left (a bug, a broken configuration):
+    // nothing was sent, and the same input would fail the same way, so it is final.
     const text = err instanceof Error ? err.message : String(err);
-    throw new ProviderError('UNAVAILABLE', redactSecrets(`Unexpected error while sending through the ${connection.provider} provider: ${text}`, [connection.config.accessToken]));
+    throw new ProviderError(
+      'REJECTED',
+      redactSecrets(`Unexpected error before calling the ${connection.provider} provider (nothing was sent): ${text}`, [connection.config?.accessToken]),
+      { retryable: false, mayHaveReached: false },
+    );
   }
 }
 

@@ -64,14 +64,25 @@ export class ProviderError extends Error {
   readonly retryable: boolean;
   readonly providerCode?: number;
   readonly httpStatus?: number;
+  /**
+   * The request left this process and may have been accepted although no answer says so (a
+   * timeout, a connection lost mid-exchange). False for answers, refused connections and
+   * failures before any HTTP (configuration, bugs): those are definitely not sent.
+   */
+  readonly mayHaveReached: boolean;
 
-  constructor(failure: ProviderFailure, message: string, options: { retryable?: boolean; providerCode?: number; httpStatus?: number } = {}) {
+  constructor(
+    failure: ProviderFailure,
+    message: string,
+    options: { retryable?: boolean; providerCode?: number; httpStatus?: number; mayHaveReached?: boolean } = {},
+  ) {
     super(message);
     this.name = 'ProviderError';
     this.failure = failure;
     this.retryable = options.retryable ?? (failure === 'THROTTLED' || failure === 'UNAVAILABLE');
     this.providerCode = options.providerCode;
     this.httpStatus = options.httpStatus;
+    this.mayHaveReached = options.mayHaveReached ?? false;
   }
 }
 
@@ -127,9 +138,16 @@ const NETWORK_WORDS: Record<string, string> = {
   UND_ERR_BODY_TIMEOUT: 'the answer stopped arriving',
 };
 
+function networkErrorCode(err: unknown): string | undefined {
+  return (err as { cause?: { code?: string } })?.cause?.code ?? (err as { code?: string })?.code;
+}
+
+/** Network failures that happen before a request is written: nothing reached the provider. */
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+
 function describeNetworkError(err: unknown): string {
   const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
-  const code = cause?.code ?? (err as { code?: string })?.code;
+  const code = networkErrorCode(err);
   if (code && NETWORK_WORDS[code]) return `${NETWORK_WORDS[code]} (${code})`;
   if (code) return `${cause?.message ?? (err as Error)?.message ?? 'network error'} (${code})`;
   return cause?.message ?? (err as Error)?.message ?? String(err);
@@ -205,9 +223,13 @@ export async function postJson(
       throw new ProviderError(
         'UNAVAILABLE',
         `${init.service} at ${where} did not answer within ${(timeoutMs / 1000).toLocaleString('en-US')} s (temporary; trying again can help)`,
+        { mayHaveReached: true },
       );
     }
-    throw new ProviderError('UNAVAILABLE', scrub(`Could not reach ${init.service} at ${where}: ${describeNetworkError(err)} (temporary; trying again can help)`));
+    const code = networkErrorCode(err);
+    throw new ProviderError('UNAVAILABLE', scrub(`Could not reach ${init.service} at ${where}: ${describeNetworkError(err)} (temporary; trying again can help)`), {
+      mayHaveReached: !(code && NEVER_CONNECTED.has(code)),
+    });
   } finally {
     clearTimeout(timer);
   }

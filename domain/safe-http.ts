@@ -1,0 +1,144 @@
+import http from 'node:http';
+import https from 'node:https';
+import type { LookupAddress } from 'node:dns';
+import { assertPublicUrl, LookupFn, UrlPolicy } from './url-safety';
+
+/**
+ * An HTTP request to a URL a customer gave us (a media URL, a webhook subscriber URL), safe against
+ * SSRF: the URL passes assertPublicUrl, and the connection goes to the addresses that check
+ * approved, never to a second DNS answer (a rebinding name cannot swap in 127.0.0.1 between the
+ * check and the connect). Redirects are never followed: a 3xx is returned like any other status.
+ * The whole exchange has one deadline; at most `maxBodyBytes` of the answer are kept.
+ *
+ * Throws ApiError INVALID_URL (retrying cannot help) or DNS_UNAVAILABLE (it can) from the check,
+ * and SafeHttpError for a request that got no complete answer.
+ */
+export interface SafeRequest {
+  method: 'GET' | 'HEAD' | 'POST';
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+  timeoutMs: number;
+  policy: UrlPolicy;
+  /** The field named in INVALID_URL errors (e.g. `mediaUrl`, `url`). */
+  field: string;
+  maxBodyBytes?: number;
+  /** Injected resolver (tests); the system resolver otherwise. */
+  lookup?: LookupFn;
+}
+
+export interface SafeResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  /** The first maxBodyBytes of the answer, as text. */
+  body: string;
+}
+
+export class SafeHttpError extends Error {
+  /** Whether the request may have reached the server (it was written before the failure). */
+  readonly mayHaveArrived: boolean;
+  readonly code?: string;
+  constructor(message: string, options: { mayHaveArrived: boolean; code?: string }) {
+    super(message);
+    this.name = 'SafeHttpError';
+    this.mayHaveArrived = options.mayHaveArrived;
+    this.code = options.code;
+  }
+}
+
+// Keep-alive pools: a webhook burst to one receiver reuses its connections. A pooled socket was
+// opened to an address that passed the check, so reusing it for the same host is just as safe.
+const agents = {
+  'http:': new http.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, timeout: 30_000 }),
+  'https:': new https.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, timeout: 30_000 }),
+};
+
+const NETWORK_WORDS: Record<string, string> = {
+  ECONNREFUSED: 'connection refused',
+  ECONNRESET: 'connection reset by the server',
+  ETIMEDOUT: 'connection timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  EPIPE: 'connection closed while sending',
+  ENOTFOUND: 'host name not found',
+  EAI_AGAIN: 'temporary DNS failure',
+  CERT_HAS_EXPIRED: 'the TLS certificate has expired',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'the TLS certificate is self-signed',
+  ERR_TLS_CERT_ALTNAME_INVALID: 'the TLS certificate does not match the host',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'the TLS certificate chain cannot be verified',
+};
+
+/** A lookup that answers only with the approved addresses (the same contract as dns.lookup). */
+function pinnedLookup(addresses: string[]) {
+  const records: LookupAddress[] = addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+  return (_host: string, options: { all?: boolean; family?: number | string }, callback: (...args: unknown[]) => void): void => {
+    const family = options?.family === 6 || options?.family === 'IPv6' ? 6 : options?.family === 4 || options?.family === 'IPv4' ? 4 : 0;
+    const usable = family ? records.filter((r) => r.family === family) : records;
+    if (usable.length === 0) {
+      callback(Object.assign(new Error('no approved address for this host'), { code: 'ENOTFOUND' }));
+      return;
+    }
+    if (options?.all) callback(null, usable);
+    else callback(null, usable[0].address, usable[0].family);
+  };
+}
+
+export async function safeRequest(raw: string, request: SafeRequest): Promise<SafeResponse> {
+  const { url, addresses } = await assertPublicUrl(raw, request.policy, { field: request.field, lookup: request.lookup });
+  const protocol = url.protocol as 'http:' | 'https:';
+  const maxBodyBytes = request.maxBodyBytes ?? 4096;
+  const transport = protocol === 'https:' ? https : http;
+  const literal = url.hostname.startsWith('[') || /^\d+\.\d+\.\d+\.\d+$/.test(url.hostname);
+
+  return new Promise<SafeResponse>((resolve, reject) => {
+    let written = false;
+    let settled = false;
+    const fail = (err: SafeHttpError) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      reject(err);
+    };
+    const req = transport.request(url, {
+      method: request.method,
+      headers: request.headers,
+      agent: agents[protocol],
+      // An IP literal needs no lookup; a name connects only to what the check approved. Under
+      // ALLOW_PRIVATE_URLS a name that did not resolve at check time is left to the system resolver.
+      ...(literal || addresses.length === 0 ? {} : { lookup: pinnedLookup(addresses) as unknown as typeof import('node:dns').lookup }),
+    });
+    const timer = setTimeout(() => {
+      fail(new SafeHttpError(`no answer within ${request.timeoutMs / 1000} s`, { mayHaveArrived: written, code: 'TIMEOUT' }));
+      req.destroy();
+    }, request.timeoutMs);
+    req.on('error', (err: NodeJS.ErrnoException) => {
+      const code = err.code;
+      const words = (code && NETWORK_WORDS[code]) ?? err.message;
+      fail(new SafeHttpError(code ? `${words} (${code})` : words, { mayHaveArrived: written && code !== 'ECONNREFUSED', code }));
+    });
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      let kept = 0;
+      const done = () => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') });
+      };
+      res.on('data', (chunk: Buffer) => {
+        chunks.push(chunk.subarray(0, maxBodyBytes - kept));
+        kept += Math.min(chunk.length, maxBodyBytes - kept);
+        if (kept >= maxBodyBytes && chunk.length > 0) {
+          // Enough to report: the rest is not read (a huge answer must not hold the worker).
+          done();
+          res.destroy();
+        }
+      });
+      res.on('end', done);
+      res.on('error', (err: NodeJS.ErrnoException) => fail(new SafeHttpError(`the answer was cut off (${err.code ?? err.message})`, { mayHaveArrived: true, code: err.code })));
+    });
+    req.on('finish', () => {
+      written = true;
+    });
+    req.end(request.body);
+  });
+}
