@@ -2,6 +2,7 @@ import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
 import { createMediaActivities } from './media';
 import { createMessagingActivities } from './messaging';
+import { createWebhookActivities } from './webhooks';
 
 /**
  * Activities are built by a factory that takes their dependencies, so the worker wires real ones
@@ -21,6 +22,7 @@ export function createActivities({ db, config }: ActivityDeps) {
     },
     ...createMessagingActivities({ db }),
     ...createMediaActivities({ config }),
+    ...createWebhookActivities({ db, config }),
   };
 }
 

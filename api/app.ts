@@ -21,6 +21,7 @@ import { instanceRoutes } from './routes/instances';
 import { pipelineRoutes } from './routes/pipelines';
 import { systemRoutes } from './routes/system';
 import { providerWebhookRoutes } from './routes/provider-webhooks';
+import { webhookRoutes } from './routes/webhooks';
 
 /** Every endpoint of the service, in documentation order. */
 export const ROUTES: AnyRoute[] = [
@@ -35,6 +36,7 @@ export const ROUTES: AnyRoute[] = [
   ...conversationRoutes,
   ...messageRoutes,
   ...instanceRoutes,
+  ...webhookRoutes,
   ...systemRoutes,
   ...adminRoutes,
   ...providerWebhookRoutes,

@@ -1,4 +1,6 @@
 import type { Client } from '@temporalio/client';
+import type { Context } from 'koa';
+import { ApiError } from '../domain/errors';
 import type { Logger } from 'pino';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
@@ -31,5 +33,14 @@ declare module 'koa' {
   }
   interface DefaultContext {
     deps: AppDeps;
+  }
+}
+
+/** The Temporal client, or 503 UNAVAILABLE naming the service while Temporal cannot be reached. */
+export async function temporalClient(ctx: Context, service: string): Promise<Client> {
+  try {
+    return await ctx.deps.temporal();
+  } catch {
+    throw new ApiError('UNAVAILABLE', `${service} is unavailable`, { hint: 'Retry in a few seconds.' });
   }
 }

@@ -3,6 +3,7 @@ import type { Context } from 'koa';
 import { ApplicationFailure, Client, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { ApiError, ERROR_CODES, ErrorCode } from '../domain/errors';
 import type { SendInput, SendOutcome } from '../workflows/send-types';
+import { temporalClient } from './context';
 
 /** How long a repeat of an Idempotency-Key gets the memoised answer (spec rule 5). */
 export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
@@ -18,13 +19,6 @@ export function idempotencyKey(ctx: Context): string | undefined {
   return key;
 }
 
-async function temporalClient(ctx: Context): Promise<Client> {
-  try {
-    return await ctx.deps.temporal();
-  } catch {
-    throw new ApiError('UNAVAILABLE', 'The messaging service is unavailable', { hint: 'Retry in a few seconds.' });
-  }
-}
 
 /** The business code a failed send workflow carries (see workflows/send-message.ts). */
 function toApiError(err: WorkflowFailedError): ApiError {
@@ -47,7 +41,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   // outlived the API's wait (409 IN_PROGRESS) can repeat with it and join the same send.
   const key = given ?? randomUUID();
   ctx.set('Idempotency-Key', key);
-  const client = await temporalClient(ctx);
+  const client = await temporalClient(ctx, 'The messaging service');
   const workflowId = `send/${input.workspaceId}/key/${key}`;
   const handle = client.workflow.getHandle<(input: SendInput) => Promise<SendOutcome>>(workflowId);
 

@@ -21,6 +21,8 @@ export interface Config {
    * for the provider's status callback before it counts as not accepted and is sent again.
    */
   sendReconcileWindowMs: number;
+  /** How often the worker's outbox dispatcher looks for new events when it is idle. */
+  outboxPollMs: number;
 }
 
 function bool(value: string | undefined, fallback: boolean): boolean {
@@ -51,9 +53,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     adminToken: env.ADMIN_TOKEN ?? '',
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),
     allowPrivateUrls: bool(env.ALLOW_PRIVATE_URLS, false),
-    webhookRetryScale: number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1),
+    webhookRetryScale: positive('WEBHOOK_RETRY_SCALE', number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1)),
     trustProxy: bool(env.TRUST_PROXY, false),
     logLevel: env.LOG_LEVEL ?? 'info',
+    outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
   };
 }

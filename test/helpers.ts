@@ -189,3 +189,91 @@ export async function outbox(api: TestApi, workspaceId: string, name?: string): 
   if (name) q.where({ name });
   return q.select('kind', 'name', 'payload', 'depth');
 }
+
+/** Polls `probe` until it returns a truthy value (or throws after `timeoutMs` with `what`). */
+export async function eventually<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+}
+
+/** Waits until the worker's dispatcher took every outbox row of a workspace and no delivery of it is pending. */
+export async function settleOutbox(api: TestApi, workspaceId: string, timeoutMs = 30_000): Promise<void> {
+  await eventually(
+    `the outbox of ${workspaceId} to be dispatched and its deliveries settled`,
+    async () => {
+      const [{ undispatched }] = (await api.db.raw(`SELECT count(*)::int AS undispatched FROM outbox_events WHERE workspace_id = ? AND dispatched_at IS NULL`, [workspaceId])).rows;
+      const [{ pending }] = (await api.db.raw(`SELECT count(*)::int AS pending FROM webhook_deliveries WHERE workspace_id = ? AND status = 'pending'`, [workspaceId])).rows;
+      return undispatched === 0 && pending === 0;
+    },
+    timeoutMs,
+  );
+}
+
+export interface ReceivedWebhook {
+  path: string;
+  headers: Record<string, string | string[] | undefined>;
+  /** The exact bytes received, as text. */
+  raw: string;
+  json: any;
+  at: number;
+}
+
+export interface Receiver {
+  url: string;
+  received: ReceivedWebhook[];
+  /** Requests to one path (the test's own). */
+  to: (path: string) => ReceivedWebhook[];
+  close: () => Promise<void>;
+}
+
+/**
+ * A real HTTP receiver for outbound webhooks. The path says how it answers:
+ * `/ok/...` 200; `/fail/<n>/...` 500 to the first n requests on that path, then 200;
+ * `/status/<code>/...` always that status; `/redirect/...` 302 to `/ok/redirected/...`;
+ * `/slow/<ms>/...` 200 after a delay.
+ */
+export async function startReceiver(): Promise<Receiver> {
+  const http = await import('node:http');
+  const received: ReceivedWebhook[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const path = req.url ?? '/';
+      const raw = Buffer.concat(chunks).toString('utf8');
+      let json: unknown;
+      try {
+        json = JSON.parse(raw);
+      } catch {
+        json = undefined;
+      }
+      received.push({ path, headers: req.headers, raw, json, at: Date.now() });
+      const seen = received.filter((r) => r.path === path).length;
+      const [, kind, arg] = path.split('/');
+      if (kind === 'fail' && seen <= Number(arg)) return res.writeHead(500, { 'content-type': 'text/plain' }).end('temporarily broken');
+      if (kind === 'status') return res.writeHead(Number(arg)).end(`status ${arg}`);
+      if (kind === 'redirect') return res.writeHead(302, { location: `/ok/redirected${path}` }).end();
+      if (kind === 'slow') {
+        setTimeout(() => res.writeHead(200).end('ok'), Number(arg));
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url,
+    received,
+    to: (path) => received.filter((r) => r.path === path),
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

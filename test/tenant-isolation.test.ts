@@ -5,7 +5,9 @@
  */
 import { ROUTES } from '../api/app';
 import { ALL_SCOPES } from '../domain/scopes';
-import { createWorkspace, expectError, seedContact, seedMember, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+import { createWorkspace, expectError, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, Workspace } from './helpers';
+
+let receiver: Receiver;
 
 let api: TestApi;
 
@@ -22,6 +24,8 @@ interface Fixture {
   task: { id: string };
   instance: { id: string };
   conversation: { id: string };
+  webhook: { id: string };
+  delivery: { id: string };
 }
 
 let seq = 0;
@@ -55,7 +59,14 @@ async function fixture(name: string): Promise<Fixture> {
     .returning('id');
   await api.db('messages').insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'in', type: 'text', body: 'hi', status: 'received' });
   await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${contact.id}/insight`, { summary: 'secret summary' });
-  return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation };
+  // A subscription with delivered events (created before the deal's events are dispatched or not,
+  // the deal's won status below gives it one delivery at least).
+  const webhook = await call('POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/isolation-${name}`, events: ['*'] });
+  await call('PATCH', `/api/v1/deals/${deal.id}`, { status: 'won' });
+  // Deliveries and outbox bookkeeping settle first, so the snapshots below compare a still workspace.
+  await settleOutbox(api, ws.id);
+  const [delivery] = await api.db('webhook_deliveries').where({ workspace_id: ws.id, subscription_id: webhook.id }).select('id');
+  return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation, webhook, delivery };
 }
 
 /** Every row of a workspace, in every table that carries workspace_id. */
@@ -76,10 +87,14 @@ let b: Fixture;
 
 beforeAll(async () => {
   api = await startApi();
+  receiver = await startReceiver();
   a = await fixture('A');
   b = await fixture('B');
 });
-afterAll(() => api.close());
+afterAll(async () => {
+  await receiver.close();
+  await api.close();
+});
 
 /** Which of B's records a path parameter names, by the collection segment before it. */
 const BY_SEGMENT: Record<string, (f: Fixture) => string> = {
@@ -92,6 +107,8 @@ const BY_SEGMENT: Record<string, (f: Fixture) => string> = {
   products: (f) => f.product.id,
   tasks: (f) => f.task.id,
   conversations: (f) => f.conversation.id,
+  webhooks: (f) => f.webhook.id,
+  deliveries: (f) => f.delivery.id,
 };
 
 /** A body that would succeed on one's own record, so only the foreign id can make it fail. */
@@ -108,6 +125,7 @@ const BODIES: Record<string, (f: Fixture) => unknown> = {
   'patch /api/v1/tasks/{id}': () => ({ title: 'hijacked' }),
   'patch /api/v1/conversations/{id}': () => ({ status: 'closed' }),
   'post /api/v1/conversations/{id}/messages': () => ({ type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR' }),
+  'patch /api/v1/webhooks/{id}': () => ({ active: false }),
 };
 
 const withIds = (path: string, f: Fixture): string =>
@@ -118,7 +136,7 @@ const withIds = (path: string, f: Fixture): string =>
   });
 
 const allBIds = (): string[] =>
-  [b.contact, b.tag, b.list, b.note, b.pipeline, b.member, b.product, b.deal, b.task, b.instance, b.conversation].map((r) => r.id);
+  [b.contact, b.tag, b.list, b.note, b.pipeline, b.member, b.product, b.deal, b.task, b.instance, b.conversation, b.webhook, b.delivery].map((r) => r.id);
 
 describe('tenant isolation', () => {
   const idRoutes = ROUTES.filter((r) => r.auth === 'apiKey' && r.path.includes('{'));
@@ -144,6 +162,7 @@ describe('tenant isolation', () => {
     expectError(await api.request('DELETE', `/api/v1/leads/${a.contact.id}/tags/${b.tag.id}`, { key: a.ws.key }), 404, 'NOT_FOUND');
     expectError(await api.request('DELETE', `/api/v1/leads/${a.contact.id}/notes/${b.note.id}`, { key: a.ws.key }), 404, 'NOT_FOUND');
     expectError(await api.request('DELETE', `/api/v1/lists/${a.list.id}/contacts/${b.contact.id}`, { key: a.ws.key }), 404, 'CONTACT_NOT_FOUND');
+    expectError(await api.request('POST', `/api/v1/webhooks/${a.webhook.id}/deliveries/${b.delivery.id}/retry`, { key: a.ws.key }), 404, 'NOT_FOUND');
     expect(await snapshot(b.ws.id)).toEqual(before);
   });
 

@@ -3,6 +3,8 @@ import { createActivities } from '../activities';
 import { loadConfig } from '../domain/config';
 import { createDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
+import { temporalClientFactory } from '../domain/temporal';
+import { createOutboxDispatcher } from './outbox-dispatcher';
 
 /** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
 async function main(): Promise<void> {
@@ -19,10 +21,21 @@ async function main(): Promise<void> {
     maxConcurrentActivityTaskExecutions: Number(process.env.WORKER_MAX_ACTIVITIES ?? 200),
     maxConcurrentWorkflowTaskExecutions: Number(process.env.WORKER_MAX_WORKFLOW_TASKS ?? 100),
   });
+  const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+  const dispatcher = createOutboxDispatcher({
+    db,
+    temporal: temporal.get,
+    taskQueue: config.taskQueue,
+    retryScale: config.webhookRetryScale,
+    pollMs: config.outboxPollMs,
+    logger,
+  });
+  dispatcher.start();
   logger.info({ taskQueue: config.taskQueue }, 'worker ready');
   // The Temporal runtime turns SIGINT/SIGTERM into a graceful worker shutdown.
   await worker.run();
-  await Promise.allSettled([connection.close(), db.destroy()]);
+  await dispatcher.stop();
+  await Promise.allSettled([connection.close(), temporal.close(), db.destroy()]);
   logger.info('worker stopped');
 }
 

@@ -11,3 +11,4 @@ export async function systemCheckWorkflow(): Promise<{ databaseTime: string }> {
   return { databaseTime: await db.databaseTime() };
 }
 export { sendMessageWorkflow } from './send-message';
+export { webhookDeliveryWorkflow } from './webhook-delivery';

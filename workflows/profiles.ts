@@ -1,4 +1,4 @@
-import type { ActivityOptions } from '@temporalio/workflow';
+import type { ActivityOptions, LocalActivityOptions } from '@temporalio/workflow';
 
 /** Named timeout and retry profiles: every activity call picks one, none is left to defaults. */
 export const DATABASE: ActivityOptions = {
@@ -52,4 +52,14 @@ export const COMPENSATION: ActivityOptions = {
 export const MEDIA_CHECK: ActivityOptions = {
   startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
+};
+
+/**
+ * One webhook delivery attempt (a local activity): the 10 s HTTP timeout, DNS and two queries fit
+ * in 20 s. The receiver's answer is the activity's result, never a failure; only an attempt that
+ * could not run (database down) fails and is retried here a few times.
+ */
+export const WEBHOOK_ATTEMPT: LocalActivityOptions = {
+  startToCloseTimeout: '20 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 5 },
 };
