@@ -19,7 +19,8 @@ beforeAll(async () => {
       } else if (req.url === '/big') {
         res.writeHead(200, { 'content-type': 'text/plain' }).end('x'.repeat(100_000));
       } else if (req.url === '/slow') {
-        setTimeout(() => res.writeHead(200).end('late'), 2000);
+        const timer = setTimeout(() => res.writeHead(200).end('late'), 2000);
+        res.on('close', () => clearTimeout(timer));
       } else {
         res.writeHead(200, { 'content-length': '11' }).end(req.method === 'HEAD' ? undefined : 'hello world');
       }
