@@ -1,5 +1,6 @@
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
+import { createAutomationActivities } from './automations';
 import { createMediaActivities } from './media';
 import { createMessagingActivities } from './messaging';
 import { createWebhookActivities } from './webhooks';
@@ -23,6 +24,7 @@ export function createActivities({ db, config }: ActivityDeps) {
     ...createMessagingActivities({ db }),
     ...createMediaActivities({ config }),
     ...createWebhookActivities({ db, config }),
+    ...createAutomationActivities({ db }),
   };
 }
 

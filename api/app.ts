@@ -22,6 +22,7 @@ import { pipelineRoutes } from './routes/pipelines';
 import { systemRoutes } from './routes/system';
 import { providerWebhookRoutes } from './routes/provider-webhooks';
 import { webhookRoutes } from './routes/webhooks';
+import { automationRoutes } from './routes/automations';
 
 /** Every endpoint of the service, in documentation order. */
 export const ROUTES: AnyRoute[] = [
@@ -37,6 +38,7 @@ export const ROUTES: AnyRoute[] = [
   ...messageRoutes,
   ...instanceRoutes,
   ...webhookRoutes,
+  ...automationRoutes,
   ...systemRoutes,
   ...adminRoutes,
   ...providerWebhookRoutes,

@@ -23,6 +23,10 @@ export interface Config {
   sendReconcileWindowMs: number;
   /** How often the worker's outbox dispatcher looks for new events when it is idle. */
   outboxPollMs: number;
+  /** A factor on automation `wait` actions (development and tests only; default 1). */
+  automationWaitScale: number;
+  /** Inbound automation webhooks accepted per token per minute. */
+  inboundTokenLimit: number;
 }
 
 function bool(value: string | undefined, fallback: boolean): boolean {
@@ -56,6 +60,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     webhookRetryScale: positive('WEBHOOK_RETRY_SCALE', number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1)),
     trustProxy: bool(env.TRUST_PROXY, false),
     logLevel: env.LOG_LEVEL ?? 'info',
+    automationWaitScale: positive('AUTOMATION_WAIT_SCALE', number('AUTOMATION_WAIT_SCALE', env.AUTOMATION_WAIT_SCALE, 1)),
+    inboundTokenLimit: positive('INBOUND_TOKEN_RATE_LIMIT', number('INBOUND_TOKEN_RATE_LIMIT', env.INBOUND_TOKEN_RATE_LIMIT, 300)),
     outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
   };

@@ -101,7 +101,7 @@ async function resolvePipeline(trx: Reader, workspaceId: string, ref: string): P
 }
 
 /** Stage of the pipeline by id or case-insensitive name; none given: the first stage of the funnel. */
-async function resolveStage(trx: Reader, pipelineId: string, ref: string | undefined): Promise<{ id: string; name: string }> {
+export async function resolveStage(trx: Reader, pipelineId: string, ref: string | undefined): Promise<{ id: string; name: string }> {
   const stages: { id: string; name: string }[] = await trx('stages').where({ pipeline_id: pipelineId }).orderBy('position').select('id', 'name');
   if (stages.length === 0) throw new ApiError('PIPELINE_EMPTY', 'The pipeline has no stages', { hint: 'Add a stage to the pipeline first.' });
   if (ref === undefined) return stages[0];

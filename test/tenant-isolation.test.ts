@@ -26,6 +26,7 @@ interface Fixture {
   conversation: { id: string };
   webhook: { id: string };
   delivery: { id: string };
+  automation: { id: string };
 }
 
 let seq = 0;
@@ -65,8 +66,9 @@ async function fixture(name: string): Promise<Fixture> {
   await call('PATCH', `/api/v1/deals/${deal.id}`, { status: 'won' });
   // Deliveries and outbox bookkeeping settle first, so the snapshots below compare a still workspace.
   await settleOutbox(api, ws.id);
+  const automation = await call('POST', '/api/v1/automations', { name: `${name} flow`, trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
   const [delivery] = await api.db('webhook_deliveries').where({ workspace_id: ws.id, subscription_id: webhook.id }).select('id');
-  return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation, webhook, delivery };
+  return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation, webhook, delivery, automation };
 }
 
 /** Every row of a workspace, in every table that carries workspace_id. */
@@ -109,6 +111,7 @@ const BY_SEGMENT: Record<string, (f: Fixture) => string> = {
   conversations: (f) => f.conversation.id,
   webhooks: (f) => f.webhook.id,
   deliveries: (f) => f.delivery.id,
+  automations: (f) => f.automation.id,
 };
 
 /** A body that would succeed on one's own record, so only the foreign id can make it fail. */
@@ -126,6 +129,7 @@ const BODIES: Record<string, (f: Fixture) => unknown> = {
   'patch /api/v1/conversations/{id}': () => ({ status: 'closed' }),
   'post /api/v1/conversations/{id}/messages': () => ({ type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR' }),
   'patch /api/v1/webhooks/{id}': () => ({ active: false }),
+  'patch /api/v1/automations/{id}': () => ({ name: 'hijacked', active: false }),
 };
 
 const withIds = (path: string, f: Fixture): string =>
@@ -136,7 +140,7 @@ const withIds = (path: string, f: Fixture): string =>
   });
 
 const allBIds = (): string[] =>
-  [b.contact, b.tag, b.list, b.note, b.pipeline, b.member, b.product, b.deal, b.task, b.instance, b.conversation, b.webhook, b.delivery].map((r) => r.id);
+  [b.contact, b.tag, b.list, b.note, b.pipeline, b.member, b.product, b.deal, b.task, b.instance, b.conversation, b.webhook, b.delivery, b.automation].map((r) => r.id);
 
 describe('tenant isolation', () => {
   const idRoutes = ROUTES.filter((r) => r.auth === 'apiKey' && r.path.includes('{'));

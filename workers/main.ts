@@ -4,6 +4,7 @@ import { loadConfig } from '../domain/config';
 import { createDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { temporalClientFactory } from '../domain/temporal';
+import { createTriggerHandler } from './automation-triggers';
 import { createOutboxDispatcher } from './outbox-dispatcher';
 
 /** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
@@ -29,6 +30,7 @@ async function main(): Promise<void> {
     retryScale: config.webhookRetryScale,
     pollMs: config.outboxPollMs,
     logger,
+    onTriggers: createTriggerHandler({ db, temporal: temporal.get, taskQueue: config.taskQueue, waitScale: config.automationWaitScale }),
   });
   dispatcher.start();
   logger.info({ taskQueue: config.taskQueue }, 'worker ready');

@@ -1,0 +1,178 @@
+import { ApplicationFailure } from '@temporalio/activity';
+import { Action, applyMapping, render, TriggerConfig, webhookVariables } from '../domain/automations';
+import { addTag, removeTag, updateContact, upsertLead } from '../domain/contacts';
+import type { Db } from '../domain/db';
+import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/deals';
+import { ApiError } from '../domain/errors';
+import { addNote } from '../domain/notes';
+import { isUuid } from '../domain/refs';
+import { createTask } from '../domain/tasks';
+import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../workflows/automation-types';
+import type { SendInput } from '../workflows/send-types';
+
+/** A refusal retrying cannot fix, named by its action: "Action 2 (move_deal): Stage "X" not found". */
+function actionFailure(index: number, type: string, err: ApiError): ApplicationFailure {
+  return ApplicationFailure.create({ type: err.code, nonRetryable: true, message: `Action ${index + 1} (${type}): ${err.message}` });
+}
+
+/** String params are rendered from the run's variables; other values pass as they are. */
+function renderParams<T extends Record<string, unknown>>(params: T, vars: Record<string, string>): T {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(params)) {
+    if (typeof value === 'string') out[key] = render(value, vars);
+    else if (Array.isArray(value)) out[key] = value.map((v) => (typeof v === 'string' ? render(v, vars) : v));
+    else if (value && typeof value === 'object') out[key] = renderParams(value as Record<string, unknown>, vars);
+    else out[key] = value;
+  }
+  return out as T;
+}
+
+export function createAutomationActivities({ db }: { db: Db }) {
+  /** Variables of the contact and deal as they are now (rendered at the moment the action runs). */
+  async function currentVars(workspaceId: string, context: RunContext): Promise<Record<string, string>> {
+    const vars = { ...context.vars };
+    if (context.contactId) {
+      const contact = await db('contacts').where({ workspace_id: workspaceId, id: context.contactId }).first('id', 'name', 'email', 'phone');
+      if (contact) Object.assign(vars, { 'contact.id': contact.id, 'contact.name': contact.name ?? '', 'contact.email': contact.email ?? '', 'contact.phone': contact.phone ?? '' });
+    }
+    if (context.dealId) {
+      const deal = await db('deals').where({ workspace_id: workspaceId, id: context.dealId }).first('id', 'name', 'value', 'status', 'stage_id', 'pipeline_id');
+      if (deal) {
+        Object.assign(vars, {
+          'deal.id': deal.id,
+          'deal.name': deal.name,
+          'deal.value': deal.value === null ? '' : String(Number(deal.value)),
+          'deal.status': deal.status,
+          'deal.stageId': deal.stage_id,
+          'deal.pipelineId': deal.pipeline_id,
+        });
+      }
+    }
+    return vars;
+  }
+
+  return {
+    /**
+     * The run's plan: the automation's actions as they are now (the run keeps this snapshot), and
+     * its starting context. For webhook_received, the lead intake: the mapped phone upserts the
+     * contact (same canonicalisation as messaging; origin `automation`).
+     */
+    async startRun(input: RunInput): Promise<RunPlan> {
+      const automation = await db('automations').where({ workspace_id: input.workspaceId, id: input.automationId }).first('name', 'active', 'trigger', 'actions');
+      if (!automation || !automation.active) return { proceed: false, automationName: automation?.name ?? '', actions: [], context: { vars: {} } };
+      const context: RunContext = { contactId: input.trigger.contactId, dealId: input.trigger.dealId, vars: { ...input.trigger.variables } };
+      if (input.trigger.type === 'webhook_received') {
+        Object.assign(context.vars, webhookVariables(input.webhookBody));
+        const mapped = applyMapping((automation.trigger as TriggerConfig).mapping, input.webhookBody);
+        for (const [field, value] of Object.entries(mapped.deal)) context.vars[`deal.${field}`] = value;
+        if (mapped.externalId) context.vars.externalId = mapped.externalId;
+        if (mapped.contact.phone) {
+          try {
+            const { lead } = await upsertLead(db, input.workspaceId, { phone: mapped.contact.phone, name: mapped.contact.name, email: mapped.contact.email }, { origin: 'automation', depth: input.depth + 1 });
+            context.contactId = lead.id;
+          } catch (err) {
+            if (err instanceof ApiError) throw ApplicationFailure.create({ type: err.code, nonRetryable: true, message: `Lead intake: ${err.message}` });
+            throw err;
+          }
+        }
+      }
+      return { proceed: true, automationName: automation.name, actions: automation.actions as StoredAction[], context };
+    },
+
+    async runAction(input: { workspaceId: string; automationId: string; automationName: string; depth: number; index: number; action: StoredAction; context: RunContext }): Promise<ActionResult> {
+      const { workspaceId, index, context } = input;
+      const options = { origin: 'automation' as const, depth: input.depth + 1 };
+      const actor = { memberId: null, name: `Automation: ${input.automationName}`.slice(0, 200) };
+      const action = renderParams(input.action, await currentVars(workspaceId, context)) as Action;
+      const needContact = (): string => {
+        if (!context.contactId) throw new ApiError('CONTACT_NOT_FOUND', 'This run has no contact (the trigger carries none and no mapping produced one)');
+        return context.contactId;
+      };
+      const needDeal = (): string => {
+        if (!context.dealId) throw new ApiError('NOT_FOUND', 'This run has no deal (use a deal trigger, or create_deal first)');
+        return context.dealId;
+      };
+      try {
+        switch (action.type) {
+          case 'add_tag':
+            await addTag(db, workspaceId, needContact(), action.tag, options);
+            return { context };
+          case 'remove_tag': {
+            const contactId = needContact();
+            const tag = await db('tags')
+              .where({ workspace_id: workspaceId })
+              .where((q) => (isUuid(action.tag) ? q.where({ id: action.tag }).orWhereRaw('lower(name) = lower(?)', [action.tag]) : q.whereRaw('lower(name) = lower(?)', [action.tag])))
+              .first('id');
+            if (tag) await removeTag(db, workspaceId, contactId, tag.id, options);
+            return { context };
+          }
+          case 'update_contact':
+            await updateContact(db, workspaceId, needContact(), action.fields, options);
+            return { context };
+          case 'create_deal': {
+            let value: number | undefined;
+            if (action.value !== undefined && action.value !== '') {
+              value = Number(String(action.value).replace(',', '.'));
+              if (!Number.isFinite(value) || value < 0) throw new ApiError('VALIDATION', `Invalid value "${action.value}": expected a number >= 0`);
+            }
+            const deal = await createDeal(db, workspaceId, { contactId: needContact(), pipeline: action.pipeline, stage: action.stage, name: action.name, value, source: 'automation' }, { depth: options.depth });
+            return { context: { ...context, dealId: deal.id } };
+          }
+          case 'move_deal': {
+            const dealId = needDeal();
+            const deal = await findDeal(db, workspaceId, dealId);
+            const stage = await resolveStage(db, deal.pipeline_id, action.stage);
+            await updateDeal(db, workspaceId, dealId, { stageId: stage.id }, actor, { depth: options.depth });
+            return { context };
+          }
+          case 'set_deal_status':
+            await updateDeal(db, workspaceId, needDeal(), { status: action.status, lostReason: action.lostReason }, actor, { depth: options.depth });
+            return { context };
+          case 'create_task':
+            await createTask(
+              db,
+              workspaceId,
+              {
+                title: action.title,
+                type: action.taskType,
+                dueDate: new Date(Date.now() + action.dueInMinutes * 60_000),
+                contactId: context.contactId ?? null,
+                cardId: context.dealId ?? null,
+                assignedTo: action.assignedTo ?? null,
+              },
+              { assigneeByName: true },
+            );
+            return { context };
+          case 'add_note':
+            await addNote(db, workspaceId, needContact(), { body: action.body, authorName: actor.name });
+            return { context };
+          case 'send_message': {
+            const contact = await db('contacts').where({ workspace_id: workspaceId, id: needContact() }).first('phone');
+            const { messageType, instanceId, text, mediaUrl, caption, fileName, templateName, templateLanguage, templateVariables } = action;
+            const message: SendInput['message'] = { type: messageType };
+            if (messageType === 'text') message.text = text;
+            else if (messageType === 'template') Object.assign(message, { templateName, templateLanguage, templateVariables: templateVariables ?? [] });
+            else Object.assign(message, { mediaUrl, caption: messageType === 'audio' ? undefined : caption, fileName: messageType === 'document' ? fileName : undefined });
+            const missing = messageType === 'text' ? !text : messageType === 'template' ? !templateName || !templateLanguage : !mediaUrl;
+            if (missing) throw new ApiError('VALIDATION', `A ${messageType} message needs ${messageType === 'text' ? 'text' : messageType === 'template' ? 'templateName and templateLanguage' : 'mediaUrl'}`);
+            return { context, send: { workspaceId, phone: contact.phone, instanceId, message } };
+          }
+          default:
+            throw new ApiError('VALIDATION', `Unknown action "${(action as { type: string }).type}"`);
+        }
+      } catch (err) {
+        if (err instanceof ApiError) throw actionFailure(index, input.action.type, err);
+        throw err;
+      }
+    },
+
+    /** Records how the run ended (only a running run changes: a repeat of this activity is harmless). */
+    async finishRun(input: { workspaceId: string; runId: string } & RunResult): Promise<void> {
+      await db('automation_runs')
+        .where({ workspace_id: input.workspaceId, id: input.runId, status: 'running' })
+        .update({ status: input.status, error: input.error ? input.error.slice(0, 2000) : null, finished_at: db.fn.now() });
+    },
+  };
+}
+
+export type AutomationActivities = ReturnType<typeof createAutomationActivities>;

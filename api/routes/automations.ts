@@ -1,0 +1,272 @@
+import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
+import type { Context } from 'koa';
+import { z } from 'zod';
+import {
+  ActionSchema,
+  applyMapping,
+  AutomationBody,
+  createAutomation,
+  deleteAutomation,
+  getAutomationRow,
+  listAutomations,
+  listRuns,
+  MAX_CHAIN_DEPTH,
+  passesFilter,
+  regenerateToken,
+  removeToken,
+  runWorkflowId,
+  serializeAutomation,
+  TriggerConfig,
+  TriggerSchema,
+  updateAutomation,
+  WEBHOOK_IN_MAX_BYTES,
+} from '../../domain/automations';
+import { ApiError } from '../../domain/errors';
+import { listEnvelope, pageQuery } from '../../domain/pagination';
+import type { RunInput } from '../../workflows/automation-types';
+import { temporalClient } from '../context';
+import { enforce, requestBody } from '../middleware';
+import { route } from '../route';
+import { Deleted, IdParams, listOf, single } from '../schemas';
+
+const Automation = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    active: z.boolean(),
+    trigger: z.record(z.string(), z.unknown()),
+    actions: z.array(z.record(z.string(), z.unknown())),
+    webhookUrl: z.string().nullable(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .openapi('Automation');
+
+const Run = z
+  .object({
+    id: z.string(),
+    status: z.enum(['running', 'completed', 'failed', 'filtered', 'duplicate']),
+    trigger: z.record(z.string(), z.unknown()),
+    externalId: z.string().nullable(),
+    error: z.string().nullable(),
+    createdAt: z.string(),
+    finishedAt: z.string().nullable(),
+  })
+  .openapi('AutomationRun');
+
+const base = (ctx: Context): string => ctx.deps.config.publicBaseUrl;
+
+const ACTIONS_DOC =
+  'Actions run in order: `add_tag {tag}`, `remove_tag {tag}`, `update_contact {fields: {name?, email?, phone?, notes?}}`, ' +
+  '`create_deal {pipeline, stage?, name?, value?}`, `move_deal {stage}`, `set_deal_status {status, lostReason?}`, ' +
+  '`create_task {title, taskType?, dueInMinutes, assignedTo?}`, `add_note {body}`, ' +
+  '`send_message {instanceId?, messageType?, text?, mediaUrl?, caption?, fileName?, templateName?, templateLanguage?, templateVariables?}` ' +
+  '(`messageType` because `type` names the action), `wait {seconds}`. String params may use `{{contact.name}}`, `{{contact.email}}`, ' +
+  '`{{contact.phone}}`, `{{deal.name}}`, `{{deal.value}}`, `{{webhook.<field>}}`, `{{changedFields}}`, `{{pipelineId}}`.';
+
+export const automationRoutes = [
+  route({
+    method: 'post',
+    path: '/api/v1/automations',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:write'],
+    ipProfile: 'write',
+    summary: 'Create an automation',
+    description:
+      'Trigger types: `webhook_received` (with `eventFilter`, `mapping`; gets a `webhookUrl` and takes one unit of the plan’s inbound-webhook ' +
+      'quota, 402 `INBOUND_WEBHOOK_LIMIT_REACHED`), `stage_changed`, `deal_won`, `deal_lost`, `card_created` (optional `pipelineId`), ' +
+      `\`contact_updated\` (optional \`fields\`). ${ACTIONS_DOC}`,
+    status: 201,
+    body: AutomationBody,
+    response: single(Automation),
+    errors: ['INBOUND_WEBHOOK_LIMIT_REACHED'],
+    handler: async (ctx, { body }) => ({ data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, base(ctx)) }),
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/automations',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:read'],
+    ipProfile: 'read',
+    summary: 'List automations',
+    query: pageQuery(),
+    response: listOf(Automation),
+    handler: async (ctx, { query }) => {
+      const { rows, total } = await listAutomations(ctx.deps.db, ctx.state.auth!.workspaceId, query, base(ctx));
+      return listEnvelope(rows, total, query);
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/automations/{id}',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:read'],
+    ipProfile: 'read',
+    summary: 'Get an automation',
+    params: IdParams,
+    response: single(Automation),
+    handler: async (ctx, { params }) => ({ data: serializeAutomation(await getAutomationRow(ctx.deps.db, ctx.state.auth!.workspaceId, params.id), base(ctx)) }),
+  }),
+  route({
+    method: 'patch',
+    path: '/api/v1/automations/{id}',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:write'],
+    ipProfile: 'write',
+    summary: 'Change an automation',
+    description: 'Any of `name`, `active`, `trigger` (same type), `actions`. Runs already started keep the actions they began with.',
+    params: IdParams,
+    body: z
+      .object({ name: z.string().trim().min(1).max(200).optional(), active: z.boolean().optional(), trigger: TriggerSchema.optional(), actions: z.array(ActionSchema).min(1).max(50).optional() })
+      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'expected name, active, trigger and/or actions' }),
+    response: single(Automation),
+    handler: async (ctx, { params, body }) => ({
+      data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, base(ctx)),
+    }),
+  }),
+  route({
+    method: 'delete',
+    path: '/api/v1/automations/{id}',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:write'],
+    ipProfile: 'delete',
+    summary: 'Delete an automation',
+    description: 'Its inbound URL stops working, its quota unit is returned, its run log goes with it.',
+    params: IdParams,
+    response: Deleted,
+    handler: async (ctx, { params }) => ({ data: await deleteAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) }),
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/automations/{id}/token',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:write'],
+    ipProfile: 'write',
+    summary: 'Regenerate the inbound webhook URL',
+    description: 'A new token (192 random bits): the old URL answers 404 at once. On an automation whose token was removed this takes a quota unit again.',
+    params: IdParams,
+    response: single(Automation),
+    errors: ['INBOUND_WEBHOOK_LIMIT_REACHED'],
+    handler: async (ctx, { params }) => ({ data: await regenerateToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, base(ctx)) }),
+  }),
+  route({
+    method: 'delete',
+    path: '/api/v1/automations/{id}/token',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:write'],
+    ipProfile: 'delete',
+    summary: 'Remove the inbound webhook URL',
+    description: 'The URL answers 404 at once and the inbound-webhook quota unit is returned.',
+    params: IdParams,
+    response: single(Automation),
+    handler: async (ctx, { params }) => ({ data: await removeToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, base(ctx)) }),
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/automations/{id}/runs',
+    tag: 'Automations',
+    auth: 'apiKey',
+    scopes: ['automations:read'],
+    ipProfile: 'read',
+    summary: 'The run log of an automation',
+    description:
+      'Newest first; `status` filters. `running`, `completed`, `failed` (with the action and reason in `error`), `filtered` (the eventFilter did ' +
+      `not match), \`duplicate\` (an externalId already run). Chains deeper than ${MAX_CHAIN_DEPTH} automations stop with a failed run. ` +
+      'In the Temporal UI: `AutomationId = "<id>"`.',
+    params: IdParams,
+    query: pageQuery().extend({ status: z.enum(['running', 'completed', 'failed', 'filtered', 'duplicate']).optional() }),
+    response: listOf(Run),
+    handler: async (ctx, { params, query }) => {
+      const { rows, total } = await listRuns(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
+      return listEnvelope(rows, total, query);
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/automations/webhook-in/{token}',
+    tag: 'Automations',
+    auth: 'none',
+    ipProfile: 'webhookIn',
+    summary: 'Inbound webhook receiver (starts an automation)',
+    description:
+      'Authenticated only by the token in the URL. Any JSON object up to 256 KiB (larger: 413 `PAYLOAD_TOO_LARGE`; not JSON: 400 `VALIDATION`, ' +
+      'or 415 for another content type). Unknown or revoked token: 404. Rate limits per IP (`IP_RATE_LIMITED`) and per token ' +
+      '(`TOKEN_RATE_LIMITED`), with `Retry-After`. Answers 202 `{ data: { runId, status } }`: `accepted` (the run started), `filtered` ' +
+      '(the eventFilter did not match; nothing runs), `duplicate` (the mapped externalId already ran for this automation).',
+    params: z.object({ token: z.string().min(1).max(200) }),
+    status: 202,
+    response: single(z.object({ runId: z.string(), status: z.enum(['accepted', 'filtered', 'duplicate']) })),
+    errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED'],
+    handler: async (ctx, { params }) => {
+      const { db, config } = ctx.deps;
+      const raw = (ctx.request as { rawBody?: string }).rawBody ?? '';
+      if (Buffer.byteLength(raw) > WEBHOOK_IN_MAX_BYTES) throw new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 256 KiB.' });
+      const body = requestBody(ctx);
+      if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
+        throw new ApiError('VALIDATION', 'Invalid body: expected a JSON object', { hint: 'Send Content-Type: application/json with an object body.' });
+      }
+      const automation = await db('automations').where({ webhook_token: params.token }).first('id', 'workspace_id', 'active', 'trigger');
+      if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
+      await enforce(ctx, [{ name: `token:${automation.id}`, limit: config.inboundTokenLimit, code: 'TOKEN_RATE_LIMITED' }]);
+      const workspaceId: string = automation.workspace_id;
+      const trigger = automation.trigger as TriggerConfig;
+      const { externalId } = applyMapping(trigger.mapping, body);
+      const summary = { type: 'webhook_received', ...(externalId ? { externalId } : {}) };
+
+      if (!automation.active || !passesFilter(trigger.eventFilter, body)) {
+        const [run] = await db('automation_runs')
+          .insert({
+            workspace_id: workspaceId,
+            automation_id: automation.id,
+            status: 'filtered',
+            trigger: JSON.stringify(summary),
+            external_id: externalId ?? null,
+            error: automation.active ? null : 'The automation is inactive',
+            finished_at: db.fn.now(),
+          })
+          .returning('id');
+        return { data: { runId: run.id, status: 'filtered' as const } };
+      }
+
+      const [run] = await db('automation_runs')
+        .insert({ workspace_id: workspaceId, automation_id: automation.id, status: 'running', trigger: JSON.stringify(summary), external_id: externalId ?? null })
+        .returning('id');
+      const input: RunInput = {
+        workspaceId,
+        automationId: automation.id,
+        runId: run.id,
+        depth: 0,
+        trigger: { type: 'webhook_received', variables: externalId ? { externalId } : {} },
+        webhookBody: body,
+        waitScale: config.automationWaitScale,
+      };
+      try {
+        const client = await temporalClient(ctx, 'The automation service');
+        await client.workflow.start('automationRunWorkflow', {
+          // The externalId names the run: Temporal refuses a second one with the same id.
+          workflowId: runWorkflowId(workspaceId, automation.id, externalId ? { externalId } : { runId: run.id }),
+          taskQueue: config.taskQueue,
+          args: [input],
+          workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+          searchAttributes: { WorkspaceId: [workspaceId], AutomationId: [automation.id] },
+        });
+      } catch (err) {
+        if (err instanceof WorkflowExecutionAlreadyStartedError) {
+          await db('automation_runs').where({ id: run.id }).update({ status: 'duplicate', finished_at: db.fn.now() });
+          return { data: { runId: run.id, status: 'duplicate' as const } };
+        }
+        // Nothing will run: the attempt leaves no trace, and the sender may try again.
+        await db('automation_runs').where({ id: run.id }).delete();
+        throw err instanceof ApiError ? err : new ApiError('UNAVAILABLE', 'The automation service is unavailable', { hint: 'Retry in a few seconds.' });
+      }
+      return { data: { runId: run.id, status: 'accepted' as const } };
+    },
+  }),
+];

@@ -1,0 +1,373 @@
+import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { MESSAGE_TYPES } from '../activities/providers/types';
+import type { Db } from './db';
+import { ApiError, notFound } from './errors';
+import { Page, pageWithTotal } from './pagination';
+import { isUuid } from './refs';
+
+/**
+ * Automations (spec section 6, CONTRACT.md): definitions, the inbound URL token and its quota,
+ * the run log, and the pure rules a run applies (event filter, field mapping, `webhook.<field>`
+ * variables, template rendering). The durable part is workflows/automation-run.ts; actions are
+ * activities (activities/automations.ts) calling the same domain functions as the REST API.
+ */
+
+export const TRIGGER_TYPES = ['webhook_received', 'stage_changed', 'deal_won', 'deal_lost', 'card_created', 'contact_updated'] as const;
+export type TriggerType = (typeof TRIGGER_TYPES)[number];
+export const CONTACT_FIELDS = ['name', 'email', 'phone', 'notes', 'tags'] as const;
+
+/** How deep a chain of automations may go (an action firing a trigger firing an action ...) before it is stopped. */
+export const MAX_CHAIN_DEPTH = 5;
+/** Body limit of the inbound receiver. */
+export const WEBHOOK_IN_MAX_BYTES = 256 * 1024;
+/** `webhook.<field>` variables: key and value lengths, and how many. */
+export const VARIABLE_KEY_MAX = 64;
+export const VARIABLE_VALUE_MAX = 1024;
+export const VARIABLES_MAX = 200;
+
+const text = (max: number) => z.string().trim().min(1).max(max);
+
+export const ActionSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('add_tag'), tag: text(100) }),
+  z.object({ type: z.literal('remove_tag'), tag: text(100) }),
+  z.object({
+    type: z.literal('update_contact'),
+    fields: z
+      .object({ name: z.string().max(200).optional(), email: z.string().max(320).nullable().optional(), phone: z.string().max(32).optional(), notes: z.string().max(5000).optional() })
+      .refine((f) => Object.keys(f).length > 0, { message: 'expected at least one of name, email, phone, notes' }),
+  }),
+  z.object({ type: z.literal('create_deal'), pipeline: text(200), stage: text(200).optional(), name: text(200).optional(), value: z.union([z.number().min(0), text(64)]).optional() }),
+  z.object({ type: z.literal('move_deal'), stage: text(200) }),
+  z.object({ type: z.literal('set_deal_status'), status: z.enum(['open', 'won', 'lost']), lostReason: text(500).optional() }),
+  z.object({ type: z.literal('create_task'), title: text(500), taskType: text(64).optional(), dueInMinutes: z.number().int().min(0).max(525_600), assignedTo: text(200).optional() }),
+  z.object({ type: z.literal('add_note'), body: text(5000) }),
+  z.object({
+    type: z.literal('send_message'),
+    instanceId: z.uuid().optional(),
+    /** The message type (`type` names the action). */
+    messageType: z.enum(MESSAGE_TYPES).default('text'),
+    text: z.string().min(1).max(4096).optional(),
+    mediaUrl: z.string().min(1).max(2048).optional(),
+    caption: z.string().min(1).max(1024).optional(),
+    fileName: z.string().min(1).max(255).optional(),
+    templateName: z.string().min(1).max(512).optional(),
+    templateLanguage: z.string().min(2).max(15).optional(),
+    templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+  }),
+  z.object({ type: z.literal('wait'), seconds: z.number().int().min(1).max(30 * 86_400) }),
+]);
+export type Action = z.infer<typeof ActionSchema>;
+
+const MappingSchema = z
+  .object({
+    name: text(200),
+    email: text(200),
+    phone: text(200),
+    product: text(200),
+    value: text(200),
+    status: text(200),
+    externalId: text(200),
+  })
+  .partial();
+
+export const TriggerSchema = z
+  .object({
+    type: z.enum(TRIGGER_TYPES),
+    pipelineId: z.uuid().optional(),
+    fields: z.array(z.enum(CONTACT_FIELDS)).min(1).optional(),
+    eventFilter: z.object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) }).optional(),
+    mapping: MappingSchema.optional(),
+  })
+  .superRefine((t, ctx) => {
+    const only = (field: 'pipelineId' | 'fields' | 'eventFilter' | 'mapping', types: TriggerType[]) => {
+      if (t[field] !== undefined && !types.includes(t.type)) ctx.addIssue({ code: 'custom', path: [field], message: `only for trigger ${types.join(', ')}` });
+    };
+    only('pipelineId', ['card_created']);
+    only('fields', ['contact_updated']);
+    only('eventFilter', ['webhook_received']);
+    only('mapping', ['webhook_received']);
+  });
+export type TriggerConfig = z.infer<typeof TriggerSchema>;
+
+export const AutomationBody = z.object({
+  name: text(200),
+  active: z.boolean().default(true),
+  trigger: TriggerSchema,
+  actions: z.array(ActionSchema).min(1).max(50),
+});
+
+/* ------------------------------------------------------------------------------------------------
+ * Pure rules of a run
+ * ---------------------------------------------------------------------------------------------- */
+
+/** The value at a dotted path (`customer.phone`, `items.0.sku`), or undefined. */
+export function valueAt(body: unknown, path: string): unknown {
+  let current: unknown = body;
+  for (const part of path.split('.')) {
+    if (current === null || typeof current !== 'object') return undefined;
+    current = (current as Record<string, unknown>)[part];
+  }
+  return current;
+}
+
+/** `eventFilter { path, op: "equals", value }`: strict equality, numbers and strings compared as text. */
+export function passesFilter(filter: TriggerConfig['eventFilter'], body: unknown): boolean {
+  if (!filter) return true;
+  const actual = valueAt(body, filter.path);
+  if (actual === filter.value) return true;
+  const scalar = (v: unknown) => typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
+  return scalar(actual) && scalar(filter.value) && String(actual) === String(filter.value);
+}
+
+/** `{{` and `}}` can never come out of a payload: a value cannot smuggle a template in. */
+export function neutralise(value: string): string {
+  return value.replace(/\{\{/g, '{ {').replace(/\}\}/g, '} }');
+}
+
+/**
+ * Every scalar field of a received body as `webhook.<path>` (nested objects with dotted paths,
+ * arrays skipped): keys cut to 64 characters, values to 1024, `{{`/`}}` neutralised, at most 200.
+ */
+export function webhookVariables(body: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  const walk = (value: unknown, prefix: string, depth: number) => {
+    if (Object.keys(out).length >= VARIABLES_MAX || depth > 5) return;
+    if (value === null || value === undefined) return;
+    if (typeof value === 'object') {
+      if (Array.isArray(value)) return;
+      for (const [k, v] of Object.entries(value as Record<string, unknown>)) walk(v, prefix ? `${prefix}.${k}` : k, depth + 1);
+      return;
+    }
+    const key = neutralise(`webhook.${prefix}`).slice(0, VARIABLE_KEY_MAX);
+    if (!(key in out)) out[key] = neutralise(String(value)).slice(0, VARIABLE_VALUE_MAX);
+  };
+  if (body && typeof body === 'object' && !Array.isArray(body)) walk(body, '', 0);
+  return out;
+}
+
+export interface Mapped {
+  contact: { name?: string; email?: string; phone?: string };
+  deal: { product?: string; value?: string; status?: string };
+  externalId?: string;
+}
+
+/** The fields a `mapping` extracts from a body (scalars only, as text, neutralised). */
+export function applyMapping(mapping: TriggerConfig['mapping'], body: unknown): Mapped {
+  const pick = (field: keyof NonNullable<TriggerConfig['mapping']>): string | undefined => {
+    const path = mapping?.[field];
+    if (!path) return undefined;
+    const value = valueAt(body, path);
+    if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') {
+      const s = neutralise(String(value)).trim();
+      return s === '' ? undefined : s.slice(0, VARIABLE_VALUE_MAX);
+    }
+    return undefined;
+  };
+  const strip = <T extends Record<string, string | undefined>>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+  return {
+    contact: strip({ name: pick('name'), email: pick('email'), phone: pick('phone') }),
+    deal: strip({ product: pick('product'), value: pick('value'), status: pick('status') }),
+    externalId: pick('externalId')?.slice(0, 200),
+  };
+}
+
+/** `{{name}}` replaced from `vars` in one pass (a replaced value is never read again); unknown names become empty. */
+export function render(template: string, vars: Record<string, string>): string {
+  return template.replace(/\{\{\s*([\w.-]+)\s*\}\}/g, (_m, name: string) => vars[name] ?? '');
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Definitions, token and quota
+ * ---------------------------------------------------------------------------------------------- */
+
+interface AutomationRow {
+  id: string;
+  name: string;
+  active: boolean;
+  trigger_type: TriggerType;
+  trigger: TriggerConfig;
+  actions: Action[];
+  webhook_token: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** 192 random bits, URL-safe. */
+function newToken(): string {
+  return randomBytes(24).toString('base64url');
+}
+
+export function webhookUrl(baseUrl: string, token: string): string {
+  return `${baseUrl}/api/automations/webhook-in/${token}`;
+}
+
+export function serializeAutomation(row: AutomationRow, baseUrl: string) {
+  return {
+    id: row.id,
+    name: row.name,
+    active: row.active,
+    trigger: { ...row.trigger, type: row.trigger_type },
+    actions: row.actions,
+    webhookUrl: row.webhook_token ? webhookUrl(baseUrl, row.webhook_token) : null,
+    createdAt: row.created_at.toISOString(),
+    updatedAt: row.updated_at.toISOString(),
+  };
+}
+
+const automationNotFound = () => notFound('Automation');
+
+/**
+ * Takes a unit of the inbound-webhook quota: the workspace row lock makes concurrent takers count
+ * one by one; units in use are the automations holding a token.
+ */
+async function takeInboundUnit(trx: Db, workspaceId: string, exceptId?: string): Promise<void> {
+  const plan = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('inbound_webhook_quota');
+  if (plan?.inbound_webhook_quota === null || plan?.inbound_webhook_quota === undefined) return;
+  const q = trx('automations').where({ workspace_id: workspaceId }).whereNotNull('webhook_token');
+  if (exceptId) q.whereNot({ id: exceptId });
+  const { count } = await q.first(trx.raw('count(*)::int AS count'));
+  if (count >= plan.inbound_webhook_quota) {
+    throw new ApiError('INBOUND_WEBHOOK_LIMIT_REACHED', `The plan allows ${plan.inbound_webhook_quota} automations with an inbound webhook`, {
+      hint: 'Delete one, or remove its token (DELETE /api/v1/automations/{id}/token), to free a unit.',
+    });
+  }
+}
+
+export async function createAutomation(db: Db, workspaceId: string, input: z.infer<typeof AutomationBody>, baseUrl: string) {
+  const { type, ...trigger } = input.trigger;
+  const row: AutomationRow = await db.transaction(async (trx) => {
+    const inbound = type === 'webhook_received';
+    if (inbound) await takeInboundUnit(trx as unknown as Db, workspaceId);
+    const [created] = await trx('automations')
+      .insert({
+        workspace_id: workspaceId,
+        name: input.name,
+        active: input.active,
+        trigger_type: type,
+        trigger: JSON.stringify(trigger),
+        actions: JSON.stringify(input.actions),
+        webhook_token: inbound ? newToken() : null,
+      })
+      .returning('*');
+    return created;
+  });
+  return serializeAutomation(row, baseUrl);
+}
+
+export async function listAutomations(db: Db, workspaceId: string, page: Page, baseUrl: string) {
+  const scope = db('automations').where({ workspace_id: workspaceId });
+  const { rows, total } = await pageWithTotal<AutomationRow>(scope, page, (q) => q.select('*').orderBy([{ column: 'created_at' }, { column: 'id' }]));
+  return { rows: rows.map((r) => serializeAutomation(r, baseUrl)), total };
+}
+
+export async function getAutomationRow(db: Db, workspaceId: string, id: string, options: { forUpdate?: boolean } = {}): Promise<AutomationRow> {
+  if (!isUuid(id)) throw automationNotFound();
+  const q = db('automations').where({ workspace_id: workspaceId, id });
+  if (options.forUpdate) q.forUpdate();
+  const row = await q.first();
+  if (!row) throw automationNotFound();
+  return row;
+}
+
+/** The trigger type cannot change (its token and quota unit belong to the webhook trigger). */
+export async function updateAutomation(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  patch: { name?: string; active?: boolean; trigger?: TriggerConfig; actions?: Action[] },
+  baseUrl: string,
+) {
+  return db.transaction(async (trx) => {
+    const before = await getAutomationRow(trx as unknown as Db, workspaceId, id, { forUpdate: true });
+    const changes: Record<string, unknown> = { updated_at: trx.fn.now() };
+    if (patch.name !== undefined) changes.name = patch.name;
+    if (patch.active !== undefined) changes.active = patch.active;
+    if (patch.actions !== undefined) changes.actions = JSON.stringify(patch.actions);
+    if (patch.trigger !== undefined) {
+      const { type, ...trigger } = patch.trigger;
+      if (type !== before.trigger_type) {
+        throw new ApiError('VALIDATION', 'Invalid body.trigger.type: the trigger type of an automation cannot change', { hint: 'Create a new automation instead.' });
+      }
+      changes.trigger = JSON.stringify(trigger);
+    }
+    const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update(changes).returning('*');
+    return serializeAutomation(row, baseUrl);
+  });
+}
+
+/** Deleting returns its inbound unit (the count is of tokens held) and its run log goes with it. */
+export async function deleteAutomation(db: Db, workspaceId: string, id: string): Promise<{ id: string; deleted: true }> {
+  if (!isUuid(id)) throw automationNotFound();
+  const deleted = await db('automations').where({ workspace_id: workspaceId, id }).delete();
+  if (!deleted) throw automationNotFound();
+  return { id, deleted: true };
+}
+
+/** A new token (the old URL stops at once). Restoring a removed token takes a unit again. */
+export async function regenerateToken(db: Db, workspaceId: string, id: string, baseUrl: string) {
+  return db.transaction(async (trx) => {
+    const before = await getAutomationRow(trx as unknown as Db, workspaceId, id, { forUpdate: true });
+    if (before.trigger_type !== 'webhook_received') {
+      throw new ApiError('VALIDATION', 'Only an automation with the webhook_received trigger has an inbound URL');
+    }
+    if (!before.webhook_token) await takeInboundUnit(trx as unknown as Db, workspaceId, id);
+    const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update({ webhook_token: newToken(), updated_at: trx.fn.now() }).returning('*');
+    return serializeAutomation(row, baseUrl);
+  });
+}
+
+/** Removes the token: the URL stops working and the quota unit is free. */
+export async function removeToken(db: Db, workspaceId: string, id: string, baseUrl: string) {
+  await getAutomationRow(db, workspaceId, id);
+  const [row] = await db('automations').where({ workspace_id: workspaceId, id }).update({ webhook_token: null, updated_at: db.fn.now() }).returning('*');
+  return serializeAutomation(row, baseUrl);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Runs
+ * ---------------------------------------------------------------------------------------------- */
+
+export type RunStatus = 'running' | 'completed' | 'failed' | 'filtered' | 'duplicate';
+
+interface RunRow {
+  id: string;
+  status: RunStatus;
+  trigger: Record<string, unknown>;
+  external_id: string | null;
+  error: string | null;
+  created_at: Date;
+  finished_at: Date | null;
+}
+
+export function serializeRun(row: RunRow) {
+  return {
+    id: row.id,
+    status: row.status,
+    trigger: row.trigger,
+    externalId: row.external_id,
+    error: row.error,
+    createdAt: row.created_at.toISOString(),
+    finishedAt: row.finished_at ? row.finished_at.toISOString() : null,
+  };
+}
+
+export async function listRuns(db: Db, workspaceId: string, automationId: string, query: Page & { status?: RunStatus }) {
+  await getAutomationRow(db, workspaceId, automationId);
+  const scope = db('automation_runs').where({ workspace_id: workspaceId, automation_id: automationId });
+  if (query.status) scope.where({ status: query.status });
+  const { rows, total } = await pageWithTotal<RunRow>(scope, query, (q) =>
+    q.select('id', 'status', 'trigger', 'external_id', 'error', 'created_at', 'finished_at').orderBy([
+      { column: 'created_at', order: 'desc' },
+      { column: 'id', order: 'desc' },
+    ]),
+  );
+  return { rows: rows.map(serializeRun), total };
+}
+
+/** The run workflow's id: per business event (exactly once per event), per externalId (dedupe), or per run. */
+export function runWorkflowId(workspaceId: string, automationId: string, key: { eventId: string } | { externalId: string } | { runId: string }): string {
+  if ('eventId' in key) return `automation/${workspaceId}/${automationId}/event/${key.eventId}`;
+  if ('externalId' in key) return `automation/${workspaceId}/${automationId}/ext/${encodeURIComponent(key.externalId)}`;
+  return `automation/${workspaceId}/${automationId}/run/${key.runId}`;
+}

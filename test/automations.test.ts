@@ -1,0 +1,295 @@
+/**
+ * Automations end to end: the API, the inbound receiver, internal triggers fed by the worker's
+ * outbox dispatcher, and run workflows on the real Temporal dev server. The suite's worker runs
+ * with AUTOMATION_WAIT_SCALE=0.00001 (a day's wait takes under a second).
+ */
+import { ALL_SCOPES } from '../domain/scopes';
+import { MAX_CHAIN_DEPTH } from '../domain/automations';
+import { createWorkspace, eventually, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+let seq = 0;
+const phone = (): string => `55419${String(81000000 + ++seq * 7901 + (process.pid % 983))}`;
+
+async function workspace(plan?: Record<string, unknown>): Promise<Workspace> {
+  return createWorkspace(api, { scopes: [...ALL_SCOPES], plan });
+}
+
+async function automation(ws: Workspace, body: Record<string, unknown>) {
+  const res = await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'flow', ...body } });
+  expect(res.status).toBe(201);
+  return res.body.data as { id: string; webhookUrl: string | null; trigger: any; actions: any[] };
+}
+
+/** Posts to the receiver by full URL (the token is the only credential). */
+async function hook(webhookUrl: string, body: unknown, headers: Record<string, string> = {}) {
+  const path = new URL(webhookUrl).pathname;
+  return api.request('POST', path, { rawBody: typeof body === 'string' ? body : JSON.stringify(body), headers: { 'content-type': 'application/json', ...headers } });
+}
+
+async function runs(ws: Workspace, automationId: string) {
+  const res = await api.request('GET', `/api/v1/automations/${automationId}/runs?limit=100`, { key: ws.key });
+  expect(res.status).toBe(200);
+  return res.body.data as Array<{ id: string; status: string; error: string | null; trigger: any; externalId: string | null; finishedAt: string | null }>;
+}
+
+async function settledRuns(ws: Workspace, automationId: string, count: number, timeoutMs = 20_000) {
+  return eventually(
+    `${count} finished run(s) of ${automationId}`,
+    async () => {
+      const all = await runs(ws, automationId);
+      return all.length >= count && all.every((r) => r.status !== 'running') && all;
+    },
+    timeoutMs,
+  );
+}
+
+async function tagsOf(ws: Workspace, contactId: string): Promise<string[]> {
+  const res = await api.request('GET', `/api/v1/leads/${contactId}`, { key: ws.key });
+  return res.body.data.tags.map((t: { name: string }) => t.name).sort();
+}
+
+describe('automations API, token and quota', () => {
+  it('creates a webhook_received automation with an unguessable URL; regenerating or removing the token stops the old URL at once', async () => {
+    const ws = await workspace();
+    const created = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'hooked' }] });
+    expect(created.webhookUrl).toMatch(/\/api\/automations\/webhook-in\/[A-Za-z0-9_-]{32}$/);
+    const got = await api.request('GET', `/api/v1/automations/${created.id}`, { key: ws.key });
+    expect(got.body.data).toMatchObject({ id: created.id, active: true, trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'hooked' }] });
+
+    expect((await hook(created.webhookUrl!, { hello: 'world' })).status).toBe(202);
+    const regenerated = await api.request('POST', `/api/v1/automations/${created.id}/token`, { key: ws.key });
+    expect(regenerated.status).toBe(200);
+    expect(regenerated.body.data.webhookUrl).not.toBe(created.webhookUrl);
+    expectError(await hook(created.webhookUrl!, { hello: 'again' }), 404, 'NOT_FOUND');
+    expect((await hook(regenerated.body.data.webhookUrl, { hello: 'new' })).status).toBe(202);
+
+    const removed = await api.request('DELETE', `/api/v1/automations/${created.id}/token`, { key: ws.key });
+    expect(removed.body.data.webhookUrl).toBeNull();
+    expectError(await hook(regenerated.body.data.webhookUrl, { hello: 'gone' }), 404, 'NOT_FOUND');
+  });
+
+  it('takes one inbound-webhook quota unit per automation with the trigger and returns it on delete or token removal', async () => {
+    const ws = await workspace({ inboundWebhookQuota: 1 });
+    const body = { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] };
+    const first = await automation(ws, body);
+    expectError(await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'second', ...body } }), 402, 'INBOUND_WEBHOOK_LIMIT_REACHED');
+    // Other triggers do not use the quota.
+    await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 'x' }] });
+    await api.request('DELETE', `/api/v1/automations/${first.id}/token`, { key: ws.key });
+    const second = await automation(ws, body);
+    // Restoring the first one's token now needs a unit: none left.
+    expectError(await api.request('POST', `/api/v1/automations/${first.id}/token`, { key: ws.key }), 402, 'INBOUND_WEBHOOK_LIMIT_REACHED');
+    await api.request('DELETE', `/api/v1/automations/${second.id}`, { key: ws.key });
+    expect((await api.request('POST', `/api/v1/automations/${first.id}/token`, { key: ws.key })).status).toBe(200);
+  });
+
+  it('validates triggers and actions with VALIDATION naming the field', async () => {
+    const ws = await workspace();
+    const post = (body: unknown) => api.request('POST', '/api/v1/automations', { key: ws.key, body });
+    const bad = await post({ name: 'x', trigger: { type: 'deal_exploded' }, actions: [{ type: 'add_tag', tag: 't' }] });
+    expectError(bad, 400, 'VALIDATION');
+    expect(bad.body.error).toMatch(/body\.trigger\.type/);
+    const action = await post({ name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'teleport' }] });
+    expectError(action, 400, 'VALIDATION');
+    expect(action.body.error).toMatch(/body\.actions\.0/);
+    expectError(await post({ name: 'x', trigger: { type: 'deal_won', pipelineId: '00000000-0000-4000-8000-000000000000' }, actions: [{ type: 'add_tag', tag: 't' }] }), 400, 'VALIDATION');
+    expectError(await post({ name: 'x', trigger: { type: 'deal_won' }, actions: [] }), 400, 'VALIDATION');
+    const created = await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 't' }] });
+    expectError(await api.request('PATCH', `/api/v1/automations/${created.id}`, { key: ws.key, body: { trigger: { type: 'deal_lost' } } }), 400, 'VALIDATION');
+    const renamed = await api.request('PATCH', `/api/v1/automations/${created.id}`, { key: ws.key, body: { name: 'renamed', active: false } });
+    expect(renamed.body.data).toMatchObject({ name: 'renamed', active: false });
+  });
+});
+
+describe('the inbound receiver', () => {
+  it('upserts the lead by phone from the mapping, exposes webhook.<field> variables and neutralises templates', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'customer.phone', name: 'customer.name', email: 'customer.email', externalId: 'order.id', value: 'order.total' } },
+      actions: [
+        { type: 'add_tag', tag: 'buyer' },
+        { type: 'add_note', body: 'Order {{webhook.order.id}} for {{contact.name}}: {{webhook.note}} / total {{deal.value}}' },
+      ],
+    });
+    const body = {
+      customer: { phone: '+55 41 99123-4567', name: 'Carla Dias', email: 'carla@example.com' },
+      order: { id: 'A-1', total: 99.9 },
+      note: 'inject {{contact.phone}} here',
+    };
+    const res = await hook(flow.webhookUrl!, body);
+    expect(res.status).toBe(202);
+    expect(res.body.data).toEqual({ runId: expect.any(String), status: 'accepted' });
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run).toMatchObject({ id: res.body.data.runId, status: 'completed', externalId: 'A-1', error: null });
+
+    const contact = await api.db('contacts').where({ workspace_id: ws.id, phone: '5541991234567' }).first('id', 'name', 'email');
+    expect(contact).toMatchObject({ name: 'Carla Dias', email: 'carla@example.com' });
+    expect(await tagsOf(ws, contact.id)).toEqual(['buyer']);
+    const note = await api.db('notes').where({ workspace_id: ws.id, contact_id: contact.id }).first('body');
+    expect(note.body).toBe('Order A-1 for Carla Dias: inject { {contact.phone} } here / total 99.9');
+    expect(note.body).not.toContain('5541991234567');
+
+    // The same phone without the ninth digit, another order: the same contact.
+    await hook(flow.webhookUrl!, { ...body, customer: { phone: '554191234567', name: 'Carla D.' }, order: { id: 'A-2', total: 1 } });
+    await settledRuns(ws, flow.id, 2);
+    expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 1 });
+    const tagEvents = await outbox(api, ws.id, 'contact.tag_added');
+    expect(tagEvents.map((e) => e.payload.source)).toEqual(['automation']);
+  });
+
+  it('records a non-matching event as filtered and runs nothing', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', eventFilter: { path: 'status', op: 'equals', value: 'refunded' }, mapping: { phone: 'phone' } },
+      actions: [{ type: 'add_tag', tag: 'refund' }],
+    });
+    const skipped = await hook(flow.webhookUrl!, { status: 'paid', phone: phone() });
+    expect(skipped.body.data.status).toBe('filtered');
+    const taken = await hook(flow.webhookUrl!, { status: 'refunded', phone: phone() });
+    expect(taken.body.data.status).toBe('accepted');
+    const all = await settledRuns(ws, flow.id, 2);
+    expect(all.map((r) => r.status).sort()).toEqual(['completed', 'filtered']);
+    expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 1 });
+  });
+
+  it('runs one externalId once, even for 20 concurrent deliveries', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone', externalId: 'id' } }, actions: [{ type: 'add_note', body: 'order {{webhook.id}}' }] });
+    const number = phone();
+    const results = await Promise.all(Array.from({ length: 20 }, () => hook(flow.webhookUrl!, { id: 'ext-42', phone: number })));
+    for (const r of results) expect(r.status).toBe(202);
+    const statuses = results.map((r) => r.body.data.status);
+    expect(statuses.filter((s) => s === 'accepted')).toHaveLength(1);
+    expect(statuses.filter((s) => s === 'duplicate')).toHaveLength(19);
+    await settledRuns(ws, flow.id, 20);
+    expect(await api.db('notes').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 1 });
+    // Later, the same externalId is still a duplicate.
+    expect((await hook(flow.webhookUrl!, { id: 'ext-42', phone: number })).body.data.status).toBe('duplicate');
+  });
+
+  it('answers 400 to non-JSON and non-object bodies, 415 to other content types, 413 above 256 KiB, 404 to unknown tokens', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
+    expectError(await hook(flow.webhookUrl!, '{not json'), 400, 'VALIDATION');
+    expectError(await hook(flow.webhookUrl!, '[1,2]'), 400, 'VALIDATION');
+    expectError(await hook(flow.webhookUrl!, 'hello', { 'content-type': 'text/plain' }), 415, 'UNSUPPORTED_MEDIA_TYPE');
+    expectError(await hook(flow.webhookUrl!, { blob: 'x'.repeat(260 * 1024) }), 413, 'PAYLOAD_TOO_LARGE');
+    expect((await hook(flow.webhookUrl!, { blob: 'x'.repeat(200 * 1024) })).status).toBe(202);
+    expectError(await api.request('POST', '/api/automations/webhook-in/not-a-real-token', { body: { a: 1 } }), 404, 'NOT_FOUND');
+  });
+});
+
+describe('internal triggers', () => {
+  it('deal_won fires exactly once under 20 concurrent identical PATCH requests', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 'customer' }, { type: 'add_note', body: 'Won {{deal.name}} for {{deal.value}}' }] });
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New', 'Done'] });
+    const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Rui' });
+    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'Big', value: 500 } })).body.data;
+    await Promise.all(Array.from({ length: 20 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } })));
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run).toMatchObject({ status: 'completed', trigger: expect.objectContaining({ type: 'deal_won', dealId: deal.id }) });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await runs(ws, flow.id)).toHaveLength(1);
+    expect(await tagsOf(ws, contact.id)).toEqual(['customer']);
+    const notes = await api.db('notes').where({ workspace_id: ws.id, contact_id: contact.id }).pluck('body');
+    expect(notes).toEqual(['Won Big for 500']);
+  });
+
+  it('card_created honours the pipelineId filter; stage_changed and deal_lost fire; contact_updated honours fields and changedFields', async () => {
+    const ws = await workspace();
+    const sales = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['A', 'B'] });
+    const other = await seedPipeline(api, ws.id, { name: 'Other', stages: ['X'] });
+    const created = await automation(ws, { trigger: { type: 'card_created', pipelineId: sales.id }, actions: [{ type: 'add_tag', tag: 'in-sales-{{pipelineId}}' }] });
+    const moved = await automation(ws, { trigger: { type: 'stage_changed' }, actions: [{ type: 'add_tag', tag: 'moved' }] });
+    const lost = await automation(ws, { trigger: { type: 'deal_lost' }, actions: [{ type: 'add_tag', tag: 'lost' }] });
+    const emailChanged = await automation(ws, { trigger: { type: 'contact_updated', fields: ['email'] }, actions: [{ type: 'add_note', body: 'changed: {{changedFields}}' }] });
+    const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Eva' });
+    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: sales.id } })).body.data;
+    await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: other.id } });
+    await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { stageId: sales.stages[1].id } });
+    await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'lost', lostReason: 'price' } });
+    await api.request('PATCH', `/api/v1/leads/${contact.id}`, { key: ws.key, body: { name: 'Eva Maria' } });
+    await api.request('PATCH', `/api/v1/leads/${contact.id}`, { key: ws.key, body: { email: 'eva@example.com' } });
+    expect((await settledRuns(ws, created.id, 1)).map((r) => r.status)).toEqual(['completed']);
+    expect((await settledRuns(ws, moved.id, 1)).map((r) => r.status)).toEqual(['completed']);
+    expect((await settledRuns(ws, lost.id, 1)).map((r) => r.status)).toEqual(['completed']);
+    const [emailRun] = await settledRuns(ws, emailChanged.id, 1);
+    expect(emailRun.trigger).toMatchObject({ changedFields: 'email' });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await runs(ws, created.id)).toHaveLength(1); // not for the other pipeline
+    expect(await runs(ws, emailChanged.id)).toHaveLength(1); // not for the name change
+    expect(await tagsOf(ws, contact.id)).toEqual(['in-sales-' + sales.id, 'lost', 'moved'].sort());
+  });
+
+  it('update_contact emits no contact.updated webhook; its tag events say automation', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'update_contact', fields: { notes: 'VIP since {{deal.name}}' } }, { type: 'add_tag', tag: 'vip' }] });
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New'] });
+    const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Lia' });
+    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'D1' } })).body.data;
+    await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } });
+    await settledRuns(ws, flow.id, 1);
+    expect((await api.db('contacts').where({ id: contact.id }).first('notes')).notes).toBe('VIP since D1');
+    const before = (await outbox(api, ws.id, 'contact.updated')).length; // the panel create records none
+    expect(before).toBe(0);
+    expect((await outbox(api, ws.id, 'contact.tag_added')).map((e) => e.payload.source)).toEqual(['automation']);
+    expect((await outbox(api, ws.id, 'contact_updated')).map((e) => e.depth)).toEqual([1, 1]);
+  });
+});
+
+describe('durable actions', () => {
+  it('a wait of a day completes (scaled) and the actions after it run', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
+      actions: [{ type: 'add_tag', tag: 'before' }, { type: 'wait', seconds: 86_400 }, { type: 'add_tag', tag: 'after' }],
+    });
+    const number = phone();
+    await hook(flow.webhookUrl!, { phone: number });
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run.status).toBe('completed');
+    const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
+    expect(await tagsOf(ws, contact.id)).toEqual(['after', 'before']);
+  });
+
+  it('a failing action stops the run, recorded failed with the action and its reason', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
+      actions: [{ type: 'add_tag', tag: 'first' }, { type: 'create_deal', pipeline: 'No such pipeline' }, { type: 'add_tag', tag: 'never' }],
+    });
+    await hook(flow.webhookUrl!, { phone: phone() });
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run.status).toBe('failed');
+    expect(run.error).toMatch(/^Action 2 \(create_deal\): .*Pipeline "No such pipeline" not found/);
+    const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
+    expect(await tagsOf(ws, contact.id)).toEqual(['first']);
+  });
+
+  it(`stops a chain of automations deeper than ${MAX_CHAIN_DEPTH} and records why`, async () => {
+    const ws = await workspace();
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Loop', stages: ['One', 'Two'] });
+    // Every stage move fires stage_changed, and this automation moves the deal back where it came
+    // from: an endless ping-pong, one run per link of the chain.
+    const pingPong = await automation(ws, { trigger: { type: 'stage_changed' }, actions: [{ type: 'move_deal', stage: '{{fromStageId}}' }] });
+    const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Loopy' });
+    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id } })).body.data;
+    await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { stageId: pipeline.stages[1].id } });
+    const all = await settledRuns(ws, pingPong.id, MAX_CHAIN_DEPTH + 1);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const final = await runs(ws, pingPong.id);
+    expect(final).toHaveLength(MAX_CHAIN_DEPTH + 1);
+    expect(all.filter((r) => r.status === 'completed')).toHaveLength(MAX_CHAIN_DEPTH);
+    const [stopped] = final.filter((r) => r.status === 'failed');
+    expect(stopped.error).toMatch(new RegExp(`Loop protection: .* ${MAX_CHAIN_DEPTH} deep; the limit is ${MAX_CHAIN_DEPTH}`));
+    const depths = (await outbox(api, ws.id, 'card.moved')).map((e) => e.depth);
+    expect(depths).toEqual(Array.from({ length: MAX_CHAIN_DEPTH + 1 }, (_, i) => i));
+  });
+});

@@ -1,0 +1,104 @@
+import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
+import { CONTACT_FIELDS, MAX_CHAIN_DEPTH, runWorkflowId, TriggerConfig } from '../domain/automations';
+import type { Db } from '../domain/db';
+import type { RunInput } from '../workflows/automation-types';
+import type { OutboxRow } from './outbox-dispatcher';
+
+interface Candidate {
+  id: string;
+  workspace_id: string;
+  trigger_type: string;
+  trigger: TriggerConfig;
+}
+
+/** Whether an automation's trigger options take this event (card_created pipelineId; contact_updated fields). */
+function matches(automation: Candidate, variables: Record<string, unknown>): boolean {
+  if (automation.trigger_type === 'card_created' && automation.trigger.pipelineId) return variables.pipelineId === automation.trigger.pipelineId;
+  if (automation.trigger_type === 'contact_updated') {
+    const changed = String(variables.changedFields ?? '')
+      .split(',')
+      .filter((f) => (CONTACT_FIELDS as readonly string[]).includes(f));
+    if (changed.length === 0) return false;
+    const wanted = automation.trigger.fields;
+    return !wanted || wanted.some((f) => changed.includes(f));
+  }
+  return true;
+}
+
+/**
+ * The outbox dispatcher's handler for internal triggers: one run per (business event, matching
+ * active automation), exactly once. The run row is unique per (automation, event) and the run
+ * workflow's id derives from the event (`REJECT_DUPLICATE`), so a dispatcher taking a row again
+ * after a crash neither records nor starts a second run. A trigger whose event an automation
+ * caused deeper than MAX_CHAIN_DEPTH records a failed run instead (loop protection).
+ */
+export function createTriggerHandler(options: { db: Db; temporal: () => Promise<Client>; taskQueue: string; waitScale: number }) {
+  const { db } = options;
+  return async function onTriggers(rows: OutboxRow[]): Promise<void> {
+    const workspaces = [...new Set(rows.map((r) => r.workspace_id))];
+    const types = [...new Set(rows.map((r) => r.name))];
+    const candidates: Candidate[] = await db('automations')
+      .where({ active: true })
+      .whereIn('workspace_id', workspaces)
+      .whereIn('trigger_type', types)
+      .select('id', 'workspace_id', 'trigger_type', 'trigger');
+    if (candidates.length === 0) return;
+
+    const starts: RunInput[] = [];
+    const keys: string[] = [];
+    for (const row of rows) {
+      const variables = row.payload as Record<string, unknown>;
+      for (const automation of candidates.filter((a) => a.workspace_id === row.workspace_id && a.trigger_type === row.name)) {
+        if (!matches(automation, variables)) continue;
+        const tooDeep = row.depth >= MAX_CHAIN_DEPTH;
+        const inserted = await db.raw(
+          `INSERT INTO automation_runs (workspace_id, automation_id, status, trigger, event_id, depth, error, finished_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ${tooDeep ? 'now()' : 'NULL'})
+           ON CONFLICT (automation_id, event_id) WHERE event_id IS NOT NULL DO UPDATE SET depth = EXCLUDED.depth
+           RETURNING id, status`,
+          [
+            row.workspace_id,
+            automation.id,
+            tooDeep ? 'failed' : 'running',
+            JSON.stringify({ type: row.name, ...variables }),
+            row.id,
+            row.depth,
+            tooDeep ? `Loop protection: this event comes from a chain of automations ${row.depth} deep; the limit is ${MAX_CHAIN_DEPTH}` : null,
+          ],
+        );
+        const run = inserted.rows[0];
+        if (run.status !== 'running') continue;
+        const text = Object.fromEntries(Object.entries(variables).filter(([k]) => k !== 'trigger').map(([k, v]) => [k, v === null || v === undefined ? '' : String(v)]));
+        starts.push({
+          workspaceId: row.workspace_id,
+          automationId: automation.id,
+          runId: run.id,
+          depth: row.depth,
+          waitScale: options.waitScale,
+          trigger: {
+            type: row.name,
+            variables: text,
+            contactId: typeof variables.contactId === 'string' ? variables.contactId : undefined,
+            dealId: typeof variables.dealId === 'string' ? variables.dealId : undefined,
+          },
+        });
+        keys.push(runWorkflowId(row.workspace_id, automation.id, { eventId: row.id }));
+      }
+    }
+    if (starts.length === 0) return;
+    const client = await options.temporal();
+    const results = await Promise.allSettled(
+      starts.map((input, i) =>
+        client.workflow.start('automationRunWorkflow', {
+          workflowId: keys[i],
+          taskQueue: options.taskQueue,
+          args: [input],
+          workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+          searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
+        }),
+      ),
+    );
+    const failed = results.find((r) => r.status === 'rejected' && !(r.reason instanceof WorkflowExecutionAlreadyStartedError));
+    if (failed) throw (failed as PromiseRejectedResult).reason;
+  };
+}

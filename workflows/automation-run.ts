@@ -1,0 +1,54 @@
+import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, executeChild, proxyActivities, sleep, workflowInfo } from '@temporalio/workflow';
+import type { AutomationActivities } from '../activities/automations';
+import type { ActionResult, RunContext, RunInput, RunResult } from './automation-types';
+import { DATABASE, RECORD } from './profiles';
+import { sendMessageWorkflow } from './send-message';
+
+const acts = proxyActivities<AutomationActivities>(DATABASE);
+const record = proxyActivities<AutomationActivities>(RECORD);
+
+/** The plain-words reason of a failed step (the activity's or the child send's business message). */
+function reason(err: unknown): string {
+  let cause: unknown = err;
+  while (cause instanceof ActivityFailure || cause instanceof ChildWorkflowFailure) cause = cause.cause;
+  if (cause instanceof ApplicationFailure) return cause.type && /^[A-Z_]+$/.test(cause.type) && !cause.message.startsWith('Action') ? `${cause.type}: ${cause.message}` : cause.message;
+  return cause instanceof Error ? cause.message : String(cause);
+}
+
+/**
+ * One automation run: the actions in order, each an activity calling the same domain code as the
+ * REST API (origin `automation`, depth + 1), `send_message` as a child send workflow (the same
+ * saga, quotas and window as the send API), `wait` as a durable timer. A failing action stops the
+ * run, which is recorded `failed` with the action and its reason. Ids: see runWorkflowId.
+ */
+export async function automationRunWorkflow(input: RunInput): Promise<RunResult> {
+  let result: RunResult = { status: 'completed', error: null };
+  try {
+    const plan = await acts.startRun(input);
+    if (!plan.proceed) {
+      result = { status: 'failed', error: 'The automation was deleted or deactivated before the run began' };
+    } else {
+      let context: RunContext = plan.context;
+      for (const [index, action] of plan.actions.entries()) {
+        if (action.type === 'wait') {
+          await sleep(Math.max(1, Math.round(Number(action.seconds) * 1000 * (input.waitScale ?? 1))));
+          continue;
+        }
+        const step: ActionResult = await acts.runAction({ workspaceId: input.workspaceId, automationId: input.automationId, automationName: plan.automationName, depth: input.depth, index, action, context });
+        context = step.context;
+        if (step.send) {
+          try {
+            const sent = await executeChild(sendMessageWorkflow, { workflowId: `${workflowInfo().workflowId}/send/${index + 1}`, args: [step.send] });
+            context = { ...context, vars: { ...context.vars, 'message.id': sent.id } };
+          } catch (err) {
+            throw ApplicationFailure.nonRetryable(`Action ${index + 1} (send_message): ${reason(err)}`, 'ACTION_FAILED');
+          }
+        }
+      }
+    }
+  } catch (err) {
+    result = { status: 'failed', error: reason(err) };
+  }
+  await record.finishRun({ workspaceId: input.workspaceId, runId: input.runId, ...result });
+  return result;
+}

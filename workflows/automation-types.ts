@@ -1,0 +1,49 @@
+/** What the automation run workflow and its activities exchange (types only: safe in the workflow bundle). */
+import type { SendInput } from './send-types';
+
+export interface RunInput {
+  workspaceId: string;
+  automationId: string;
+  runId: string;
+  /** Chain depth of the event that started the run; the run's own changes record depth + 1. */
+  depth: number;
+  trigger: {
+    type: string;
+    /** Trigger variables (`changedFields`, `pipelineId`, ...), as text. */
+    variables: Record<string, string>;
+    contactId?: string;
+    dealId?: string;
+  };
+  /** webhook_received: the received JSON body (mapping and `webhook.<field>` variables come from it). */
+  webhookBody?: unknown;
+  /** AUTOMATION_WAIT_SCALE at start: a factor on `wait` actions (development and tests only). */
+  waitScale?: number;
+}
+
+export interface RunContext {
+  contactId?: string;
+  dealId?: string;
+  vars: Record<string, string>;
+}
+
+/** An action as stored (validated by domain/automations.ts ActionSchema). */
+export type StoredAction = { type: string; [param: string]: unknown };
+
+export interface RunPlan {
+  /** False when the automation was deleted or deactivated before the run began. */
+  proceed: boolean;
+  automationName: string;
+  actions: StoredAction[];
+  context: RunContext;
+}
+
+export interface ActionResult {
+  context: RunContext;
+  /** send_message: the send to run as a child workflow (same rules as the send API). */
+  send?: SendInput;
+}
+
+export interface RunResult {
+  status: 'completed' | 'failed';
+  error: string | null;
+}
