@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
 import { deliveryBody, postWebhook } from '../domain/webhooks';
@@ -37,25 +38,39 @@ export function createWebhookActivities({ db, config }: { db: Db; config: Pick<C
         : { ok: false, statusCode: null, error: 'The subscription is disabled, so the delivery stopped', gone: true, durationMs: 0 };
 
       const status: AttemptResult['status'] = outcome.ok ? 'succeeded' : input.final || outcome.gone ? 'failed' : 'pending';
-      await db.transaction(async (trx) => {
-        if (outcome.gone && delivery.active) {
-          await trx('webhook_subscriptions')
-            .where({ workspace_id: input.workspaceId, id: delivery.subscription_id, active: true })
-            .update({ active: false, disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`, updated_at: trx.fn.now() });
-        }
+      const error = outcome.gone && delivery.active ? `${outcome.error}; the subscription is disabled` : outcome.error;
+      const recordAttempt = async (trx: Db | Knex.Transaction) => {
         await trx('webhook_deliveries')
           .where({ workspace_id: input.workspaceId, id: input.deliveryId, status: 'pending' })
           .update({
             attempts: delivery.active ? trx.raw('attempts + 1') : trx.raw('attempts'),
             status,
             last_status_code: outcome.statusCode,
-            last_error: outcome.error ? outcome.error.slice(0, 1000) : null,
+            last_error: error ? error.slice(0, 1000) : null,
             last_attempt_at: delivery.active ? trx.fn.now() : trx.raw('last_attempt_at'),
             next_attempt_at: status === 'pending' && input.nextAttemptInMs !== null ? trx.raw(`now() + make_interval(secs => ?)`, [input.nextAttemptInMs / 1000]) : null,
             delivered_at: outcome.ok ? trx.fn.now() : null,
           });
-      });
-      return { status, statusCode: outcome.statusCode, error: outcome.error };
+      };
+      if (outcome.gone && delivery.active) {
+        // 410: the subscription is disabled with the attempt, atomically.
+        await db.transaction(async (trx) => {
+          await trx('webhook_subscriptions')
+            .where({ workspace_id: input.workspaceId, id: delivery.subscription_id, active: true })
+            .update({ active: false, disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`, updated_at: trx.fn.now() });
+          await recordAttempt(trx);
+        });
+      } else {
+        await recordAttempt(db); // one statement, no transaction round trips
+      }
+      return { status, statusCode: outcome.statusCode, error };
+    },
+
+    /** The last attempt could not even run (database down through its retries): the log says so once it can. */
+    async markDeliveryFailed(input: { workspaceId: string; deliveryId: string; error: string }): Promise<void> {
+      await db('webhook_deliveries')
+        .where({ workspace_id: input.workspaceId, id: input.deliveryId, status: 'pending' })
+        .update({ status: 'failed', last_error: input.error.slice(0, 1000), next_attempt_at: null });
     },
   };
 }

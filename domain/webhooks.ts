@@ -100,7 +100,7 @@ export async function postWebhook(input: {
       return outcome(false, res.status, `The receiver answered a redirect (HTTP ${res.status}${location}); redirects are not followed`);
     }
     const said = res.body.replace(/\s+/g, ' ').trim().slice(0, 200);
-    if (res.status === 410) return outcome(false, 410, `The receiver answered 410 Gone${said ? `: ${said}` : ''}; the subscription is disabled`, true);
+    if (res.status === 410) return outcome(false, 410, `The receiver answered 410 Gone${said ? `: ${said}` : ''}`, true);
     return outcome(false, res.status, `The receiver answered HTTP ${res.status}${said ? `: ${said}` : ''}`);
   } catch (err) {
     if (err instanceof ApiError) return outcome(false, null, err.message);
@@ -235,7 +235,6 @@ interface DeliveryRow {
   id: string;
   event_id: string | null;
   event: string;
-  payload: Record<string, unknown>;
   status: DeliveryStatus;
   attempts: number;
   last_status_code: number | null;
@@ -250,7 +249,6 @@ const DELIVERY_COLUMNS = [
   'id',
   'event_id',
   'event',
-  'payload',
   'status',
   'attempts',
   'last_status_code',
@@ -260,6 +258,7 @@ const DELIVERY_COLUMNS = [
   'created_at',
   'delivered_at',
 ];
+// The payload stays out of the log: it carries contact data that `webhooks:read` alone must not expose.
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
@@ -275,7 +274,6 @@ export function serializeDelivery(row: DeliveryRow) {
     nextAttemptAt: iso(row.next_attempt_at),
     createdAt: row.created_at.toISOString(),
     deliveredAt: iso(row.delivered_at),
-    payload: row.payload,
   };
 }
 

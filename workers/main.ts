@@ -21,6 +21,8 @@ async function main(): Promise<void> {
     activities: createActivities({ db, config }),
     maxConcurrentActivityTaskExecutions: Number(process.env.WORKER_MAX_ACTIVITIES ?? 200),
     maxConcurrentWorkflowTaskExecutions: Number(process.env.WORKER_MAX_WORKFLOW_TASKS ?? 100),
+    // Webhook attempts are local activities waiting on receivers (up to 10 s each): I/O, not CPU.
+    maxConcurrentLocalActivityExecutions: Number(process.env.WORKER_MAX_LOCAL_ACTIVITIES ?? 500),
   });
   const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
   const dispatcher = createOutboxDispatcher({

@@ -1,11 +1,12 @@
-import { ActivityFailure, ApplicationFailure, proxyLocalActivities, sleep } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, proxyActivities, proxyLocalActivities, sleep } from '@temporalio/workflow';
 import type { WebhookActivities } from '../activities/webhooks';
-import { WEBHOOK_ATTEMPT } from './profiles';
+import { RECORD, WEBHOOK_ATTEMPT } from './profiles';
 import { DeliveryInput, DeliveryResult, WEBHOOK_JITTER, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS } from './webhook-types';
 
 // A local activity: an attempt is one HTTP call plus two small queries, and running it inside the
 // workflow task keeps a delivery to one task round trip with the server (hundreds per second).
 const { attemptWebhookDelivery } = proxyLocalActivities<WebhookActivities>(WEBHOOK_ATTEMPT);
+const { markDeliveryFailed } = proxyActivities<WebhookActivities>(RECORD);
 
 /** The wait before retry `retry` (1-based), scaled and jittered. Math.random is Temporal's seeded one here. */
 function waitBefore(retry: number, scale: number): number {
@@ -34,7 +35,10 @@ export async function webhookDeliveryWorkflow(input: DeliveryInput): Promise<Del
       // it counts as a failed attempt and the schedule goes on; the last one fails the workflow
       // so it shows in the Temporal UI with the cause.
       const cause = err instanceof ActivityFailure && err.cause ? err.cause.message : String(err);
-      if (final) throw ApplicationFailure.nonRetryable(`The delivery's last attempt could not run: ${cause}`, 'WEBHOOK_ATTEMPT_FAILED');
+      if (final) {
+        await markDeliveryFailed({ workspaceId: input.workspaceId, deliveryId: input.deliveryId, error: `The last attempt could not run: ${cause}` });
+        throw ApplicationFailure.nonRetryable(`The delivery's last attempt could not run: ${cause}`, 'WEBHOOK_ATTEMPT_FAILED');
+      }
       last = { status: 'pending', statusCode: null, error: cause, attempts: attempt };
     }
     if (last.status !== 'pending') return last;

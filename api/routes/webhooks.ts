@@ -50,7 +50,6 @@ const Delivery = z
     nextAttemptAt: z.string().nullable(),
     createdAt: z.string(),
     deliveredAt: z.string().nullable(),
-    payload: z.record(z.string(), z.unknown()),
   })
   .openapi('WebhookDelivery');
 
@@ -241,7 +240,13 @@ export const webhookRoutes = [
         });
       if (running) throw inProgress();
 
-      await db('webhook_deliveries').where({ workspace_id: workspaceId, id: delivery.id }).update({ status: 'pending', delivered_at: null, next_attempt_at: null });
+      // Only a settled delivery goes back to pending: a pending one may still be waiting for the
+      // dispatcher to start its schedule, which this one-attempt run must not replace.
+      const reopened = await db('webhook_deliveries')
+        .where({ workspace_id: workspaceId, id: delivery.id })
+        .whereIn('status', ['succeeded', 'failed'])
+        .update({ status: 'pending', delivered_at: null, next_attempt_at: null });
+      if (reopened === 0) throw inProgress();
       const input: DeliveryInput = { workspaceId, deliveryId: delivery.id, retryScale: config.webhookRetryScale, maxAttempts: 1 };
       let handle;
       try {
