@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { MESSAGE_TYPES } from '../activities/providers/types';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
+import { MESSAGE_CONTENT_FIELDS } from './messaging';
 import { Page, pageWithTotal } from './pagination';
 import { isUuid } from './refs';
 
@@ -47,13 +48,7 @@ export const ActionSchema = z.discriminatedUnion('type', [
     instanceId: z.uuid().optional(),
     /** The message type (`type` names the action). */
     messageType: z.enum(MESSAGE_TYPES).default('text'),
-    text: z.string().min(1).max(4096).optional(),
-    mediaUrl: z.string().min(1).max(2048).optional(),
-    caption: z.string().min(1).max(1024).optional(),
-    fileName: z.string().min(1).max(255).optional(),
-    templateName: z.string().min(1).max(512).optional(),
-    templateLanguage: z.string().min(2).max(15).optional(),
-    templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+    ...MESSAGE_CONTENT_FIELDS,
   }),
   z.object({ type: z.literal('wait'), seconds: z.number().int().min(1).max(30 * 86_400) }),
 ]);

@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import type { Phone } from './phone';
@@ -99,3 +100,14 @@ export async function takeDaily(trx: Writer, workspaceId: string, kind: DailyCou
 export async function giveBackDaily(trx: Writer, workspaceId: string, kind: DailyCounter, day: string): Promise<void> {
   await trx('daily_counters').where({ workspace_id: workspaceId, day, kind }).where('count', '>', 0).decrement('count', 1);
 }
+
+/** The message fields of both send endpoints and of the automation send_message action, with the spec's bounds. */
+export const MESSAGE_CONTENT_FIELDS = {
+  text: z.string().min(1).max(4096).optional(),
+  mediaUrl: z.string().min(1).max(2048).optional(),
+  caption: z.string().min(1).max(1024).optional(),
+  fileName: z.string().min(1).max(255).optional(),
+  templateName: z.string().min(1).max(512).optional(),
+  templateLanguage: z.string().min(2).max(15).optional(),
+  templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+};

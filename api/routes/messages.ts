@@ -6,6 +6,7 @@ import { runSend } from '../send';
 import { MESSAGE_TYPES } from '../../activities/providers/types';
 import { requirePhone } from '../../domain/contacts';
 import { ApiError } from '../../domain/errors';
+import { MESSAGE_CONTENT_FIELDS } from '../../domain/messaging';
 import { isUuid } from '../../domain/refs';
 import { assertSafeUrlSyntax } from '../../domain/url-safety';
 import type { SendMessageContent } from '../../workflows/send-types';
@@ -13,13 +14,7 @@ import type { SendMessageContent } from '../../workflows/send-types';
 /** The message fields of both send endpoints, with the spec's bounds. */
 const content = {
   type: z.enum(MESSAGE_TYPES).default('text'),
-  text: z.string().min(1).max(4096).optional(),
-  mediaUrl: z.string().min(1).max(2048).optional(),
-  caption: z.string().min(1).max(1024).optional(),
-  fileName: z.string().min(1).max(255).optional(),
-  templateName: z.string().min(1).max(512).optional(),
-  templateLanguage: z.string().min(2).max(15).optional(),
-  templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+  ...MESSAGE_CONTENT_FIELDS,
 };
 
 const contentSchema = z.object(content);
