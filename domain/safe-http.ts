@@ -54,7 +54,8 @@ const agents = {
   'https:': new https.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, timeout: 4_000 }),
 };
 
-const NETWORK_WORDS: Record<string, string> = {
+/** Plain words for network error codes (node http and undici/fetch), shared with the provider adapters. */
+export const NETWORK_WORDS: Record<string, string> = {
   ECONNREFUSED: 'connection refused',
   ECONNRESET: 'connection reset by the server',
   ETIMEDOUT: 'connection timed out',
@@ -62,7 +63,11 @@ const NETWORK_WORDS: Record<string, string> = {
   ENETUNREACH: 'network unreachable',
   EPIPE: 'connection closed while sending',
   ENOTFOUND: 'host name not found',
-  EAI_AGAIN: 'temporary DNS failure',
+  EAI_AGAIN: 'host name lookup failed (temporary DNS failure)',
+  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
+  UND_ERR_SOCKET: 'connection closed unexpectedly',
+  UND_ERR_HEADERS_TIMEOUT: 'no answer headers in time',
+  UND_ERR_BODY_TIMEOUT: 'the answer stopped arriving',
   CERT_HAS_EXPIRED: 'the TLS certificate has expired',
   DEPTH_ZERO_SELF_SIGNED_CERT: 'the TLS certificate is self-signed',
   ERR_TLS_CERT_ALTNAME_INVALID: 'the TLS certificate does not match the host',

@@ -30,11 +30,6 @@ export function generateWebhookSecret(): string {
   return `whsec_${randomBytes(32).toString('base64url')}`;
 }
 
-/** Whether a subscription's `events` take this event. */
-export function subscribedTo(events: string[], event: string): boolean {
-  return events.includes(ALL_EVENTS) || events.includes(event);
-}
-
 /**
  * The request body of an event, the same bytes on every attempt: `event`, `workspace_id` and
  * `timestamp` first, then the event's fields (PostgreSQL jsonb keeps them in a stable order).

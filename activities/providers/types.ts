@@ -1,3 +1,4 @@
+import { NETWORK_WORDS } from '../../domain/safe-http';
 /**
  * What the sending path asks of a messaging provider, whichever wire format it speaks.
  * Adapters: `cloud.ts` (WhatsApp Cloud API) and `web.ts` (the unofficial "web" gateway style).
@@ -123,20 +124,6 @@ export interface HttpAnswer {
   json: unknown;
 }
 
-const NETWORK_WORDS: Record<string, string> = {
-  ECONNREFUSED: 'connection refused',
-  ECONNRESET: 'connection reset by the server',
-  ENOTFOUND: 'host name not found',
-  EAI_AGAIN: 'host name lookup failed (temporary DNS failure)',
-  ETIMEDOUT: 'connection timed out',
-  EHOSTUNREACH: 'host unreachable',
-  ENETUNREACH: 'network unreachable',
-  EPIPE: 'connection closed while sending',
-  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
-  UND_ERR_SOCKET: 'connection closed unexpectedly',
-  UND_ERR_HEADERS_TIMEOUT: 'no answer headers in time',
-  UND_ERR_BODY_TIMEOUT: 'the answer stopped arriving',
-};
 
 function networkErrorCode(err: unknown): string | undefined {
   return (err as { cause?: { code?: string } })?.cause?.code ?? (err as { code?: string })?.code;
