@@ -68,7 +68,7 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
     }
     await next();
   });
-  app.use(jsonBody());
+  app.use(jsonBody('1mb', { anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
   const router = buildRouter(routes);
   app.use(router.routes());
   app.use(router.allowedMethods({ throw: false }));

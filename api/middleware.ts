@@ -74,8 +74,12 @@ function isHttpError(err: unknown): err is { status: number; message: string; ex
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
-/** JSON bodies only, at most 1 MiB; anything else is 415, malformed JSON 400 VALIDATION. */
-export function jsonBody(limit = '1mb') {
+/**
+ * JSON bodies only, at most 1 MiB; anything else is 415, malformed JSON 400 VALIDATION. Where
+ * `anyContentType` says so (the inbound automation receiver: senders label JSON as text/plain or
+ * nothing at all), the body is read as JSON whatever its label, and what is not JSON is 400.
+ */
+export function jsonBody(limit = '1mb', options: { anyContentType?: (ctx: Context) => boolean } = {}) {
   const parse = koaBody({
     json: true,
     multipart: false,
@@ -91,7 +95,9 @@ export function jsonBody(limit = '1mb') {
   });
   return async (ctx: Context, next: Next): Promise<void> => {
     if (BODY_METHODS.has(ctx.method) && hasBody(ctx)) {
-      if (!ctx.is('application/json', 'application/*+json')) {
+      const declaredJson = ctx.is('application/json', 'application/*+json');
+      const anyType = !declaredJson && options.anyContentType?.(ctx);
+      if (!declaredJson && !anyType) {
         throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `Unsupported content type "${ctx.get('content-type') || 'none'}"`, {
           hint: 'Send Content-Type: application/json.',
         });
@@ -100,10 +106,31 @@ export function jsonBody(limit = '1mb') {
       if (Number.isFinite(declared) && declared > 1024 * 1024) {
         throw new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 1 MiB.' });
       }
+      if (anyType) {
+        await readAsJson(ctx, 1024 * 1024);
+        return next();
+      }
       await parse(ctx, async () => undefined);
     }
     await next();
   };
+}
+
+async function readAsJson(ctx: Context, maxBytes: number): Promise<void> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 1 MiB.' });
+    chunks.push(chunk);
+  }
+  const raw = Buffer.concat(chunks).toString('utf8');
+  try {
+    (ctx.request as { body?: unknown }).body = JSON.parse(raw);
+  } catch (err) {
+    throw new ApiError('VALIDATION', 'The body is not JSON', { hint: (err as Error).message });
+  }
+  (ctx.request as { rawBody?: string }).rawBody = raw;
 }
 
 function hasBody(ctx: Context): boolean {

@@ -173,15 +173,41 @@ describe('the inbound receiver', () => {
     expect((await hook(flow.webhookUrl!, { id: 'ext-42', phone: number })).body.data.status).toBe('duplicate');
   });
 
-  it('answers 400 to non-JSON and non-object bodies, 415 to other content types, 413 above 256 KiB, 404 to unknown tokens', async () => {
+  it('reads JSON whatever its label; answers 400 to non-JSON and non-object bodies, 413 above 256 KiB, 404 to unknown tokens', async () => {
     const ws = await workspace();
     const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
     expectError(await hook(flow.webhookUrl!, '{not json'), 400, 'VALIDATION');
     expectError(await hook(flow.webhookUrl!, '[1,2]'), 400, 'VALIDATION');
-    expectError(await hook(flow.webhookUrl!, 'hello', { 'content-type': 'text/plain' }), 415, 'UNSUPPORTED_MEDIA_TYPE');
+    expectError(await hook(flow.webhookUrl!, 'hello', { 'content-type': 'text/plain' }), 400, 'VALIDATION');
+    expectError(await hook(flow.webhookUrl!, '', { 'content-type': 'text/plain' }), 400, 'VALIDATION');
+    // Form tools often label JSON text/plain or send no type at all: still accepted.
+    expect((await hook(flow.webhookUrl!, '{"a":1}', { 'content-type': 'text/plain' })).status).toBe(202);
+    expect((await hook(flow.webhookUrl!, '{"a":2}', { 'content-type': '' })).status).toBe(202);
+    expectError(await hook(flow.webhookUrl!, 'x'.repeat(2 * 1024 * 1024), { 'content-type': 'text/plain' }), 413, 'PAYLOAD_TOO_LARGE');
     expectError(await hook(flow.webhookUrl!, { blob: 'x'.repeat(260 * 1024) }), 413, 'PAYLOAD_TOO_LARGE');
     expect((await hook(flow.webhookUrl!, { blob: 'x'.repeat(200 * 1024) })).status).toBe(202);
     expectError(await api.request('POST', '/api/automations/webhook-in/not-a-real-token', { body: { a: 1 } }), 404, 'NOT_FOUND');
+  });
+});
+
+describe('receiver limits', () => {
+  it('limits each token per minute with 429 TOKEN_RATE_LIMITED and Retry-After, whatever the sender IP', async () => {
+    const limited = await startApi({ config: { inboundTokenLimit: 3 } });
+    try {
+      const ws = await workspace();
+      const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
+      const other = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'y' }] });
+      const post = (url: string) => limited.request('POST', new URL(url).pathname, { body: { a: 1 } });
+      for (let i = 0; i < 3; i++) expect((await post(flow.webhookUrl!)).status).toBe(202);
+      const refused = await post(flow.webhookUrl!);
+      expectError(refused, 429, 'TOKEN_RATE_LIMITED');
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      // The refused delivery left no run; another token is not affected.
+      expect(await runs(ws, flow.id)).toHaveLength(3);
+      expect((await post(other.webhookUrl!)).status).toBe(202);
+    } finally {
+      await limited.close();
+    }
   });
 });
 
@@ -241,6 +267,66 @@ describe('internal triggers', () => {
     expect(before).toBe(0);
     expect((await outbox(api, ws.id, 'contact.tag_added')).map((e) => e.payload.source)).toEqual(['automation']);
     expect((await outbox(api, ws.id, 'contact_updated')).map((e) => e.depth)).toEqual([1, 1]);
+  });
+});
+
+describe('send_message action', () => {
+  const EMULATOR = process.env.EMULATOR_URL!;
+  const callsTo = async (to: string) => ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${to}`)).json()) as { calls: any[] }).calls;
+
+  async function withInstance(ws: Workspace): Promise<string> {
+    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+      name: 'Main',
+      channel: 'whatsapp',
+      provider: 'cloud',
+      connected: true,
+      config: { baseUrl: EMULATOR, phoneNumberId: `PN-${ws.id.slice(0, 8)}`, accessToken: 'token-never-logged', appSecret: 's', instanceName: `inst-${ws.id.slice(0, 8)}` },
+    });
+    expect(instance.status).toBe(201);
+    await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+    return instance.body.data.id;
+  }
+
+  it('sends a rendered template through the send saga (one provider call, quota counted); text outside the window fails the run with the reason', async () => {
+    const ws = await workspace({ dailyMessageQuota: 1 });
+    await withInstance(ws);
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone', name: 'name', externalId: 'id' } },
+      actions: [
+        { type: 'send_message', messageType: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['{{contact.name}}'] },
+        { type: 'add_note', body: 'welcome sent as {{message.id}}' },
+      ],
+    });
+    const number = `55119${String(70000000 + ((process.pid * 11 + ++seq * 7919) % 20000000))}`;
+    expect((await hook(flow.webhookUrl!, { id: 'w-1', phone: number, name: 'Bruna' })).body.data.status).toBe('accepted');
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run).toMatchObject({ status: 'completed', error: null });
+    const calls = await callsTo(number);
+    expect(calls).toHaveLength(1);
+    expect(calls[0].body.template).toMatchObject({ name: 'welcome', components: [{ type: 'body', parameters: [{ type: 'text', text: 'Bruna' }] }] });
+    const message = await api.db('messages').where({ workspace_id: ws.id, provider_message_id: calls[0].messageId }).first('id', 'status');
+    expect(message.status).toBe('sent');
+    const note = await api.db('notes').where({ workspace_id: ws.id }).first('body');
+    expect(note.body).toBe(`welcome sent as ${message.id}`);
+
+    // The same rules as the send API: the daily message quota (1) is spent, so a second send fails the run.
+    const second = `55119${String(70000000 + ((process.pid * 11 + ++seq * 7919) % 20000000))}`;
+    await hook(flow.webhookUrl!, { id: 'w-2', phone: second, name: 'Caio' });
+    const after = await settledRuns(ws, flow.id, 2);
+    const failed = after.find((r) => r.externalId === 'w-2')!;
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toMatch(/^Action 1 \(send_message\): MESSAGE_LIMIT_REACHED/);
+    expect(await callsTo(second)).toHaveLength(0);
+
+    // Free text to a number that never wrote: the 24-hour window rule, recorded as the run's reason.
+    const textFlow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
+      actions: [{ type: 'send_message', text: 'Hello {{webhook.who}}' }],
+    });
+    await hook(textFlow.webhookUrl!, { phone: number, who: 'there' });
+    const [textRun] = await settledRuns(ws, textFlow.id, 1);
+    expect(textRun.status).toBe('failed');
+    expect(textRun.error).toMatch(/^Action 1 \(send_message\): WINDOW_CLOSED/);
   });
 });
 

@@ -196,8 +196,8 @@ export const automationRoutes = [
     ipProfile: 'webhookIn',
     summary: 'Inbound webhook receiver (starts an automation)',
     description:
-      'Authenticated only by the token in the URL. Any JSON object up to 256 KiB (larger: 413 `PAYLOAD_TOO_LARGE`; not JSON: 400 `VALIDATION`, ' +
-      'or 415 for another content type). Unknown or revoked token: 404. Rate limits per IP (`IP_RATE_LIMITED`) and per token ' +
+      'Authenticated only by the token in the URL. Any JSON object up to 256 KiB, whatever the Content-Type label (larger: 413 ' +
+      '`PAYLOAD_TOO_LARGE`; not a JSON object: 400 `VALIDATION`). Unknown or revoked token: 404. Rate limits per IP (`IP_RATE_LIMITED`) and per token ' +
       '(`TOKEN_RATE_LIMITED`), with `Retry-After`. Answers 202 `{ data: { runId, status } }`: `accepted` (the run started), `filtered` ' +
       '(the eventFilter did not match; nothing runs), `duplicate` (the mapped externalId already ran for this automation).',
     params: z.object({ token: z.string().min(1).max(200) }),
@@ -235,9 +235,26 @@ export const automationRoutes = [
         return { data: { runId: run.id, status: 'filtered' as const } };
       }
 
-      const [run] = await db('automation_runs')
-        .insert({ workspace_id: workspaceId, automation_id: automation.id, status: 'running', trigger: JSON.stringify(summary), external_id: externalId ?? null })
-        .returning('id');
+      const record = (status: 'running' | 'duplicate') =>
+        db('automation_runs')
+          .insert({
+            workspace_id: workspaceId,
+            automation_id: automation.id,
+            status,
+            trigger: JSON.stringify(summary),
+            external_id: externalId ?? null,
+            ...(status === 'duplicate' ? { finished_at: db.fn.now() } : {}),
+          })
+          .returning('id');
+      let run: { id: string };
+      try {
+        [run] = await record('running');
+      } catch (err) {
+        // The externalId already ran (index automation_runs_external_id_uq, which outlives Temporal's retention).
+        if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
+        const [duplicate] = await record('duplicate');
+        return { data: { runId: duplicate.id, status: 'duplicate' as const } };
+      }
       const input: RunInput = {
         workspaceId,
         automationId: automation.id,
@@ -250,7 +267,7 @@ export const automationRoutes = [
       try {
         const client = await temporalClient(ctx, 'The automation service');
         await client.workflow.start('automationRunWorkflow', {
-          // The externalId names the run: Temporal refuses a second one with the same id.
+          // The externalId names the run: Temporal refuses a second one with the same id (with the index above, twice guarded).
           workflowId: runWorkflowId(workspaceId, automation.id, externalId ? { externalId } : { runId: run.id }),
           taskQueue: config.taskQueue,
           args: [input],
