@@ -1,11 +1,11 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import { Action, applyMapping, render, TriggerConfig, webhookVariables } from '../domain/automations';
+import { Action, ActionSchema, applyMapping, render, TriggerConfig, webhookVariables } from '../domain/automations';
 import { addTag, removeTag, updateContact, upsertLead } from '../domain/contacts';
 import type { Db } from '../domain/db';
 import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/deals';
 import { ApiError } from '../domain/errors';
 import { addNote } from '../domain/notes';
-import { isUuid } from '../domain/refs';
+import { isUuid, requireContact } from '../domain/refs';
 import { createTask } from '../domain/tasks';
 import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../workflows/automation-types';
 import type { SendInput } from '../workflows/send-types';
@@ -79,11 +79,68 @@ export function createAutomationActivities({ db }: { db: Db }) {
       return { proceed: true, automationName: automation.name, actions: automation.actions as StoredAction[], context };
     },
 
-    async runAction(input: { workspaceId: string; automationId: string; automationName: string; depth: number; index: number; action: StoredAction; context: RunContext }): Promise<ActionResult> {
-      const { workspaceId, index, context } = input;
-      const options = { origin: 'automation' as const, depth: input.depth + 1 };
-      const actor = { memberId: null, name: `Automation: ${input.automationName}`.slice(0, 200) };
-      const action = renderParams(input.action, await currentVars(workspaceId, context)) as Action;
+    /**
+     * One action, applied at most once per run: its writes and an effect row (run, index) commit
+     * together, so a retry after a commit returns the recorded context and writes nothing again.
+     * The automation is read again first: one deleted or deactivated during a wait stops here.
+     */
+    async runAction(input: {
+      workspaceId: string;
+      automationId: string;
+      runId: string;
+      automationName: string;
+      depth: number;
+      index: number;
+      action: StoredAction;
+      context: RunContext;
+    }): Promise<ActionResult> {
+      const { workspaceId, index } = input;
+      try {
+        const automation = await db('automations').where({ workspace_id: workspaceId, id: input.automationId }).first('active');
+        if (!automation?.active) throw new ApiError('CONFLICT', 'The automation was deleted or deactivated during the run');
+        const rendered = ActionSchema.safeParse(renderParams(input.action, await currentVars(workspaceId, input.context)));
+        if (!rendered.success) {
+          const issue = rendered.error.issues[0];
+          throw new ApiError('VALIDATION', `After filling in the variables, ${issue.path.join('.') || 'the action'} is invalid: ${issue.message}`);
+        }
+        const action = rendered.data;
+        if (action.type === 'send_message') return await perform(db, action, input);
+        return await db.transaction(async (trx) => {
+          const effect = { run_id: input.runId, action_index: index };
+          const claimed = await trx('automation_action_effects').insert(effect).onConflict(['run_id', 'action_index']).ignore().returning('run_id');
+          if (claimed.length === 0) {
+            const done = await trx('automation_action_effects').where(effect).first('context');
+            return { context: done.context as RunContext };
+          }
+          const result = await perform(trx, action, input);
+          await trx('automation_action_effects').where(effect).update({ context: JSON.stringify(result.context) });
+          return result;
+        });
+      } catch (err) {
+        if (err instanceof ApiError) throw actionFailure(index, input.action.type, err);
+        // Bad data or a broken constraint: the same values would fail again.
+        const code = (err as { code?: unknown })?.code;
+        if (typeof code === 'string' && /^(22|23)/.test(code) && code !== '23505') {
+          throw actionFailure(index, input.action.type, new ApiError('VALIDATION', `The database refused the values (${(err as Error).message.slice(0, 300)})`));
+        }
+        throw err;
+      }
+    },
+
+    /** Records how the run ended (only a running run changes: a repeat of this activity is harmless). */
+    async finishRun(input: { workspaceId: string; runId: string } & RunResult): Promise<void> {
+      await db('automation_runs')
+        .where({ workspace_id: input.workspaceId, id: input.runId, status: 'running' })
+        .update({ status: input.status, error: input.error ? input.error.slice(0, 2000) : null, finished_at: db.fn.now() });
+    },
+  };
+
+  /** The action itself, on `db` (the action's transaction, or the pool for send_message, which only prepares the child send). */
+  async function perform(db: Db, action: Action, input: { workspaceId: string; depth: number; automationName: string; context: RunContext }): Promise<ActionResult> {
+    const { workspaceId, context } = input;
+    const options = { origin: 'automation' as const, depth: input.depth + 1 };
+    const actor = { memberId: null, name: `Automation: ${input.automationName}`.slice(0, 200) };
+    {
       const needContact = (): string => {
         if (!context.contactId) throw new ApiError('CONTACT_NOT_FOUND', 'This run has no contact (the trigger carries none and no mapping produced one)');
         return context.contactId;
@@ -92,7 +149,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
         if (!context.dealId) throw new ApiError('NOT_FOUND', 'This run has no deal (use a deal trigger, or create_deal first)');
         return context.dealId;
       };
-      try {
+      {
         switch (action.type) {
           case 'add_tag':
             await addTag(db, workspaceId, needContact(), action.tag, options);
@@ -147,7 +204,8 @@ export function createAutomationActivities({ db }: { db: Db }) {
             await addNote(db, workspaceId, needContact(), { body: action.body, authorName: actor.name });
             return { context };
           case 'send_message': {
-            const contact = await db('contacts').where({ workspace_id: workspaceId, id: needContact() }).first('phone');
+            // A canonical contact only: one deleted or merged during a wait is not messaged.
+            const contact = await requireContact(db, workspaceId, needContact());
             const { messageType, instanceId, text, mediaUrl, caption, fileName, templateName, templateLanguage, templateVariables } = action;
             const message: SendInput['message'] = { type: messageType };
             if (messageType === 'text') message.text = text;
@@ -160,19 +218,9 @@ export function createAutomationActivities({ db }: { db: Db }) {
           default:
             throw new ApiError('VALIDATION', `Unknown action "${(action as { type: string }).type}"`);
         }
-      } catch (err) {
-        if (err instanceof ApiError) throw actionFailure(index, input.action.type, err);
-        throw err;
       }
-    },
-
-    /** Records how the run ended (only a running run changes: a repeat of this activity is harmless). */
-    async finishRun(input: { workspaceId: string; runId: string } & RunResult): Promise<void> {
-      await db('automation_runs')
-        .where({ workspace_id: input.workspaceId, id: input.runId, status: 'running' })
-        .update({ status: input.status, error: input.error ? input.error.slice(0, 2000) : null, finished_at: db.fn.now() });
-    },
-  };
+    }
+  }
 }
 
 export type AutomationActivities = ReturnType<typeof createAutomationActivities>;

@@ -169,7 +169,7 @@ export function applyMapping(mapping: TriggerConfig['mapping'], body: unknown): 
 
 /** `{{name}}` replaced from `vars` in one pass (a replaced value is never read again); unknown names become empty. */
 export function render(template: string, vars: Record<string, string>): string {
-  return template.replace(/\{\{\s*([\w.-]+)\s*\}\}/g, (_m, name: string) => vars[name] ?? '');
+  return template.replace(/\{\{\s*([\w.-]+)\s*\}\}/g, (_m, name: string) => (Object.hasOwn(vars, name) ? vars[name] : ''));
 }
 
 /* ------------------------------------------------------------------------------------------------

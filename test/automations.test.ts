@@ -4,7 +4,8 @@
  * with AUTOMATION_WAIT_SCALE=0.00001 (a day's wait takes under a second).
  */
 import { ALL_SCOPES } from '../domain/scopes';
-import { MAX_CHAIN_DEPTH } from '../domain/automations';
+import { MAX_CHAIN_DEPTH, render } from '../domain/automations';
+import { createAutomationActivities } from '../activities/automations';
 import { createWorkspace, eventually, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
 
 let api: TestApi;
@@ -357,6 +358,58 @@ describe('durable actions', () => {
     expect(run.error).toMatch(/^Action 2 \(create_deal\): .*Pipeline "No such pipeline" not found/);
     const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
     expect(await tagsOf(ws, contact.id)).toEqual(['first']);
+  });
+
+  it('applies an action once per run even when its activity runs again after a commit (a retry)', async () => {
+    const ws = await workspace();
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Retry', stages: ['A'] });
+    const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Rita' });
+    const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'create_deal', pipeline: pipeline.id }] });
+    const [run] = await api.db('automation_runs').insert({ workspace_id: ws.id, automation_id: flow.id, status: 'running', trigger: JSON.stringify({ type: 'test' }) }).returning('id');
+    // The worker's own activity code, called twice with the same input as Temporal would on a retry.
+    const activities = createAutomationActivities({ db: api.db });
+    const input = { workspaceId: ws.id, automationId: flow.id, runId: run.id, automationName: 'flow', depth: 0, action: { type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 }, context: { contactId: contact.id, vars: {} } };
+    const tasksFirst = await activities.runAction({ ...input, index: 0 });
+    const tasksAgain = await activities.runAction({ ...input, index: 0 });
+    expect(tasksAgain).toEqual(tasksFirst);
+    expect(await api.db('tasks').where({ workspace_id: ws.id }).pluck('title')).toEqual(['Call Rita']);
+    const deal = { ...input, index: 1, action: { type: 'create_deal', pipeline: pipeline.id } };
+    const [dealFirst, dealAgain] = [await activities.runAction(deal), await activities.runAction(deal)];
+    expect(dealAgain.context.dealId).toBe(dealFirst.context.dealId);
+    expect(await api.db('deals').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 1 });
+    expect(await outbox(api, ws.id, 'card.created')).toHaveLength(1);
+  });
+
+  it('checks rendered values against the action rules: a too-long tag from the payload fails at once with the reason', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone' } }, actions: [{ type: 'add_tag', tag: '{{webhook.product}}' }] });
+    const started = Date.now();
+    await hook(flow.webhookUrl!, { phone: phone(), product: 'p'.repeat(300), greeting: '{{constructor}}' });
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run.status).toBe('failed');
+    expect(run.error).toMatch(/^Action 1 \(add_tag\): After filling in the variables, tag is invalid/);
+    expect(Date.now() - started).toBeLessThan(5000); // not retried
+    // Names of Object's own members are not variables.
+    expect(render('[{{constructor}}] [{{toString}}]', {})).toBe('[] []');
+  });
+
+  it('stops a run whose automation is deactivated during a wait', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
+      // 300 000 s scaled by the test stack's 0.00001: 3 s.
+      actions: [{ type: 'add_tag', tag: 'first' }, { type: 'wait', seconds: 300_000 }, { type: 'add_tag', tag: 'second' }],
+    });
+    await hook(flow.webhookUrl!, { phone: phone() });
+    const contactId = await eventually('the first action', async () => {
+      const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
+      return contact && (await tagsOf(ws, contact.id)).includes('first') && (contact.id as string);
+    });
+    expect((await api.request('PATCH', `/api/v1/automations/${flow.id}`, { key: ws.key, body: { active: false } })).status).toBe(200);
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run.status).toBe('failed');
+    expect(run.error).toBe('Action 3 (add_tag): The automation was deleted or deactivated during the run');
+    expect(await tagsOf(ws, contactId)).toEqual(['first']);
   });
 
   it(`stops a chain of automations deeper than ${MAX_CHAIN_DEPTH} and records why`, async () => {

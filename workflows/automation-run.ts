@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, executeChild, proxyActivities, sleep, workflowInfo } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, CancellationScope, ChildWorkflowFailure, executeChild, proxyActivities, sleep, workflowInfo } from '@temporalio/workflow';
 import type { AutomationActivities } from '../activities/automations';
 import type { ActionResult, RunContext, RunInput, RunResult } from './automation-types';
 import { DATABASE, RECORD } from './profiles';
@@ -34,7 +34,7 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
           await sleep(Math.max(1, Math.round(Number(action.seconds) * 1000 * (input.waitScale ?? 1))));
           continue;
         }
-        const step: ActionResult = await acts.runAction({ workspaceId: input.workspaceId, automationId: input.automationId, automationName: plan.automationName, depth: input.depth, index, action, context });
+        const step: ActionResult = await acts.runAction({ workspaceId: input.workspaceId, automationId: input.automationId, runId: input.runId, automationName: plan.automationName, depth: input.depth, index, action, context });
         context = step.context;
         if (step.send) {
           try {
@@ -49,6 +49,7 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
   } catch (err) {
     result = { status: 'failed', error: reason(err) };
   }
-  await record.finishRun({ workspaceId: input.workspaceId, runId: input.runId, ...result });
+  // Recorded even when the run was cancelled (from the Temporal UI): the run log must not stay `running`.
+  await CancellationScope.nonCancellable(() => record.finishRun({ workspaceId: input.workspaceId, runId: input.runId, ...result }));
   return result;
 }

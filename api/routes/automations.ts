@@ -1,4 +1,4 @@
-import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
+import { type Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import {
@@ -55,6 +55,16 @@ const Run = z
   .openapi('AutomationRun');
 
 const base = (ctx: Context): string => ctx.deps.config.publicBaseUrl;
+
+/** Whether the workflow exists; an unanswered question counts as no (the run row is then removed and the sender retries). */
+async function workflowExists(client: Client, workflowId: string): Promise<boolean> {
+  try {
+    await client.workflow.getHandle(workflowId).describe();
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 const ACTIONS_DOC =
   'Actions run in order: `add_tag {tag}`, `remove_tag {tag}`, `update_contact {fields: {name?, email?, phone?, notes?}}`, ' +
@@ -264,11 +274,13 @@ export const automationRoutes = [
         webhookBody: body,
         waitScale: config.automationWaitScale,
       };
+      const workflowId = runWorkflowId(workspaceId, automation.id, externalId ? { externalId } : { runId: run.id });
+      let client: Client | undefined;
       try {
-        const client = await temporalClient(ctx, 'The automation service');
+        client = await temporalClient(ctx, 'The automation service');
         await client.workflow.start('automationRunWorkflow', {
           // The externalId names the run: Temporal refuses a second one with the same id (with the index above, twice guarded).
-          workflowId: runWorkflowId(workspaceId, automation.id, externalId ? { externalId } : { runId: run.id }),
+          workflowId,
           taskQueue: config.taskQueue,
           args: [input],
           workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
@@ -279,6 +291,8 @@ export const automationRoutes = [
           await db('automation_runs').where({ id: run.id }).update({ status: 'duplicate', finished_at: db.fn.now() });
           return { data: { runId: run.id, status: 'duplicate' as const } };
         }
+        // A start that timed out may still have happened: then the run is on its way.
+        if (client && (await workflowExists(client, workflowId))) return { data: { runId: run.id, status: 'accepted' as const } };
         // Nothing will run: the attempt leaves no trace, and the sender may try again.
         await db('automation_runs').where({ id: run.id }).delete();
         throw err instanceof ApiError ? err : new ApiError('UNAVAILABLE', 'The automation service is unavailable', { hint: 'Retry in a few seconds.' });
