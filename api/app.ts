@@ -44,12 +44,13 @@ export const ROUTES: AnyRoute[] = [
   ...providerWebhookRoutes,
 ];
 
-export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {
+export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[]; benchBaseline?: boolean } = {}): Koa {
   const app = new Koa();
   app.proxy = deps.config.trustProxy;
   app.context.deps = deps;
   // Koa's own error printing is replaced by our request logger.
   app.silent = true;
+  if (options.benchBaseline) app.use(benchBaseline(deps));
 
   const routes = [...ROUTES, ...(options.extraRoutes ?? [])];
   let openapi: object | undefined;
@@ -79,4 +80,19 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
     throw new ApiError('NOT_FOUND', `No route for ${ctx.method} ${loggablePath(ctx.path)}`);
   });
   return app;
+}
+
+/**
+ * The benchmark's yardstick (`npm run bench` only, never in production): a bare Koa route that
+ * reads one contact by primary key through the same pool, with no auth, limits, logging or
+ * validation, so every figure can be printed as a ratio of what this machine does at best.
+ */
+function benchBaseline(deps: AppDeps) {
+  const prefix = '/__bench/baseline/';
+  return async (ctx: Context, next: Next): Promise<void> => {
+    if (ctx.method !== 'GET' || !ctx.path.startsWith(prefix)) return next();
+    const row = await deps.db('contacts').where({ id: ctx.path.slice(prefix.length) }).first('id', 'name', 'phone', 'email', 'created_at');
+    ctx.status = row ? 200 : 404;
+    ctx.body = { data: row ?? null };
+  };
 }

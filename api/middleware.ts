@@ -4,7 +4,8 @@ import { koaBody } from 'koa-body';
 import { ZodError } from 'zod';
 import { ApiError, validationError } from '../domain/errors';
 import { hashApiKey, looksLikeApiKey } from '../domain/api-keys';
-import { consume, tightest, Bucket, BucketState, IP_PROFILES, IpProfile, KEY_PROFILES, KeyProfile } from '../domain/rate-limit';
+import { bucketStates, consume, COUNT_BUCKETS_SQL, CountedRow, tightest, Bucket, BucketState, IP_PROFILES, IpProfile, KEY_PROFILES, KeyProfile } from '../domain/rate-limit';
+import type { Db } from '../domain/db';
 import { grants, satisfying, Scope } from '../domain/scopes';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
@@ -161,7 +162,17 @@ export function setRateLimitHeaders(ctx: Context, states: BucketState[]): void {
 
 /** Counts the request in every bucket; answers 429 with Retry-After and the bucket's code when one is exhausted. */
 export async function enforce(ctx: Context, buckets: Bucket[]): Promise<void> {
-  const states = await consume(ctx.deps.db, buckets);
+  record(ctx, await consume(ctx.deps.db, scaled(ctx, buckets)));
+}
+
+/** RATE_LIMIT_SCALE (benchmarks) applied to every limit. */
+function scaled(ctx: Context, buckets: Bucket[]): Bucket[] {
+  const scale = ctx.deps.config.rateLimitScale;
+  return scale === 1 ? buckets : buckets.map((b) => ({ ...b, limit: Math.round(b.limit * scale) }));
+}
+
+/** Keeps the counted states for the headers, and answers 429 when one is exhausted. */
+function record(ctx: Context, states: BucketState[]): void {
   ctx.state.rateLimit = [...(ctx.state.rateLimit ?? []), ...states];
   setRateLimitHeaders(ctx, ctx.state.rateLimit);
   const exceeded = states.find((s) => s.count > s.limit);
@@ -211,21 +222,22 @@ interface KeyRow {
  * API key authentication, then the key's rate limit, then the plan, then the scope:
  * 401 UNAUTHORIZED, 429 RATE_LIMITED, 402 SUBSCRIPTION_INACTIVE / API_ACCESS_DISABLED, 403 INSUFFICIENT_SCOPE.
  */
-export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile) {
+export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?: IpProfile) {
   return async (ctx: Context, next: Next): Promise<void> => {
+    const ip = ipProfile ? [ipBucket(ctx, ipProfile)] : [];
     const token = bearer(ctx);
     if (!token || !looksLikeApiKey(token)) {
+      if (ip.length) await enforce(ctx, ip);
       throw new ApiError('UNAUTHORIZED', 'Missing or invalid API key', {
         hint: 'Send Authorization: Bearer vg_live_<secret>.',
       });
     }
-    const key: KeyRow | undefined = await ctx.deps
-      .db('api_keys as k')
-      .join('workspaces as w', 'w.id', 'k.workspace_id')
-      .where('k.key_hash', hashApiKey(token))
-      .first('k.id', 'k.name', 'k.workspace_id', 'k.scopes', 'k.rate_limit_per_minute', 'k.expires_at', 'k.revoked_at', 'w.api_access', 'w.active');
+    // One round trip: the IP's count, the key, and the key's counts when the key is usable.
+    const { key, counted } = await authenticateAndCount(ctx.deps.db, hashApiKey(token), ip[0]?.name ?? null, keyProfile ?? null);
+    const usable = key && !key.revoked_at && !(key.expires_at && key.expires_at.getTime() <= Date.now());
+    if (ip.length) record(ctx, bucketStates(scaled(ctx, ip), counted));
     if (!key || key.revoked_at) throw new ApiError('UNAUTHORIZED', 'Invalid API key');
-    if (key.expires_at && key.expires_at.getTime() <= Date.now()) throw new ApiError('UNAUTHORIZED', 'API key expired');
+    if (!usable) throw new ApiError('UNAUTHORIZED', 'API key expired');
     ctx.state.auth = {
       keyId: key.id,
       keyName: key.name,
@@ -233,7 +245,7 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile) {
       scopes: key.scopes,
       rateLimitPerMinute: key.rate_limit_per_minute,
     };
-    await enforce(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile));
+    record(ctx, bucketStates(scaled(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile)), counted));
     if (!key.active) throw new ApiError('SUBSCRIPTION_INACTIVE', 'The workspace subscription is inactive');
     if (!key.api_access) throw new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
     if (!grants(key.scopes, scopes)) {
@@ -244,6 +256,33 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile) {
     }
     await next();
   };
+}
+
+/**
+ * The key (with its workspace's plan flags) and the request counted in the IP bucket and, when
+ * the key is neither revoked nor expired, in `key:<id>` and `key:<id>:<profile>`: one statement.
+ */
+async function authenticateAndCount(db: Db, keyHash: string, ipBucketName: string | null, profile: KeyProfile | null): Promise<{ key: KeyRow | undefined; counted: CountedRow[] }> {
+  const { rows } = await db.raw<{ rows: { key: (Omit<KeyRow, 'expires_at' | 'revoked_at'> & { expires_at: string | null; revoked_at: string | null }) | null; counted: CountedRow[] | null }[] }>(
+    `WITH k AS (
+       SELECT k.id, k.name, k.workspace_id, k.scopes, k.rate_limit_per_minute, k.expires_at, k.revoked_at, w.api_access, w.active
+         FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id
+        WHERE k.key_hash = :hash
+     ), counted AS (
+       ${COUNT_BUCKETS_SQL(`
+         SELECT CAST(:ip AS text) AS name WHERE CAST(:ip AS text) IS NOT NULL
+         UNION ALL
+         SELECT n FROM k, LATERAL (VALUES ('key:' || k.id), ('key:' || k.id || ':' || CAST(:profile AS text))) AS v(n)
+          WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND n IS NOT NULL`)}
+     )
+     SELECT (SELECT row_to_json(k) FROM k) AS key, (SELECT json_agg(counted) FROM counted) AS counted`,
+    { hash: keyHash, ip: ipBucketName, profile },
+  );
+  const raw = rows[0].key;
+  const key: KeyRow | undefined = raw
+    ? { ...raw, expires_at: raw.expires_at ? new Date(raw.expires_at) : null, revoked_at: raw.revoked_at ? new Date(raw.revoked_at) : null }
+    : undefined;
+  return { key, counted: rows[0].counted ?? [] };
 }
 
 function sameSecret(a: string, b: string): boolean {

@@ -33,13 +33,14 @@ export function buildRouter(routes: AnyRoute[]): Router {
   for (const def of routes) {
     const chain: Middleware[] = [];
     const profile = def.ipProfile;
-    if (profile) {
+    // API-key routes count the IP in the same statement that reads the key (apiKeyAuth).
+    if (profile && def.auth !== 'apiKey') {
       chain.push(async (ctx: Context, next: Next) => {
         await enforce(ctx, [ipBucket(ctx, profile)]);
         await next();
       });
     }
-    if (def.auth === 'apiKey') chain.push(apiKeyAuth(def.scopes ?? [], def.keyProfile));
+    if (def.auth === 'apiKey') chain.push(apiKeyAuth(def.scopes ?? [], def.keyProfile, profile));
     if (def.auth === 'admin') chain.push(adminAuth);
     chain.push(handle(def));
     router.register(koaPath(def.path), [def.method.toUpperCase()], chain);

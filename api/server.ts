@@ -12,7 +12,8 @@ async function main(): Promise<void> {
   const logger = createLogger('api', config.logLevel);
   const db = createDb(config.databaseUrl, { max: Number(process.env.DB_POOL_MAX ?? 20) });
   const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
-  const app = createApp({ config, db, logger, temporal: temporal.get });
+  // BENCH_BASELINE=1: `npm run bench` mounts its yardstick route in this process (see createApp).
+  const app = createApp({ config, db, logger, temporal: temporal.get }, { benchBaseline: process.env.BENCH_BASELINE === '1' });
 
   const server: Server = app.listen(config.port, () => logger.info({ port: config.port }, 'API listening'));
   server.keepAliveTimeout = 65_000;

@@ -27,6 +27,8 @@ export interface Config {
   automationWaitScale: number;
   /** Inbound automation webhooks accepted per token per minute. */
   inboundTokenLimit: number;
+  /** A factor on every rate limit (IP profiles, keys, tokens): benchmarks only; default 1. */
+  rateLimitScale: number;
 }
 
 function bool(value: string | undefined, fallback: boolean): boolean {
@@ -62,6 +64,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: env.LOG_LEVEL ?? 'info',
     automationWaitScale: positive('AUTOMATION_WAIT_SCALE', number('AUTOMATION_WAIT_SCALE', env.AUTOMATION_WAIT_SCALE, 1)),
     inboundTokenLimit: positive('INBOUND_TOKEN_RATE_LIMIT', number('INBOUND_TOKEN_RATE_LIMIT', env.INBOUND_TOKEN_RATE_LIMIT, 300)),
+    rateLimitScale: positive('RATE_LIMIT_SCALE', number('RATE_LIMIT_SCALE', env.RATE_LIMIT_SCALE, 1)),
     outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
   };

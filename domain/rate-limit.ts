@@ -41,18 +41,32 @@ export interface BucketState extends Bucket {
   resetSeconds: number;
 }
 
+/**
+ * Counts one request in each bucket named by `namesSql` (a query with a `name` column): one
+ * statement, usable alone or inside a larger one (see authenticateAndCount). Names are taken in
+ * sorted order, so concurrent multi-row upserts never deadlock.
+ */
+export const COUNT_BUCKETS_SQL = (namesSql: string): string =>
+  `INSERT INTO rate_limit_counters AS c (bucket, window_start, count)
+   SELECT name, date_trunc('minute', now()), 1 FROM (${namesSql}) AS names ORDER BY name
+   ON CONFLICT (bucket, window_start) DO UPDATE SET count = c.count + 1
+   RETURNING bucket, count, ceil(extract(epoch FROM (window_start + interval '1 minute' - now()))) AS reset`;
+
+export interface CountedRow {
+  bucket: string;
+  count: number;
+  reset: string | number;
+}
+
 export async function consume(db: Db, buckets: Bucket[]): Promise<BucketState[]> {
   if (buckets.length === 0) return [];
-  // A fixed order across requests keeps concurrent multi-row upserts from deadlocking.
-  const names = buckets.map((b) => b.name).sort();
-  const result = await db.raw<{ rows: { bucket: string; count: number; reset: string }[] }>(
-    `INSERT INTO rate_limit_counters AS c (bucket, window_start, count)
-     SELECT name, date_trunc('minute', now()), 1 FROM unnest(?::text[]) AS name
-     ON CONFLICT (bucket, window_start) DO UPDATE SET count = c.count + 1
-     RETURNING bucket, count, ceil(extract(epoch FROM (window_start + interval '1 minute' - now()))) AS reset`,
-    [names],
-  );
-  const byName = new Map(result.rows.map((r) => [r.bucket, r]));
+  const result = await db.raw<{ rows: CountedRow[] }>(COUNT_BUCKETS_SQL('SELECT unnest(?::text[]) AS name'), [buckets.map((b) => b.name)]);
+  return bucketStates(buckets, result.rows);
+}
+
+/** The buckets' states from the counted rows (a bucket not counted is reported as untouched). */
+export function bucketStates(buckets: Bucket[], rows: CountedRow[]): BucketState[] {
+  const byName = new Map(rows.map((r) => [r.bucket, r]));
   return buckets.map((bucket) => {
     const row = byName.get(bucket.name)!;
     return {

@@ -12,6 +12,7 @@ export function isUuid(value: string): boolean {
 }
 
 /** Only canonical contacts are ever visible: not merged, not soft-deleted, not group chats. */
+// The same condition keeps contact_counts exact (migration 20261122005900): change both together.
 export function canonical(query: Knex.QueryBuilder, alias = 'contacts'): Knex.QueryBuilder {
   return query.whereNull(`${alias}.merged_into_id`).whereNull(`${alias}.deleted_at`).where(`${alias}.is_group`, false);
 }

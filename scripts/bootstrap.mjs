@@ -49,6 +49,8 @@ function run(command, args) {
 ensureDependencies();
 if (mode === 'start') {
   run(process.execPath, ['--import', 'tsx', path.join(root, 'scripts', 'start.ts'), ...extra]);
+} else if (mode === 'bench') {
+  run(process.execPath, ['--import', 'tsx', path.join(root, 'scripts', 'bench.ts'), ...extra]);
 } else if (mode === 'test') {
   // Types first: jest compiles with swc, which does not check them.
   const typecheck = spawnSync(process.execPath, [path.join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit', '-p', root], { cwd: root, stdio: 'inherit' });
@@ -58,6 +60,6 @@ if (mode === 'start') {
   }
   run(process.execPath, [path.join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--ci', ...extra]);
 } else {
-  console.error('usage: bootstrap.mjs start|test');
+  console.error('usage: bootstrap.mjs start|test|bench');
   process.exit(2);
 }

@@ -229,9 +229,10 @@ export function nodeTs(entry: string): { command: string; args: string[] } {
 
 export async function startTemporalDevServer(
   cli: string,
-  opts: { dbFile: string; port: number; uiPort?: number; logFile?: string; log: Log },
+  /** dbFile: the dev server's SQLite file; without it the server keeps everything in memory. */
+  opts: { dbFile?: string; port: number; uiPort?: number; logFile?: string; log: Log },
 ): Promise<Child & { address: string }> {
-  fs.mkdirSync(path.dirname(opts.dbFile), { recursive: true });
+  if (opts.dbFile) fs.mkdirSync(path.dirname(opts.dbFile), { recursive: true });
   const args = [
     'server',
     'start-dev',
@@ -239,8 +240,7 @@ export async function startTemporalDevServer(
     '127.0.0.1',
     '--port',
     String(opts.port),
-    '--db-filename',
-    opts.dbFile,
+    ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),
     '--log-level',
     'warn',
     ...Object.entries(SEARCH_ATTRIBUTES).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),

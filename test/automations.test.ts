@@ -6,7 +6,7 @@
 import { ALL_SCOPES } from '../domain/scopes';
 import { MAX_CHAIN_DEPTH, render } from '../domain/automations';
 import { createAutomationActivities } from '../activities/automations';
-import { createWorkspace, eventually, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -199,6 +199,7 @@ describe('receiver limits', () => {
       const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
       const other = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'y' }] });
       const post = (url: string) => limited.request('POST', new URL(url).pathname, { body: { a: 1 } });
+      await awayFromMinuteBoundary();
       for (let i = 0; i < 3; i++) expect((await post(flow.webhookUrl!)).status).toBe(202);
       const refused = await post(flow.webhookUrl!);
       expectError(refused, 429, 'TOKEN_RATE_LIMITED');

@@ -277,3 +277,9 @@ export async function startReceiver(): Promise<Receiver> {
     },
   };
 }
+
+/** Rate-limit windows are calendar minutes: a test counting up to a limit starts well inside one. */
+export async function awayFromMinuteBoundary(): Promise<void> {
+  const second = new Date().getUTCSeconds();
+  if (second >= 45) await new Promise((r) => setTimeout(r, (61 - second) * 1000));
+}

@@ -241,3 +241,32 @@ describe('single lead endpoints', () => {
     expectError(await api.request('GET', `/api/v1/leads/${lead.id}/insight`, { key: noScope.key }), 403, 'INSUFFICIENT_SCOPE');
   });
 });
+
+describe('lead list totals at scale', () => {
+  it('the unfiltered total (a maintained count) always equals a real count: creates, upserts, deletes, merges, groups, bulk inserts', async () => {
+    const ws = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
+    const totals = async () => {
+      const unfiltered = await api.request('GET', '/api/v1/leads?limit=1', { key: ws.key });
+      // A filter that keeps every lead takes the counting path.
+      const counted = await api.request('GET', '/api/v1/leads?limit=1&createdAfter=2000-01-01', { key: ws.key });
+      const real = await api.db('contacts').where({ workspace_id: ws.id, is_group: false }).whereNull('merged_into_id').whereNull('deleted_at').count('* as n').first();
+      return { unfiltered: unfiltered.body.pagination.total, counted: counted.body.pagination.total, real: Number(real!.n) };
+    };
+    const n = 70000000 + (process.pid % 9999) * 3;
+    const created = [];
+    for (let i = 0; i < 4; i++) created.push((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `55319${n + i}`, name: `L${i}` } })).body.data);
+    await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `5531${n}`, name: 'same lead, no ninth digit' } });
+    expect(await totals()).toEqual({ unfiltered: 4, counted: 4, real: 4 });
+    expect((await api.request('DELETE', `/api/v1/leads/${created[0].id}`, { key: ws.key })).status).toBe(200);
+    await api.db('contacts').where({ id: created[1].id }).update({ merged_into_id: created[2].id });
+    await api.db('contacts').insert({ workspace_id: ws.id, phone: '120363000000000001@g.us', phone_key: '120363000000000001@g.us', is_group: true });
+    expect(await totals()).toEqual({ unfiltered: 2, counted: 2, real: 2 });
+    await api.db.raw(`INSERT INTO contacts (workspace_id, phone, phone_key) SELECT ?, '55119' || (80000000 + g), '5511' || (80000000 + g) FROM generate_series(1, 50) g`, [ws.id]);
+    await api.db('contacts').where({ id: created[1].id }).update({ merged_into_id: null });
+    expect(await totals()).toEqual({ unfiltered: 53, counted: 53, real: 53 });
+    // Another workspace's changes never move this one's count.
+    const other = await createWorkspace(api, { scopes: ['leads:write'] });
+    await api.request('POST', '/api/v1/leads', { key: other.key, body: { phone: `55319${n}` } });
+    expect((await totals()).unfiltered).toBe(53);
+  });
+});

@@ -1,5 +1,5 @@
 import { route } from '../api/route';
-import { createWorkspace, expectError, startApi, TestApi } from './helpers';
+import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary } from './helpers';
 
 // Endpoints with the send and cold-send profiles, mounted through the real route machinery,
 // so the profiles are proven before the messaging endpoints that use them exist.
@@ -33,12 +33,6 @@ beforeAll(async () => {
   api = await startApi({ extraRoutes });
 });
 afterAll(async () => api.close());
-
-// Windows are calendar minutes; a run that straddles a boundary would see a fresh window.
-async function awayFromMinuteBoundary(): Promise<void> {
-  const second = new Date().getUTCSeconds();
-  if (second >= 50) await new Promise((r) => setTimeout(r, (61 - second) * 1000));
-}
 
 function limitHeaders(res: { headers: Headers }) {
   return {

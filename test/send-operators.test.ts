@@ -3,7 +3,7 @@
  */
 import { loadConfig } from '../domain/config';
 import { temporalClientFactory } from '../domain/temporal';
-import { createWorkspace, expectError, startApi, TestApi } from './helpers';
+import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
@@ -64,6 +64,7 @@ it('shows a stuck send in Temporal: found by its search attributes, the provider
 it('limits conversation sends to 15 per minute per key (SEND_RATE_LIMITED)', async () => {
   const { ws } = await workspaceWithInstance();
   const path = '/api/v1/conversations/00000000-0000-4000-8000-000000000000/messages';
+  await awayFromMinuteBoundary();
   const statuses: number[] = [];
   for (let i = 0; i < 15; i++) statuses.push((await api.request('POST', path, { key: ws.key, body: { text: 'x' } })).status);
   expect(new Set(statuses)).toEqual(new Set([404]));

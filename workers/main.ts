@@ -23,6 +23,9 @@ async function main(): Promise<void> {
     maxConcurrentWorkflowTaskExecutions: Number(process.env.WORKER_MAX_WORKFLOW_TASKS ?? 100),
     // Webhook attempts are local activities waiting on receivers (up to 10 s each): I/O, not CPU.
     maxConcurrentLocalActivityExecutions: Number(process.env.WORKER_MAX_LOCAL_ACTIVITIES ?? 500),
+    // The SDK sizes its workflow cache from the machine's memory (thousands here); each cached run
+    // holds a V8 context, so a bounded cache keeps the worker under its memory budget (issue 7).
+    maxCachedWorkflows: Number(process.env.WORKER_MAX_CACHED_WORKFLOWS ?? 250),
   });
   const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
   const dispatcher = createOutboxDispatcher({

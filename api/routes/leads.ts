@@ -85,6 +85,7 @@ const leadListQuery = pageQuery()
   })
   .extend(sortQuery(LEAD_SORT, { sort: 'createdAt', order: 'desc' }).shape);
 type LeadFilters = z.infer<typeof leadListQuery>;
+const LEAD_FILTERS = ['q', 'tag', 'pipelineId', 'stageId', 'status', 'createdAfter', 'createdBefore', 'updatedAfter'] as const satisfies readonly (keyof LeadFilters)[];
 
 export const leadRoutes = [
   route({
@@ -107,9 +108,14 @@ export const leadRoutes = [
       const db = ctx.deps.db;
       const workspaceId = ctx.state.auth!.workspaceId;
       const scope = applyLeadFilters(db, canonical(db('contacts').where('contacts.workspace_id', workspaceId)), workspaceId, query);
-      const { rows, total } = await pageWithTotal<ContactRow>(scope, query, (q) =>
-        q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*'),
-      );
+      const shape = (q: Knex.QueryBuilder) => q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*');
+      const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
+      // Unfiltered, the exact total is the maintained count (migration contact_counts), not a count(*) of the workspace.
+      const { rows, total } = filtered
+        ? await pageWithTotal<ContactRow>(scope, query, shape)
+        : await Promise.all([shape(scope).limit(query.limit).offset(query.offset), db('contact_counts').where({ workspace_id: workspaceId }).first('canonical')]).then(
+            ([page, count]) => ({ rows: page as ContactRow[], total: Number(count?.canonical ?? 0) }),
+          );
       return listEnvelope(await serializeLeads(db, rows), total, query);
     },
   }),

@@ -1,0 +1,733 @@
+/**
+ * `npm run bench [-- --quick]`: starts the stack (embedded PostgreSQL whose seeded data is kept in
+ * .data/bench for the next run, a fresh Temporal dev server, the worker, the emulator and the API
+ * as separate processes), seeds once, loads every scenario of issue 7 with autocannon and prints
+ * each figure beside a baseline measured in the same run: a bare Koa route in the API process
+ * that reads one contact by primary key through the same pool. Results also go to bench-results/.
+ */
+import autocannon from 'autocannon';
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { createDb, type Db } from '../domain/db';
+import { ALL_SCOPES } from '../domain/scopes';
+import {
+  Child,
+  ROOT,
+  Running,
+  ensureDatabase,
+  ensureTemporalCli,
+  freePort,
+  migrateLatest,
+  nodeTs,
+  startChild,
+  startEmbeddedPostgres,
+  startTemporalDevServer,
+  waitForHttp,
+  waitForWorker,
+} from './stack';
+
+const QUICK = process.argv.includes('--quick');
+/** `--only=leads,webhooks`: run only these groups (baseline always runs). */
+const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
+const wanted = (group: string): boolean => !ONLY || ONLY.includes(group);
+const BENCH_DIR = path.join(ROOT, '.data', 'bench');
+const RESULTS_DIR = path.join(ROOT, 'bench-results');
+const DURATION = QUICK ? 3 : 10;
+const SIZES = QUICK
+  ? { big: 20_000, bigDeals: 10_000, others: 1_000, growth: [1_000, 10_000, 100_000] }
+  : { big: 200_000, bigDeals: 100_000, others: 10_000, growth: [10_000, 100_000, 1_000_000] };
+const ADMIN_TOKEN = 'bench-admin-token';
+const STAGES = ['New', 'Contacted', 'Qualified', 'Proposal', 'Negotiation'];
+const FIRST = ['Ana', 'Bruno', 'Carla', 'Diego', 'Elisa', 'Fabio', 'Gabriela', 'Heitor', 'Isabela', 'Joao', 'Karina', 'Lucas', 'Mariana', 'Nuno', 'Olivia', 'Pedro', 'Quiteria', 'Rafael', 'Sofia', 'Tiago'];
+const LAST = ['Silva', 'Souza', 'Costa', 'Santos', 'Oliveira', 'Pereira', 'Rodrigues', 'Almeida', 'Nascimento', 'Lima', 'Araujo', 'Fernandes', 'Carvalho', 'Gomes', 'Martins', 'Rocha', 'Ribeiro', 'Alves', 'Monteiro', 'Mendes'];
+
+const log = (message: string): void => console.log(`[bench] ${message}`);
+
+interface Measured {
+  scenario: string;
+  data: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+  baseline: number | null;
+  ratio: number | null;
+  target: string;
+  pass: boolean;
+  note?: string;
+  /** Share of one core each process used while the row was measured (100 = one core busy). */
+  cpu?: Record<string, number>;
+}
+
+interface SeededWorkspace {
+  id: string;
+  contacts: number;
+  deals: number;
+  pipelineId: string;
+  stageIds: string[];
+  tagName: string;
+}
+
+interface Seeded {
+  big: SeededWorkspace;
+  others: SeededWorkspace[];
+  growth: SeededWorkspace[];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stack
+
+async function startStack(running: Running[]) {
+  fs.mkdirSync(path.join(BENCH_DIR, 'logs'), { recursive: true });
+  let adminUrl = process.env.BENCH_DATABASE_URL;
+  if (!adminUrl) {
+    const pg = await startEmbeddedPostgres(path.join(BENCH_DIR, 'postgres'), await freePort(), log);
+    running.push(pg);
+    adminUrl = pg.adminUrl;
+  }
+  const databaseUrl = await ensureDatabase(adminUrl, QUICK ? 'crm_bench_quick' : 'crm_bench_full');
+  await migrateLatest(databaseUrl, log);
+
+  // In memory: the bench needs no history across runs, and the file-backed dev server spends its
+  // time syncing SQLite, which would measure the dev server's disk rather than this service.
+  const temporal = await startTemporalDevServer(ensureTemporalCli(log), { port: await freePort(), logFile: path.join(BENCH_DIR, 'logs', 'temporal.log'), log });
+  running.push(temporal);
+
+  const [apiPort, emulatorPort] = [await freePort(), await freePort()];
+  const env: Record<string, string> = {
+    DATABASE_URL: databaseUrl,
+    TEMPORAL_ADDRESS: temporal.address,
+    TEMPORAL_NAMESPACE: 'default',
+    TEMPORAL_TASK_QUEUE: 'crm-bench',
+    ADMIN_TOKEN,
+    ALLOW_PRIVATE_URLS: 'true',
+    // "Rate limit (raised)": every limit is still counted in PostgreSQL on every request, with room.
+    RATE_LIMIT_SCALE: '100000',
+    INBOUND_TOKEN_RATE_LIMIT: '100000000',
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
+    PORT: String(apiPort),
+    PUBLIC_BASE_URL: `http://127.0.0.1:${apiPort}`,
+    EMULATOR_URL: `http://127.0.0.1:${emulatorPort}`,
+  };
+  const logFile = (name: string) => path.join(BENCH_DIR, 'logs', `${name}.log`);
+  const emulator = startChild({ name: 'emulator', ...nodeTs('emulator/server.ts'), env: { ...env, EMULATOR_PORT: String(emulatorPort) }, logFile: logFile('emulator') });
+  running.push(emulator);
+  const worker = startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: logFile('worker') });
+  running.push(worker);
+  const api = startChild({ name: 'api', ...nodeTs('api/server.ts'), env: { ...env, BENCH_BASELINE: '1' }, logFile: logFile('api') });
+  running.push(api);
+  await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker), waitForHttp(`http://127.0.0.1:${apiPort}/health`, api)]);
+  return { databaseUrl, apiUrl: `http://127.0.0.1:${apiPort}`, emulatorUrl: env.EMULATOR_URL, api, worker, temporal, emulator };
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP helpers
+
+function client(apiUrl: string) {
+  return async <T = any>(method: string, pathname: string, opts: { key?: string; admin?: boolean; body?: unknown } = {}): Promise<{ status: number; body: T }> => {
+    const headers: Record<string, string> = {};
+    if (opts.key) headers.authorization = `Bearer ${opts.key}`;
+    if (opts.admin) headers.authorization = `Bearer ${ADMIN_TOKEN}`;
+    if (opts.body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(apiUrl + pathname, { method, headers, body: opts.body === undefined ? undefined : JSON.stringify(opts.body) });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : undefined };
+  };
+}
+type Client = ReturnType<typeof client>;
+
+async function must<T = any>(what: string, call: Promise<{ status: number; body: T }>): Promise<T> {
+  const res = await call;
+  if (res.status >= 300) throw new Error(`${what}: HTTP ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+const UNLIMITED = { dealLimit: null, dailyMessageQuota: null, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: null };
+
+async function newWorkspace(api: Client, name: string): Promise<string> {
+  return (await must('create workspace', api('POST', '/admin/v1/workspaces', { admin: true, body: { name, plan: UNLIMITED } }))).data.id;
+}
+
+async function newKey(api: Client, workspaceId: string): Promise<string> {
+  const body = await must('create key', api('POST', `/admin/v1/workspaces/${workspaceId}/api-keys`, { admin: true, body: { name: 'bench', scopes: [...ALL_SCOPES], rateLimitPerMinute: 1000 } }));
+  return body.data.key;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed (once per database; later runs reuse it)
+
+async function seedWorkspace(db: Db, api: Client, name: string, contacts: number, deals: number): Promise<SeededWorkspace> {
+  const started = Date.now();
+  const id = await newWorkspace(api, name);
+  const pipeline = (await must('create pipeline', api('POST', `/admin/v1/workspaces/${id}/pipelines`, { admin: true, body: { name: 'Sales', stages: STAGES.map((s) => ({ name: s })), customFields: [] } }))).data;
+  const stageIds: string[] = pipeline.stages.map((s: { id: string }) => s.id);
+  await db.raw(`INSERT INTO tags (workspace_id, name) SELECT ?, 'tag-' || g FROM generate_series(0, 19) g`, [id]);
+  // Distinct mobiles: 55 11 9 + 8 digits starting with 6-9; the key drops the ninth digit.
+  await db.raw(
+    `INSERT INTO contacts (workspace_id, name, phone, phone_key, email, created_at, updated_at)
+     SELECT ?, (?::text[])[1 + g % 20] || ' ' || (?::text[])[1 + (g / 20) % 20] || ' ' || g,
+            '55119' || (60000000 + g), '5511' || (60000000 + g), 'lead' || g || '@example.com',
+            now() - g * interval '1 second', now() - g * interval '1 second'
+     FROM generate_series(1, ?) g`,
+    [id, FIRST, LAST, contacts],
+  );
+  await db.raw(
+    `INSERT INTO contact_tags (workspace_id, contact_id, tag_id)
+     SELECT c.workspace_id, c.id, t.id FROM contacts c
+     JOIN tags t ON t.workspace_id = c.workspace_id AND t.name = 'tag-' || (abs(hashtext(c.id::text)) % 20)
+     WHERE c.workspace_id = ?`,
+    [id],
+  );
+  if (deals > 0) {
+    await db.raw(
+      `INSERT INTO deals (workspace_id, contact_id, pipeline_id, stage_id, name, status, lost_reason, closed_at, value, created_at, updated_at)
+       SELECT c.workspace_id, c.id, ?, (?::uuid[])[1 + c.n % 5], 'Deal ' || c.n,
+              CASE c.n % 10 WHEN 0 THEN 'won' WHEN 1 THEN 'lost' ELSE 'open' END,
+              CASE c.n % 10 WHEN 1 THEN 'price' END,
+              CASE WHEN c.n % 10 IN (0, 1) THEN now() END,
+              (c.n % 1000) * 10, c.created_at, c.created_at
+       FROM (SELECT id, workspace_id, created_at, row_number() OVER (ORDER BY created_at DESC) AS n FROM contacts WHERE workspace_id = ?) c
+       WHERE c.n <= ?`,
+      [pipeline.id, stageIds, id, deals],
+    );
+    // A history of 20 entries for the first 200 deals (the activities scenario reads them).
+    await db.raw(
+      `INSERT INTO deal_activities (workspace_id, deal_id, type, actor_name, meta, created_at)
+       SELECT d.workspace_id, d.id, 'stage_changed', 'Bench', jsonb_build_object('from', 'New', 'to', 'Contacted'), now() - k * interval '1 minute'
+       FROM (SELECT id, workspace_id FROM deals WHERE workspace_id = ? ORDER BY created_at DESC LIMIT 200) d, generate_series(1, 20) k`,
+      [id],
+    );
+  }
+  log(`seeded ${name}: ${contacts} contacts, ${deals} deals in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  return { id, contacts, deals, pipelineId: pipeline.id, stageIds, tagName: 'tag-7' };
+}
+
+async function seed(db: Db, api: Client): Promise<Seeded> {
+  await db.raw(`CREATE TABLE IF NOT EXISTS bench_meta (id int PRIMARY KEY, seeded jsonb NOT NULL)`);
+  const existing = await db('bench_meta').where({ id: 1 }).first();
+  if (existing) {
+    log('reusing the seeded data of an earlier run (drop database crm_bench_* to seed again)');
+    return existing.seeded as Seeded;
+  }
+  log(`seeding: one workspace of ${SIZES.big} contacts and ${SIZES.bigDeals} deals among ${SIZES.others.valueOf()}-contact neighbours, and growth workspaces of ${SIZES.growth.join(', ')} contacts`);
+  const big = await seedWorkspace(db, api, 'bench-big', SIZES.big, SIZES.bigDeals);
+  const others: SeededWorkspace[] = [];
+  for (let i = 0; i < 9; i++) others.push(await seedWorkspace(db, api, `bench-other-${i}`, SIZES.others, Math.floor(SIZES.others / 2)));
+  const growth: SeededWorkspace[] = [];
+  for (const size of SIZES.growth) growth.push(await seedWorkspace(db, api, `bench-growth-${size}`, size, 0));
+  await db.raw('VACUUM ANALYZE');
+  const seeded: Seeded = { big, others, growth };
+  await db('bench_meta').insert({ id: 1, seeded: JSON.stringify(seeded) });
+  return seeded;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurement
+
+interface LoadOptions {
+  url: string;
+  connections: number;
+  duration?: number;
+  method?: 'GET' | 'POST' | 'PATCH';
+  headers?: Record<string, string>;
+  /** A request per call: path and body may change every time. */
+  next?: () => { path: string; body?: string };
+  path?: string;
+  body?: string;
+  /** Counts answers whose body says something (e.g. the receiver's status). */
+  onResponse?: (status: number, body: string) => void;
+}
+
+interface LoadResult {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+  total: number;
+}
+
+async function load(options: LoadOptions): Promise<LoadResult> {
+  const headers = { ...(options.headers ?? {}), ...(options.body || options.next ? { 'content-type': 'application/json' } : {}) };
+  const result = await autocannon({
+    url: options.url,
+    connections: options.connections,
+    pipelining: 1,
+    duration: options.duration ?? DURATION,
+    headers,
+    requests: [
+      {
+        method: options.method ?? 'GET',
+        path: options.path ?? '/',
+        ...(options.body ? { body: options.body } : {}),
+        ...(options.next
+          ? {
+              setupRequest: (req: any) => {
+                const n = options.next!();
+                return { ...req, path: n.path, ...(n.body ? { body: n.body } : {}) };
+              },
+            }
+          : {}),
+        ...(options.onResponse ? { onResponse: (status: number, body: string) => options.onResponse!(status, body) } : {}),
+      } as any,
+    ],
+  });
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.timeouts,
+    non2xx: result.non2xx,
+    total: result.requests.total,
+  };
+}
+
+/** Highest resident set size of a process while `work` runs (sampled every 200 ms from /proc). */
+function rssSampler(pids: Record<string, number>) {
+  const max: Record<string, number> = Object.fromEntries(Object.keys(pids).map((k) => [k, 0]));
+  const sample = () => {
+    for (const [name, pid] of Object.entries(pids)) {
+      try {
+        const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+        const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+        max[name] = Math.max(max[name], kb / 1024);
+      } catch {
+        // not Linux, or the process ended: nothing to read
+      }
+    }
+  };
+  const timer = setInterval(sample, 200);
+  return { max, stop: () => clearInterval(timer) };
+}
+
+/** CPU seconds per process (and all postgres processes together) since the last call, as % of one core. */
+function cpuMeter(pids: Record<string, number>) {
+  const ticks = (pid: number | string): number => {
+    try {
+      const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]); // utime stime cutime cstime
+    } catch {
+      return 0;
+    }
+  };
+  const postgres = (): number => {
+    let sum = 0;
+    for (const pid of fs.existsSync('/proc') ? fs.readdirSync('/proc') : []) {
+      if (!/^\d+$/.test(pid)) continue;
+      try {
+        if (fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'postgres') sum += ticks(pid);
+      } catch {
+        // gone
+      }
+    }
+    return sum;
+  };
+  const read = () => ({ ...Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ticks(pid)])), postgres: postgres(), bench: ticks(process.pid), at: Date.now() });
+  let last = read();
+  return {
+    split(): Record<string, number> {
+      const now = read();
+      const seconds = (now.at - last.at) / 1000;
+      const out: Record<string, number> = {};
+      for (const name of Object.keys(now)) if (name !== 'at') out[name] = Math.round(((now as any)[name] - (last as any)[name]) / 100 / seconds * 100);
+      last = now;
+      return out;
+    },
+  };
+}
+
+/** A local webhook receiver: first arrival per delivery id, latency from the event's timestamp. */
+async function startReceiver() {
+  const firstSeen = new Map<string, number>();
+  let duplicates = 0;
+  const latencies: number[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const delivery = String(req.headers['x-service-delivery'] ?? '');
+      const now = Date.now();
+      if (firstSeen.has(delivery)) duplicates++;
+      else {
+        firstSeen.set(delivery, now);
+        try {
+          const payload = JSON.parse(Buffer.concat(chunks).toString());
+          if (payload.bench_sent_at) latencies.push(now - Number(payload.bench_sent_at));
+        } catch {
+          // not ours
+        }
+      }
+      res.writeHead(200).end('ok');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
+    received: () => firstSeen.size,
+    duplicates: () => duplicates,
+    latencies,
+    reset: () => {
+      firstSeen.clear();
+      latencies.length = 0;
+      duplicates = 0;
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+const percentile = (values: number[], p: number): number => {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+};
+
+async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  log(`gave up waiting for ${what} after ${timeoutMs / 1000} s`);
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+async function main(): Promise<void> {
+  const running: Running[] = [];
+  const stopAll = async () => {
+    for (const part of running.reverse()) await part.stop().catch(() => undefined);
+  };
+  process.once('SIGINT', () => void stopAll().then(() => process.exit(130)));
+  const startedAt = Date.now();
+  const results: Measured[] = [];
+  let rss: { max: Record<string, number>; stop: () => void } | undefined;
+  try {
+    const stack = await startStack(running);
+    const api = client(stack.apiUrl);
+    const db = createDb(stack.databaseUrl, { max: 4 });
+    const seeded = await seed(db, api);
+    rss = rssSampler({ api: stack.api.process.pid!, worker: stack.worker.process.pid! });
+    // Where the CPU went between two rows: the profile that says which process limits a scenario.
+    const cpu = cpuMeter({ api: stack.api.process.pid!, worker: stack.worker.process.pid!, temporal: stack.temporal.process.pid!, emulator: stack.emulator.process.pid! });
+    const push = results.push.bind(results);
+    results.push = (...rows: Measured[]) => {
+      const split = cpu.split();
+      for (const row of rows) row.cpu = split;
+      return push(...rows);
+    };
+    const base = stack.apiUrl;
+    const bigKey = await newKey(api, seeded.big.id);
+    const auth = (key: string) => ({ authorization: `Bearer ${key}` });
+
+    // Warm-up: the API's first requests compile code paths and open pool connections.
+    await load({ url: base, connections: 8, duration: 1, path: '/api/v1/leads', headers: auth(bigKey) });
+
+    const sampleIds: string[] = (await db('contacts').where({ workspace_id: seeded.big.id }).orderBy('created_at', 'desc').limit(1000).pluck('id')) as string[];
+    let b = 0;
+    const baselineAt = async (connections: number) =>
+      load({ url: base, connections, next: () => ({ path: `/__bench/baseline/${sampleIds[b++ % sampleIds.length]}` }) });
+    const baseline32 = await baselineAt(32);
+    log(`baseline (bare Koa route, PK read, 32 connections): ${baseline32.rps.toFixed(0)} req/s, p50 ${baseline32.p50} ms, p99 ${baseline32.p99} ms`);
+    results.push({ scenario: 'baseline: bare Koa route, one PK query (32 conn)', data: 'same pool', ...pick(baseline32), baseline: baseline32.rps, ratio: 1, target: '-', pass: true });
+
+    const ratioRow = (scenario: string, data: string, r: LoadResult, p99Max?: number): Measured => {
+      const ratio = r.rps / baseline32.rps;
+      const ok = ratio >= 0.6 && (p99Max === undefined || r.p99 <= p99Max) && r.errors === 0 && r.non2xx === 0;
+      return { scenario, data, ...pick(r), baseline: baseline32.rps, ratio, target: `>= 60% of baseline${p99Max ? `, p99 <= ${p99Max} ms` : ''}`, pass: ok };
+    };
+
+    const bigData = `${seeded.big.contacts} contacts, ${seeded.big.deals} deals, 10 workspaces`;
+    const leadQueries: Array<[string, string]> = [
+      ['GET /api/v1/leads', '/api/v1/leads'],
+      ['GET /api/v1/leads?q=', '/api/v1/leads?q=mariana'],
+      ['GET /api/v1/leads?tag=', `/api/v1/leads?tag=${seeded.big.tagName}`],
+      ['GET /api/v1/leads?stageId&status', `/api/v1/leads?stageId=${seeded.big.stageIds[2]}&status=open`],
+    ];
+    for (const [name, p] of wanted('leads') ? leadQueries : []) {
+      const r = await load({ url: base, connections: 32, path: p, headers: auth(bigKey) });
+      results.push(ratioRow(`${name} (32 conn)`, bigData, r, 30));
+      log(`${name}: ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms`);
+    }
+
+    // Growth: the same unfiltered query on workspaces of growing size.
+    const growth: LoadResult[] = [];
+    for (const ws of wanted('growth') ? seeded.growth : []) {
+      const key = await newKey(api, ws.id);
+      await load({ url: base, connections: 4, duration: 1, path: '/api/v1/leads', headers: auth(key) });
+      const r = await load({ url: base, connections: 32, path: '/api/v1/leads', headers: auth(key) });
+      growth.push(r);
+      log(`GET /api/v1/leads at ${ws.contacts} contacts: p50 ${r.p50} ms, p99 ${r.p99} ms, ${r.rps.toFixed(0)} req/s`);
+    }
+    const growthRows: Measured[] = [];
+    seeded.growth.slice(0, growth.length).forEach((ws, i) => {
+      const last = i === seeded.growth.length - 1;
+      const growthRatio = growth[i].p50 / Math.max(growth[0].p50, 0.001);
+      growthRows.push({
+        scenario: `lead list growth (32 conn)`,
+        data: `${ws.contacts} contacts`,
+        ...pick(growth[i]),
+        baseline: baseline32.rps,
+        ratio: growth[i].rps / baseline32.rps,
+        target: last ? `p50 <= 1.5 x p50 at ${seeded.growth[0].contacts} (${growthRatio.toFixed(2)}x)` : '-',
+        pass: last ? growth[i].p50 <= 1.5 * Math.max(growth[0].p50, 1) && growth[i].errors === 0 && growth[i].non2xx === 0 : true,
+      });
+    });
+    results.push(...growthRows);
+
+    if (wanted('pipelines')) {
+      const pipelines = await load({ url: base, connections: 32, path: '/api/v1/pipelines', headers: auth(bigKey) });
+      results.push(ratioRow('GET /api/v1/pipelines (32 conn)', bigData, pipelines));
+      log(`pipelines: ${pipelines.rps.toFixed(0)} req/s`);
+    }
+
+    if (wanted('activities')) {
+    const dealIds: string[] = (await db('deals').where({ workspace_id: seeded.big.id }).orderBy('created_at', 'desc').limit(200).pluck('id')) as string[];
+    let a = 0;
+    const activities = await load({ url: base, connections: 32, headers: auth(bigKey), next: () => ({ path: `/api/v1/deals/${dealIds[a++ % dealIds.length]}/activities` }) });
+    results.push(ratioRow('GET /api/v1/deals/{id}/activities (32 conn)', `${bigData}, 20 entries each`, activities));
+    log(`activities: ${activities.rps.toFixed(0)} req/s`);
+    }
+
+    if (wanted('moves')) {
+    // Stage moves over 5000 deals; each request moves a deal to a stage other than its current one.
+    const moving = (await db('deals').where({ workspace_id: seeded.big.id, status: 'open' }).orderBy('created_at', 'asc').limit(5000).select('id', 'stage_id')) as { id: string; stage_id: string }[];
+    const stageIndex = new Map(moving.map((d) => [d.id, seeded.big.stageIds.indexOf(d.stage_id)]));
+    let m = 0;
+    const moves = await load({
+      url: base,
+      connections: 16,
+      method: 'PATCH',
+      headers: auth(bigKey),
+      next: () => {
+        const deal = moving[m++ % moving.length];
+        const next = (stageIndex.get(deal.id)! + 1) % seeded.big.stageIds.length;
+        stageIndex.set(deal.id, next);
+        return { path: `/api/v1/deals/${deal.id}`, body: JSON.stringify({ stageId: seeded.big.stageIds[next] }) };
+      },
+    });
+    results.push({ scenario: 'PATCH /api/v1/deals/{id} stage move (16 conn)', data: bigData, ...pick(moves), baseline: baseline32.rps, ratio: moves.rps / baseline32.rps, target: 'p99 <= 40 ms', pass: moves.p99 <= 40 && moves.errors === 0 && moves.non2xx === 0 });
+    log(`stage moves: ${moves.rps.toFixed(0)} req/s, p50 ${moves.p50} ms, p99 ${moves.p99} ms`);
+    }
+
+    if (wanted('messages')) results.push(await messagesScenario(api, base, stack.emulatorUrl, baseline32.rps));
+    if (wanted('webhooks')) results.push(...(await webhookScenario(api, db, baseline32.rps)));
+    if (wanted('inbound')) results.push(await inboundScenario(api, base, baseline32.rps));
+
+    rss.stop();
+    results.push({
+      scenario: 'memory: highest RSS during the runs',
+      data: `API ${rss.max.api.toFixed(0)} MB, worker ${rss.max.worker.toFixed(0)} MB`,
+      rps: NaN,
+      p50: NaN,
+      p99: NaN,
+      errors: 0,
+      non2xx: 0,
+      baseline: null,
+      ratio: null,
+      target: 'API <= 200 MB, worker <= 400 MB',
+      pass: rss.max.api <= 200 && rss.max.worker <= 400,
+    });
+
+    // The baseline again, to show how much the machine drifted during the run.
+    const baselineEnd = await baselineAt(32);
+    results.push({ scenario: 'baseline again at the end (drift check)', data: 'same pool', ...pick(baselineEnd), baseline: baseline32.rps, ratio: baselineEnd.rps / baseline32.rps, target: '-', pass: true });
+
+    await db.destroy();
+    report(results, startedAt);
+  } finally {
+    rss?.stop();
+    await stopAll();
+  }
+  process.exit(results.every((r) => r.pass) ? 0 : 1);
+}
+
+function pick(r: LoadResult) {
+  return { rps: r.rps, p50: r.p50, p99: r.p99, errors: r.errors, non2xx: r.non2xx };
+}
+
+async function messagesScenario(api: Client, base: string, emulatorUrl: string, baseline: number): Promise<Measured> {
+  const ws = await newWorkspace(api, `bench-messages-${Date.now()}`);
+  const instance = await must(
+    'create instance',
+    api('POST', `/admin/v1/workspaces/${ws}/instances`, {
+      admin: true,
+      body: { name: 'Bench', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: emulatorUrl, phoneNumberId: `PN-bench-${ws.slice(0, 8)}`, accessToken: 'bench-token', appSecret: 'bench-secret' } },
+    }),
+  );
+  await must('create template', api('POST', `/admin/v1/workspaces/${ws}/templates`, { admin: true, body: { instanceId: instance.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' } }));
+  const keys: string[] = [];
+  for (let i = 0; i < 8; i++) keys.push(await newKey(api, ws));
+  // New numbers every run: the workspace is new, so every number is a cold send.
+  let n = 0;
+  const next = () => {
+    n++;
+    return { path: '/api/v1/messages', body: JSON.stringify({ phone: `55219${70000000 + n}`, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: [`Lead ${n}`] }) };
+  };
+  // autocannon sends one header set per connection group: one run per key, in parallel.
+  const perKey = await Promise.all(keys.map((key) => load({ url: base, connections: 1, method: 'POST', headers: { authorization: `Bearer ${key}` }, next })));
+  const merged: LoadResult = {
+    rps: perKey.reduce((s, r) => s + r.rps, 0),
+    p50: percentile(perKey.map((r) => r.p50), 50),
+    p99: Math.max(...perKey.map((r) => r.p99)),
+    errors: perKey.reduce((s, r) => s + r.errors, 0),
+    non2xx: perKey.reduce((s, r) => s + r.non2xx, 0),
+    total: perKey.reduce((s, r) => s + r.total, 0),
+  };
+  log(`messages: ${merged.rps.toFixed(1)} sends/s, p50 ${merged.p50} ms, p99 ${merged.p99} ms, ${merged.non2xx} non-2xx of ${merged.total}`);
+  const ok = merged.p50 <= 60 && merged.p99 <= 200 && merged.rps >= 60 && merged.errors === 0 && merged.non2xx === 0;
+  return { scenario: 'POST /api/v1/messages cold template, end to end (8 keys x 1 conn)', data: 'new numbers, emulator', ...pick(merged), baseline, ratio: merged.rps / baseline, target: 'p50 <= 60 ms, p99 <= 200 ms, >= 60/s', pass: ok };
+}
+
+async function webhookScenario(api: Client, db: Db, baseline: number): Promise<Measured[]> {
+  const receiver = await startReceiver();
+  try {
+    const ws = await newWorkspace(api, `bench-webhooks-${Date.now()}`);
+    const key = await newKey(api, ws);
+    await must('subscribe', api('POST', '/api/v1/webhooks', { key, body: { url: receiver.url, events: ['lead.created'] } }));
+    const insertEvents = (count: number) => {
+      const sentAt = Date.now();
+      return db.raw(
+        `INSERT INTO outbox_events (workspace_id, kind, name, payload)
+         SELECT ?, 'webhook', 'lead.created', jsonb_build_object('event', 'lead.created', 'workspace_id', ?::text, 'timestamp', ?::text,
+                'contact_id', gen_random_uuid(), 'name', 'Lead ' || g, 'phone', '5511' || (960000000 + g), 'email', null, 'bench_sent_at', ?::bigint)
+         FROM generate_series(1, ?) g`,
+        [ws, ws, new Date(sentAt).toISOString(), sentAt, count],
+      );
+    };
+
+    // Latency: a steady stream (50 events every 250 ms = 200/s), well under capacity.
+    const latencyEvents = (QUICK ? 3 : 10) * 200;
+    for (let sent = 0; sent < latencyEvents; sent += 50) {
+      await insertEvents(50);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    await until('the latency stream', () => receiver.received() >= latencyEvents, 60_000);
+    const p50 = percentile(receiver.latencies, 50);
+    const p99 = percentile(receiver.latencies, 99);
+    const latencyDuplicates = receiver.duplicates();
+    log(`webhooks, event -> first attempt at 200 events/s: p50 ${p50} ms, p99 ${p99} ms (${receiver.received()} delivered, ${latencyDuplicates} repeats)`);
+
+    // Throughput: a burst of events recorded at once, timed until the last first attempt.
+    receiver.reset();
+    const burst = QUICK ? 2_000 : 10_000;
+    const started = Date.now();
+    await insertEvents(burst);
+    const complete = await until('the burst', () => receiver.received() >= burst, 180_000);
+    const seconds = (Date.now() - started) / 1000;
+    const rate = receiver.received() / seconds;
+    log(`webhooks, burst of ${burst}: ${rate.toFixed(0)} deliveries/s (${receiver.received()} in ${seconds.toFixed(1)} s, ${receiver.duplicates()} repeats)`);
+    return [
+      {
+        scenario: 'webhooks: event -> first attempt (200 events/s)',
+        data: `${latencyEvents} events`,
+        rps: NaN,
+        p50,
+        p99,
+        errors: latencyEvents - Math.min(latencyEvents, receiver.latencies.length + 0),
+        non2xx: latencyDuplicates,
+        baseline: null,
+        ratio: null,
+        target: 'p50 <= 500 ms',
+        pass: p50 <= 500,
+        note: 'non-2xx column: repeated deliveries',
+      },
+      {
+        scenario: 'webhooks: deliveries to a local receiver (burst)',
+        data: `${burst} events`,
+        rps: rate,
+        p50: NaN,
+        p99: NaN,
+        errors: burst - receiver.received(),
+        non2xx: receiver.duplicates(),
+        baseline,
+        ratio: rate / baseline,
+        target: '>= 300 deliveries/s, each once',
+        pass: complete && rate >= 300 && receiver.duplicates() === 0,
+        note: 'errors: not delivered; non-2xx: repeats',
+      },
+    ];
+  } finally {
+    await receiver.close();
+  }
+}
+
+async function inboundScenario(api: Client, base: string, baseline: number): Promise<Measured> {
+  const ws = await newWorkspace(api, `bench-inbound-${Date.now()}`);
+  const key = await newKey(api, ws);
+  const automation = await must(
+    'create automation',
+    api('POST', '/api/v1/automations', { key, body: { name: 'Orders', trigger: { type: 'webhook_received', mapping: { externalId: 'order.id' } }, actions: [{ type: 'create_task', title: 'Call about order {{webhook.order.id}}', dueInMinutes: 60 }] } }),
+  );
+  const pathname = new URL(automation.data.webhookUrl).pathname;
+  let n = 0;
+  let accepted = 0;
+  let other = 0;
+  const runTag = Date.now().toString(36);
+  const r = await load({
+    url: base,
+    connections: 32,
+    method: 'POST',
+    next: () => ({ path: pathname, body: JSON.stringify({ order: { id: `${runTag}-${++n}`, total: 10 }, status: 'paid' }) }),
+    onResponse: (status, body) => {
+      if (status === 202 && body.includes('"accepted"')) accepted++;
+      else other++;
+    },
+  });
+  const perSecond = accepted / DURATION;
+  log(`inbound receiver: ${perSecond.toFixed(0)} accepted/s (${accepted} accepted, ${other} other), p50 ${r.p50} ms, p99 ${r.p99} ms`);
+  return {
+    scenario: 'POST /api/automations/webhook-in/<token> (32 conn)',
+    data: 'distinct externalIds',
+    ...pick(r),
+    rps: perSecond,
+    baseline,
+    ratio: perSecond / baseline,
+    target: '>= 500 accepted/s',
+    pass: perSecond >= 500 && r.errors === 0 && other === 0,
+  };
+}
+
+function report(results: Measured[], startedAt: number): void {
+  const fmt = (v: number | null, digits = 0) => (v === null || Number.isNaN(v) ? '-' : v.toFixed(digits));
+  const rows = results.map((r) => [
+    r.scenario,
+    r.data,
+    fmt(r.rps),
+    fmt(r.p50),
+    fmt(r.p99),
+    String(r.errors),
+    String(r.non2xx),
+    fmt(r.baseline),
+    r.ratio === null ? '-' : `${(r.ratio * 100).toFixed(0)}%`,
+    r.target,
+    r.pass ? 'PASS' : 'FAIL',
+  ]);
+  const header = ['scenario', 'data', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'non-2xx', 'baseline req/s', 'ratio', 'target', 'result'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
+  const machine = `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${os.platform()} ${os.release()}`;
+  console.log('');
+  console.log(`Benchmark (${QUICK ? 'quick' : 'full'}) on ${machine}; ${DURATION} s per HTTP scenario`);
+  console.log(line(header));
+  console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
+  for (const row of rows) console.log(line(row));
+  const failed = results.filter((r) => !r.pass).length;
+  console.log('\nCPU while each row was measured (% of one core; 2 cores = 200):');
+  for (const r of results) if (r.cpu) console.log(`  ${r.scenario} [${r.data}]: ${Object.entries(r.cpu).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  console.log(`\n${results.length - failed} of ${results.length} rows pass; ${((Date.now() - startedAt) / 1000).toFixed(0)} s in all.`);
+  fs.mkdirSync(RESULTS_DIR, { recursive: true });
+  const file = path.join(RESULTS_DIR, `bench-${QUICK ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+  fs.writeFileSync(file, JSON.stringify({ mode: QUICK ? 'quick' : 'full', machine, durationSeconds: DURATION, startedAt: new Date(startedAt).toISOString(), results }, null, 2));
+  console.log(`Results: ${path.relative(ROOT, file)}`);
+}
+
+main().catch((err) => {
+  console.error('[bench] failed:', err);
+  process.exit(2);
+});
