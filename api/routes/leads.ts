@@ -72,7 +72,7 @@ function applyLeadFilters(db: Knex, q: Knex.QueryBuilder, workspaceId: string, f
   return q;
 }
 
-const leadListQuery = pageQuery()
+export const leadListQuery = pageQuery()
   .extend({
     q: z.string().trim().min(1).max(200).optional(),
     tag: z.string().trim().min(1).max(100).optional(),
@@ -84,8 +84,15 @@ const leadListQuery = pageQuery()
     updatedAfter: isoInstant.optional(),
   })
   .extend(sortQuery(LEAD_SORT, { sort: 'createdAt', order: 'desc' }).shape);
-type LeadFilters = z.infer<typeof leadListQuery>;
+export type LeadFilters = z.infer<typeof leadListQuery>;
 const LEAD_FILTERS = ['q', 'tag', 'pipelineId', 'stageId', 'status', 'createdAfter', 'createdBefore', 'updatedAfter'] as const satisfies readonly (keyof LeadFilters)[];
+
+/** The lead list's scope (workspace, canonical, filters) and page shape; the bench EXPLAINs the same SQL. */
+export function leadListQueries(db: Knex, workspaceId: string, query: LeadFilters) {
+  const scope = applyLeadFilters(db, canonical(db('contacts').where('contacts.workspace_id', workspaceId)), workspaceId, query);
+  const shape = (q: Knex.QueryBuilder) => q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*');
+  return { scope, shape, filtered: LEAD_FILTERS.some((name) => query[name] !== undefined) };
+}
 
 export const leadRoutes = [
   route({
@@ -107,9 +114,7 @@ export const leadRoutes = [
     handler: async (ctx, { query }) => {
       const db = ctx.deps.db;
       const workspaceId = ctx.state.auth!.workspaceId;
-      const scope = applyLeadFilters(db, canonical(db('contacts').where('contacts.workspace_id', workspaceId)), workspaceId, query);
-      const shape = (q: Knex.QueryBuilder) => q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*');
-      const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
+      const { scope, shape, filtered } = leadListQueries(db, workspaceId, query);
       // Unfiltered, the exact total is the maintained count (migration contact_counts), not a count(*) of the workspace.
       const { rows, total } = filtered
         ? await pageWithTotal<ContactRow>(scope, query, shape)
