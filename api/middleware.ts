@@ -109,12 +109,36 @@ export function jsonBody(limit = '1mb', options: { anyContentType?: (ctx: Contex
       }
       if (anyType) {
         await readAsJson(ctx, 1024 * 1024);
-        return next();
+      } else {
+        await parse(ctx, async () => undefined);
       }
-      await parse(ctx, async () => undefined);
+      assertShallow((ctx.request as { body?: unknown }).body);
     }
     await next();
   };
+}
+
+/** How deeply objects and arrays may nest in a JSON body (no endpoint needs more than a handful). */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * JSON.parse reads any depth, but what comes after does not: JSON.stringify (jsonb columns,
+ * Temporal payloads, logs) overflows the stack around a few thousand levels, which surfaced as
+ * 500 INTERNAL or 503 UNAVAILABLE. A body nested deeper than MAX_JSON_DEPTH is 400 VALIDATION,
+ * checked iteratively (a recursive walk would overflow on the same input).
+ */
+function assertShallow(body: unknown): void {
+  if (body === null || typeof body !== 'object') return;
+  const stack: [object, number][] = [[body, 1]];
+  while (stack.length > 0) {
+    const [value, depth] = stack.pop()!;
+    if (depth > MAX_JSON_DEPTH) {
+      throw new ApiError('VALIDATION', 'The JSON body is nested too deeply', { hint: `At most ${MAX_JSON_DEPTH} levels of objects and arrays.` });
+    }
+    for (const child of Array.isArray(value) ? value : Object.values(value)) {
+      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+    }
+  }
 }
 
 async function readAsJson(ctx: Context, maxBytes: number): Promise<void> {

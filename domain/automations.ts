@@ -6,6 +6,7 @@ import { ApiError, notFound } from './errors';
 import { MESSAGE_CONTENT_FIELDS } from './messaging';
 import { Page, pageWithTotal } from './pagination';
 import { isUuid } from './refs';
+import { assertSafeUrlSyntax, UrlPolicy } from './url-safety';
 
 /**
  * Automations (spec section 6, CONTRACT.md): definitions, the inbound URL token and its quota,
@@ -70,7 +71,7 @@ export const TriggerSchema = z
   .object({
     type: z.enum(TRIGGER_TYPES),
     pipelineId: z.uuid().optional(),
-    fields: z.array(z.enum(CONTACT_FIELDS)).min(1).optional(),
+    fields: z.array(z.enum(CONTACT_FIELDS)).min(1).max(CONTACT_FIELDS.length).optional(),
     eventFilter: z.object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) }).optional(),
     mapping: MappingSchema.optional(),
   })
@@ -84,6 +85,22 @@ export const TriggerSchema = z
     only('mapping', ['webhook_received']);
   });
 export type TriggerConfig = z.infer<typeof TriggerSchema>;
+
+const MEDIA_MESSAGE_TYPES: readonly string[] = ['image', 'video', 'audio', 'document'];
+
+/**
+ * A send_message action's literal media URL passes, when the automation is saved, the same check
+ * as `mediaUrl` on POST /api/v1/messages (400 INVALID_URL: https only, no credentials, no private
+ * or internal host unless ALLOW_PRIVATE_URLS). A URL built from `{{...}}` variables can only be
+ * judged once rendered: the run's send saga checks it (with DNS) before anything is sent.
+ */
+export function assertActionMediaUrls(actions: readonly Action[] | undefined, policy: UrlPolicy): void {
+  actions?.forEach((action, i) => {
+    if (action.type !== 'send_message' || !MEDIA_MESSAGE_TYPES.includes(action.messageType)) return;
+    if (action.mediaUrl === undefined || action.mediaUrl.includes('{{')) return;
+    assertSafeUrlSyntax(action.mediaUrl, policy, { field: `body.actions.${i}.mediaUrl` });
+  });
+}
 
 export const AutomationBody = z.object({
   name: text(200),

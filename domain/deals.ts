@@ -21,10 +21,11 @@ export const dealValue = z.number().min(0).max(999_999_999_999.99);
  * VALIDATION (spec). `null` clears a key.
  */
 const primitive = z.union([z.string().max(10_000), z.number(), z.boolean()]);
-export const customValuesSchema = z.record(
-  z.string().max(64),
-  z.union([primitive, z.array(primitive).max(1000), z.null()]),
-);
+/** More keys than any pipeline can define (200 custom fields each); the keys become query parameters. */
+export const MAX_CUSTOM_VALUES = 1000;
+export const customValuesSchema = z
+  .record(z.string().max(64), z.union([primitive, z.array(primitive).max(1000), z.null()]))
+  .refine((values) => Object.keys(values).length <= MAX_CUSTOM_VALUES, { message: `at most ${MAX_CUSTOM_VALUES} custom values` });
 
 export interface DealRow {
   id: string;

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import {
   ActionSchema,
   applyMapping,
+  assertActionMediaUrls,
   AutomationBody,
   createAutomation,
   deleteAutomation,
@@ -90,8 +91,11 @@ export const automationRoutes = [
     status: 201,
     body: AutomationBody,
     response: single(Automation),
-    errors: ['INBOUND_WEBHOOK_LIMIT_REACHED'],
-    handler: async (ctx, { body }) => ({ data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, base(ctx)) }),
+    errors: ['INBOUND_WEBHOOK_LIMIT_REACHED', 'INVALID_URL'],
+    handler: async (ctx, { body }) => {
+      assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
+      return { data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, base(ctx)) };
+    },
   }),
   route({
     method: 'get',
@@ -134,9 +138,11 @@ export const automationRoutes = [
       .object({ name: z.string().trim().min(1).max(200).optional(), active: z.boolean().optional(), trigger: TriggerSchema.optional(), actions: z.array(ActionSchema).min(1).max(50).optional() })
       .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'expected name, active, trigger and/or actions' }),
     response: single(Automation),
-    handler: async (ctx, { params, body }) => ({
-      data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, base(ctx)),
-    }),
+    errors: ['INVALID_URL'],
+    handler: async (ctx, { params, body }) => {
+      assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
+      return { data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, base(ctx)) };
+    },
   }),
   route({
     method: 'delete',

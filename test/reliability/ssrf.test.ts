@@ -1,0 +1,338 @@
+/**
+ * The anti-SSRF check at the API (and, where the check runs there, at the worker's activity level):
+ * every endpoint that takes a URL a customer gave us, with ALLOW_PRIVATE_URLS off, refuses a corpus
+ * of internal-address forms with 400 INVALID_URL and stores nothing. Redirects are never followed.
+ *
+ * Endpoints that take a URL (grep of the route schemas for url/Url fields):
+ * - POST /api/v1/webhooks, PATCH /api/v1/webhooks/{id}: `url` (check with DNS, api side);
+ * - POST /api/v1/messages, POST /api/v1/conversations/{id}/messages: `mediaUrl` (syntax and
+ *   address-literal check at the API; the DNS check and the pinned HEAD run in the send saga's
+ *   media activity, proven below by calling that activity with the strict policy);
+ * - POST/PATCH /api/v1/automations: `actions[].mediaUrl` of send_message (literal URLs checked on save);
+ * - admin instance `config.baseUrl`: operator configuration, not subject to the check (CONTRACT.md).
+ *
+ * This machine has no public DNS: the API's resolver (node:dns promises.lookup, in this process) is
+ * replaced by a table for a few names; everything else goes to the system resolver (/etc/hosts).
+ */
+import dns from 'node:dns';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { z } from 'zod';
+import { createMediaActivities } from '../../activities/media';
+import { ROUTES } from '../../api/app';
+import { postWebhook } from '../../domain/webhooks';
+import { createWorkspace, eventually, expectError, seedContact, startApi, TestApi, Workspace } from '../helpers';
+import { uniquePhone } from './workspace-fixture';
+
+jest.setTimeout(120_000);
+
+/** Names the fake resolver answers (the rest: the system resolver, i.e. /etc/hosts or NXDOMAIN). */
+const FAKE_DNS: Record<string, string[]> = {
+  'hooks.example.com': ['93.184.216.34'],
+  'internal.example.com': ['10.0.0.5'],
+  'rebind.example.com': ['93.184.216.34', '127.0.0.1'],
+  'metadata.example.com': ['169.254.169.254'],
+  'v6private.example.com': ['fd00::1'],
+  'mapped.example.com': ['::ffff:127.0.0.1'],
+  'cgnat.example.com': ['100.64.0.1'],
+  '127.0.0.1.nip.io': ['127.0.0.1'],
+};
+const realLookup = dns.promises.lookup;
+
+interface Form {
+  url: string;
+  why: string;
+  /** Only a DNS lookup can tell (the API's mediaUrl check is syntax-only; the media activity resolves). */
+  dns?: boolean;
+}
+
+const CORPUS: Form[] = [
+  { url: 'https://127.0.0.1/a.png', why: 'loopback' },
+  { url: 'http://2130706433/a.png', why: 'decimal IPv4 over http' },
+  { url: 'https://2130706433/a.png', why: 'decimal IPv4' },
+  { url: 'https://0x7f.1/a.png', why: 'hex + short IPv4' },
+  { url: 'https://0x7f000001/a.png', why: 'hex IPv4' },
+  { url: 'https://0177.0.0.1/a.png', why: 'octal IPv4' },
+  { url: 'https://0177.0.0.0x1/a.png', why: 'mixed octal/hex IPv4' },
+  { url: 'https://127.1/a.png', why: 'short IPv4' },
+  { url: 'https://%31%32%37.0.0.1/a.png', why: 'percent-encoded IPv4' },
+  { url: 'https://0300.0250.0.1/a.png', why: 'octal 192.168.0.1' },
+  { url: 'https://10.0.0.1/a.png', why: 'private 10/8' },
+  { url: 'https://172.16.0.1/a.png', why: 'private 172.16/12' },
+  { url: 'https://192.168.1.1/a.png', why: 'private 192.168/16' },
+  { url: 'https://169.254.169.254/latest/meta-data/', why: 'cloud metadata (link-local)' },
+  { url: 'https://100.100.100.200/latest/meta-data/', why: 'Alibaba metadata (CGNAT)' },
+  { url: 'https://100.64.0.1/a.png', why: 'CGNAT' },
+  { url: 'https://0.0.0.0/a.png', why: 'unspecified' },
+  { url: 'https://0/a.png', why: 'unspecified, short' },
+  { url: 'https://255.255.255.255/a.png', why: 'broadcast' },
+  { url: 'https://198.18.0.1/a.png', why: 'benchmarking 198.18/15' },
+  { url: 'https://192.0.2.1/a.png', why: 'documentation' },
+  { url: 'https://224.0.0.1/a.png', why: 'multicast' },
+  { url: 'https://240.0.0.1/a.png', why: 'reserved' },
+  { url: 'https://[::1]/a.png', why: 'IPv6 loopback' },
+  { url: 'https://[::]/a.png', why: 'IPv6 unspecified' },
+  { url: 'https://[fe80::1]/a.png', why: 'IPv6 link-local' },
+  { url: 'https://[fd00::1]/a.png', why: 'IPv6 ULA fd00::/8' },
+  { url: 'https://[fc00::1]/a.png', why: 'IPv6 ULA fc00::/8' },
+  { url: 'https://[::ffff:127.0.0.1]/a.png', why: 'IPv4-mapped loopback' },
+  { url: 'https://[::ffff:7f00:1]/a.png', why: 'IPv4-mapped loopback (hex)' },
+  { url: 'https://[::ffff:a9fe:a9fe]/a.png', why: 'IPv4-mapped metadata (hex)' },
+  { url: 'https://[::127.0.0.1]/a.png', why: 'IPv4-compatible' },
+  { url: 'https://[64:ff9b::7f00:1]/a.png', why: 'NAT64 of loopback' },
+  { url: 'https://[2002:7f00:1::]/a.png', why: '6to4 of loopback' },
+  { url: 'https://localhost/a.png', why: 'localhost' },
+  { url: 'https://LOCALHOST./a.png', why: 'localhost, upper case, trailing dot' },
+  { url: 'https://localhost:8443/a.png', why: 'localhost with port' },
+  { url: 'https://foo.localhost/a.png', why: 'subdomain of localhost' },
+  { url: 'https://vm/a.png', why: 'single label in /etc/hosts (127.0.0.1)' },
+  { url: 'https://runsc/a.png', why: 'single label in /etc/hosts (127.0.0.1)' },
+  { url: 'https://metadata.google.internal/computeMetadata/v1/', why: '.internal' },
+  { url: 'https://printer.local/a.png', why: '.local' },
+  { url: 'https://user:pass@example.com/a.png', why: 'credentials' },
+  { url: 'https://user@93.184.216.34/a.png', why: 'user only' },
+  { url: 'https://example.com@127.0.0.1/a.png', why: 'credentials hiding the host' },
+  { url: 'https://example.com\\@127.0.0.1/a.png', why: 'backslash parser differential' },
+  { url: 'http://93.184.216.34/a.png', why: 'http (public host)' },
+  { url: 'ftp://93.184.216.34/a.png', why: 'ftp' },
+  { url: 'file:///etc/passwd', why: 'file' },
+  { url: 'gopher://127.0.0.1:6379/_INFO', why: 'gopher' },
+  { url: 'dict://127.0.0.1:11211/stat', why: 'dict' },
+  { url: 'data:image/png;base64,iVBORw0KGgo=', why: 'data' },
+  { url: 'javascript:alert(1)', why: 'javascript' },
+  { url: '//127.0.0.1/a.png', why: 'scheme-relative' },
+  { url: ' https://93.184.216.34/a.png', why: 'leading space' },
+  { url: 'https://93.184.216.34/a.png\n', why: 'trailing newline' },
+  { url: 'https://internal.example.com/a.png', why: 'name → 10.0.0.5', dns: true },
+  { url: 'https://rebind.example.com/a.png', why: 'name → public + 127.0.0.1 (rebinding shape)', dns: true },
+  { url: 'https://metadata.example.com/a.png', why: 'name → 169.254.169.254', dns: true },
+  { url: 'https://v6private.example.com/a.png', why: 'name → fd00::1', dns: true },
+  { url: 'https://mapped.example.com/a.png', why: 'name → ::ffff:127.0.0.1', dns: true },
+  { url: 'https://cgnat.example.com/a.png', why: 'name → 100.64.0.1', dns: true },
+  { url: 'https://127.0.0.1.nip.io/a.png', why: 'name → 127.0.0.1', dns: true },
+];
+
+let api: TestApi;
+let ws: Workspace;
+let instanceId: string;
+let conversationId: string;
+let subscriptionId: string;
+let automationId: string;
+const table: string[] = [];
+
+/** Rows of the workspace that a refused request must not have created or changed. */
+async function stored(): Promise<unknown> {
+  const rows = async (t: string) => api.db(t).where({ workspace_id: ws.id }).orderByRaw('1').select('*');
+  return {
+    contacts: await rows('contacts'),
+    conversations: await rows('conversations'),
+    messages: await rows('messages'),
+    subscriptions: await rows('webhook_subscriptions'),
+    automations: await rows('automations'),
+    outbox: await rows('outbox_events'),
+  };
+}
+
+beforeAll(async () => {
+  (dns.promises as { lookup: unknown }).lookup = async (host: string, options?: unknown) => {
+    const found = FAKE_DNS[host.toLowerCase()];
+    if (found) return found.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+    return (realLookup as (h: string, o?: unknown) => Promise<unknown>)(host, options);
+  };
+  api = await startApi({ config: { allowPrivateUrls: false, rateLimitScale: 100_000 } });
+  ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'conversations:send', 'automations:write', 'automations:read'], name: 'ssrf' });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'WA', channel: 'whatsapp', provider: 'cloud', connected: false });
+  instanceId = instance.body.data.id;
+  const contact = await seedContact(api, ws.id, { phone: uniquePhone(), name: 'Ssrf' });
+  [{ id: conversationId }] = await api
+    .db('conversations')
+    .insert({ workspace_id: ws.id, contact_id: contact.id, instance_id: instanceId, channel: 'whatsapp', last_message_at: new Date() })
+    .returning('id');
+  // A public-looking subscriber (never called: inactive) to aim the PATCHes at.
+  const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://hooks.example.com/in', events: ['*'], active: false } });
+  expect(sub.status).toBe(201);
+  subscriptionId = sub.body.data.id;
+  const flow = await api.request('POST', '/api/v1/automations', {
+    key: ws.key,
+    body: { name: 'media', trigger: { type: 'deal_won' }, actions: [{ type: 'send_message', messageType: 'image', mediaUrl: 'https://cdn.example.com/a.png' }] },
+  });
+  expect(flow.status).toBe(201);
+  automationId = flow.body.data.id;
+});
+
+afterAll(async () => {
+  (dns.promises as { lookup: unknown }).lookup = realLookup;
+  if (table.length) console.log(`SSRF corpus (${CORPUS.length} forms; W+ webhook create, W~ webhook patch, M messages, C conversation messages, A+ automation create, A~ automation patch, media activity):\n${table.join('\n')}`);
+  await api?.close();
+});
+
+describe('the endpoints that take a URL', () => {
+  it('are the ones this suite covers (a new url field must be added here)', () => {
+    const urlFields = new Set<string>();
+    for (const r of ROUTES.filter((r) => r.body)) {
+      const text = JSON.stringify(z.toJSONSchema(r.body!, { io: 'input', unrepresentable: 'any' }));
+      for (const m of text.matchAll(/"(\w*(?:url|Url|URL))":/g)) urlFields.add(`${r.method} ${r.path} ${m[1]}`);
+    }
+    expect([...urlFields].sort()).toEqual(
+      [
+        'post /api/v1/webhooks url',
+        'patch /api/v1/webhooks/{id} url',
+        'post /api/v1/messages mediaUrl',
+        'post /api/v1/conversations/{id}/messages mediaUrl',
+        'post /api/v1/automations mediaUrl',
+        'patch /api/v1/automations/{id} mediaUrl',
+        'post /admin/v1/workspaces/{id}/instances baseUrl',
+        'patch /admin/v1/workspaces/{id}/instances/{instanceId} baseUrl',
+      ].sort(),
+    );
+  });
+});
+
+describe('SSRF corpus at the API (ALLOW_PRIVATE_URLS off)', () => {
+  it(`has at least 30 forms (${CORPUS.length})`, () => {
+    expect(CORPUS.length).toBeGreaterThanOrEqual(30);
+  });
+
+  it('refuses every form with 400 INVALID_URL on every endpoint, and stores nothing', async () => {
+    const before = await stored();
+    const media = createMediaActivities({ config: { allowPrivateUrls: false } });
+    const failures: string[] = [];
+    for (const form of CORPUS) {
+      const cells: string[] = [];
+      const expectInvalid = async (label: string, res: { status: number; body: any; text: string }) => {
+        const ok = res.status === 400 && res.body?.code === 'INVALID_URL';
+        cells.push(`${label}:${ok ? 'ok' : `${res.status} ${res.body?.code ?? ''}`}`);
+        if (!ok) failures.push(`${JSON.stringify(form.url)} (${form.why}) ${label}: ${res.status} ${res.text.slice(0, 160)}`);
+        else expectError(res as never, 400, 'INVALID_URL');
+      };
+      await expectInvalid('W+', await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: form.url, events: ['*'] } }));
+      await expectInvalid('W~', await api.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: form.url } }));
+      if (!form.dns) {
+        // The API's mediaUrl check is syntax and address literals; names are resolved by the send saga (below).
+        await expectInvalid('M', await api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone: uniquePhone(), instanceId, type: 'image', mediaUrl: form.url } }));
+        await expectInvalid('C', await api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: ws.key, body: { type: 'document', mediaUrl: form.url, fileName: 'a.pdf' } }));
+        const action = { type: 'send_message', messageType: 'video', mediaUrl: form.url };
+        await expectInvalid('A+', await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 't' }, action] } }));
+        await expectInvalid('A~', await api.request('PATCH', `/api/v1/automations/${automationId}`, { key: ws.key, body: { actions: [action] } }));
+      } else {
+        cells.push('M/C/A: resolved at send time');
+      }
+      // The send saga's media check (worker side), with the strict policy: every form, names resolved.
+      const err = await media.checkMedia({ url: form.url, type: 'image' }).then(
+        () => undefined,
+        (e: { type?: string; message?: string }) => e,
+      );
+      cells.push(`media activity:${err?.type === 'INVALID_URL' ? 'ok' : (err?.type ?? 'accepted')}`);
+      if (err?.type !== 'INVALID_URL') failures.push(`${JSON.stringify(form.url)} (${form.why}) media activity: ${err?.type ?? 'accepted'} ${err?.message ?? ''}`);
+      table.push(`  ${JSON.stringify(form.url).padEnd(58)} ${form.why.padEnd(44)} ${cells.join(' ')}`);
+    }
+    expect(failures).toEqual([]);
+    expect(await stored()).toEqual(before);
+    // The PATCHes changed nothing: the subscription still points where it did.
+    expect((await api.request('GET', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key })).body.data.url).toBe('https://hooks.example.com/in');
+  });
+
+  it('accepts the public controls (the refusals above are not a blanket no)', async () => {
+    const sub = await api.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: 'https://hooks.example.com/in?v=2' } });
+    expect(sub.status).toBe(200);
+    const flow = await api.request('PATCH', `/api/v1/automations/${automationId}`, {
+      key: ws.key,
+      body: { actions: [{ type: 'send_message', messageType: 'image', mediaUrl: 'https://93.184.216.34/a.png' }, { type: 'send_message', messageType: 'image', mediaUrl: 'https://{{webhook.host}}/a.png' }] },
+    });
+    expect(flow.status).toBe(200);
+    // A media URL passing the API check goes on to the send (here: the instance is disconnected).
+    const sent = await api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: ws.key, body: { type: 'image', mediaUrl: 'https://[2606:4700:4700::1111]/a.png' } });
+    expect(sent.body?.code).not.toBe('INVALID_URL');
+  });
+
+  it('leaves the instance base URL to the operator (CONTRACT.md: not subject to the anti-SSRF check)', async () => {
+    const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { config: { baseUrl: 'http://127.0.0.1:1' } });
+    expect(res.status).toBe(200);
+    expect(res.body.data.config.baseUrl).toBe('http://127.0.0.1:1');
+  });
+
+  it('refuses at attempt time a subscriber name that now resolves to a private address (the worker-side delivery call)', async () => {
+    for (const form of CORPUS.filter((f) => f.dns)) {
+      const outcome = await postWebhook({ url: form.url, secret: 'whsec_x', event: 'test.ping', deliveryId: 'd', body: '{}', policy: { allowPrivate: false } });
+      expect({ url: form.url, ok: outcome.ok, statusCode: outcome.statusCode }).toEqual({ url: form.url, ok: false, statusCode: null });
+      expect(outcome.error).toMatch(/^Invalid url: /);
+    }
+  });
+});
+
+/* ------------------------------------------------------------------------------------------------
+ * Redirects
+ * ---------------------------------------------------------------------------------------------- */
+
+describe('redirects to a private address are never followed', () => {
+  let trap: http.Server;
+  let bouncer: http.Server;
+  let trapHits: string[];
+  let bouncerUrl: string;
+  let local: TestApi;
+
+  beforeAll(async () => {
+    trapHits = [];
+    trap = http.createServer((req, res) => {
+      trapHits.push(`${req.method} ${req.url}`);
+      res.writeHead(200).end('internal secret');
+    });
+    await new Promise<void>((resolve) => trap.listen(0, '127.0.0.2', resolve));
+    const trapUrl = `http://127.0.0.2:${(trap.address() as AddressInfo).port}`;
+    // `/<status>/...` answers that redirect to the trap (a different private address).
+    bouncer = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const status = Number(req.url?.split('/')[1]) || 302;
+        res.writeHead(status, { location: `${trapUrl}/stolen${req.url}` }).end();
+      });
+    });
+    await new Promise<void>((resolve) => bouncer.listen(0, '127.0.0.1', resolve));
+    bouncerUrl = `http://127.0.0.1:${(bouncer.address() as AddressInfo).port}`;
+    // The receiver is on this machine: an API that allows private addresses (as the suite's worker does).
+    local = await startApi({ config: { allowPrivateUrls: true } });
+  });
+  afterAll(async () => {
+    bouncer.closeAllConnections();
+    trap.closeAllConnections();
+    await new Promise((r) => bouncer.close(r));
+    await new Promise((r) => trap.close(r));
+    await local?.close();
+  });
+
+  it('ping (API process): 30x is a failed attempt, the target is never requested', async () => {
+    const lws = await createWorkspace(local, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name: 'ssrf-redirect' });
+    for (const status of [301, 302, 303, 307, 308]) {
+      const sub = await local.request('POST', '/api/v1/webhooks', { key: lws.key, body: { url: `${bouncerUrl}/${status}/ping`, events: ['lead.created'], active: false } });
+      expect(sub.status).toBe(201);
+      const ping = await local.request('POST', `/api/v1/webhooks/${sub.body.data.id}/ping`, { key: lws.key });
+      expect(ping.body.data).toMatchObject({ delivered: false, statusCode: status });
+      expect(ping.body.data.error).toContain('redirects are not followed');
+      table.push(`  redirect ${status} via ping → delivered=false, "${ping.body.data.error.slice(0, 80)}"`);
+    }
+    expect(trapHits).toEqual([]);
+  });
+
+  it('event delivery (worker): 307 to a private address is a failed attempt and the target is never requested', async () => {
+    const lws = await createWorkspace(local, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name: 'ssrf-redirect-worker' });
+    const sub = await local.request('POST', '/api/v1/webhooks', { key: lws.key, body: { url: `${bouncerUrl}/307/event`, events: ['lead.created'] } });
+    expect(sub.status).toBe(201);
+    expect((await local.request('POST', '/api/v1/leads', { key: lws.key, body: { phone: uniquePhone(), name: 'Redirected' } })).status).toBe(201);
+    const delivery = await eventually('the first delivery attempt', async () => {
+      const res = await local.request('GET', `/api/v1/webhooks/${sub.body.data.id}/deliveries`, { key: lws.key });
+      return res.body.data.find((d: { attempts: number }) => d.attempts >= 1);
+    });
+    expect(delivery).toMatchObject({ lastStatusCode: 307 });
+    expect(delivery.lastError).toContain('redirects are not followed');
+    // Stop the retry schedule.
+    expect((await local.request('DELETE', `/api/v1/webhooks/${sub.body.data.id}`, { key: lws.key })).status).toBe(200);
+    expect(trapHits).toEqual([]);
+    table.push(`  redirect 307 via worker delivery → attempts=${delivery.attempts} lastStatusCode=307 "${String(delivery.lastError).slice(0, 80)}"`);
+  });
+
+  it('media check (worker activity): a 302 to a private address is not followed', async () => {
+    const media = createMediaActivities({ config: { allowPrivateUrls: true } });
+    await media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' });
+    expect(trapHits).toEqual([]);
+  });
+});
