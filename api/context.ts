@@ -1,6 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Context } from 'koa';
 import { ApiError } from '../domain/errors';
+import { isTemporalUnreachable, withDeadline } from '../domain/temporal';
 import type { Logger } from 'pino';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
@@ -41,6 +42,28 @@ export async function temporalClient(ctx: Context, service: string): Promise<Cli
   try {
     return await ctx.deps.temporal();
   } catch {
-    throw new ApiError('UNAVAILABLE', `${service} is unavailable`, { hint: 'Retry in a few seconds.' });
+    throw unavailable(service);
   }
+}
+
+/** How long one Temporal call of a request may take before the client gets 503 instead of a hang. */
+export const TEMPORAL_CALL_MS = 5_000;
+
+/**
+ * One short Temporal call (describe, start) made for a request: within TEMPORAL_CALL_MS, and a
+ * server that went away (UNAVAILABLE, or the deadline ran out while the SDK retried) is 503
+ * UNAVAILABLE naming the service; Temporal's answers (not found, already started) pass through.
+ */
+export async function withTemporal<T>(ctx: Context, service: string, call: (client: Client) => Promise<T>): Promise<T> {
+  const client = await temporalClient(ctx, service);
+  try {
+    return await withDeadline(client, TEMPORAL_CALL_MS, () => call(client));
+  } catch (err) {
+    if (isTemporalUnreachable(err)) throw unavailable(service);
+    throw err;
+  }
+}
+
+function unavailable(service: string): ApiError {
+  return new ApiError('UNAVAILABLE', `${service} is unavailable`, { hint: 'Retry in a few seconds.', headers: { 'Retry-After': '5' } });
 }

@@ -5,7 +5,7 @@ import { ZodError } from 'zod';
 import { ApiError, validationError } from '../domain/errors';
 import { hashApiKey, looksLikeApiKey } from '../domain/api-keys';
 import { bucketStates, consume, COUNT_BUCKETS_SQL, CountedRow, tightest, Bucket, BucketState, IP_PROFILES, IpProfile, KEY_PROFILES, KeyProfile } from '../domain/rate-limit';
-import type { Db } from '../domain/db';
+import { isDatabaseUnavailable, type Db } from '../domain/db';
 import { grants, satisfying, Scope } from '../domain/scopes';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
@@ -50,6 +50,9 @@ function renderError(ctx: Context, err: unknown): void {
   } else if (isPgError(err, '23503')) {
     // A referenced record vanished between our check and the write (e.g. deleted concurrently).
     apiError = new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
+  } else if (isDatabaseUnavailable(err)) {
+    ctx.state.log?.warn({ code: (err as { code?: string }).code, message: (err as Error).message }, 'database unavailable');
+    apiError = new ApiError('UNAVAILABLE', 'The database is unavailable', { hint: 'Retry in a few seconds.', headers: { 'Retry-After': '5' } });
   } else if (isHttpError(err) && err.status === 413) {
     apiError = new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 1 MiB.' });
   } else if (isHttpError(err) && err.status === 415) {

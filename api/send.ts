@@ -3,7 +3,8 @@ import type { Context } from 'koa';
 import { ApplicationFailure, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { ApiError, ERROR_CODES, ErrorCode } from '../domain/errors';
 import type { SendInput, SendOutcome } from '../workflows/send-types';
-import { temporalClient } from './context';
+import { temporalClient, withTemporal } from './context';
+import { isTemporalUnreachable } from '../domain/temporal';
 
 /** How long a repeat of an Idempotency-Key gets the memoised answer (spec rule 5). */
 export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
@@ -41,12 +42,13 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   // outlived the API's wait (409 IN_PROGRESS) can repeat with it and join the same send.
   const key = given ?? randomUUID();
   ctx.set('Idempotency-Key', key);
-  const client = await temporalClient(ctx, 'The messaging service');
+  const service = 'The messaging service';
+  const client = await temporalClient(ctx, service);
   const workflowId = `send/${input.workspaceId}/key/${key}`;
   const handle = client.workflow.getHandle<(input: SendInput) => Promise<SendOutcome>>(workflowId);
 
   if (given) {
-    const previous = await handle.describe().catch((err) => {
+    const previous = await withTemporal(ctx, service, () => handle.describe()).catch((err) => {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
     });
@@ -60,7 +62,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   }
 
   try {
-    await client.workflow.start('sendMessageWorkflow', {
+    await withTemporal(ctx, service, () => client.workflow.start('sendMessageWorkflow', {
       workflowId,
       taskQueue: ctx.deps.config.taskQueue,
       // The reconciliation window travels in the input: the workflow's waits depend only on its history.
@@ -72,7 +74,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
         ...(options.phone ? { Phone: [options.phone] } : {}),
         ...(input.instanceId ? { InstanceId: [input.instanceId] } : {}),
       },
-    });
+    }));
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress(workflowId, key);
     throw err;
@@ -88,6 +90,8 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
     ]);
   } catch (err) {
     if (err instanceof WorkflowFailedError) throw toApiError(err);
+    // The send started and is durable; Temporal went away while we waited for its result.
+    if (isTemporalUnreachable(err)) throw inProgress(workflowId, key);
     throw err;
   } finally {
     clearTimeout(timer);

@@ -12,5 +12,28 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
     connection: databaseUrl,
     pool: { min: pool.min ?? 0, max: pool.max ?? 10 },
     acquireConnectionTimeout: 10_000,
+    // Knex reports lost or refused connections with console.log; one plain line on stderr instead
+    // (the caller's error handling says what it means for the request or activity).
+    log: {
+      warn: (message: unknown) => process.stderr.write(`knex: ${String(message)}\n`),
+      error: (message: unknown) => process.stderr.write(`knex: ${String(message)}\n`),
+      deprecate: () => undefined,
+      debug: () => undefined,
+    },
   });
+}
+
+// Connection-level failures: refused or lost connections, the server shutting down or starting up
+// (57P01-57P03), too many clients (53300), connection exceptions (class 08), and a pool that could
+// not hand out a connection in time. A query error (syntax, constraint) is not among them.
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', '57P01', '57P02', '57P03', '53300']);
+const UNAVAILABLE_MESSAGES = /Connection terminated|Client has encountered a connection error|Connection is closed|timeout exceeded when trying to connect/i;
+
+/** Whether an error means PostgreSQL cannot be reached right now (retrying later can succeed). */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const { code, name, message } = err as { code?: unknown; name?: unknown; message?: unknown };
+  if (typeof code === 'string' && (UNAVAILABLE_CODES.has(code) || code.startsWith('08'))) return true;
+  if (name === 'KnexTimeoutError') return true;
+  return typeof message === 'string' && UNAVAILABLE_MESSAGES.test(message);
 }

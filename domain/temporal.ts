@@ -41,6 +41,29 @@ export function temporalClientFactory(address: string, namespace: string): { get
   };
 }
 
+/** How long one workflow start by the worker's dispatchers may take: a Temporal that went away must not hang the loop. */
+export const START_DEADLINE_MS = 10_000;
+
+/**
+ * A call made under a deadline. Without one, a call made while the server is away can wait
+ * forever; with it, the caller fails and tries again on its next pass (starts are idempotent by
+ * workflow id, so a start that timed out but happened is found as already started).
+ */
+export function withDeadline<T>(client: Client, ms: number, call: () => Promise<T>): Promise<T> {
+  return client.connection.withDeadline(Date.now() + ms, call);
+}
+
+const GRPC_DEADLINE_EXCEEDED = 4;
+const GRPC_UNAVAILABLE = 14;
+
+/** Whether an error means the Temporal server could not be reached (or did not answer in time). */
+export function isTemporalUnreachable(err: unknown): boolean {
+  for (let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++) {
+    if (e.code === GRPC_UNAVAILABLE || e.code === GRPC_DEADLINE_EXCEEDED) return true;
+  }
+  return false;
+}
+
 /** Registers our search attributes on the namespace (idempotent: existing ones are left alone). */
 export async function ensureSearchAttributes(address: string, namespace: string): Promise<void> {
   const connection = await Connection.connect({ address, connectTimeout: 10_000 });

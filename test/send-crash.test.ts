@@ -203,6 +203,83 @@ describe('a worker killed mid-send', () => {
     console.log(`[send-crash] killed before the provider call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 60_000);
 
+  it('dies after the contact and conversation were created, before the provider call: one call, no orphan, events once', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `crash-after-prepare-${phone}`;
+    // Two holds: the daily cold-slot row stops prepare until the attempt's reference is known;
+    // then an uncommitted attempt row with that reference stops the provider step's claim, after
+    // prepare committed the contact and the conversation.
+    const slot = await api.db.transaction();
+    await slot('daily_counters').insert({ workspace_id: s.ws.id, day: saoPauloToday(), kind: 'cold_conversations', count: 0 });
+    const slotPid = (await slot.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+    const started = Date.now();
+    const pending = send(s, phone, key);
+    const claim = await api.db.transaction();
+    try {
+      await waitFor('the send blocked in prepare', async () => {
+        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [slotPid]);
+        if (rows[0].n === 0) throw new Error('not blocked yet');
+      }, 20_000);
+      const { runId } = await (await temporal.get()).workflow.getHandle(workflowId(s, key)).describe();
+      await claim('send_attempts').insert({ reference: `${workflowId(s, key)}/${runId}`, workspace_id: s.ws.id, state: 'failed' });
+      const claimPid = (await claim.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+      await slot.rollback();
+      await waitFor('the provider step blocked on its claim', async () => {
+        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [claimPid]);
+        if (rows[0].n === 0) throw new Error('not blocked yet');
+      }, 20_000);
+      // The point of the kill: contact and conversation committed, no provider call.
+      expect(await api.db('contacts').where({ workspace_id: s.ws.id, phone }).pluck('id')).toHaveLength(1);
+      expect(await api.db('conversations').where({ workspace_id: s.ws.id }).pluck('id')).toHaveLength(1);
+      expect(await callsTo(phone)).toHaveLength(0);
+      await killWorker(worker!);
+    } finally {
+      if (!slot.isCompleted()) await slot.rollback();
+      await claim.rollback();
+    }
+    worker = await startWorker();
+
+    const res = await answer(s, phone, key, pending);
+    await expectOneSend(s, phone, res);
+    console.log(`[send-crash] killed after prepare, before the provider call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 60_000);
+
+  it('dies after the provider accepted, before the message and events were recorded: no second call, events once', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `crash-before-record-${phone}`;
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 1500, times: 1 });
+    const started = Date.now();
+    const pending = send(s, phone, key);
+    await waitFor('the provider call', async () => {
+      if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
+    }, 20_000);
+    // Prepare committed the conversation; holding it stops recordSent, which locks it first.
+    const hold = await api.db.transaction();
+    try {
+      await hold('conversations').where({ workspace_id: s.ws.id }).forUpdate().select('id');
+      const holdPid = (await hold.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+      await waitFor('recording blocked after the provider answered', async () => {
+        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [holdPid]);
+        if (rows[0].n === 0) throw new Error('not blocked yet');
+      }, 20_000);
+      // The point of the kill: the provider accepted, nothing of the message or its events is recorded.
+      expect(await api.db('send_attempts').where({ workspace_id: s.ws.id }).pluck('state')).toEqual(['sent']);
+      expect(await api.db('messages').where({ workspace_id: s.ws.id }).pluck('id')).toHaveLength(0);
+      expect(await outbox(api, s.ws.id, 'contact.created')).toHaveLength(0);
+      await killWorker(worker!);
+    } finally {
+      await hold.rollback();
+    }
+    worker = await startWorker();
+
+    const res = await answer(s, phone, key, pending);
+    await expectOneSend(s, phone, res);
+    expect(Math.max(...(await activityAttempts(s, key)).recordSent)).toBeGreaterThanOrEqual(2);
+    console.log(`[send-crash] killed before recording: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 60_000);
+
   it('finds an attempt claimed by a worker that died before calling: no callback within the window, so it sends once', async () => {
     const s = await setup();
     const phone = mobile();

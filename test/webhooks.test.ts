@@ -496,6 +496,48 @@ describe('the outbox dispatcher recovers from a crash', () => {
   });
 });
 
+describe('a row the dispatcher cannot hand over', () => {
+  it('is set aside with its error and retried later, while the rows after it (other tenants) are delivered', async () => {
+    // The poison: a contact_updated trigger whose payload is JSON null (the trigger matcher reads
+    // its fields), in a workspace with an automation listening for it; the same batch holds a
+    // healthy event of another workspace, recorded after it.
+    const poisoned = await workspace();
+    const flow = await api.request('POST', '/api/v1/automations', { key: poisoned.key, body: { name: 'On update', trigger: { type: 'contact_updated' }, actions: [{ type: 'add_tag', tag: 'x' }] } });
+    expect(flow.status).toBe(201);
+    const healthy = await workspace();
+    const path = `/ok/${unique('behind-poison')}`;
+    await subscribe(healthy, path, ['card.created']);
+    // One statement: both rows commit together, so one dispatcher pass takes them in one batch.
+    const [poison] = await api
+      .db('outbox_events')
+      .insert([
+        { workspace_id: poisoned.id, kind: 'trigger', name: 'contact_updated', payload: api.db.raw(`'null'::jsonb`) },
+        {
+          workspace_id: healthy.id,
+          kind: 'webhook',
+          name: 'card.created',
+          payload: JSON.stringify({ event: 'card.created', workspace_id: healthy.id, timestamp: new Date().toISOString(), card_id: 'c', stage_id: 's', pipeline_id: 'p', contact_id: 'k', name: 'n' }),
+        },
+      ])
+      .returning('id');
+    try {
+      const [request] = await waitFor(path, 1);
+      expect(request.json.card_id).toBe('c');
+      const row = await eventually('the poison set aside', async () => {
+        const r = await api.db('outbox_events').where({ id: poison.id }).first('dispatched_at', 'dispatch_failures', 'last_dispatch_error', 'claimed_until');
+        return r.dispatch_failures >= 1 ? r : undefined;
+      });
+      expect(row.dispatched_at).toBeNull();
+      expect(row.last_dispatch_error).toMatch(/null/);
+      // Retried later, not in a tight loop: its next try is in the future.
+      expect(new Date(row.claimed_until).getTime()).toBeGreaterThan(Date.now() - 1000);
+      expect(await api.db('automation_runs').where({ workspace_id: poisoned.id }).count({ n: '*' }).first()).toEqual({ n: 0 });
+    } finally {
+      await api.db('outbox_events').where({ id: poison.id }).delete();
+    }
+  });
+});
+
 describe('ping and manual retry', () => {
   it('ping sends a signed test.ping now, reports the outcome, and stays out of the delivery log', async () => {
     const ws = await workspace();

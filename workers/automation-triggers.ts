@@ -1,6 +1,7 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import { CONTACT_FIELDS, MAX_CHAIN_DEPTH, runWorkflowId, TriggerConfig } from '../domain/automations';
 import type { Db } from '../domain/db';
+import { START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 import type { RunInput } from '../workflows/automation-types';
 import type { OutboxRow } from './outbox-dispatcher';
 
@@ -89,13 +90,15 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
     const client = await options.temporal();
     const results = await Promise.allSettled(
       starts.map((input, i) =>
-        client.workflow.start('automationRunWorkflow', {
-          workflowId: keys[i],
-          taskQueue: options.taskQueue,
-          args: [input],
-          workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-          searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
-        }),
+        withDeadline(client, START_DEADLINE_MS, () =>
+          client.workflow.start('automationRunWorkflow', {
+            workflowId: keys[i],
+            taskQueue: options.taskQueue,
+            args: [input],
+            workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+            searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
+          }),
+        ),
       ),
     );
     const failed = results.find((r) => r.status === 'rejected' && !(r.reason instanceof WorkflowExecutionAlreadyStartedError));

@@ -3,6 +3,8 @@ import type { Logger } from 'pino';
 import type { Db } from '../domain/db';
 import { deliveryWorkflowId } from '../domain/webhooks';
 import type { DeliveryInput } from '../workflows/webhook-types';
+import { isDatabaseUnavailable } from '../domain/db';
+import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 
 /**
  * Turns committed outbox rows into durable work. Business transactions only write the outbox
@@ -48,6 +50,9 @@ interface NewDelivery {
 }
 
 const START_CONCURRENCY = 64;
+
+/** An outage holds back every row alike; only other failures single a row out. */
+const isOutage = (err: unknown): boolean => isDatabaseUnavailable(err) || isTemporalUnreachable(err);
 
 export function createOutboxDispatcher(options: DispatcherOptions) {
   const { db, logger } = options;
@@ -99,13 +104,15 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
       const results = await Promise.allSettled(
         fresh.slice(i, i + START_CONCURRENCY).map((d) => {
           const input: DeliveryInput = { workspaceId: d.workspace_id, deliveryId: d.id, retryScale: options.retryScale };
-          return client.workflow.start('webhookDeliveryWorkflow', {
-            workflowId: deliveryWorkflowId(d.workspace_id, d.subscription_id, d.event_id),
-            taskQueue: options.taskQueue,
-            args: [input],
-            workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-            searchAttributes: { WorkspaceId: [d.workspace_id] },
-          });
+          return withDeadline(client, START_DEADLINE_MS, () =>
+            client.workflow.start('webhookDeliveryWorkflow', {
+              workflowId: deliveryWorkflowId(d.workspace_id, d.subscription_id, d.event_id),
+              taskQueue: options.taskQueue,
+              args: [input],
+              workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+              searchAttributes: { WorkspaceId: [d.workspace_id] },
+            }),
+          );
         }),
       );
       const failed = results.find((r) => r.status === 'rejected' && !(r.reason instanceof WorkflowExecutionAlreadyStartedError));
@@ -113,23 +120,66 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     }
   }
 
-  /** One pass: returns how many outbox rows it dispatched. */
+  /** Hands rows over (deliveries and their workflows, automation runs) and marks them dispatched. */
+  async function dispatch(rows: OutboxRow[]): Promise<void> {
+    const deliveries = await createDeliveries(rows.filter((r) => r.kind === 'webhook').map((r) => r.id));
+    await startDeliveries(deliveries);
+    const triggers = rows.filter((r) => r.kind === 'trigger');
+    if (triggers.length > 0 && options.onTriggers) await options.onTriggers(triggers);
+    await db('outbox_events').whereIn('id', rows.map((r) => r.id)).update({ dispatched_at: db.fn.now(), claimed_until: null });
+  }
+
+  /** Gives rows back at once: the next pass (after the error backoff) takes them again. */
+  async function release(rows: OutboxRow[]): Promise<void> {
+    await db('outbox_events').whereIn('id', rows.map((r) => r.id)).whereNull('dispatched_at').update({ claimed_until: null }).catch(() => undefined);
+  }
+
+  /**
+   * One pass: returns how many outbox rows it dispatched. When the batch fails for a reason that
+   * is not an outage (PostgreSQL or Temporal away: the whole batch waits), each row is tried on
+   * its own, and one that still fails is set aside with its error and retried with a growing
+   * backoff (up to an hour), so one bad row never holds back the other rows or tenants.
+   */
   async function dispatchOnce(): Promise<number> {
     const rows = await claim();
     if (rows.length === 0) return 0;
-    const ids = rows.map((r) => r.id);
     try {
-      const deliveries = await createDeliveries(rows.filter((r) => r.kind === 'webhook').map((r) => r.id));
-      await startDeliveries(deliveries);
-      const triggers = rows.filter((r) => r.kind === 'trigger');
-      if (triggers.length > 0 && options.onTriggers) await options.onTriggers(triggers);
-      await db('outbox_events').whereIn('id', ids).update({ dispatched_at: db.fn.now(), claimed_until: null });
+      await dispatch(rows);
       return rows.length;
     } catch (err) {
-      // Give the rows back at once: the next pass (after the error backoff) takes them again.
-      await db('outbox_events').whereIn('id', ids).whereNull('dispatched_at').update({ claimed_until: null }).catch(() => undefined);
-      throw err;
+      if (rows.length === 1 || isOutage(err)) {
+        if (rows.length === 1 && !isOutage(err)) await setAside(rows[0], err);
+        else await release(rows);
+        throw err;
+      }
     }
+    let dispatched = 0;
+    for (const [i, row] of rows.entries()) {
+      try {
+        await dispatch([row]);
+        dispatched += 1;
+      } catch (err) {
+        if (isOutage(err)) {
+          await release(rows.slice(i));
+          throw err;
+        }
+        await setAside(row, err);
+      }
+    }
+    return dispatched;
+  }
+
+  async function setAside(row: OutboxRow, err: unknown): Promise<void> {
+    const message = err instanceof Error ? err.message : String(err);
+    const [{ dispatch_failures: failures }] = await db('outbox_events')
+      .where({ id: row.id })
+      .update({
+        dispatch_failures: db.raw('dispatch_failures + 1'),
+        last_dispatch_error: message.slice(0, 1000),
+        claimed_until: db.raw(`now() + least(interval '1 hour', interval '1 second' * power(2, dispatch_failures))`),
+      })
+      .returning('dispatch_failures');
+    logger.error({ outboxEventId: row.id, workspaceId: row.workspace_id, event: row.name, failures, err: message }, 'outbox row set aside after a failed dispatch; it will be retried');
   }
 
   function pause(ms: number): Promise<void> {

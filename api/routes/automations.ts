@@ -25,7 +25,8 @@ import {
 import { ApiError } from '../../domain/errors';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import type { RunInput } from '../../workflows/automation-types';
-import { temporalClient } from '../context';
+import { withTemporal } from '../context';
+import { withDeadline } from '../../domain/temporal';
 import { enforce, requestBody } from '../middleware';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
@@ -60,7 +61,8 @@ const base = (ctx: Context): string => ctx.deps.config.publicBaseUrl;
 /** Whether the workflow exists; an unanswered question counts as no (the run row is then removed and the sender retries). */
 async function workflowExists(client: Client, workflowId: string): Promise<boolean> {
   try {
-    await client.workflow.getHandle(workflowId).describe();
+    // Short: after a start that failed because Temporal is away, this answer decides only between 202 and 503.
+    await withDeadline(client, 2_000, () => client.workflow.getHandle(workflowId).describe());
     return true;
   } catch {
     return false;
@@ -283,15 +285,14 @@ export const automationRoutes = [
       const workflowId = runWorkflowId(workspaceId, automation.id, externalId ? { externalId } : { runId: run.id });
       let client: Client | undefined;
       try {
-        client = await temporalClient(ctx, 'The automation service');
-        await client.workflow.start('automationRunWorkflow', {
+        await withTemporal(ctx, 'The automation service', (started) => (client = started).workflow.start('automationRunWorkflow', {
           // The externalId names the run: Temporal refuses a second one with the same id (with the index above, twice guarded).
           workflowId,
           taskQueue: config.taskQueue,
           args: [input],
           workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
           searchAttributes: { WorkspaceId: [workspaceId], AutomationId: [automation.id] },
-        });
+        }));
       } catch (err) {
         if (err instanceof WorkflowExecutionAlreadyStartedError) {
           await db('automation_runs').where({ id: run.id }).update({ status: 'duplicate', finished_at: db.fn.now() });

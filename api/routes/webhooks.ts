@@ -22,7 +22,7 @@ import {
   WEBHOOK_RETRY_SCHEDULE_SECONDS,
 } from '../../domain/webhooks';
 import type { DeliveryInput, DeliveryResult } from '../../workflows/webhook-types';
-import { temporalClient } from '../context';
+import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 
@@ -224,11 +224,9 @@ export const webhookRoutes = [
       const target = await subscriptionTarget(db, workspaceId, params.id);
       if (!target.active) throw new ApiError('WEBHOOK_DISABLED', 'The subscription is disabled', { hint: 'PATCH it with active: true, then retry.' });
 
-      const client = await temporalClient(ctx, 'Webhook delivery');
+      const service = 'Webhook delivery';
       const workflowId = deliveryWorkflowId(workspaceId, params.id, delivery.event_id ?? delivery.id);
-      const running = await client.workflow
-        .getHandle(workflowId)
-        .describe()
+      const running = await withTemporal(ctx, service, (client) => client.workflow.getHandle(workflowId).describe())
         .then((d) => d.status.name === 'RUNNING')
         .catch((err) => {
           if (err instanceof WorkflowNotFoundError) return false;
@@ -250,13 +248,13 @@ export const webhookRoutes = [
       const input: DeliveryInput = { workspaceId, deliveryId: delivery.id, retryScale: config.webhookRetryScale, maxAttempts: 1 };
       let handle;
       try {
-        handle = await client.workflow.start('webhookDeliveryWorkflow', {
+        handle = await withTemporal(ctx, service, (client) => client.workflow.start('webhookDeliveryWorkflow', {
           workflowId,
           taskQueue: config.taskQueue,
           args: [input],
           workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
           searchAttributes: { WorkspaceId: [workspaceId] },
-        });
+        }));
       } catch (err) {
         if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress();
         // Nothing will attempt it: the log goes back to what it said.
