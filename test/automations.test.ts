@@ -3,6 +3,7 @@
  * outbox dispatcher, and run workflows on the real Temporal dev server. The suite's worker runs
  * with AUTOMATION_WAIT_SCALE=0.00001 (a day's wait takes under a second).
  */
+import { randomUUID } from 'node:crypto';
 import { ALL_SCOPES } from '../domain/scopes';
 import { MAX_CHAIN_DEPTH, render } from '../domain/automations';
 import { createAutomationActivities } from '../activities/automations';
@@ -411,6 +412,22 @@ describe('durable actions', () => {
     expect(run.status).toBe('failed');
     expect(run.error).toBe('Action 3 (add_tag): The automation was deleted or deactivated during the run');
     expect(await tagsOf(ws, contactId)).toEqual(['first']);
+  });
+
+  it('closes a run recorded by a pass whose start failed, even when the automation was deactivated before the next pass', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'add_note', body: 'won' }] });
+    expect((await api.request('PATCH', `/api/v1/automations/${flow.id}`, { key: ws.key, body: { active: false } })).status).toBe(200);
+    // What the failed pass left: the trigger row (not dispatched) and its run, recorded `running`.
+    const eventId = randomUUID();
+    await api.db.transaction(async (trx) => {
+      await trx('automation_runs').insert({ workspace_id: ws.id, automation_id: flow.id, status: 'running', trigger: { type: 'deal_won' }, event_id: eventId, depth: 0 });
+      await trx('outbox_events').insert({ id: eventId, workspace_id: ws.id, kind: 'trigger', name: 'deal_won', payload: {} });
+    });
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run.status).toBe('failed');
+    expect(run.error).toBe('The automation was deleted or deactivated before the run began');
+    expect(await api.db('notes').where({ workspace_id: ws.id }).count({ n: '*' }).first()).toEqual({ n: 0 });
   });
 
   it(`stops a chain of automations deeper than ${MAX_CHAIN_DEPTH} and records why`, async () => {

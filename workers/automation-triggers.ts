@@ -38,8 +38,14 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
   return async function onTriggers(rows: OutboxRow[]): Promise<void> {
     const workspaces = [...new Set(rows.map((r) => r.workspace_id))];
     const types = [...new Set(rows.map((r) => r.name))];
+    // An automation deactivated after an earlier pass recorded its run (`running`) but failed to
+    // start it is still taken for that event: its run then starts, sees the automation inactive
+    // and closes as failed, instead of staying `running` for ever.
+    const eventIds = rows.map((r) => r.id);
     const candidates: Candidate[] = await db('automations')
-      .where({ active: true })
+      .where((q) =>
+        q.where({ active: true }).orWhereIn('id', db('automation_runs').where({ status: 'running' }).whereIn('event_id', eventIds).select('automation_id')),
+      )
       .whereIn('workspace_id', workspaces)
       .whereIn('trigger_type', types)
       .select('id', 'workspace_id', 'trigger_type', 'trigger');
