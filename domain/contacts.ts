@@ -72,6 +72,24 @@ export function serializeLead(row: ContactRow, tags: TagRef[]) {
   };
 }
 
+/**
+ * The contact's tags as a column of the same statement (`tag_list`, ordered like tagsOf): a page
+ * of leads and their tags in one round trip instead of two.
+ */
+export function tagListColumn(db: Reader, alias = 'contacts'): Knex.Raw {
+  return db.raw(
+    `(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name, 'color', t.color) ORDER BY t.name, t.id), '[]'::json)
+        FROM contact_tags ct JOIN tags t ON t.id = ct.tag_id WHERE ct.contact_id = ??.id) AS tag_list`,
+    [alias],
+  );
+}
+
+export type ContactRowWithTags = ContactRow & { tag_list: TagRef[] };
+
+export function serializeLeadsWithTags(rows: ContactRowWithTags[]) {
+  return rows.map((r) => serializeLead(r, r.tag_list));
+}
+
 export async function serializeLeads(db: Reader, rows: ContactRow[]) {
   const tags = await tagsOf(db, rows.map((r) => r.id));
   return rows.map((r) => serializeLead(r, tags.get(r.id) ?? []));

@@ -35,6 +35,8 @@ const QUICK = process.argv.includes('--quick');
 const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
 const wanted = (group: string): boolean => !ONLY || ONLY.includes(group);
 const BENCH_DIR = path.join(ROOT, '.data', 'bench');
+const PROFILE = process.argv.includes('--profile');
+const PROFILE_DIR = path.join(BENCH_DIR, 'profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench-results');
 const DURATION = QUICK ? 3 : 10;
 const SIZES = QUICK
@@ -132,7 +134,10 @@ async function startStack(running: Running[]) {
   running.push(emulator);
   const worker = startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: logFile('worker') });
   running.push(worker);
-  const api = startChild({ name: 'api', ...nodeTs('api/server.ts'), env: { ...env, BENCH_BASELINE: '1' }, logFile: logFile('api') });
+  // `--profile`: the API runs with V8's CPU profiler; the profile is summarised after the run.
+  const apiCommand = nodeTs('api/server.ts');
+  if (PROFILE) apiCommand.args.unshift('--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`);
+  const api = startChild({ name: 'api', ...apiCommand, env: { ...env, BENCH_BASELINE: '1' }, logFile: logFile('api') });
   running.push(api);
   await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker), waitForHttp(`http://127.0.0.1:${apiPort}/health`, api)]);
   return { databaseUrl, apiUrl: `http://127.0.0.1:${apiPort}`, emulatorUrl: env.EMULATOR_URL, api, worker, temporal, emulator };
@@ -328,26 +333,43 @@ function cpuMeter(pids: Record<string, number>) {
       return 0;
     }
   };
-  const postgres = (): number => {
-    let sum = 0;
-    for (const pid of fs.existsSync('/proc') ? fs.readdirSync('/proc') : []) {
+  // Only this bench's server: its postmaster (postmaster.pid of the bench cluster) and its
+  // children; other PostgreSQL servers on the machine (a test run) are not ours to count. A
+  // backend that ended between two reads takes its ticks with it, so the sum may only be read as
+  // a delta over processes alive in both reads (see split()).
+  const postmaster = (): number | undefined => {
+    try {
+      return Number(fs.readFileSync(path.join(BENCH_DIR, 'postgres', 'postmaster.pid'), 'utf8').split('\n')[0]);
+    } catch {
+      return undefined;
+    }
+  };
+  const postgres = (): Record<string, number> => {
+    const root = postmaster();
+    const out: Record<string, number> = {};
+    if (root === undefined || !fs.existsSync('/proc')) return out;
+    for (const pid of fs.readdirSync('/proc')) {
       if (!/^\d+$/.test(pid)) continue;
       try {
-        if (fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'postgres') sum += ticks(pid);
+        const parent = Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[1]);
+        if (Number(pid) === root || parent === root) out[pid] = ticks(pid);
       } catch {
         // gone
       }
     }
-    return sum;
+    return out;
   };
-  const read = () => ({ ...Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ticks(pid)])), postgres: postgres(), bench: ticks(process.pid), at: Date.now() });
+  const read = (): { named: Record<string, number>; postgres: Record<string, number>; at: number } => ({ named: { ...Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ticks(pid)])), bench: ticks(process.pid) }, postgres: postgres(), at: Date.now() });
   let last = read();
   return {
     split(): Record<string, number> {
       const now = read();
       const seconds = (now.at - last.at) / 1000;
+      const share = (delta: number) => Math.round((delta / 100 / seconds) * 100);
       const out: Record<string, number> = {};
-      for (const name of Object.keys(now)) if (name !== 'at') out[name] = Math.round(((now as any)[name] - (last as any)[name]) / 100 / seconds * 100);
+      for (const name of Object.keys(now.named)) out[name] = share(now.named[name] - (last.named[name] ?? 0));
+      // New backends count from zero; ended ones are not counted for the interval's last part.
+      out.postgres = share(Object.entries(now.postgres).reduce((sum, [pid, t]) => sum + t - (last.postgres[pid] ?? 0), 0));
       last = now;
       return out;
     },
@@ -513,30 +535,27 @@ async function main(): Promise<void> {
       row.explain = await explainLeadList(db, seeded.big.id, p);
     }
 
-    // Growth: the same unfiltered query on workspaces of growing size.
+    // Growth: the same unfiltered query on workspaces of growing size (each row pushed as it is
+    // measured, so its CPU split and statements are its own).
     const growth: LoadResult[] = [];
-    for (const ws of wanted('growth') ? seeded.growth : []) {
+    for (const [i, ws] of (wanted('growth') ? seeded.growth : []).entries()) {
       const key = await newKey(api, ws.id);
       await load({ url: base, connections: 4, duration: 1, path: '/api/v1/leads', headers: auth(key) });
       const r = await load({ url: base, connections: 32, path: '/api/v1/leads', headers: auth(key) });
       growth.push(r);
       log(`GET /api/v1/leads at ${ws.contacts} contacts: p50 ${r.p50} ms, p99 ${r.p99} ms, ${r.rps.toFixed(0)} req/s`);
-    }
-    const growthRows: Measured[] = [];
-    seeded.growth.slice(0, growth.length).forEach((ws, i) => {
       const last = i === seeded.growth.length - 1;
-      const growthRatio = growth[i].p50 / Math.max(growth[0].p50, 0.001);
-      growthRows.push({
+      const growthRatio = r.p50 / Math.max(growth[0].p50, 0.001);
+      results.push({
         scenario: `lead list growth (32 conn)`,
         data: `${ws.contacts} contacts`,
-        ...pick(growth[i]),
+        ...pick(r),
         baseline: baseline32.rps,
-        ratio: growth[i].rps / baseline32.rps,
+        ratio: r.rps / baseline32.rps,
         target: last ? `p50 <= 1.5 x p50 at ${seeded.growth[0].contacts} (${growthRatio.toFixed(2)}x)` : '-',
-        pass: last ? growth[i].p50 <= 1.5 * Math.max(growth[0].p50, 1) && growth[i].errors === 0 && growth[i].non2xx === 0 : true,
+        pass: last ? r.p50 <= 1.5 * Math.max(growth[0].p50, 1) && r.errors === 0 && r.non2xx === 0 : true,
       });
-    });
-    results.push(...growthRows);
+    }
 
     if (wanted('pipelines')) {
       const pipelines = await load({ url: base, connections: 32, path: '/api/v1/pipelines', headers: auth(bigKey) });
@@ -603,7 +622,38 @@ async function main(): Promise<void> {
     rss?.stop();
     await stopAll();
   }
+  if (PROFILE) summariseProfiles();
   process.exit(results.every((r) => r.pass) ? 0 : 1);
+}
+
+/**
+ * The API's CPU profile (V8 .cpuprofile written at exit) as self time per function and per
+ * package: where the API process spends its share of a row's CPU.
+ */
+function summariseProfiles(): void {
+  const files = fs.existsSync(PROFILE_DIR) ? fs.readdirSync(PROFILE_DIR).filter((f) => f.endsWith('.cpuprofile')) : [];
+  // One file per thread (tsx's loader runs in a worker thread): the newest run's biggest is the main thread.
+  const newest = files.map((f) => path.join(PROFILE_DIR, f)).sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs).slice(0, 2);
+  const latest = newest.sort((a, b) => fs.statSync(b).size - fs.statSync(a).size)[0];
+  if (!latest) return log('no CPU profile was written');
+  const profile = JSON.parse(fs.readFileSync(latest, 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[] };
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const fn = new Map<string, number>();
+  const pkg = new Map<string, number>();
+  const busy = profile.samples.filter((id) => byId.get(id)!.callFrame.functionName !== '(idle)');
+  for (const id of busy) {
+    const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
+    const where = url.includes('node_modules/') ? url.split('node_modules/').pop()!.split('/').slice(0, url.includes('node_modules/@') ? 2 : 1).join('/') : url.startsWith('node:') || url === '' ? url || '(native)' : path.relative(ROOT, url.replace('file://', ''));
+    const key = `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}`;
+    fn.set(key, (fn.get(key) ?? 0) + 1);
+    pkg.set(where.split(':')[0], (pkg.get(where.split(':')[0]) ?? 0) + 1);
+  }
+  const total = busy.length;
+  const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, n).map(([k, v]) => `    ${((v / total) * 100).toFixed(1).padStart(5)}%  ${k}`);
+  console.log(`\nAPI CPU profile (${path.relative(ROOT, latest)}, ${total} busy samples), self time by package or file:`);
+  console.log(top(pkg, 15).join('\n'));
+  console.log('  by function:');
+  console.log(top(fn, 20).join('\n'));
 }
 
 function pick(r: LoadResult) {

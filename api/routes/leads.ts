@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, Lead, listOf, single, Tag } from '../schemas';
-import { addTag, ContactRow, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead } from '../../domain/contacts';
+import { addTag, ContactRowWithTags, removeTag, serializeLeads, serializeLeadsWithTags, softDeleteContact, tagListColumn, updateContact, upsertLead } from '../../domain/contacts';
 import { DEAL_STATUSES } from '../../domain/deals';
 import { isoInstant, likeContains, listEnvelope, pageQuery, pageWithTotal, sortQuery } from '../../domain/pagination';
 import { canonical, requireContact } from '../../domain/refs';
@@ -90,7 +90,7 @@ const LEAD_FILTERS = ['q', 'tag', 'pipelineId', 'stageId', 'status', 'createdAft
 /** The lead list's scope (workspace, canonical, filters) and page shape; the bench EXPLAINs the same SQL. */
 export function leadListQueries(db: Knex, workspaceId: string, query: LeadFilters) {
   const scope = applyLeadFilters(db, canonical(db('contacts').where('contacts.workspace_id', workspaceId)), workspaceId, query);
-  const shape = (q: Knex.QueryBuilder) => q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*');
+  const shape = (q: Knex.QueryBuilder) => q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*', tagListColumn(db));
   return { scope, shape, filtered: LEAD_FILTERS.some((name) => query[name] !== undefined) };
 }
 
@@ -115,13 +115,16 @@ export const leadRoutes = [
       const db = ctx.deps.db;
       const workspaceId = ctx.state.auth!.workspaceId;
       const { scope, shape, filtered } = leadListQueries(db, workspaceId, query);
-      // Unfiltered, the exact total is the maintained count (migration contact_counts), not a count(*) of the workspace.
-      const { rows, total } = filtered
-        ? await pageWithTotal<ContactRow>(scope, query, shape)
-        : await Promise.all([shape(scope).limit(query.limit).offset(query.offset), db('contact_counts').where({ workspace_id: workspaceId }).first('canonical')]).then(
-            ([page, count]) => ({ rows: page as ContactRow[], total: Number(count?.canonical ?? 0) }),
-          );
-      return listEnvelope(await serializeLeads(db, rows), total, query);
+      if (filtered) {
+        const { rows, total } = await pageWithTotal<ContactRowWithTags>(scope, query, shape);
+        return listEnvelope(serializeLeadsWithTags(rows), total, query);
+      }
+      // Unfiltered, the exact total is the maintained count (migration contact_counts), not a
+      // count(*) of the workspace, read in the page's own statement; a page past the end reads it alone.
+      const totalSql = db('contact_counts').where({ workspace_id: workspaceId }).select('canonical');
+      const rows: (ContactRowWithTags & { total: number })[] = await shape(scope).select(db.raw('(?) AS total', [totalSql])).limit(query.limit).offset(query.offset);
+      const total = rows.length > 0 ? Number(rows[0].total) : Number((await totalSql.first())?.canonical ?? 0);
+      return listEnvelope(serializeLeadsWithTags(rows), total, query);
     },
   }),
   route({
