@@ -9,4 +9,7 @@ module.exports = {
   testTimeout: 60000,
   maxWorkers: 2,
   errorOnDeprecated: true,
+  // A failed case can leave a socket or a child's pipe open; the run must still end (and fail)
+  // instead of hanging CI until its time limit. Cases clean up after themselves regardless.
+  forceExit: true,
 };

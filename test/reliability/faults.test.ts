@@ -78,6 +78,14 @@ beforeAll(async () => {
   api = await startApi({ config: { databaseUrl, temporalAddress: temporal.address, taskQueue: TASK_QUEUE, rateLimitScale: 100 } });
 }, 180_000);
 
+const exited = (child: Child): boolean => child.process.exitCode !== null || child.process.signalCode !== null;
+
+/** What a case leaves running (receivers, load loops, an API process) is stopped even when it fails. */
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+});
+
 afterAll(async () => {
   await api?.close();
   await worker?.stop();
@@ -102,17 +110,23 @@ async function startReceiver(port = 0) {
       server.listen(p, '127.0.0.1', () => resolve((server!.address() as AddressInfo).port));
     });
   const bound = await listen(port);
-  return {
+  let listening = true;
+  const receiver = {
     url: `http://127.0.0.1:${bound}/hook`,
     arrivals,
     down: async () => {
+      if (!listening) return;
+      listening = false;
       server!.closeAllConnections();
       await new Promise<void>((resolve) => server!.close(() => resolve()));
     },
     up: async () => {
       await listen(bound);
+      listening = true;
     },
   };
+  cleanups.push(receiver.down);
+  return receiver;
 }
 type Receiver = Awaited<ReturnType<typeof startReceiver>>;
 
@@ -174,13 +188,12 @@ function leadLoad(ws: Workspace, workers = 4) {
       await new Promise((r) => setTimeout(r, 20));
     }
   });
-  return {
-    outcomes,
-    stop: async () => {
-      running = false;
-      await Promise.all(loops);
-    },
+  const stop = async () => {
+    running = false;
+    await Promise.all(loops);
   };
+  cleanups.push(stop);
+  return { outcomes, stop };
 }
 
 const tally = (outcomes: Outcome[]): string =>
@@ -198,6 +211,7 @@ describe('PostgreSQL restarted during load', () => {
 
     await pg.stop();
     const downAt = Date.now();
+    cleanups.push(async () => exited(pg) && (await startPostgres()));
     const before = load.outcomes.length;
     await eventually('answers while PostgreSQL is down', async () => load.outcomes.slice(before).filter((o) => o.status === 503).length >= 8, 40_000);
     const duringDown = load.outcomes.slice(before);
@@ -296,6 +310,7 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
 
     await temporal.stop();
     report('Temporal dev server stopped');
+    cleanups.push(async () => exited(temporal) && (await startTemporal()));
     // While it is away: the workflow endpoints answer 503 quickly; reads and plain writes keep working.
     const downPhone = mobile();
     const t0 = Date.now();
@@ -376,6 +391,7 @@ describe('API process killed between business commits and workflow starts', () =
       env: { ...workerEnv(), PORT: String(port), PUBLIC_BASE_URL: `http://127.0.0.1:${port}`, RATE_LIMIT_SCALE: '100' },
       logFile: path.join(LOG_DIR, 'api.log'),
     });
+    cleanups.push(() => child.stop());
     await waitForHttp(`http://127.0.0.1:${port}/health`, child);
     const post = (pathname: string, body: unknown, headers: Record<string, string> = {}) =>
       fetch(`http://127.0.0.1:${port}${pathname}`, { method: 'POST', headers: { authorization: `Bearer ${ws.key}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
