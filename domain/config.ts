@@ -23,6 +23,8 @@ export interface Config {
   sendReconcileWindowMs: number;
   /** How often the worker's outbox dispatcher looks for new events when it is idle. */
   outboxPollMs: number;
+  /** How often the dispatcher looks for pending deliveries that lost their attempt (a worker died mid-attempt). */
+  deliverySweepMs: number;
   /** A factor on automation `wait` actions (development and tests only; default 1). */
   automationWaitScale: number;
   /** Inbound automation webhooks accepted per token per minute. */
@@ -66,6 +68,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     inboundTokenLimit: positive('INBOUND_TOKEN_RATE_LIMIT', number('INBOUND_TOKEN_RATE_LIMIT', env.INBOUND_TOKEN_RATE_LIMIT, 300)),
     rateLimitScale: positive('RATE_LIMIT_SCALE', number('RATE_LIMIT_SCALE', env.RATE_LIMIT_SCALE, 1)),
     outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
+    deliverySweepMs: positive('DELIVERY_SWEEP_MS', number('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
   };
 }

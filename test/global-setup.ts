@@ -68,6 +68,7 @@ export default async function globalSetup(): Promise<void> {
     ADMIN_TOKEN: 'test-admin-token',
     ALLOW_PRIVATE_URLS: 'true',
     WEBHOOK_RETRY_SCALE: '0.001',
+    DELIVERY_SWEEP_MS: '1000',
     AUTOMATION_WAIT_SCALE: '0.00001',
     EMULATOR_URL: `http://127.0.0.1:${emulatorPort}`,
     LOG_LEVEL: 'info',

@@ -4,10 +4,10 @@
  * The suite's worker runs with WEBHOOK_RETRY_SCALE=0.001 (5 s → 5 ms, 5 min → 0.3 s).
  */
 import { createHmac } from 'node:crypto';
-import { Connection, Client } from '@temporalio/client';
+import { Connection, Client, WorkflowNotFoundError } from '@temporalio/client';
 import { ALL_SCOPES } from '../domain/scopes';
 import { verifyWebhookSignature } from '../domain/webhook-signature';
-import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS } from '../domain/webhooks';
+import { deliveryWorkflowId, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS } from '../domain/webhooks';
 import type { DeliveryInput, DeliveryResult } from '../workflows/webhook-types';
 import {
   createWorkspace,
@@ -493,6 +493,86 @@ describe('the outbox dispatcher recovers from a crash', () => {
     await settleOutbox(api, ws.id);
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(received(path)).toHaveLength(1);
+  });
+});
+
+/** The input a delivery's workflow was started with (from its history). */
+async function workflowInput(workspaceId: string, subscriptionId: string, eventId: string): Promise<DeliveryInput> {
+  const history = await temporal.workflow.getHandle(deliveryWorkflowId(workspaceId, subscriptionId, eventId)).fetchHistory();
+  const payload = history.events![0].workflowExecutionStartedEventAttributes!.input!.payloads![0];
+  return JSON.parse(Buffer.from(payload.data!).toString('utf8'));
+}
+
+describe('first attempts without a workflow', () => {
+  it('delivers a first attempt that succeeds without starting a workflow for it', async () => {
+    const ws = await workspace();
+    const path = `/ok/${unique('fast')}`;
+    const sub = await subscribe(ws, path, ['card.created']);
+    await dealIn(ws);
+    const [request] = await waitFor(path, 1);
+    const [delivery] = await deliveries(ws, sub.id);
+    expect(delivery).toMatchObject({ id: request.headers['x-service-delivery'], status: 'succeeded', attempts: 1, lastStatusCode: 200 });
+    const row = await api.db('webhook_deliveries').where({ id: delivery.id }).first('event_id');
+    await expect(temporal.workflow.getHandle(deliveryWorkflowId(ws.id, sub.id, row.event_id)).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
+  });
+
+  it('hands a failed first attempt to a workflow that keeps the schedule from there', async () => {
+    const ws = await workspace();
+    const path = `/fail/2/${unique('handover')}`;
+    const sub = await subscribe(ws, path, ['card.created']);
+    await dealIn(ws);
+    await waitFor(path, 3);
+    const [first] = await eventually('the delivery succeeded', async () => {
+      const list = await deliveries(ws, sub.id);
+      return list.length === 1 && list[0].status === 'succeeded' && list;
+    });
+    expect(first.attempts).toBe(3);
+    const row = await api.db('webhook_deliveries').where({ id: first.id }).first('event_id');
+    const described = await temporal.workflow.getHandle(deliveryWorkflowId(ws.id, sub.id, row.event_id)).describe();
+    expect(described.status.name).toBe('COMPLETED');
+    expect(received(path).map((r) => r.headers['x-service-delivery'])).toEqual([first.id, first.id, first.id]);
+    expect(await workflowInput(ws.id, sub.id, row.event_id)).toMatchObject({ attemptsDone: 1, firstWaitMs: expect.any(Number) });
+  });
+
+  it('sends the new events of a subscription whose deliveries are being retried straight to workflows', async () => {
+    const ws = await workspace();
+    const path = `/status/500/${unique('retrying')}`;
+    const sub = await subscribe(ws, path, ['card.created']);
+    await dealIn(ws);
+    await waitFor(path, 2); // the first attempt failed and the workflow's retries are under way
+    await api.db('outbox_events').insert({
+      workspace_id: ws.id,
+      kind: 'webhook',
+      name: 'card.created',
+      payload: { event: 'card.created', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'c2', stage_id: 's', pipeline_id: 'p', contact_id: 'k', name: 'n' },
+    });
+    const rows = await eventually('both deliveries', async () => {
+      const list = await api.db('webhook_deliveries').where({ subscription_id: sub.id }).orderBy('created_at').select('event_id');
+      return list.length === 2 && list;
+    });
+    const second = await eventually('the second workflow', () => workflowInput(ws.id, sub.id, rows[1].event_id).catch(() => undefined));
+    expect(second.attemptsDone).toBeUndefined();
+    expect(await workflowInput(ws.id, sub.id, rows[0].event_id)).toMatchObject({ attemptsDone: 1 });
+  });
+
+  it('sweeps a delivery whose first attempt died with its worker: a workflow delivers it', async () => {
+    const ws = await workspace();
+    const path = `/ok/${unique('orphan')}`;
+    const sub = await subscribe(ws, path, ['card.created']);
+    // What a worker killed during a first attempt leaves: the event dispatched, its delivery pending, no workflow.
+    const payload = { event: 'card.created', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'c', stage_id: 's', pipeline_id: 'p', contact_id: 'k', name: 'n' };
+    const [event] = await api.db('outbox_events').insert({ workspace_id: ws.id, kind: 'webhook', name: 'card.created', payload, dispatched_at: api.db.fn.now() }).returning('id');
+    const [orphan] = await api
+      .db('webhook_deliveries')
+      .insert({ workspace_id: ws.id, subscription_id: sub.id, event_id: event.id, event: 'card.created', payload, created_at: api.db.raw(`now() - interval '5 minutes'`) })
+      .returning('id');
+    const [request] = await waitFor(path, 1);
+    expect(request.headers['x-service-delivery']).toBe(orphan.id);
+    const [delivery] = await eventually('the orphan delivered', async () => {
+      const list = await deliveries(ws, sub.id);
+      return list[0]?.status === 'succeeded' && list;
+    });
+    expect(delivery.attempts).toBe(1);
   });
 });
 

@@ -1,5 +1,6 @@
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { createWebhookActivities } from '../activities/webhooks';
 import { loadConfig } from '../domain/config';
 import { createDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
@@ -36,6 +37,8 @@ async function main(): Promise<void> {
     pollMs: config.outboxPollMs,
     logger,
     onTriggers: createTriggerHandler({ db, temporal: temporal.get, taskQueue: config.taskQueue, waitScale: config.automationWaitScale }),
+    attempt: createWebhookActivities({ db, config }).attemptWebhookDelivery,
+    sweepMs: config.deliverySweepMs,
   });
   dispatcher.start();
   logger.info({ taskQueue: config.taskQueue }, 'worker ready');

@@ -2,7 +2,7 @@ import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } f
 import type { Logger } from 'pino';
 import type { Db } from '../domain/db';
 import { deliveryWorkflowId } from '../domain/webhooks';
-import type { DeliveryInput } from '../workflows/webhook-types';
+import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../workflows/webhook-types';
 import { isDatabaseUnavailable } from '../domain/db';
 import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 
@@ -29,6 +29,14 @@ export interface DispatcherOptions {
   leaseSeconds?: number;
   /** Automation triggers (issue 6 wires the automation runs here); default: nothing to start. */
   onTriggers?: (rows: OutboxRow[]) => Promise<void>;
+  /**
+   * The webhook attempt (activities/webhooks.ts). Given, a new delivery's first attempt is made
+   * here, without a workflow, when its subscription has no delivery being retried; a workflow
+   * takes over only for the retries. Without it every delivery starts as a workflow.
+   */
+  attempt?: (input: AttemptInput) => Promise<AttemptResult>;
+  /** How often to look for pending deliveries that lost their attempt (default 10 s). */
+  sweepMs?: number;
 }
 
 export interface OutboxRow {
@@ -50,6 +58,12 @@ interface NewDelivery {
 }
 
 const START_CONCURRENCY = 64;
+/** First attempts in flight at once in this process; beyond it, new deliveries go to workflows. */
+const FIRST_ATTEMPT_SLOTS = 128;
+/** How long a pass waits for a free first-attempt slot before handing a delivery to a workflow. */
+const SLOT_WAIT_MS = 1_000;
+/** A pending delivery untouched this long (not created, not attempted) is checked for a workflow. */
+const ORPHAN_AFTER_SECONDS = 60;
 
 /** An outage holds back every row alike; only other failures single a row out. */
 const isOutage = (err: unknown): boolean => isDatabaseUnavailable(err) || isTemporalUnreachable(err);
@@ -96,28 +110,119 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     return rows;
   }
 
-  async function startDeliveries(deliveries: NewDelivery[]): Promise<void> {
+  /** The delivery's workflow (REJECT_DUPLICATE: one that exists already is left alone). */
+  async function startWorkflow(d: Pick<NewDelivery, 'id' | 'workspace_id' | 'subscription_id' | 'event_id'>, resume: Pick<DeliveryInput, 'attemptsDone' | 'firstWaitMs'> = {}): Promise<void> {
     const client = await options.temporal();
-    // A delivery that has already run (an earlier pass crashed before marking its rows) is left alone.
-    const fresh = deliveries.filter((d) => d.status === 'pending' && d.attempts === 0);
-    for (let i = 0; i < fresh.length; i += START_CONCURRENCY) {
-      const results = await Promise.allSettled(
-        fresh.slice(i, i + START_CONCURRENCY).map((d) => {
-          const input: DeliveryInput = { workspaceId: d.workspace_id, deliveryId: d.id, retryScale: options.retryScale };
-          return withDeadline(client, START_DEADLINE_MS, () =>
-            client.workflow.start('webhookDeliveryWorkflow', {
-              workflowId: deliveryWorkflowId(d.workspace_id, d.subscription_id, d.event_id),
-              taskQueue: options.taskQueue,
-              args: [input],
-              workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-              searchAttributes: { WorkspaceId: [d.workspace_id] },
-            }),
-          );
+    const input: DeliveryInput = { workspaceId: d.workspace_id, deliveryId: d.id, retryScale: options.retryScale, ...resume };
+    try {
+      await withDeadline(client, START_DEADLINE_MS, () =>
+        client.workflow.start('webhookDeliveryWorkflow', {
+          workflowId: deliveryWorkflowId(d.workspace_id, d.subscription_id, d.event_id),
+          taskQueue: options.taskQueue,
+          args: [input],
+          workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+          searchAttributes: { WorkspaceId: [d.workspace_id] },
         }),
       );
-      const failed = results.find((r) => r.status === 'rejected' && !(r.reason instanceof WorkflowExecutionAlreadyStartedError));
+    } catch (err) {
+      if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    }
+  }
+
+  const firstAttempts = new Set<Promise<unknown>>();
+  let firstAttemptsInFlight = 0;
+  const slotWaiters: (() => void)[] = [];
+
+  /**
+   * A first-attempt slot, waiting up to SLOT_WAIT_MS for one to free: healthy receivers answer in
+   * milliseconds, so a burst waits a moment instead of spilling into workflows; receivers slow
+   * enough to hold every slot that long push the rest to workflows (no pass waits longer).
+   */
+  async function firstAttemptSlot(): Promise<boolean> {
+    const deadline = Date.now() + SLOT_WAIT_MS;
+    while (firstAttemptsInFlight >= FIRST_ATTEMPT_SLOTS) {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        slotWaiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    return true;
+  }
+
+  /**
+   * The first attempt without a workflow: most receivers answer 2xx at once, and a workflow per
+   * delivery is what limits throughput (each one several round trips with Temporal). It runs
+   * beside the dispatch loop, so a slow receiver holds no pass up; a failed attempt (recorded on
+   * the delivery) hands the schedule to a workflow. A worker dying mid-attempt leaves the
+   * delivery pending with no workflow: the sweep finds it (sweepOrphans).
+   */
+  function attemptFirst(d: NewDelivery): void {
+    firstAttemptsInFlight += 1;
+    const firstWaitMs = retryWaitMs(1, options.retryScale, Math.random());
+    const attempt: Promise<unknown> = options.attempt!({ workspaceId: d.workspace_id, deliveryId: d.id, final: false, nextAttemptInMs: firstWaitMs })
+      .then((result) => (result.status === 'pending' ? startWorkflow(d, { attemptsDone: 1, firstWaitMs }) : undefined))
+      .catch(async (err) => {
+        // The attempt could not run or be recorded: the workflow makes it (again, with the same delivery id).
+        logger.warn({ deliveryId: d.id, err: err instanceof Error ? err.message : String(err) }, 'first webhook attempt failed to run; handing it to a workflow');
+        await startWorkflow(d).catch(() => undefined); // if this fails too, the sweep starts it
+      })
+      .finally(() => {
+        firstAttemptsInFlight -= 1;
+        firstAttempts.delete(attempt);
+        slotWaiters.shift()?.();
+      });
+    firstAttempts.add(attempt);
+  }
+
+  /** Subscriptions with a delivery being retried: their new deliveries go straight to workflows. */
+  async function retryingSubscriptions(deliveries: NewDelivery[]): Promise<Set<string>> {
+    if (!options.attempt || deliveries.length === 0) return new Set();
+    const ids = [...new Set(deliveries.map((d) => d.subscription_id))];
+    const rows: { subscription_id: string }[] = await db('webhook_deliveries').distinct('subscription_id').whereIn('subscription_id', ids).where('status', 'pending').where('attempts', '>', 0);
+    return new Set(rows.map((r) => r.subscription_id));
+  }
+
+  async function startDeliveries(deliveries: NewDelivery[]): Promise<void> {
+    // A delivery that has already run (an earlier pass crashed before marking its rows) is left alone.
+    const fresh = deliveries.filter((d) => d.status === 'pending' && d.attempts === 0);
+    const retrying = await retryingSubscriptions(fresh);
+    const toWorkflows: NewDelivery[] = [];
+    for (const d of fresh) {
+      if (options.attempt && !retrying.has(d.subscription_id) && (await firstAttemptSlot())) attemptFirst(d);
+      else toWorkflows.push(d);
+    }
+    for (let i = 0; i < toWorkflows.length; i += START_CONCURRENCY) {
+      const results = await Promise.allSettled(toWorkflows.slice(i, i + START_CONCURRENCY).map((d) => startWorkflow(d)));
+      const failed = results.find((r) => r.status === 'rejected');
       if (failed) throw (failed as PromiseRejectedResult).reason;
     }
+  }
+
+  /**
+   * Pending deliveries nobody is working on: created or last attempted over a minute ago with no
+   * attempt due (a worker died during a first attempt, or between recording it and starting the
+   * workflow). Starting their workflow is harmless when one exists (REJECT_DUPLICATE).
+   */
+  async function sweepOrphans(): Promise<number> {
+    const { rows } = await db.raw<{ rows: (NewDelivery & { wait_ms: number })[] }>(
+      `SELECT id, workspace_id, subscription_id, event_id, status, attempts,
+              greatest(0, extract(epoch FROM (next_attempt_at - now())) * 1000)::int AS wait_ms
+         FROM webhook_deliveries
+        WHERE status = 'pending' AND event_id IS NOT NULL
+          AND created_at < now() - make_interval(secs => ?)
+          AND (last_attempt_at IS NULL OR last_attempt_at < now() - make_interval(secs => ?))
+          AND (next_attempt_at IS NULL OR next_attempt_at < now() - make_interval(secs => ?))
+        ORDER BY created_at
+        LIMIT 500`,
+      [ORPHAN_AFTER_SECONDS, ORPHAN_AFTER_SECONDS, ORPHAN_AFTER_SECONDS],
+    );
+    for (const d of rows) await startWorkflow(d, d.attempts > 0 ? { attemptsDone: d.attempts, firstWaitMs: Math.max(1, d.wait_ms) } : {});
+    return rows.length;
   }
 
   /** Hands rows over (deliveries and their workflows, automation runs) and marks them dispatched. */
@@ -194,8 +299,14 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
 
   async function run(): Promise<void> {
     let failures = 0;
+    let sweptAt = Date.now();
     while (running) {
       try {
+        if (options.attempt && Date.now() - sweptAt >= (options.sweepMs ?? 10_000)) {
+          sweptAt = Date.now();
+          const swept = await sweepOrphans();
+          if (swept > 0) logger.warn({ deliveries: swept }, 'pending deliveries without an attempt under way were handed to workflows');
+        }
         const dispatched = await dispatchOnce();
         failures = 0;
         if (dispatched < batchSize) await pause(pollMs);
@@ -212,6 +323,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
 
   return {
     dispatchOnce,
+    sweepOrphans,
     start(): void {
       if (running) return;
       running = true;
@@ -222,6 +334,8 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
       running = false;
       wake?.();
       await loop;
+      // First attempts under way finish and record (each is bounded by the 10 s webhook timeout).
+      await Promise.allSettled([...firstAttempts]);
     },
   };
 }

@@ -1,19 +1,15 @@
 import { ActivityFailure, ApplicationFailure, proxyActivities, proxyLocalActivities, sleep } from '@temporalio/workflow';
 import type { WebhookActivities } from '../activities/webhooks';
 import { RECORD, WEBHOOK_ATTEMPT } from './profiles';
-import { DeliveryInput, DeliveryResult, WEBHOOK_JITTER, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS } from './webhook-types';
+import { DeliveryInput, DeliveryResult, retryWaitMs, WEBHOOK_MAX_ATTEMPTS } from './webhook-types';
 
 // A local activity: an attempt is one HTTP call plus two small queries, and running it inside the
 // workflow task keeps a delivery to one task round trip with the server (hundreds per second).
 const { attemptWebhookDelivery } = proxyLocalActivities<WebhookActivities>(WEBHOOK_ATTEMPT);
 const { markDeliveryFailed } = proxyActivities<WebhookActivities>(RECORD);
 
-/** The wait before retry `retry` (1-based), scaled and jittered. Math.random is Temporal's seeded one here. */
-function waitBefore(retry: number, scale: number): number {
-  const base = WEBHOOK_RETRY_SCHEDULE_SECONDS[retry - 1] * 1000 * scale;
-  const jitter = 1 + (Math.random() * 2 - 1) * WEBHOOK_JITTER;
-  return Math.max(1, Math.round(base * jitter));
-}
+/** The wait before retry `retry` (1-based). Math.random is Temporal's seeded one here. */
+const waitBefore = (retry: number, scale: number): number => retryWaitMs(retry, scale, Math.random());
 
 /**
  * One webhook delivery: an event to one subscription, attempted on the Standard Webhooks schedule
@@ -23,8 +19,11 @@ function waitBefore(retry: number, scale: number): number {
  */
 export async function webhookDeliveryWorkflow(input: DeliveryInput): Promise<DeliveryResult> {
   const maxAttempts = Math.min(Math.max(1, input.maxAttempts ?? WEBHOOK_MAX_ATTEMPTS), WEBHOOK_MAX_ATTEMPTS);
-  let last: DeliveryResult = { status: 'pending', statusCode: null, error: null, attempts: 0 };
-  for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+  // The dispatcher may have made the first attempt itself (and recorded it): the schedule goes on from there.
+  const done = Math.min(Math.max(0, input.attemptsDone ?? 0), maxAttempts - 1);
+  let last: DeliveryResult = { status: 'pending', statusCode: null, error: null, attempts: done };
+  if (done > 0) await sleep(Math.max(1, input.firstWaitMs ?? waitBefore(done, input.retryScale)));
+  for (let attempt = done + 1; attempt <= maxAttempts; attempt++) {
     const final = attempt === maxAttempts;
     const nextAttemptInMs = final ? null : waitBefore(attempt, input.retryScale);
     try {

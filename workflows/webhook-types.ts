@@ -10,6 +10,16 @@ export const WEBHOOK_MAX_ATTEMPTS = WEBHOOK_RETRY_SCHEDULE_SECONDS.length + 1;
 /** Each wait is moved by up to ±20%, so receivers coming back from an outage are not hit in lockstep. */
 export const WEBHOOK_JITTER = 0.2;
 
+/**
+ * The wait before retry `retry` (1-based) in ms: the schedule's, scaled, moved by up to ±20%.
+ * `random` is in [0, 1): the workflow passes its deterministic Math.random, the dispatcher its own.
+ */
+export function retryWaitMs(retry: number, scale: number, random: number): number {
+  const base = WEBHOOK_RETRY_SCHEDULE_SECONDS[retry - 1] * 1000 * scale;
+  const jitter = 1 + (random * 2 - 1) * WEBHOOK_JITTER;
+  return Math.max(1, Math.round(base * jitter));
+}
+
 export interface DeliveryInput {
   workspaceId: string;
   deliveryId: string;
@@ -17,6 +27,10 @@ export interface DeliveryInput {
   retryScale: number;
   /** 1 for a manual retry (one attempt, reported to the caller); the whole schedule otherwise. */
   maxAttempts?: number;
+  /** Attempts already made and recorded before the workflow (the dispatcher's first attempt). */
+  attemptsDone?: number;
+  /** With attemptsDone: the wait before the next attempt (the one recorded as next_attempt_at). */
+  firstWaitMs?: number;
 }
 
 export interface AttemptInput {
