@@ -35,7 +35,9 @@ function matches(automation: Candidate, variables: Record<string, unknown>): boo
  */
 export function createTriggerHandler(options: { db: Db; temporal: () => Promise<Client>; taskQueue: string; waitScale: number }) {
   const { db } = options;
-  return async function onTriggers(rows: OutboxRow[]): Promise<void> {
+
+  /** Internal triggers: a run (recorded once per automation and event) for each active automation the event matches. */
+  async function matchTriggers(rows: OutboxRow[], starts: RunInput[], keys: string[]): Promise<void> {
     const workspaces = [...new Set(rows.map((r) => r.workspace_id))];
     const types = [...new Set(rows.map((r) => r.name))];
     // An automation deactivated after an earlier pass recorded its run (`running`) but failed to
@@ -51,8 +53,6 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
       .select('id', 'workspace_id', 'trigger_type', 'trigger');
     if (candidates.length === 0) return;
 
-    const starts: RunInput[] = [];
-    const keys: string[] = [];
     for (const row of rows) {
       const variables = row.payload as Record<string, unknown>;
       for (const automation of candidates.filter((a) => a.workspace_id === row.workspace_id && a.trigger_type === row.name)) {
@@ -92,6 +92,27 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
         keys.push(runWorkflowId(row.workspace_id, automation.id, { eventId: row.id }));
       }
     }
+  }
+
+  return async function onTriggers(all: OutboxRow[]): Promise<void> {
+    // Runs the inbound receiver accepted already exist: they only need their workflow.
+    const starts: RunInput[] = [];
+    const keys: string[] = [];
+    for (const row of all.filter((r) => r.name === 'webhook_received')) {
+      const run = row.payload as { runId: string; automationId: string; externalId?: string; webhookBody: Record<string, unknown> };
+      starts.push({
+        workspaceId: row.workspace_id,
+        automationId: run.automationId,
+        runId: run.runId,
+        depth: 0,
+        trigger: { type: 'webhook_received', variables: run.externalId ? { externalId: run.externalId } : {} },
+        webhookBody: run.webhookBody,
+        waitScale: options.waitScale,
+      });
+      keys.push(runWorkflowId(row.workspace_id, run.automationId, run.externalId ? { externalId: run.externalId } : { runId: run.runId }));
+    }
+    const rows = all.filter((r) => r.name !== 'webhook_received');
+    if (rows.length > 0) await matchTriggers(rows, starts, keys);
     if (starts.length === 0) return;
     const client = await options.temporal();
     const results = await Promise.allSettled(

@@ -1,4 +1,4 @@
-import { type Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
+import type { Knex } from 'knex';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import {
@@ -15,7 +15,6 @@ import {
   passesFilter,
   regenerateToken,
   removeToken,
-  runWorkflowId,
   serializeAutomation,
   TriggerConfig,
   TriggerSchema,
@@ -24,9 +23,8 @@ import {
 } from '../../domain/automations';
 import { ApiError } from '../../domain/errors';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
-import type { RunInput } from '../../workflows/automation-types';
-import { withTemporal } from '../context';
-import { withDeadline } from '../../domain/temporal';
+import type { Db } from '../../domain/db';
+import { recordAcceptedRun } from '../../domain/outbox';
 import { enforce, requestBody } from '../middleware';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
@@ -57,17 +55,6 @@ const Run = z
   .openapi('AutomationRun');
 
 const base = (ctx: Context): string => ctx.deps.config.publicBaseUrl;
-
-/** Whether the workflow exists; an unanswered question counts as no (the run row is then removed and the sender retries). */
-async function workflowExists(client: Client, workflowId: string): Promise<boolean> {
-  try {
-    // Short: after a start that failed because Temporal is away, this answer decides only between 202 and 503.
-    await withDeadline(client, 2_000, () => client.workflow.getHandle(workflowId).describe());
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const ACTIONS_DOC =
   'Actions run in order: `add_tag {tag}`, `remove_tag {tag}`, `update_contact {fields: {name?, email?, phone?, notes?}}`, ' +
@@ -253,8 +240,8 @@ export const automationRoutes = [
         return { data: { runId: run.id, status: 'filtered' as const } };
       }
 
-      const record = (status: 'running' | 'duplicate') =>
-        db('automation_runs')
+      const record = (trx: Db | Knex.Transaction, status: 'running' | 'duplicate') =>
+        trx('automation_runs')
           .insert({
             workspace_id: workspaceId,
             automation_id: automation.id,
@@ -266,43 +253,18 @@ export const automationRoutes = [
           .returning('id');
       let run: { id: string };
       try {
-        [run] = await record('running');
+        // Accepted means recorded: the run and the outbox row that starts it commit together, and
+        // the worker's dispatcher starts the workflow (Temporal away only delays it).
+        run = await db.transaction(async (trx) => {
+          const [row] = await record(trx, 'running');
+          await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, ...(externalId ? { externalId } : {}), webhookBody: body });
+          return row;
+        });
       } catch (err) {
         // The externalId already ran (index automation_runs_external_id_uq, which outlives Temporal's retention).
         if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
-        const [duplicate] = await record('duplicate');
+        const [duplicate] = await record(db, 'duplicate');
         return { data: { runId: duplicate.id, status: 'duplicate' as const } };
-      }
-      const input: RunInput = {
-        workspaceId,
-        automationId: automation.id,
-        runId: run.id,
-        depth: 0,
-        trigger: { type: 'webhook_received', variables: externalId ? { externalId } : {} },
-        webhookBody: body,
-        waitScale: config.automationWaitScale,
-      };
-      const workflowId = runWorkflowId(workspaceId, automation.id, externalId ? { externalId } : { runId: run.id });
-      let client: Client | undefined;
-      try {
-        await withTemporal(ctx, 'The automation service', (started) => (client = started).workflow.start('automationRunWorkflow', {
-          // The externalId names the run: Temporal refuses a second one with the same id (with the index above, twice guarded).
-          workflowId,
-          taskQueue: config.taskQueue,
-          args: [input],
-          workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-          searchAttributes: { WorkspaceId: [workspaceId], AutomationId: [automation.id] },
-        }));
-      } catch (err) {
-        if (err instanceof WorkflowExecutionAlreadyStartedError) {
-          await db('automation_runs').where({ id: run.id }).update({ status: 'duplicate', finished_at: db.fn.now() });
-          return { data: { runId: run.id, status: 'duplicate' as const } };
-        }
-        // A start that timed out may still have happened: then the run is on its way.
-        if (client && (await workflowExists(client, workflowId))) return { data: { runId: run.id, status: 'accepted' as const } };
-        // Nothing will run: the attempt leaves no trace, and the sender may try again.
-        await db('automation_runs').where({ id: run.id }).delete();
-        throw err instanceof ApiError ? err : new ApiError('UNAVAILABLE', 'The automation service is unavailable', { hint: 'Retry in a few seconds.' });
       }
       return { data: { runId: run.id, status: 'accepted' as const } };
     },
