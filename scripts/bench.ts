@@ -328,7 +328,8 @@ function cpuMeter(pids: Record<string, number>) {
   const ticks = (pid: number | string): number => {
     try {
       const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-      return Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]); // utime stime cutime cstime
+      // utime + stime: the process's own time (cutime would add reaped children's, e.g. the postmaster's ended backends).
+      return Number(fields[11]) + Number(fields[12]);
     } catch {
       return 0;
     }
