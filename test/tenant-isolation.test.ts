@@ -4,85 +4,12 @@
  * The matrix is built from the route table itself, so a new endpoint with an id cannot be missed.
  */
 import { ROUTES } from '../api/app';
-import { ALL_SCOPES } from '../domain/scopes';
-import { createWorkspace, expectError, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, Workspace } from './helpers';
+import { expectError, Receiver, startApi, startReceiver, TestApi } from './helpers';
+import { buildFixture, Fixture, snapshot } from './reliability/workspace-fixture';
 
 let receiver: Receiver;
 
 let api: TestApi;
-
-interface Fixture {
-  ws: Workspace;
-  contact: { id: string };
-  tag: { id: string };
-  list: { id: string };
-  note: { id: string };
-  pipeline: { id: string; stages: { id: string }[] };
-  member: { id: string };
-  product: { id: string };
-  deal: { id: string };
-  task: { id: string };
-  instance: { id: string };
-  conversation: { id: string };
-  webhook: { id: string };
-  delivery: { id: string };
-  automation: { id: string };
-}
-
-let seq = 0;
-const phone = (): string => `55419${String(60000000 + ++seq * 7919 + (process.pid % 997))}`;
-
-/** A workspace with one record of every kind, created through the API where an endpoint exists. */
-async function fixture(name: string): Promise<Fixture> {
-  const ws = await createWorkspace(api, { name, scopes: [...ALL_SCOPES] });
-  const call = async (method: string, path: string, body?: unknown) => {
-    const res = await api.request(method, path, { key: ws.key, body });
-    expect(res.status).toBeLessThan(300);
-    return res.body.data;
-  };
-  const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['A', 'B'] });
-  const member = await seedMember(api, ws.id, `${name} member`);
-  const contact = await seedContact(api, ws.id, { phone: phone(), name: `${name} lead` });
-  const tag = await call('POST', '/api/v1/tags', { name: `${name}-tag` });
-  await call('POST', `/api/v1/leads/${contact.id}/tags`, { tag: tag.id });
-  const list = await call('POST', '/api/v1/lists', { name: `${name} list` });
-  await call('POST', `/api/v1/lists/${list.id}/contacts`, { contactIds: [contact.id] });
-  const note = await call('POST', `/api/v1/leads/${contact.id}/notes`, { body: 'a note' });
-  const product = await call('POST', '/api/v1/products', { name: `${name} product`, price: '10.00' });
-  const deal = await call('POST', '/api/v1/deals', { contactId: contact.id, pipeline: pipeline.id, product: product.id, assignedTo: member.id });
-  await call('PATCH', `/api/v1/deals/${deal.id}`, { stageId: pipeline.stages[1].id });
-  const task = await call('POST', '/api/v1/tasks', { title: 'call', contactId: contact.id, cardId: deal.id, assignedTo: member.id });
-  const instance = (await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'WA', channel: 'whatsapp', provider: 'cloud', connected: true })).body.data;
-  // Conversations arrive through provider traffic (messaging issue); here they are fixture rows.
-  const [conversation] = await api
-    .db('conversations')
-    .insert({ workspace_id: ws.id, contact_id: contact.id, instance_id: instance.id, channel: 'whatsapp', last_message_at: new Date() })
-    .returning('id');
-  await api.db('messages').insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'in', type: 'text', body: 'hi', status: 'received' });
-  await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${contact.id}/insight`, { summary: 'secret summary' });
-  // A subscription with delivered events (created before the deal's events are dispatched or not,
-  // the deal's won status below gives it one delivery at least).
-  const webhook = await call('POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/isolation-${name}`, events: ['*'] });
-  await call('PATCH', `/api/v1/deals/${deal.id}`, { status: 'won' });
-  // Deliveries and outbox bookkeeping settle first, so the snapshots below compare a still workspace.
-  await settleOutbox(api, ws.id);
-  const automation = await call('POST', '/api/v1/automations', { name: `${name} flow`, trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
-  const [delivery] = await api.db('webhook_deliveries').where({ workspace_id: ws.id, subscription_id: webhook.id }).select('id');
-  return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation, webhook, delivery, automation };
-}
-
-/** Every row of a workspace, in every table that carries workspace_id. */
-async function snapshot(workspaceId: string): Promise<Record<string, unknown[]>> {
-  const tables: string[] = (
-    await api.db.raw(
-      `SELECT table_name FROM information_schema.columns WHERE column_name = 'workspace_id' AND table_schema = 'public' AND table_name <> 'rate_limit_counters' ORDER BY 1`,
-    )
-  ).rows.map((r: { table_name: string }) => r.table_name);
-  const out: Record<string, unknown[]> = {};
-  for (const t of tables) out[t] = await api.db(t).where({ workspace_id: workspaceId }).orderByRaw('1').select('*');
-  out.workspace = await api.db('workspaces').where({ id: workspaceId }).select('*');
-  return out;
-}
 
 let a: Fixture;
 let b: Fixture;
@@ -90,8 +17,8 @@ let b: Fixture;
 beforeAll(async () => {
   api = await startApi();
   receiver = await startReceiver();
-  a = await fixture('A');
-  b = await fixture('B');
+  a = await buildFixture(api, receiver, 'A');
+  b = await buildFixture(api, receiver, 'B');
 });
 afterAll(async () => {
   await receiver.close();
@@ -154,7 +81,7 @@ describe('tenant isolation', () => {
   });
 
   it("answers 404 to every id endpoint aimed at another workspace's records and changes nothing there", async () => {
-    const before = await snapshot(b.ws.id);
+    const before = await snapshot(api, b.ws.id);
     for (const r of idRoutes) {
       const path = withIds(r.path, b);
       const body = BODIES[`${r.method} ${r.path}`]?.(b);
@@ -167,11 +94,11 @@ describe('tenant isolation', () => {
     expectError(await api.request('DELETE', `/api/v1/leads/${a.contact.id}/notes/${b.note.id}`, { key: a.ws.key }), 404, 'NOT_FOUND');
     expectError(await api.request('DELETE', `/api/v1/lists/${a.list.id}/contacts/${b.contact.id}`, { key: a.ws.key }), 404, 'CONTACT_NOT_FOUND');
     expectError(await api.request('POST', `/api/v1/webhooks/${a.webhook.id}/deliveries/${b.delivery.id}/retry`, { key: a.ws.key }), 404, 'NOT_FOUND');
-    expect(await snapshot(b.ws.id)).toEqual(before);
+    expect(await snapshot(api, b.ws.id)).toEqual(before);
   });
 
   it("rejects another workspace's records used as references in writes", async () => {
-    const before = await snapshot(b.ws.id);
+    const before = await snapshot(api, b.ws.id);
     const key = a.ws.key;
     const post = (path: string, body: unknown) => api.request('POST', path, { key, body });
     const patch = (path: string, body: unknown) => api.request('PATCH', path, { key, body });
@@ -189,7 +116,7 @@ describe('tenant isolation', () => {
     expectError(await post('/api/v1/tasks', { title: 't', assignedTo: b.member.id }), 400, 'ASSIGNEE_NOT_FOUND');
     expectError(await patch(`/api/v1/tasks/${a.task.id}`, { contactId: b.contact.id }), 404, 'CONTACT_NOT_FOUND');
     expectError(await post('/api/v1/deals', { contactId: a.contact.id, pipeline: a.pipeline.id, product: b.product.id }), 404, 'NOT_FOUND');
-    expect(await snapshot(b.ws.id)).toEqual(before);
+    expect(await snapshot(api, b.ws.id)).toEqual(before);
   });
 
   it("gives an empty list for another workspace's records used as filters, and never lists them", async () => {
