@@ -2,13 +2,46 @@ import Router from '@koa/router';
 import type { Context, Middleware, Next } from 'koa';
 import { z, ZodError } from 'zod';
 import { ApiError, validationError } from '../domain/errors';
+import { unstorableReason } from '../domain/text';
 import { adminAuth, apiKeyAuth, enforce, ipBucket, requestBody } from './middleware';
 import { AnyRoute, koaPath } from './route';
+
+/**
+ * Where a validated input holds text PostgreSQL cannot store (domain/text), in a string or a key,
+ * and why; undefined when all is well. Refused here, naming the field, instead of failing in the
+ * database. Iterative: any nesting depth.
+ */
+function unstorableText(value: unknown): { path: (string | number)[]; problem: string } | undefined {
+  const stack: { value: unknown; path: (string | number)[] }[] = [{ value, path: [] }];
+  while (stack.length) {
+    const { value: v, path } = stack.pop()!;
+    if (typeof v === 'string') {
+      const problem = unstorableReason(v);
+      if (problem) return { path, problem };
+    } else if (Array.isArray(v)) {
+      v.forEach((item, i) => stack.push({ value: item, path: [...path, i] }));
+    } else if (v !== null && typeof v === 'object') {
+      for (const [key, item] of Object.entries(v)) {
+        const problem = unstorableReason(key);
+        if (problem) return { path: [...path, key], problem: `key ${problem}` };
+        stack.push({ value: item, path: [...path, key] });
+      }
+    }
+  }
+  return undefined;
+}
 
 function parse<T extends z.ZodType>(schema: T | undefined, value: unknown, where: 'params' | 'query' | 'body'): z.infer<T> | undefined {
   if (!schema) return undefined;
   const result = schema.safeParse(value);
-  if (result.success) return result.data;
+  if (result.success) {
+    // Checked on what the schema kept: an unknown field is ignored, whatever it holds.
+    const bad = unstorableText(result.data);
+    if (!bad) return result.data;
+    const field = [where, ...bad.path].map(String).join('.');
+    if (where === 'params') throw new ApiError('NOT_FOUND', 'Record not found', { hint: `${field}: ${bad.problem}.` });
+    throw new ApiError('VALIDATION', `Invalid ${field}: ${bad.problem}`, { hint: `${field}: ${bad.problem}.` });
+  }
   if (where === 'params') {
     // A malformed id names no record: the same answer as an id that does not exist.
     throw new ApiError('NOT_FOUND', 'Record not found', { hint: validationError(result.error as ZodError, 'params').message });

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { MESSAGE_TYPES } from '../activities/providers/types';
 import type { Db } from './db';
@@ -6,6 +6,7 @@ import { ApiError, notFound } from './errors';
 import { MESSAGE_CONTENT_FIELDS } from './messaging';
 import { Page, pageWithTotal } from './pagination';
 import { isUuid } from './refs';
+import { cut, storable } from './text';
 import { assertSafeUrlSyntax, UrlPolicy } from './url-safety';
 
 /**
@@ -132,9 +133,12 @@ export function passesFilter(filter: TriggerConfig['eventFilter'], body: unknown
   return scalar(actual) && scalar(filter.value) && String(actual) === String(filter.value);
 }
 
-/** `{{` and `}}` can never come out of a payload: a value cannot smuggle a template in. */
+/**
+ * `{{` and `}}` can never come out of a payload: a value cannot smuggle a template in. Nor can
+ * text PostgreSQL cannot store (the values end up in the run log and in records; domain/text).
+ */
 export function neutralise(value: string): string {
-  return value.replace(/\{\{/g, '{ {').replace(/\}\}/g, '} }');
+  return storable(value).replace(/\{\{/g, '{ {').replace(/\}\}/g, '} }');
 }
 
 /**
@@ -151,8 +155,8 @@ export function webhookVariables(body: unknown): Record<string, string> {
       for (const [k, v] of Object.entries(value as Record<string, unknown>)) walk(v, prefix ? `${prefix}.${k}` : k, depth + 1);
       return;
     }
-    const key = neutralise(`webhook.${prefix}`).slice(0, VARIABLE_KEY_MAX);
-    if (!(key in out)) out[key] = neutralise(String(value)).slice(0, VARIABLE_VALUE_MAX);
+    const key = cut(neutralise(`webhook.${prefix}`), VARIABLE_KEY_MAX);
+    if (!(key in out)) out[key] = cut(neutralise(String(value)), VARIABLE_VALUE_MAX);
   };
   if (body && typeof body === 'object' && !Array.isArray(body)) walk(body, '', 0);
   return out;
@@ -172,15 +176,16 @@ export function applyMapping(mapping: TriggerConfig['mapping'], body: unknown): 
     const value = valueAt(body, path);
     if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') {
       const s = neutralise(String(value)).trim();
-      return s === '' ? undefined : s.slice(0, VARIABLE_VALUE_MAX);
+      return s === '' ? undefined : cut(s, VARIABLE_VALUE_MAX);
     }
     return undefined;
   };
   const strip = <T extends Record<string, string | undefined>>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+  const externalId = pick('externalId');
   return {
     contact: strip({ name: pick('name'), email: pick('email'), phone: pick('phone') }),
     deal: strip({ product: pick('product'), value: pick('value'), status: pick('status') }),
-    externalId: pick('externalId')?.slice(0, 200),
+    externalId: externalId === undefined ? undefined : cut(externalId, 200),
   };
 }
 
@@ -377,9 +382,21 @@ export async function listRuns(db: Db, workspaceId: string, automationId: string
   return { rows: rows.map(serializeRun), total };
 }
 
+/**
+ * Temporal refuses workflow ids over 1000 bytes, and an externalId of 200 characters can encode to
+ * 1800 (`é` is `%C3%A9`; the start failed and the receiver answered 503): past what fits beside
+ * the 89-character prefix, the externalId is named by its SHA-256 instead (under `ext-sha256/`, so
+ * it can never be mistaken for an encoded one). Ids that fit keep their form.
+ */
+const MAX_ENCODED_EXTERNAL_ID = 900;
+
 /** The run workflow's id: per business event (exactly once per event), per externalId (dedupe), or per run. */
 export function runWorkflowId(workspaceId: string, automationId: string, key: { eventId: string } | { externalId: string } | { runId: string }): string {
   if ('eventId' in key) return `automation/${workspaceId}/${automationId}/event/${key.eventId}`;
-  if ('externalId' in key) return `automation/${workspaceId}/${automationId}/ext/${encodeURIComponent(key.externalId)}`;
+  if ('externalId' in key) {
+    const encoded = encodeURIComponent(key.externalId);
+    if (encoded.length <= MAX_ENCODED_EXTERNAL_ID) return `automation/${workspaceId}/${automationId}/ext/${encoded}`;
+    return `automation/${workspaceId}/${automationId}/ext-sha256/${createHash('sha256').update(key.externalId, 'utf8').digest('hex')}`;
+  }
   return `automation/${workspaceId}/${automationId}/run/${key.runId}`;
 }

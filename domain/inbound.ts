@@ -7,6 +7,7 @@ import { findOrCreateContact, findOrCreateConversation } from './messaging';
 import { recordEvent } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { isUuid } from './refs';
+import { storable } from './text';
 
 /**
  * Inbound provider traffic of the WhatsApp Cloud API (CONTRACT.md "Inbound provider traffic"):
@@ -129,7 +130,11 @@ export interface ParsedWebhook {
 type Json = Record<string, unknown>;
 const obj = (v: unknown): Json | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Json) : undefined);
 const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
-const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length > 0 ? v : typeof v === 'number' ? String(v) : undefined);
+/** A string (or number) of the payload as storable text (domain/text: U+0000 dropped, unpaired surrogates U+FFFD); undefined when empty. */
+const str = (v: unknown): string | undefined => {
+  const s = typeof v === 'string' ? storable(v) : typeof v === 'number' ? String(v) : undefined;
+  return s === undefined || s.length === 0 ? undefined : s;
+};
 const digitsOf = (v: string | undefined): string => (v ?? '').replace(/\D/g, '');
 
 /** Unix seconds (a string in the payload) as a date, never in the future; now when absent. */

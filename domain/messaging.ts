@@ -101,11 +101,24 @@ export async function giveBackDaily(trx: Writer, workspaceId: string, kind: Dail
   await trx('daily_counters').where({ workspace_id: workspaceId, day, kind }).where('count', '>', 0).decrement('count', 1);
 }
 
+/**
+ * Text the provider limits: zod's `max` counts code points, WhatsApp counts UTF-16 units (an
+ * emoji is 2), so a text zod accepts could still be refused by the provider after the saga
+ * started (502 SEND_FAILED). Both are checked here, so such a text is 400 VALIDATION up front.
+ */
+function providerText(max: number) {
+  return z
+    .string()
+    .min(1)
+    .max(max)
+    .refine((s) => s.length <= max, { message: `at most ${max} characters, counted in UTF-16 units as the provider counts them (an emoji counts 2)` });
+}
+
 /** The message fields of both send endpoints and of the automation send_message action, with the spec's bounds. */
 export const MESSAGE_CONTENT_FIELDS = {
-  text: z.string().min(1).max(4096).optional(),
+  text: providerText(4096).optional(),
   mediaUrl: z.string().min(1).max(2048).optional(),
-  caption: z.string().min(1).max(1024).optional(),
+  caption: providerText(1024).optional(),
   fileName: z.string().min(1).max(255).optional(),
   templateName: z.string().min(1).max(512).optional(),
   templateLanguage: z.string().min(2).max(15).optional(),

@@ -2,14 +2,17 @@ import { z } from 'zod';
 import type { Db } from './db';
 import { iso } from './time';
 
+/** A plan limit: what the `integer` column holds (a larger one is 400 VALIDATION, not a database error); null is unlimited. */
+const limit = z.number().int().min(0).max(2_147_483_647).nullable();
+
 /** Plan limits of a workspace; null (or absent) means unlimited. */
 export const planSchema = z
   .object({
-    dealLimit: z.number().int().min(0).nullable(),
-    dailyMessageQuota: z.number().int().min(0).nullable(),
-    broadcastLimit: z.number().int().min(0).nullable(),
-    inboundWebhookQuota: z.number().int().min(0).nullable(),
-    webhookQuota: z.number().int().min(0).nullable(),
+    dealLimit: limit,
+    dailyMessageQuota: limit,
+    broadcastLimit: limit,
+    inboundWebhookQuota: limit,
+    webhookQuota: limit,
     apiAccess: z.boolean(),
     active: z.boolean(),
   })

@@ -88,7 +88,8 @@ export const adminRoutes: AnyRoute[] = [
       name: z.string().trim().min(1).max(200),
       scopes: z.array(z.enum(ALL_SCOPES)).max(ALL_SCOPES.length),
       rateLimitPerMinute: z.number().int().min(1).max(1000).optional(),
-      expiresAt: z.iso.datetime({ offset: true }).optional(),
+      // A Date, not the text: PostgreSQL refuses offsets beyond ±15:59 and year 0, which ISO 8601 (and zod) accept.
+      expiresAt: z.iso.datetime({ offset: true }).transform((value) => new Date(value)).optional(),
     }),
     handler: async (ctx, { params, body }) => {
       await requireWorkspace(ctx.deps.db, params.id);

@@ -22,6 +22,7 @@ import {
   WEBHOOK_IN_MAX_BYTES,
 } from '../../domain/automations';
 import { ApiError } from '../../domain/errors';
+import { storableJson } from '../../domain/text';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import type { Db } from '../../domain/db';
 import { recordAcceptedRun } from '../../domain/outbox';
@@ -257,7 +258,8 @@ export const automationRoutes = [
         // the worker's dispatcher starts the workflow (Temporal away only delays it).
         run = await db.transaction(async (trx) => {
           const [row] = await record(trx, 'running');
-          await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, ...(externalId ? { externalId } : {}), webhookBody: body });
+          // Kept as jsonb until the run starts: text PostgreSQL cannot store is made storable (domain/text).
+          await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, ...(externalId ? { externalId } : {}), webhookBody: storableJson(body) });
           return row;
         });
       } catch (err) {

@@ -570,7 +570,7 @@ describe('process memory under hostile bodies', () => {
     await child?.stop();
   });
 
-  it('stays flat over ~300 oversized, deep and huge requests and keeps answering /health', async () => {
+  it('stays flat over 800 oversized, deep and huge requests (no rising floor) and keeps answering /health', async () => {
     const port = await freePort();
     const dir = process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test');
     child = startChild({
@@ -607,14 +607,24 @@ describe('process memory under hostile bodies', () => {
       return statuses;
     };
 
+    // RSS swings by tens of MiB as V8 grows its heap for big bodies and gives it back (seen:
+    // 194 → 271 → 211 → 254 → 181 → ...). A leak shows as a rising floor: the lowest level of
+    // the later rounds must stay near the lowest of the earlier ones.
     await round(100); // warm-up: code paths compiled, pools and buffers allocated
-    const before = rssKiB(pid);
-    const statuses = await round(300);
-    const after = rssKiB(pid);
-    const growthMiB = (after - before) / 1024;
-    report.push(`child API pid ${pid}: VmRSS ${(before / 1024).toFixed(1)} → ${(after / 1024).toFixed(1)} MiB (+${growthMiB.toFixed(1)}) over 300 requests ${JSON.stringify(statuses)}`);
+    const levels = [rssKiB(pid)];
+    const statuses: Record<string, number> = {};
+    for (let r = 0; r < 8; r++) {
+      for (const [status, n] of Object.entries(await round(100))) statuses[status] = (statuses[status] ?? 0) + n;
+      levels.push(rssKiB(pid));
+    }
+    const mib = (kib: number) => (kib / 1024).toFixed(1);
+    const floorEarly = Math.min(...levels.slice(0, 5));
+    const floorLate = Math.min(...levels.slice(5));
+    const floorRiseMiB = (floorLate - floorEarly) / 1024;
+    report.push(`child API pid ${pid}: VmRSS after warm-up and each round of 100: ${levels.map(mib).join(' → ')} MiB (floor ${mib(floorEarly)} → ${mib(floorLate)}) ${JSON.stringify(statuses)}`);
     expect(Object.keys(statuses).every((s) => /^4\d\d$/.test(s))).toBe(true);
-    expect(growthMiB).toBeLessThan(60);
+    expect(floorRiseMiB).toBeLessThan(40);
+    expect(Math.max(...levels) / 1024).toBeLessThan(400);
     const health = await fetch(`${base}/health`);
     expect(health.status).toBe(200);
   });
