@@ -63,6 +63,13 @@ export const isoInstant = z
       ctx.addIssue({ code: 'custom', message: 'not a valid date' });
       return z.NEVER;
     }
+    // Four-digit years after the offset is applied too (9999-12-31T23:59-14:00 is year 10000,
+    // which would come back as "+010000-..."); year 0 is not a calendar date anyone means.
+    const year = date.getUTCFullYear();
+    if (year < 1 || year > 9999) {
+      ctx.addIssue({ code: 'custom', message: 'the year must be between 0001 and 9999' });
+      return z.NEVER;
+    }
     return date;
   });
 

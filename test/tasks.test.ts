@@ -126,6 +126,15 @@ describe('POST /api/v1/tasks', () => {
     expect(res.body.error).toContain(field);
   });
 
+  it('keeps due dates within years 0001-9999, after the offset is applied', async () => {
+    expect((await make({ title: 'far', dueDate: '9999-12-31T23:59:59.999Z' })).dueDate).toBe('9999-12-31T23:59:59.999Z');
+    for (const dueDate of ['9999-12-31T23:59:59-14:00', '0000-06-01T00:00:00Z']) {
+      const res = await post({ title: 'out of range', dueDate });
+      expectError(res, 400, 'VALIDATION');
+      expect(res.body.error).toContain('dueDate');
+    }
+  });
+
   it('accepts the bounds of title and type', async () => {
     const task = await make({ title: 't'.repeat(500), type: 'y'.repeat(64) });
     expect(task.title).toHaveLength(500);
