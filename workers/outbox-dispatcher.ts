@@ -1,9 +1,8 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Logger } from 'pino';
-import type { Db } from '../domain/db';
+import { isDatabaseUnavailable, type Db } from '../domain/db';
 import { deliveryWorkflowId } from '../domain/webhooks';
 import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../workflows/webhook-types';
-import { isDatabaseUnavailable } from '../domain/db';
 import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 
 /**
@@ -130,6 +129,8 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   }
 
   const firstAttempts = new Set<Promise<unknown>>();
+  /** Deliveries whose first attempt is under way here: a pass that meets them again (rows given back after a failure) leaves them alone. */
+  const attempting = new Set<string>();
   let firstAttemptsInFlight = 0;
   const slotWaiters: (() => void)[] = [];
 
@@ -163,16 +164,25 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
    */
   function attemptFirst(d: NewDelivery): void {
     firstAttemptsInFlight += 1;
+    attempting.add(d.id);
     const firstWaitMs = retryWaitMs(1, options.retryScale, Math.random());
+    const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
     const attempt: Promise<unknown> = options.attempt!({ workspaceId: d.workspace_id, deliveryId: d.id, final: false, nextAttemptInMs: firstWaitMs })
-      .then((result) => (result.status === 'pending' ? startWorkflow(d, { attemptsDone: 1, firstWaitMs }) : undefined))
-      .catch(async (err) => {
-        // The attempt could not run or be recorded: the workflow makes it (again, with the same delivery id).
-        logger.warn({ deliveryId: d.id, err: err instanceof Error ? err.message : String(err) }, 'first webhook attempt failed to run; handing it to a workflow');
-        await startWorkflow(d).catch(() => undefined); // if this fails too, the sweep starts it
-      })
+      .then(
+        async (result) => {
+          if (result.status !== 'pending') return;
+          // Recorded as attempt 1; if the workflow cannot start now, the sweep starts it from there.
+          await startWorkflow(d, { attemptsDone: 1, firstWaitMs }).catch((err) => logger.warn({ deliveryId: d.id, err: message(err) }, 'retries of a webhook delivery not started yet; the sweep will start them'));
+        },
+        async (err) => {
+          // The attempt could not run or be recorded: the workflow makes it (again, with the same delivery id).
+          logger.warn({ deliveryId: d.id, err: message(err) }, 'first webhook attempt failed to run; handing it to a workflow');
+          await startWorkflow(d).catch(() => undefined); // if this fails too, the sweep starts it
+        },
+      )
       .finally(() => {
         firstAttemptsInFlight -= 1;
+        attempting.delete(d.id);
         firstAttempts.delete(attempt);
         slotWaiters.shift()?.();
       });
@@ -188,8 +198,9 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   }
 
   async function startDeliveries(deliveries: NewDelivery[]): Promise<void> {
-    // A delivery that has already run (an earlier pass crashed before marking its rows) is left alone.
-    const fresh = deliveries.filter((d) => d.status === 'pending' && d.attempts === 0);
+    // A delivery that has already run (an earlier pass crashed before marking its rows), or whose
+    // first attempt is under way, is left alone.
+    const fresh = deliveries.filter((d) => d.status === 'pending' && d.attempts === 0 && !attempting.has(d.id));
     const retrying = await retryingSubscriptions(fresh);
     const toWorkflows: NewDelivery[] = [];
     for (const d of fresh) {
@@ -252,10 +263,13 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
       await dispatch(rows);
       return rows.length;
     } catch (err) {
-      if (rows.length === 1 || isOutage(err)) {
-        if (rows.length === 1 && !isOutage(err)) await setAside(rows[0], err);
-        else await release(rows);
+      if (isOutage(err)) {
+        await release(rows);
         throw err;
+      }
+      if (rows.length === 1) {
+        await setAside(rows[0], err);
+        return 0;
       }
     }
     let dispatched = 0;
