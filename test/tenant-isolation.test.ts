@@ -5,7 +5,8 @@
  */
 import { ROUTES } from '../api/app';
 import { expectError, Receiver, startApi, startReceiver, TestApi } from './helpers';
-import { buildFixture, Fixture, snapshot } from './reliability/workspace-fixture';
+// One fixture, one id map and one set of bodies with the reliability suite's matrices.
+import { BODIES, buildFixture, Fixture, snapshot, withIds } from './reliability/workspace-fixture';
 
 let receiver: Receiver;
 
@@ -25,47 +26,6 @@ afterAll(async () => {
   await api.close();
 });
 
-/** Which of B's records a path parameter names, by the collection segment before it. */
-const BY_SEGMENT: Record<string, (f: Fixture) => string> = {
-  deals: (f) => f.deal.id,
-  leads: (f) => f.contact.id,
-  contacts: (f) => f.contact.id,
-  notes: (f) => f.note.id,
-  tags: (f) => f.tag.id,
-  lists: (f) => f.list.id,
-  products: (f) => f.product.id,
-  tasks: (f) => f.task.id,
-  conversations: (f) => f.conversation.id,
-  webhooks: (f) => f.webhook.id,
-  deliveries: (f) => f.delivery.id,
-  automations: (f) => f.automation.id,
-};
-
-/** A body that would succeed on one's own record, so only the foreign id can make it fail. */
-const BODIES: Record<string, (f: Fixture) => unknown> = {
-  'patch /api/v1/deals/{id}': () => ({ name: 'hijacked', status: 'won' }),
-  'patch /api/v1/leads/{id}': () => ({ name: 'hijacked' }),
-  'post /api/v1/leads/{id}/tags': () => ({ tag: 'hijacked' }),
-  'post /api/v1/leads/{id}/notes': () => ({ body: 'hijacked' }),
-  'patch /api/v1/leads/{id}/notes/{noteId}': () => ({ body: 'hijacked' }),
-  'patch /api/v1/tags/{id}': () => ({ name: 'hijacked' }),
-  'patch /api/v1/lists/{id}': () => ({ name: 'hijacked' }),
-  'post /api/v1/lists/{id}/contacts': (f) => ({ contactIds: [f.contact.id] }),
-  'patch /api/v1/products/{id}': () => ({ name: 'hijacked' }),
-  'patch /api/v1/tasks/{id}': () => ({ title: 'hijacked' }),
-  'patch /api/v1/conversations/{id}': () => ({ status: 'closed' }),
-  'post /api/v1/conversations/{id}/messages': () => ({ type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR' }),
-  'patch /api/v1/webhooks/{id}': () => ({ active: false }),
-  'patch /api/v1/automations/{id}': () => ({ name: 'hijacked', active: false }),
-};
-
-const withIds = (path: string, f: Fixture): string =>
-  path.replace(/\/([a-z-]+)\/\{(\w+)\}/g, (_m, segment: string) => {
-    const pick = BY_SEGMENT[segment];
-    if (!pick) throw new Error(`tenant-isolation matrix: no fixture for /${segment}/{…}; add it to BY_SEGMENT`);
-    return `/${segment}/${pick(f)}`;
-  });
-
 const allBIds = (): string[] =>
   [b.contact, b.tag, b.list, b.note, b.pipeline, b.member, b.product, b.deal, b.task, b.instance, b.conversation, b.webhook, b.delivery, b.automation].map((r) => r.id);
 
@@ -84,7 +44,7 @@ describe('tenant isolation', () => {
     const before = await snapshot(api, b.ws.id);
     for (const r of idRoutes) {
       const path = withIds(r.path, b);
-      const body = BODIES[`${r.method} ${r.path}`]?.(b);
+      const body = BODIES[`${r.method} ${r.path}`]?.(b, receiver.url);
       const res = await api.request(r.method.toUpperCase(), path, { key: a.ws.key, body });
       expect({ route: `${r.method} ${r.path}`, status: res.status }).toEqual({ route: `${r.method} ${r.path}`, status: 404 });
       for (const id of allBIds()) expect(res.text).not.toContain(id);

@@ -110,7 +110,7 @@ export function withIds(path: string, f: Fixture): string {
 /** A body that would succeed on the fixture's own records, so only auth can make a write fail. */
 export const BODIES: Record<string, (f: Fixture, receiverUrl: string) => unknown> = {
   'post /api/v1/deals': (f) => ({ contactId: f.contact.id, pipeline: f.pipeline.id, name: 'sneaked in' }),
-  'patch /api/v1/deals/{id}': () => ({ name: 'hijacked', status: 'lost' }),
+  'patch /api/v1/deals/{id}': () => ({ name: 'hijacked', status: 'won' }),
   'post /api/v1/leads': () => ({ phone: uniquePhone(), name: 'sneaked in' }),
   'patch /api/v1/leads/{id}': () => ({ name: 'hijacked' }),
   'post /api/v1/leads/{id}/tags': () => ({ tag: 'hijacked' }),
