@@ -36,6 +36,14 @@ async function startWorker(): Promise<Child> {
   return child;
 }
 
+/** Until some statement waits on a lock held by the backend `pid` (the test's own transaction). */
+async function blockedBy(pid: number, what: string): Promise<void> {
+  await waitFor(what, async () => {
+    const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [pid]);
+    if (rows[0].n === 0) throw new Error('not blocked yet');
+  }, 20_000);
+}
+
 /** SIGKILL: no graceful shutdown, no chance to finish or report the running activity. */
 async function killWorker(child: Child): Promise<void> {
   const exited = new Promise<void>((resolve) => child.process.once('exit', () => resolve()));
@@ -186,10 +194,7 @@ describe('a worker killed mid-send', () => {
     const started = Date.now();
     const pending = send(s, phone, key);
     try {
-      await waitFor('the send blocked in prepare', async () => {
-        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [blockerPid]);
-        if (rows[0].n === 0) throw new Error('not blocked yet');
-      }, 20_000);
+      await blockedBy(blockerPid, 'the send blocked in prepare');
       expect(await callsTo(phone)).toHaveLength(0);
       await killWorker(worker!);
     } finally {
@@ -217,18 +222,12 @@ describe('a worker killed mid-send', () => {
     const pending = send(s, phone, key);
     const claim = await api.db.transaction();
     try {
-      await waitFor('the send blocked in prepare', async () => {
-        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [slotPid]);
-        if (rows[0].n === 0) throw new Error('not blocked yet');
-      }, 20_000);
+      await blockedBy(slotPid, 'the send blocked in prepare');
       const { runId } = await (await temporal.get()).workflow.getHandle(workflowId(s, key)).describe();
       await claim('send_attempts').insert({ reference: `${workflowId(s, key)}/${runId}`, workspace_id: s.ws.id, state: 'failed' });
       const claimPid = (await claim.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
       await slot.rollback();
-      await waitFor('the provider step blocked on its claim', async () => {
-        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [claimPid]);
-        if (rows[0].n === 0) throw new Error('not blocked yet');
-      }, 20_000);
+      await blockedBy(claimPid, 'the provider step blocked on its claim');
       // The point of the kill: contact and conversation committed, no provider call.
       expect(await api.db('contacts').where({ workspace_id: s.ws.id, phone }).pluck('id')).toHaveLength(1);
       expect(await api.db('conversations').where({ workspace_id: s.ws.id }).pluck('id')).toHaveLength(1);
@@ -260,10 +259,7 @@ describe('a worker killed mid-send', () => {
     try {
       await hold('conversations').where({ workspace_id: s.ws.id }).forUpdate().select('id');
       const holdPid = (await hold.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-      await waitFor('recording blocked after the provider answered', async () => {
-        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [holdPid]);
-        if (rows[0].n === 0) throw new Error('not blocked yet');
-      }, 20_000);
+      await blockedBy(holdPid, 'recording blocked after the provider answered');
       // The point of the kill: the provider accepted, nothing of the message or its events is recorded.
       expect(await api.db('send_attempts').where({ workspace_id: s.ws.id }).pluck('state')).toEqual(['sent']);
       expect(await api.db('messages').where({ workspace_id: s.ws.id }).pluck('id')).toHaveLength(0);
@@ -292,10 +288,7 @@ describe('a worker killed mid-send', () => {
     const started = Date.now();
     const pending = send(s, phone, key);
     try {
-      await waitFor('the send blocked in prepare', async () => {
-        const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [blockerPid]);
-        if (rows[0].n === 0) throw new Error('not blocked yet');
-      }, 20_000);
+      await blockedBy(blockerPid, 'the send blocked in prepare');
       const { runId } = await (await temporal.get()).workflow.getHandle(workflowId(s, key)).describe();
       await api.db('send_attempts').insert({ reference: `${workflowId(s, key)}/${runId}`, workspace_id: s.ws.id, state: 'in_flight' });
     } finally {

@@ -132,6 +132,20 @@ type Receiver = Awaited<ReturnType<typeof startReceiver>>;
 
 const callsTo = async (phone: string): Promise<number> => ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${phone}`)).json()) as { calls: unknown[] }).calls.length;
 
+/** A connected Cloud API instance on the emulator with the approved template `welcome` the cases send. */
+async function cloudInstanceWithTemplate(ws: Workspace): Promise<void> {
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Main',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+    config: { baseUrl: EMULATOR, phoneNumberId: `PN-faults-${ws.id.slice(0, 8)}`, accessToken: 'faults-token', appSecret: 'faults-secret' },
+  });
+  expect(instance.status).toBe(201);
+  const template = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+  expect(template.status).toBe(201);
+}
+
 let seq = 0;
 const mobile = (): string => `55219${String(20000000 + ((process.pid * 31 + ++seq * 7927) % 70000000))}`;
 
@@ -276,16 +290,7 @@ describe('webhook receiver down for a while, then up', () => {
 describe('Temporal restarted during sends, deliveries and automation runs', () => {
   it('answers sends with a prompt 503 while it is unreachable, accepts inbound runs, and finishes everything after it returns', async () => {
     const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES], plan: UNLIMITED });
-    const phoneNumberId = `PN-faults-${ws.id.slice(0, 8)}`;
-    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-      name: 'Main',
-      channel: 'whatsapp',
-      provider: 'cloud',
-      connected: true,
-      config: { baseUrl: EMULATOR, phoneNumberId, accessToken: 'faults-token', appSecret: 'faults-secret' },
-    });
-    expect(instance.status).toBe(201);
-    expect((await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' })).status).toBe(201);
+    await cloudInstanceWithTemplate(ws);
     const receiver = await startReceiver();
     await subscribe(ws, receiver.url, CREATED);
     const automation = await api.request('POST', '/api/v1/automations', {
@@ -382,15 +387,7 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
 describe('API process killed between business commits and workflow starts', () => {
   it('delivers every committed event and finishes a started send: the outbox and the workflow do not depend on the API process', async () => {
     const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES], plan: UNLIMITED });
-    const phoneNumberId = `PN-kill-${ws.id.slice(0, 8)}`;
-    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-      name: 'Main',
-      channel: 'whatsapp',
-      provider: 'cloud',
-      connected: true,
-      config: { baseUrl: EMULATOR, phoneNumberId, accessToken: 'kill-token', appSecret: 'kill-secret' },
-    });
-    await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+    await cloudInstanceWithTemplate(ws);
     const receiver = await startReceiver();
     await subscribe(ws, receiver.url, CREATED);
 
