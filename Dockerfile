@@ -7,6 +7,7 @@ RUN npm ci --omit=dev --no-audit --no-fund
 COPY tsconfig.json knexfile.ts ./
 COPY api ./api
 COPY domain ./domain
+COPY types ./types
 COPY activities ./activities
 COPY workflows ./workflows
 COPY workers ./workers

@@ -7,8 +7,8 @@ import { ApiError } from '../domain/errors';
 import { addNote } from '../domain/notes';
 import { isUuid, requireContact } from '../domain/refs';
 import { createTask } from '../domain/tasks';
-import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../workflows/automation-types';
-import type { SendInput } from '../workflows/send-types';
+import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../types/automations';
+import type { SendInput } from '../types/messaging';
 
 /** A refusal retrying cannot fix, named by its action: "Action 2 (move_deal): Stage "X" not found". */
 function actionFailure(index: number, type: string, err: ApiError): ApplicationFailure {

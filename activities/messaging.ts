@@ -7,8 +7,8 @@ import { visibleConversations } from '../domain/conversations';
 import { coldCap, findOrCreateContact, findOrCreateConversation, giveBackDaily, saoPauloDay, takeDaily, windowOpen } from '../domain/messaging';
 import { sendThroughProvider } from './providers';
 import { OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
-import { PROVIDER_RETRYABLE } from '../workflows/send-types';
-import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../workflows/send-types';
+import { PROVIDER_RETRYABLE } from '../types/messaging';
+import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../types/messaging';
 
 /**
  * The steps of a send (the workflow in workflows/send-message.ts orders them and compensates).

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
 import { deliveryBody, postWebhook } from '../domain/webhooks';
-import type { AttemptInput, AttemptResult } from '../workflows/webhook-types';
+import type { AttemptInput, AttemptResult } from '../types/webhooks';
 
 /**
  * The delivery attempt: read the delivery with its subscription's current URL and secret (a PATCH

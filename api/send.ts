@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { ApplicationFailure, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { ApiError, ERROR_CODES, ErrorCode } from '../domain/errors';
-import type { SendInput, SendOutcome } from '../workflows/send-types';
+import type { SendInput, SendOutcome } from '../types/messaging';
 import { temporalClient, withTemporal } from './context';
 import { isTemporalUnreachable } from '../domain/temporal';
 

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { MESSAGE_TYPES } from '../activities/providers/types';
+import { MESSAGE_TYPES } from '../types/messaging';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
 import { MESSAGE_CONTENT_FIELDS } from './messaging';

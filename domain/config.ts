@@ -1,4 +1,4 @@
-import { DEFAULT_RECONCILE_WINDOW_MS } from '../workflows/send-types';
+import { DEFAULT_RECONCILE_WINDOW_MS } from '../types/messaging';
 /**
  * Every setting the service reads from the environment, parsed once.
  * CONTRACT.md lists the names; the README documents each of them.

@@ -7,7 +7,6 @@ import { isUuid } from './refs';
 import { safeRequest, SafeHttpError } from './safe-http';
 import { assertPublicUrl, UrlPolicy } from './url-safety';
 import { signWebhook } from './webhook-signature';
-export { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS } from '../workflows/webhook-types';
 
 /**
  * Outbound webhooks (spec section 6, CONTRACT.md): subscriptions, the signed request, and the

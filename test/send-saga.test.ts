@@ -5,7 +5,7 @@
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createMessagingActivities } from '../activities/messaging';
-import type { PreparedSend, SendOutcome } from '../workflows/send-types';
+import type { PreparedSend, SendOutcome } from '../types/messaging';
 import { createWorkspace, startApi, TestApi } from './helpers';
 
 let api: TestApi;

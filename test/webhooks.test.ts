@@ -7,8 +7,8 @@ import { createHmac } from 'node:crypto';
 import { Connection, Client, WorkflowNotFoundError } from '@temporalio/client';
 import { ALL_SCOPES } from '../domain/scopes';
 import { verifyWebhookSignature } from '../domain/webhook-signature';
-import { deliveryWorkflowId, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS } from '../domain/webhooks';
-import type { DeliveryInput, DeliveryResult } from '../workflows/webhook-types';
+import { deliveryWorkflowId } from '../domain/webhooks';
+import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput, type DeliveryResult } from '../types/webhooks';
 import {
   createWorkspace,
   eventually,

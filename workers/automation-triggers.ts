@@ -2,7 +2,7 @@ import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } f
 import { CONTACT_FIELDS, MAX_CHAIN_DEPTH, runWorkflowId, TriggerConfig } from '../domain/automations';
 import type { Db } from '../domain/db';
 import { START_DEADLINE_MS, withDeadline } from '../domain/temporal';
-import type { RunInput } from '../workflows/automation-types';
+import type { RunInput } from '../types/automations';
 import type { OutboxRow } from './outbox-dispatcher';
 
 interface Candidate {

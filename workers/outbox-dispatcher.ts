@@ -2,7 +2,7 @@ import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } f
 import type { Logger } from 'pino';
 import { isDatabaseUnavailable, type Db } from '../domain/db';
 import { deliveryWorkflowId } from '../domain/webhooks';
-import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../workflows/webhook-types';
+import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../types/webhooks';
 import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 
 /**

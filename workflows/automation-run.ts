@@ -1,6 +1,6 @@
 import { ActivityFailure, ApplicationFailure, CancellationScope, ChildWorkflowFailure, executeChild, proxyActivities, sleep, workflowInfo } from '@temporalio/workflow';
 import type { AutomationActivities } from '../activities/automations';
-import type { ActionResult, RunContext, RunInput, RunResult } from './automation-types';
+import type { ActionResult, RunContext, RunInput, RunResult } from '../types/automations';
 import { DATABASE, RECORD } from './profiles';
 import { sendMessageWorkflow } from './send-message';
 

@@ -2,8 +2,8 @@ import { ActivityFailure, ApplicationFailure, TimeoutFailure, proxyActivities, u
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
 import { COMPENSATION, DATABASE, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
-import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE } from './send-types';
-import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from './send-types';
+import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE } from '../types/messaging';
+import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from '../types/messaging';
 
 const prepare = proxyActivities<MessagingActivities>(DATABASE);
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);

@@ -1,7 +1,7 @@
 import { ActivityFailure, ApplicationFailure, proxyActivities, proxyLocalActivities, sleep } from '@temporalio/workflow';
 import type { WebhookActivities } from '../activities/webhooks';
 import { RECORD, WEBHOOK_ATTEMPT } from './profiles';
-import { DeliveryInput, DeliveryResult, retryWaitMs, WEBHOOK_MAX_ATTEMPTS } from './webhook-types';
+import { DeliveryInput, DeliveryResult, retryWaitMs, WEBHOOK_MAX_ATTEMPTS } from '../types/webhooks';
 
 // A local activity: an attempt is one HTTP call plus two small queries, and running it inside the
 // workflow task keeps a delivery to one task round trip with the server (hundreds per second).

@@ -1,22 +1,9 @@
 import { NETWORK_WORDS } from '../../domain/safe-http';
+import type { MessageContent } from '../../types/messaging';
 /**
  * What the sending path asks of a messaging provider, whichever wire format it speaks.
  * Adapters: `cloud.ts` (WhatsApp Cloud API) and `web.ts` (the unofficial "web" gateway style).
  */
-export const MESSAGE_TYPES = ['text', 'image', 'video', 'audio', 'document', 'template'] as const;
-export type MessageType = (typeof MESSAGE_TYPES)[number];
-
-/** A message's content, as the API accepts it and the providers send it. */
-export interface MessageContent {
-  type: MessageType;
-  text?: string;
-  mediaUrl?: string;
-  caption?: string;
-  fileName?: string;
-  templateName?: string;
-  templateLanguage?: string;
-  templateVariables?: string[];
-}
 
 export interface OutboundMessage extends MessageContent {
   /** Recipient: digits in international form (e.g. 5511987654321). */

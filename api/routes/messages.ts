@@ -3,13 +3,13 @@ import { z } from 'zod';
 import { route } from '../route';
 import { single } from '../schemas';
 import { runSend } from '../send';
-import { MESSAGE_TYPES } from '../../activities/providers/types';
+import { MESSAGE_TYPES } from '../../types/messaging';
 import { requirePhone } from '../../domain/contacts';
 import { ApiError } from '../../domain/errors';
 import { MESSAGE_CONTENT_FIELDS } from '../../domain/messaging';
 import { isUuid } from '../../domain/refs';
 import { assertSafeUrlSyntax } from '../../domain/url-safety';
-import type { SendMessageContent } from '../../workflows/send-types';
+import type { MessageContent } from '../../types/messaging';
 
 /** The message fields of both send endpoints, with the spec's bounds. */
 const content = {
@@ -34,8 +34,8 @@ function requireForType(body: ContentInput, zctx: z.RefinementCtx): void {
 }
 
 /** Only the fields of the message's type travel on (and show in the workflow history). */
-function messageOf(ctx: Context, body: ContentInput): SendMessageContent {
-  const message: SendMessageContent = { type: body.type };
+function messageOf(ctx: Context, body: ContentInput): MessageContent {
+  const message: MessageContent = { type: body.type };
   if (body.type === 'text') message.text = body.text;
   if (['image', 'video', 'audio', 'document'].includes(body.type)) {
     assertSafeUrlSyntax(body.mediaUrl!, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });

@@ -18,10 +18,8 @@ import {
   SUBSCRIBABLE_EVENTS,
   subscriptionTarget,
   updateSubscription,
-  WEBHOOK_MAX_ATTEMPTS,
-  WEBHOOK_RETRY_SCHEDULE_SECONDS,
 } from '../../domain/webhooks';
-import type { DeliveryInput, DeliveryResult } from '../../workflows/webhook-types';
+import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput, type DeliveryResult } from '../../types/webhooks';
 import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';

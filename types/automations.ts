@@ -1,5 +1,5 @@
-/** What the automation run workflow and its activities exchange (types only: safe in the workflow bundle). */
-import type { SendInput } from './send-types';
+/** What the automation run workflow and its activities exchange (imports nothing of ours: safe in the workflow bundle). */
+import type { SendInput } from './messaging';
 
 export interface RunInput {
   workspaceId: string;

@@ -1,7 +1,30 @@
-/** Shapes exchanged between the API, the send workflow and its activities (types only: safe in the workflow bundle). */
-import type { MessageContent, MessageType } from '../activities/providers/types';
+/**
+ * Messages and sends: the shapes the API, the send workflow, its activities and the providers
+ * exchange. Like everything in types/, it imports nothing of ours, so the workflow bundle may use it.
+ */
 
-export type SendMessageContent = MessageContent;
+export const MESSAGE_TYPES = ['text', 'image', 'video', 'audio', 'document', 'template'] as const;
+export type MessageType = (typeof MESSAGE_TYPES)[number];
+
+/** The message types that carry a file by URL (`mediaUrl`). */
+export const MEDIA_TYPES = ['image', 'video', 'audio', 'document'] as const satisfies readonly MessageType[];
+export type MediaType = (typeof MEDIA_TYPES)[number];
+
+export function isMediaType(type: string): type is MediaType {
+  return (MEDIA_TYPES as readonly string[]).includes(type);
+}
+
+/** A message's content, as the API accepts it and the providers send it. */
+export interface MessageContent {
+  type: MessageType;
+  text?: string;
+  mediaUrl?: string;
+  caption?: string;
+  fileName?: string;
+  templateName?: string;
+  templateLanguage?: string;
+  templateVariables?: string[];
+}
 
 export interface SendInput {
   workspaceId: string;
@@ -9,7 +32,7 @@ export interface SendInput {
   phone?: string;
   instanceId?: string;
   conversationId?: string;
-  message: SendMessageContent;
+  message: MessageContent;
   /**
    * How long a send whose provider call may have happened (the worker died mid-call, or the call
    * got no answer) waits for the provider's status callback before it counts as not accepted and
