@@ -1,18 +1,18 @@
-import { ApplicationFailure } from '@temporalio/activity';
 import { Action, ActionSchema, applyMapping, render, TriggerConfig, webhookVariables } from '../domain/automations';
 import { addTag, removeTag, updateContact, upsertLead } from '../domain/contacts';
 import type { Db } from '../domain/db';
 import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/deals';
 import { ApiError } from '../domain/errors';
+import { toFailure } from '../domain/failures';
 import { addNote } from '../domain/notes';
+import { messageContent, missingFields, requiredFields } from '../domain/sending';
 import { isUuid, requireContact } from '../domain/refs';
 import { createTask } from '../domain/tasks';
 import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../types/automations';
-import type { SendInput } from '../types/messaging';
 
 /** A refusal retrying cannot fix, named by its action: "Action 2 (move_deal): Stage "X" not found". */
-function actionFailure(index: number, type: string, err: ApiError): ApplicationFailure {
-  return ApplicationFailure.create({ type: err.code, nonRetryable: true, message: `Action ${index + 1} (${type}): ${err.message}` });
+function actionFailure(index: number, type: string, err: ApiError) {
+  return toFailure(err, { message: `Action ${index + 1} (${type}): ${err.message}` });
 }
 
 /** String params are rendered from the run's variables; other values pass as they are. */
@@ -71,7 +71,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
             const { lead } = await upsertLead(db, input.workspaceId, { phone: mapped.contact.phone, name: mapped.contact.name, email: mapped.contact.email }, { origin: 'automation', depth: input.depth + 1 });
             context.contactId = lead.id;
           } catch (err) {
-            if (err instanceof ApiError) throw ApplicationFailure.create({ type: err.code, nonRetryable: true, message: `Lead intake: ${err.message}` });
+            if (err instanceof ApiError) throw toFailure(err, { message: `Lead intake: ${err.message}` });
             throw err;
           }
         }
@@ -206,13 +206,9 @@ export function createAutomationActivities({ db }: { db: Db }) {
           case 'send_message': {
             // A canonical contact only: one deleted or merged during a wait is not messaged.
             const contact = await requireContact(db, workspaceId, needContact());
-            const { messageType, instanceId, text, mediaUrl, caption, fileName, templateName, templateLanguage, templateVariables } = action;
-            const message: SendInput['message'] = { type: messageType };
-            if (messageType === 'text') message.text = text;
-            else if (messageType === 'template') Object.assign(message, { templateName, templateLanguage, templateVariables: templateVariables ?? [] });
-            else Object.assign(message, { mediaUrl, caption: messageType === 'audio' ? undefined : caption, fileName: messageType === 'document' ? fileName : undefined });
-            const missing = messageType === 'text' ? !text : messageType === 'template' ? !templateName || !templateLanguage : !mediaUrl;
-            if (missing) throw new ApiError('VALIDATION', `A ${messageType} message needs ${messageType === 'text' ? 'text' : messageType === 'template' ? 'templateName and templateLanguage' : 'mediaUrl'}`);
+            const { type: _action, messageType, instanceId, ...content } = action;
+            const message = messageContent({ ...content, type: messageType });
+            if (missingFields(message).length > 0) throw new ApiError('VALIDATION', `A ${messageType} message needs ${requiredFields(messageType).join(' and ')}`);
             return { context, send: { workspaceId, phone: contact.phone, instanceId, message } };
           }
           default:

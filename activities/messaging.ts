@@ -1,10 +1,12 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Db } from '../domain/db';
 import { ApiError } from '../domain/errors';
+import { refusalsAsFailures, toFailure } from '../domain/failures';
 import { recordEvent } from '../domain/outbox';
 import { requirePhone } from '../domain/contacts';
 import { visibleConversations } from '../domain/conversations';
-import { coldCap, findOrCreateContact, findOrCreateConversation, giveBackDaily, saoPauloDay, takeDaily, windowOpen } from '../domain/messaging';
+import { findOrCreateContact, findOrCreateConversation, giveBackDaily, takeDaily } from '../domain/messaging';
+import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
 import { sendThroughProvider } from './providers';
 import { OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
 import { PROVIDER_RETRYABLE } from '../types/messaging';
@@ -12,21 +14,9 @@ import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, Sent
 
 /**
  * The steps of a send (the workflow in workflows/send-message.ts orders them and compensates).
- * Business refusals become non-retryable failures whose `type` is the API's error code, so the
- * API answers with the same code and an operator reads it in the Temporal UI.
+ * The rules are domain/sending.ts; these activities load what the rules look at, and record.
+ * Refusals become final failures whose `type` is the API's error code (domain/failures.ts).
  */
-export function businessFailure(err: ApiError): ApplicationFailure {
-  return ApplicationFailure.create({ type: err.code, message: err.message, nonRetryable: true, details: err.hint ? [{ hint: err.hint }] : [] });
-}
-
-async function asFailure<T>(work: () => Promise<T>): Promise<T> {
-  try {
-    return await work();
-  } catch (err) {
-    if (err instanceof ApiError) throw businessFailure(err);
-    throw err;
-  }
-}
 
 /** Provider refusals the API reports under their own code; anything else final is SEND_FAILED. */
 const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE'>> = {
@@ -53,12 +43,7 @@ function mayHaveReachedProvider(err: unknown): boolean {
  */
 function unconfirmed(provider: string | undefined, reason: string): ProviderSendResult {
   if (provider === 'cloud') return { outcome: 'unconfirmed', reason };
-  throw ApplicationFailure.create({
-    type: 'SEND_FAILED',
-    nonRetryable: true,
-    message: `${reason}; it is not sent twice`,
-    details: [{ hint: 'Check the conversation before sending again.', outcomeUnknown: true }],
-  });
+  throw toFailure(new ApiError('SEND_FAILED', `${reason}; it is not sent twice`, { hint: 'Check the conversation before sending again.' }), { detail: { outcomeUnknown: true } });
 }
 
 /** Runs `work` heartbeating every second (when inside an activity), so a dead worker is detected by the heartbeat timeout. */
@@ -90,7 +75,7 @@ export function createMessagingActivities({ db }: { db: Db }) {
     async prepareSend(input: SendInput): Promise<PreparedSend> {
       const execution = Context.current().info.workflowExecution!;
       const reference = `${execution.workflowId}/${execution.runId}`;
-      return asFailure(() =>
+      return refusalsAsFailures(() =>
         db.transaction(async (trx) => {
           // Retried after its commit: the first run's result, not a second quota unit.
           const done = await trx('send_preparations').where({ reference, workspace_id: input.workspaceId }).first('prepared');
@@ -99,7 +84,7 @@ export function createMessagingActivities({ db }: { db: Db }) {
           const day = saoPauloDay(now);
           const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit');
 
-          let instance: { id: string; channel: string; provider: 'cloud' | 'web'; connected: boolean };
+          let instance: SendInstance;
           let contact: { id: string; name: string; phone: string; opted_out: boolean; wa_id: string | null };
           let conversation: { id: string; last_inbound_at: Date | null };
           let createdContact = false;
@@ -117,16 +102,10 @@ export function createMessagingActivities({ db }: { db: Db }) {
           } else {
             const phone = requirePhone(input.phone);
             const live = trx('instances').where({ workspace_id: input.workspaceId, archived: false, channel: 'whatsapp' });
-            if (input.instanceId) {
-              const found = await live.clone().where({ id: input.instanceId }).first('id', 'channel', 'provider', 'connected');
-              if (!found) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
-              instance = found;
-            } else {
-              const all = await live.clone().orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
-              if (all.length === 0) throw new ApiError('NO_INSTANCE', 'The workspace has no WhatsApp connection', { hint: 'Connect an instance first.' });
-              if (all.length > 1) throw new ApiError('INSTANCE_REQUIRED', 'The workspace has several connections: say which one', { hint: 'Send instanceId (GET /api/v1/instances).' });
-              instance = all[0];
-            }
+            const candidates: SendInstance[] = input.instanceId
+              ? await live.clone().where({ id: input.instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
+              : await live.clone().orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
+            instance = chooseInstance(candidates, input.instanceId);
             const found = await findOrCreateContact(trx, input.workspaceId, phone);
             contact = found.contact;
             createdContact = found.created;
@@ -134,33 +113,19 @@ export function createMessagingActivities({ db }: { db: Db }) {
             conversation = conv.conversation;
             createdConversation = conv.created;
           }
-          if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
-          if (contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
 
           const message = input.message;
-          if (message.type === 'template') {
-            const template = await trx('templates')
-              .where({ workspace_id: input.workspaceId, instance_id: instance.id, name: message.templateName, language: message.templateLanguage, status: 'approved' })
-              .first('variable_count');
-            if (!template) {
-              throw new ApiError('TEMPLATE_INVALID', `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`);
-            }
-            const given = message.templateVariables?.length ?? 0;
-            if (given !== template.variable_count) {
-              throw new ApiError('TEMPLATE_INVALID', `The template takes ${template.variable_count} variables, ${given} given`);
-            }
-          } else if (instance.provider === 'cloud' && !windowOpen(conversation.last_inbound_at, now)) {
-            throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
-              hint: 'Send type "template" with an approved template.',
-            });
-          }
+          const template =
+            message.type === 'template'
+              ? await trx('templates')
+                  .where({ workspace_id: input.workspaceId, instance_id: instance.id, name: message.templateName, language: message.templateLanguage, status: 'approved' })
+                  .first('variable_count')
+              : undefined;
+          refuseUnsendable({ instance, contact, conversation, message, template, now });
 
           const tookCold = createdConversation;
-          if (tookCold && !(await takeDaily(trx, input.workspaceId, 'cold_conversations', day, coldCap(workspace.broadcast_limit)))) {
-            throw new ApiError('COLD_LIMIT_REACHED', 'The daily cap of new numbers is reached', { hint: 'It resets at midnight (America/Sao_Paulo).' });
-          }
-          if (!(await takeDaily(trx, input.workspaceId, 'messages', day, workspace.daily_message_quota))) {
-            throw new ApiError('MESSAGE_LIMIT_REACHED', "The plan's daily message quota is reached", { hint: 'It resets at midnight (America/Sao_Paulo).' });
+          for (const unit of dailyUnits(workspace, createdConversation)) {
+            if (!(await takeDaily(trx, input.workspaceId, unit.counter, day, unit.cap))) throw unit.refusal();
           }
           const prepared: PreparedSend = {
             reference,
@@ -234,7 +199,7 @@ export function createMessagingActivities({ db }: { db: Db }) {
       return withHeartbeat(async () => {
         // The instance first: one that vanished is a refusal, before any attempt is claimed.
         const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId, archived: false }).first('id', 'provider', 'config');
-        if (!instance) throw businessFailure(new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists'));
+        if (!instance) throw toFailure(new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists'));
         const claimed = await db.raw(
           `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
            ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
@@ -259,8 +224,8 @@ export function createMessagingActivities({ db }: { db: Db }) {
           }
           await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ state: 'failed', error: message.slice(0, 1000), updated_at: db.fn.now() });
           if (!(err instanceof ProviderError)) throw err;
-          if (err.retryable) throw ApplicationFailure.create({ type: PROVIDER_RETRYABLE, message, nonRetryable: false });
-          throw ApplicationFailure.create({ type: FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message, nonRetryable: true });
+          if (err.retryable) throw ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);
+          throw toFailure(new ApiError(FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message));
         }
         // If this write fails the activity fails: the row stays `in_flight`, so the retry does not
         // call again and the status callback carrying the same message id settles it.
@@ -291,13 +256,11 @@ export function createMessagingActivities({ db }: { db: Db }) {
       if (now) return now;
       const deadline = new Date(input.deadline);
       if (Date.now() < deadline.getTime()) {
-        throw ApplicationFailure.create({
-          type: 'SEND_UNCONFIRMED',
-          nonRetryable: false,
-          message:
-            `Waiting for the provider's status callback: an earlier attempt of this send may have reached the provider, ` +
+        throw ApplicationFailure.retryable(
+          `Waiting for the provider's status callback: an earlier attempt of this send may have reached the provider, ` +
             `so it is not sent again before ${deadline.toISOString()} (then, without a callback, it counts as not accepted and is sent once more)`,
-        });
+          'SEND_UNCONFIRMED',
+        );
       }
       const reason = `No status callback from the provider until ${deadline.toISOString()}: the interrupted attempt was not accepted`;
       const marked = await db('send_attempts')

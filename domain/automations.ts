@@ -1,9 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { MESSAGE_TYPES } from '../types/messaging';
+import { isMediaType, MESSAGE_TYPES } from '../types/messaging';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
-import { MESSAGE_CONTENT_FIELDS } from './messaging';
+import { MESSAGE_CONTENT_FIELDS } from './sending';
 import { Page, pageWithTotal } from './pagination';
 import { isUuid } from './refs';
 import { cut, storable } from './text';
@@ -87,8 +87,6 @@ export const TriggerSchema = z
   });
 export type TriggerConfig = z.infer<typeof TriggerSchema>;
 
-const MEDIA_MESSAGE_TYPES: readonly string[] = ['image', 'video', 'audio', 'document'];
-
 /**
  * A send_message action's literal media URL passes, when the automation is saved, the same check
  * as `mediaUrl` on POST /api/v1/messages (400 INVALID_URL: https only, no credentials, no private
@@ -97,7 +95,7 @@ const MEDIA_MESSAGE_TYPES: readonly string[] = ['image', 'video', 'audio', 'docu
  */
 export function assertActionMediaUrls(actions: readonly Action[] | undefined, policy: UrlPolicy): void {
   actions?.forEach((action, i) => {
-    if (action.type !== 'send_message' || !MEDIA_MESSAGE_TYPES.includes(action.messageType)) return;
+    if (action.type !== 'send_message' || !isMediaType(action.messageType)) return;
     if (action.mediaUrl === undefined || action.mediaUrl.includes('{{')) return;
     assertSafeUrlSyntax(action.mediaUrl, policy, { field: `body.actions.${i}.mediaUrl` });
   });

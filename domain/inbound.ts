@@ -8,6 +8,7 @@ import { recordEvent } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { isUuid } from './refs';
 import { storable } from './text';
+import { MEDIA_TYPES } from '../types/messaging';
 
 /**
  * Inbound provider traffic of the WhatsApp Cloud API (CONTRACT.md "Inbound provider traffic"):
@@ -89,7 +90,8 @@ export const EVENT_TYPE: Record<InboundType, string> = {
   sticker: 'stickerMessage',
 };
 
-const MEDIA_TYPES = new Set(['image', 'audio', 'video', 'document', 'sticker']);
+/** Inbound messages that carry a file: the media types we send, and stickers. */
+const INBOUND_MEDIA_KINDS = new Set<string>([...MEDIA_TYPES, 'sticker']);
 
 export interface InboundMessage {
   providerMessageId: string;
@@ -156,7 +158,7 @@ function isGroup(message: Json): boolean {
 function content(message: Json): { type: InboundType; body: string; mediaRef: string | null } | undefined {
   const kind = str(message.type);
   if (kind === 'text') return { type: 'text', body: str(obj(message.text)?.body) ?? '', mediaRef: null };
-  if (kind && MEDIA_TYPES.has(kind)) {
+  if (kind && INBOUND_MEDIA_KINDS.has(kind)) {
     const media = obj(message[kind]) ?? {};
     return { type: kind as InboundType, body: str(media.caption) ?? '', mediaRef: str(media.id) ?? null };
   }

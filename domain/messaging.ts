@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import type { Knex } from 'knex';
 import type { Db } from './db';
 import type { Phone } from './phone';
@@ -57,22 +56,6 @@ export async function findOrCreateConversation(
   return { conversation: existing, created: false };
 }
 
-/** The 24-hour customer-service window of the Cloud API: open while the last inbound message is younger than a day. */
-export const WINDOW_MS = 24 * 60 * 60 * 1000;
-export function windowOpen(lastInboundAt: Date | null, now: Date): boolean {
-  return lastInboundAt !== null && now.getTime() - lastInboundAt.getTime() < WINDOW_MS;
-}
-
-/** The day daily counters belong to: midnight resets in America/Sao_Paulo (CONTRACT.md). */
-export function saoPauloDay(now: Date): string {
-  return new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo', year: 'numeric', month: '2-digit', day: '2-digit' }).format(now);
-}
-
-/** New conversations a workspace may open per day: max(200, ceil(0.1 × broadcast limit)) (CONTRACT.md). */
-export function coldCap(broadcastLimit: number | null): number {
-  return Math.max(200, Math.ceil(0.1 * (broadcastLimit ?? 0)));
-}
-
 export type DailyCounter = 'messages' | 'cold_conversations';
 
 /**
@@ -100,27 +83,3 @@ export async function takeDaily(trx: Writer, workspaceId: string, kind: DailyCou
 export async function giveBackDaily(trx: Writer, workspaceId: string, kind: DailyCounter, day: string): Promise<void> {
   await trx('daily_counters').where({ workspace_id: workspaceId, day, kind }).where('count', '>', 0).decrement('count', 1);
 }
-
-/**
- * Text the provider limits: zod's `max` counts code points, WhatsApp counts UTF-16 units (an
- * emoji is 2), so a text zod accepts could still be refused by the provider after the saga
- * started (502 SEND_FAILED). Both are checked here, so such a text is 400 VALIDATION up front.
- */
-function providerText(max: number) {
-  return z
-    .string()
-    .min(1)
-    .max(max)
-    .refine((s) => s.length <= max, { message: `at most ${max} characters, counted in UTF-16 units as the provider counts them (an emoji counts 2)` });
-}
-
-/** The message fields of both send endpoints and of the automation send_message action, with the spec's bounds. */
-export const MESSAGE_CONTENT_FIELDS = {
-  text: providerText(4096).optional(),
-  mediaUrl: z.string().min(1).max(2048).optional(),
-  caption: providerText(1024).optional(),
-  fileName: z.string().min(1).max(255).optional(),
-  templateName: z.string().min(1).max(512).optional(),
-  templateLanguage: z.string().min(2).max(15).optional(),
-  templateVariables: z.array(z.string().max(1024)).max(20).optional(),
-};

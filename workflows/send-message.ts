@@ -44,7 +44,7 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome
     return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, message: input.message, mode: input.conversationId ? 'conversation' : 'cold' });
   } catch (err) {
     for (const undo of compensations.reverse()) await undo();
-    throw businessFailure(err);
+    throw asSendFailure(err);
   }
 }
 
@@ -100,8 +100,8 @@ function outcomeUnknown(err: unknown): boolean {
   return cause instanceof ApplicationFailure && (cause.details?.[0] as { outcomeUnknown?: boolean } | undefined)?.outcomeUnknown === true;
 }
 
-/** The failure the API maps to its answer: the activity's business code, or SEND_FAILED. */
-function businessFailure(err: unknown): unknown {
+/** The workflow's failure, which the API maps to its answer: the activity's business code, or SEND_FAILED. */
+function asSendFailure(err: unknown): unknown {
   const cause = err instanceof ActivityFailure ? err.cause : err;
   if (cause instanceof ApplicationFailure) {
     if (cause.type === PROVIDER_RETRYABLE) {

@@ -6,12 +6,12 @@ import { runSend } from '../send';
 import { MESSAGE_TYPES } from '../../types/messaging';
 import { requirePhone } from '../../domain/contacts';
 import { ApiError } from '../../domain/errors';
-import { MESSAGE_CONTENT_FIELDS } from '../../domain/messaging';
+import { MESSAGE_CONTENT_FIELDS, messageContent, missingFields } from '../../domain/sending';
 import { isUuid } from '../../domain/refs';
 import { assertSafeUrlSyntax } from '../../domain/url-safety';
 import type { MessageContent } from '../../types/messaging';
 
-/** The message fields of both send endpoints, with the spec's bounds. */
+/** The message fields of both send endpoints (the rule of each type: domain/sending.ts). */
 const content = {
   type: z.enum(MESSAGE_TYPES).default('text'),
   ...MESSAGE_CONTENT_FIELDS,
@@ -20,28 +20,15 @@ const content = {
 const contentSchema = z.object(content);
 type ContentInput = z.infer<typeof contentSchema>;
 
-/** What each type needs (a missing one is 400 VALIDATION naming it). */
+/** What each type needs: a missing field is 400 VALIDATION naming it. */
 function requireForType(body: ContentInput, zctx: z.RefinementCtx): void {
-  const need = (field: keyof ContentInput, why: string) => {
-    if (body[field] === undefined) zctx.addIssue({ code: 'custom', path: [field], message: `required ${why}` });
-  };
-  if (body.type === 'text') need('text', 'when type is "text"');
-  if (['image', 'video', 'audio', 'document'].includes(body.type)) need('mediaUrl', `when type is "${body.type}"`);
-  if (body.type === 'template') {
-    need('templateName', 'when type is "template"');
-    need('templateLanguage', 'when type is "template"');
-  }
+  for (const field of missingFields(body)) zctx.addIssue({ code: 'custom', path: [field], message: `required when type is "${body.type}"` });
 }
 
-/** Only the fields of the message's type travel on (and show in the workflow history). */
+/** The message as it travels on; a media URL passes the anti-SSRF syntax check first (400 INVALID_URL). */
 function messageOf(ctx: Context, body: ContentInput): MessageContent {
-  const message: MessageContent = { type: body.type };
-  if (body.type === 'text') message.text = body.text;
-  if (['image', 'video', 'audio', 'document'].includes(body.type)) {
-    assertSafeUrlSyntax(body.mediaUrl!, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
-    Object.assign(message, { mediaUrl: body.mediaUrl, caption: body.type === 'audio' ? undefined : body.caption, fileName: body.type === 'document' ? body.fileName : undefined });
-  }
-  if (body.type === 'template') Object.assign(message, { templateName: body.templateName, templateLanguage: body.templateLanguage, templateVariables: body.templateVariables ?? [] });
+  const message = messageContent(body);
+  if (message.mediaUrl !== undefined) assertSafeUrlSyntax(message.mediaUrl, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
   return message;
 }
 

@@ -1,0 +1,188 @@
+import { z } from 'zod';
+import { ApiError } from './errors';
+import type { DailyCounter } from './messaging';
+import { isMediaType, type MessageContent, type MessageType } from '../types/messaging';
+
+/**
+ * The rules of sending a message, in one place: what each message type needs and carries, which
+ * instance a cold send uses, what refuses a send (disconnected instance, opt-out, template, the
+ * 24-hour window) and which daily counters a send takes. Plain functions over data the caller
+ * loads: the send saga's prepare activity (activities/messaging.ts) keeps the transaction and
+ * the recording; the API and the automation `send_message` action use the same content rule.
+ * See docs/messaging.md.
+ */
+
+/* ------------------------------------------------------------------------------------------------
+ * Message content
+ * ---------------------------------------------------------------------------------------------- */
+
+/**
+ * Text the provider limits: zod's `max` counts code points, WhatsApp counts UTF-16 units (an
+ * emoji is 2), so a text zod accepts could still be refused by the provider after the saga
+ * started (502 SEND_FAILED). Both are checked here, so such a text is 400 VALIDATION up front.
+ */
+function providerText(max: number) {
+  return z
+    .string()
+    .min(1)
+    .max(max)
+    .refine((s) => s.length <= max, { message: `at most ${max} characters, counted in UTF-16 units as the provider counts them (an emoji counts 2)` });
+}
+
+/** The message fields of both send endpoints and of the automation send_message action, with their bounds. */
+export const MESSAGE_CONTENT_FIELDS = {
+  text: providerText(4096).optional(),
+  mediaUrl: z.string().min(1).max(2048).optional(),
+  caption: providerText(1024).optional(),
+  fileName: z.string().min(1).max(255).optional(),
+  templateName: z.string().min(1).max(512).optional(),
+  templateLanguage: z.string().min(2).max(15).optional(),
+  templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+};
+
+/** The fields a message of `type` cannot go without. */
+export function requiredFields(type: MessageType): (keyof MessageContent)[] {
+  if (type === 'text') return ['text'];
+  if (type === 'template') return ['templateName', 'templateLanguage'];
+  return ['mediaUrl'];
+}
+
+/** The required fields of its type that `content` lacks (empty: complete). */
+export function missingFields(content: MessageContent): (keyof MessageContent)[] {
+  return requiredFields(content.type).filter((field) => content[field] === undefined);
+}
+
+/**
+ * The message as it travels on: only the fields its type carries (an audio has no caption, only
+ * a document has a file name), so nothing else shows in the workflow history or reaches the provider.
+ */
+export function messageContent(content: MessageContent): MessageContent {
+  const message: MessageContent = { type: content.type };
+  if (content.type === 'text') message.text = content.text;
+  if (isMediaType(content.type)) {
+    Object.assign(message, {
+      mediaUrl: content.mediaUrl,
+      caption: content.type === 'audio' ? undefined : content.caption,
+      fileName: content.type === 'document' ? content.fileName : undefined,
+    });
+  }
+  if (content.type === 'template') {
+    Object.assign(message, { templateName: content.templateName, templateLanguage: content.templateLanguage, templateVariables: content.templateVariables ?? [] });
+  }
+  return message;
+}
+
+/** Largest media the provider accepts per type (WhatsApp Cloud API limits). */
+export const MEDIA_LIMITS: Record<string, number> = {
+  image: 5 * 1024 * 1024,
+  video: 16 * 1024 * 1024,
+  audio: 16 * 1024 * 1024,
+  document: 100 * 1024 * 1024,
+};
+
+/** 422 MEDIA_TOO_LARGE when a media file of known size is above its type's limit. */
+export function checkMediaSize(type: string, bytes: number | null): void {
+  const limit = MEDIA_LIMITS[type];
+  if (limit !== undefined && bytes !== null && bytes > limit) {
+    throw new ApiError('MEDIA_TOO_LARGE', `The ${type} is ${(bytes / 1048576).toFixed(1)} MB; the limit is ${limit / 1048576} MB`);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Whether a send may happen
+ * ---------------------------------------------------------------------------------------------- */
+
+export interface SendInstance {
+  id: string;
+  channel: string;
+  provider: 'cloud' | 'web';
+  connected: boolean;
+}
+
+/**
+ * The instance of a cold send: the one named (404 INSTANCE_NOT_FOUND when it is not among the
+ * workspace's live WhatsApp instances), else the workspace's only one (422 NO_INSTANCE, 422
+ * INSTANCE_REQUIRED when there are several). `candidates`: the named instance if found, else the
+ * first two live instances by creation.
+ */
+export function chooseInstance(candidates: SendInstance[], instanceId: string | undefined): SendInstance {
+  if (instanceId !== undefined) {
+    if (!candidates[0]) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
+    return candidates[0];
+  }
+  if (candidates.length === 0) throw new ApiError('NO_INSTANCE', 'The workspace has no WhatsApp connection', { hint: 'Connect an instance first.' });
+  if (candidates.length > 1) throw new ApiError('INSTANCE_REQUIRED', 'The workspace has several connections: say which one', { hint: 'Send instanceId (GET /api/v1/instances).' });
+  return candidates[0];
+}
+
+/** The 24-hour customer-service window of the Cloud API: open while the last inbound message is younger than a day. */
+export const WINDOW_MS = 24 * 60 * 60 * 1000;
+export function windowOpen(lastInboundAt: Date | null, now: Date): boolean {
+  return lastInboundAt !== null && now.getTime() - lastInboundAt.getTime() < WINDOW_MS;
+}
+
+/**
+ * What refuses a send once its instance, contact and conversation are known: a disconnected
+ * instance, a contact who opted out, a template that is not approved on the instance or gets the
+ * wrong number of variables, and (Cloud API only) anything but a template outside the 24-hour
+ * window. `template` is the approved template of that name and language, when the message is one.
+ */
+export function refuseUnsendable(send: {
+  instance: SendInstance;
+  contact: { opted_out: boolean };
+  conversation: { last_inbound_at: Date | null };
+  message: MessageContent;
+  template?: { variable_count: number };
+  now: Date;
+}): void {
+  const { instance, message } = send;
+  if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
+  if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
+  if (message.type === 'template') {
+    if (!send.template) throw new ApiError('TEMPLATE_INVALID', `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`);
+    const given = message.templateVariables?.length ?? 0;
+    if (given !== send.template.variable_count) throw new ApiError('TEMPLATE_INVALID', `The template takes ${send.template.variable_count} variables, ${given} given`);
+  } else if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
+    throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
+      hint: 'Send type "template" with an approved template.',
+    });
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Daily counters
+ * ---------------------------------------------------------------------------------------------- */
+
+/** The day daily counters belong to: they reset at midnight in America/Sao_Paulo. */
+export function saoPauloDay(now: Date): string {
+  return new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo', year: 'numeric', month: '2-digit', day: '2-digit' }).format(now);
+}
+
+/** New conversations a workspace may open per day: max(200, ceil(0.1 × broadcast limit)). */
+export function coldCap(broadcastLimit: number | null): number {
+  return Math.max(200, Math.ceil(0.1 * (broadcastLimit ?? 0)));
+}
+
+export interface DailyUnit {
+  counter: DailyCounter;
+  /** null: unlimited (still counted). */
+  cap: number | null;
+  /** The refusal when the cap is reached. */
+  refusal: () => ApiError;
+}
+
+const RESETS = 'It resets at midnight (America/Sao_Paulo).';
+
+/**
+ * The daily units a send takes, in order: a slot of the cold cap when it opens a new
+ * conversation, then one message of the plan's daily quota. The saga gives them back when the
+ * send fails.
+ */
+export function dailyUnits(plan: { daily_message_quota: number | null; broadcast_limit: number | null }, opensConversation: boolean): DailyUnit[] {
+  const units: DailyUnit[] = [];
+  if (opensConversation) {
+    units.push({ counter: 'cold_conversations', cap: coldCap(plan.broadcast_limit), refusal: () => new ApiError('COLD_LIMIT_REACHED', 'The daily cap of new numbers is reached', { hint: RESETS }) });
+  }
+  units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => new ApiError('MESSAGE_LIMIT_REACHED', "The plan's daily message quota is reached", { hint: RESETS }) });
+  return units;
+}
