@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
-import { ApplicationFailure, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
-import { ApiError, ERROR_CODES, ErrorCode } from '../domain/errors';
-import type { SendInput, SendOutcome } from '../types/messaging';
-import { temporalClient, withTemporal } from './context';
+import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
+import { ApiError } from '../domain/errors';
+import { fromFailure } from '../domain/failures';
 import { isTemporalUnreachable } from '../domain/temporal';
+import type { SendInput, SendOutcome } from '../types/messaging';
+import { sendMessageWorkflow } from '../workflows/send-message';
+import { temporalClient, withTemporal } from './context';
 
 /** How long a repeat of an Idempotency-Key gets the memoised answer (spec rule 5). */
 export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
@@ -21,15 +23,6 @@ export function idempotencyKey(ctx: Context): string | undefined {
 }
 
 
-/** The business code a failed send workflow carries (see workflows/send-message.ts). */
-function toApiError(err: WorkflowFailedError): ApiError {
-  let cause: unknown = err.cause;
-  while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES)) cause = (cause as { cause?: unknown }).cause;
-  if (!(cause instanceof ApplicationFailure)) return new ApiError('SEND_FAILED', 'The send failed', { hint: err.message });
-  const details = (cause.details?.[0] ?? {}) as { hint?: string };
-  return new ApiError(cause.type as ErrorCode, cause.message, { hint: details.hint });
-}
-
 /**
  * Runs a send as a workflow and answers with its result. The Idempotency-Key names the workflow
  * (per workspace), so Temporal's own id rules do the reservation: a running send with the key is
@@ -45,7 +38,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   const service = 'The messaging service';
   const client = await temporalClient(ctx, service);
   const workflowId = `send/${input.workspaceId}/key/${key}`;
-  const handle = client.workflow.getHandle<(input: SendInput) => Promise<SendOutcome>>(workflowId);
+  const handle = client.workflow.getHandle<typeof sendMessageWorkflow>(workflowId);
 
   if (given) {
     const previous = await withTemporal(ctx, service, () => handle.describe()).catch((err) => {
@@ -62,7 +55,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   }
 
   try {
-    await withTemporal(ctx, service, () => client.workflow.start('sendMessageWorkflow', {
+    await withTemporal(ctx, service, () => client.workflow.start(sendMessageWorkflow, {
       workflowId,
       taskQueue: ctx.deps.config.taskQueue,
       // The reconciliation window travels in the input: the workflow's waits depend only on its history.
@@ -89,7 +82,7 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       }),
     ]);
   } catch (err) {
-    if (err instanceof WorkflowFailedError) throw toApiError(err);
+    if (err instanceof WorkflowFailedError) throw fromFailure(err.cause, () => new ApiError('SEND_FAILED', 'The send failed', { hint: err.message }));
     // The send started and is durable; Temporal went away while we waited for its result.
     if (isTemporalUnreachable(err)) throw inProgress(workflowId, key);
     throw err;

@@ -3,6 +3,7 @@ import { CONTACT_FIELDS, MAX_CHAIN_DEPTH, runWorkflowId, TriggerConfig } from '.
 import type { Db } from '../domain/db';
 import { START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 import type { RunInput } from '../types/automations';
+import { automationRunWorkflow } from '../workflows/automation-run';
 import type { OutboxRow } from './outbox-dispatcher';
 
 interface Candidate {
@@ -118,7 +119,7 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
     const results = await Promise.allSettled(
       starts.map((input, i) =>
         withDeadline(client, START_DEADLINE_MS, () =>
-          client.workflow.start('automationRunWorkflow', {
+          client.workflow.start(automationRunWorkflow, {
             workflowId: keys[i],
             taskQueue: options.taskQueue,
             args: [input],

@@ -4,6 +4,7 @@ import { isDatabaseUnavailable, type Db } from '../domain/db';
 import { deliveryWorkflowId } from '../domain/webhooks';
 import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../types/webhooks';
 import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline } from '../domain/temporal';
+import { webhookDeliveryWorkflow } from '../workflows/webhook-delivery';
 
 /**
  * Turns committed outbox rows into durable work. Business transactions only write the outbox
@@ -115,7 +116,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     const input: DeliveryInput = { workspaceId: d.workspace_id, deliveryId: d.id, retryScale: options.retryScale, ...resume };
     try {
       await withDeadline(client, START_DEADLINE_MS, () =>
-        client.workflow.start('webhookDeliveryWorkflow', {
+        client.workflow.start(webhookDeliveryWorkflow, {
           workflowId: deliveryWorkflowId(d.workspace_id, d.subscription_id, d.event_id),
           taskQueue: options.taskQueue,
           args: [input],
