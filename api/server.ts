@@ -10,10 +10,9 @@ import { temporalClientFactory } from '../domain/temporal';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('api', config.logLevel);
-  const db = createDb(config.databaseUrl, { max: Number(process.env.DB_POOL_MAX ?? 20) });
+  const db = createDb(config.databaseUrl, { max: config.dbPoolMax });
   const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
-  // BENCH_BASELINE=1: `npm run bench` mounts its yardstick route in this process (see createApp).
-  const app = createApp({ config, db, logger, temporal: temporal.get }, { benchBaseline: process.env.BENCH_BASELINE === '1' });
+  const app = createApp({ config, db, logger, temporal: temporal.get });
 
   const server: Server = app.listen(config.port, () => logger.info({ port: config.port }, 'API listening'));
   server.keepAliveTimeout = 65_000;

@@ -1,7 +1,7 @@
 import { DEFAULT_RECONCILE_WINDOW_MS } from '../types/messaging';
 /**
- * Every setting the service reads from the environment, parsed once.
- * CONTRACT.md lists the names; the README documents each of them.
+ * Every setting the service reads from the environment, parsed once: nothing else in the service
+ * reads process.env. The README's configuration table documents each of them.
  */
 export interface Config {
   port: number;
@@ -31,6 +31,22 @@ export interface Config {
   inboundTokenLimit: number;
   /** A factor on every rate limit (IP profiles, keys, tokens): benchmarks only; default 1. */
   rateLimitScale: number;
+  /** PostgreSQL pool size of each API and worker process. */
+  dbPoolMax: number;
+  /** Benchmarks only: mount the bare, unauthenticated baseline route the bench compares against. */
+  benchBaseline: boolean;
+  /** Worker concurrency and memory bounds. */
+  worker: {
+    maxActivities: number;
+    maxWorkflowTasks: number;
+    /** Webhook attempts are local activities waiting on receivers (up to 10 s each): I/O, not CPU. */
+    maxLocalActivities: number;
+    /**
+     * The SDK sizes its workflow cache from the machine's memory (thousands here); each cached run
+     * holds a V8 context, so a bounded cache keeps the worker's memory bounded.
+     */
+    maxCachedWorkflows: number;
+  };
 }
 
 function bool(value: string | undefined, fallback: boolean): boolean {
@@ -48,6 +64,12 @@ function number(name: string, value: string | undefined, fallback: number): numb
 function positive(name: string, value: number): number {
   if (!(value > 0)) throw new Error(`${name} must be a positive number, got ${value}`);
   return value;
+}
+
+function count(name: string, value: string | undefined, fallback: number): number {
+  const parsed = positive(name, number(name, value, fallback));
+  if (!Number.isInteger(parsed)) throw new Error(`${name} must be a whole number, got ${parsed}`);
+  return parsed;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -70,5 +92,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
     deliverySweepMs: positive('DELIVERY_SWEEP_MS', number('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
+    dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
+    benchBaseline: env.BENCH_BASELINE === '1',
+    worker: {
+      maxActivities: count('WORKER_MAX_ACTIVITIES', env.WORKER_MAX_ACTIVITIES, 200),
+      maxWorkflowTasks: count('WORKER_MAX_WORKFLOW_TASKS', env.WORKER_MAX_WORKFLOW_TASKS, 100),
+      maxLocalActivities: count('WORKER_MAX_LOCAL_ACTIVITIES', env.WORKER_MAX_LOCAL_ACTIVITIES, 500),
+      maxCachedWorkflows: count('WORKER_MAX_CACHED_WORKFLOWS', env.WORKER_MAX_CACHED_WORKFLOWS, 250),
+    },
   };
 }

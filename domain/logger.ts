@@ -30,7 +30,7 @@ export const REDACT_PATHS = [
   'config.verifyToken',
 ];
 
-export function createLogger(name: string, level = process.env.LOG_LEVEL ?? 'info'): Logger {
+export function createLogger(name: string, level: string): Logger {
   return pino({ name, level, redact: { paths: REDACT_PATHS, censor: '[redacted]' } });
 }
 

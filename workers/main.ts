@@ -12,7 +12,7 @@ import { createOutboxDispatcher } from './outbox-dispatcher';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('worker', config.logLevel);
-  const db = createDb(config.databaseUrl, { max: Number(process.env.DB_POOL_MAX ?? 20) });
+  const db = createDb(config.databaseUrl, { max: config.dbPoolMax });
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
   const worker = await Worker.create({
     connection,
@@ -20,13 +20,10 @@ async function main(): Promise<void> {
     taskQueue: config.taskQueue,
     workflowsPath: require.resolve('../workflows'),
     activities: createActivities({ db, config }),
-    maxConcurrentActivityTaskExecutions: Number(process.env.WORKER_MAX_ACTIVITIES ?? 200),
-    maxConcurrentWorkflowTaskExecutions: Number(process.env.WORKER_MAX_WORKFLOW_TASKS ?? 100),
-    // Webhook attempts are local activities waiting on receivers (up to 10 s each): I/O, not CPU.
-    maxConcurrentLocalActivityExecutions: Number(process.env.WORKER_MAX_LOCAL_ACTIVITIES ?? 500),
-    // The SDK sizes its workflow cache from the machine's memory (thousands here); each cached run
-    // holds a V8 context, so a bounded cache keeps the worker under its memory budget (issue 7).
-    maxCachedWorkflows: Number(process.env.WORKER_MAX_CACHED_WORKFLOWS ?? 250),
+    maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
+    maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
+    maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
+    maxCachedWorkflows: config.worker.maxCachedWorkflows,
   });
   const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
   const dispatcher = createOutboxDispatcher({
