@@ -1,8 +1,11 @@
 import Koa from 'koa';
 import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
+import { baselineContact } from '../domain/bench';
 import { ApiError } from '../domain/errors';
-import { enforce, ipBucket, jsonBody, loggablePath, requestContext } from './middleware';
+import { jsonBody } from './middleware/body';
+import { loggablePath, requestContext } from './middleware/errors';
+import { enforce, ipBucket } from './middleware/rate-limit';
 import { buildOpenApi } from './openapi';
 import { AnyRoute } from './route';
 import { buildRouter } from './router';
@@ -44,13 +47,13 @@ export const ROUTES: AnyRoute[] = [
   ...providerWebhookRoutes,
 ];
 
-export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[]; benchBaseline?: boolean } = {}): Koa {
+export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {
   const app = new Koa();
   app.proxy = deps.config.trustProxy;
   app.context.deps = deps;
   // Koa's own error printing is replaced by our request logger.
   app.silent = true;
-  if (options.benchBaseline) app.use(benchBaseline(deps));
+  if (deps.config.benchBaseline) app.use(benchBaseline(deps));
 
   const routes = [...ROUTES, ...(options.extraRoutes ?? [])];
   let openapi: object | undefined;
@@ -69,7 +72,7 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[]; be
     }
     await next();
   });
-  app.use(jsonBody('1mb', { anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
+  app.use(jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
   const router = buildRouter(routes);
   app.use(router.routes());
   app.use(router.allowedMethods({ throw: false }));
@@ -91,7 +94,7 @@ function benchBaseline(deps: AppDeps) {
   const prefix = '/__bench/baseline/';
   return async (ctx: Context, next: Next): Promise<void> => {
     if (ctx.method !== 'GET' || !ctx.path.startsWith(prefix)) return next();
-    const row = await deps.db('contacts').where({ id: ctx.path.slice(prefix.length) }).first('id', 'name', 'phone', 'email', 'created_at');
+    const row = await baselineContact(deps.db, ctx.path.slice(prefix.length));
     ctx.status = row ? 200 : 404;
     ctx.body = { data: row ?? null };
   };

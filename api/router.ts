@@ -3,7 +3,9 @@ import type { Context, Middleware, Next } from 'koa';
 import { z, ZodError } from 'zod';
 import { ApiError, validationError } from '../domain/errors';
 import { unstorableReason } from '../domain/text';
-import { adminAuth, apiKeyAuth, enforce, ipBucket, requestBody } from './middleware';
+import { adminAuth, apiKeyAuth } from './middleware/auth';
+import { requestBody } from './middleware/body';
+import { enforce, ipBucket } from './middleware/rate-limit';
 import { AnyRoute, koaPath } from './route';
 
 /**

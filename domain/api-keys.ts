@@ -1,4 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
+import type { Db } from './db';
+import { COUNT_BUCKETS_SQL, type CountedRow, type KeyProfile } from './rate-limit';
 
 export const API_KEY_PREFIX = 'vg_live_';
 
@@ -16,4 +18,43 @@ export function hashApiKey(key: string): string {
 /** Cheap shape check before any database work. */
 export function looksLikeApiKey(value: string): boolean {
   return value.startsWith(API_KEY_PREFIX) && value.length > API_KEY_PREFIX.length && value.length <= 200;
+}
+
+export interface KeyRow {
+  id: string;
+  name: string;
+  workspace_id: string;
+  scopes: string[];
+  rate_limit_per_minute: number;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  api_access: boolean;
+  active: boolean;
+}
+
+/**
+ * The key (with its workspace's plan flags) and the request counted in the IP bucket and, when
+ * the key is neither revoked nor expired, in `key:<id>` and `key:<id>:<profile>`: one statement.
+ */
+export async function authenticateAndCount(db: Db, keyHash: string, ipBucketName: string | null, profile: KeyProfile | null): Promise<{ key: KeyRow | undefined; counted: CountedRow[] }> {
+  const { rows } = await db.raw<{ rows: { key: (Omit<KeyRow, 'expires_at' | 'revoked_at'> & { expires_at: string | null; revoked_at: string | null }) | null; counted: CountedRow[] | null }[] }>(
+    `WITH k AS (
+       SELECT k.id, k.name, k.workspace_id, k.scopes, k.rate_limit_per_minute, k.expires_at, k.revoked_at, w.api_access, w.active
+         FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id
+        WHERE k.key_hash = :hash
+     ), counted AS (
+       ${COUNT_BUCKETS_SQL(`
+         SELECT CAST(:ip AS text) AS name WHERE CAST(:ip AS text) IS NOT NULL
+         UNION ALL
+         SELECT n FROM k, LATERAL (VALUES ('key:' || k.id), ('key:' || k.id || ':' || CAST(:profile AS text))) AS v(n)
+          WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND n IS NOT NULL`)}
+     )
+     SELECT (SELECT row_to_json(k) FROM k) AS key, (SELECT json_agg(counted) FROM counted) AS counted`,
+    { hash: keyHash, ip: ipBucketName, profile },
+  );
+  const raw = rows[0].key;
+  const key: KeyRow | undefined = raw
+    ? { ...raw, expires_at: raw.expires_at ? new Date(raw.expires_at) : null, revoked_at: raw.revoked_at ? new Date(raw.revoked_at) : null }
+    : undefined;
+  return { key, counted: rows[0].counted ?? [] };
 }

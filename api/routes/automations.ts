@@ -26,7 +26,8 @@ import { storableJson } from '../../domain/text';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import type { Db } from '../../domain/db';
 import { recordAcceptedRun } from '../../domain/outbox';
-import { enforce, requestBody } from '../middleware';
+import { requestBody } from '../middleware/body';
+import { enforce } from '../middleware/rate-limit';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 

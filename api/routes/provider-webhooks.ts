@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { AnyRoute, route } from '../route';
 // Side effect: zod's .openapi() (registered by the shared schemas module).
 import '../schemas';
-import { requestBody } from '../middleware';
+import { requestBody } from '../middleware/body';
 import { ApiError } from '../../domain/errors';
 import {
   applyCloudWebhook,

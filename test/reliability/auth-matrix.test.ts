@@ -143,7 +143,7 @@ describe('auth matrix: API-key endpoints', () => {
       }
 
       // A key without any scope, with the scheme in lower case (RFC 7235: the scheme is
-      // case-insensitive, and api/middleware reads it so): authenticated, then refused for scope.
+      // case-insensitive, and api/middleware/auth reads it so): authenticated, then refused for scope.
       const noScope = await send(r, `bearer ${noScopeKey}`);
       expectError(noScope, 403, 'INSUFFICIENT_SCOPE');
       const upper = await send(r, `BEARER   ${noScopeKey}  `);

@@ -10,7 +10,7 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import { z } from 'zod';
 import { ROUTES } from '../../api/app';
-import { MAX_JSON_DEPTH } from '../../api/middleware';
+import { MAX_JSON_DEPTH } from '../../api/middleware/body';
 import type { AnyRoute } from '../../api/route';
 import { Child, freePort, nodeTs, ROOT, startChild, waitForHttp } from '../../scripts/stack';
 import { ApiResponse, expectError, Receiver, startApi, startReceiver, TestApi } from '../helpers';
@@ -196,7 +196,7 @@ describe('deeply nested JSON', () => {
     await stillAnswering();
   });
 
-  it(`accepts exactly ${MAX_JSON_DEPTH} levels and answers ${MAX_JSON_DEPTH + 1} with 400 VALIDATION (api/middleware MAX_JSON_DEPTH)`, async () => {
+  it(`accepts exactly ${MAX_JSON_DEPTH} levels and answers ${MAX_JSON_DEPTH + 1} with 400 VALIDATION (api/middleware/body MAX_JSON_DEPTH)`, async () => {
     // The root object is level 1; `pad` (an unknown field, ignored) holds the rest.
     const body = (levels: number) => `{"name":"depth-${levels}-${randomUUID().slice(0, 6)}","pad":${deepArray(levels - 1)}}`;
     const ok = await api.request('POST', '/api/v1/tags', { key: f.ws.key, rawBody: body(MAX_JSON_DEPTH), headers: { 'content-type': 'application/json' } });

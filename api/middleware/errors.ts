@@ -1,0 +1,79 @@
+import { randomUUID } from 'node:crypto';
+import type { Context, Next } from 'koa';
+import { ZodError } from 'zod';
+import { isDatabaseUnavailable } from '../../domain/db';
+import { ApiError, validationError } from '../../domain/errors';
+import { JSON_BODY_LIMIT_HINT } from './body';
+
+/**
+ * The outermost layer of every request: its id, one structured log line, and the flat error body
+ * `{ error, code, hint? }` for every failure, whatever threw it.
+ */
+
+const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** Paths that carry a secret in the URL are logged with the secret masked. */
+export function loggablePath(path: string): string {
+  return path.replace(/(\/webhook-in\/)[^/?]+/, '$1[redacted]');
+}
+
+/** Request id, one structured log line per request, and the flat error body for every failure. */
+export async function requestContext(ctx: Context, next: Next): Promise<void> {
+  const incoming = ctx.get('x-request-id');
+  const requestId = REQUEST_ID.test(incoming) ? incoming : randomUUID();
+  ctx.state.requestId = requestId;
+  ctx.state.log = ctx.deps.logger.child({ reqId: requestId });
+  ctx.set('X-Request-Id', requestId);
+  const started = process.hrtime.bigint();
+  try {
+    await next();
+  } catch (err) {
+    renderError(ctx, err);
+  } finally {
+    const ms = Number(process.hrtime.bigint() - started) / 1e6;
+    const line = {
+      method: ctx.method,
+      path: loggablePath(ctx.path),
+      status: ctx.status,
+      ms: Math.round(ms * 10) / 10,
+      workspaceId: ctx.state.auth?.workspaceId,
+    };
+    if (ctx.status >= 500) ctx.state.log.error(line, 'request failed');
+    else ctx.state.log.info(line, 'request');
+  }
+}
+
+function renderError(ctx: Context, err: unknown): void {
+  let apiError: ApiError;
+  if (err instanceof ApiError) apiError = err;
+  else if (err instanceof ZodError) apiError = validationError(err, 'body');
+  else if (isPgError(err, '23505')) {
+    apiError = new ApiError('CONFLICT', 'A record with the same unique value already exists', { hint: `Constraint ${err.constraint ?? 'unique'}.` });
+  } else if (isPgError(err, '23503')) {
+    // A referenced record vanished between our check and the write (e.g. deleted concurrently).
+    apiError = new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
+  } else if (isDatabaseUnavailable(err)) {
+    ctx.state.log?.warn({ code: (err as { code?: string }).code, message: (err as Error).message }, 'database unavailable');
+    apiError = new ApiError('UNAVAILABLE', 'The database is unavailable', { hint: 'Retry in a few seconds.', headers: { 'Retry-After': '5' } });
+  } else if (isHttpError(err) && err.status === 413) {
+    apiError = new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: JSON_BODY_LIMIT_HINT });
+  } else if (isHttpError(err) && err.status === 415) {
+    apiError = new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Unsupported content type', { hint: 'Send Content-Type: application/json.' });
+  } else if (isHttpError(err) && err.status === 400) {
+    apiError = new ApiError('VALIDATION', 'Malformed JSON body', { hint: err.message });
+  } else {
+    ctx.state.log?.error({ err }, 'unhandled error');
+    apiError = new ApiError('INTERNAL', 'Internal error', { hint: `Quote request id ${ctx.state.requestId} when reporting this.` });
+  }
+  ctx.status = apiError.status;
+  ctx.body = apiError.toBody();
+  for (const [name, value] of Object.entries(apiError.headers ?? {})) ctx.set(name, value);
+}
+
+function isPgError(err: unknown, code: string): err is { code: string; constraint?: string } {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === code && 'severity' in err;
+}
+
+function isHttpError(err: unknown): err is { status: number; message: string; expose?: boolean } {
+  return typeof err === 'object' && err !== null && typeof (err as { status?: unknown }).status === 'number';
+}
