@@ -60,8 +60,8 @@ export const providerWebhookRoutes: AnyRoute[] = [
     summary: 'WhatsApp Cloud API webhook verification (hub.challenge)',
     description:
       'Meta calls this once when the callback URL is saved in the app dashboard. With `hub.mode=subscribe` and ' +
-      '`hub.verify_token` equal to the instance\'s `config.verifyToken` (or, when none is set, its `config.appSecret`) ' +
-      'the answer is 200 `text/plain` with the `hub.challenge` value; otherwise 401 `UNAUTHORIZED`. ' +
+      '`hub.verify_token` equal to the instance\'s `config.verifyToken` (an instance without one refuses every ' +
+      'verification: the app secret is never used as a verify token), the answer is 200 `text/plain` with the `hub.challenge` value; otherwise 401 `UNAUTHORIZED`. ' +
       'An unknown instance id is 404 `NOT_FOUND`.',
     params: InstanceParams,
     query: z.object({
