@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import type { Db } from './db';
+import { Page, pageWithTotal } from './pagination';
 import { iso } from './time';
 
 /** Operator configuration of a connection. Tokens and secrets never leave the service. */
@@ -50,4 +52,11 @@ export function serializeInstanceForAdmin(row: InstanceRow) {
     archived: row.archived,
     config: { ...rest, accessTokenSet: Boolean(accessToken), appSecretSet: Boolean(appSecret), verifyTokenSet: Boolean(verifyToken) },
   };
+}
+
+/** Connections of the workspace, oldest first; archived ones never appear. */
+export async function listInstances(db: Db, workspaceId: string, page: Page) {
+  const scope = db('instances').where({ workspace_id: workspaceId, archived: false });
+  const { rows, total } = await pageWithTotal<InstanceRow>(scope, page, (q) => q.orderBy([{ column: 'created_at' }, { column: 'id' }]).select('*'));
+  return { rows: rows.map(serializeInstance), total };
 }
