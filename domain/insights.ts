@@ -1,3 +1,5 @@
+import type { Db } from './db';
+import { requireContact } from './refs';
 import { iso } from './time';
 
 export interface InsightRow {
@@ -21,4 +23,11 @@ export function serializeInsight(row: InsightRow) {
     summary: row.summary,
     updatedAt: iso(row.updated_at),
   };
+}
+
+/** A canonical contact's insight, or null when none exists yet; an unknown contact is 404 CONTACT_NOT_FOUND. */
+export async function getInsight(db: Db, workspaceId: string, contactId: string) {
+  const contact = await requireContact(db, workspaceId, contactId);
+  const row: InsightRow | undefined = await db('insights').where({ workspace_id: workspaceId, contact_id: contact.id }).first();
+  return row ? serializeInsight(row) : null;
 }
