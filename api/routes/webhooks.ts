@@ -14,6 +14,8 @@ import {
   listSubscriptions,
   PING_EVENT,
   postWebhook,
+  reopenDelivery,
+  restoreDelivery,
   serializeDelivery,
   SUBSCRIBABLE_EVENTS,
   subscriptionTarget,
@@ -236,13 +238,7 @@ export const webhookRoutes = [
         });
       if (running) throw inProgress();
 
-      // Only a settled delivery goes back to pending: a pending one may still be waiting for the
-      // dispatcher to start its schedule, which this one-attempt run must not replace.
-      const reopened = await db('webhook_deliveries')
-        .where({ workspace_id: workspaceId, id: delivery.id })
-        .whereIn('status', ['succeeded', 'failed'])
-        .update({ status: 'pending', delivered_at: null, next_attempt_at: null });
-      if (reopened === 0) throw inProgress();
+      if (!(await reopenDelivery(db, workspaceId, delivery.id))) throw inProgress();
       const input: DeliveryInput = { workspaceId, deliveryId: delivery.id, retryScale: config.webhookRetryScale, maxAttempts: 1 };
       let handle;
       try {
@@ -255,10 +251,8 @@ export const webhookRoutes = [
         }));
       } catch (err) {
         if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress();
-        // Nothing will attempt it: the log goes back to what it said.
-        await db('webhook_deliveries')
-          .where({ workspace_id: workspaceId, id: delivery.id, status: 'pending' })
-          .update({ status: delivery.status, delivered_at: delivery.delivered_at, next_attempt_at: delivery.next_attempt_at });
+        // Nothing will attempt it.
+        await restoreDelivery(db, workspaceId, delivery);
         throw err;
       }
       let timer: NodeJS.Timeout | undefined;
