@@ -1,6 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Db } from './db';
-import { COUNT_BUCKETS_SQL, type CountedRow, type KeyProfile } from './rate-limit';
+import { notFound } from './errors';
+import { COUNT_BUCKETS_SQL, DEFAULT_KEY_LIMIT, type CountedRow, type KeyProfile } from './rate-limit';
+import type { Scope } from './scopes';
+import { iso } from './time';
 
 export const API_KEY_PREFIX = 'vg_live_';
 
@@ -20,6 +23,72 @@ export function looksLikeApiKey(value: string): boolean {
   return value.startsWith(API_KEY_PREFIX) && value.length > API_KEY_PREFIX.length && value.length <= 200;
 }
 
+interface ApiKeyRow {
+  id: string;
+  name: string;
+  key_prefix: string;
+  scopes: string[];
+  rate_limit_per_minute: number;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  created_at: Date;
+}
+
+/** A key as the operator sees it: its prefix, never its hash. */
+export function serializeApiKey(row: ApiKeyRow) {
+  return {
+    id: row.id,
+    name: row.name,
+    prefix: row.key_prefix,
+    scopes: row.scopes,
+    rateLimitPerMinute: row.rate_limit_per_minute,
+    expiresAt: iso(row.expires_at),
+    revokedAt: iso(row.revoked_at),
+    createdAt: iso(row.created_at),
+  };
+}
+
+/** A new key of the workspace; `key` is in this answer only (the table keeps its hash). */
+export async function createApiKey(
+  db: Db,
+  workspaceId: string,
+  input: { name: string; scopes: Scope[]; rateLimitPerMinute?: number; expiresAt?: Date },
+) {
+  const { key, hash, prefix } = generateApiKey();
+  const [row]: ApiKeyRow[] = await db('api_keys')
+    .insert({
+      workspace_id: workspaceId,
+      name: input.name,
+      key_hash: hash,
+      key_prefix: prefix,
+      scopes: [...new Set(input.scopes)],
+      rate_limit_per_minute: input.rateLimitPerMinute ?? DEFAULT_KEY_LIMIT,
+      expires_at: input.expiresAt ?? null,
+    })
+    .returning('*');
+  return { ...serializeApiKey(row), key };
+}
+
+export async function setApiKeyRateLimit(db: Db, workspaceId: string, keyId: string, rateLimitPerMinute: number) {
+  const [row]: ApiKeyRow[] = await db('api_keys')
+    .where({ id: keyId, workspace_id: workspaceId })
+    .update({ rate_limit_per_minute: rateLimitPerMinute })
+    .returning('*');
+  if (!row) throw notFound('API key');
+  return serializeApiKey(row);
+}
+
+/** Revoking twice keeps the first revocation time. */
+export async function revokeApiKey(db: Db, workspaceId: string, keyId: string): Promise<{ id: string; deleted: true }> {
+  const [row]: { id: string }[] = await db('api_keys')
+    .where({ id: keyId, workspace_id: workspaceId })
+    .update({ revoked_at: db.raw('coalesce(revoked_at, now())') })
+    .returning('id');
+  if (!row) throw notFound('API key');
+  return { id: row.id, deleted: true };
+}
+
+/** A key as authentication reads it, with its workspace's plan flags. */
 export interface KeyRow {
   id: string;
   name: string;

@@ -23,6 +23,11 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
   });
 }
 
+/** The readiness probe: one round trip to PostgreSQL. */
+export async function pingDatabase(db: Db): Promise<void> {
+  await db.raw('SELECT 1');
+}
+
 // Connection-level failures: refused or lost connections, the server shutting down or starting up
 // (57P01-57P03), too many clients (53300), connection exceptions (class 08), and a pool that could
 // not hand out a connection in time. A query error (syntax, constraint) is not among them.

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { recordEvent, recordTrigger } from './outbox';
+import { Page, pageWithTotal } from './pagination';
 import { resolveOrCreateProduct } from './products';
 import { Actor, canonical, isUuid, memberNames, requireContact, resolveMember } from './refs';
 import { iso } from './time';
@@ -89,6 +90,28 @@ export async function findDeal(db: Reader, workspaceId: string, id: string, opti
   const row = await q.first();
   if (!row) throw new ApiError('NOT_FOUND', 'Deal not found');
   return row;
+}
+
+export interface DealFilters {
+  pipelineId?: string;
+  stageId?: string;
+  status?: DealStatus;
+  contactId?: string;
+  assignedTo?: string;
+}
+
+/** Visible deals of the workspace, newest first; the filters combine (AND). */
+export async function listDeals(db: Db, workspaceId: string, query: Page & DealFilters) {
+  const scope = visibleDeals(db, workspaceId);
+  if (query.pipelineId) scope.where('deals.pipeline_id', query.pipelineId);
+  if (query.stageId) scope.where('deals.stage_id', query.stageId);
+  if (query.status) scope.where('deals.status', query.status);
+  if (query.contactId) scope.where('deals.contact_id', query.contactId);
+  if (query.assignedTo) scope.where('deals.assigned_to', query.assignedTo);
+  const { rows, total } = await pageWithTotal<DealRow>(scope, query, (q) =>
+    q.orderBy([{ column: 'deals.created_at', order: 'desc' }, { column: 'deals.id', order: 'desc' }]),
+  );
+  return { rows: await serializeDeals(db, workspaceId, rows), total };
 }
 
 /** Pipeline by id or case-insensitive name. */
@@ -284,4 +307,14 @@ export function serializeActivity(row: { id: string; type: string; actor_name: s
     meta: kept.length ? Object.fromEntries(kept.map((k) => [k, row.meta![k]])) : null,
     createdAt: iso(row.created_at),
   };
+}
+
+/** A visible deal's timeline, newest first; an unknown or hidden deal is 404 NOT_FOUND. */
+export async function listDealActivities(db: Db, workspaceId: string, dealId: string, page: Page) {
+  const deal = await findDeal(db, workspaceId, dealId);
+  const scope = db('deal_activities').where({ workspace_id: deal.workspace_id, deal_id: deal.id });
+  const { rows, total } = await pageWithTotal<Parameters<typeof serializeActivity>[0]>(scope, page, (q) =>
+    q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select('*'),
+  );
+  return { rows: rows.map(serializeActivity), total };
 }

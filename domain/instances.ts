@@ -1,4 +1,7 @@
 import { z } from 'zod';
+import type { Db } from './db';
+import { ApiError } from './errors';
+import { Page, pageWithTotal } from './pagination';
 import { iso } from './time';
 
 /** Operator configuration of a connection. Tokens and secrets never leave the service. */
@@ -50,4 +53,43 @@ export function serializeInstanceForAdmin(row: InstanceRow) {
     archived: row.archived,
     config: { ...rest, accessTokenSet: Boolean(accessToken), appSecretSet: Boolean(appSecret), verifyTokenSet: Boolean(verifyToken) },
   };
+}
+
+/** Connections of the workspace, oldest first; archived ones never appear. */
+export async function listInstances(db: Db, workspaceId: string, page: Page) {
+  const scope = db('instances').where({ workspace_id: workspaceId, archived: false });
+  const { rows, total } = await pageWithTotal<InstanceRow>(scope, page, (q) => q.orderBy([{ column: 'created_at' }, { column: 'id' }]).select('*'));
+  return { rows: rows.map(serializeInstance), total };
+}
+
+export interface InstanceInput {
+  name: string;
+  channel: InstanceRow['channel'];
+  provider: InstanceRow['provider'];
+  connected: boolean;
+  archived: boolean;
+  config: InstanceConfig;
+}
+
+/** The operator creates a connection; the answer hides its secrets. */
+export async function createInstance(db: Db, workspaceId: string, input: InstanceInput) {
+  const [row]: InstanceRow[] = await db('instances')
+    .insert({ workspace_id: workspaceId, ...input, config: JSON.stringify(input.config) })
+    .returning('*');
+  return serializeInstanceForAdmin(row);
+}
+
+/** Changes the flags given; `config` keys are merged into the stored ones (a key not sent keeps its value). */
+export async function updateInstance(db: Db, workspaceId: string, instanceId: string, patch: { connected?: boolean; archived?: boolean; config?: InstanceConfig }) {
+  const [row]: InstanceRow[] = await db('instances')
+    .where({ id: instanceId, workspace_id: workspaceId })
+    .update({
+      ...(patch.connected !== undefined ? { connected: patch.connected } : {}),
+      ...(patch.archived !== undefined ? { archived: patch.archived } : {}),
+      ...(patch.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(patch.config)]) } : {}),
+      updated_at: db.fn.now(),
+    })
+    .returning('*');
+  if (!row) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found');
+  return serializeInstanceForAdmin(row);
 }

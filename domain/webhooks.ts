@@ -292,6 +292,26 @@ export async function getDelivery(db: Db, workspaceId: string, subscriptionId: s
   return row;
 }
 
+/**
+ * A manual retry reopens only a settled (succeeded or failed) delivery; false when it is not
+ * settled. A pending one may still be waiting for the dispatcher to start its schedule, which a
+ * one-attempt run must not replace.
+ */
+export async function reopenDelivery(db: Db, workspaceId: string, deliveryId: string): Promise<boolean> {
+  const reopened = await db('webhook_deliveries')
+    .where({ workspace_id: workspaceId, id: deliveryId })
+    .whereIn('status', ['succeeded', 'failed'])
+    .update({ status: 'pending', delivered_at: null, next_attempt_at: null });
+  return reopened > 0;
+}
+
+/** Undoes reopenDelivery when nothing will attempt the delivery: the log goes back to what it said. */
+export async function restoreDelivery(db: Db, workspaceId: string, before: Pick<DeliveryRow, 'id' | 'status' | 'delivered_at' | 'next_attempt_at'>): Promise<void> {
+  await db('webhook_deliveries')
+    .where({ workspace_id: workspaceId, id: before.id, status: 'pending' })
+    .update({ status: before.status, delivered_at: before.delivered_at, next_attempt_at: before.next_attempt_at });
+}
+
 /** The delivery workflow's id: one per (event, subscription), so a re-dispatch cannot start a second. */
 export function deliveryWorkflowId(workspaceId: string, subscriptionId: string, eventId: string): string {
   return `webhook/${workspaceId}/${subscriptionId}/${eventId}`;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Db } from './db';
+import { notFound } from './errors';
 import { iso } from './time';
 
 /** A plan limit: what the `integer` column holds (a larger one is 400 VALIDATION, not a database error); null is unlimited. */
@@ -73,4 +74,27 @@ export function serializeWorkspace(row: WorkspaceRow) {
 export async function createWorkspace(db: Db, name: string, plan: PlanInput = {}): Promise<WorkspaceRow> {
   const [row] = await db('workspaces').insert({ name, ...planColumns(plan) }).returning('*');
   return row;
+}
+
+/** Admin routes name their workspace in the path: an unknown one is 404 NOT_FOUND before anything is written. */
+export async function requireWorkspace(db: Db, workspaceId: string): Promise<void> {
+  const found = await db('workspaces').where({ id: workspaceId }).first('id');
+  if (!found) throw notFound('Workspace');
+}
+
+export async function getWorkspace(db: Db, workspaceId: string) {
+  const row: WorkspaceRow | undefined = await db('workspaces').where({ id: workspaceId }).first();
+  if (!row) throw notFound('Workspace');
+  return serializeWorkspace(row);
+}
+
+/** Changes the name and the plan fields given; the others keep their values. */
+export async function updateWorkspace(db: Db, workspaceId: string, input: { name?: string; plan?: PlanInput }) {
+  const changes = { ...(input.name ? { name: input.name } : {}), ...planColumns(input.plan) };
+  const [row]: WorkspaceRow[] = await db('workspaces')
+    .where({ id: workspaceId })
+    .update({ ...changes, updated_at: db.fn.now() })
+    .returning('*');
+  if (!row) throw notFound('Workspace');
+  return serializeWorkspace(row);
 }

@@ -11,7 +11,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { leadListQueries, leadListQuery } from '../api/routes/leads';
+import { leadListQueries, leadListQuery } from '../domain/lead-list';
 import { createDb, type Db } from '../domain/db';
 import { ALL_SCOPES } from '../domain/scopes';
 import {

@@ -1,15 +1,15 @@
 import { z } from 'zod';
-import { ApiError, notFound } from '../../domain/errors';
+import { ApiError } from '../../domain/errors';
 import { AnyObject, AnyRoute, route, RouteDef } from '../route';
-import { generateApiKey } from '../../domain/api-keys';
+import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/api-keys';
 import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/pipelines';
 import { ALL_SCOPES } from '../../domain/scopes';
-import { DEFAULT_KEY_LIMIT } from '../../domain/rate-limit';
-import { iso } from '../../domain/time';
-import { serializeInsight } from '../../domain/insights';
-import { createWorkspace, planColumns, planSchema, serializeWorkspace } from '../../domain/workspaces';
-import { instanceConfigSchema, serializeInstanceForAdmin } from '../../domain/instances';
-import type { Db } from '../../domain/db';
+import { setInsight } from '../../domain/insights';
+import { createWorkspace, getWorkspace, planSchema, requireWorkspace, serializeWorkspace, updateWorkspace } from '../../domain/workspaces';
+import { createInstance, instanceConfigSchema, updateInstance } from '../../domain/instances';
+import { addMember, requireMember } from '../../domain/members';
+import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
+import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
 
 /**
@@ -25,22 +25,6 @@ function adminRoute<P extends AnyObject = z.ZodObject<{}>, Q extends AnyObject =
 const ws = z.object({ id: z.uuid() });
 const wsAnd = <K extends string>(key: K) => z.object({ id: z.uuid(), [key]: z.uuid() } as { id: z.ZodUUID } & Record<K, z.ZodUUID>);
 
-async function requireWorkspace(db: Db, id: string): Promise<void> {
-  const found = await db('workspaces').where({ id }).first('id');
-  if (!found) throw notFound('Workspace');
-}
-
-const keyRow = (row: Record<string, unknown>) => ({
-  id: row.id,
-  name: row.name,
-  prefix: row.key_prefix,
-  scopes: row.scopes,
-  rateLimitPerMinute: row.rate_limit_per_minute,
-  expiresAt: iso(row.expires_at as Date | null),
-  revokedAt: iso(row.revoked_at as Date | null),
-  createdAt: iso(row.created_at as Date),
-});
-
 export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'post',
@@ -55,11 +39,7 @@ export const adminRoutes: AnyRoute[] = [
     path: '/admin/v1/workspaces/{id}',
     summary: 'Get a workspace and its plan',
     params: ws,
-    handler: async (ctx, { params }) => {
-      const row = await ctx.deps.db('workspaces').where({ id: params.id }).first();
-      if (!row) throw notFound('Workspace');
-      return { data: serializeWorkspace(row) };
-    },
+    handler: async (ctx, { params }) => ({ data: await getWorkspace(ctx.deps.db, params.id) }),
   }),
   adminRoute({
     method: 'patch',
@@ -67,16 +47,7 @@ export const adminRoutes: AnyRoute[] = [
     summary: 'Change the name or plan of a workspace',
     params: ws,
     body: z.object({ name: z.string().trim().min(1).max(200).optional(), plan: planSchema.optional() }),
-    handler: async (ctx, { params, body }) => {
-      const changes = { ...(body.name ? { name: body.name } : {}), ...planColumns(body.plan) };
-      const [row] = await ctx.deps
-        .db('workspaces')
-        .where({ id: params.id })
-        .update({ ...changes, updated_at: ctx.deps.db.fn.now() })
-        .returning('*');
-      if (!row) throw notFound('Workspace');
-      return { data: serializeWorkspace(row) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await updateWorkspace(ctx.deps.db, params.id, body) }),
   }),
   adminRoute({
     method: 'post',
@@ -93,20 +64,7 @@ export const adminRoutes: AnyRoute[] = [
     }),
     handler: async (ctx, { params, body }) => {
       await requireWorkspace(ctx.deps.db, params.id);
-      const { key, hash, prefix } = generateApiKey();
-      const [row] = await ctx.deps
-        .db('api_keys')
-        .insert({
-          workspace_id: params.id,
-          name: body.name,
-          key_hash: hash,
-          key_prefix: prefix,
-          scopes: [...new Set(body.scopes)],
-          rate_limit_per_minute: body.rateLimitPerMinute ?? DEFAULT_KEY_LIMIT,
-          expires_at: body.expiresAt ?? null,
-        })
-        .returning('*');
-      return { data: { ...keyRow(row), key } };
+      return { data: await createApiKey(ctx.deps.db, params.id, body) };
     },
   }),
   adminRoute({
@@ -115,30 +73,14 @@ export const adminRoutes: AnyRoute[] = [
     summary: "Change a key's per-minute rate limit",
     params: wsAnd('keyId'),
     body: z.object({ rateLimitPerMinute: z.number().int().min(1).max(1000) }),
-    handler: async (ctx, { params, body }) => {
-      const [row] = await ctx.deps
-        .db('api_keys')
-        .where({ id: params.keyId, workspace_id: params.id })
-        .update({ rate_limit_per_minute: body.rateLimitPerMinute })
-        .returning('*');
-      if (!row) throw notFound('API key');
-      return { data: keyRow(row) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await setApiKeyRateLimit(ctx.deps.db, params.id, params.keyId, body.rateLimitPerMinute) }),
   }),
   adminRoute({
     method: 'delete',
     path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
     summary: 'Revoke an API key',
     params: wsAnd('keyId'),
-    handler: async (ctx, { params }) => {
-      const [row] = await ctx.deps
-        .db('api_keys')
-        .where({ id: params.keyId, workspace_id: params.id })
-        .update({ revoked_at: ctx.deps.db.raw('coalesce(revoked_at, now())') })
-        .returning('id');
-      if (!row) throw notFound('API key');
-      return { data: { id: row.id, deleted: true } };
-    },
+    handler: async (ctx, { params }) => ({ data: await revokeApiKey(ctx.deps.db, params.id, params.keyId) }),
   }),
   adminRoute({
     method: 'post',
@@ -150,11 +92,7 @@ export const adminRoutes: AnyRoute[] = [
     body: z.object({ name: z.string().trim().min(1).max(200), email: z.email().max(320) }),
     handler: async (ctx, { params, body }) => {
       await requireWorkspace(ctx.deps.db, params.id);
-      const [row] = await ctx.deps
-        .db('members')
-        .insert({ workspace_id: params.id, name: body.name, email: body.email })
-        .returning('*');
-      return { data: { id: row.id, name: row.name, email: row.email, createdAt: iso(row.created_at) } };
+      return { data: await addMember(ctx.deps.db, params.id, body) };
     },
   }),
   adminRoute({
@@ -201,11 +139,7 @@ export const adminRoutes: AnyRoute[] = [
     }),
     handler: async (ctx, { params, body }) => {
       await requireWorkspace(ctx.deps.db, params.id);
-      const [row] = await ctx.deps
-        .db('instances')
-        .insert({ workspace_id: params.id, ...body, config: JSON.stringify(body.config) })
-        .returning('*');
-      return { data: serializeInstanceForAdmin(row) };
+      return { data: await createInstance(ctx.deps.db, params.id, body) };
     },
   }),
   adminRoute({
@@ -218,20 +152,7 @@ export const adminRoutes: AnyRoute[] = [
       archived: z.boolean().optional(),
       config: instanceConfigSchema.optional(),
     }),
-    handler: async (ctx, { params, body }) => {
-      const db = ctx.deps.db;
-      const [row] = await db('instances')
-        .where({ id: params.instanceId, workspace_id: params.id })
-        .update({
-          ...(body.connected !== undefined ? { connected: body.connected } : {}),
-          ...(body.archived !== undefined ? { archived: body.archived } : {}),
-          ...(body.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(body.config)]) } : {}),
-          updated_at: db.fn.now(),
-        })
-        .returning('*');
-      if (!row) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found');
-      return { data: serializeInstanceForAdmin(row) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await updateInstance(ctx.deps.db, params.id, params.instanceId, body) }),
     errors: ['INSTANCE_NOT_FOUND'],
   }),
   adminRoute({
@@ -246,34 +167,9 @@ export const adminRoutes: AnyRoute[] = [
       name: z.string().trim().min(1).max(512),
       language: z.string().min(2).max(15),
       variableCount: z.number().int().min(0).max(20).default(0),
-      status: z.enum(['approved', 'pending', 'rejected', 'paused', 'disabled']).default('approved'),
+      status: z.enum(TEMPLATE_STATUSES).default('approved'),
     }),
-    handler: async (ctx, { params, body }) => {
-      const instance = await ctx.deps.db('instances').where({ id: body.instanceId, workspace_id: params.id }).first('id');
-      if (!instance) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
-      const [row] = await ctx.deps
-        .db('templates')
-        .insert({
-          workspace_id: params.id,
-          instance_id: body.instanceId,
-          name: body.name,
-          language: body.language,
-          variable_count: body.variableCount,
-          status: body.status,
-        })
-        .returning('*');
-      return {
-        data: {
-          id: row.id,
-          instanceId: row.instance_id,
-          name: row.name,
-          language: row.language,
-          variableCount: row.variable_count,
-          status: row.status,
-          createdAt: iso(row.created_at),
-        },
-      };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await createTemplate(ctx.deps.db, params.id, body) }),
   }),
   adminRoute({
     method: 'post',
@@ -283,20 +179,11 @@ export const adminRoutes: AnyRoute[] = [
     params: ws,
     body: z.object({
       tagIds: z.array(z.uuid()).max(100).default([]),
-      status: z.enum(['draft', 'scheduled', 'in_progress', 'completed', 'cancelled']),
+      status: z.enum(BROADCAST_STATUSES),
     }),
     handler: async (ctx, { params, body }) => {
       await requireWorkspace(ctx.deps.db, params.id);
-      const tagIds = [...new Set(body.tagIds)];
-      return ctx.deps.db.transaction(async (trx) => {
-        const found = await trx('tags').where({ workspace_id: params.id }).whereIn('id', tagIds).pluck('id');
-        if (found.length !== tagIds.length) throw new ApiError('NOT_FOUND', 'Tag not found in this workspace');
-        const [row] = await trx('broadcasts').insert({ workspace_id: params.id, status: body.status }).returning('*');
-        if (tagIds.length) {
-          await trx('broadcast_tags').insert(tagIds.map((tagId) => ({ workspace_id: params.id, broadcast_id: row.id, tag_id: tagId })));
-        }
-        return { data: { id: row.id, status: row.status, tagIds, createdAt: iso(row.created_at) } };
-      });
+      return { data: await createBroadcast(ctx.deps.db, params.id, body) };
     },
   }),
   adminRoute({
@@ -313,29 +200,7 @@ export const adminRoutes: AnyRoute[] = [
       qualification: z.unknown().optional(),
       summary: z.string().max(20000).nullable().optional(),
     }),
-    handler: async (ctx, { params, body }) => {
-      const db = ctx.deps.db;
-      const contact = await db('contacts')
-        .where({ id: params.contactId, workspace_id: params.id })
-        .whereNull('deleted_at')
-        .whereNull('merged_into_id')
-        .first('id');
-      if (!contact) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
-      const json = (v: unknown) => (v === undefined ? null : JSON.stringify(v));
-      const values = {
-        contact_id: params.contactId,
-        workspace_id: params.id,
-        interest: body.interest ?? null,
-        products: json(body.products),
-        objections: json(body.objections),
-        next_step: body.nextStep ?? null,
-        qualification: json(body.qualification),
-        summary: body.summary ?? null,
-        updated_at: db.fn.now(),
-      };
-      const [row] = await db('insights').insert(values).onConflict('contact_id').merge().returning('*');
-      return { data: serializeInsight(row) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await setInsight(ctx.deps.db, params.id, params.contactId, body) }),
   }),
 ];
 
@@ -347,12 +212,6 @@ const panelContact = z.object({
   tags: z.array(z.string().min(1).max(100)).max(100).optional(),
   memberId: z.uuid().optional(),
 });
-
-async function requireMember(db: Db, workspaceId: string, memberId: string | undefined): Promise<void> {
-  if (!memberId) return;
-  const member = await db('members').where({ workspace_id: workspaceId, id: memberId }).first('id');
-  if (!member) throw new ApiError('VALIDATION', 'memberId is not a member of this workspace', { hint: 'body.memberId' });
-}
 
 adminRoutes.push(
   adminRoute({

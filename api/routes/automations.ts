@@ -1,9 +1,7 @@
-import type { Knex } from 'knex';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import {
   ActionSchema,
-  applyMapping,
   assertActionMediaUrls,
   AutomationBody,
   createAutomation,
@@ -12,20 +10,16 @@ import {
   listAutomations,
   listRuns,
   MAX_CHAIN_DEPTH,
-  passesFilter,
   regenerateToken,
   removeToken,
   serializeAutomation,
-  TriggerConfig,
   TriggerSchema,
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
 } from '../../domain/automations';
+import { findInboundAutomation, receiveInboundWebhook } from '../../domain/automation-receiver';
 import { ApiError } from '../../domain/errors';
-import { storableJson } from '../../domain/text';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
-import type { Db } from '../../domain/db';
-import { recordAcceptedRun } from '../../domain/outbox';
 import { requestBody } from '../middleware/body';
 import { enforce } from '../middleware/rate-limit';
 import { route } from '../route';
@@ -219,57 +213,9 @@ export const automationRoutes = [
       if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
         throw new ApiError('VALIDATION', 'Invalid body: expected a JSON object', { hint: 'Send Content-Type: application/json with an object body.' });
       }
-      const automation = await db('automations').where({ webhook_token: params.token }).first('id', 'workspace_id', 'active', 'trigger');
-      if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
+      const automation = await findInboundAutomation(db, params.token);
       await enforce(ctx, [{ name: `token:${automation.id}`, limit: config.inboundTokenLimit, code: 'TOKEN_RATE_LIMITED' }]);
-      const workspaceId: string = automation.workspace_id;
-      const trigger = automation.trigger as TriggerConfig;
-      const { externalId } = applyMapping(trigger.mapping, body);
-      const summary = { type: 'webhook_received', ...(externalId ? { externalId } : {}) };
-
-      if (!automation.active || !passesFilter(trigger.eventFilter, body)) {
-        const [run] = await db('automation_runs')
-          .insert({
-            workspace_id: workspaceId,
-            automation_id: automation.id,
-            status: 'filtered',
-            trigger: JSON.stringify(summary),
-            external_id: externalId ?? null,
-            error: automation.active ? null : 'The automation is inactive',
-            finished_at: db.fn.now(),
-          })
-          .returning('id');
-        return { data: { runId: run.id, status: 'filtered' as const } };
-      }
-
-      const record = (trx: Db | Knex.Transaction, status: 'running' | 'duplicate') =>
-        trx('automation_runs')
-          .insert({
-            workspace_id: workspaceId,
-            automation_id: automation.id,
-            status,
-            trigger: JSON.stringify(summary),
-            external_id: externalId ?? null,
-            ...(status === 'duplicate' ? { finished_at: db.fn.now() } : {}),
-          })
-          .returning('id');
-      let run: { id: string };
-      try {
-        // Accepted means recorded: the run and the outbox row that starts it commit together, and
-        // the worker's dispatcher starts the workflow (Temporal away only delays it).
-        run = await db.transaction(async (trx) => {
-          const [row] = await record(trx, 'running');
-          // Kept as jsonb until the run starts: text PostgreSQL cannot store is made storable (domain/text).
-          await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, ...(externalId ? { externalId } : {}), webhookBody: storableJson(body) });
-          return row;
-        });
-      } catch (err) {
-        // The externalId already ran (index automation_runs_external_id_uq, which outlives Temporal's retention).
-        if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
-        const [duplicate] = await record(db, 'duplicate');
-        return { data: { runId: duplicate.id, status: 'duplicate' as const } };
-      }
-      return { data: { runId: run.id, status: 'accepted' as const } };
+      return { data: await receiveInboundWebhook(db, automation, body) };
     },
   }),
 ];

@@ -7,15 +7,14 @@ import {
   createDeal,
   customValuesSchema,
   DEAL_STATUSES,
-  DealRow,
   dealValue,
   findDeal,
-  serializeActivity,
+  listDealActivities,
+  listDeals,
   serializeDeals,
   updateDeal,
-  visibleDeals,
 } from '../../domain/deals';
-import { listEnvelope, pageQuery, pageWithTotal } from '../../domain/pagination';
+import { listEnvelope, pageQuery } from '../../domain/pagination';
 
 const Deal = z
   .object({
@@ -104,18 +103,8 @@ export const dealRoutes = [
     }),
     response: listOf(Deal),
     handler: async (ctx, { query }) => {
-      const db = ctx.deps.db;
-      const workspaceId = ctx.state.auth!.workspaceId;
-      const scope = visibleDeals(db, workspaceId);
-      if (query.pipelineId) scope.where('deals.pipeline_id', query.pipelineId);
-      if (query.stageId) scope.where('deals.stage_id', query.stageId);
-      if (query.status) scope.where('deals.status', query.status);
-      if (query.contactId) scope.where('deals.contact_id', query.contactId);
-      if (query.assignedTo) scope.where('deals.assigned_to', query.assignedTo);
-      const { rows, total } = await pageWithTotal<DealRow>(scope, query, (q) =>
-        q.orderBy([{ column: 'deals.created_at', order: 'desc' }, { column: 'deals.id', order: 'desc' }]),
-      );
-      return listEnvelope(await serializeDeals(db, workspaceId, rows), total, query);
+      const { rows, total } = await listDeals(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      return listEnvelope(rows, total, query);
     },
   }),
   route({
@@ -185,13 +174,8 @@ export const dealRoutes = [
     response: listOf(Activity),
     errors: ['NOT_FOUND'],
     handler: async (ctx, { params, query }) => {
-      const db = ctx.deps.db;
-      const deal = await findDeal(db, ctx.state.auth!.workspaceId, params.id);
-      const scope = db('deal_activities').where({ workspace_id: deal.workspace_id, deal_id: deal.id });
-      const { rows, total } = await pageWithTotal<Parameters<typeof serializeActivity>[0]>(scope, query, (q) =>
-        q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select('*'),
-      );
-      return listEnvelope(rows.map(serializeActivity), total, query);
+      const { rows, total } = await listDealActivities(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
+      return listEnvelope(rows, total, query);
     },
   }),
 ];

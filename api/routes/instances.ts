@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { listOf } from '../schemas';
-import { InstanceRow, serializeInstance } from '../../domain/instances';
-import { listEnvelope, pageQuery, pageWithTotal } from '../../domain/pagination';
+import { listInstances } from '../../domain/instances';
+import { listEnvelope, pageQuery } from '../../domain/pagination';
 
 const Instance = z
   .object({
@@ -27,10 +27,8 @@ export const instanceRoutes = [
     query: pageQuery(),
     response: listOf(Instance),
     handler: async (ctx, { query }) => {
-      const db = ctx.deps.db;
-      const scope = db('instances').where({ workspace_id: ctx.state.auth!.workspaceId, archived: false });
-      const { rows, total } = await pageWithTotal<InstanceRow>(scope, query, (q) => q.orderBy([{ column: 'created_at' }, { column: 'id' }]).select('*'));
-      return listEnvelope(rows.map(serializeInstance), total, query);
+      const { rows, total } = await listInstances(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      return listEnvelope(rows, total, query);
     },
   }),
 ];

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { pingDatabase } from '../../domain/db';
 import { route } from '../route';
 
 const READY_TIMEOUT_MS = 2000;
@@ -37,7 +38,7 @@ export const systemRoutes = [
         }
       };
       const [database, temporal] = await Promise.all([
-        check('database', () => ctx.deps.db.raw('SELECT 1')),
+        check('database', () => pingDatabase(ctx.deps.db)),
         check('temporal', async () => (await ctx.deps.temporal()).workflowService.getSystemInfo({})),
       ]);
       const ready = database === 'ok' && temporal === 'ok';

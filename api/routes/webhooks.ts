@@ -14,12 +14,15 @@ import {
   listSubscriptions,
   PING_EVENT,
   postWebhook,
+  reopenDelivery,
+  restoreDelivery,
   serializeDelivery,
   SUBSCRIBABLE_EVENTS,
   subscriptionTarget,
   updateSubscription,
 } from '../../domain/webhooks';
-import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput, type DeliveryResult } from '../../types/webhooks';
+import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput } from '../../types/webhooks';
+import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
@@ -236,17 +239,11 @@ export const webhookRoutes = [
         });
       if (running) throw inProgress();
 
-      // Only a settled delivery goes back to pending: a pending one may still be waiting for the
-      // dispatcher to start its schedule, which this one-attempt run must not replace.
-      const reopened = await db('webhook_deliveries')
-        .where({ workspace_id: workspaceId, id: delivery.id })
-        .whereIn('status', ['succeeded', 'failed'])
-        .update({ status: 'pending', delivered_at: null, next_attempt_at: null });
-      if (reopened === 0) throw inProgress();
+      if (!(await reopenDelivery(db, workspaceId, delivery.id))) throw inProgress();
       const input: DeliveryInput = { workspaceId, deliveryId: delivery.id, retryScale: config.webhookRetryScale, maxAttempts: 1 };
       let handle;
       try {
-        handle = await withTemporal(ctx, service, (client) => client.workflow.start('webhookDeliveryWorkflow', {
+        handle = await withTemporal(ctx, service, (client) => client.workflow.start(webhookDeliveryWorkflow, {
           workflowId,
           taskQueue: config.taskQueue,
           args: [input],
@@ -255,15 +252,13 @@ export const webhookRoutes = [
         }));
       } catch (err) {
         if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress();
-        // Nothing will attempt it: the log goes back to what it said.
-        await db('webhook_deliveries')
-          .where({ workspace_id: workspaceId, id: delivery.id, status: 'pending' })
-          .update({ status: delivery.status, delivered_at: delivery.delivered_at, next_attempt_at: delivery.next_attempt_at });
+        // Nothing will attempt it.
+        await restoreDelivery(db, workspaceId, delivery);
         throw err;
       }
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
-        (handle.result() as Promise<DeliveryResult>).catch(() => undefined), // the log below tells what happened
+        handle.result().catch(() => undefined), // the log below tells what happened
         new Promise((resolve) => {
           timer = setTimeout(resolve, RETRY_WAIT_MS);
         }),
