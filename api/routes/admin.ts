@@ -22,6 +22,22 @@ function adminRoute<P extends AnyObject = z.ZodObject<{}>, Q extends AnyObject =
 ): AnyRoute {
   return route<P, Q, B>({ ...def, tag: 'Admin', auth: 'admin', ipProfile: 'admin' });
 }
+
+/**
+ * An admin endpoint that creates something in the workspace of its path: an unknown workspace is
+ * 404 NOT_FOUND before the body is acted on (an insert would otherwise fail on its foreign key).
+ */
+function workspaceRoute<P extends z.ZodObject<{ id: z.ZodUUID }>, B extends z.ZodType = z.ZodUndefined>(
+  def: Omit<RouteDef<P, z.ZodObject<{}>, B>, 'tag' | 'auth' | 'ipProfile'> & { params: P },
+): AnyRoute {
+  return adminRoute<P, z.ZodObject<{}>, B>({
+    ...def,
+    handler: async (ctx, input) => {
+      await requireWorkspace(ctx.deps.db, input.params.id);
+      return def.handler(ctx, input);
+    },
+  });
+}
 const ws = z.object({ id: z.uuid() });
 const wsAnd = <K extends string>(key: K) => z.object({ id: z.uuid(), [key]: z.uuid() } as { id: z.ZodUUID } & Record<K, z.ZodUUID>);
 
@@ -49,7 +65,7 @@ export const adminRoutes: AnyRoute[] = [
     body: z.object({ name: z.string().trim().min(1).max(200).optional(), plan: planSchema.optional() }),
     handler: async (ctx, { params, body }) => ({ data: await updateWorkspace(ctx.deps.db, params.id, body) }),
   }),
-  adminRoute({
+  workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/api-keys',
     summary: 'Create an API key (the key is shown only in this response)',
@@ -62,10 +78,7 @@ export const adminRoutes: AnyRoute[] = [
       // A Date, not the text: PostgreSQL refuses offsets beyond ±15:59 and year 0, which ISO 8601 (and zod) accept.
       expiresAt: z.iso.datetime({ offset: true }).transform((value) => new Date(value)).optional(),
     }),
-    handler: async (ctx, { params, body }) => {
-      await requireWorkspace(ctx.deps.db, params.id);
-      return { data: await createApiKey(ctx.deps.db, params.id, body) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await createApiKey(ctx.deps.db, params.id, body) }),
   }),
   adminRoute({
     method: 'patch',
@@ -82,7 +95,7 @@ export const adminRoutes: AnyRoute[] = [
     params: wsAnd('keyId'),
     handler: async (ctx, { params }) => ({ data: await revokeApiKey(ctx.deps.db, params.id, params.keyId) }),
   }),
-  adminRoute({
+  workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/members',
     summary: 'Add a member to the workspace',
@@ -90,12 +103,9 @@ export const adminRoutes: AnyRoute[] = [
     params: ws,
     errors: ['CONFLICT'],
     body: z.object({ name: z.string().trim().min(1).max(200), email: z.email().max(320) }),
-    handler: async (ctx, { params, body }) => {
-      await requireWorkspace(ctx.deps.db, params.id);
-      return { data: await addMember(ctx.deps.db, params.id, body) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await addMember(ctx.deps.db, params.id, body) }),
   }),
-  adminRoute({
+  workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/pipelines',
     summary: 'Create a pipeline with its stages (funnel order) and custom fields',
@@ -117,13 +127,12 @@ export const adminRoutes: AnyRoute[] = [
         .default([]),
     }),
     handler: async (ctx, { params, body }) => {
-      await requireWorkspace(ctx.deps.db, params.id);
       const id = await createPipeline(ctx.deps.db, params.id, body);
       const pipeline = (await listPipelines(ctx.deps.db, params.id)).find((p) => p.id === id);
       return { data: pipeline };
     },
   }),
-  adminRoute({
+  workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/instances',
     summary: 'Create a connection (instance)',
@@ -137,10 +146,7 @@ export const adminRoutes: AnyRoute[] = [
       archived: z.boolean().default(false),
       config: instanceConfigSchema.default({}),
     }),
-    handler: async (ctx, { params, body }) => {
-      await requireWorkspace(ctx.deps.db, params.id);
-      return { data: await createInstance(ctx.deps.db, params.id, body) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await createInstance(ctx.deps.db, params.id, body) }),
   }),
   adminRoute({
     method: 'patch',
@@ -171,7 +177,7 @@ export const adminRoutes: AnyRoute[] = [
     }),
     handler: async (ctx, { params, body }) => ({ data: await createTemplate(ctx.deps.db, params.id, body) }),
   }),
-  adminRoute({
+  workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/broadcasts',
     summary: 'Record a broadcast using tags (`in_progress` blocks deleting those tags)',
@@ -181,10 +187,7 @@ export const adminRoutes: AnyRoute[] = [
       tagIds: z.array(z.uuid()).max(100).default([]),
       status: z.enum(BROADCAST_STATUSES),
     }),
-    handler: async (ctx, { params, body }) => {
-      await requireWorkspace(ctx.deps.db, params.id);
-      return { data: await createBroadcast(ctx.deps.db, params.id, body) };
-    },
+    handler: async (ctx, { params, body }) => ({ data: await createBroadcast(ctx.deps.db, params.id, body) }),
   }),
   adminRoute({
     method: 'put',
@@ -214,7 +217,7 @@ const panelContact = z.object({
 });
 
 adminRoutes.push(
-  adminRoute({
+  workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/contacts',
     summary: "A human creates a contact in the panel (emits contact.created)",
@@ -223,7 +226,6 @@ adminRoutes.push(
     errors: ['INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
     body: panelContact,
     handler: async (ctx, { params, body }) => {
-      await requireWorkspace(ctx.deps.db, params.id);
       if (!body.phone) throw new ApiError('PHONE_REQUIRED', 'phone is required');
       await requireMember(ctx.deps.db, params.id, body.memberId);
       return { data: await panelCreateContact(ctx.deps.db, params.id, { ...body, phone: body.phone }) };

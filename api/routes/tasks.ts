@@ -44,6 +44,16 @@ const fields = {
   assignedTo: z.string().nullable().openapi({ description: 'A member id (400 `ASSIGNEE_NOT_FOUND` otherwise); null unassigns.' }),
 };
 
+/** Every field but the title is optional on create and on change. */
+const optionalFields = {
+  type: fields.type.optional(),
+  dueDate: fields.dueDate.optional(),
+  status: fields.status.optional(),
+  contactId: fields.contactId.optional(),
+  cardId: fields.cardId.optional(),
+  assignedTo: fields.assignedTo.optional(),
+};
+
 export const taskRoutes = [
   route({
     method: 'get',
@@ -74,15 +84,7 @@ export const taskRoutes = [
     status: 201,
     summary: 'Create a task',
     description: '`type` defaults to `task` and `status` to `pending`. Links (`contactId`, `cardId`, `assignedTo`) are optional.',
-    body: z.object({
-      title: fields.title,
-      type: fields.type.optional(),
-      dueDate: fields.dueDate.optional(),
-      status: fields.status.optional(),
-      contactId: fields.contactId.optional(),
-      cardId: fields.cardId.optional(),
-      assignedTo: fields.assignedTo.optional(),
-    }),
+    body: z.object({ title: fields.title, ...optionalFields }),
     errors: ['CONTACT_NOT_FOUND', 'NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     response: single(Task),
     handler: async (ctx, { body }) => ({ data: await createTask(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
@@ -112,15 +114,7 @@ export const taskRoutes = [
       '`dueDate`, `contactId`, `cardId` and `assignedTo`.',
     params: IdParams,
     body: z
-      .object({
-        title: fields.title.optional(),
-        type: fields.type.optional(),
-        dueDate: fields.dueDate.optional(),
-        status: fields.status.optional(),
-        contactId: fields.contactId.optional(),
-        cardId: fields.cardId.optional(),
-        assignedTo: fields.assignedTo.optional(),
-      })
+      .object({ title: fields.title.optional(), ...optionalFields })
       .refine((b) => Object.values(b).some((v) => v !== undefined), {
         message: 'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo',
       }),
