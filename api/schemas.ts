@@ -14,7 +14,7 @@ export const single = <T extends z.ZodType>(item: T) => z.object({ data: item })
 /** `{id}` path parameter: a malformed id answers 404 like a missing record (see router). */
 export const IdParams = z.object({ id: z.uuid() });
 
-/** The body of every delete (CONTRACT.md). */
+/** The body of every delete: `{ id, deleted: true }`. */
 export const Deleted = single(z.object({ id: z.string(), deleted: z.literal(true) }));
 
 export const Tag = z.object({ id: z.string(), name: z.string(), color: z.string() }).openapi('Tag');

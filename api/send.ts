@@ -8,7 +8,7 @@ import type { SendInput, SendOutcome } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
 import { temporalClient, withTemporal } from './context';
 
-/** How long a repeat of an Idempotency-Key gets the memoised answer (spec rule 5). */
+/** How long a repeat of an Idempotency-Key gets the memoised answer (docs/api-conventions.md). */
 export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
 /** How long the API waits for a send before answering 409 IN_PROGRESS (the send carries on). */
 const WAIT_MS = 30_000;

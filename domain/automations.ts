@@ -10,7 +10,7 @@ import { cut, storable } from './text';
 import { assertSafeUrlSyntax, UrlPolicy } from './url-safety';
 
 /**
- * Automations (spec section 6, CONTRACT.md): definitions, the inbound URL token and its quota,
+ * Automations (docs/automations.md): definitions, the inbound URL token and its quota,
  * the run log, and the pure rules a run applies (event filter, field mapping, `webhook.<field>`
  * variables, template rendering). The durable part is workflows/automation-run.ts; actions are
  * activities (activities/automations.ts) calling the same domain functions as the REST API.

@@ -11,7 +11,7 @@ type Reader = Db | Trx;
 
 /**
  * Where a change to a contact comes from. It decides the events: only a human's edit in the
- * panel emits contact.updated (spec), and tag events carry the matching `source`.
+ * panel emits contact.updated, and tag events carry the matching `source`.
  */
 export type ChangeOrigin = 'panel' | 'api' | 'automation';
 const TAG_SOURCE: Record<ChangeOrigin, 'manual' | 'api' | 'automation'> = { panel: 'manual', api: 'api', automation: 'automation' };
@@ -242,7 +242,7 @@ export interface LeadInput {
 }
 
 /**
- * Lead upsert by phone (spec): the phone is canonicalised like messaging (a mobile with and
+ * Lead upsert by phone: the phone is canonicalised like messaging (a mobile with and
  * without its ninth digit is one contact). A new phone creates the contact and records
  * lead.created; a known one is updated (given fields only; tags are added, unknown tag names
  * created). One INSERT ... ON CONFLICT decides, so concurrent upserts of one phone make one contact.

@@ -40,7 +40,7 @@ interface MessageRow {
 /**
  * The conversations an integration may see, in one statement with their contact: only those of
  * the workspace whose contact is canonical (not a group chat, not merged, not soft-deleted) and
- * whose connection is not archived (spec: "group chats and archived connections never appear").
+ * whose connection is not archived (group chats and archived connections never appear).
  * Lists, totals, single reads and updates all start from here, so they cannot disagree.
  */
 export function visibleConversations(db: Reader, workspaceId: string): Knex.QueryBuilder {

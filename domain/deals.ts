@@ -19,7 +19,7 @@ export const dealValue = z.number().min(0).max(999_999_999_999.99);
 
 /**
  * Custom values: string, number, boolean or an array of those; a nested object is 400
- * VALIDATION (spec). `null` clears a key.
+ * VALIDATION. `null` clears a key.
  */
 const primitive = z.union([z.string().max(10_000), z.number(), z.boolean()]);
 /** More keys than any pipeline can define (200 custom fields each); the keys become query parameters. */
@@ -135,7 +135,7 @@ export async function resolveStage(trx: Reader, pipelineId: string, ref: string 
   return stage;
 }
 
-/** Keeps only keys defined as custom fields of the pipeline or globally; unknown keys are dropped silently (spec). */
+/** Keeps only keys defined as custom fields of the pipeline or globally; unknown keys are dropped silently. */
 async function knownCustomValues(trx: Reader, workspaceId: string, pipelineId: string, values: Record<string, unknown>): Promise<Record<string, unknown>> {
   const keys = Object.keys(values);
   if (keys.length === 0) return {};
@@ -222,7 +222,7 @@ export interface UpdateDealInput {
 /**
  * The single mutation of a deal. The row is locked first, so identical concurrent requests are
  * applied one after the other: the second sees the stage or status already in place, changes
- * nothing and records no event (spec: status changes and stage moves are atomic).
+ * nothing and records no event (status changes and stage moves are atomic).
  */
 export async function updateDeal(db: Db, workspaceId: string, dealId: string, input: UpdateDealInput, actor: Actor, options: { depth?: number } = {}) {
   const depth = options.depth ?? 0;
@@ -295,7 +295,7 @@ export async function updateDeal(db: Db, workspaceId: string, dealId: string, in
   });
 }
 
-/** Activity `meta` exposes only these keys; with none left it is null (spec). */
+/** Activity `meta` exposes only these keys; with none left it is null. */
 const META_KEYS = ['outcome', 'attemptNo', 'from', 'to'] as const;
 
 export function serializeActivity(row: { id: string; type: string; actor_name: string; meta: Record<string, unknown> | null; created_at: Date }) {

@@ -1,7 +1,7 @@
 import { ZodError } from 'zod';
 
 /**
- * The stable error codes of the API (spec section 7 and CONTRACT.md) with their HTTP status.
+ * The stable error codes of the API with their HTTP status (the table in docs/api-conventions.md).
  * Clients check `code`; `error` is human text and may change.
  */
 export const ERROR_CODES = {
@@ -53,7 +53,7 @@ export const ERROR_CODES = {
 
 export type ErrorCode = keyof typeof ERROR_CODES;
 
-/** One error type for the whole API: the flat body `{ error, code, hint? }` of CONTRACT.md. */
+/** One error type for the whole API: the flat body `{ error, code, hint? }`. */
 export class ApiError extends Error {
   readonly status: number;
   readonly code: ErrorCode;

@@ -11,7 +11,7 @@ import { storable } from './text';
 import { MEDIA_TYPES } from '../types/messaging';
 
 /**
- * Inbound provider traffic of the WhatsApp Cloud API (CONTRACT.md "Inbound provider traffic"):
+ * Inbound provider traffic of the WhatsApp Cloud API (docs/messaging.md):
  * the webhook Meta posts to `/webhooks/whatsapp/{instanceId}`, signed with the app secret.
  *
  * Payload: `{ object: 'whatsapp_business_account', entry: [{ id, changes: [{ field: 'messages',
@@ -80,7 +80,7 @@ export function sameToken(given: string | undefined, expected: string | undefine
 /** Our Message `type` for what the provider calls a message type. */
 export type InboundType = 'text' | 'image' | 'audio' | 'video' | 'document' | 'sticker';
 
-/** `message.received` type vocabulary of the spec (section 6). */
+/** The `type` vocabulary of the `message.received` event. */
 export const EVENT_TYPE: Record<InboundType, string> = {
   text: 'text',
   image: 'imageMessage',

@@ -33,7 +33,7 @@ export interface InstanceRow {
   updated_at: Date;
 }
 
-/** The public shape of CONTRACT.md: no configuration, so no secrets. */
+/** The public shape of an instance: no configuration, so no secrets. */
 export function serializeInstance(row: InstanceRow) {
   return {
     id: row.id,

@@ -53,7 +53,7 @@ function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: 
         .select(db.raw('1')),
     );
   }
-  // pipelineId, stageId and status describe ONE deal that must satisfy all of them (spec).
+  // pipelineId, stageId and status describe ONE deal that must satisfy all of them.
   if (f.pipelineId || f.stageId || f.status) {
     const deal = db('deals as d').whereRaw('d.contact_id = contacts.id').where('d.workspace_id', workspaceId).select(db.raw('1'));
     if (f.pipelineId) deal.where('d.pipeline_id', f.pipelineId);

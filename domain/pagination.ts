@@ -32,7 +32,7 @@ export async function pageWithTotal<T>(scope: Knex.QueryBuilder, page: Page, sha
   return { rows, total: Number(total) };
 }
 
-/** The spec's list envelope. */
+/** The list envelope: `{ data, pagination: { total, limit, offset, hasMore } }`. */
 export function listEnvelope<T>(data: T[], total: number, page: Page): { data: T[]; pagination: Pagination } {
   return {
     data,

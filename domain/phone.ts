@@ -1,5 +1,5 @@
 /**
- * Brazilian phone numbers (CONTRACT.md): after dropping `+`, spaces, parentheses and dashes only
+ * Brazilian phone numbers (docs/messaging.md): after dropping `+`, spaces, parentheses and dashes only
  * digits remain, and the number is 55 + a valid area code + 8 digits (landline or old-form mobile)
  * or 9 digits starting with 9 (mobile). A mobile with and without its ninth digit is one contact:
  * both share the same `key`.

@@ -9,7 +9,7 @@ type Writer = Db | Knex.Transaction;
 
 /**
  * A product of the workspace by id or case-insensitive name; a name that does not exist is
- * created (the spec's rule for `product` on deal creation). Safe under concurrency: two requests
+ * created (the rule for `product` on deal creation). Safe under concurrency: two requests
  * naming the same new product end with one product.
  */
 export async function resolveOrCreateProduct(trx: Writer, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {

@@ -7,7 +7,7 @@ import type { Db } from './db';
 
 /** Per-IP limits applied before authentication, by operation profile (requests per minute). */
 export const IP_PROFILES = {
-  pipelines: 120, // the spec's figure for GET /api/v1/pipelines
+  pipelines: 120, // the API contract's figure for GET /api/v1/pipelines
   read: 600,
   write: 300,
   delete: 120,

@@ -37,7 +37,7 @@ export async function requireContact<T = { id: string; name: string; phone: stri
 
 /**
  * A member of the workspace by id, or (when allowed) by case-insensitive name; anything else is
- * 400 ASSIGNEE_NOT_FOUND, the spec's code for an assignee who is not a member.
+ * 400 ASSIGNEE_NOT_FOUND, the contract's code for an assignee who is not a member.
  */
 export async function resolveMember(
   db: Reader,

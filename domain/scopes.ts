@@ -1,4 +1,4 @@
-/** API key scopes: those the spec names plus the `<resource>:read|write` ones CONTRACT.md adds. */
+/** API key scopes: the contract's named scopes plus `<resource>:read|write` for the other resources. */
 export const ALL_SCOPES = [
   'deals:read',
   'deals:write',
@@ -30,7 +30,7 @@ export const ALL_SCOPES = [
 export type Scope = (typeof ALL_SCOPES)[number];
 
 /**
- * The only implication the spec states: `leads:write` also authorizes reading pipelines.
+ * The only implied scope: `leads:write` also authorizes reading pipelines.
  * Nothing else implies anything: `conversations:send` is dedicated and grants no reads.
  */
 const IMPLIED: Partial<Record<Scope, Scope[]>> = {

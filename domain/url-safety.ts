@@ -4,7 +4,7 @@ import { ApiError } from './errors';
 
 /**
  * The anti-SSRF check shared by media URLs (POST /api/v1/messages) and webhook subscriber URLs
- * (CONTRACT.md): a URL the service or its provider will fetch must be a public https URL whose
+ * (docs/api-conventions.md): a URL the service or its provider will fetch must be a public https URL whose
  * host is, and resolves only to, publicly routable addresses. Every failure is 400 `INVALID_URL`.
  *
  * Decisions:

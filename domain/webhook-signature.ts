@@ -1,7 +1,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
 /**
- * The outbound webhook signature (CONTRACT.md): `X-Service-Signature: t=<unix seconds>,v1=<hex>`
+ * The outbound webhook signature (docs/webhooks.md): `X-Service-Signature: t=<unix seconds>,v1=<hex>`
  * where hex is HMAC-SHA256 keyed with the subscription secret (the whole `whsec_...` string, as
  * UTF-8) over `<t>.<raw body>`. This file has no other dependency so an integrator can copy it.
  */

@@ -9,7 +9,7 @@ import { assertPublicUrl, UrlPolicy } from './url-safety';
 import { signWebhook } from './webhook-signature';
 
 /**
- * Outbound webhooks (spec section 6, CONTRACT.md): subscriptions, the signed request, and the
+ * Outbound webhooks (docs/webhooks.md): subscriptions, the signed request, and the
  * delivery log. The durable part (dispatch, retries) lives in workers/outbox-dispatcher.ts and
  * workflows/webhook-delivery.ts; both use what is defined here.
  */
@@ -131,7 +131,7 @@ export function serializeSubscription(row: SubscriptionRow) {
   };
 }
 
-/** `["*"]` alone, or distinct event names in the spec's order. */
+/** `["*"]` alone, or distinct event names in the documented order. */
 function normaliseEvents(events: string[]): string[] {
   if (events.includes(ALL_EVENTS)) {
     if (events.length > 1) throw new ApiError('VALIDATION', 'Invalid body.events: "*" (every event) cannot be combined with event names');

@@ -1,7 +1,7 @@
 /**
  * `npm run bench [-- --quick]`: starts the stack (embedded PostgreSQL whose seeded data is kept in
  * .data/bench for the next run, a fresh Temporal dev server, the worker, the emulator and the API
- * as separate processes), seeds once, loads every scenario of issue 7 with autocannon and prints
+ * as separate processes), seeds once, loads every scenario of docs/performance.md with autocannon and prints
  * each figure beside a baseline measured in the same run: a bare Koa route in the API process
  * that reads one contact by primary key through the same pool. Results also go to bench-results/.
  */

@@ -10,7 +10,7 @@ const outbox = (api: TestApi, workspaceId: string) =>
   api.db('outbox_events').where({ workspace_id: workspaceId }).orderBy('seq').select('kind', 'name', 'payload');
 
 describe('admin contacts: the panel path', () => {
-  it('creates a contact, canonicalising the phone, and records contact.created with the spec fields', async () => {
+  it('creates a contact, canonicalising the phone, and records contact.created with the documented fields', async () => {
     const ws = await createWorkspace(api);
     await api.db('tags').insert({ workspace_id: ws.id, name: 'VIP', color: '#ff0000' });
     const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { name: 'Rita', phone: '+55 (11) 98765-4321', tags: ['vip'] });

@@ -1,7 +1,7 @@
 import { countQueries, createWorkspace, expectError, seedContact, startApi, TestApi, Workspace } from './helpers';
 
 /**
- * Conversations and messages. Inbound provider traffic arrives in a later issue, so conversations
+ * Conversations and messages. Inbound provider traffic has its own suite (inbound.test.ts), so conversations
  * and messages are seeded as rows; workspaces, keys, instances and contacts go through the admin API.
  */
 let api: TestApi;

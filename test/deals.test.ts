@@ -93,7 +93,7 @@ describe('POST /api/v1/deals', () => {
     expect(res.body.data.name).toBe(nameless.phone);
   });
 
-  it('answers each error code of the spec', async () => {
+  it('answers each documented error code', async () => {
     expectError(await create({ pipeline: 'Sales' }), 400, 'VALIDATION');
     const nested = await create({ contactId: contact.id, pipeline: 'Sales', customValues: { budget: { nested: true } } });
     expectError(nested, 400, 'VALIDATION');

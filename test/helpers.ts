@@ -126,7 +126,7 @@ export async function createKey(
   return { id: res.body.data.id, key: res.body.data.key };
 }
 
-/** Asserts the flat error body of CONTRACT.md. */
+/** Asserts the flat error body `{ error, code, hint? }`. */
 export function expectError(res: ApiResponse, status: number, code: string): void {
   expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
   expect(typeof res.body.error).toBe('string');

@@ -1,7 +1,7 @@
 /**
  * POST /api/v1/messages and POST /api/v1/conversations/{id}/messages end to end: the real API,
  * the send workflow on the real Temporal dev server and worker, the provider emulator speaking
- * the Cloud API wire format. Cold sends are limited to 5/min per key (spec), so tests spread
+ * the Cloud API wire format. Cold sends are limited to 5/min per key, so tests spread
  * requests over keys of one workspace where they need more.
  */
 import { createKey, createWorkspace, expectError, outbox, seedContact, startApi, TestApi, uniqueIp, Workspace } from './helpers';

@@ -191,7 +191,7 @@ describe('subscriptions API', () => {
 });
 
 describe('delivery of every event type', () => {
-  it("posts each event with the spec's fields at the root, the headers, and a verifiable signature", async () => {
+  it("posts each event with the documented fields at the root, the headers, and a verifiable signature", async () => {
     const ws = await workspace();
     const path = `/ok/${unique('all')}`;
     const sub = await subscribe(ws, path);

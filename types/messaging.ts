@@ -76,7 +76,7 @@ export type ProviderSendResult = { outcome: 'sent'; sent: SentMessage } | { outc
 /** What reconcileSend decided: the provider's answer arrived (`sent`), or the window passed without it (`failed`). */
 export type ReconcileResult = { outcome: 'sent'; sent: SentMessage } | { outcome: 'failed'; reason: string };
 
-/** The 201 body of CONTRACT.md (`created` only for the cold send). */
+/** The 201 body of a send (`created` only for the cold send). */
 export interface SendOutcome {
   id: string;
   status: 'sent';

@@ -3,7 +3,7 @@
  * this file is bundled into the workflow sandbox.
  */
 
-/** Standard Webhooks schedule (CONTRACT.md): the waits before retries 1..9, in seconds. */
+/** The Standard Webhooks schedule: the waits before retries 1..9, in seconds. */
 export const WEBHOOK_RETRY_SCHEDULE_SECONDS = [5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400] as const;
 /** The first attempt plus one per scheduled retry. */
 export const WEBHOOK_MAX_ATTEMPTS = WEBHOOK_RETRY_SCHEDULE_SECONDS.length + 1;

@@ -27,7 +27,7 @@ export interface DispatcherOptions {
   pollMs?: number;
   /** How long a pass owns its rows before another may take them (default 60 s). */
   leaseSeconds?: number;
-  /** Automation triggers (issue 6 wires the automation runs here); default: nothing to start. */
+  /** Automation triggers (workers/automation-triggers.ts starts the runs); default: nothing to start. */
   onTriggers?: (rows: OutboxRow[]) => Promise<void>;
   /**
    * The webhook attempt (activities/webhooks.ts). Given, a new delivery's first attempt is made

@@ -13,7 +13,7 @@ import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
 
 /**
- * The operator API of CONTRACT.md (what the CRM panel would do), behind ADMIN_TOKEN.
+ * The operator API (what the CRM panel would do), behind ADMIN_TOKEN: docs/api-conventions.md.
  * Every route is scoped to the workspace in its path.
  */
 /** Every admin endpoint: admin token, the `admin` per-IP profile, documented under Admin. */

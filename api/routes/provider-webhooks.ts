@@ -16,7 +16,7 @@ import {
 } from '../../domain/inbound';
 
 /**
- * Provider → service traffic (CONTRACT.md "Inbound provider traffic"): Meta's WhatsApp Cloud API
+ * Provider → service traffic (docs/messaging.md, inbound provider webhooks): Meta's WhatsApp Cloud API
  * webhook, one URL per instance. No API key: the POST is authenticated by its signature
  * (`X-Hub-Signature-256`, HMAC-SHA256 of the raw body with the instance's app secret), the GET
  * verification by the verify token.

@@ -6,7 +6,7 @@
  * the server sees exactly the bytes generated (no client-side URL normalisation). Whatever comes
  * back must hold:
  *   - never a 5xx (nor a 3xx);
- *   - every 4xx is the flat body of CONTRACT.md `{ error, code, hint? }` with a code of the
+ *   - every 4xx is the flat error body `{ error, code, hint? }` with a code of the
  *     contract's list (domain/errors ERROR_CODES) whose status is the one answered;
  *   - every 2xx validates against the route's `response` zod schema when it has one.
  * After the run (once before the destructive endpoints, once after) every record of the fixture

@@ -222,7 +222,7 @@ describe('deeply nested JSON', () => {
           const base = JSON.stringify(baseBody(r, js));
           const inner = base === '{}' ? '' : `${base.slice(1, -1)},`;
           const res = await callRaw(r, `{${inner}"${field}":${deep}}`);
-          // A deep value where an object is expected may be accepted: unknown keys are ignored (CONTRACT.md).
+          // A deep value where an object is expected may be accepted: unknown keys are ignored (docs/api-conventions.md).
           expect({ route: routeKey(r), field, shape, status: res.status < 500 ? '<500' : res.status }).toEqual({ route: routeKey(r), field, shape, status: '<500' });
           if (res.status !== 400) lines.push(`${routeKey(r)} ${field} (${shape}) → ${res.status} ${res.body?.code ?? ''}`);
         }
@@ -437,7 +437,7 @@ function fillString(slot: Slot, n: number): string | undefined {
   return 'a'.repeat(n);
 }
 
-/** The spec's phone bound (32) is enforced by the phone rule itself (400 INVALID_PHONE), whatever the schema's coarser guard says. */
+/** The phone bound (32) is enforced by the phone rule itself (400 INVALID_PHONE), whatever the schema's coarser guard says. */
 const PHONE_MAX = 32;
 const isPhone = (slot: Slot): boolean =>
   slot.kind === 'string' && String(slot.steps[slot.steps.length - 1]?.key) === 'phone' && !slot.steps.some((s) => s.key === 'mapping'); // mapping.phone is a payload path

@@ -1,11 +1,11 @@
 /**
  * Secrets, end to end: every response of a session that creates and then uses API keys, webhook
  * subscriptions, instances with provider credentials and inbound automation URLs is recorded, and
- * each secret may appear only where CONTRACT.md shows it:
+ * each secret may appear only where the API contract shows it:
  * - an API key (`vg_live_...`): only in the response of the admin call that created it;
  * - a webhook secret (`whsec_...`): only in the response of `POST /api/v1/webhooks`;
  * - instance credentials (accessToken, appSecret, verifyToken): never (the admin API says `...Set: true`);
- * - an automation's inbound token: it is part of the record's `webhookUrl` (CONTRACT.md: "the record
+ * - an automation's inbound token: it is part of the record's `webhookUrl` (the contract: "the record
  *   carries webhookUrl"), so it shows in the automation's own create/get/list/patch/token answers and
  *   nowhere else; after regeneration the old token shows nowhere any more;
  * - the admin token: never.

@@ -9,7 +9,7 @@
  *   address-literal check at the API; the DNS check and the pinned HEAD run in the send saga's
  *   media activity, proven below by calling that activity with the strict policy);
  * - POST/PATCH /api/v1/automations: `actions[].mediaUrl` of send_message (literal URLs checked on save);
- * - admin instance `config.baseUrl`: operator configuration, not subject to the check (CONTRACT.md).
+ * - admin instance `config.baseUrl`: operator configuration, not subject to the check (docs/api-conventions.md).
  *
  * This machine has no public DNS: the API's resolver (node:dns promises.lookup, in this process) is
  * replaced by a table for a few names; everything else goes to the system resolver (/etc/hosts).
@@ -247,7 +247,7 @@ describe('SSRF corpus at the API (ALLOW_PRIVATE_URLS off)', () => {
     expect(sent.body?.code).not.toBe('INVALID_URL');
   });
 
-  it('leaves the instance base URL to the operator (CONTRACT.md: not subject to the anti-SSRF check)', async () => {
+  it('leaves the instance base URL to the operator (the contract: not subject to the anti-SSRF check)', async () => {
     const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { config: { baseUrl: 'http://127.0.0.1:1' } });
     expect(res.status).toBe(200);
     expect(res.body.data.config.baseUrl).toBe('http://127.0.0.1:1');
