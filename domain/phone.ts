@@ -2,7 +2,8 @@
  * Brazilian phone numbers (docs/messaging.md): after dropping `+`, spaces, parentheses and dashes only
  * digits remain, and the number is 55 + a valid area code + 8 digits (landline or old-form mobile)
  * or 9 digits starting with 9 (mobile). A mobile with and without its ninth digit is one contact:
- * both share the same `key`.
+ * both share the same `key`. Only mobiles gained a ninth digit: a landline (8 digits starting 2-5)
+ * is never the same number as the mobile that ends in its 8 digits.
  */
 const AREA_CODES = new Set([
   11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 24, 27, 28, 31, 32, 33, 34, 35, 37, 38, 41, 42, 43, 44, 45, 46, 47, 48, 49, 51, 53, 54,
@@ -15,7 +16,7 @@ export const MAX_PHONE_INPUT = 32;
 export interface Phone {
   /** Digits as the client gave them (international form). */
   digits: string;
-  /** Matching key: 55 + area code + the last 8 digits. */
+  /** Matching key: the full modern form (a mobile with its ninth digit; a landline as it is). */
   key: string;
   /** The full modern form: mobiles with their ninth digit. */
   e164: string;
@@ -34,13 +35,13 @@ export function parsePhone(input: string): PhoneResult {
   const local = digits.slice(4);
   if (local.length === 9) {
     if (local[0] !== '9') return { ok: false, reason: 'a 9-digit number must start with 9' };
-    const last8 = local.slice(1);
-    return { ok: true, phone: { digits, key: `55${area}${last8}`, e164: digits, mobile: true } };
+    return { ok: true, phone: { digits, key: digits, e164: digits, mobile: true } };
   }
   if (local.length === 8) {
     // Old-form mobiles start with 6-9; landlines with 2-5.
     const mobile = /^[6-9]/.test(local);
-    return { ok: true, phone: { digits, key: `55${area}${local}`, e164: mobile ? `55${area}9${local}` : digits, mobile } };
+    const e164 = mobile ? `55${area}9${local}` : digits;
+    return { ok: true, phone: { digits, key: e164, e164, mobile } };
   }
   return { ok: false, reason: 'expected 8 or 9 digits after the area code' };
 }

@@ -117,7 +117,9 @@ const digitsOf = (value: unknown): string => String(value ?? '').replace(/\D/g, 
  */
 function personKey(value: unknown): string {
   const digits = digitsOf(value);
-  const m = /^55(\d{2})9(\d{8})$/.exec(digits);
+  // Only mobiles gained the ninth digit, and old-form mobiles start with 6-9: a landline (2-5)
+  // is another number than the mobile ending in its 8 digits.
+  const m = /^55(\d{2})9([6-9]\d{7})$/.exec(digits);
   return m ? `55${m[1]}${m[2]}` : digits;
 }
 

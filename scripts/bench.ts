@@ -185,11 +185,11 @@ async function seedWorkspace(db: Db, api: Client, name: string, contacts: number
   const pipeline = (await must('create pipeline', api('POST', `/admin/v1/workspaces/${id}/pipelines`, { admin: true, body: { name: 'Sales', stages: STAGES.map((s) => ({ name: s })), customFields: [] } }))).data;
   const stageIds: string[] = pipeline.stages.map((s: { id: string }) => s.id);
   await db.raw(`INSERT INTO tags (workspace_id, name) SELECT ?, 'tag-' || g FROM generate_series(0, 19) g`, [id]);
-  // Distinct mobiles: 55 11 9 + 8 digits starting with 6-9; the key drops the ninth digit.
+  // Distinct mobiles: 55 11 9 + 8 digits starting with 6-9; the key is the full form.
   await db.raw(
     `INSERT INTO contacts (workspace_id, name, phone, phone_key, email, created_at, updated_at)
      SELECT ?, (?::text[])[1 + g % 20] || ' ' || (?::text[])[1 + (g / 20) % 20] || ' ' || g,
-            '55119' || (60000000 + g), '5511' || (60000000 + g), 'lead' || g || '@example.com',
+            '55119' || (60000000 + g), '55119' || (60000000 + g), 'lead' || g || '@example.com',
             now() - g * interval '1 second', now() - g * interval '1 second'
      FROM generate_series(1, ?) g`,
     [id, FIRST, LAST, contacts],

@@ -154,7 +154,7 @@ describe('admin API', () => {
   it("sets a contact's insight, only for a canonical contact of the workspace", async () => {
     const ws = await createWorkspace(api);
     const other = await createWorkspace(api);
-    const [contact] = await api.db('contacts').insert({ workspace_id: ws.id, name: 'Rui', phone: '5511987654321', phone_key: '551187654321' }).returning('id');
+    const [contact] = await api.db('contacts').insert({ workspace_id: ws.id, name: 'Rui', phone: '5511987654321', phone_key: '5511987654321' }).returning('id');
     const body = { interest: 'CRM', products: ['Pro'], objections: ['price'], nextStep: 'demo', qualification: { score: 80, temperature: 'hot' }, summary: 'Likes it' };
     const res = await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${contact.id}/insight`, body);
     expect(res.status).toBe(200);

@@ -2,9 +2,9 @@ import { parsePhone } from '../domain/phone';
 
 describe('phone canonicalisation', () => {
   it.each([
-    ['+55 (11) 98765-4321', '5511987654321', '551187654321', true],
-    ['5511987654321', '5511987654321', '551187654321', true],
-    ['55 11 8765-4321', '551187654321', '551187654321', true],
+    ['+55 (11) 98765-4321', '5511987654321', '5511987654321', true],
+    ['5511987654321', '5511987654321', '5511987654321', true],
+    ['55 11 8765-4321', '551187654321', '5511987654321', true],
     ['+55 21 3456-7890', '552134567890', '552134567890', false],
   ])('%s → digits %s, key %s', (input, digits, key, mobile) => {
     const result = parsePhone(input);
@@ -25,6 +25,8 @@ describe('phone canonicalisation', () => {
     if (!landline.ok || !mobile.ok) throw new Error('both must parse');
     expect(landline.phone.mobile).toBe(false);
     expect(landline.phone.e164).toBe('551133334444');
+    // The mobile that ends in the landline's 8 digits is another number, so another contact.
+    expect(landline.phone.key).not.toBe(mobile.phone.key);
   });
 
   it.each([

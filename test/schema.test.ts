@@ -15,7 +15,7 @@ describe('schema constraints', () => {
   it('allows one canonical contact per phone key per workspace, but a deleted or merged one does not count', async () => {
     const ws = await createWorkspace(api);
     const other = await createWorkspace(api);
-    const row = { workspace_id: ws.id, name: 'A', phone: '5511987654321', phone_key: '551187654321' };
+    const row = { workspace_id: ws.id, name: 'A', phone: '5511987654321', phone_key: '5511987654321' };
     const [first] = await api.db('contacts').insert(row).returning('id');
     await fails(api.db('contacts').insert({ ...row, phone: '551187654321' }), '23505');
     await api.db('contacts').insert({ ...row, workspace_id: other.id });
