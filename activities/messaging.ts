@@ -1,6 +1,7 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Db } from '../domain/db';
 import { ApiError } from '../domain/errors';
+import { outcomeUnknown } from '../domain/sending';
 import { refusalsAsFailures, toFailure } from '../domain/failures';
 import { recordEvent } from '../domain/outbox';
 import { requirePhone } from '../domain/contacts';
@@ -43,7 +44,7 @@ function mayHaveReachedProvider(err: unknown): boolean {
  */
 function unconfirmed(provider: string | undefined, reason: string): ProviderSendResult {
   if (provider === 'cloud') return { outcome: 'unconfirmed', reason };
-  throw toFailure(new ApiError('SEND_FAILED', `${reason}; it is not sent twice`, { hint: 'Check the conversation before sending again.' }), { detail: { outcomeUnknown: true } });
+  throw toFailure(outcomeUnknown(reason));
 }
 
 /** Runs `work` heartbeating every second (when inside an activity), so a dead worker is detected by the heartbeat timeout. */
@@ -101,10 +102,11 @@ export function createMessagingActivities({ db }: { db: Db }) {
             conversation = { id: row.id, last_inbound_at: row.last_inbound_at };
           } else {
             const phone = requirePhone(input.phone);
-            const live = trx('instances').where({ workspace_id: input.workspaceId, archived: false, channel: 'whatsapp' });
+            // A named instance of another channel is found, then refused as unsupported; the default is the WhatsApp one.
+            const live = trx('instances').where({ workspace_id: input.workspaceId, archived: false });
             const candidates: SendInstance[] = input.instanceId
               ? await live.clone().where({ id: input.instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
-              : await live.clone().orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
+              : await live.clone().where({ channel: 'whatsapp' }).orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
             instance = chooseInstance(candidates, input.instanceId);
             const found = await findOrCreateContact(trx, input.workspaceId, phone);
             contact = found.contact;

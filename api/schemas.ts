@@ -27,6 +27,7 @@ export const Lead = z
     email: z.string().nullable(),
     notes: z.string(),
     tags: z.array(Tag),
+    optedOut: z.boolean().openapi({ description: 'The contact asked not to be messaged: every send to it is 403 OPTED_OUT.' }),
     createdAt: z.string(),
     updatedAt: z.string(),
   })

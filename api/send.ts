@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { ApiError } from '../domain/errors';
@@ -24,10 +24,28 @@ export function idempotencyKey(ctx: Context): string | undefined {
 
 
 /**
+ * What a key was first used for: the endpoint and its validated input, hashed. A key names one
+ * request; the same key on another body or the other send endpoint is refused instead of
+ * replaying an unrelated answer.
+ */
+function fingerprint(kind: 'cold' | 'conversation', input: SendInput): string {
+  const sorted = (value: unknown): unknown =>
+    Array.isArray(value)
+      ? value.map(sorted)
+      : value && typeof value === 'object'
+        ? Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => [k, sorted(v)]))
+        : value;
+  return createHash('sha256').update(`${kind}\n${JSON.stringify(sorted(input))}`).digest('hex');
+}
+
+/**
  * Runs a send as a workflow and answers with its result. The Idempotency-Key names the workflow
  * (per workspace), so Temporal's own id rules do the reservation: a running send with the key is
- * 409 IN_PROGRESS, a completed one within 10 minutes is replayed (200, `Idempotent-Replayed`),
- * a failed one (or an older success) lets the key start a new send.
+ * 409 IN_PROGRESS, a completed one within 10 minutes is replayed (200, `Idempotent-Replayed`), a
+ * send whose outcome is unknown keeps answering 409 SEND_OUTCOME_UNKNOWN, and only a failed one
+ * (or a success older than 10 minutes) lets the key start a new send. The start itself refuses a
+ * completed run (ALLOW_DUPLICATE_FAILED_ONLY), so a request that found nothing cannot send again
+ * after a concurrent one with the same key completed: it replays that one instead.
  */
 export async function runSend(ctx: Context, input: SendInput, options: { kind: 'cold' | 'conversation'; phone?: string }): Promise<SendOutcome> {
   const given = idempotencyKey(ctx);
@@ -39,20 +57,56 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   const client = await temporalClient(ctx, service);
   const workflowId = `send/${input.workspaceId}/key/${key}`;
   const handle = client.workflow.getHandle<typeof sendMessageWorkflow>(workflowId);
+  // The number in its canonical form: the same number written differently is the same request.
+  const request = fingerprint(options.kind, { ...input, phone: options.phone ?? input.phone });
 
-  if (given) {
+  /** What an earlier run with this key decides: an answer (replay or refusal), or how a new run may start. */
+  const previousRun = async (): Promise<{ answer: () => Promise<SendOutcome> } | { reusePolicy: WorkflowIdReusePolicy }> => {
     const previous = await withTemporal(ctx, service, () => handle.describe()).catch((err) => {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
     });
-    if (previous?.status.name === 'RUNNING') throw inProgress(workflowId, key);
-    const closed = previous?.closeTime?.getTime();
-    if (previous?.status.name === 'COMPLETED' && closed !== undefined && Date.now() - closed < IDEMPOTENCY_MEMO_MS) {
-      ctx.status = 200;
-      ctx.set('Idempotent-Replayed', 'true');
-      return handle.result();
+    if (!previous) return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY };
+    // A key that holds an answer (running, a recent success, an unknown outcome) holds it for its own request only.
+    const bound = () => {
+      if (previous.memo?.request !== undefined && previous.memo.request !== request) throw keyReused(key);
+    };
+    const status = previous.status.name;
+    if (status === 'RUNNING') {
+      bound();
+      throw inProgress(workflowId, key);
     }
-  }
+    const closed = previous.closeTime?.getTime() ?? 0;
+    if (status === 'COMPLETED') {
+      if (Date.now() - closed < IDEMPOTENCY_MEMO_MS) {
+        bound();
+        return {
+          answer: () => {
+            ctx.status = 200;
+            ctx.set('Idempotent-Replayed', 'true');
+            return handle.result();
+          },
+        };
+      }
+      return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE };
+    }
+    if (status === 'FAILED') {
+      const failure = await handle.result().then(
+        () => undefined,
+        (err: unknown) => (err instanceof WorkflowFailedError ? sendFailure(err) : undefined),
+      );
+      // The provider may have it: the key keeps that answer, so a repeat never sends twice.
+      if (failure?.code === 'SEND_OUTCOME_UNKNOWN') {
+        bound();
+        return { answer: () => Promise.reject(failure) };
+      }
+    }
+    return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY };
+  };
+
+  const decision = given ? await previousRun() : { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY };
+  if ('answer' in decision) return decision.answer();
+  const { reusePolicy } = decision;
 
   try {
     await withTemporal(ctx, service, () => client.workflow.start(sendMessageWorkflow, {
@@ -60,7 +114,8 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       taskQueue: ctx.deps.config.taskQueue,
       // The reconciliation window travels in the input: the workflow's waits depend only on its history.
       args: [{ ...input, reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
-      workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+      workflowIdReusePolicy: reusePolicy,
+      memo: { request },
       searchAttributes: {
         WorkspaceId: [input.workspaceId],
         IdempotencyKey: [key],
@@ -69,8 +124,11 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       },
     }));
   } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress(workflowId, key);
-    throw err;
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    // Another request with this key started (or finished) in between: its run answers this one.
+    const now = await previousRun();
+    if ('answer' in now) return now.answer();
+    throw inProgress(workflowId, key);
   }
 
   let timer: NodeJS.Timeout | undefined;
@@ -82,13 +140,24 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       }),
     ]);
   } catch (err) {
-    if (err instanceof WorkflowFailedError) throw fromFailure(err.cause, () => new ApiError('SEND_FAILED', 'The send failed', { hint: err.message }));
+    if (err instanceof WorkflowFailedError) throw sendFailure(err);
     // The send started and is durable; Temporal went away while we waited for its result.
     if (isTemporalUnreachable(err)) throw inProgress(workflowId, key);
     throw err;
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** The API's answer to a failed send workflow: the code its failure carries, else SEND_FAILED. */
+function sendFailure(err: WorkflowFailedError): ApiError {
+  return fromFailure(err.cause, () => new ApiError('SEND_FAILED', 'The send failed', { hint: err.message }));
+}
+
+function keyReused(key: string): ApiError {
+  return new ApiError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a different request', {
+    hint: `A key names one request (same endpoint, same body). Send a new key for a different message; "${key}" keeps its first request's answer.`,
+  });
 }
 
 function inProgress(workflowId: string, key: string): ApiError {

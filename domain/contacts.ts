@@ -36,6 +36,7 @@ export interface ContactRow {
   phone: string;
   email: string | null;
   notes: string;
+  opted_out: boolean;
   created_at: Date;
   updated_at: Date;
 }
@@ -67,6 +68,7 @@ export function serializeLead(row: ContactRow, tags: TagRef[]) {
     email: row.email,
     notes: row.notes,
     tags,
+    optedOut: row.opted_out,
     createdAt: iso(row.created_at),
     updatedAt: iso(row.updated_at),
   };
@@ -175,6 +177,8 @@ export interface ContactChanges {
   email?: string | null;
   phone?: string;
   notes?: string;
+  /** The contact asked not to be messaged (or no longer does). */
+  optedOut?: boolean;
   /** The full tag set (panel edit). */
   tags?: string[];
   /** Tags to add, keeping the others (API upsert, automation). */
@@ -192,6 +196,8 @@ async function changeContact(trx: Trx, workspaceId: string, before: ContactRow, 
   if (input.name !== undefined && input.name !== before.name) (changes.name = input.name), changed.push('name');
   if (input.email !== undefined && input.email !== before.email) (changes.email = input.email), changed.push('email');
   if (input.notes !== undefined && input.notes !== before.notes) (changes.notes = input.notes), changed.push('notes');
+  // Not one of the contact_updated trigger's fields: it changes the record, fires nothing.
+  if (input.optedOut !== undefined && input.optedOut !== before.opted_out) changes.opted_out = input.optedOut;
   if (input.phone !== undefined) {
     const phone = requirePhone(input.phone);
     if (phone.e164 !== before.phone) {
@@ -220,12 +226,10 @@ async function changeContact(trx: Trx, workspaceId: string, before: ContactRow, 
     // A tags-only change still marks the contact as updated.
     if (!Object.keys(changes).length) [after] = await trx('contacts').where({ id: before.id }).update({ updated_at: trx.fn.now() }).returning('*');
   }
-  if (changed.length) {
-    if (options.origin === 'panel') {
-      await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email }, options.depth);
-    }
-    await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.depth);
+  if (options.origin === 'panel' && after !== before) {
+    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email }, options.depth);
   }
+  if (changed.length) await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.depth);
   return after;
 }
 
@@ -239,6 +243,7 @@ export interface LeadInput {
   email?: string | null;
   notes?: string;
   tags?: string[];
+  optedOut?: boolean;
 }
 
 /**
@@ -251,11 +256,11 @@ export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, 
   const phone = requirePhone(input.phone);
   return db.transaction(async (trx) => {
     const inserted = await trx.raw(
-      `INSERT INTO contacts (workspace_id, name, phone, phone_key, email, notes)
-       VALUES (?, ?, ?, ?, ?, ?)
+      `INSERT INTO contacts (workspace_id, name, phone, phone_key, email, notes, opted_out)
+       VALUES (?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
        RETURNING *`,
-      [workspaceId, input.name ?? '', phone.e164, phone.key, input.email ?? null, input.notes ?? ''],
+      [workspaceId, input.name ?? '', phone.e164, phone.key, input.email ?? null, input.notes ?? '', input.optedOut ?? false],
     );
     let row: ContactRow | undefined = inserted.rows[0];
     if (row) {
@@ -266,7 +271,7 @@ export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, 
     }
     const existing: ContactRow = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).forUpdate().first();
     if (!existing) throw new ApiError('CONFLICT', 'The contact changed while it was being saved', { hint: 'Retry the request.' });
-    row = await changeContact(trx, workspaceId, existing, { name: input.name, email: input.email, notes: input.notes, addTags: input.tags }, options);
+    row = await changeContact(trx, workspaceId, existing, { name: input.name, email: input.email, notes: input.notes, optedOut: input.optedOut, addTags: input.tags }, options);
     return { created: false, lead: await withTags(trx, row) };
   });
 }
@@ -328,7 +333,7 @@ export async function panelCreateContact(db: Db, workspaceId: string, input: Lea
     const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first('id');
     if (existing) throw new ApiError('CONFLICT', 'A contact with this phone already exists', { hint: `Contact ${existing.id}.` });
     const [row]: ContactRow[] = await trx('contacts')
-      .insert({ workspace_id: workspaceId, name: input.name ?? '', phone: phone.e164, phone_key: phone.key, email: input.email ?? null, notes: input.notes ?? '' })
+      .insert({ workspace_id: workspaceId, name: input.name ?? '', phone: phone.e164, phone_key: phone.key, email: input.email ?? null, notes: input.notes ?? '', opted_out: input.optedOut ?? false })
       .returning('*');
     await recordEvent(trx, workspaceId, 'contact.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email });
     const tags = await resolveTags(trx, workspaceId, input.tags ?? []);

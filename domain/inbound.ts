@@ -8,6 +8,7 @@ import { recordEvent } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { isUuid } from './refs';
 import { storable } from './text';
+import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../types/messaging';
 
 /**
@@ -394,6 +395,15 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
   }
   const row = inserted.rows[0] as { id: string } | undefined;
   if (!row) return false;
+
+  // The contact's own word on being messaged: STOP opts out, START back in.
+  const consent = message.type === 'text' ? consentFromMessage(message.body) : undefined;
+  if (consent) {
+    await trx('contacts')
+      .where({ workspace_id: workspaceId, id: contact.id })
+      .whereNot({ opted_out: consent === 'opt_out' })
+      .update({ opted_out: consent === 'opt_out', updated_at: trx.fn.now() });
+  }
 
   // The window opens at the message's own time; out-of-order deliveries never move it back.
   await trx('conversations')

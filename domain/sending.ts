@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ApiError } from './errors';
 import type { DailyCounter } from './messaging';
-import { isMediaType, type MessageContent, type MessageType } from '../types/messaging';
+import { isMediaType, OUTCOME_UNKNOWN_HINT, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../types/messaging';
 
 /**
  * The rules of sending a message, in one place: what each message type needs and carries, which
@@ -121,6 +121,27 @@ export function windowOpen(lastInboundAt: Date | null, now: Date): boolean {
   return lastInboundAt !== null && now.getTime() - lastInboundAt.getTime() < WINDOW_MS;
 }
 
+/** The channels this service sends and receives on. Instagram instances can be recorded, but no message goes through them. */
+export const SUPPORTED_CHANNELS: readonly string[] = ['whatsapp'];
+
+/**
+ * What an instance cannot carry at all, whatever the contact: a channel we do not run (422
+ * CHANNEL_UNSUPPORTED) and, through the web gateway, templates (a Cloud API feature: 422
+ * TEMPLATE_UNSUPPORTED). Checked before anything is sent, so neither is ever a provider error.
+ */
+export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'provider'>, message: Pick<MessageContent, 'type'>): void {
+  if (!SUPPORTED_CHANNELS.includes(instance.channel)) {
+    throw new ApiError('CHANNEL_UNSUPPORTED', `Messages on ${instance.channel} are not supported: this service sends and receives through WhatsApp only`, {
+      hint: 'Send through a WhatsApp instance (GET /api/v1/instances).',
+    });
+  }
+  if (message.type === 'template' && instance.provider === 'web') {
+    throw new ApiError('TEMPLATE_UNSUPPORTED', 'Templates cannot be sent through a web gateway instance: they are a WhatsApp Cloud API feature', {
+      hint: 'Send text or media through this instance, or the template through a Cloud API instance.',
+    });
+  }
+}
+
 /**
  * What refuses a send once its instance, contact and conversation are known: a disconnected
  * instance, a contact who opted out, a template that is not approved on the instance or gets the
@@ -136,6 +157,7 @@ export function refuseUnsendable(send: {
   now: Date;
 }): void {
   const { instance, message } = send;
+  refuseUnsupported(instance, message);
   if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
   if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
   if (message.type === 'template') {
@@ -147,6 +169,35 @@ export function refuseUnsendable(send: {
       hint: 'Send type "template" with an approved template.',
     });
   }
+}
+
+/**
+ * A send whose provider call may have been accepted, and we cannot tell: it is never sent again
+ * (not by a retry of the workflow, nor by a repeat of its Idempotency-Key), and the answer is not
+ * one the client should retry (409 SEND_OUTCOME_UNKNOWN, unlike 502 SEND_FAILED).
+ */
+export function outcomeUnknown(reason: string): ApiError {
+  return new ApiError(SEND_OUTCOME_UNKNOWN, `${reason}; it is not sent twice`, { hint: OUTCOME_UNKNOWN_HINT });
+}
+
+/**
+ * Opt-out by message, as people write it: a text that is only a stop word (STOP, PARAR, PARE,
+ * SAIR, CANCELAR, DESCADASTRAR) opts the contact out; only a start word (START, VOLTAR, RECEBER)
+ * opts it back in. Case, accents, spaces and trailing punctuation do not matter; a sentence that
+ * merely contains the word changes nothing.
+ */
+const STOP_WORDS = new Set(['stop', 'parar', 'pare', 'sair', 'cancelar', 'descadastrar']);
+const START_WORDS = new Set(['start', 'voltar', 'receber']);
+export function consentFromMessage(text: string): 'opt_out' | 'opt_in' | undefined {
+  const word = text
+    .normalize('NFD')
+    .replace(/\p{M}/gu, '')
+    .toLowerCase()
+    .replace(/[\s.!?]+/g, ' ')
+    .trim();
+  if (STOP_WORDS.has(word)) return 'opt_out';
+  if (START_WORDS.has(word)) return 'opt_in';
+  return undefined;
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
 let seq = 0;
 /** A distinct mobile per call (area 11: the emulator's wa_id keeps the ninth digit there). */
-const mobile = (): string => `55119${String(50000000 + ((process.pid * 7 + ++seq * 7919) % 40000000))}`;
+const mobile = (): string => `55119${String(60000000 + ((process.pid * 7 + ++seq * 7919) % 39999999))}`;
 const withoutNinth = (phone: string): string => phone.slice(0, 4) + phone.slice(5);
 
 async function emulator(path: string, body?: unknown): Promise<any> {
@@ -96,6 +96,23 @@ describe('POST /api/v1/messages', () => {
     const again = await send(s.ws.key, template(withoutNinth(phone)));
     expect(again.status).toBe(201);
     expect(again.body.data).toMatchObject({ contactId: res.body.data.contactId, conversationId: res.body.data.conversationId, created: { contact: false, conversation: false } });
+  });
+
+  it('keeps a landline and the mobile ending in its 8 digits apart: the cold send to the mobile reaches the mobile, not the landline', async () => {
+    const s = await setup({ keys: 2 });
+    const last8 = String(30000000 + ((process.pid * 11 + ++seq * 7919) % 20000000));
+    const landline = `5521${last8}`;
+    const mobilePhone = `55219${last8}`;
+    const lead = await api.request('POST', '/api/v1/leads', { key: (await createKey(api, s.ws.id, ['leads:write'])).key, body: { phone: landline, name: 'Office' } });
+    expect(lead.status).toBe(201);
+    const sent = await send(s.keys[0], template(mobilePhone));
+    expect(sent.status).toBe(201);
+    expect(sent.body.data.created).toEqual({ contact: true, conversation: true });
+    expect(sent.body.data.contactId).not.toBe(lead.body.data.id);
+    expect((await api.db('contacts').where({ id: sent.body.data.contactId }).first()).phone).toBe(mobilePhone);
+    expect((await callsTo(mobilePhone)).map((c) => c.to)).toEqual([mobilePhone]);
+    expect(await callsTo(landline)).toHaveLength(0);
+    expect(await api.db('conversations').where({ contact_id: lead.body.data.id })).toHaveLength(0);
   });
 
   it("reconciles the number with the provider's wa_id (a mobile it knows without the ninth digit) and sends to it next time", async () => {
@@ -260,6 +277,85 @@ describe('idempotency', () => {
     // Keys are scoped to the workspace: another workspace's identical key is its own send.
     const other = await setup();
     expect((await send(other.ws.key, template(mobile()), { 'Idempotency-Key': 'retry-me' })).status).toBe(201);
+  });
+  it('binds a key to its request: another body or the other send endpoint is 422 IDEMPOTENCY_KEY_REUSED, the same body replays', async () => {
+    const s = await setup({ keys: 3 });
+    const phone = mobile();
+    const key = `bound-${phone}`;
+    const first = await send(s.keys[0], template(phone), { 'Idempotency-Key': key });
+    expect(first.status).toBe(201);
+    expectError(await send(s.keys[1], template(phone, { templateVariables: ['Bruno'] }), { 'Idempotency-Key': key }), 422, 'IDEMPOTENCY_KEY_REUSED');
+    expectError(await send(s.keys[1], template(mobile()), { 'Idempotency-Key': key }), 422, 'IDEMPOTENCY_KEY_REUSED');
+    const path = `/api/v1/conversations/${first.body.data.conversationId}/messages`;
+    const other = await api.request('POST', path, { key: s.ws.key, body: { type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] }, headers: { 'Idempotency-Key': key } });
+    expectError(other, 422, 'IDEMPOTENCY_KEY_REUSED');
+    // The same request (fields in another order, phone in another form) is the same request.
+    const written = `+55 (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`;
+    const same = await send(s.keys[2], { templateVariables: ['Ana'], templateLanguage: 'pt_BR', templateName: 'welcome', type: 'template', phone: written }, { 'Idempotency-Key': key });
+    expect({ status: same.status, body: same.body }).toEqual({ status: 200, body: first.body });
+    expect(await callsTo(phone)).toHaveLength(1);
+  });
+
+  it('never sends twice under a stream of repeats with one key spanning the send and after it: one call, then replays', async () => {
+    const s = await setup({ keys: 8 });
+    const phone = mobile();
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 200, times: 1 });
+    const requests: Promise<Awaited<ReturnType<typeof send>>>[] = [];
+    for (let i = 0; i < 32; i++) {
+      requests.push(send(s.keys[i % 8], template(phone), { 'Idempotency-Key': `stream-${phone}` }));
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    const results = await Promise.all(requests);
+    expect(results.filter((r) => r.status === 201)).toHaveLength(1);
+    expect(results.every((r) => r.status === 201 || r.status === 200 || (r.status === 409 && r.body.code === 'IN_PROGRESS'))).toBe(true);
+    expect(results.filter((r) => r.status === 200).length).toBeGreaterThan(0);
+    expect(await callsTo(phone)).toHaveLength(1);
+  });
+});
+
+describe('answers a client can act on', () => {
+  it('a provider that stays down: a prompt 502 SEND_FAILED (not a 30 s wait), compensated, and the key free for a retry', async () => {
+    const s = await setup({ keys: 2 });
+    const phone = mobile();
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', down: true });
+    const started = Date.now();
+    const res = await send(s.keys[0], template(phone), { 'Idempotency-Key': `down-${phone}` });
+    expectError(res, 502, 'SEND_FAILED');
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect((await callsTo(phone)).length).toBeGreaterThan(1);
+    expect(await leftovers(s.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
+    await emulator('/__emulator/reset', { to: phone });
+    expect((await send(s.keys[1], template(phone), { 'Idempotency-Key': `down-${phone}` })).status).toBe(201);
+  }, 30_000);
+
+  it('a send whose outcome is unknown (the web gateway did not answer in time): 409 SEND_OUTCOME_UNKNOWN, kept by its key, never sent twice', async () => {
+    const s = await setup({ provider: 'web', keys: 2 });
+    const phone = mobile();
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 11_000, times: 1 });
+    const key = `unknown-${phone}`;
+    const first = await send(s.keys[0], { phone, text: 'Oi' }, { 'Idempotency-Key': key });
+    expectError(first, 409, 'SEND_OUTCOME_UNKNOWN');
+    expect(first.body.hint).toMatch(/check the conversation/i);
+    const again = await send(s.keys[1], { phone, text: 'Oi' }, { 'Idempotency-Key': key });
+    expectError(again, 409, 'SEND_OUTCOME_UNKNOWN');
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(await callsTo(phone)).toHaveLength(1);
+    // The contact and conversation stay: the provider may have delivered the message.
+    expect(await leftovers(s.ws.id)).toMatchObject({ contacts: 1, conversations: 1 });
+  }, 40_000);
+
+  it('refuses what an instance cannot carry before any provider call: a template through the web gateway, an Instagram instance', async () => {
+    const web = await setup({ provider: 'web' });
+    const phone = mobile();
+    expectError(await send(web.ws.key, template(phone)), 422, 'TEMPLATE_UNSUPPORTED');
+    expect(await leftovers(web.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
+    const s = await setup({ keys: 2 });
+    const instagram = await api.admin('POST', `/admin/v1/workspaces/${s.ws.id}/instances`, { name: 'IG', channel: 'instagram', provider: 'cloud', connected: true, config: { baseUrl: EMULATOR } });
+    expect(instagram.status).toBe(201);
+    expectError(await send(s.keys[0], template(phone, { instanceId: instagram.body.data.id })), 422, 'CHANNEL_UNSUPPORTED');
+    // Without instanceId the workspace's one WhatsApp instance is still the default.
+    expect((await send(s.keys[1], template(phone))).status).toBe(201);
+    expect(await callsTo(phone)).toHaveLength(1);
   });
 });
 

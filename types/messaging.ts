@@ -88,3 +88,11 @@ export interface SendOutcome {
 
 /** Failure type of a provider error worth retrying (throttled, down); the workflow turns it into SEND_FAILED once retries are spent. */
 export const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
+
+/**
+ * Failure type (and API error code) of a send the provider may have accepted: never sent twice,
+ * and its Idempotency-Key keeps answering it. The activities and the workflow both raise it.
+ */
+export const SEND_OUTCOME_UNKNOWN = 'SEND_OUTCOME_UNKNOWN';
+export const OUTCOME_UNKNOWN_HINT =
+  'Whether the provider accepted it is unknown: check the conversation (GET /api/v1/conversations/{id}) before sending it again under a new Idempotency-Key.';

@@ -7,19 +7,21 @@ export const DATABASE: ActivityOptions = {
 };
 
 /**
- * The provider call: throttling and outages retried with backoff for about a minute, then
- * SEND_FAILED. The activity heartbeats while it waits for the provider, so a worker that dies
- * mid-call is noticed within the heartbeat timeout (not the 20 s start-to-close); the retry then
- * finds the attempt claimed and does not call the provider again (see reconcileSend).
+ * The provider call: throttling and outages retried briefly (waits of 0.5, 1 and 2 s), then
+ * SEND_FAILED, so the client that waits on the send gets a prompt 502 it may retry with its own
+ * backoff instead of an API wait running out. The activity heartbeats while it waits for the
+ * provider, so a worker that dies mid-call is noticed within the heartbeat timeout (not the 20 s
+ * start-to-close); the retry then finds the attempt claimed and does not call the provider again
+ * (see reconcileSend).
  */
 export const PROVIDER_SEND: ActivityOptions = {
   startToCloseTimeout: '20 seconds',
   heartbeatTimeout: '5 seconds',
   retry: {
-    initialInterval: '1 second',
+    initialInterval: '500 milliseconds',
     backoffCoefficient: 2,
-    maximumInterval: '20 seconds',
-    maximumAttempts: 6,
+    maximumInterval: '2 seconds',
+    maximumAttempts: 4,
   },
 };
 

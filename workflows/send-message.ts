@@ -2,7 +2,7 @@ import { ActivityFailure, ApplicationFailure, TimeoutFailure, proxyActivities, u
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
 import { COMPENSATION, DATABASE, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
-import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE } from '../types/messaging';
+import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
 import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from '../types/messaging';
 
 const prepare = proxyActivities<MessagingActivities>(DATABASE);
@@ -75,12 +75,7 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
     } catch (err) {
       // Last resort: the attempt's row could not be read within the window (database down).
       const cause = err instanceof ActivityFailure && err.cause ? err.cause.message : String(err);
-      throw ApplicationFailure.create({
-        type: 'SEND_FAILED',
-        nonRetryable: true,
-        message: `${result.reason}, and whether the provider accepted it could not be checked (${cause}); it is not sent twice`,
-        details: [{ hint: 'Check the conversation before sending again.', outcomeUnknown: true }],
-      });
+      throw unknownOutcome(`${result.reason}, and whether the provider accepted it could not be checked (${cause})`);
     }
     if (settled.outcome === 'sent') return settled.sent;
     if (round >= MAX_SEND_ROUNDS) {
@@ -93,16 +88,27 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
   }
 }
 
+/** The failure of a send the provider may have accepted (see domain/sending.ts outcomeUnknown: the same code and words). */
+function unknownOutcome(reason: string): ApplicationFailure {
+  return ApplicationFailure.create({
+    type: SEND_OUTCOME_UNKNOWN,
+    nonRetryable: true,
+    message: `${reason}; it is not sent twice`,
+    details: [{ hint: OUTCOME_UNKNOWN_HINT }],
+  });
+}
+
 function outcomeUnknown(err: unknown): boolean {
   const cause = err instanceof ActivityFailure ? err.cause : err;
   // The provider activity timed out on its last attempt (heartbeat or start-to-close): it may have reached the provider.
   if (cause instanceof TimeoutFailure) return true;
-  return cause instanceof ApplicationFailure && (cause.details?.[0] as { outcomeUnknown?: boolean } | undefined)?.outcomeUnknown === true;
+  return cause instanceof ApplicationFailure && cause.type === SEND_OUTCOME_UNKNOWN;
 }
 
 /** The workflow's failure, which the API maps to its answer: the activity's business code, or SEND_FAILED. */
 function asSendFailure(err: unknown): unknown {
   const cause = err instanceof ActivityFailure ? err.cause : err;
+  if (cause instanceof TimeoutFailure) return unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`);
   if (cause instanceof ApplicationFailure) {
     if (cause.type === PROVIDER_RETRYABLE) {
       return ApplicationFailure.create({ type: 'SEND_FAILED', nonRetryable: true, message: `The provider did not accept the message after several attempts: ${cause.message}` });

@@ -213,6 +213,7 @@ const panelContact = z.object({
   phone: z.string().max(32).optional(),
   notes: z.string().max(10000).optional(),
   tags: z.array(z.string().min(1).max(100)).max(100).optional(),
+  optedOut: z.boolean().optional(),
   memberId: z.uuid().optional(),
 });
 

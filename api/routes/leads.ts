@@ -24,6 +24,10 @@ const leadFields = {
   name: z.string().trim().max(200).optional(),
   email: z.email().max(320).nullable().optional(),
   notes: z.string().max(10_000).optional(),
+  optedOut: z
+    .boolean()
+    .optional()
+    .openapi({ description: '`true` records that the contact asked not to be messaged (sends answer 403 OPTED_OUT); `false` clears it.' }),
 };
 const ContactParams = z.object({ id: z.uuid() });
 
@@ -100,14 +104,14 @@ export const leadRoutes = [
     auth: 'apiKey',
     scopes: ['leads:write'],
     ipProfile: 'write',
-    summary: "Change a lead's name, e-mail, phone or notes",
+    summary: "Change a lead's name, e-mail, phone, notes or opt-out",
     description:
       'At least one field. A phone already used by another lead is 409 CONFLICT. Fires the `contact_updated` trigger with the ' +
       'changed fields (nothing when nothing changed); the `contact.updated` webhook is reserved to edits in the CRM panel.',
     params: ContactParams,
     body: z
       .object({ phone: phoneInput.optional(), ...leadFields })
-      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'send at least one of name, email, phone, notes' }),
+      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'send at least one of name, email, phone, notes, optedOut' }),
     response: single(Lead),
     errors: ['CONTACT_NOT_FOUND', 'INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
     handler: async (ctx, { params, body }) => ({

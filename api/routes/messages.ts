@@ -46,20 +46,27 @@ const SendResult = z
 const SEND_ERRORS = [
   'OPTED_OUT',
   'INSTANCE_DISCONNECTED',
+  'CHANNEL_UNSUPPORTED',
   'WINDOW_CLOSED',
   'TEMPLATE_INVALID',
+  'TEMPLATE_UNSUPPORTED',
   'MEDIA_TOO_LARGE',
   'INVALID_URL',
   'IN_PROGRESS',
+  'SEND_OUTCOME_UNKNOWN',
+  'IDEMPOTENCY_KEY_REUSED',
   'MESSAGE_LIMIT_REACHED',
   'SEND_FAILED',
   'UNAVAILABLE',
 ] as const;
 
 const IDEMPOTENCY =
-  'Header `Idempotency-Key` (optional, 1..255 visible characters, scoped to the workspace): while a send with the key runs, ' +
-  'the same key gets 409 IN_PROGRESS; after a success, the same key within 10 minutes gets the same body with status 200 and ' +
-  '`Idempotent-Replayed: true`; a failed send frees the key.';
+  'Header `Idempotency-Key` (optional, 1..255 visible characters, scoped to the workspace; without one the send gets a key, ' +
+  'returned in the response header): while a send with the key runs, the same key gets 409 IN_PROGRESS; after a success, the ' +
+  'same key within 10 minutes gets the same body with status 200 and `Idempotent-Replayed: true`; a failed send (502 ' +
+  'SEND_FAILED, or a refusal) frees the key. A key names one request: reused on another body or the other send endpoint it is ' +
+  '422 IDEMPOTENCY_KEY_REUSED. A send the provider may have accepted without our knowing (no answer in time) is 409 ' +
+  'SEND_OUTCOME_UNKNOWN, never sent twice, and its key keeps that answer: check the conversation before sending again.';
 
 export const messageRoutes = [
   route({
