@@ -1,6 +1,6 @@
 import { createMessagingActivities } from '../activities/messaging';
 import { createHmac } from 'node:crypto';
-import { createWorkspace, expectError, outbox, seedContact, startApi, TestApi, Workspace } from './helpers';
+import { createKey, createWorkspace, expectError, outbox, seedContact, startApi, TestApi, Workspace } from './helpers';
 
 /**
  * Inbound provider traffic: Meta's WhatsApp Cloud API webhook on /webhooks/whatsapp/{instanceId}.
@@ -101,6 +101,24 @@ async function setup(): Promise<{ ws: Workspace; instanceId: string }> {
   const ws = await createWorkspace(api, { scopes: ['conversations:read'] });
   return { ws, instanceId: await seedInstance(ws) };
 }
+
+describe('opt-out by message', () => {
+  it('a contact who writes STOP is opted out (sends answer 403 OPTED_OUT); START opts back in; a sentence with the word changes nothing', async () => {
+    const { ws, instanceId } = await setup();
+    const { modern } = nextMobile();
+    const key = (await createKey(api, ws.id, ['conversations:send', 'leads:read'])).key;
+    const optedOut = async () => (await api.db('contacts').where({ workspace_id: ws.id, phone: modern }).first('opted_out')).opted_out as boolean;
+    expect((await deliver(instanceId, textFrom(modern, { text: 'Quero parar de receber? talvez' }))).status).toBe(200);
+    expect(await optedOut()).toBe(false);
+    expect((await deliver(instanceId, textFrom(modern, { text: '  Párar! ' }))).status).toBe(200);
+    expect(await optedOut()).toBe(true);
+    const send = await api.request('POST', '/api/v1/messages', { key, body: { phone: modern, text: 'Oi' } });
+    expectError(send, 403, 'OPTED_OUT');
+    expect((await deliver(instanceId, textFrom(modern, { text: 'START' }))).status).toBe(200);
+    expect(await optedOut()).toBe(false);
+    expect((await api.request('POST', '/api/v1/messages', { key, body: { phone: modern, text: 'Oi' } })).status).toBe(201);
+  });
+});
 
 describe('POST /webhooks/whatsapp/{instanceId}: signature', () => {
   it('rejects a missing, malformed or wrong signature with 401 and changes nothing', async () => {

@@ -179,13 +179,20 @@ describe('POST /api/v1/messages', () => {
     expect(await leftovers(s.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
   });
 
-  it('refuses an opted-out contact (403 OPTED_OUT)', async () => {
-    const s = await setup();
+  it('refuses a contact the integrator opted out (403 OPTED_OUT) until the opt-out is cleared', async () => {
+    const s = await setup({ keys: 2 });
     const phone = mobile();
-    const contact = await seedContact(api, s.ws.id, { phone });
-    await api.db('contacts').where({ id: contact.id }).update({ opted_out: true });
-    expectError(await send(s.ws.key, template(phone)), 403, 'OPTED_OUT');
+    const leads = (await createKey(api, s.ws.id, ['leads:write', 'leads:read'])).key;
+    const created = await api.request('POST', '/api/v1/leads', { key: leads, body: { phone, name: 'Quiet', optedOut: true } });
+    expect(created.status).toBe(201);
+    expect(created.body.data.optedOut).toBe(true);
+    expectError(await send(s.keys[0], template(phone)), 403, 'OPTED_OUT');
     expect(await callsTo(phone)).toHaveLength(0);
+    expect(await leftovers(s.ws.id)).toMatchObject({ conversations: 0, counted: 0 });
+    const cleared = await api.request('PATCH', `/api/v1/leads/${created.body.data.id}`, { key: leads, body: { optedOut: false } });
+    expect(cleared.body.data.optedOut).toBe(false);
+    expect((await api.request('GET', `/api/v1/leads/${created.body.data.id}`, { key: leads })).body.data.optedOut).toBe(false);
+    expect((await send(s.keys[1], template(phone))).status).toBe(201);
   });
 
   it('enforces the daily cap of new numbers and the daily message quota, and returns them when a send fails', async () => {
