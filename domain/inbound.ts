@@ -23,7 +23,11 @@ import { MEDIA_TYPES } from '../types/messaging';
  *
  * Parsing (`parseCloudWebhook`) is pure and lenient: anything it does not understand is skipped
  * with a reason, never an error, because a non-2xx answer only makes Meta retry the same bytes.
- * Applying (`applyCloudWebhook`) runs in one transaction.
+ * Applying (`applyProviderWebhook`) runs in one transaction.
+ *
+ * The web gateway (Evolution-API-like) posts its `messages.upsert` events to
+ * `/webhooks/web/{instanceId}` with the instance's API key in the body (`apikey`); parsed by
+ * `parseWebGatewayWebhook` into the same shape and applied the same way.
  */
 
 // ---------------------------------------------------------------------------------------------
@@ -32,9 +36,9 @@ import { MEDIA_TYPES } from '../types/messaging';
 export type WebhookInstance = Pick<InstanceRow, 'id' | 'workspace_id' | 'channel' | 'provider' | 'archived' | 'config'>;
 
 /** The instance a webhook URL names (any workspace: the URL carries no workspace), or undefined. */
-export async function findWebhookInstance(db: Db, instanceId: string): Promise<WebhookInstance | undefined> {
+export async function findWebhookInstance(db: Db, instanceId: string, provider: 'cloud' | 'web'): Promise<WebhookInstance | undefined> {
   if (!isUuid(instanceId)) return undefined;
-  return db('instances').where({ id: instanceId, channel: 'whatsapp' }).first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
+  return db('instances').where({ id: instanceId, channel: 'whatsapp', provider }).first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
 }
 
 const SIGNATURE = /^sha256=([0-9a-f]{64})$/i;
@@ -278,6 +282,82 @@ export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstan
   return result;
 }
 
+/** Web gateway message kinds (`messageType`) we take in, and the key of their content in `message`. */
+const WEB_KINDS: Record<string, InboundType> = {
+  conversation: 'text',
+  extendedTextMessage: 'text',
+  imageMessage: 'image',
+  audioMessage: 'audio',
+  videoMessage: 'video',
+  documentMessage: 'document',
+  stickerMessage: 'sticker',
+};
+
+/** The phone digits of a person's JID (`<digits>@s.whatsapp.net`); undefined for groups, lids and others. */
+function personJid(jid: string | undefined): string | undefined {
+  const m = jid ? /^(\d+)(?::\d+)?@(s\.whatsapp\.net|c\.us)$/.exec(jid) : null;
+  return m ? m[1] : undefined;
+}
+
+/**
+ * Reads a web gateway event. Only `messages.upsert` from a person (not our own `fromMe` sends,
+ * not groups) counts; `data` may be one message or a list. Same leniency as the Cloud parser.
+ */
+export function parseWebGatewayWebhook(payload: unknown, now = new Date()): ParsedWebhook {
+  const result: ParsedWebhook = { messages: [], statuses: [], skipped: [] };
+  const root = obj(payload);
+  const event = str(root?.event)?.toLowerCase().replace('_', '.');
+  if (!root || event !== 'messages.upsert') {
+    result.skipped.push({ reason: `event ${String(root?.event ?? 'missing')} is not handled` });
+    return result;
+  }
+  for (const item of Array.isArray(root.data) ? root.data : [root.data]) {
+    const data = obj(item);
+    const key = obj(data?.key);
+    const id = str(key?.id);
+    if (!data || !key || !id || id.length > 256) {
+      result.skipped.push({ reason: 'message without a usable key' });
+      continue;
+    }
+    if (key.fromMe === true) {
+      result.skipped.push({ reason: 'echo of our own number', id });
+      continue;
+    }
+    const jid = str(key.remoteJid);
+    if (jid?.endsWith('@g.us') || str(key.participant) !== undefined) {
+      result.skipped.push({ reason: 'group message', id });
+      continue;
+    }
+    const from = personJid(jid);
+    const parsed = from ? parsePhone(from) : undefined;
+    if (!from || !parsed?.ok) {
+      result.skipped.push({ reason: 'sender is not a Brazilian phone number', id });
+      continue;
+    }
+    const kind = str(data.messageType) ?? '';
+    const type = WEB_KINDS[kind];
+    const message = obj(data.message) ?? {};
+    if (!type) {
+      result.skipped.push({ reason: `message type ${kind || 'missing'} is not taken in`, id });
+      continue;
+    }
+    const inner = obj(message[kind]) ?? {};
+    const body = kind === 'conversation' ? str(message.conversation) : kind === 'extendedTextMessage' ? str(inner.text) : str(inner.caption);
+    result.messages.push({
+      providerMessageId: id,
+      phone: parsed.phone,
+      waId: from,
+      profileName: str(data.pushName),
+      type,
+      body: body ?? '',
+      // The gateway's media URLs are its own (encrypted WhatsApp media): never exposed.
+      mediaRef: type === 'text' ? null : id,
+      timestamp: providerTime(data.messageTimestamp, now),
+    });
+  }
+  return result;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Applying
 
@@ -306,7 +386,7 @@ export interface WebhookOutcome {
  * the conversation's window (`last_inbound_at`) and `last_message_at`, and the events
  * `contact.created` (new contact) and `message.received`; then the status moves.
  */
-export async function applyCloudWebhook(db: Db, instance: WebhookInstance, parsed: ParsedWebhook, log?: Logger): Promise<WebhookOutcome> {
+export async function applyProviderWebhook(db: Db, instance: WebhookInstance, parsed: ParsedWebhook, log?: Logger): Promise<WebhookOutcome> {
   const outcome: WebhookOutcome = { received: 0, duplicates: 0, statuses: 0, ignored: parsed.skipped.length };
   const workspaceId = instance.workspace_id;
   await db.transaction(async (trx) => {

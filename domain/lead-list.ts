@@ -75,6 +75,11 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
 }
 
 /** One page of leads with their tags and the exact total: two statements whatever the filters. */
+/** The workspace's canonical contacts: the sum of its maintained count's shards (migration shard_contact_counts). */
+export function contactTotalQuery(db: Db, workspaceId: string) {
+  return db('contact_counts').where({ workspace_id: workspaceId }).select(db.raw('coalesce(sum(canonical), 0)::bigint AS canonical'));
+}
+
 export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
   const { scope, shape, filtered } = leadListQueries(db, workspaceId, query);
   if (filtered) {
@@ -83,7 +88,7 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
   }
   // Unfiltered, the exact total is the maintained count (migration contact_counts), not a
   // count(*) of the workspace, read in the page's own statement; a page past the end reads it alone.
-  const totalSql = db('contact_counts').where({ workspace_id: workspaceId }).select('canonical');
+  const totalSql = contactTotalQuery(db, workspaceId);
   const rows: (ContactRowWithTags & { total: number })[] = await shape(scope).select(db.raw('(?) AS total', [totalSql])).limit(query.limit).offset(query.offset);
   const total = rows.length > 0 ? Number(rows[0].total) : Number((await totalSql.first())?.canonical ?? 0);
   return { rows: serializeLeadsWithTags(rows), total };

@@ -45,6 +45,11 @@ import { koaBody } from 'koa-body';
  * - `HEAD|GET /__emulator/media/{bytes}/{name}`: a media file of that many bytes (zeros), its
  *   content type from the extension, for media size checks.
  *
+ * - `POST /__emulator/web/webhook` `{ instanceName, url, apikey }`: a web gateway instance's webhook
+ *   (`url: null` removes it). `POST /__emulator/web/inbound` `{ instanceName, from, text?, name?, id?,
+ *   fromMe? }`: a contact writes to that instance; the gateway posts `messages.upsert` (the
+ *   instance's `apikey` in the body) to the webhook and answers `{ delivered: <status>, id, answer }`.
+ *
  * Numbers: `to` matches both forms of a Brazilian mobile (with and without the ninth digit).
  */
 
@@ -319,6 +324,8 @@ export function createEmulator(): Emulator {
   const byTo = new Map<string, EmulatorScript & { left?: number }>();
   const byId = new Map<string, EmulatorScript & { left?: number }>();
   const webhooks = new Map<string, EmulatorWebhook>();
+  /** Web gateway instances' webhooks (instance name → URL and the instance's apikey it sends along). */
+  const webWebhooks = new Map<string, { url: string; apikey: string }>();
   const deliveries: EmulatorDelivery[] = [];
   let seq = 0;
   let deliverySeq = 0;
@@ -328,6 +335,7 @@ export function createEmulator(): Emulator {
     byTo.clear();
     byId.clear();
     webhooks.clear();
+    webWebhooks.clear();
     deliveries.length = 0;
   };
 
@@ -501,6 +509,52 @@ export function createEmulator(): Emulator {
       else (to ? byTo : byId).set(to || id, script);
       const { left: _left, ...shown } = script;
       ctx.body = { script: shown };
+      return;
+    }
+    if (ctx.method === 'POST' && ctx.path === '/__emulator/web/webhook') {
+      // The web gateway's per-instance webhook setting (Evolution API: webhook URL, events
+      // MESSAGES_UPSERT); its events carry the instance's apikey in the body.
+      const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
+      if (!isText(body.instanceName) || (body.url !== null && (!isText(body.url) || !/^https?:\/\//.test(body.url))) || (body.url !== null && !isText(body.apikey))) {
+        ctx.status = 400;
+        ctx.body = { error: 'instanceName, url (http(s), or null to remove) and apikey are required' };
+        return;
+      }
+      if (body.url === null) webWebhooks.delete(body.instanceName);
+      else webWebhooks.set(body.instanceName, { url: body.url as string, apikey: body.apikey as string });
+      ctx.body = { webhook: body.url === null ? null : { instanceName: body.instanceName, url: body.url } };
+      return;
+    }
+    if (ctx.method === 'POST' && ctx.path === '/__emulator/web/inbound') {
+      // A contact writes to a web gateway instance: the gateway posts `messages.upsert` to its webhook.
+      const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
+      const hook = isText(body.instanceName) ? webWebhooks.get(body.instanceName) : undefined;
+      if (!hook || !isText(body.from)) {
+        ctx.status = 400;
+        ctx.body = { error: 'instanceName (with a webhook set) and from are required' };
+        return;
+      }
+      const id = isText(body.id) ? body.id : randomBytes(10).toString('hex').toUpperCase();
+      const text = isText(body.text) ? body.text : 'Oi';
+      const event = {
+        event: 'messages.upsert',
+        instance: body.instanceName,
+        data: {
+          key: { remoteJid: `${digitsOf(body.from)}@s.whatsapp.net`, fromMe: body.fromMe === true, id },
+          pushName: isText(body.name) ? body.name : '',
+          message: { conversation: text },
+          messageType: 'conversation',
+          messageTimestamp: Math.floor(Date.now() / 1000),
+          instanceId: body.instanceName,
+          source: 'android',
+        },
+        destination: hook.url,
+        date_time: new Date().toISOString(),
+        sender: '5511930000000@s.whatsapp.net',
+        apikey: hook.apikey,
+      };
+      const res = await fetch(hook.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(event) });
+      ctx.body = { delivered: res.status, id, answer: await res.json().catch(() => null) };
       return;
     }
     if (ctx.method === 'POST' && ctx.path === '/__emulator/webhook') {

@@ -11,7 +11,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { leadListQueries, leadListQuery } from '../domain/lead-list';
+import { contactTotalQuery, leadListQueries, leadListQuery } from '../domain/lead-list';
 import { createDb, type Db } from '../domain/db';
 import { ALL_SCOPES } from '../domain/scopes';
 import {
@@ -407,7 +407,7 @@ async function explainLeadList(db: Db, workspaceId: string, requestPath: string)
   const query = leadListQuery.parse(Object.fromEntries(new URL(requestPath, 'http://x').searchParams));
   const { scope, shape, filtered } = leadListQueries(db, workspaceId, query);
   const statements: Record<string, string> = { page: shape(scope.clone()).limit(query.limit).offset(query.offset).toString() };
-  statements.count = filtered ? scope.clone().clearSelect().clearOrder().count({ total: '*' }).toString() : db('contact_counts').where({ workspace_id: workspaceId }).first('canonical').toString();
+  statements.count = filtered ? scope.clone().clearSelect().clearOrder().count({ total: '*' }).toString() : contactTotalQuery(db, workspaceId).toString();
   const plans: Record<string, string[]> = {};
   for (const [name, sql] of Object.entries(statements)) {
     const { rows } = await db.raw<{ rows: Record<string, string>[] }>(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`);
@@ -593,6 +593,7 @@ async function main(): Promise<void> {
     log(`stage moves: ${moves.rps.toFixed(0)} req/s, p50 ${moves.p50} ms, p99 ${moves.p99} ms`);
     }
 
+    if (wanted('upserts')) results.push(...(await upsertScenario(api, base, baseline32.rps)));
     if (wanted('messages')) results.push(await messagesScenario(api, base, stack.emulatorUrl, baseline32.rps));
     if (wanted('webhooks')) results.push(...(await webhookScenario(api, db, baseline32.rps)));
     if (wanted('inbound')) results.push(await inboundScenario(api, base, baseline32.rps));
@@ -765,6 +766,48 @@ async function webhookScenario(api: Client, db: Db, baseline: number): Promise<M
   } finally {
     await receiver.close();
   }
+}
+
+/**
+ * Concurrent lead creation in ONE workspace against the same load spread over ten: a new contact
+ * updates the workspace's maintained count in its transaction, so a single counter row per
+ * workspace would make the first row a queue. Each request creates a new number.
+ */
+async function upsertScenario(api: Client, base: string, baseline: number): Promise<Measured[]> {
+  const runTag = Date.now() % 1_000_000;
+  let n = 0;
+  // New mobiles each run: 55 21 9 + 8 digits starting with 6-9.
+  const next = () => ({ path: '/api/v1/leads', body: JSON.stringify({ phone: `55219${60_000_000 + ((runTag * 97 + ++n) % 39_999_999)}`, name: `Upsert ${n}` }) });
+  const connections = 30;
+  const oneWs = await newWorkspace(api, `bench-upserts-one-${runTag}`);
+  const oneKey = await newKey(api, oneWs);
+  const one = await load({ url: base, connections, method: 'POST', headers: { authorization: `Bearer ${oneKey}` }, next });
+  const keys: string[] = [];
+  for (let i = 0; i < 10; i++) keys.push(await newKey(api, await newWorkspace(api, `bench-upserts-ten-${runTag}-${i}`)));
+  const perWs = await Promise.all(keys.map((key) => load({ url: base, connections: connections / 10, method: 'POST', headers: { authorization: `Bearer ${key}` }, next })));
+  const ten: LoadResult = {
+    rps: perWs.reduce((sum, r) => sum + r.rps, 0),
+    p50: percentile(perWs.map((r) => r.p50), 50),
+    p99: Math.max(...perWs.map((r) => r.p99)),
+    errors: perWs.reduce((sum, r) => sum + r.errors, 0),
+    non2xx: perWs.reduce((sum, r) => sum + r.non2xx, 0),
+    total: perWs.reduce((sum, r) => sum + r.total, 0),
+  };
+  log(`lead upserts: one workspace ${one.rps.toFixed(0)} req/s (p99 ${one.p99} ms), ten workspaces ${ten.rps.toFixed(0)} req/s (p99 ${ten.p99} ms)`);
+  const clean = (r: LoadResult) => r.errors === 0 && r.non2xx === 0;
+  return [
+    { scenario: `POST /api/v1/leads new contacts, ten workspaces (${connections} conn)`, data: 'new numbers', ...pick(ten), baseline, ratio: ten.rps / baseline, target: '-', pass: clean(ten) },
+    {
+      scenario: `POST /api/v1/leads new contacts, one workspace (${connections} conn)`,
+      data: 'new numbers',
+      ...pick(one),
+      baseline: ten.rps,
+      ratio: one.rps / ten.rps,
+      target: '>= 80% of the ten-workspace row',
+      pass: clean(one) && one.rps >= 0.8 * ten.rps,
+      note: 'baseline column: the same load over ten workspaces',
+    },
+  ];
 }
 
 async function inboundScenario(api: Client, base: string, baseline: number): Promise<Measured> {

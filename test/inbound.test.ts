@@ -102,6 +102,42 @@ async function setup(): Promise<{ ws: Workspace; instanceId: string }> {
   return { ws, instanceId: await seedInstance(ws) };
 }
 
+describe('POST /webhooks/web/{instanceId}: the web gateway', () => {
+  it("records a contact's message sent through a web gateway instance (via the emulator's messages.upsert), and refuses a wrong API key", async () => {
+    const ws = await createWorkspace(api, { scopes: ['conversations:read', 'conversations:send'] });
+    const instanceName = `web-${ws.id.slice(0, 8)}`;
+    const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+      name: 'Web', channel: 'whatsapp', provider: 'web', connected: true,
+      config: { baseUrl: process.env.EMULATOR_URL, instanceName, accessToken: 'gateway-key' },
+    });
+    const instanceId = created.body.data.id;
+    const emu = (path: string, body: unknown) =>
+      fetch(`${process.env.EMULATOR_URL}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }).then((r) => r.json() as Promise<any>);
+    await emu('/__emulator/web/webhook', { instanceName, url: `${api.url}/webhooks/web/${instanceId}`, apikey: 'gateway-key' });
+    const { modern } = nextMobile();
+    const delivered = await emu('/__emulator/web/inbound', { instanceName, from: modern, text: 'Oi, vi o anúncio', name: 'Joana' });
+    expect(delivered).toMatchObject({ delivered: 200, answer: { data: { received: 1, duplicates: 0 } } });
+    // Our own send echoed by the gateway (fromMe) is not an inbound message.
+    expect(await emu('/__emulator/web/inbound', { instanceName, from: modern, text: 'echo', fromMe: true })).toMatchObject({ answer: { data: { received: 0, ignored: 1 } } });
+
+    const contact = await api.db('contacts').where({ workspace_id: ws.id, phone: modern }).first();
+    expect(contact.name).toBe('Joana');
+    const conversation = await api.request('GET', `/api/v1/conversations?contactId=${contact.id}`, { key: ws.key });
+    expect(conversation.body.data).toHaveLength(1);
+    const detail = await api.request('GET', `/api/v1/conversations/${conversation.body.data[0].id}`, { key: ws.key });
+    expect(detail.body.data.messages).toMatchObject([{ direction: 'in', type: 'text', body: 'Oi, vi o anúncio', status: 'received' }]);
+    const received = (await outbox(api, ws.id, 'message.received')).map((e) => e.payload);
+    expect(received).toEqual([expect.objectContaining({ contact_id: contact.id, type: 'text', instance_id: instanceId, phone: modern })]);
+    // The reply goes back through the same gateway.
+    const reply = await api.request('POST', `/api/v1/conversations/${conversation.body.data[0].id}/messages`, { key: ws.key, body: { text: 'Olá Joana!' } });
+    expect(reply.status).toBe(201);
+
+    await emu('/__emulator/web/webhook', { instanceName, url: `${api.url}/webhooks/web/${instanceId}`, apikey: 'not-the-key' });
+    expect(await emu('/__emulator/web/inbound', { instanceName, from: modern, text: 'again' })).toMatchObject({ delivered: 401 });
+    expect(await api.db('messages').where({ workspace_id: ws.id, direction: 'in' })).toHaveLength(1);
+  });
+});
+
 describe('opt-out by message', () => {
   it('a contact who writes STOP is opted out (sends answer 403 OPTED_OUT); START opts back in; a sentence with the word changes nothing', async () => {
     const { ws, instanceId } = await setup();

@@ -110,6 +110,7 @@ describe('lists', () => {
       email: null,
       notes: '',
       tags: [{ id: tag[0].id, name: 'vip', color: '#ff0000' }],
+      optedOut: false,
       createdAt: expect.any(String),
       updatedAt: expect.any(String),
     });

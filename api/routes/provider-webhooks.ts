@@ -6,13 +6,16 @@ import '../schemas';
 import { requestBody } from '../middleware/body';
 import { ApiError } from '../../domain/errors';
 import {
-  applyCloudWebhook,
+  applyProviderWebhook,
   expectedVerifyToken,
   findWebhookInstance,
   parseCloudWebhook,
+  parseWebGatewayWebhook,
   sameToken,
   validSignature,
-  WebhookInstance,
+  type ParsedWebhook,
+  type WebhookInstance,
+  type WebhookOutcome,
 } from '../../domain/inbound';
 
 /**
@@ -23,8 +26,8 @@ import {
  */
 const InstanceParams = z.object({ instanceId: z.uuid() });
 
-async function requireInstance(ctx: Context, instanceId: string): Promise<WebhookInstance> {
-  const instance = await findWebhookInstance(ctx.deps.db, instanceId);
+async function requireInstance(ctx: Context, instanceId: string, provider: 'cloud' | 'web' = 'cloud'): Promise<WebhookInstance> {
+  const instance = await findWebhookInstance(ctx.deps.db, instanceId, provider);
   if (!instance) throw new ApiError('NOT_FOUND', 'Instance not found');
   return instance;
 }
@@ -39,6 +42,16 @@ function rawBody(ctx: Context): string {
   if (typeof request.rawBody === 'string') return request.rawBody;
   const legacy = request.body && typeof request.body === 'object' ? request.body[Symbol.for('unparsedBody')] : undefined;
   return typeof legacy === 'string' ? legacy : '';
+}
+
+/** Records a parsed delivery; an archived instance's is acknowledged (so the sender stops retrying) and records nothing. */
+async function apply(ctx: Context, instance: WebhookInstance, parsed: ParsedWebhook): Promise<WebhookOutcome> {
+  if (instance.archived) {
+    const ignored = parsed.messages.length + parsed.statuses.length + parsed.skipped.length;
+    ctx.state.log.info({ instanceId: instance.id, workspaceId: instance.workspace_id, ignored }, 'inbound webhook for an archived instance: nothing recorded');
+    return { received: 0, duplicates: 0, statuses: 0, ignored };
+  }
+  return applyProviderWebhook(ctx.deps.db, instance, parsed, ctx.state.log);
 }
 
 const Outcome = z
@@ -111,15 +124,35 @@ export const providerWebhookRoutes: AnyRoute[] = [
           hint: 'Send X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body with the app secret>.',
         });
       }
-      const parsed = parseCloudWebhook(requestBody(ctx), instance);
-      if (instance.archived) {
-        // Acknowledged so Meta stops retrying, but an archived connection takes no new traffic.
-        const ignored = parsed.messages.length + parsed.statuses.length + parsed.skipped.length;
-        ctx.state.log.info({ instanceId: instance.id, workspaceId: instance.workspace_id, ignored }, 'inbound webhook for an archived instance: nothing recorded');
-        return { data: { received: 0, duplicates: 0, statuses: 0, ignored } };
+      return { data: await apply(ctx, instance, parseCloudWebhook(requestBody(ctx), instance)) };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/webhooks/web/{instanceId}',
+    tag: 'Provider webhooks',
+    auth: 'none',
+    ipProfile: 'webhookIn',
+    summary: 'Web gateway webhook (inbound messages of a web gateway instance)',
+    description:
+      'The gateway\'s `messages.upsert` event as Evolution-API-style gateways post it (`{ event, instance, data: { key: ' +
+      '{ remoteJid, fromMe, id }, pushName, message, messageType, messageTimestamp }, apikey }`; `data` may be a list). ' +
+      'Authenticated by the instance\'s API key, in the body\'s `apikey` or the `apikey` header (compared in constant time); ' +
+      'missing or wrong is 401 `UNAUTHORIZED` and nothing changes. A message from a person is recorded as for the Cloud API ' +
+      '(contact and conversation when new, direction `in`, `contact.created`, `message.received`; a text that is only STOP ' +
+      'or START sets the opt-out); our own sends (`fromMe`), groups and other events are skipped. An archived instance ' +
+      'answers 200 and records nothing.',
+    params: InstanceParams,
+    response: z.object({ data: Outcome }),
+    errors: ['UNAUTHORIZED', 'NOT_FOUND'],
+    handler: async (ctx, { params }) => {
+      const instance = await requireInstance(ctx, params.instanceId, 'web');
+      const body = requestBody(ctx);
+      const given = (body && typeof body === 'object' && typeof (body as { apikey?: unknown }).apikey === 'string' ? (body as { apikey: string }).apikey : undefined) ?? (ctx.get('apikey') || undefined);
+      if (!sameToken(given, instance.config.accessToken)) {
+        throw new ApiError('UNAUTHORIZED', 'Missing or invalid gateway API key', { hint: "Configure the gateway's webhook for this instance: its events carry the instance's apikey." });
       }
-      const outcome = await applyCloudWebhook(ctx.deps.db, instance, parsed, ctx.state.log);
-      return { data: outcome };
+      return { data: await apply(ctx, instance, parseWebGatewayWebhook(body)) };
     },
   }),
 ];

@@ -31,6 +31,7 @@ const PUBLIC_ROUTES = new Set([
   'get /ready',
   'get /webhooks/whatsapp/{instanceId}',
   'post /webhooks/whatsapp/{instanceId}',
+  'post /webhooks/web/{instanceId}',
 ]);
 
 const apiKeyRoutes = ROUTES.filter((r) => r.auth === 'apiKey');

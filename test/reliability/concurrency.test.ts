@@ -13,7 +13,7 @@ const report = (message: string): void => console.log(`[concurrency] ${message}`
 let api: TestApi;
 let receiver: Receiver;
 let seq = 0;
-const mobile = (): string => `55319${String(30000000 + ((process.pid * 13 + ++seq * 6563) % 60000000))}`;
+const mobile = (): string => `55319${String(60000000 + ((process.pid * 13 + ++seq * 6563) % 39999999))}`;
 const tally = (statuses: number[]): string =>
   Object.entries(statuses.reduce<Record<number, number>>((acc, s) => ((acc[s] = (acc[s] ?? 0) + 1), acc), {}))
     .map(([s, n]) => `${s} x${n}`)

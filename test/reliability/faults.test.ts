@@ -147,7 +147,7 @@ async function cloudInstanceWithTemplate(ws: Workspace): Promise<void> {
 }
 
 let seq = 0;
-const mobile = (): string => `55219${String(20000000 + ((process.pid * 31 + ++seq * 7927) % 70000000))}`;
+const mobile = (): string => `55219${String(60000000 + ((process.pid * 31 + ++seq * 7927) % 39999999))}`;
 
 async function subscribe(ws: Workspace, url: string, events: string[]): Promise<string> {
   const res = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url, events } });
