@@ -21,6 +21,8 @@ export function createActivities({ db, config }: ActivityDeps) {
       const { rows } = await db.raw<{ rows: { now: Date }[] }>('SELECT now() AS now');
       return rows[0].now.toISOString();
     },
+    /** Does nothing: the bench's Temporal floor (workflows/floor.ts). */
+    async floorNoop(): Promise<void> {},
     ...createMessagingActivities({ db }),
     ...createMediaActivities({ config }),
     ...createWebhookActivities({ db, config }),
