@@ -1,13 +1,23 @@
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, proxyActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, patched, proxyActivities, proxyLocalActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
-import { COMPENSATION, DATABASE, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
+import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
 import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
 import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from '../types/messaging';
 
-const prepare = proxyActivities<MessagingActivities>(DATABASE);
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
-const record = proxyActivities<MessagingActivities>(RECORD);
+
+/**
+ * The database steps run as local activities (see LOCAL_DATABASE). A send started by an older
+ * worker ran them as ordinary activities, and its history must replay the same way: the patch
+ * marker says which one a run uses. Deprecate it once no send older than the change can be running.
+ */
+const LOCAL_DB_STEPS = 'send-db-steps-as-local-activities';
+function databaseSteps() {
+  return patched(LOCAL_DB_STEPS)
+    ? { prepare: proxyLocalActivities<MessagingActivities>(LOCAL_DATABASE), record: proxyLocalActivities<MessagingActivities>(LOCAL_RECORD) }
+    : { prepare: proxyActivities<MessagingActivities>(DATABASE), record: proxyActivities<MessagingActivities>(RECORD) };
+}
 const compensate = proxyActivities<MessagingActivities>(COMPENSATION);
 const media = proxyActivities<MediaActivities>(MEDIA_CHECK);
 
@@ -28,6 +38,7 @@ const RECONCILE_MARGIN_MS = 60_000;
 export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome> {
   const { workflowId, runId } = workflowInfo();
   const compensations: (() => Promise<void>)[] = [];
+  const { prepare, record } = databaseSteps();
   try {
     if (input.message.mediaUrl) await media.checkMedia({ url: input.message.mediaUrl, type: input.message.type });
     const prepared = await prepare.prepareSend(input);
@@ -35,10 +46,12 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome
     upsertSearchAttributes({ InstanceId: [prepared.instanceId], Phone: [prepared.phone] });
 
     const sent = await sendOnce(input, prepared, `${workflowId}/${runId}`).catch((err) => {
+      if (!outcomeUnknown(err)) throw err;
       // The provider may have the message: the contact and conversation stay (undoing them could
-      // orphan a delivered message).
-      if (outcomeUnknown(err)) compensations.length = 0;
-      throw err;
+      // orphan a delivered message), and the send fails as SEND_OUTCOME_UNKNOWN.
+      compensations.length = 0;
+      const cause = err instanceof ActivityFailure ? err.cause : err;
+      throw cause instanceof TimeoutFailure ? unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`) : err;
     });
     compensations.length = 0;
     return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, message: input.message, mode: input.conversationId ? 'conversation' : 'cold' });
@@ -108,7 +121,6 @@ function outcomeUnknown(err: unknown): boolean {
 /** The workflow's failure, which the API maps to its answer: the activity's business code, or SEND_FAILED. */
 function asSendFailure(err: unknown): unknown {
   const cause = err instanceof ActivityFailure ? err.cause : err;
-  if (cause instanceof TimeoutFailure) return unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`);
   if (cause instanceof ApplicationFailure) {
     if (cause.type === PROVIDER_RETRYABLE) {
       return ApplicationFailure.create({ type: 'SEND_FAILED', nonRetryable: true, message: `The provider did not accept the message after several attempts: ${cause.message}` });
