@@ -70,6 +70,13 @@ describe('admin contacts: the panel path', () => {
     expect(after.map((e) => e.name)).toEqual(['contact.tag_removed', 'contact.updated', 'contact_updated']);
     expect(after[0].payload.source).toBe('manual');
     expect(after[2].payload.changedFields).toBe('tags');
+
+    // A person records the contact's opt-out: contact.updated, but not the contact_updated trigger
+    // (opt-out is none of its fields).
+    await api.db('outbox_events').where({ workspace_id: ws.id }).delete();
+    const opted = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${id}`, { optedOut: true });
+    expect(opted.body.data.optedOut).toBe(true);
+    expect((await outbox(api, ws.id)).map((e) => e.name)).toEqual(['contact.updated']);
   });
 
   it("refuses another workspace's contact and a phone that belongs to another contact", async () => {
