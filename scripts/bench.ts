@@ -134,11 +134,14 @@ async function startStack(running: Running[]) {
   const logFile = (name: string) => path.join(BENCH_DIR, 'logs', `${name}.log`);
   const emulator = startChild({ name: 'emulator', ...nodeTs('emulator/server.ts'), env: { ...env, EMULATOR_PORT: String(emulatorPort) }, logFile: logFile('emulator') });
   running.push(emulator);
-  const worker = startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: logFile('worker') });
+  // `--profile`: the API and the worker run with V8's CPU profiler; the profiles are summarised after the run.
+  const profiled = (name: string, command: ReturnType<typeof nodeTs>) => {
+    if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
+    return command;
+  };
+  const worker = startChild({ name: 'worker', ...profiled('worker', nodeTs('workers/main.ts')), env, logFile: logFile('worker') });
   running.push(worker);
-  // `--profile`: the API runs with V8's CPU profiler; the profile is summarised after the run.
-  const apiCommand = nodeTs('api/server.ts');
-  if (PROFILE) apiCommand.args.unshift('--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`);
+  const apiCommand = profiled('api', nodeTs('api/server.ts'));
   const api = startChild({ name: 'api', ...apiCommand, env: { ...env, BENCH_BASELINE: '1' }, logFile: logFile('api') });
   running.push(api);
   await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker), waitForHttp(`http://127.0.0.1:${apiPort}/health`, api)]);
@@ -636,16 +639,27 @@ async function main(): Promise<void> {
 }
 
 /**
- * The API's CPU profile (V8 .cpuprofile written at exit) as self time per function and per
- * package: where the API process spends its share of a row's CPU.
+ * The API's and the worker's CPU profiles (V8 .cpuprofile, one per thread, written at exit) as self
+ * time per function and per package: where each process spends its share of a row's CPU. The
+ * worker runs workflow code in a thread of its own, so it has two profiles that matter.
  */
 function summariseProfiles(): void {
-  const files = fs.existsSync(PROFILE_DIR) ? fs.readdirSync(PROFILE_DIR).filter((f) => f.endsWith('.cpuprofile')) : [];
-  // One file per thread (tsx's loader runs in a worker thread): the newest run's biggest is the main thread.
-  const newest = files.map((f) => path.join(PROFILE_DIR, f)).sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs).slice(0, 2);
-  const latest = newest.sort((a, b) => fs.statSync(b).size - fs.statSync(a).size)[0];
-  if (!latest) return log('no CPU profile was written');
-  const profile = JSON.parse(fs.readFileSync(latest, 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[] };
+  for (const name of ['api', 'worker']) {
+    const dir = path.join(PROFILE_DIR, name);
+    const files = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.cpuprofile')).map((f) => path.join(dir, f)) : [];
+    if (files.length === 0) {
+      log(`no CPU profile was written for the ${name}`);
+      continue;
+    }
+    // This run's files (written together at exit), biggest first; tsx's loader thread is the small one.
+    const newest = Math.max(...files.map((f) => fs.statSync(f).mtimeMs));
+    const run = files.filter((f) => newest - fs.statSync(f).mtimeMs < 60_000).sort((a, b) => fs.statSync(b).size - fs.statSync(a).size);
+    for (const file of run.slice(0, name === 'worker' ? 2 : 1)) summariseProfile(name, file);
+  }
+}
+
+function summariseProfile(name: string, file: string): void {
+  const profile = JSON.parse(fs.readFileSync(file, 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[] };
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const fn = new Map<string, number>();
   const pkg = new Map<string, number>();
@@ -659,7 +673,7 @@ function summariseProfiles(): void {
   }
   const total = busy.length;
   const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, n).map(([k, v]) => `    ${((v / total) * 100).toFixed(1).padStart(5)}%  ${k}`);
-  console.log(`\nAPI CPU profile (${path.relative(ROOT, latest)}, ${total} busy samples), self time by package or file:`);
+  console.log(`\n${name} CPU profile (${path.relative(ROOT, file)}, ${total} busy samples), self time by package or file:`);
   console.log(top(pkg, 15).join('\n'));
   console.log('  by function:');
   console.log(top(fn, 20).join('\n'));
