@@ -2,6 +2,10 @@ import Koa from 'koa';
 import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
 import { baselineContact } from '../domain/bench';
+import { listDealActivities } from '../domain/deals';
+import { listLeads } from '../domain/lead-list';
+import { listEnvelope } from '../domain/pagination';
+import { listPipelines } from '../domain/pipelines';
 import { ApiError } from '../domain/errors';
 import { jsonBody } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
@@ -86,16 +90,38 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
 }
 
 /**
- * The benchmark's yardstick (`npm run bench` only, never in production): a bare Koa route that
- * reads one contact by primary key through the same pool, with no auth, limits, logging or
- * validation, so every figure can be printed as a ratio of what this machine does at best.
+ * The benchmark's yardsticks (`npm run bench` only, never in production), first middleware, with
+ * no auth, limits, logging or validation:
+ * - `/__bench/baseline/<contactId>`: one contact by primary key through the same pool, what this
+ *   machine does at best;
+ * - `/__bench/floor/...`: each measured read's own domain call (the same SQL and the same JSON)
+ *   with nothing around it, so a row's cost splits into what the data costs and what our layers add.
  */
 function benchBaseline(deps: AppDeps) {
-  const prefix = '/__bench/baseline/';
+  const floors: Record<string, (parts: string[], query: URLSearchParams) => Promise<unknown>> = {
+    leads: async ([workspaceId], query) => {
+      const filters = { limit: 25, offset: 0, sort: 'createdAt' as const, order: 'desc' as const, ...Object.fromEntries(query) };
+      const { rows, total } = await listLeads(deps.db, workspaceId, filters as never);
+      return listEnvelope(rows, total, filters);
+    },
+    pipelines: async ([workspaceId]) => ({ pipelines: await listPipelines(deps.db, workspaceId) }),
+    activities: async ([workspaceId, dealId]) => {
+      const page = { limit: 25, offset: 0 };
+      const { rows, total } = await listDealActivities(deps.db, workspaceId, dealId, page);
+      return listEnvelope(rows, total, page);
+    },
+  };
   return async (ctx: Context, next: Next): Promise<void> => {
-    if (ctx.method !== 'GET' || !ctx.path.startsWith(prefix)) return next();
-    const row = await baselineContact(deps.db, ctx.path.slice(prefix.length));
-    ctx.status = row ? 200 : 404;
-    ctx.body = { data: row ?? null };
+    if (ctx.method !== 'GET' || !ctx.path.startsWith('/__bench/')) return next();
+    const [kind, ...parts] = ctx.path.slice('/__bench/'.length).split('/');
+    if (kind === 'baseline') {
+      const row = await baselineContact(deps.db, parts[0]);
+      ctx.status = row ? 200 : 404;
+      ctx.body = { data: row ?? null };
+      return;
+    }
+    const floor = kind === 'floor' ? floors[parts[0]] : undefined;
+    if (!floor) return next();
+    ctx.body = await floor(parts.slice(1), new URLSearchParams(ctx.querystring));
   };
 }
