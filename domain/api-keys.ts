@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Db } from './db';
 import { notFound } from './errors';
-import { COUNT_BUCKETS_SQL, DEFAULT_KEY_LIMIT, type CountedRow, type KeyProfile } from './rate-limit';
+import { COUNT_BUCKETS_CTES, DEFAULT_KEY_LIMIT, SHARDED_LIMIT, SHARDS, shardsFor, type CountedRow, type KeyProfile } from './rate-limit';
 import type { Scope } from './scopes';
 import { iso } from './time';
 
@@ -104,22 +104,30 @@ export interface KeyRow {
 /**
  * The key (with its workspace's plan flags) and the request counted in the IP bucket and, when
  * the key is neither revoked nor expired, in `key:<id>` and `key:<id>:<profile>`: one statement.
+ * `scale` is the factor on every limit (RATE_LIMIT_SCALE): it decides, with the key's own limit,
+ * whether its bucket is sharded.
  */
-export async function authenticateAndCount(db: Db, keyHash: string, ipBucketName: string | null, profile: KeyProfile | null): Promise<{ key: KeyRow | undefined; counted: CountedRow[] }> {
+export async function authenticateAndCount(
+  db: Db,
+  keyHash: string,
+  ip: { name: string; limit: number } | null,
+  profile: KeyProfile | null,
+  scale: number,
+): Promise<{ key: KeyRow | undefined; counted: CountedRow[] }> {
   const { rows } = await db.raw<{ rows: { key: (Omit<KeyRow, 'expires_at' | 'revoked_at'> & { expires_at: string | null; revoked_at: string | null }) | null; counted: CountedRow[] | null }[] }>(
     `WITH k AS (
        SELECT k.id, k.name, k.workspace_id, k.scopes, k.rate_limit_per_minute, k.expires_at, k.revoked_at, w.api_access, w.active
          FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id
         WHERE k.key_hash = :hash
-     ), counted AS (
-       ${COUNT_BUCKETS_SQL(`
-         SELECT CAST(:ip AS text) AS name WHERE CAST(:ip AS text) IS NOT NULL
+     ), ${COUNT_BUCKETS_CTES(`
+         SELECT CAST(:ip AS text) AS name, CAST(:ipShards AS int) AS shards WHERE CAST(:ip AS text) IS NOT NULL
          UNION ALL
-         SELECT n FROM k, LATERAL (VALUES ('key:' || k.id), ('key:' || k.id || ':' || CAST(:profile AS text))) AS v(n)
+         SELECT n, s FROM k, LATERAL (VALUES
+             ('key:' || k.id, CASE WHEN k.rate_limit_per_minute * CAST(:scale AS float8) >= ${SHARDED_LIMIT} THEN ${SHARDS} ELSE 1 END),
+             ('key:' || k.id || ':' || CAST(:profile AS text), 1)) AS v(n, s)
           WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND n IS NOT NULL`)}
-     )
      SELECT (SELECT row_to_json(k) FROM k) AS key, (SELECT json_agg(counted) FROM counted) AS counted`,
-    { hash: keyHash, ip: ipBucketName, profile },
+    { hash: keyHash, ip: ip?.name ?? null, ipShards: ip ? shardsFor(ip.limit) : 1, profile, scale },
   );
   const raw = rows[0].key;
   const key: KeyRow | undefined = raw

@@ -42,15 +42,40 @@ export interface BucketState extends Bucket {
 }
 
 /**
- * Counts one request in each bucket named by `namesSql` (a query with a `name` column): one
- * statement, usable alone or inside a larger one (see authenticateAndCount). Names are taken in
- * sorted order, so concurrent multi-row upserts never deadlock.
+ * A bucket whose limit is at least SHARDED_LIMIT requests a minute is counted on SHARDS rows (one
+ * per database connection: backend pid modulo SHARDS), so concurrent requests on different
+ * connections never wait for one another's row lock; its count is the sum of the rows. A request
+ * sees the others' increments committed before its statement began, so concurrent requests at the
+ * limit can overshoot it by at most the number of statements in flight at that instant (at most
+ * the pool size of every API process together): well under 1% of such a limit in practice, and
+ * tested. Smaller limits (the send profiles, small keys) stay on one row and are exact.
  */
-export const COUNT_BUCKETS_SQL = (namesSql: string): string =>
-  `INSERT INTO rate_limit_counters AS c (bucket, window_start, count)
-   SELECT name, date_trunc('minute', now()), 1 FROM (${namesSql}) AS names ORDER BY name
-   ON CONFLICT (bucket, window_start) DO UPDATE SET count = c.count + 1
-   RETURNING bucket, count, ceil(extract(epoch FROM (window_start + interval '1 minute' - now()))) AS reset`;
+export const SHARDED_LIMIT = 600;
+export const SHARDS = 8;
+
+export function shardsFor(limit: number): number {
+  return limit >= SHARDED_LIMIT ? SHARDS : 1;
+}
+
+/**
+ * Counts one request in each bucket named by `namesSql` (a query with `name` and `shards`
+ * columns): two CTEs, `counted` holding each bucket's total after this request, usable alone or
+ * in a larger statement (see authenticateAndCount). Names are taken in sorted order, so concurrent
+ * multi-row upserts never deadlock.
+ */
+export const COUNT_BUCKETS_CTES = (namesSql: string): string =>
+  `counted_rows AS (
+     INSERT INTO rate_limit_counters AS c (bucket, window_start, shard, count)
+     SELECT name, date_trunc('minute', now()), (pg_backend_pid() % shards)::smallint, 1 FROM (${namesSql}) AS names ORDER BY name
+     ON CONFLICT (bucket, window_start, shard) DO UPDATE SET count = c.count + 1
+     RETURNING bucket, window_start, shard, count
+   ), counted AS (
+     SELECT r.bucket,
+            (r.count + coalesce((SELECT sum(o.count) FROM rate_limit_counters o
+                                  WHERE o.bucket = r.bucket AND o.window_start = r.window_start AND o.shard <> r.shard), 0))::int AS count,
+            ceil(extract(epoch FROM (r.window_start + interval '1 minute' - now()))) AS reset
+       FROM counted_rows r
+   )`;
 
 export interface CountedRow {
   bucket: string;
@@ -60,7 +85,10 @@ export interface CountedRow {
 
 export async function consume(db: Db, buckets: Bucket[]): Promise<BucketState[]> {
   if (buckets.length === 0) return [];
-  const result = await db.raw<{ rows: CountedRow[] }>(COUNT_BUCKETS_SQL('SELECT unnest(?::text[]) AS name'), [buckets.map((b) => b.name)]);
+  const result = await db.raw<{ rows: CountedRow[] }>(
+    `WITH ${COUNT_BUCKETS_CTES('SELECT unnest(?::text[]) AS name, unnest(?::int[]) AS shards')} SELECT bucket, count, reset FROM counted`,
+    [buckets.map((b) => b.name), buckets.map((b) => shardsFor(b.limit))],
+  );
   return bucketStates(buckets, result.rows);
 }
 

@@ -38,7 +38,9 @@ export interface TestApi {
   close: () => Promise<void>;
 }
 
-let ipCounter = 0;
+// Jest reloads this module for every test file, and one worker process runs several files: a
+// counter from 0 would hand the next file the same IPs within the same minute's limits.
+let ipCounter = Math.floor(Math.random() * 100_000);
 /** A distinct client IP per test so per-IP limits of parallel test files never collide. */
 export function uniqueIp(): string {
   ipCounter += 1;

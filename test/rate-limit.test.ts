@@ -1,5 +1,5 @@
 import { route } from '../api/route';
-import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary } from './helpers';
+import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary, uniqueIp } from './helpers';
 
 // Endpoints with the send and cold-send profiles, mounted through the real route machinery,
 // so the profiles are proven before the messaging endpoints that use them exist.
@@ -151,4 +151,40 @@ describe('rate limits', () => {
     // Authenticated responses report the key's state.
     expect(limitHeaders(responses[0]).limit).toBe(1000);
   });
+
+  it('holds a large limit across two API instances on one database, counted on several rows, overshooting by at most the requests in flight', async () => {
+    await awayFromMinuteBoundary();
+    const second = await startApi();
+    try {
+      const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 1000 });
+      const ip = uniqueIp();
+      const TOTAL = 700;
+      const IN_FLIGHT = 16;
+      const LIMIT = 600; // the `read` IP profile
+      const statuses: number[] = [];
+      const codes: string[] = [];
+      let sent = 0;
+      await Promise.all(
+        Array.from({ length: IN_FLIGHT }, async (_, lane) => {
+          while (sent < TOTAL) {
+            sent += 1;
+            const res = await (lane % 2 ? second : api).request('GET', '/api/v1/tags', { key: ws.key, headers: { 'x-forwarded-for': ip } });
+            statuses.push(res.status);
+            if (res.status === 429) codes.push(res.body.code);
+          }
+        }),
+      );
+      const allowed = statuses.filter((s) => s === 200).length;
+      expect(statuses).toHaveLength(TOTAL);
+      expect(statuses.filter((s) => s !== 200 && s !== 429)).toEqual([]);
+      expect(allowed).toBeGreaterThanOrEqual(LIMIT);
+      expect(allowed).toBeLessThanOrEqual(LIMIT + IN_FLIGHT);
+      expect(new Set(codes)).toEqual(new Set(['IP_RATE_LIMITED']));
+      const rows = await api.db('rate_limit_counters').where({ bucket: `ip:read:${ip}` }).select('shard', 'count');
+      expect(rows.length).toBeGreaterThan(1);
+      expect(rows.reduce((sum: number, r: { count: number }) => sum + r.count, 0)).toBe(TOTAL);
+    } finally {
+      await second.close();
+    }
+  }, 60_000);
 });

@@ -29,7 +29,8 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
       });
     }
     // One round trip: the IP's count, the key, and the key's counts when the key is usable.
-    const { key, counted } = await authenticateAndCount(ctx.deps.db, hashApiKey(token), ip[0]?.name ?? null, keyProfile ?? null);
+    const scaledIp = scaled(ctx, ip)[0];
+    const { key, counted } = await authenticateAndCount(ctx.deps.db, hashApiKey(token), scaledIp ? { name: scaledIp.name, limit: scaledIp.limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale);
     // The statement decided whether the key is usable (not revoked, not expired by the database's clock): its buckets were counted.
     const usable = key !== undefined && counted.some((row) => row.bucket === `key:${key.id}`);
     if (ip.length) record(ctx, bucketStates(scaled(ctx, ip), counted));
