@@ -31,21 +31,20 @@ export async function createPipeline(db: Db, workspaceId: string, input: Pipelin
 
 /**
  * Pipelines in display order with stages in funnel order and the custom fields accepted on each
- * (its own and the workspace's global ones). Three queries whatever the number of pipelines.
+ * (its own and the workspace's global ones). One statement whatever the number of pipelines: each
+ * pipeline carries its stages and fields as JSON columns.
  */
 export async function listPipelines(db: Db, workspaceId: string) {
-  const [pipelines, stages, fields] = await Promise.all([
-    db('pipelines').where({ workspace_id: workspaceId }).orderBy([{ column: 'position' }, { column: 'created_at' }]).select('id', 'name', 'position'),
-    db('stages').where({ workspace_id: workspaceId }).orderBy([{ column: 'pipeline_id' }, { column: 'position' }]).select('id', 'pipeline_id', 'name', 'position'),
-    db('custom_fields').where({ workspace_id: workspaceId }).orderBy([{ column: 'position' }, { column: 'key' }]).select('id', 'pipeline_id', 'key', 'label', 'type'),
-  ]);
-  return pipelines.map((p) => ({
-    id: p.id,
-    name: p.name,
-    order: p.position,
-    stages: stages.filter((s) => s.pipeline_id === p.id).map((s) => ({ id: s.id, name: s.name, order: s.position })),
-    customFields: fields
-      .filter((f) => f.pipeline_id === p.id || f.pipeline_id === null)
-      .map((f) => ({ id: f.id, key: f.key, label: f.label, type: f.type })),
-  }));
+  const { rows } = await db.raw<{ rows: { id: string; name: string; position: number; stages: unknown[]; custom_fields: unknown[] }[] }>(
+    `SELECT p.id, p.name, p.position,
+            coalesce((SELECT json_agg(json_build_object('id', s.id, 'name', s.name, 'order', s.position) ORDER BY s.position)
+                        FROM stages s WHERE s.workspace_id = p.workspace_id AND s.pipeline_id = p.id), '[]'::json) AS stages,
+            coalesce((SELECT json_agg(json_build_object('id', f.id, 'key', f.key, 'label', f.label, 'type', f.type) ORDER BY f.position, f.key)
+                        FROM custom_fields f WHERE f.workspace_id = p.workspace_id AND (f.pipeline_id = p.id OR f.pipeline_id IS NULL)), '[]'::json) AS custom_fields
+       FROM pipelines p
+      WHERE p.workspace_id = ?
+      ORDER BY p.position, p.created_at`,
+    [workspaceId],
+  );
+  return rows.map((p) => ({ id: p.id, name: p.name, order: p.position, stages: p.stages, customFields: p.custom_fields }));
 }
