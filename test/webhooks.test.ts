@@ -531,8 +531,10 @@ describe('first attempts without a workflow', () => {
     });
     expect(first.attempts).toBe(3);
     const row = await api.db('webhook_deliveries').where({ id: first.id }).first('event_id');
-    const described = await temporal.workflow.getHandle(deliveryWorkflowId(ws.id, sub.id, row.event_id)).describe();
-    expect(described.status.name).toBe('COMPLETED');
+    // The attempt records `succeeded` a moment before its workflow completes: wait for the workflow itself.
+    const handle = temporal.workflow.getHandle(deliveryWorkflowId(ws.id, sub.id, row.event_id));
+    await handle.result();
+    expect((await handle.describe()).status.name).toBe('COMPLETED');
     expect(received(path).map((r) => r.headers['x-service-delivery'])).toEqual([first.id, first.id, first.id]);
     expect(await workflowInput(ws.id, sub.id, row.event_id)).toMatchObject({ attemptsDone: 1, firstWaitMs: expect.any(Number) });
   });
