@@ -716,6 +716,19 @@ function summariseProfile(name: string, file: string): void {
   console.log(top(fn, 20).join('\n'));
 }
 
+/** Loads run side by side (one per key or workspace) as one row: rates and counts add up, p50 is the median's, p99 the worst. */
+function mergeLoads(parts: LoadResult[]): LoadResult {
+  const sum = (f: (r: LoadResult) => number) => parts.reduce((total, r) => total + f(r), 0);
+  return {
+    rps: sum((r) => r.rps),
+    p50: percentile(parts.map((r) => r.p50), 50),
+    p99: Math.max(...parts.map((r) => r.p99)),
+    errors: sum((r) => r.errors),
+    non2xx: sum((r) => r.non2xx),
+    total: sum((r) => r.total),
+  };
+}
+
 function pick(r: LoadResult) {
   return { rps: r.rps, p50: r.p50, p99: r.p99, errors: r.errors, non2xx: r.non2xx };
 }
@@ -791,14 +804,7 @@ async function messagesScenario(api: Client, base: string, emulatorUrl: string, 
   };
   // autocannon sends one header set per connection group: one run per key, in parallel.
   const perKey = await Promise.all(keys.map((key) => load({ url: base, connections: 1, method: 'POST', headers: { authorization: `Bearer ${key}` }, next })));
-  const merged: LoadResult = {
-    rps: perKey.reduce((s, r) => s + r.rps, 0),
-    p50: percentile(perKey.map((r) => r.p50), 50),
-    p99: Math.max(...perKey.map((r) => r.p99)),
-    errors: perKey.reduce((s, r) => s + r.errors, 0),
-    non2xx: perKey.reduce((s, r) => s + r.non2xx, 0),
-    total: perKey.reduce((s, r) => s + r.total, 0),
-  };
+  const merged = mergeLoads(perKey);
   log(`messages: ${merged.rps.toFixed(1)} sends/s, p50 ${merged.p50} ms, p99 ${merged.p99} ms, ${merged.non2xx} non-2xx of ${merged.total}`);
   const ok = merged.p50 <= 2 * floor.p50 && merged.p99 <= 200 && merged.rps >= 60 && merged.errors === 0 && merged.non2xx === 0;
   return {
@@ -903,14 +909,7 @@ async function upsertScenario(api: Client, base: string, baseline: number): Prom
   const keys: string[] = [];
   for (let i = 0; i < 10; i++) keys.push(await newKey(api, await newWorkspace(api, `bench-upserts-ten-${runTag}-${i}`)));
   const perWs = await Promise.all(keys.map((key) => load({ url: base, connections: connections / 10, method: 'POST', headers: { authorization: `Bearer ${key}` }, next })));
-  const ten: LoadResult = {
-    rps: perWs.reduce((sum, r) => sum + r.rps, 0),
-    p50: percentile(perWs.map((r) => r.p50), 50),
-    p99: Math.max(...perWs.map((r) => r.p99)),
-    errors: perWs.reduce((sum, r) => sum + r.errors, 0),
-    non2xx: perWs.reduce((sum, r) => sum + r.non2xx, 0),
-    total: perWs.reduce((sum, r) => sum + r.total, 0),
-  };
+  const ten = mergeLoads(perWs);
   log(`lead upserts: one workspace ${one.rps.toFixed(0)} req/s (p99 ${one.p99} ms), ten workspaces ${ten.rps.toFixed(0)} req/s (p99 ${ten.p99} ms)`);
   const clean = (r: LoadResult) => r.errors === 0 && r.non2xx === 0;
   return [
