@@ -91,9 +91,12 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
       return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE };
     }
     if (status === 'FAILED') {
-      const failure = await handle.result().then(
+      const failure = await withTemporal(ctx, service, () => handle.result()).then(
         () => undefined,
-        (err: unknown) => (err instanceof WorkflowFailedError ? sendFailure(err) : undefined),
+        (err: unknown) => {
+          if (err instanceof WorkflowFailedError) return sendFailure(err);
+          throw err;
+        },
       );
       // The provider may have it: the key keeps that answer, so a repeat never sends twice.
       if (failure?.code === 'SEND_OUTCOME_UNKNOWN') {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ApiError } from './errors';
 import type { DailyCounter } from './messaging';
-import { isMediaType, OUTCOME_UNKNOWN_HINT, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../types/messaging';
+import { isMediaType, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../types/messaging';
 
 /**
  * The rules of sending a message, in one place: what each message type needs and carries, which
@@ -177,7 +177,7 @@ export function refuseUnsendable(send: {
  * one the client should retry (409 SEND_OUTCOME_UNKNOWN, unlike 502 SEND_FAILED).
  */
 export function outcomeUnknown(reason: string): ApiError {
-  return new ApiError(SEND_OUTCOME_UNKNOWN, `${reason}; it is not sent twice`, { hint: OUTCOME_UNKNOWN_HINT });
+  return new ApiError(SEND_OUTCOME_UNKNOWN, outcomeUnknownMessage(reason), { hint: OUTCOME_UNKNOWN_HINT });
 }
 
 /**

@@ -96,3 +96,8 @@ export const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
 export const SEND_OUTCOME_UNKNOWN = 'SEND_OUTCOME_UNKNOWN';
 export const OUTCOME_UNKNOWN_HINT =
   'Whether the provider accepted it is unknown: check the conversation (GET /api/v1/conversations/{id}) before sending it again under a new Idempotency-Key.';
+
+/** The words of a SEND_OUTCOME_UNKNOWN failure, wherever it is raised. */
+export function outcomeUnknownMessage(reason: string): string {
+  return `${reason}; it is not sent twice`;
+}

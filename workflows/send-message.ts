@@ -2,7 +2,7 @@ import { ActivityFailure, ApplicationFailure, TimeoutFailure, patched, proxyActi
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
 import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
-import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
+import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
 import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from '../types/messaging';
 
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
@@ -101,12 +101,12 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
   }
 }
 
-/** The failure of a send the provider may have accepted (see domain/sending.ts outcomeUnknown: the same code and words). */
+/** The failure of a send the provider may have accepted (the activities raise the same through domain/sending.ts). */
 function unknownOutcome(reason: string): ApplicationFailure {
   return ApplicationFailure.create({
     type: SEND_OUTCOME_UNKNOWN,
     nonRetryable: true,
-    message: `${reason}; it is not sent twice`,
+    message: outcomeUnknownMessage(reason),
     details: [{ hint: OUTCOME_UNKNOWN_HINT }],
   });
 }
