@@ -124,7 +124,8 @@ export interface Running {
 /** Whether a user other than the owner can reach `target`: every directory above it lets others through. */
 function reachableByOthers(target: string): boolean {
   for (let dir = path.dirname(path.resolve(target)); ; dir = path.dirname(dir)) {
-    if ((fs.statSync(dir).mode & 0o001) === 0) return false;
+    // A level that does not exist yet (a first run's .data) will be created by us, traversable.
+    if (fs.existsSync(dir) && (fs.statSync(dir).mode & 0o001) === 0) return false;
     if (dir === path.dirname(dir)) return true;
   }
 }
