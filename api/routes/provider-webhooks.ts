@@ -4,7 +4,7 @@ import { AnyRoute, route } from '../route';
 // Side effect: zod's .openapi() (registered by the shared schemas module).
 import '../schemas';
 import { requestBody } from '../middleware/body';
-import { ApiError } from '../../domain/errors';
+import { ApiError, type ErrorCode } from '../../domain/errors';
 import {
   applyProviderWebhook,
   expectedVerifyToken,
@@ -63,6 +63,13 @@ const Outcome = z
   })
   .openapi('ProviderWebhookOutcome');
 
+/** What both inbound delivery routes take and answer. */
+const inboundDelivery = {
+  params: InstanceParams,
+  response: z.object({ data: Outcome }),
+  errors: ['UNAUTHORIZED', 'NOT_FOUND'] as ErrorCode[],
+};
+
 export const providerWebhookRoutes: AnyRoute[] = [
   route({
     method: 'get',
@@ -113,9 +120,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
       'records nothing. Group messages, echoes of our own number, senders outside Brazil and unsupported types are ' +
       'skipped. Status callbacks move our outbound messages forward (`sent` → `delivered` → `read`; `failed` only from ' +
       '`sent`); unknown ids are ignored. An archived instance answers 200 and records nothing.',
-    params: InstanceParams,
-    response: z.object({ data: Outcome }),
-    errors: ['UNAUTHORIZED', 'NOT_FOUND'],
+    ...inboundDelivery,
     handler: async (ctx, { params }) => {
       const instance = await requireInstance(ctx, params.instanceId);
       if (!validSignature(instance.config.appSecret, rawBody(ctx), ctx.get('x-hub-signature-256') || undefined)) {
@@ -142,9 +147,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
       '(contact and conversation when new, direction `in`, `contact.created`, `message.received`; a text that is only STOP ' +
       'or START sets the opt-out); our own sends (`fromMe`), groups and other events are skipped. An archived instance ' +
       'answers 200 and records nothing.',
-    params: InstanceParams,
-    response: z.object({ data: Outcome }),
-    errors: ['UNAUTHORIZED', 'NOT_FOUND'],
+    ...inboundDelivery,
     handler: async (ctx, { params }) => {
       const instance = await requireInstance(ctx, params.instanceId, 'web');
       const body = requestBody(ctx);
