@@ -1,7 +1,9 @@
 import Koa from 'koa';
 import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
+import type { KeyRow } from '../domain/api-keys';
 import { baselineContact } from '../domain/bench';
+import { KeyCache, LocalCounts } from '../domain/rate-limit';
 import { listDealActivities } from '../domain/deals';
 import { listLeads } from '../domain/lead-list';
 import { listEnvelope } from '../domain/pagination';
@@ -55,6 +57,10 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   const app = new Koa();
   app.proxy = deps.config.trustProxy;
   app.context.deps = deps;
+  app.context.limits = {
+    keys: new KeyCache<KeyRow>(),
+    counts: new LocalCounts(deps.db, (err) => deps.logger.warn({ err }, 'rate-limit counts could not be flushed')),
+  };
   // Koa's own error printing is replaced by our request logger.
   app.silent = true;
   if (deps.config.benchBaseline) app.use(benchBaseline(deps));

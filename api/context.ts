@@ -5,7 +5,8 @@ import { isTemporalUnreachable, withDeadline } from '../domain/temporal';
 import type { Logger } from 'pino';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
-import type { BucketState } from '../domain/rate-limit';
+import type { KeyRow } from '../domain/api-keys';
+import type { BucketState, KeyCache, LocalCounts } from '../domain/rate-limit';
 
 /** What every request handler can reach: built once per process in `createApp`. */
 export interface AppDeps {
@@ -34,6 +35,8 @@ declare module 'koa' {
   }
   interface DefaultContext {
     deps: AppDeps;
+    /** This process's authentication state: keys read in the last second, in-memory counts of large limits. */
+    limits: { keys: KeyCache<KeyRow>; counts: LocalCounts };
   }
 }
 

@@ -117,3 +117,112 @@ export function tightest(states: BucketState[]): BucketState | undefined {
 export async function pruneCounters(db: Db): Promise<number> {
   return db('rate_limit_counters').where('window_start', '<', db.raw(`now() - interval '2 minutes'`)).delete();
 }
+
+/**
+ * Counting without a statement, for buckets whose every limit is large (shardsFor > 1): each API
+ * process counts such requests in memory and every FLUSH_MS adds its counts to the same sharded
+ * rows in one statement, reading back each bucket's total across processes. A request is judged on
+ * the total as of the last flush plus the process's own requests since. Overshoot at the limit is
+ * bounded by what the other processes admitted since this one's last flush (their requests in
+ * FLUSH_MS) plus the requests in flight; a process that stops loses at most FLUSH_MS of counts.
+ * Small limits never take this path: they stay exact, one statement per request.
+ */
+export const FLUSH_MS = 100;
+
+interface LocalBucket {
+  window: number;
+  /** The bucket's total across processes at the last flush (this process's flushed counts included). */
+  base: number;
+  /** This process's requests not flushed yet. */
+  pending: number;
+}
+
+export class LocalCounts {
+  private readonly buckets = new Map<string, LocalBucket>();
+  private readonly timer: NodeJS.Timeout;
+  private flushing: Promise<void> | undefined;
+
+  constructor(
+    private readonly db: Db,
+    private readonly onError: (err: unknown) => void = () => undefined,
+  ) {
+    this.timer = setInterval(() => void this.flush().catch(this.onError), FLUSH_MS);
+    this.timer.unref();
+  }
+
+  /** Counts one request in each bucket and returns their states (no statement). */
+  take(buckets: Bucket[], now = Date.now()): BucketState[] {
+    const window = Math.floor(now / 60_000) * 60_000;
+    const resetSeconds = Math.max(1, Math.ceil((window + 60_000 - now) / 1000));
+    return buckets.map((bucket) => {
+      let local = this.buckets.get(bucket.name);
+      if (!local || local.window !== window) {
+        if (local && local.pending > 0) this.buckets.set(`${bucket.name}\u0000${local.window}`, local); // flushed into its own minute
+        local = { window, base: 0, pending: 0 };
+        this.buckets.set(bucket.name, local);
+      }
+      local.pending += 1;
+      const count = local.base + local.pending;
+      return { ...bucket, count, remaining: Math.max(0, bucket.limit - count), resetSeconds };
+    });
+  }
+
+  /** Adds the pending counts to PostgreSQL and learns each bucket's total (one statement). */
+  flush(): Promise<void> {
+    this.flushing ??= this.flushNow().finally(() => (this.flushing = undefined));
+    return this.flushing;
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  private async flushNow(): Promise<void> {
+    const due = [...this.buckets.entries()].filter(([, b]) => b.pending > 0);
+    // Forget finished minutes that have nothing left to flush.
+    const current = Math.floor(Date.now() / 60_000) * 60_000;
+    for (const [name, b] of this.buckets) if (b.window < current && b.pending === 0) this.buckets.delete(name);
+    if (due.length === 0) return;
+    const taken = due.map(([, b]) => b.pending);
+    const { rows } = await this.db.raw<{ rows: { total: number }[] }>(
+      `WITH d AS (SELECT * FROM unnest(?::text[], ?::timestamptz[], ?::int[]) WITH ORDINALITY AS d(bucket, window_start, n, i)),
+       up AS (
+         INSERT INTO rate_limit_counters AS c (bucket, window_start, shard, count)
+         SELECT bucket, window_start, (pg_backend_pid() % ${SHARDS})::smallint, n FROM d ORDER BY bucket
+         ON CONFLICT (bucket, window_start, shard) DO UPDATE SET count = c.count + EXCLUDED.count
+         RETURNING 1
+       )
+       SELECT (coalesce((SELECT sum(o.count) FROM rate_limit_counters o WHERE o.bucket = d.bucket AND o.window_start = d.window_start), 0) + d.n)::int AS total
+         FROM d ORDER BY d.i`,
+      [due.map(([name]) => name.split('\u0000')[0]), due.map(([, b]) => new Date(b.window).toISOString()), taken],
+    );
+    due.forEach(([name, b], i) => {
+      b.pending -= taken[i];
+      b.base = rows[i].total;
+      if (name.includes('\u0000') && b.pending === 0) this.buckets.delete(name);
+    });
+  }
+}
+
+/** API keys as authentication last read them, for at most KEY_CACHE_MS: a revoked or expired key is refused within that. */
+export const KEY_CACHE_MS = 1000;
+
+export class KeyCache<K> {
+  private readonly entries = new Map<string, { key: K; at: number }>();
+
+  get(hash: string, now = Date.now()): K | undefined {
+    const entry = this.entries.get(hash);
+    if (!entry) return undefined;
+    if (now - entry.at >= KEY_CACHE_MS) {
+      this.entries.delete(hash);
+      return undefined;
+    }
+    return entry.key;
+  }
+
+  set(hash: string, key: K, now = Date.now()): void {
+    // Bounded: a flood of distinct keys only empties the cache.
+    if (this.entries.size >= 10_000) this.entries.clear();
+    this.entries.set(hash, { key, at: now });
+  }
+}

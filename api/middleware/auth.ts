@@ -1,8 +1,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context, Next } from 'koa';
-import { authenticateAndCount, hashApiKey, looksLikeApiKey } from '../../domain/api-keys';
+import { authenticateAndCount, hashApiKey, looksLikeApiKey, type KeyRow } from '../../domain/api-keys';
 import { ApiError } from '../../domain/errors';
-import { bucketStates, IpProfile, KeyProfile } from '../../domain/rate-limit';
+import { bucketStates, IpProfile, KeyProfile, shardsFor } from '../../domain/rate-limit';
 import { grants, satisfying, Scope } from '../../domain/scopes';
 import { enforce, ipBucket, keyBuckets, record, scaled } from './rate-limit';
 
@@ -17,6 +17,11 @@ function bearer(ctx: Context): string | undefined {
 /**
  * API key authentication, then the key's rate limit, then the plan, then the scope:
  * 401 UNAUTHORIZED, 429 RATE_LIMITED, 402 SUBSCRIPTION_INACTIVE / API_ACCESS_DISABLED, 403 INSUFFICIENT_SCOPE.
+ *
+ * A key read in the last second whose buckets all have large limits (a high-rate integration)
+ * needs no statement: the key comes from the process's cache and the request is counted in memory
+ * (domain/rate-limit LocalCounts). Anything else (an unknown, revoked, expired or stale key, a small
+ * limit) takes the one exact statement that reads the key and counts the request.
  */
 export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?: IpProfile) {
   return async (ctx: Context, next: Next): Promise<void> => {
@@ -28,22 +33,31 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
         hint: 'Send Authorization: Bearer vg_live_<secret>.',
       });
     }
-    // One round trip: the IP's count, the key, and the key's counts when the key is usable.
-    const scaledIp = scaled(ctx, ip)[0];
-    const { key, counted } = await authenticateAndCount(ctx.deps.db, hashApiKey(token), scaledIp ? { name: scaledIp.name, limit: scaledIp.limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale);
-    // The statement decided whether the key is usable (not revoked, not expired by the database's clock): its buckets were counted.
-    const usable = key !== undefined && counted.some((row) => row.bucket === `key:${key.id}`);
-    if (ip.length) record(ctx, bucketStates(scaled(ctx, ip), counted));
-    if (!key || key.revoked_at) throw new ApiError('UNAUTHORIZED', 'Invalid API key');
-    if (!usable) throw new ApiError('UNAUTHORIZED', 'API key expired');
-    ctx.state.auth = {
-      keyId: key.id,
-      keyName: key.name,
-      workspaceId: key.workspace_id,
-      scopes: key.scopes,
-      rateLimitPerMinute: key.rate_limit_per_minute,
-    };
-    record(ctx, bucketStates(scaled(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile)), counted));
+    const hash = hashApiKey(token);
+    const scaledIp = scaled(ctx, ip);
+    const bucketsOf = (key: KeyRow) => scaled(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile));
+    const now = Date.now();
+    const cached = ctx.limits.keys.get(hash, now);
+    let key: KeyRow;
+    if (cached && !cached.revoked_at && (!cached.expires_at || cached.expires_at.getTime() > now) && [...scaledIp, ...bucketsOf(cached)].every((b) => shardsFor(b.limit) > 1)) {
+      key = cached;
+      const states = ctx.limits.counts.take([...scaledIp, ...bucketsOf(key)], now);
+      if (ip.length) record(ctx, states.slice(0, scaledIp.length));
+      setAuth(ctx, key);
+      record(ctx, states.slice(scaledIp.length));
+    } else {
+      // One round trip: the IP's count, the key, and the key's counts when the key is usable.
+      const found = await authenticateAndCount(ctx.deps.db, hash, scaledIp[0] ? { name: scaledIp[0].name, limit: scaledIp[0].limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale);
+      // The statement decided whether the key is usable (not revoked, not expired by the database's clock): its buckets were counted.
+      const usable = found.key !== undefined && found.counted.some((row) => row.bucket === `key:${found.key!.id}`);
+      if (ip.length) record(ctx, bucketStates(scaledIp, found.counted));
+      if (!found.key || found.key.revoked_at) throw new ApiError('UNAUTHORIZED', 'Invalid API key');
+      if (!usable) throw new ApiError('UNAUTHORIZED', 'API key expired');
+      key = found.key;
+      ctx.limits.keys.set(hash, key, now);
+      setAuth(ctx, key);
+      record(ctx, bucketStates(bucketsOf(key), found.counted));
+    }
     if (!key.active) throw new ApiError('SUBSCRIPTION_INACTIVE', 'The workspace subscription is inactive');
     if (!key.api_access) throw new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
     if (!grants(key.scopes, scopes)) {
@@ -53,6 +67,16 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
       });
     }
     await next();
+  };
+}
+
+function setAuth(ctx: Context, key: KeyRow): void {
+  ctx.state.auth = {
+    keyId: key.id,
+    keyName: key.name,
+    workspaceId: key.workspace_id,
+    scopes: key.scopes,
+    rateLimitPerMinute: key.rate_limit_per_minute,
   };
 }
 
