@@ -220,6 +220,11 @@ export class KeyCache<K> {
     return entry.key;
   }
 
+  /** Forgets every key: the process made a change to keys or plans, which takes effect here at once. */
+  clear(): void {
+    this.entries.clear();
+  }
+
   set(hash: string, key: K, now = Date.now()): void {
     // Bounded: a flood of distinct keys only empties the cache.
     if (this.entries.size >= 10_000) this.entries.clear();

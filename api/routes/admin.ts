@@ -63,7 +63,11 @@ export const adminRoutes: AnyRoute[] = [
     summary: 'Change the name or plan of a workspace',
     params: ws,
     body: z.object({ name: z.string().trim().min(1).max(200).optional(), plan: planSchema.optional() }),
-    handler: async (ctx, { params, body }) => ({ data: await updateWorkspace(ctx.deps.db, params.id, body) }),
+    handler: async (ctx, { params, body }) => {
+      const data = await updateWorkspace(ctx.deps.db, params.id, body);
+      ctx.limits.keys.clear(); // a plan change (API access, subscription) applies to this process's keys at once
+      return { data };
+    },
   }),
   workspaceRoute({
     method: 'post',
@@ -86,14 +90,23 @@ export const adminRoutes: AnyRoute[] = [
     summary: "Change a key's per-minute rate limit",
     params: wsAnd('keyId'),
     body: z.object({ rateLimitPerMinute: z.number().int().min(1).max(1000) }),
-    handler: async (ctx, { params, body }) => ({ data: await setApiKeyRateLimit(ctx.deps.db, params.id, params.keyId, body.rateLimitPerMinute) }),
+    handler: async (ctx, { params, body }) => {
+      const data = await setApiKeyRateLimit(ctx.deps.db, params.id, params.keyId, body.rateLimitPerMinute);
+      ctx.limits.keys.clear();
+      return { data };
+    },
   }),
   adminRoute({
     method: 'delete',
     path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
     summary: 'Revoke an API key',
     params: wsAnd('keyId'),
-    handler: async (ctx, { params }) => ({ data: await revokeApiKey(ctx.deps.db, params.id, params.keyId) }),
+    handler: async (ctx, { params }) => {
+      const data = await revokeApiKey(ctx.deps.db, params.id, params.keyId);
+      // Refused at once by this process; the others read keys at most a second old.
+      ctx.limits.keys.clear();
+      return { data };
+    },
   }),
   workspaceRoute({
     method: 'post',
