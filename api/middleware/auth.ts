@@ -38,10 +38,11 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
     const bucketsOf = (key: KeyRow) => scaled(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile));
     const now = Date.now();
     const cached = ctx.limits.keys.get(hash, now);
+    const cachedBuckets = cached ? [...scaledIp, ...bucketsOf(cached)] : [];
     let key: KeyRow;
-    if (cached && !cached.revoked_at && (!cached.expires_at || cached.expires_at.getTime() > now) && [...scaledIp, ...bucketsOf(cached)].every((b) => shardsFor(b.limit) > 1)) {
+    if (cached && !cached.revoked_at && (!cached.expires_at || cached.expires_at.getTime() > now) && cachedBuckets.every((b) => shardsFor(b.limit) > 1)) {
       key = cached;
-      const states = ctx.limits.counts.take([...scaledIp, ...bucketsOf(key)], now);
+      const states = ctx.limits.counts.take(cachedBuckets, now);
       if (ip.length) record(ctx, states.slice(0, scaledIp.length));
       setAuth(ctx, key);
       record(ctx, states.slice(scaledIp.length));
