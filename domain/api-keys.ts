@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Db } from './db';
 import { notFound } from './errors';
-import { COUNT_BUCKETS_CTES, DEFAULT_KEY_LIMIT, SHARDED_LIMIT, SHARDS, shardsFor, type CountedRow, type KeyProfile } from './rate-limit';
+import { COUNT_BUCKETS_CTES, DEFAULT_KEY_LIMIT, SHARDED_LIMIT, SHARDS, shardsFor, THIS_MINUTE, type CountedRow, type KeyProfile } from './rate-limit';
 import type { Scope } from './scopes';
 import { iso } from './time';
 
@@ -120,12 +120,14 @@ export async function authenticateAndCount(
          FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id
         WHERE k.key_hash = :hash
      ), ${COUNT_BUCKETS_CTES(`
-         SELECT CAST(:ip AS text) AS name, CAST(:ipShards AS int) AS shards WHERE CAST(:ip AS text) IS NOT NULL
-         UNION ALL
-         SELECT n, s FROM k, LATERAL (VALUES
-             ('key:' || k.id, CASE WHEN k.rate_limit_per_minute * CAST(:scale AS float8) >= ${SHARDED_LIMIT} THEN ${SHARDS} ELSE 1 END),
-             ('key:' || k.id || ':' || CAST(:profile AS text), 1)) AS v(n, s)
-          WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND n IS NOT NULL`)}
+         SELECT name, shards, 1 AS n, ${THIS_MINUTE} AS window_start FROM (
+           SELECT CAST(:ip AS text) AS name, CAST(:ipShards AS int) AS shards WHERE CAST(:ip AS text) IS NOT NULL
+           UNION ALL
+           SELECT v.name, v.shards FROM k, LATERAL (VALUES
+               ('key:' || k.id, CASE WHEN k.rate_limit_per_minute * CAST(:scale AS float8) >= ${SHARDED_LIMIT} THEN ${SHARDS} ELSE 1 END),
+               ('key:' || k.id || ':' || CAST(:profile AS text), 1)) AS v(name, shards)
+            WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND v.name IS NOT NULL
+         ) AS requested`)}
      SELECT (SELECT row_to_json(k) FROM k) AS key, (SELECT json_agg(counted) FROM counted) AS counted`,
     { hash: keyHash, ip: ip?.name ?? null, ipShards: ip ? shardsFor(ip.limit) : 1, profile, scale },
   );

@@ -57,20 +57,24 @@ export function shardsFor(limit: number): number {
   return limit >= SHARDED_LIMIT ? SHARDS : 1;
 }
 
+/** The `window_start` column of a request counted now: the current calendar minute. */
+export const THIS_MINUTE = `date_trunc('minute', now())`;
+
 /**
- * Counts one request in each bucket named by `namesSql` (a query with `name` and `shards`
- * columns): two CTEs, `counted` holding each bucket's total after this request, usable alone or
- * in a larger statement (see authenticateAndCount). Names are taken in sorted order, so concurrent
- * multi-row upserts never deadlock.
+ * Adds `n` requests to each bucket named by `namesSql` (a query with `name`, `shards`, `n` and
+ * `window_start` columns), on this connection's shard row: two CTEs, `counted` holding each
+ * bucket's total across its rows afterwards, usable alone or in a larger statement (see
+ * authenticateAndCount, LocalCounts). Names are taken in sorted order, so concurrent multi-row
+ * upserts never deadlock.
  */
 export const COUNT_BUCKETS_CTES = (namesSql: string): string =>
   `counted_rows AS (
      INSERT INTO rate_limit_counters AS c (bucket, window_start, shard, count)
-     SELECT name, date_trunc('minute', now()), (pg_backend_pid() % shards)::smallint, 1 FROM (${namesSql}) AS names ORDER BY name
-     ON CONFLICT (bucket, window_start, shard) DO UPDATE SET count = c.count + 1
+     SELECT name, window_start, (pg_backend_pid() % shards)::smallint, n FROM (${namesSql}) AS names ORDER BY name
+     ON CONFLICT (bucket, window_start, shard) DO UPDATE SET count = c.count + EXCLUDED.count
      RETURNING bucket, window_start, shard, count
    ), counted AS (
-     SELECT r.bucket,
+     SELECT r.bucket, r.window_start,
             (r.count + coalesce((SELECT sum(o.count) FROM rate_limit_counters o
                                   WHERE o.bucket = r.bucket AND o.window_start = r.window_start AND o.shard <> r.shard), 0))::int AS count,
             ceil(extract(epoch FROM (r.window_start + interval '1 minute' - now()))) AS reset
@@ -86,7 +90,7 @@ export interface CountedRow {
 export async function consume(db: Db, buckets: Bucket[]): Promise<BucketState[]> {
   if (buckets.length === 0) return [];
   const result = await db.raw<{ rows: CountedRow[] }>(
-    `WITH ${COUNT_BUCKETS_CTES('SELECT unnest(?::text[]) AS name, unnest(?::int[]) AS shards')} SELECT bucket, count, reset FROM counted`,
+    `WITH ${COUNT_BUCKETS_CTES(`SELECT unnest(?::text[]) AS name, unnest(?::int[]) AS shards, 1 AS n, ${THIS_MINUTE} AS window_start`)} SELECT bucket, count, reset FROM counted`,
     [buckets.map((b) => b.name), buckets.map((b) => shardsFor(b.limit))],
   );
   return bucketStates(buckets, result.rows);
@@ -173,10 +177,6 @@ export class LocalCounts {
     return this.flushing;
   }
 
-  stop(): void {
-    clearInterval(this.timer);
-  }
-
   private async flushNow(): Promise<void> {
     const due = [...this.buckets.entries()].filter(([, b]) => b.pending > 0);
     // Forget finished minutes that have nothing left to flush.
@@ -184,21 +184,16 @@ export class LocalCounts {
     for (const [name, b] of this.buckets) if (b.window < current && b.pending === 0) this.buckets.delete(name);
     if (due.length === 0) return;
     const taken = due.map(([, b]) => b.pending);
-    const { rows } = await this.db.raw<{ rows: { total: number }[] }>(
-      `WITH d AS (SELECT * FROM unnest(?::text[], ?::timestamptz[], ?::int[]) WITH ORDINALITY AS d(bucket, window_start, n, i)),
-       up AS (
-         INSERT INTO rate_limit_counters AS c (bucket, window_start, shard, count)
-         SELECT bucket, window_start, (pg_backend_pid() % ${SHARDS})::smallint, n FROM d ORDER BY bucket
-         ON CONFLICT (bucket, window_start, shard) DO UPDATE SET count = c.count + EXCLUDED.count
-         RETURNING 1
-       )
-       SELECT (coalesce((SELECT sum(o.count) FROM rate_limit_counters o WHERE o.bucket = d.bucket AND o.window_start = d.window_start), 0) + d.n)::int AS total
-         FROM d ORDER BY d.i`,
-      [due.map(([name]) => name.split('\u0000')[0]), due.map(([, b]) => new Date(b.window).toISOString()), taken],
+    const bucketOf = (name: string) => name.split('\u0000')[0];
+    const { rows } = await this.db.raw<{ rows: { bucket: string; window_start: Date; count: number }[] }>(
+      `WITH ${COUNT_BUCKETS_CTES(`SELECT name, ${SHARDS} AS shards, n, window_start FROM unnest(?::text[], ?::int[], ?::timestamptz[]) AS d(name, n, window_start)`)}
+       SELECT bucket, window_start, count FROM counted`,
+      [due.map(([name]) => bucketOf(name)), taken, due.map(([, b]) => new Date(b.window).toISOString())],
     );
+    const totals = new Map(rows.map((r) => [`${r.bucket}@${new Date(r.window_start).getTime()}`, r.count]));
     due.forEach(([name, b], i) => {
       b.pending -= taken[i];
-      b.base = rows[i].total;
+      b.base = totals.get(`${bucketOf(name)}@${b.window}`) ?? b.base;
       if (name.includes('\u0000') && b.pending === 0) this.buckets.delete(name);
     });
   }

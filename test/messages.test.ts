@@ -4,7 +4,7 @@
  * the Cloud API wire format. Cold sends are limited to 5/min per key, so tests spread
  * requests over keys of one workspace where they need more.
  */
-import { createKey, createWorkspace, expectError, outbox, seedContact, startApi, TestApi, uniqueIp, Workspace } from './helpers';
+import { createKey, createWorkspace, expectError, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
