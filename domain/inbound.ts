@@ -5,7 +5,7 @@ import type { Db } from './db';
 import type { InstanceRow } from './instances';
 import { findOrCreateContact, findOrCreateConversation } from './messaging';
 import { recordEvent } from './outbox';
-import { parsePhone, Phone } from './phone';
+import { digitsOfPersonJid, parsePhone, Phone } from './phone';
 import { isUuid } from './refs';
 import { storable } from './text';
 import { consentFromMessage } from './sending';
@@ -293,12 +293,6 @@ const WEB_KINDS: Record<string, InboundType> = {
   stickerMessage: 'sticker',
 };
 
-/** The phone digits of a person's JID (`<digits>@s.whatsapp.net`); undefined for groups, lids and others. */
-function personJid(jid: string | undefined): string | undefined {
-  const m = jid ? /^(\d+)(?::\d+)?@(s\.whatsapp\.net|c\.us)$/.exec(jid) : null;
-  return m ? m[1] : undefined;
-}
-
 /**
  * Reads a web gateway event. Only `messages.upsert` from a person (not our own `fromMe` sends,
  * not groups) counts; `data` may be one message or a list. Same leniency as the Cloud parser.
@@ -328,7 +322,7 @@ export function parseWebGatewayWebhook(payload: unknown, now = new Date()): Pars
       result.skipped.push({ reason: 'group message', id });
       continue;
     }
-    const from = personJid(jid);
+    const from = digitsOfPersonJid(jid);
     const parsed = from ? parsePhone(from) : undefined;
     if (!from || !parsed?.ok) {
       result.skipped.push({ reason: 'sender is not a Brazilian phone number', id });

@@ -13,6 +13,13 @@ const AREA_CODES = new Set([
 
 export const MAX_PHONE_INPUT = 32;
 
+/** The phone digits of a person's WhatsApp JID (`<digits>@s.whatsapp.net`, `<digits>:<device>@c.us`); undefined for groups, lids and others. */
+export function digitsOfPersonJid(jid: unknown): string | undefined {
+  if (typeof jid !== 'string') return undefined;
+  const m = /^(\d+)(?::\d+)?@(s\.whatsapp\.net|c\.us)$/.exec(jid);
+  return m ? m[1] : undefined;
+}
+
 export interface Phone {
   /** Digits as the client gave them (international form). */
   digits: string;

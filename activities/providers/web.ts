@@ -9,6 +9,7 @@ import {
   postJson,
   redactSecrets,
 } from './types';
+import { digitsOfPersonJid } from '../../domain/phone';
 
 /**
  * The unofficial "web" gateway style (Evolution-API-like: a WhatsApp Web session behind an HTTP
@@ -45,13 +46,6 @@ function gatewaySaid(json: unknown, text: string): { said: string; notOnWhatsApp
   });
   const said = words.join('; ') || (json === undefined ? excerpt(text) : '');
   return { said, notOnWhatsApp };
-}
-
-/** The phone digits of a `<digits>@s.whatsapp.net` JID; undefined for other JID kinds (lid, group). */
-function waIdFromJid(jid: unknown): string | undefined {
-  if (typeof jid !== 'string') return undefined;
-  const m = /^(\d+)(?::\d+)?@(s\.whatsapp\.net|c\.us)$/.exec(jid);
-  return m ? m[1] : undefined;
 }
 
 export const webAdapter: ProviderAdapter = {
@@ -105,7 +99,7 @@ export const webAdapter: ProviderAdapter = {
           { retryable: false, httpStatus: answer.status },
         );
       }
-      const waId = waIdFromJid(key.remoteJid);
+      const waId = digitsOfPersonJid(key.remoteJid);
       return { providerMessageId: key.id, ...(waId ? { waId } : {}) };
     }
 
