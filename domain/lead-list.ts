@@ -3,8 +3,8 @@ import { z } from 'zod';
 import { ContactRowWithTags, serializeLeadsWithTags, tagListColumn } from './contacts';
 import type { Db } from './db';
 import { DEAL_STATUSES } from './deals';
-import { isoInstant, likeContains, pageQuery, pageWithTotal, sortQuery } from './pagination';
-import { canonical } from './refs';
+import { isoInstant, likeContains, pageQuery, sortQuery } from './pagination';
+import { canonical, isUuid } from './refs';
 
 /**
  * The lead list (GET /api/v1/leads): its query string, filters and the two statements of a page.
@@ -29,6 +29,16 @@ export const leadListQuery = pageQuery()
 export type LeadFilters = z.infer<typeof leadListQuery>;
 const LEAD_FILTERS = ['q', 'tag', 'pipelineId', 'stageId', 'status', 'createdAfter', 'createdBefore', 'updatedAfter'] as const satisfies readonly (keyof LeadFilters)[];
 
+/**
+ * The workspace's tag a `tag=` value names: its id, else its name (case-insensitive; names are
+ * unique per workspace). One tag, so the filter and its maintained count agree.
+ */
+function tagIdQuery(db: Db, workspaceId: string, tag: string): Knex.QueryBuilder {
+  const q = db('tags').where('tags.workspace_id', workspaceId).select('tags.id').limit(1);
+  if (!isUuid(tag)) return q.whereRaw('lower(tags.name) = lower(?)', [tag]);
+  return q.where((w) => w.where('tags.id', tag).orWhereRaw('lower(tags.name) = lower(?)', [tag])).orderByRaw('tags.id = ? DESC', [tag]);
+}
+
 function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters): Knex.QueryBuilder {
   if (f.q) {
     const term = f.q.trim().toLowerCase();
@@ -40,18 +50,7 @@ function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: 
     });
   }
   if (f.tag) {
-    const tag = f.tag.trim();
-    q.whereExists(
-      db('contact_tags as ct')
-        .join('tags as t', 't.id', 'ct.tag_id')
-        .whereRaw('ct.contact_id = contacts.id')
-        .where('t.workspace_id', workspaceId)
-        .where((w) => {
-          if (z.uuid().safeParse(tag).success) w.where('t.id', tag);
-          w.orWhereRaw('lower(t.name) = lower(?)', [tag]);
-        })
-        .select(db.raw('1')),
-    );
+    q.whereExists(db('contact_tags as ct').whereRaw('ct.contact_id = contacts.id').where('ct.tag_id', tagIdQuery(db, workspaceId, f.tag.trim())).select(db.raw('1')));
   }
   // pipelineId, stageId and status describe ONE deal that must satisfy all of them.
   if (f.pipelineId || f.stageId || f.status) {
@@ -67,29 +66,74 @@ function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: 
   return q;
 }
 
-/** The lead list's scope (workspace, canonical, filters) and page shape; the bench EXPLAINs the same SQL. */
-export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters) {
-  const scope = applyLeadFilters(db, canonical(db('contacts').where('contacts.workspace_id', workspaceId)), workspaceId, query);
-  const shape = (q: Knex.QueryBuilder) => q.orderByRaw(`${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`).select('contacts.*', tagListColumn(db));
-  return { scope, shape, filtered: LEAD_FILTERS.some((name) => query[name] !== undefined) };
-}
-
-/** One page of leads with their tags and the exact total: two statements whatever the filters. */
 /** The workspace's canonical contacts: the sum of its maintained count's shards (migration shard_contact_counts). */
-export function contactTotalQuery(db: Db, workspaceId: string) {
-  return db('contact_counts').where({ workspace_id: workspaceId }).select(db.raw('coalesce(sum(canonical), 0)::bigint AS canonical'));
+function contactTotalQuery(db: Db, workspaceId: string): Knex.QueryBuilder {
+  return db('contact_counts').where({ workspace_id: workspaceId }).select(db.raw('coalesce(sum(canonical), 0)::bigint AS total'));
 }
 
-export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
-  const { scope, shape, filtered } = leadListQueries(db, workspaceId, query);
-  if (filtered) {
-    const { rows, total } = await pageWithTotal<ContactRowWithTags>(scope, query, shape);
-    return { rows: serializeLeadsWithTags(rows), total };
+/**
+ * The exact total of a filter that a maintained count answers, without visiting the matches: none
+ * (the workspace's contact count), `tag` alone (migration create_tag_contact_counts), or deal
+ * filters alone (migration create_deal_facet_counts; NULL for pipelineId with stageId, which has
+ * no facet). Other filters have none: they count.
+ */
+function maintainedTotalQuery(db: Db, workspaceId: string, f: LeadFilters): Knex.QueryBuilder | undefined {
+  const used = LEAD_FILTERS.filter((name) => f[name] !== undefined);
+  if (used.length === 0) return contactTotalQuery(db, workspaceId);
+  if (used.length === 1 && f.tag) {
+    return db('tag_contact_counts')
+      .where('workspace_id', workspaceId)
+      .where('tag_id', tagIdQuery(db, workspaceId, f.tag.trim()))
+      .select(db.raw('coalesce(sum(contacts), 0)::bigint AS total'));
   }
-  // Unfiltered, the exact total is the maintained count (migration contact_counts), not a
-  // count(*) of the workspace, read in the page's own statement; a page past the end reads it alone.
-  const totalSql = contactTotalQuery(db, workspaceId);
-  const rows: (ContactRowWithTags & { total: number })[] = await shape(scope).select(db.raw('(?) AS total', [totalSql])).limit(query.limit).offset(query.offset);
-  const total = rows.length > 0 ? Number(rows[0].total) : Number((await totalSql.first())?.canonical ?? 0);
-  return { rows: serializeLeadsWithTags(rows), total };
+  if (used.every((name) => DEAL_FILTERS.includes(name as never))) {
+    const key = db.raw('deal_facet_key(?::uuid, ?::uuid, ?::text)', [f.pipelineId ?? null, f.stageId ?? null, f.status ?? null]);
+    return db('deal_facet_counts')
+      .where('workspace_id', workspaceId)
+      .where('facet', key)
+      .select(db.raw('CASE WHEN ? IS NULL THEN NULL ELSE coalesce(sum(contacts), 0) END::bigint AS total', [key]));
+  }
+  return undefined;
+}
+const DEAL_FILTERS = ['pipelineId', 'stageId', 'status'] as const;
+
+/**
+ * A filtered page is first read from a bounded prefix of the sort order (the sort index walked
+ * for at most PROBE rows): when that prefix holds the whole page, it is the page, whatever the
+ * filter's selectivity estimate; otherwise the page is read over every match.
+ */
+const PROBE = { min: 1000, perRow: 40, max: 20000 };
+
+/**
+ * The lead list's statements, for the API and the bench's EXPLAIN alike: the page (over every
+ * match, and from the sort order's prefix), the exact count, and the maintained total if any.
+ */
+export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters) {
+  const order = `${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`;
+  const visible = () => canonical(db('contacts').where('contacts.workspace_id', workspaceId));
+  const page = (source: Knex.QueryBuilder) =>
+    applyLeadFilters(db, source, workspaceId, query).orderByRaw(order).select('contacts.*', tagListColumn(db)).limit(query.limit).offset(query.offset);
+  const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
+  const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
+  return {
+    page: page(visible()),
+    probe: filtered && query.offset + query.limit <= prefix ? page(db.from(visible().orderByRaw(order).limit(prefix).select('contacts.*').as('contacts'))) : undefined,
+    count: applyLeadFilters(db, visible(), workspaceId, query).count<{ total: number }[]>({ total: '*' }),
+    maintained: maintainedTotalQuery(db, workspaceId, query),
+  };
+}
+
+/** One page of leads with their tags and the exact total: usually one statement, whatever the filters. */
+export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
+  const { page, probe, count, maintained } = leadListQueries(db, workspaceId, query);
+  type Row = ContactRowWithTags & { page_total?: string | number | null };
+  const read = async (q: Knex.QueryBuilder, total?: Knex.QueryBuilder): Promise<Row[]> => (total ? q.select(db.raw('(?) AS page_total', [total])) : q);
+  // The prefix carries only a maintained total: a count there would be paid twice if the prefix falls short.
+  let rows = probe ? await read(probe, maintained) : [];
+  if (rows.length < query.limit) rows = await read(page, maintained ?? count);
+  let total = rows[0]?.page_total;
+  // A page past the end has no row to carry the total; a filter without a maintained total counts.
+  if (total === undefined && maintained) total = (await maintained.clone().first())?.total;
+  if (total === undefined || total === null) total = (await count.clone().first())?.total ?? 0;
+  return { rows: serializeLeadsWithTags(rows), total: Number(total) };
 }

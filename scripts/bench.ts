@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
-import { contactTotalQuery, leadListQueries, leadListQuery } from '../domain/lead-list';
+import { leadListQueries, leadListQuery } from '../domain/lead-list';
 import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from '../workflows/floor';
 import { createDb, type Db } from '../domain/db';
 import { ALL_SCOPES } from '../domain/scopes';
@@ -412,9 +412,9 @@ async function statementMeter(db: Db) {
 /** The plans of the API's own lead-list statements (page and exact count) for a request path. */
 async function explainLeadList(db: Db, workspaceId: string, requestPath: string): Promise<Record<string, string[]>> {
   const query = leadListQuery.parse(Object.fromEntries(new URL(requestPath, 'http://x').searchParams));
-  const { scope, shape, filtered } = leadListQueries(db, workspaceId, query);
-  const statements: Record<string, string> = { page: shape(scope.clone()).limit(query.limit).offset(query.offset).toString() };
-  statements.count = filtered ? scope.clone().clearSelect().clearOrder().count({ total: '*' }).toString() : contactTotalQuery(db, workspaceId).toString();
+  const { page, probe, count, maintained } = leadListQueries(db, workspaceId, query);
+  const statements: Record<string, string> = { ...(probe ? { 'page from the sort prefix': probe.toString() } : {}), 'page over every match': page.toString() };
+  statements[maintained ? 'maintained total' : 'count'] = (maintained ?? count).toString();
   const plans: Record<string, string[]> = {};
   for (const [name, sql] of Object.entries(statements)) {
     const { rows } = await db.raw<{ rows: Record<string, string>[] }>(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`);

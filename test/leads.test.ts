@@ -270,3 +270,118 @@ describe('lead list totals at scale', () => {
     expect((await totals()).unfiltered).toBe(53);
   });
 });
+
+describe('filtered lead list totals (maintained per tag and per deal facet)', () => {
+  it('finds the page whether its matches lie in the first thousand leads of the sort order or beyond them', async () => {
+    const wsx = await createWorkspace(api, { scopes: ['leads:read'] });
+    await api.db.raw(
+      `INSERT INTO contacts (workspace_id, name, phone, phone_key, created_at)
+       SELECT ?, 'Bulk ' || g, '55219' || (70000000 + g), '55219' || (70000000 + g), now() - g * interval '1 minute' FROM generate_series(1, 1500) g`,
+      [wsx.id],
+    );
+    const [rare, common] = await api.db('tags').insert([{ workspace_id: wsx.id, name: 'rare' }, { workspace_id: wsx.id, name: 'common' }]).returning('id');
+    const ordered = (await api.db('contacts').where({ workspace_id: wsx.id }).orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select('id')).map((r: { id: string }) => r.id);
+    const oldest = ordered.slice(-5);
+    const everyTenth = ordered.filter((_, i) => i % 10 === 0);
+    await api.db('contact_tags').insert([...oldest.map((id) => ({ workspace_id: wsx.id, contact_id: id, tag_id: rare.id })), ...everyTenth.map((id) => ({ workspace_id: wsx.id, contact_id: id, tag_id: common.id }))]);
+    const page = async (qs: string) => {
+      const body = (await api.request('GET', `/api/v1/leads?${qs}`, { key: wsx.key })).body;
+      return { total: body.pagination.total, ids: body.data.map((l: { id: string }) => l.id) };
+    };
+    expect(await page('tag=rare')).toEqual({ total: 5, ids: oldest });
+    expect(await page('tag=common&limit=10&offset=20')).toEqual({ total: 150, ids: everyTenth.slice(20, 30) });
+    expect(await page('tag=common&limit=10&offset=140')).toEqual({ total: 150, ids: everyTenth.slice(140) });
+    expect(await page('tag=common&sort=createdAt&order=asc&limit=3')).toEqual({ total: 150, ids: [...everyTenth].reverse().slice(0, 3) });
+    expect(await page('q=bulk 1499')).toEqual({ total: 1, ids: [ordered[1498]] });
+  });
+
+  it('always equal a real count and the pages equal a direct query, through random tagging, deal moves, deletions and merges', async () => {
+    const wsx = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:read', 'tags:write', 'deals:read', 'deals:write'] });
+    const sales = await seedPipeline(api, wsx.id, { name: 'Sales', stages: ['New', 'Won'] });
+    const support = await seedPipeline(api, wsx.id, { name: 'Support', stages: ['Open'] });
+    const stages = [...sales.stages.map((s) => ({ pipeline: sales, stage: s })), { pipeline: support, stage: support.stages[0] }];
+    const TAGS = ['vip', 'cold', 'Lojista'];
+    const call = (method: string, path: string, body?: unknown) => api.request(method, path, { key: wsx.key, body });
+    const base = 70000000 + (process.pid % 9999) * 7;
+    const leads: string[] = [];
+    const deals: string[] = [];
+    // A small deterministic generator: the same sequence every run, so a failure reproduces.
+    let state = 42;
+    const pick = (n: number) => ((state = (state * 1103515245 + 12345) % 2 ** 31) % n);
+
+    const real = async (filter: { tag?: string; pipelineId?: string; stageId?: string; status?: string }) => {
+      const q = api.db('contacts as c').where({ 'c.workspace_id': wsx.id, 'c.is_group': false }).whereNull('c.merged_into_id').whereNull('c.deleted_at');
+      if (filter.tag) q.whereExists(api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').whereRaw('ct.contact_id = c.id').whereRaw('lower(t.name) = lower(?)', [filter.tag]));
+      if (filter.pipelineId || filter.stageId || filter.status) {
+        const d = api.db('deals as d').whereRaw('d.contact_id = c.id');
+        if (filter.pipelineId) d.where('d.pipeline_id', filter.pipelineId);
+        if (filter.stageId) d.where('d.stage_id', filter.stageId);
+        if (filter.status) d.where('d.status', filter.status);
+        q.whereExists(d);
+      }
+      const ids = (await q.orderBy([{ column: 'c.created_at', order: 'desc' }, { column: 'c.id', order: 'desc' }]).select('c.id')).map((r: { id: string }) => r.id);
+      return ids;
+    };
+    const check = async () => {
+      const filters: Record<string, string>[] = [
+        ...TAGS.map((tag) => ({ tag })),
+        ...stages.flatMap(({ pipeline, stage }) => [{ stageId: stage.id }, { stageId: stage.id, status: 'open' }, { pipelineId: pipeline.id, stageId: stage.id }]),
+        { pipelineId: sales.id },
+        { pipelineId: sales.id, status: 'won' },
+        { status: 'lost' },
+      ];
+      for (const filter of filters) {
+        const expected = await real(filter);
+        for (const limit of [2, 100]) {
+          const res = await call('GET', `/api/v1/leads?${new URLSearchParams({ ...filter, limit: String(limit) })}`);
+          expect({ filter, limit, total: res.body.pagination.total, ids: res.body.data.map((l: { id: string }) => l.id) }).toEqual({
+            filter,
+            limit,
+            total: expected.length,
+            ids: expected.slice(0, limit),
+          });
+        }
+      }
+    };
+
+    for (let step = 0; step < 120; step++) {
+      const op = leads.length < 4 ? 0 : pick(9);
+      const lead = leads[pick(leads.length || 1)];
+      if (op === 0) {
+        const res = await call('POST', '/api/v1/leads', { phone: `55319${base + step}`, name: `F${step}`, tags: TAGS.filter(() => pick(3) === 0) });
+        leads.push(res.body.data.id);
+      } else if (op === 1) await call('POST', `/api/v1/leads/${lead}/tags`, { tag: TAGS[pick(TAGS.length)] });
+      else if (op === 2) {
+        const tags = (await call('GET', `/api/v1/leads/${lead}`)).body.data?.tags ?? [];
+        if (tags.length > 0) await call('DELETE', `/api/v1/leads/${lead}/tags/${tags[pick(tags.length)].id}`);
+      } else if (op === 3 || op === 4) {
+        const { pipeline, stage } = stages[pick(stages.length)];
+        const res = await call('POST', '/api/v1/deals', { contactId: lead, pipeline: pipeline.name, stage: stage.name });
+        if (res.status === 201) deals.push(res.body.data.id);
+      } else if (op === 5 && deals.length > 0) {
+        // A deal of a deleted lead answers 404 through the API and stays as it is.
+        const deal = await api.db('deals').where({ id: deals[pick(deals.length)] }).first('id', 'pipeline_id');
+        const same = stages.filter((s) => s.pipeline.id === deal.pipeline_id);
+        await call('PATCH', `/api/v1/deals/${deal.id}`, { stageId: same[pick(same.length)].stage.id });
+      } else if (op === 6 && deals.length > 0) {
+        const status = ['open', 'won', 'lost'][pick(3)];
+        await call('PATCH', `/api/v1/deals/${deals[pick(deals.length)]}`, { status, ...(status === 'lost' ? { lostReason: 'price' } : {}) });
+      } else if (op === 7 && pick(3) === 0) {
+        await call('DELETE', `/api/v1/leads/${lead}`);
+      } else if (op === 8) {
+        // A merge (no API yet): the loser stops being canonical, its deals move to the survivor.
+        const survivor = leads[pick(leads.length)];
+        if (survivor !== lead) {
+          await api.db('contacts').where({ id: lead }).update({ merged_into_id: survivor });
+          await api.db('deals').where({ contact_id: lead }).update({ contact_id: survivor });
+        }
+      }
+      if (step % 30 === 29) await check();
+    }
+    // Deleting a tag removes it from every lead, and un-merging restores a contact's tags and deals.
+    const tagId = (await call('GET', '/api/v1/tags')).body.data.find((t: { name: string }) => t.name === 'cold')?.id;
+    if (tagId) expect((await call('DELETE', `/api/v1/tags/${tagId}`)).status).toBe(200);
+    await api.db('contacts').where({ workspace_id: wsx.id }).whereNotNull('merged_into_id').update({ merged_into_id: null });
+    await check();
+  });
+});
