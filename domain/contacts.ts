@@ -76,12 +76,14 @@ export function serializeLead(row: ContactRow, tags: TagRef[]) {
 
 /**
  * The contact's tags as a column of the same statement (`tag_list`, ordered like tagsOf): a page
- * of leads and their tags in one round trip instead of two.
+ * of leads and their tags in one round trip instead of two. Each tag is read by its key (OFFSET 0
+ * keeps the planner from hashing the whole tags table once per lead).
  */
 export function tagListColumn(db: Reader, alias = 'contacts'): Knex.Raw {
   return db.raw(
     `(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name, 'color', t.color) ORDER BY t.name, t.id), '[]'::json)
-        FROM contact_tags ct JOIN tags t ON t.id = ct.tag_id WHERE ct.contact_id = ??.id) AS tag_list`,
+        FROM contact_tags ct CROSS JOIN LATERAL (SELECT id, name, color FROM tags WHERE tags.id = ct.tag_id OFFSET 0) t
+       WHERE ct.contact_id = ??.id) AS tag_list`,
     [alias],
   );
 }

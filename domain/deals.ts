@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { recordEvent, recordTrigger } from './outbox';
-import { Page, pageWithTotal } from './pagination';
+import { Page, PAGE_TOTAL, pageWithTotal } from './pagination';
 import { resolveOrCreateProduct } from './products';
 import { Actor, canonical, isUuid, memberNames, requireContact, resolveMember } from './refs';
 import { iso } from './time';
@@ -309,12 +309,25 @@ export function serializeActivity(row: { id: string; type: string; actor_name: s
   };
 }
 
-/** A visible deal's timeline, newest first; an unknown or hidden deal is 404 NOT_FOUND. */
+/**
+ * A visible deal's timeline, newest first; an unknown or hidden deal is 404 NOT_FOUND. One
+ * statement: the deal (its visibility), its page of entries and their exact total. The deal's row
+ * comes back once with no entry when the page is empty, and not at all when the deal is not visible.
+ */
 export async function listDealActivities(db: Db, workspaceId: string, dealId: string, page: Page) {
-  const deal = await findDeal(db, workspaceId, dealId);
-  const scope = db('deal_activities').where({ workspace_id: deal.workspace_id, deal_id: deal.id });
-  const { rows, total } = await pageWithTotal<Parameters<typeof serializeActivity>[0]>(scope, page, (q) =>
-    q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select('*'),
-  );
-  return { rows: rows.map(serializeActivity), total };
+  if (!isUuid(dealId)) throw new ApiError('NOT_FOUND', 'Deal not found');
+  type Row = Parameters<typeof serializeActivity>[0] & { visible_deal: string; [PAGE_TOTAL]: string };
+  const rows: Row[] = await db
+    .with('deal', visibleDeals(db, workspaceId).clearSelect().where('deals.id', dealId).select('deals.id', 'deals.workspace_id'))
+    .from('deal')
+    .joinRaw(
+      `LEFT JOIN LATERAL (SELECT * FROM deal_activities a WHERE a.workspace_id = deal.workspace_id AND a.deal_id = deal.id
+                          ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?) entry ON true`,
+      [page.limit, page.offset],
+    )
+    .select('entry.*', 'deal.id AS visible_deal', {
+      [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deal.workspace_id AND c.deal_id = deal.id').count('*'),
+    });
+  if (rows.length === 0) throw new ApiError('NOT_FOUND', 'Deal not found');
+  return { rows: rows.filter((r) => r.id !== null).map(serializeActivity), total: Number(rows[0][PAGE_TOTAL]) };
 }

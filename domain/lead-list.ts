@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { ContactRowWithTags, serializeLeadsWithTags, tagListColumn } from './contacts';
 import type { Db } from './db';
 import { DEAL_STATUSES } from './deals';
-import { isoInstant, likeContains, pageQuery, sortQuery } from './pagination';
+import { isoInstant, likeContains, PAGE_TOTAL, pageQuery, sortQuery } from './pagination';
 import { canonical, isUuid } from './refs';
 
 /**
@@ -126,12 +126,12 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
 /** One page of leads with their tags and the exact total: usually one statement, whatever the filters. */
 export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
   const { page, probe, count, maintained } = leadListQueries(db, workspaceId, query);
-  type Row = ContactRowWithTags & { page_total?: string | number | null };
-  const read = async (q: Knex.QueryBuilder, total?: Knex.QueryBuilder): Promise<Row[]> => (total ? q.select(db.raw('(?) AS page_total', [total])) : q);
+  type Row = ContactRowWithTags & { [PAGE_TOTAL]?: string | number | null };
+  const read = async (q: Knex.QueryBuilder, total?: Knex.QueryBuilder): Promise<Row[]> => (total ? q.select({ [PAGE_TOTAL]: total }) : q);
   // The prefix carries only a maintained total: a count there would be paid twice if the prefix falls short.
   let rows = probe ? await read(probe, maintained) : [];
   if (rows.length < query.limit) rows = await read(page, maintained ?? count);
-  let total = rows[0]?.page_total;
+  let total = rows[0]?.[PAGE_TOTAL];
   // A page past the end has no row to carry the total; a filter without a maintained total counts.
   if (total === undefined && maintained) total = (await maintained.clone().first())?.total;
   if (total === undefined || total === null) total = (await count.clone().first())?.total ?? 0;

@@ -21,7 +21,7 @@ export interface Pagination extends Page {
 }
 
 /** The column carrying a page's total (a name no table has). */
-const PAGE_TOTAL = '__page_total';
+export const PAGE_TOTAL = '__page_total';
 
 /**
  * One page of a filtered query and its exact total. `scope` carries only the workspace scope and

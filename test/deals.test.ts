@@ -214,6 +214,16 @@ describe('PATCH /api/v1/deals/{id}', () => {
     const first = await api.request('GET', `/api/v1/deals/${dealId}/activities?limit=1`, { key: ws.key });
     expect(first.body.data[0].meta).toBeNull();
     expect(first.body.pagination).toEqual({ total: 2, limit: 1, offset: 0, hasMore: true });
+    // A page past the end still carries the exact total; a deal whose lead was deleted is not found.
+    const past = await api.request('GET', `/api/v1/deals/${dealId}/activities?offset=50`, { key: ws.key });
+    expect(past.body).toEqual({ data: [], pagination: { total: 2, limit: 25, offset: 50, hasMore: false } });
+    const hidden = await api.db('deals').where({ id: dealId }).first('contact_id');
+    await api.db('contacts').where({ id: hidden.contact_id }).update({ deleted_at: new Date() });
+    try {
+      expectError(await api.request('GET', `/api/v1/deals/${dealId}/activities`, { key: ws.key }), 404, 'NOT_FOUND');
+    } finally {
+      await api.db('contacts').where({ id: hidden.contact_id }).update({ deleted_at: null });
+    }
   });
 
   it('changes name, value, assignee and custom values, and answers its error codes', async () => {

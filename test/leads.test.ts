@@ -323,7 +323,7 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
       return ids;
     };
     const check = async () => {
-      const filters: Record<string, string>[] = [
+      const filters: { tag?: string; pipelineId?: string; stageId?: string; status?: string }[] = [
         ...TAGS.map((tag) => ({ tag })),
         ...stages.flatMap(({ pipeline, stage }) => [{ stageId: stage.id }, { stageId: stage.id, status: 'open' }, { pipelineId: pipeline.id, stageId: stage.id }]),
         { pipelineId: sales.id },
@@ -333,7 +333,7 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
       for (const filter of filters) {
         const expected = await real(filter);
         for (const limit of [2, 100]) {
-          const res = await call('GET', `/api/v1/leads?${new URLSearchParams({ ...filter, limit: String(limit) })}`);
+          const res = await call('GET', `/api/v1/leads?${new URLSearchParams({ ...(filter as Record<string, string>), limit: String(limit) })}`);
           expect({ filter, limit, total: res.body.pagination.total, ids: res.body.data.map((l: { id: string }) => l.id) }).toEqual({
             filter,
             limit,
