@@ -68,7 +68,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
         if (mapped.externalId) context.vars.externalId = mapped.externalId;
         if (mapped.contact.phone) {
           try {
-            const { lead } = await upsertLead(db, input.workspaceId, { phone: mapped.contact.phone, name: mapped.contact.name, email: mapped.contact.email }, { origin: 'automation', depth: input.depth + 1 });
+            const { lead } = await upsertLead(db, input.workspaceId, { phone: mapped.contact.phone, name: mapped.contact.name, email: mapped.contact.email }, { origin: 'automation', cause: { depth: input.depth + 1, chain: input.chain ?? null } });
             context.contactId = lead.id;
           } catch (err) {
             if (err instanceof ApiError) throw toFailure(err, { message: `Lead intake: ${err.message}` });
@@ -90,6 +90,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
       runId: string;
       automationName: string;
       depth: number;
+      chain?: string;
       index: number;
       action: StoredAction;
       context: RunContext;
@@ -136,9 +137,9 @@ export function createAutomationActivities({ db }: { db: Db }) {
   };
 
   /** The action itself, on `db` (the action's transaction, or the pool for send_message, which only prepares the child send). */
-  async function perform(db: Db, action: Action, input: { workspaceId: string; depth: number; automationName: string; context: RunContext }): Promise<ActionResult> {
+  async function perform(db: Db, action: Action, input: { workspaceId: string; depth: number; chain?: string; automationName: string; context: RunContext }): Promise<ActionResult> {
     const { workspaceId, context } = input;
-    const options = { origin: 'automation' as const, depth: input.depth + 1 };
+    const options = { origin: 'automation' as const, cause: { depth: input.depth + 1, chain: input.chain ?? null } };
     const actor = { memberId: null, name: `Automation: ${input.automationName}`.slice(0, 200) };
     {
       const needContact = (): string => {
@@ -172,18 +173,18 @@ export function createAutomationActivities({ db }: { db: Db }) {
               value = Number(String(action.value).replace(',', '.'));
               if (!Number.isFinite(value) || value < 0) throw new ApiError('VALIDATION', `Invalid value "${action.value}": expected a number >= 0`);
             }
-            const deal = await createDeal(db, workspaceId, { contactId: needContact(), pipeline: action.pipeline, stage: action.stage, name: action.name, value, source: 'automation' }, { depth: options.depth });
+            const deal = await createDeal(db, workspaceId, { contactId: needContact(), pipeline: action.pipeline, stage: action.stage, name: action.name, value, source: 'automation' }, { cause: options.cause });
             return { context: { ...context, dealId: deal.id } };
           }
           case 'move_deal': {
             const dealId = needDeal();
             const deal = await findDeal(db, workspaceId, dealId);
             const stage = await resolveStage(db, deal.pipeline_id, action.stage);
-            await updateDeal(db, workspaceId, dealId, { stageId: stage.id }, actor, { depth: options.depth });
+            await updateDeal(db, workspaceId, dealId, { stageId: stage.id }, actor, { cause: options.cause });
             return { context };
           }
           case 'set_deal_status':
-            await updateDeal(db, workspaceId, needDeal(), { status: action.status, lostReason: action.lostReason }, actor, { depth: options.depth });
+            await updateDeal(db, workspaceId, needDeal(), { status: action.status, lostReason: action.lostReason }, actor, { cause: options.cause });
             return { context };
           case 'create_task':
             await createTask(

@@ -22,6 +22,9 @@ export const CONTACT_FIELDS = ['name', 'email', 'phone', 'notes', 'tags'] as con
 
 /** How deep a chain of automations may go (an action firing a trigger firing an action ...) before it is stopped. */
 export const MAX_CHAIN_DEPTH = 5;
+/** Runs one root event may cause through its whole chain of automations (loop protection in breadth). */
+export const CHAIN_RUN_BUDGET = 25;
+
 /** Body limit of the inbound receiver. */
 export const WEBHOOK_IN_MAX_BYTES = 256 * 1024;
 /** `webhook.<field>` variables: key and value lengths, and how many. */
@@ -249,10 +252,21 @@ async function takeInboundUnit(trx: Db, workspaceId: string, exceptId?: string):
   }
 }
 
+/** Takes a unit of the plan's automation cap: the workspace row lock makes concurrent creations count one by one. */
+async function takeAutomationUnit(trx: Db, workspaceId: string): Promise<void> {
+  const plan = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('automation_limit');
+  if (plan?.automation_limit === null || plan?.automation_limit === undefined) return;
+  const { count } = await trx('automations').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
+  if (count >= plan.automation_limit) {
+    throw new ApiError('AUTOMATION_LIMIT_REACHED', `The plan allows ${plan.automation_limit} automations`, { hint: 'Delete one to free a unit, or upgrade the plan.' });
+  }
+}
+
 export async function createAutomation(db: Db, workspaceId: string, input: z.infer<typeof AutomationBody>, baseUrl: string) {
   const { type, ...trigger } = input.trigger;
   const row: AutomationRow = await db.transaction(async (trx) => {
     const inbound = type === 'webhook_received';
+    await takeAutomationUnit(trx as unknown as Db, workspaceId);
     if (inbound) await takeInboundUnit(trx as unknown as Db, workspaceId);
     const [created] = await trx('automations')
       .insert({

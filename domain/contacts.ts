@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { ApiError } from './errors';
 import type { Db } from './db';
-import { recordEvent, recordTrigger } from './outbox';
+import { Cause, recordEvent, recordTrigger } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { iso } from './time';
 import { canonical, isUuid, requireContact } from './refs';
@@ -18,8 +18,8 @@ const TAG_SOURCE: Record<ChangeOrigin, 'manual' | 'api' | 'automation'> = { pane
 
 export interface ChangeOptions {
   origin: ChangeOrigin;
-  /** Automation chain depth of the change (loop protection). */
-  depth?: number;
+  /** The automation run that made the change, if one did (loop protection). */
+  cause?: Cause;
 }
 
 export function requirePhone(input: string | undefined): Phone {
@@ -169,8 +169,8 @@ async function applyTagChanges(
       .returning('tag_id');
     removed = change.remove.filter((t) => deleted.some((r) => r.tag_id === t.id));
   }
-  for (const tag of added) await recordEvent(trx, workspaceId, 'contact.tag_added', event(tag), options.depth);
-  for (const tag of removed) await recordEvent(trx, workspaceId, 'contact.tag_removed', event(tag), options.depth);
+  for (const tag of added) await recordEvent(trx, workspaceId, 'contact.tag_added', event(tag), options.cause);
+  for (const tag of removed) await recordEvent(trx, workspaceId, 'contact.tag_removed', event(tag), options.cause);
   return { added, removed };
 }
 
@@ -229,9 +229,9 @@ async function changeContact(trx: Trx, workspaceId: string, before: ContactRow, 
     if (!Object.keys(changes).length) [after] = await trx('contacts').where({ id: before.id }).update({ updated_at: trx.fn.now() }).returning('*');
   }
   if (options.origin === 'panel' && after !== before) {
-    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email }, options.depth);
+    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email }, options.cause);
   }
-  if (changed.length) await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.depth);
+  if (changed.length) await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.cause);
   return after;
 }
 
@@ -266,7 +266,7 @@ export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, 
     );
     let row: ContactRow | undefined = inserted.rows[0];
     if (row) {
-      await recordEvent(trx, workspaceId, 'lead.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email }, options.depth);
+      await recordEvent(trx, workspaceId, 'lead.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email }, options.cause);
       const tags = await resolveTags(trx, workspaceId, input.tags ?? [], { create: true });
       await applyTagChanges(trx, workspaceId, row, { add: tags }, options);
       return { created: true, lead: await withTags(trx, row) };
@@ -320,9 +320,9 @@ export async function removeTag(db: Db | Trx, workspaceId: string, contactId: st
 async function tagsChanged(trx: Trx, workspaceId: string, contact: ContactRow, options: ChangeOptions): Promise<void> {
   await trx('contacts').where({ id: contact.id }).update({ updated_at: trx.fn.now() });
   if (options.origin === 'panel') {
-    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: contact.id, contact_name: contact.name, phone: contact.phone, email: contact.email }, options.depth);
+    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: contact.id, contact_name: contact.name, phone: contact.phone, email: contact.email }, options.cause);
   }
-  await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: contact.id, changedFields: 'tags' }, options.depth);
+  await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: contact.id, changedFields: 'tags' }, options.cause);
 }
 
 /**

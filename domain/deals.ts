@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Db } from './db';
 import { ApiError } from './errors';
-import { recordEvent, recordTrigger } from './outbox';
+import { Cause, recordEvent, recordTrigger } from './outbox';
 import { Page, PAGE_TOTAL, pageWithTotal } from './pagination';
 import { resolveOrCreateProduct } from './products';
 import { Actor, canonical, isUuid, memberNames, requireContact, resolveMember } from './refs';
@@ -172,7 +172,7 @@ export interface CreateDealInput {
 }
 
 /** Creates a deal and records card.created and the card_created trigger in the same transaction. */
-export async function createDeal(db: Db | Trx, workspaceId: string, input: CreateDealInput, options: { depth?: number } = {}) {
+export async function createDeal(db: Db | Trx, workspaceId: string, input: CreateDealInput, options: { cause?: Cause } = {}) {
   const run = async (trx: Trx) => {
     const contact = await requireContact(trx, workspaceId, input.contactId);
     const pipeline = await resolvePipeline(trx, workspaceId, input.pipeline);
@@ -196,9 +196,8 @@ export async function createDeal(db: Db | Trx, workspaceId: string, input: Creat
         custom_values: JSON.stringify(dropNulls(customValues)),
       })
       .returning('*');
-    const depth = options.depth ?? 0;
-    await recordEvent(trx, workspaceId, 'card.created', { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name }, depth);
-    await recordTrigger(trx, workspaceId, 'card_created', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, depth);
+    await recordEvent(trx, workspaceId, 'card.created', { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name }, options.cause);
+    await recordTrigger(trx, workspaceId, 'card_created', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, options.cause);
     return serializeDeal(row, assignee?.name);
   };
   // Inside a caller's transaction this is a savepoint; otherwise its own transaction.
@@ -224,8 +223,7 @@ export interface UpdateDealInput {
  * applied one after the other: the second sees the stage or status already in place, changes
  * nothing and records no event (status changes and stage moves are atomic).
  */
-export async function updateDeal(db: Db, workspaceId: string, dealId: string, input: UpdateDealInput, actor: Actor, options: { depth?: number } = {}) {
-  const depth = options.depth ?? 0;
+export async function updateDeal(db: Db, workspaceId: string, dealId: string, input: UpdateDealInput, actor: Actor, options: { cause?: Cause } = {}) {
   return db.transaction(async (trx) => {
     const before = await findDeal(trx, workspaceId, dealId, { forUpdate: true });
     const changes: Record<string, unknown> = {};
@@ -278,17 +276,17 @@ export async function updateDeal(db: Db, workspaceId: string, dealId: string, in
         actor_name: actor.name,
         meta: JSON.stringify({ from: move.from.name, to: move.to.name, fromStageId: move.from.id, toStageId: move.to.id }),
       });
-      await recordEvent(trx, workspaceId, 'card.moved', { card_id: row.id, from_stage_id: move.from.id, to_stage_id: move.to.id, contact_id: row.contact_id, name: row.name }, depth);
-      await recordTrigger(trx, workspaceId, 'stage_changed', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, fromStageId: move.from.id, toStageId: move.to.id }, depth);
+      await recordEvent(trx, workspaceId, 'card.moved', { card_id: row.id, from_stage_id: move.from.id, to_stage_id: move.to.id, contact_id: row.contact_id, name: row.name }, options.cause);
+      await recordTrigger(trx, workspaceId, 'stage_changed', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, fromStageId: move.from.id, toStageId: move.to.id }, options.cause);
     }
     const closed = { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name };
     if (transition === 'won') {
-      await recordEvent(trx, workspaceId, 'card.won', { ...closed, value: money(row.value), closed_at: iso(row.closed_at) }, depth);
-      await recordTrigger(trx, workspaceId, 'deal_won', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, depth);
+      await recordEvent(trx, workspaceId, 'card.won', { ...closed, value: money(row.value), closed_at: iso(row.closed_at) }, options.cause);
+      await recordTrigger(trx, workspaceId, 'deal_won', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, options.cause);
     }
     if (transition === 'lost') {
-      await recordEvent(trx, workspaceId, 'card.lost', { ...closed, lost_reason: row.lost_reason, closed_at: iso(row.closed_at) }, depth);
-      await recordTrigger(trx, workspaceId, 'deal_lost', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id, lostReason: row.lost_reason }, depth);
+      await recordEvent(trx, workspaceId, 'card.lost', { ...closed, lost_reason: row.lost_reason, closed_at: iso(row.closed_at) }, options.cause);
+      await recordTrigger(trx, workspaceId, 'deal_lost', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id, lostReason: row.lost_reason }, options.cause);
     }
     if (input.assignedTo !== undefined) return serializeDeal(row, assigneeName);
     return (await serializeDeals(trx, workspaceId, [row]))[0];

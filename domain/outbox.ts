@@ -23,18 +23,29 @@ export type Trigger = (typeof TRIGGERS)[number];
 
 type Writer = Knex | Knex.Transaction;
 
-async function append(trx: Writer, workspaceId: string, kind: 'webhook' | 'trigger', name: string, payload: object, depth: number): Promise<void> {
-  await trx('outbox_events').insert({ workspace_id: workspaceId, kind, name, payload, depth });
+/**
+ * What caused a change: a direct request (depth 0, no chain) or an automation run, `depth` runs
+ * deep in the chain that began with one root event (`chain`: that root's id). Loop protection reads
+ * both: the depth bounds how deep a chain goes, the chain id how many runs it may start in all.
+ */
+export interface Cause {
+  depth: number;
+  chain: string | null;
+}
+export const DIRECT: Cause = { depth: 0, chain: null };
+
+async function append(trx: Writer, workspaceId: string, kind: 'webhook' | 'trigger', name: string, payload: object, cause: Cause): Promise<void> {
+  await trx('outbox_events').insert({ workspace_id: workspaceId, kind, name, payload, depth: cause.depth, chain_id: cause.chain });
 }
 
 /** An outbound event: its fields sit at the root next to `event`, `workspace_id` and `timestamp`. */
-export function recordEvent(trx: Writer, workspaceId: string, event: WebhookEvent, fields: Record<string, unknown>, depth = 0): Promise<void> {
-  return append(trx, workspaceId, 'webhook', event, { event, workspace_id: workspaceId, timestamp: new Date().toISOString(), ...fields }, depth);
+export function recordEvent(trx: Writer, workspaceId: string, event: WebhookEvent, fields: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
+  return append(trx, workspaceId, 'webhook', event, { event, workspace_id: workspaceId, timestamp: new Date().toISOString(), ...fields }, cause);
 }
 
 /** An internal automation trigger with its variables. */
-export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger, variables: Record<string, unknown>, depth = 0): Promise<void> {
-  return append(trx, workspaceId, 'trigger', trigger, { trigger, ...variables }, depth);
+export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger, variables: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
+  return append(trx, workspaceId, 'trigger', trigger, { trigger, ...variables }, cause);
 }
 
 /**
@@ -42,5 +53,5 @@ export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger
  * worker's dispatcher starts its workflow, so a 202 never waits on Temporal, nor fails with it.
  */
 export function recordAcceptedRun(trx: Writer, workspaceId: string, run: { runId: string; automationId: string; externalId?: string; webhookBody: unknown }): Promise<void> {
-  return append(trx, workspaceId, 'trigger', 'webhook_received', { trigger: 'webhook_received', ...run }, 0);
+  return append(trx, workspaceId, 'trigger', 'webhook_received', { trigger: 'webhook_received', ...run }, DIRECT);
 }

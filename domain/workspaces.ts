@@ -14,6 +14,8 @@ export const planSchema = z
     broadcastLimit: limit,
     inboundWebhookQuota: limit,
     webhookQuota: limit,
+    automationLimit: limit,
+    automationRunsPerMinute: limit,
     apiAccess: z.boolean(),
     active: z.boolean(),
   })
@@ -26,6 +28,8 @@ const PLAN_COLUMNS = {
   broadcastLimit: 'broadcast_limit',
   inboundWebhookQuota: 'inbound_webhook_quota',
   webhookQuota: 'webhook_quota',
+  automationLimit: 'automation_limit',
+  automationRunsPerMinute: 'automation_runs_per_minute',
   apiAccess: 'api_access',
   active: 'active',
 } as const;
@@ -38,6 +42,8 @@ export interface WorkspaceRow {
   broadcast_limit: number | null;
   inbound_webhook_quota: number | null;
   webhook_quota: number | null;
+  automation_limit: number | null;
+  automation_runs_per_minute: number | null;
   api_access: boolean;
   active: boolean;
   created_at: Date;
@@ -63,6 +69,8 @@ export function serializeWorkspace(row: WorkspaceRow) {
       broadcastLimit: row.broadcast_limit,
       inboundWebhookQuota: row.inbound_webhook_quota,
       webhookQuota: row.webhook_quota,
+      automationLimit: row.automation_limit,
+      automationRunsPerMinute: row.automation_runs_per_minute,
       apiAccess: row.api_access,
       active: row.active,
     },

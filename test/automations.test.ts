@@ -433,12 +433,11 @@ describe('durable actions', () => {
   it(`stops a chain of automations deeper than ${MAX_CHAIN_DEPTH} and records why`, async () => {
     const ws = await workspace();
     const pipeline = await seedPipeline(api, ws.id, { name: 'Loop', stages: ['One', 'Two'] });
-    // Every stage move fires stage_changed, and this automation moves the deal back where it came
-    // from: an endless ping-pong, one run per link of the chain.
-    const pingPong = await automation(ws, { trigger: { type: 'stage_changed' }, actions: [{ type: 'move_deal', stage: '{{fromStageId}}' }] });
+    // Every new deal fires card_created, and this automation creates another deal: an endless
+    // chain, one run per link, each on a new record (so only the depth stops it).
+    const pingPong = await automation(ws, { trigger: { type: 'card_created' }, actions: [{ type: 'create_deal', pipeline: pipeline.id }] });
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Loopy' });
-    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id } })).body.data;
-    await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { stageId: pipeline.stages[1].id } });
+    await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id } });
     const all = await settledRuns(ws, pingPong.id, MAX_CHAIN_DEPTH + 1);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const final = await runs(ws, pingPong.id);
@@ -446,7 +445,7 @@ describe('durable actions', () => {
     expect(all.filter((r) => r.status === 'completed')).toHaveLength(MAX_CHAIN_DEPTH);
     const [stopped] = final.filter((r) => r.status === 'failed');
     expect(stopped.error).toMatch(new RegExp(`Loop protection: .* ${MAX_CHAIN_DEPTH} deep; the limit is ${MAX_CHAIN_DEPTH}`));
-    const depths = (await outbox(api, ws.id, 'card.moved')).map((e) => e.depth);
+    const depths = (await outbox(api, ws.id, 'card.created')).map((e) => e.depth);
     expect(depths).toEqual(Array.from({ length: MAX_CHAIN_DEPTH + 1 }, (_, i) => i));
   });
 });

@@ -7,6 +7,8 @@ export interface RunInput {
   runId: string;
   /** Chain depth of the event that started the run; the run's own changes record depth + 1. */
   depth: number;
+  /** The chain the run belongs to: the id of the root event every run of the chain descends from. */
+  chain?: string;
   trigger: {
     type: string;
     /** Trigger variables (`changedFields`, `pipelineId`, ...), as text. */

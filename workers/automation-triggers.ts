@@ -1,5 +1,6 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
-import { CONTACT_FIELDS, MAX_CHAIN_DEPTH, runWorkflowId, TriggerConfig } from '../domain/automations';
+import { CHAIN_RUN_BUDGET, CONTACT_FIELDS, MAX_CHAIN_DEPTH, runWorkflowId, TriggerConfig } from '../domain/automations';
+import { consume } from '../domain/rate-limit';
 import type { Db } from '../domain/db';
 import { START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 import type { RunInput } from '../types/automations';
@@ -32,10 +33,36 @@ function matches(automation: Candidate, variables: Record<string, unknown>): boo
  * active automation), exactly once. The run row is unique per (automation, event) and the run
  * workflow's id derives from the event (`REJECT_DUPLICATE`), so a dispatcher taking a row again
  * after a crash neither records nor starts a second run. A trigger whose event an automation
- * caused deeper than MAX_CHAIN_DEPTH records a failed run instead (loop protection).
+ * caused deeper than MAX_CHAIN_DEPTH records a failed run instead (loop protection), and so does
+ * one refused by `refusal` (the chain's run budget, no self-retrigger, the workspace's run rate).
  */
 export function createTriggerHandler(options: { db: Db; temporal: () => Promise<Client>; taskQueue: string; waitScale: number }) {
   const { db } = options;
+
+  /**
+   * Why a run of `automation` for this event must not start, or null. One root event (an API call,
+   * an inbound webhook) may cause at most CHAIN_RUN_BUDGET runs through its whole chain, however
+   * many automations fire each other; an automation never runs again on the record (deal, else
+   * contact) it already ran on in the same chain; a workspace starts at most its plan's
+   * `automationRunsPerMinute` triggered runs a minute. Without them, N automations that fire each other make about N^5 runs.
+   */
+  async function refusal(row: OutboxRow, automation: Candidate, chain: string): Promise<string | null> {
+    if (row.depth >= MAX_CHAIN_DEPTH) return `Loop protection: this event comes from a chain of automations ${row.depth} deep; the limit is ${MAX_CHAIN_DEPTH}`;
+    const variables = row.payload as Record<string, unknown>;
+    const record = String(variables.dealId ?? variables.contactId ?? '');
+    // A run already recorded for this automation and event (a dispatcher taking the row again) is this run, not an earlier one.
+    const earlier = db('automation_runs').where({ chain_id: chain }).whereRaw('(event_id IS DISTINCT FROM ? OR automation_id <> ?)', [row.id, automation.id]);
+    const again = await earlier.clone().where({ automation_id: automation.id }).whereRaw(`coalesce(trigger->>'dealId', trigger->>'contactId') = ?`, [record]).first('id');
+    if (again) return 'Loop protection: this automation already ran on this record in the same chain of automations';
+    const { count } = await earlier.clone().first(db.raw('count(*)::int AS count'));
+    if (count >= CHAIN_RUN_BUDGET) return `Loop protection: the event that began this chain of automations has caused ${count} runs; the limit is ${CHAIN_RUN_BUDGET}`;
+    const plan = await db('workspaces').where({ id: row.workspace_id }).first('automation_runs_per_minute');
+    const limit: number | null = plan?.automation_runs_per_minute ?? null;
+    if (limit === null) return null;
+    const [rate] = await consume(db, [{ name: `runs:${row.workspace_id}`, limit, code: 'RATE_LIMITED' }]);
+    if (rate.count > limit) return `Rate limit: the plan allows ${limit} triggered runs a minute; this one was not started`;
+    return null;
+  }
 
   /** Internal triggers: a run (recorded once per automation and event) for each active automation the event matches. */
   async function matchTriggers(rows: OutboxRow[], starts: RunInput[], keys: string[]): Promise<void> {
@@ -58,20 +85,22 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
       const variables = row.payload as Record<string, unknown>;
       for (const automation of candidates.filter((a) => a.workspace_id === row.workspace_id && a.trigger_type === row.name)) {
         if (!matches(automation, variables)) continue;
-        const tooDeep = row.depth >= MAX_CHAIN_DEPTH;
+        const chain = row.chain_id ?? row.id;
+        const refused = await refusal(row, automation, chain);
         const inserted = await db.raw(
-          `INSERT INTO automation_runs (workspace_id, automation_id, status, trigger, event_id, depth, error, finished_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ${tooDeep ? 'now()' : 'NULL'})
+          `INSERT INTO automation_runs (workspace_id, automation_id, status, trigger, event_id, depth, chain_id, error, finished_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ${refused ? 'now()' : 'NULL'})
            ON CONFLICT (automation_id, event_id) WHERE event_id IS NOT NULL DO UPDATE SET depth = EXCLUDED.depth
            RETURNING id, status`,
           [
             row.workspace_id,
             automation.id,
-            tooDeep ? 'failed' : 'running',
+            refused ? 'failed' : 'running',
             JSON.stringify({ type: row.name, ...variables }),
             row.id,
             row.depth,
-            tooDeep ? `Loop protection: this event comes from a chain of automations ${row.depth} deep; the limit is ${MAX_CHAIN_DEPTH}` : null,
+            chain,
+            refused,
           ],
         );
         const run = inserted.rows[0];
@@ -82,6 +111,7 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
           automationId: automation.id,
           runId: run.id,
           depth: row.depth,
+          chain,
           waitScale: options.waitScale,
           trigger: {
             type: row.name,

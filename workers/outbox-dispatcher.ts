@@ -46,6 +46,8 @@ export interface OutboxRow {
   name: string;
   payload: Record<string, unknown>;
   depth: number;
+  /** The automation chain the event belongs to (its root event's id), or null for a root event. */
+  chain_id: string | null;
 }
 
 interface NewDelivery {
@@ -86,7 +88,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
            ORDER BY seq
            LIMIT ?
            FOR UPDATE SKIP LOCKED)
-        RETURNING id, workspace_id, kind, name, payload, depth`,
+        RETURNING id, workspace_id, kind, name, payload, depth, chain_id`,
       [leaseSeconds, batchSize],
     );
     return rows;

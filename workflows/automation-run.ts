@@ -34,7 +34,7 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
           await sleep(Math.max(1, Math.round(Number(action.seconds) * 1000 * (input.waitScale ?? 1))));
           continue;
         }
-        const step: ActionResult = await acts.runAction({ workspaceId: input.workspaceId, automationId: input.automationId, runId: input.runId, automationName: plan.automationName, depth: input.depth, index, action, context });
+        const step: ActionResult = await acts.runAction({ workspaceId: input.workspaceId, automationId: input.automationId, runId: input.runId, automationName: plan.automationName, depth: input.depth, chain: input.chain, index, action, context });
         context = step.context;
         if (step.send) {
           try {

@@ -72,11 +72,11 @@ export const automationRoutes = [
     description:
       'Trigger types: `webhook_received` (with `eventFilter`, `mapping`; gets a `webhookUrl` and takes one unit of the plan’s inbound-webhook ' +
       'quota, 402 `INBOUND_WEBHOOK_LIMIT_REACHED`), `stage_changed`, `deal_won`, `deal_lost`, `card_created` (optional `pipelineId`), ' +
-      `\`contact_updated\` (optional \`fields\`). ${ACTIONS_DOC}`,
+      `\`contact_updated\` (optional \`fields\`). The plan's \`automationLimit\` caps the workspace's automations (402 \`AUTOMATION_LIMIT_REACHED\`). ${ACTIONS_DOC}`,
     status: 201,
     body: AutomationBody,
     response: single(Automation),
-    errors: ['INBOUND_WEBHOOK_LIMIT_REACHED', 'INVALID_URL'],
+    errors: ['INBOUND_WEBHOOK_LIMIT_REACHED', 'AUTOMATION_LIMIT_REACHED', 'INVALID_URL'],
     handler: async (ctx, { body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
       return { data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, base(ctx)) };

@@ -1,0 +1,109 @@
+/**
+ * Automations cannot turn one tenant's API call into unbounded work on the shared worker,
+ * Temporal and PostgreSQL: a chain of automations has a run budget as well as a depth, an
+ * automation never re-runs on the record it already ran on in the same chain, a workspace's
+ * triggered runs are rate-limited by its plan, and the plan caps how many automations it has.
+ * Everything runs through the real API, outbox dispatcher, worker and Temporal.
+ */
+import { ALL_SCOPES } from '../../domain/scopes';
+import { CHAIN_RUN_BUDGET } from '../../domain/automations';
+import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from '../helpers';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+let seq = 0;
+const phone = (): string => `55479${String(82000000 + ++seq * 7907 + (process.pid % 977))}`;
+
+const workspace = (plan?: Record<string, unknown>): Promise<Workspace> => createWorkspace(api, { scopes: [...ALL_SCOPES], plan });
+
+async function automation(ws: Workspace, body: Record<string, unknown>): Promise<{ id: string }> {
+  const res = await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'flow', ...body } });
+  expect(res.status).toBe(201);
+  return res.body.data;
+}
+
+type Run = { status: string; error: string | null; chain_id: string | null; automation_id: string };
+const runsOf = (ws: Workspace): Promise<Run[]> => api.db('automation_runs').where({ workspace_id: ws.id }).select('status', 'error', 'chain_id', 'automation_id');
+
+/** The workspace's runs once none is running and the count has stayed the same for a second. */
+async function settled(ws: Workspace, atLeast: number, timeoutMs = 60_000): Promise<Run[]> {
+  let last = -1;
+  return eventually(
+    `${atLeast}+ settled runs`,
+    async () => {
+      const all = await runsOf(ws);
+      const done = all.length >= atLeast && all.every((r) => r.status !== 'running') && all.length === last;
+      last = all.length;
+      return done && all;
+    },
+    timeoutMs,
+    1000,
+  );
+}
+
+async function dealIn(ws: Workspace, pipelineId: string): Promise<{ id: string }> {
+  const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Chain' });
+  const res = await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipelineId } });
+  expect(res.status).toBe(201);
+  return res.body.data;
+}
+
+describe('automation fan-out', () => {
+  it(`one root event causes at most ${CHAIN_RUN_BUDGET} runs, however many automations fire each other`, async () => {
+    const ws = await workspace();
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Fan', stages: ['New'] });
+    // Three automations that each create a deal on every new deal: 3 + 9 + 27 + 81 + 243 runs
+    // within the depth limit alone.
+    for (let i = 0; i < 3; i++) await automation(ws, { trigger: { type: 'card_created' }, actions: [{ type: 'create_deal', pipeline: pipeline.id, name: `copy ${i}` }] });
+    await dealIn(ws, pipeline.id);
+    const all = await settled(ws, CHAIN_RUN_BUDGET);
+    expect(new Set(all.map((r) => r.chain_id)).size).toBe(1);
+    expect(all.filter((r) => r.status === 'completed').length).toBeLessThanOrEqual(CHAIN_RUN_BUDGET);
+    expect(all.some((r) => r.status === 'failed' && /^Loop protection: the event that began this chain of automations has caused \d+ runs; the limit is 25$/.test(r.error ?? ''))).toBe(true);
+    const deals = await api.db('deals').where({ workspace_id: ws.id }).count({ n: '*' }).first();
+    expect(Number(deals!.n)).toBeLessThanOrEqual(1 + CHAIN_RUN_BUDGET);
+  });
+
+  it('an automation does not run again on the record it already ran on in the same chain', async () => {
+    const ws = await workspace();
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Ping', stages: ['One', 'Two'] });
+    // Moves the deal back where it came from: each move fires stage_changed again, on the same deal.
+    const pingPong = await automation(ws, { trigger: { type: 'stage_changed' }, actions: [{ type: 'move_deal', stage: '{{fromStageId}}' }] });
+    const deal = await dealIn(ws, pipeline.id);
+    await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { stageId: pipeline.stages[1].id } });
+    const all = await settled(ws, 2);
+    expect(all.map((r) => r.status).sort()).toEqual(['completed', 'failed']);
+    expect(all.find((r) => r.status === 'failed')!.error).toBe('Loop protection: this automation already ran on this record in the same chain of automations');
+    expect(all.every((r) => r.automation_id === pingPong.id)).toBe(true);
+    // The deal ends where the automation put it: back in the first stage, moved once.
+    expect((await api.db('deals').where({ id: deal.id }).first('stage_id')).stage_id).toBe(pipeline.stages[0].id);
+  });
+
+  it("limits a workspace's triggered runs per minute by its plan, recording the ones it did not start", async () => {
+    await awayFromMinuteBoundary();
+    const ws = await workspace({ automationRunsPerMinute: 2 });
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Rate', stages: ['New'] });
+    await automation(ws, { trigger: { type: 'card_created' }, actions: [{ type: 'add_note', body: 'hello' }] });
+    for (let i = 0; i < 4; i++) await dealIn(ws, pipeline.id);
+    const all = await settled(ws, 4);
+    expect(all.filter((r) => r.status === 'completed')).toHaveLength(2);
+    const limited = all.filter((r) => r.status === 'failed');
+    expect(limited.map((r) => r.error)).toEqual(Array(2).fill('Rate limit: the plan allows 2 triggered runs a minute; this one was not started'));
+    expect(await api.db('notes').where({ workspace_id: ws.id }).count({ n: '*' }).first()).toEqual({ n: 2 });
+  });
+
+  it('caps the automations of a workspace by its plan (402 AUTOMATION_LIMIT_REACHED), concurrent creations included', async () => {
+    const ws = await workspace({ automationLimit: 2 });
+    const create = () => api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'flow', trigger: { type: 'deal_won' }, actions: [{ type: 'add_note', body: 'won' }] } });
+    const results = await Promise.all(Array.from({ length: 5 }, create));
+    expect(results.map((r) => r.status).sort()).toEqual([201, 201, 402, 402, 402]);
+    expectError(results.find((r) => r.status === 402)!, 402, 'AUTOMATION_LIMIT_REACHED');
+    const id = results.find((r) => r.status === 201)!.body.data.id;
+    expect((await api.request('DELETE', `/api/v1/automations/${id}`, { key: ws.key })).status).toBe(200);
+    expect((await create()).status).toBe(201);
+  });
+});
