@@ -6,6 +6,7 @@ import { ApiError, notFound } from './errors';
 import { MESSAGE_CONTENT_FIELDS } from './sending';
 import { Page, pageWithTotal } from './pagination';
 import { isUuid } from './refs';
+import { grants, Scope } from './scopes';
 import { cut, storable } from './text';
 import { assertSafeUrlSyntax, UrlPolicy } from './url-safety';
 
@@ -58,6 +59,36 @@ export const ActionSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('wait'), seconds: z.number().int().min(1).max(30 * 86_400) }),
 ]);
 export type Action = z.infer<typeof ActionSchema>;
+
+/**
+ * The scopes each action needs through the API. A run acts for the workspace without a key, so
+ * the key that saves an automation must hold what its actions (and an inbound mapping's lead
+ * intake) would need: `automations:write` alone must not send messages or write deals.
+ */
+const ACTION_SCOPES: Record<Action['type'], Scope[]> = {
+  add_tag: ['tags:write'],
+  remove_tag: ['tags:write'],
+  update_contact: ['leads:write'],
+  create_deal: ['deals:write'],
+  move_deal: ['deals:write'],
+  set_deal_status: ['deals:write'],
+  create_task: ['tasks:write'],
+  add_note: ['notes:write'],
+  send_message: ['conversations:send'],
+  wait: [],
+};
+
+/** 403 INSUFFICIENT_SCOPE naming every scope the automation needs that the key lacks. */
+export function assertScopesToSave(keyScopes: readonly string[], automation: { mapping?: { phone?: string }; actions: readonly { type: string }[] }): void {
+  const needed = new Set<Scope>(automation.actions.flatMap((a) => ACTION_SCOPES[a.type as Action['type']] ?? []));
+  if (automation.mapping?.phone) needed.add('leads:write');
+  const missing = [...needed].filter((scope) => !grants(keyScopes, [scope]));
+  if (missing.length > 0) {
+    throw new ApiError('INSUFFICIENT_SCOPE', 'The API key lacks scopes the automation\'s actions need', {
+      hint: `An automation acts with the scopes of the key that saves it: add ${missing.join(', ')} to the key, or remove the actions that need them.`,
+    });
+  }
+}
 
 const MappingSchema = z
   .object({
@@ -262,8 +293,9 @@ async function takeAutomationUnit(trx: Db, workspaceId: string): Promise<void> {
   }
 }
 
-export async function createAutomation(db: Db, workspaceId: string, input: z.infer<typeof AutomationBody>, baseUrl: string) {
+export async function createAutomation(db: Db, workspaceId: string, input: z.infer<typeof AutomationBody>, baseUrl: string, keyScopes: readonly string[]) {
   const { type, ...trigger } = input.trigger;
+  assertScopesToSave(keyScopes, { mapping: input.trigger.mapping, actions: input.actions });
   const row: AutomationRow = await db.transaction(async (trx) => {
     const inbound = type === 'webhook_received';
     await takeAutomationUnit(trx as unknown as Db, workspaceId);
@@ -306,9 +338,15 @@ export async function updateAutomation(
   id: string,
   patch: { name?: string; active?: boolean; trigger?: TriggerConfig; actions?: Action[] },
   baseUrl: string,
+  keyScopes: readonly string[],
 ) {
   return db.transaction(async (trx) => {
     const before = await getAutomationRow(trx as unknown as Db, workspaceId, id, { forUpdate: true });
+    // A change that sets what the automation does, or turns it on, answers for all it will do,
+    // whoever wrote its actions before; renaming or turning it off takes nothing.
+    if (patch.actions !== undefined || patch.trigger !== undefined || patch.active === true) {
+      assertScopesToSave(keyScopes, { mapping: (patch.trigger ?? (before.trigger as TriggerConfig)).mapping, actions: patch.actions ?? (before.actions as Action[]) });
+    }
     const changes: Record<string, unknown> = { updated_at: trx.fn.now() };
     if (patch.name !== undefined) changes.name = patch.name;
     if (patch.active !== undefined) changes.active = patch.active;

@@ -72,14 +72,15 @@ export const automationRoutes = [
     description:
       'Trigger types: `webhook_received` (with `eventFilter`, `mapping`; gets a `webhookUrl` and takes one unit of the plan’s inbound-webhook ' +
       'quota, 402 `INBOUND_WEBHOOK_LIMIT_REACHED`), `stage_changed`, `deal_won`, `deal_lost`, `card_created` (optional `pipelineId`), ' +
-      `\`contact_updated\` (optional \`fields\`). The plan's \`automationLimit\` caps the workspace's automations (402 \`AUTOMATION_LIMIT_REACHED\`). ${ACTIONS_DOC}`,
+      `\`contact_updated\` (optional \`fields\`). The plan's \`automationLimit\` caps the workspace's automations (402 \`AUTOMATION_LIMIT_REACHED\`). ` +
+      `A run acts without a key, so the key saving an automation must also hold the scopes its actions need (403 \`INSUFFICIENT_SCOPE\` names them). ${ACTIONS_DOC}`,
     status: 201,
     body: AutomationBody,
     response: single(Automation),
     errors: ['INBOUND_WEBHOOK_LIMIT_REACHED', 'AUTOMATION_LIMIT_REACHED', 'INVALID_URL'],
     handler: async (ctx, { body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, base(ctx)) };
+      return { data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, base(ctx), ctx.state.auth!.scopes) };
     },
   }),
   route({
@@ -117,7 +118,9 @@ export const automationRoutes = [
     scopes: ['automations:write'],
     ipProfile: 'write',
     summary: 'Change an automation',
-    description: 'Any of `name`, `active`, `trigger` (same type), `actions`. Runs already started keep the actions they began with.',
+    description:
+      'Any of `name`, `active`, `trigger` (same type), `actions`. Runs already started keep the actions they began with. Changing `actions` or `trigger`, or ' +
+      'setting `active: true`, needs the scopes the resulting actions need (403 `INSUFFICIENT_SCOPE`); renaming or deactivating does not.',
     params: IdParams,
     body: z
       .object({ name: z.string().trim().min(1).max(200).optional(), active: z.boolean().optional(), trigger: TriggerSchema.optional(), actions: z.array(ActionSchema).min(1).max(50).optional() })
@@ -126,7 +129,7 @@ export const automationRoutes = [
     errors: ['INVALID_URL'],
     handler: async (ctx, { params, body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, base(ctx)) };
+      return { data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, base(ctx), ctx.state.auth!.scopes) };
     },
   }),
   route({

@@ -7,7 +7,7 @@
  */
 import { ALL_SCOPES } from '../../domain/scopes';
 import { CHAIN_RUN_BUDGET } from '../../domain/automations';
-import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from '../helpers';
+import { awayFromMinuteBoundary, createKey, createWorkspace, eventually, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from '../helpers';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -105,5 +105,31 @@ describe('automation fan-out', () => {
     const id = results.find((r) => r.status === 201)!.body.data.id;
     expect((await api.request('DELETE', `/api/v1/automations/${id}`, { key: ws.key })).status).toBe(200);
     expect((await create()).status).toBe(201);
+  });
+});
+
+describe('automations cannot escalate a key’s scopes', () => {
+  it('saving or re-arming an automation needs the scopes its actions need; renaming or turning it off does not', async () => {
+    const ws = await workspace();
+    const narrow = (await createKey(api, ws.id, ['automations:write', 'automations:read'])).key;
+    const save = (key: string, actions: unknown[], trigger: Record<string, unknown> = { type: 'deal_won' }) =>
+      api.request('POST', '/api/v1/automations', { key, body: { name: 'flow', trigger, actions } });
+
+    const send = await save(narrow, [{ type: 'send_message', text: 'hi' }, { type: 'create_deal', pipeline: 'Sales' }]);
+    expectError(send, 403, 'INSUFFICIENT_SCOPE');
+    expect(send.body.hint).toMatch(/add conversations:send, deals:write to the key/);
+    // An inbound mapping that takes in leads is a lead write.
+    expectError(await save(narrow, [{ type: 'wait', seconds: 5 }], { type: 'webhook_received', mapping: { phone: 'customer.phone' } }), 403, 'INSUFFICIENT_SCOPE');
+    expect((await save(narrow, [{ type: 'wait', seconds: 5 }])).status).toBe(201);
+    expect(await api.db('automations').where({ workspace_id: ws.id }).count({ n: '*' }).first()).toEqual({ n: 1 });
+
+    // One saved by a key with every scope: the narrow key may rename it or turn it off, not change or re-arm it.
+    const full = await save(ws.key, [{ type: 'add_tag', tag: 'won' }]);
+    expect(full.status).toBe(201);
+    const patch = (body: Record<string, unknown>) => api.request('PATCH', `/api/v1/automations/${full.body.data.id}`, { key: narrow, body });
+    expect((await patch({ name: 'renamed', active: false })).status).toBe(200);
+    expectError(await patch({ active: true }), 403, 'INSUFFICIENT_SCOPE');
+    expectError(await patch({ actions: [{ type: 'add_note', body: 'x' }] }), 403, 'INSUFFICIENT_SCOPE');
+    expect((await api.db('automations').where({ id: full.body.data.id }).first('active', 'actions'))).toEqual({ active: false, actions: [{ type: 'add_tag', tag: 'won' }] });
   });
 });
