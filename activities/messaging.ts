@@ -8,6 +8,7 @@ import { requirePhone } from '../domain/contacts';
 import { visibleConversations } from '../domain/conversations';
 import { findOrCreateContact, findOrCreateConversation, giveBackDaily, takeDaily } from '../domain/messaging';
 import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
+import { suspension } from '../domain/workspaces';
 import { sendThroughProvider } from './providers';
 import { OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
 import { PROVIDER_RETRYABLE } from '../types/messaging';
@@ -83,7 +84,9 @@ export function createMessagingActivities({ db }: { db: Db }) {
           if (done) return done.prepared as PreparedSend;
           const now = new Date();
           const day = saoPauloDay(now);
-          const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit');
+          const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit', 'active', 'api_access');
+          const suspended = workspace && suspension(workspace, 'send');
+          if (suspended) throw suspended;
 
           let instance: SendInstance;
           let contact: { id: string; name: string; phone: string; opted_out: boolean; wa_id: string | null };

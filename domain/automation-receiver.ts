@@ -4,6 +4,7 @@ import type { Db } from './db';
 import { ApiError } from './errors';
 import { recordAcceptedRun } from './outbox';
 import { storableJson } from './text';
+import { suspension } from './workspaces';
 
 /**
  * The inbound webhook receiver (POST /api/automations/webhook-in/{token}): the URL's token names
@@ -21,9 +22,14 @@ export type InboundStatus = 'accepted' | 'filtered' | 'duplicate';
 
 /** The automation behind an inbound webhook URL; an unknown or revoked token is 404 NOT_FOUND. */
 export async function findInboundAutomation(db: Db, token: string): Promise<InboundAutomation> {
-  const automation = await db('automations').where({ webhook_token: token }).first('id', 'workspace_id', 'active', 'trigger');
+  const automation = await db('automations as a')
+    .join('workspaces as w', 'w.id', 'a.workspace_id')
+    .where({ 'a.webhook_token': token })
+    .first('a.id', 'a.workspace_id', 'a.active', 'a.trigger', 'w.active as workspace_active', 'w.api_access');
   if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
-  return automation;
+  const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'inboundWebhook');
+  if (suspended) throw suspended;
+  return { id: automation.id, workspace_id: automation.workspace_id, active: automation.active, trigger: automation.trigger };
 }
 
 /**

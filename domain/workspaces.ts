@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { Db } from './db';
-import { notFound } from './errors';
+import { ApiError, notFound } from './errors';
 import { iso } from './time';
 
 /** A plan limit: what the `integer` column holds (a larger one is 400 VALIDATION, not a database error); null is unlimited. */
@@ -105,4 +105,19 @@ export async function updateWorkspace(db: Db, workspaceId: string, input: { name
     .returning('*');
   if (!row) throw notFound('Workspace');
   return serializeWorkspace(row);
+}
+
+/**
+ * What a suspended workspace still does, for every path that acts for it. An inactive
+ * subscription stops everything that acts: the REST API, the inbound automation receiver,
+ * automation runs and sends (an automation's too). API access off stops only the REST API. What
+ * the workspace's customers send is still recorded (provider webhooks), so no message is lost
+ * while it is suspended; its events are still delivered to its webhook subscriptions.
+ */
+export type WorkspacePath = 'api' | 'inboundWebhook' | 'automationRun' | 'send';
+
+export function suspension(standing: { active: boolean; api_access: boolean }, path: WorkspacePath): ApiError | null {
+  if (!standing.active) return new ApiError('SUBSCRIPTION_INACTIVE', 'The workspace subscription is inactive');
+  if (path === 'api' && !standing.api_access) return new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
+  return null;
 }

@@ -1,6 +1,7 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import { CHAIN_RUN_BUDGET, CONTACT_FIELDS, MAX_CHAIN_DEPTH, runWorkflowId, TriggerConfig } from '../domain/automations';
 import { consume } from '../domain/rate-limit';
+import { suspension } from '../domain/workspaces';
 import type { Db } from '../domain/db';
 import { START_DEADLINE_MS, withDeadline } from '../domain/temporal';
 import type { RunInput } from '../types/automations';
@@ -56,7 +57,9 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
     if (again) return 'Loop protection: this automation already ran on this record in the same chain of automations';
     const { count } = await earlier.clone().first(db.raw('count(*)::int AS count'));
     if (count >= CHAIN_RUN_BUDGET) return `Loop protection: the event that began this chain of automations has caused ${count} runs; the limit is ${CHAIN_RUN_BUDGET}`;
-    const plan = await db('workspaces').where({ id: row.workspace_id }).first('automation_runs_per_minute');
+    const plan = await db('workspaces').where({ id: row.workspace_id }).first('automation_runs_per_minute', 'active', 'api_access');
+    const suspended = plan && suspension(plan, 'automationRun');
+    if (suspended) return suspended.message;
     const limit: number | null = plan?.automation_runs_per_minute ?? null;
     if (limit === null) return null;
     const [rate] = await consume(db, [{ name: `runs:${row.workspace_id}`, limit, code: 'RATE_LIMITED' }]);

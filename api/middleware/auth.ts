@@ -4,6 +4,7 @@ import { authenticateAndCount, hashApiKey, looksLikeApiKey, type KeyRow } from '
 import { ApiError } from '../../domain/errors';
 import { bucketStates, IpProfile, KeyProfile, shardsFor } from '../../domain/rate-limit';
 import { grants, satisfying, Scope } from '../../domain/scopes';
+import { suspension } from '../../domain/workspaces';
 import { enforce, ipBucket, keyBuckets, record, scaled } from './rate-limit';
 
 /** Who is calling: API keys (with scopes and the plan) for /api/v1, the admin token for /admin/v1. */
@@ -59,8 +60,8 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
       setAuth(ctx, key);
       record(ctx, bucketStates(bucketsOf(key), found.counted));
     }
-    if (!key.active) throw new ApiError('SUBSCRIPTION_INACTIVE', 'The workspace subscription is inactive');
-    if (!key.api_access) throw new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
+    const suspended = suspension(key, 'api');
+    if (suspended) throw suspended;
     if (!grants(key.scopes, scopes)) {
       const accepted = [...new Set(scopes.flatMap(satisfying))];
       throw new ApiError('INSUFFICIENT_SCOPE', 'The API key lacks the scope this endpoint needs', {

@@ -207,7 +207,7 @@ export const automationRoutes = [
     params: z.object({ token: z.string().min(1).max(200) }),
     status: 202,
     response: single(z.object({ runId: z.string(), status: z.enum(['accepted', 'filtered', 'duplicate']) })),
-    errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED'],
+    errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED', 'SUBSCRIPTION_INACTIVE'],
     handler: async (ctx, { params }) => {
       const { db, config } = ctx.deps;
       const raw = (ctx.request as { rawBody?: string }).rawBody ?? '';

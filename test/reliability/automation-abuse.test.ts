@@ -5,6 +5,9 @@
  * triggered runs are rate-limited by its plan, and the plan caps how many automations it has.
  * Everything runs through the real API, outbox dispatcher, worker and Temporal.
  */
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createMessagingActivities } from '../../activities/messaging';
+import { createDeal } from '../../domain/deals';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { CHAIN_RUN_BUDGET } from '../../domain/automations';
 import { awayFromMinuteBoundary, createKey, createWorkspace, eventually, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from '../helpers';
@@ -131,5 +134,36 @@ describe('automations cannot escalate a key’s scopes', () => {
     expectError(await patch({ active: true }), 403, 'INSUFFICIENT_SCOPE');
     expectError(await patch({ actions: [{ type: 'add_note', body: 'x' }] }), 403, 'INSUFFICIENT_SCOPE');
     expect((await api.db('automations').where({ id: full.body.data.id }).first('active', 'actions'))).toEqual({ active: false, actions: [{ type: 'add_tag', tag: 'won' }] });
+  });
+});
+
+describe('a suspended workspace', () => {
+  it('stops its inbound receiver, automation runs and sends, not only its API keys, and resumes when reactivated', async () => {
+    const ws = await workspace();
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Suspended', stages: ['New'] });
+    const inbound = await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'in', trigger: { type: 'webhook_received' }, actions: [{ type: 'wait', seconds: 1 }] } });
+    const onDeal = await automation(ws, { trigger: { type: 'card_created' }, actions: [{ type: 'add_note', body: 'new deal' }] });
+    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+      name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: `PN-suspended-${ws.id.slice(0, 8)}`, accessToken: 't' },
+    });
+    await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
+    const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Suspended' });
+    const receive = () => api.request('POST', new URL(inbound.body.data.webhookUrl).pathname, { body: { order: 1 } });
+
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}`, { plan: { active: false } })).status).toBe(200);
+    expectError(await api.request('GET', '/api/v1/leads', { key: ws.key }), 402, 'SUBSCRIPTION_INACTIVE');
+    expectError(await receive(), 402, 'SUBSCRIPTION_INACTIVE');
+    // A change the panel (not the API) makes still records its trigger: the run is not started.
+    await createDeal(api.db, ws.id, { contactId: contact.id, pipeline: pipeline.id });
+    const [refused] = await settled(ws, 1);
+    expect(refused).toMatchObject({ automation_id: onDeal.id, status: 'failed', error: 'The workspace subscription is inactive' });
+    // An automation's send (or one already in flight) is refused before anything is taken or sent.
+    const send = new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/suspended`, runId: 'r' } } as never);
+    const input = { workspaceId: ws.id, phone: contact.phone, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
+    await expect(send.run(createMessagingActivities({ db: api.db }).prepareSend, input)).rejects.toMatchObject({ type: 'SUBSCRIPTION_INACTIVE' });
+    expect(await api.db('daily_counters').where({ workspace_id: ws.id }).count({ n: '*' }).first()).toEqual({ n: 0 });
+
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}`, { plan: { active: true } })).status).toBe(200);
+    expect((await receive()).status).toBe(202);
   });
 });
