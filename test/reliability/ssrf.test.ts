@@ -332,9 +332,9 @@ describe('redirects to a private address are never followed', () => {
     table.push(`  redirect 307 via worker delivery → attempts=${delivery.attempts} lastStatusCode=307 "${String(delivery.lastError).slice(0, 80)}"`);
   });
 
-  it('media check (worker activity): a 302 to a private address is not followed', async () => {
+  it('media check (worker activity): a 302 to a private address is not followed, and is INVALID_URL', async () => {
     const media = createMediaActivities({ config: { allowPrivateUrls: true } });
-    await media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' });
+    await expect(media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' })).rejects.toMatchObject({ type: 'INVALID_URL', nonRetryable: true });
     expect(trapHits).toEqual([]);
   });
 });
