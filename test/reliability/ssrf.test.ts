@@ -272,6 +272,26 @@ describe('SSRF corpus at the API (ALLOW_PRIVATE_URLS off)', () => {
  * Redirects
  * ---------------------------------------------------------------------------------------------- */
 
+/** Starts `server` on a free port of `host`; answers its base URL. */
+async function listen(server: http.Server, host: string): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  return `http://${host}:${(server.address() as AddressInfo).port}`;
+}
+
+/** Stops the servers, dropping their kept-alive connections. */
+async function closeServers(...servers: http.Server[]): Promise<void> {
+  for (const server of servers) server.closeAllConnections();
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+}
+
+/** A server no request may reach (run it at a private address): it records whatever does. */
+function trapServer(hits: string[]): http.Server {
+  return http.createServer((req, res) => {
+    hits.push(`${req.method} ${req.url}`);
+    res.writeHead(200).end('internal secret');
+  });
+}
+
 describe('redirects to a private address are never followed', () => {
   let trap: http.Server;
   let bouncer: http.Server;
@@ -281,12 +301,8 @@ describe('redirects to a private address are never followed', () => {
 
   beforeAll(async () => {
     trapHits = [];
-    trap = http.createServer((req, res) => {
-      trapHits.push(`${req.method} ${req.url}`);
-      res.writeHead(200).end('internal secret');
-    });
-    await new Promise<void>((resolve) => trap.listen(0, '127.0.0.2', resolve));
-    const trapUrl = `http://127.0.0.2:${(trap.address() as AddressInfo).port}`;
+    trap = trapServer(trapHits);
+    const trapUrl = await listen(trap, '127.0.0.2');
     // `/<status>/...` answers that redirect to the trap (a different private address).
     bouncer = http.createServer((req, res) => {
       req.resume();
@@ -295,16 +311,12 @@ describe('redirects to a private address are never followed', () => {
         res.writeHead(status, { location: `${trapUrl}/stolen${req.url}` }).end();
       });
     });
-    await new Promise<void>((resolve) => bouncer.listen(0, '127.0.0.1', resolve));
-    bouncerUrl = `http://127.0.0.1:${(bouncer.address() as AddressInfo).port}`;
+    bouncerUrl = await listen(bouncer, '127.0.0.1');
     // The receiver is on this machine: an API that allows private addresses (as the suite's worker does).
     local = await startApi({ config: { allowPrivateUrls: true } });
   });
   afterAll(async () => {
-    bouncer.closeAllConnections();
-    trap.closeAllConnections();
-    await new Promise((r) => bouncer.close(r));
-    await new Promise((r) => trap.close(r));
+    await closeServers(bouncer, trap);
     await local?.close();
   });
 
@@ -384,12 +396,8 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
   beforeAll(async () => {
     trapHits = [];
     hits = [];
-    trap = http.createServer((req, res) => {
-      trapHits.push(`${req.method} ${req.url}`);
-      res.writeHead(200, { 'content-type': 'image/png' }).end('internal secret');
-    });
-    await new Promise<void>((resolve) => trap.listen(0, '127.0.0.2', resolve));
-    const trapUrl = `http://127.0.0.2:${(trap.address() as AddressInfo).port}`;
+    trap = trapServer(trapHits);
+    const trapUrl = await listen(trap, '127.0.0.2');
     files = http.createServer((req, res) => {
       hits.push(`${req.method} ${req.url}`);
       const [, route, arg] = (req.url ?? '').split('/');
@@ -428,8 +436,7 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
         res.writeHead(404).end();
       }
     });
-    await new Promise<void>((resolve) => files.listen(0, '127.0.0.1', resolve));
-    filesUrl = `http://127.0.0.1:${(files.address() as AddressInfo).port}`;
+    filesUrl = await listen(files, '127.0.0.1');
     // The media server is on this machine: an API that allows private addresses (as the suite's worker does).
     local = await startApi({ config: { allowPrivateUrls: true } });
     mws = await createWorkspace(local, { scopes: ['conversations:send'], name: 'ssrf-media' });
@@ -448,10 +455,7 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
     webId = await instance('web', 'Web');
   });
   afterAll(async () => {
-    files.closeAllConnections();
-    trap.closeAllConnections();
-    await new Promise((r) => files.close(r));
-    await new Promise((r) => trap.close(r));
+    await closeServers(files, trap);
     await local?.close();
   });
 
