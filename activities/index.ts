@@ -23,7 +23,7 @@ export function createActivities({ db, config }: ActivityDeps) {
     },
     /** Does nothing: the bench's Temporal floor (workflows/floor.ts). */
     async floorNoop(): Promise<void> {},
-    ...createMessagingActivities({ db }),
+    ...createMessagingActivities({ db, config }),
     ...createMediaActivities({ config }),
     ...createWebhookActivities({ db, config }),
     ...createAutomationActivities({ db }),

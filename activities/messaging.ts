@@ -9,8 +9,10 @@ import { visibleConversations } from '../domain/conversations';
 import { findOrCreateContact, findOrCreateConversation, giveBackDaily, takeDaily } from '../domain/messaging';
 import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
 import { suspension } from '../domain/workspaces';
-import { sendThroughProvider } from './providers';
-import { OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
+import type { Config } from '../domain/config';
+import { adapterFor, sendThroughProvider } from './providers';
+import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
+import { downloadMedia } from './media';
 import { PROVIDER_RETRYABLE } from '../types/messaging';
 import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../types/messaging';
 
@@ -67,7 +69,8 @@ async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
-export function createMessagingActivities({ db }: { db: Db }) {
+/** `config.allowPrivateUrls`: the media download's URL policy (strict when not given). */
+export function createMessagingActivities({ db, config = { allowPrivateUrls: false } }: { db: Db; config?: Pick<Config, 'allowPrivateUrls'> }) {
   return {
     /**
      * Everything before the provider call, in one transaction so a refusal leaves nothing behind:
@@ -199,6 +202,9 @@ export function createMessagingActivities({ db }: { db: Db }) {
      * (reconcileSend), which records the provider's answer on the row (domain/inbound.ts). A call
      * that got no answer (timeout, connection lost) may have been accepted too: same path.
      * Heartbeats while it runs (PROVIDER_SEND.heartbeatTimeout) so a dead worker is noticed fast.
+     * For a provider given media as bytes (a web gateway), the claimed attempt first downloads the
+     * file here (downloadMedia): the bytes go straight to the provider, never into the workflow's
+     * history, and a failed download marks the attempt failed (nothing was sent).
      */
     async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string; message: SendInput['message'] }): Promise<ProviderSendResult> {
       return withHeartbeat(async () => {
@@ -219,7 +225,10 @@ export function createMessagingActivities({ db }: { db: Db }) {
         const outbound: OutboundMessage = { ...input.message, to: input.to, reference: input.reference };
         let sent: SentMessage;
         try {
-          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: instance.config }, outbound);
+          if (outbound.mediaUrl && adapterFor(instance.provider).wantsMediaBytes) {
+            outbound.mediaFile = await downloadMedia(outbound.mediaUrl, outbound.type, { allowPrivate: config.allowPrivateUrls });
+          }
+          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: instance.config }, outbound, outbound.mediaFile ? { timeoutMs: MEDIA_SEND_TIMEOUT_MS } : {});
         } catch (err) {
           const message = err instanceof Error ? err.message : String(err);
           if (mayHaveReachedProvider(err)) {

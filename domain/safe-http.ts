@@ -29,8 +29,10 @@ export interface SafeRequest {
 export interface SafeResponse {
   status: number;
   headers: http.IncomingHttpHeaders;
-  /** The first maxBodyBytes of the answer, as text. */
-  body: string;
+  /** The first maxBodyBytes of the answer. */
+  bytes: Buffer;
+  /** The same, as text (decoded when read: a file's bytes are not copied into a string). */
+  readonly body: string;
 }
 
 export class SafeHttpError extends Error {
@@ -129,7 +131,15 @@ export async function safeRequest(raw: string, request: SafeRequest): Promise<Sa
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') });
+        const bytes = Buffer.concat(chunks);
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          bytes,
+          get body() {
+            return bytes.toString('utf8');
+          },
+        });
       };
       res.on('data', (chunk: Buffer) => {
         chunks.push(chunk.subarray(0, maxBodyBytes - kept));

@@ -80,11 +80,15 @@ export const MEDIA_LIMITS: Record<string, number> = {
   document: 100 * 1024 * 1024,
 };
 
-/** 422 MEDIA_TOO_LARGE when a media file of known size is above its type's limit. */
-export function checkMediaSize(type: string, bytes: number | null): void {
+/**
+ * 422 MEDIA_TOO_LARGE when a media file of known size is above its type's limit. `atLeast`: the
+ * size is a lower bound (a download stopped reading past the limit).
+ */
+export function checkMediaSize(type: string, bytes: number | null, options: { atLeast?: boolean } = {}): void {
   const limit = MEDIA_LIMITS[type];
   if (limit !== undefined && bytes !== null && bytes > limit) {
-    throw new ApiError('MEDIA_TOO_LARGE', `The ${type} is ${(bytes / 1048576).toFixed(1)} MB; the limit is ${limit / 1048576} MB`);
+    const size = options.atLeast ? `more than ${limit / 1048576} MB` : `${(bytes / 1048576).toFixed(1)} MB`;
+    throw new ApiError('MEDIA_TOO_LARGE', `The ${type} is ${size}; the limit is ${limit / 1048576} MB`);
   }
 }
 

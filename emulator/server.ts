@@ -13,7 +13,8 @@ import { koaBody } from 'koa-body';
  * - Cloud API: `POST /{version}/{phoneNumberId}/messages` (Bearer token), validated like Graph
  *   API enough to catch adapter bugs (error code 100 otherwise).
  * - "web" gateway (Evolution-API-like): `POST /message/sendText/{instance}` and
- *   `POST /message/sendMedia/{instance}` (header `apikey`).
+ *   `POST /message/sendMedia/{instance}` (header `apikey`); `media` is a URL or the file in
+ *   base64 (raw or a `data:` URI), up to a 100 MB document's.
  *
  * Control routes (state lives in this process; tests run files in parallel, so scripts are keyed
  * by recipient number and every test uses its own numbers)
@@ -27,7 +28,9 @@ import { koaBody } from 'koa-body';
  *   or id (for an id also its webhook and deliveries); with an empty body, everything.
  * - `GET /__emulator/calls?to=&phoneNumberId=&outcome=`: received send calls, oldest first,
  *   `{ calls: [{ seq, at, api, version?, phoneNumberId, to, type, body, auth, status, outcome, messageId?,
- *   waId? }] }`, never a token. A call is recorded once its request was fully received (before
+ *   waId?, media? }] }`, never a token. A web `sendMedia` call has `media`: what the gateway was
+ *   given, `{ kind: 'base64', bytes, sha256, mimetype? }` (the body then shows `media` as
+ *   `[base64, <bytes> bytes]`, not the file) or `{ kind: 'url', url }`. A call is recorded once its request was fully received (before
  *   any scripted delay: a provider that got the request may have delivered it even if the client
  *   gave up waiting).
  * - `POST /__emulator/webhook` `{ phoneNumberId, url, appSecret, displayPhoneNumber?, wabaId? }`:
@@ -73,7 +76,11 @@ export interface EmulatorCall {
   outcome: EmulatorOutcome;
   messageId?: string;
   waId?: string;
+  /** Web sendMedia: the file it was given, or the URL it would have fetched from its own network. */
+  media?: EmulatorMedia;
 }
+
+export type EmulatorMedia = { kind: 'base64'; bytes: number; sha256: string; mimetype?: string } | { kind: 'url'; url: string };
 
 export interface EmulatorScript {
   to?: string;
@@ -259,11 +266,34 @@ function validateWebBody(kind: 'sendText' | 'sendMedia', body: unknown): string[
     if (!isText(body.text)) problems.push('text is required');
   } else {
     if (!['image', 'video', 'audio', 'document'].includes(String(body.mediatype))) problems.push('mediatype must be one of image, video, audio, document');
-    if (!isText(body.media)) problems.push('media is required (a URL or base64)');
+    if (!isText(body.media) || (!/^https?:\/\//i.test(body.media) && base64Of(body.media) === undefined)) problems.push('Owned media must be a url or base64');
+    if (body.mimetype !== undefined && typeof body.mimetype !== 'string') problems.push('mimetype must be a string');
     if (body.caption !== undefined && typeof body.caption !== 'string') problems.push('caption must be a string');
     if (body.fileName !== undefined && typeof body.fileName !== 'string') problems.push('fileName must be a string');
   }
   return problems;
+}
+
+/** The bytes of base64 media (raw, or a `data:<type>;base64,` URI); undefined when it is not base64. */
+function base64Of(media: string): Buffer | undefined {
+  const raw = media.replace(/^data:[^,;]*;base64,/, '');
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(raw) || raw.length % 4 !== 0) return undefined;
+  return Buffer.from(raw, 'base64');
+}
+
+/** What a web sendMedia body carries as `media`, and the body as recorded (never the file itself). */
+function receivedMedia(body: unknown): { media?: EmulatorMedia; recorded: unknown } {
+  if (!isObject(body) || !isText(body.media)) return { recorded: body };
+  if (/^https?:\/\//i.test(body.media)) return { media: { kind: 'url', url: body.media }, recorded: body };
+  const bytes = base64Of(body.media);
+  if (!bytes) return { recorded: body };
+  const media: EmulatorMedia = {
+    kind: 'base64',
+    bytes: bytes.length,
+    sha256: createHash('sha256').update(bytes).digest('hex'),
+    ...(typeof body.mimetype === 'string' ? { mimetype: body.mimetype } : {}),
+  };
+  return { media, recorded: { ...body, media: `[base64, ${bytes.length} bytes]` } };
 }
 
 function fbtraceId(): string {
@@ -458,7 +488,8 @@ export function createEmulator(): Emulator {
       }
     }
   });
-  app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: '2mb' }));
+  // A 100 MB document (WhatsApp's largest media) in base64 to sendMedia is about 134 MB of JSON.
+  app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: '140mb' }));
 
   // Control routes.
   app.use(async (ctx, next) => {
@@ -711,7 +742,8 @@ export function createEmulator(): Emulator {
     const to = isObject(body) ? digitsOf(body.number) : '';
     const type = kind === 'sendText' ? 'text' : isObject(body) && typeof body.mediatype === 'string' ? body.mediatype : undefined;
     const auth = ctx.get('apikey') ? 'apikey' : 'none';
-    const base = { api: 'web' as const, phoneNumberId: instance, to, type, body, auth } as const;
+    const { media, recorded } = kind === 'sendMedia' ? receivedMedia(body) : { media: undefined, recorded: body };
+    const base = { api: 'web' as const, phoneNumberId: instance, to, type, body: recorded, auth, ...(media ? { media } : {}) } as const;
     const gatewayError = (status: number, message: unknown[]): void => {
       ctx.status = status;
       ctx.body = { status, error: status === 401 ? 'Unauthorized' : status >= 500 ? 'Internal Server Error' : 'Bad Request', response: { message } };
@@ -752,7 +784,16 @@ export function createEmulator(): Emulator {
       message:
         kind === 'sendText'
           ? { conversation: b.text }
-          : { [`${String(b.mediatype)}Message`]: { url: b.media, ...(b.caption ? { caption: b.caption } : {}), ...(b.fileName ? { fileName: b.fileName } : {}) } },
+          : {
+              [`${String(b.mediatype)}Message`]: {
+                // Given bytes, the gateway uploads them to WhatsApp's media servers.
+                url: media?.kind === 'url' ? media.url : `https://mmg.whatsapp.net/emulated/${messageId}`,
+                ...(media?.kind === 'base64' ? { fileLength: String(media.bytes), fileSha256: Buffer.from(media.sha256, 'hex').toString('base64') } : {}),
+                ...(b.mimetype ? { mimetype: b.mimetype } : {}),
+                ...(b.caption ? { caption: b.caption } : {}),
+                ...(b.fileName ? { fileName: b.fileName } : {}),
+              },
+            },
       messageType: kind === 'sendText' ? 'conversation' : `${String(b.mediatype)}Message`,
       messageTimestamp: Math.floor(Date.now() / 1000),
       instanceId: instance,

@@ -3,6 +3,7 @@
  * error mapping, the "web" gateway style, and the emulator's control API. Every test uses its own
  * recipient numbers (other files run in parallel against the same emulator).
  */
+import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
@@ -382,22 +383,37 @@ describe('web gateway adapter', () => {
     expect(JSON.stringify(calls)).not.toContain(TOKEN);
   });
 
+  // The file's bytes (downloaded by the worker) travel as base64, never the URL; the emulator
+  // records what it was given instead of the file.
+  const file = (mimetype: string) => ({ data: Buffer.from(`bytes of a ${mimetype} file`), mimetype });
   test.each([
-    ['image', { mediaUrl: 'https://cdn.example.com/a.jpg', caption: 'Foto' }, { mediatype: 'image', media: 'https://cdn.example.com/a.jpg', caption: 'Foto' }],
-    ['video', { mediaUrl: 'https://cdn.example.com/v.mp4' }, { mediatype: 'video', media: 'https://cdn.example.com/v.mp4' }],
-    ['audio', { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'x' }, { mediatype: 'audio', media: 'https://cdn.example.com/a.ogg' }],
+    ['image', { mediaUrl: 'https://cdn.example.com/a.jpg', caption: 'Foto', mediaFile: file('image/jpeg') }, { mediatype: 'image', mimetype: 'image/jpeg', caption: 'Foto' }],
+    ['video', { mediaUrl: 'https://cdn.example.com/v.mp4', mediaFile: file('video/mp4') }, { mediatype: 'video', mimetype: 'video/mp4' }],
+    ['audio', { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'x', mediaFile: file('audio/ogg') }, { mediatype: 'audio', mimetype: 'audio/ogg' }],
     [
       'document',
-      { mediaUrl: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
-      { mediatype: 'document', media: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
+      { mediaUrl: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf', mediaFile: file('application/pdf') },
+      { mediatype: 'document', mimetype: 'application/pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
     ],
-  ] as const)('media %s: POST /message/sendMedia/{instance}', async (type, fields, expected) => {
+    // A document without a name keeps the URL's last path segment (what the gateway took from a URL).
+    ['document', { mediaUrl: 'https://cdn.example.com/files/Or%C3%A7amento.pdf', mediaFile: file('application/pdf') }, { mediatype: 'document', mimetype: 'application/pdf', fileName: 'Orçamento.pdf' }],
+  ] as const)('media %s: POST /message/sendMedia/{instance} with the file in base64', async (type, fields, expected) => {
     const to = phone();
     const result = await webAdapter.send(web, { type, to, reference: 'w', ...fields });
     const [call] = await callsTo(to);
     expect(call.status).toBe(201);
-    expect(call.body).toEqual({ number: to, ...expected });
+    const { data } = fields.mediaFile;
+    expect(call.body).toEqual({ number: to, ...expected, media: `[base64, ${data.length} bytes]` });
+    expect(call.media).toEqual({ kind: 'base64', bytes: data.length, sha256: createHash('sha256').update(data).digest('hex'), mimetype: fields.mediaFile.mimetype });
     expect(result.providerMessageId).toBe(call.messageId);
+  });
+
+  test('media without its downloaded file is refused: the gateway is never given the URL', async () => {
+    const to = phone();
+    const err = await failure(webAdapter.send(web, { type: 'image', to, reference: 'w', mediaUrl: 'https://cdn.example.com/a.jpg' }));
+    expect([err.failure, err.retryable, err.mayHaveReached]).toEqual(['REJECTED', false, false]);
+    expect(err.message).toMatch(/never its URL/);
+    expect(await callsTo(to)).toHaveLength(0);
   });
 
   test('templates are refused with a clear message, nothing sent', async () => {

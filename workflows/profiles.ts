@@ -26,6 +26,13 @@ export const PROVIDER_SEND: ActivityOptions = {
 };
 
 /**
+ * The provider call of a media message: PROVIDER_SEND with room for a web gateway's share of it,
+ * the download of the file (60 s, MEDIA_DOWNLOAD_TIMEOUT_MS) and its upload to the gateway (60 s,
+ * MEDIA_SEND_TIMEOUT_MS). Same heartbeat, so a dead worker is still noticed within seconds.
+ */
+export const PROVIDER_SEND_MEDIA: ActivityOptions = { ...PROVIDER_SEND, startToCloseTimeout: '150 seconds' };
+
+/**
  * Waiting for the provider's status callback of a send whose outcome is unknown: each try is one
  * short read of the attempt's row; "not yet" is a retryable failure, so the wait is durable, adds
  * nothing to the workflow history and shows in the Temporal UI as the pending activity's last
@@ -61,7 +68,7 @@ export const COMPENSATION: ActivityOptions = {
   retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: Number.POSITIVE_INFINITY },
 };
 
-/** A media URL's DNS and size check (HEAD request). */
+/** A media URL's DNS and size check (HEAD request, 5 s). */
 export const MEDIA_CHECK: ActivityOptions = {
   startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },

@@ -1,11 +1,13 @@
 import { ActivityFailure, ApplicationFailure, TimeoutFailure, patched, proxyActivities, proxyLocalActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
-import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_SEND, RECONCILE, RECORD } from './profiles';
+import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_SEND, PROVIDER_SEND_MEDIA, RECONCILE, RECORD } from './profiles';
 import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
 import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from '../types/messaging';
 
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
+/** A media message's provider call may download the file first (a web gateway is given bytes, not the URL). */
+const mediaProvider = proxyActivities<MessagingActivities>(PROVIDER_SEND_MEDIA);
 
 /**
  * The database steps run as local activities (see LOCAL_DATABASE). A send started by an older
@@ -76,7 +78,7 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
   const windowMs = Math.min(Math.max(input.reconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS, MIN_WINDOW_MS), MAX_WINDOW_MS);
   const reconcile = proxyActivities<MessagingActivities>({ ...RECONCILE, scheduleToCloseTimeout: windowMs + RECONCILE_MARGIN_MS });
   for (let round = 1; ; round++) {
-    const result = await provider.sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, message: input.message });
+    const result = await (input.message.mediaUrl ? mediaProvider : provider).sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, message: input.message });
     if (result.outcome === 'sent') return result.sent;
 
     // Date.now() inside a workflow is Temporal's workflow clock (the time of this workflow task,

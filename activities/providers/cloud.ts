@@ -153,6 +153,8 @@ function failureMessage(failure: ProviderFailure, status: number, error: GraphEr
 }
 
 export const cloudAdapter: ProviderAdapter = {
+  // Meta fetches the link from its own network, outside ours: the link stays a link.
+  wantsMediaBytes: false,
   async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
     const { baseUrl, phoneNumberId, accessToken } = connection.config;
     const apiVersion = connection.config.apiVersion || DEFAULT_API_VERSION;

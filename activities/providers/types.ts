@@ -13,6 +13,17 @@ export interface OutboundMessage extends MessageContent {
    * in `biz_opaque_callback_data`, which the provider echoes in status callbacks.
    */
   reference: string;
+  /**
+   * The file behind `mediaUrl`, downloaded by the worker through the pinned, size-capped client,
+   * for an adapter that is given bytes instead of the URL (`ProviderAdapter.wantsMediaBytes`).
+   */
+  mediaFile?: MediaFile;
+}
+
+export interface MediaFile {
+  data: Buffer;
+  /** From the answer's Content-Type (`type/subtype` only), else application/octet-stream. */
+  mimetype: string;
 }
 
 export interface ProviderConnection {
@@ -76,6 +87,8 @@ export class ProviderError extends Error {
 
 /** How long one send may take, connection and answer included, before it counts as UNAVAILABLE. */
 export const DEFAULT_SEND_TIMEOUT_MS = 10_000;
+/** The same for a send that carries the file itself (base64: a 100 MB document is a 134 MB body). */
+export const MEDIA_SEND_TIMEOUT_MS = 60_000;
 
 export interface SendOptions {
   /** Abort the HTTP call after this many milliseconds (default DEFAULT_SEND_TIMEOUT_MS). */
@@ -83,6 +96,12 @@ export interface SendOptions {
 }
 
 export interface ProviderAdapter {
+  /**
+   * The provider would fetch a media URL from its own network, where our SSRF checks do not reach
+   * (a self-hosted gateway next to internal services): it is sent the file's bytes (`mediaFile`),
+   * never the URL. False when the provider fetches from its own, outside network (Meta).
+   */
+  readonly wantsMediaBytes: boolean;
   send(connection: ProviderConnection, message: OutboundMessage, options?: SendOptions): Promise<SendResult>;
 }
 

@@ -16,7 +16,10 @@ import { digitsOfPersonJid } from '../../domain/phone';
  * API, one named connection per instance).
  *
  * - `POST {baseUrl}/message/sendText/{instanceName}` `{ number, text }`
- * - `POST {baseUrl}/message/sendMedia/{instanceName}` `{ number, mediatype, media, caption?, fileName? }`
+ * - `POST {baseUrl}/message/sendMedia/{instanceName}` `{ number, mediatype, mimetype, media, caption?, fileName? }`,
+ *   `media` being the file in base64: the gateway accepts a URL too, but it would fetch that URL
+ *   from its own network (internal addresses, no rebinding defence), so it is only ever given the
+ *   bytes the worker downloaded through the pinned client (`mediaFile`).
  * - header `apikey: <accessToken>`; answer `{ key: { id, remoteJid } }`.
  *
  * No 24-hour window and no templates (a web session cannot send WhatsApp Business templates).
@@ -48,7 +51,18 @@ function gatewaySaid(json: unknown, text: string): { said: string; notOnWhatsApp
   return { said, notOnWhatsApp };
 }
 
+/** A document's name when none was given: the URL path's last segment (what the gateway took from a URL). */
+function fileNameOf(url: string | undefined): string | undefined {
+  try {
+    const last = decodeURIComponent(new URL(url ?? '').pathname.split('/').pop() ?? '');
+    return last || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export const webAdapter: ProviderAdapter = {
+  wantsMediaBytes: true,
   async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
     const { baseUrl, instanceName, accessToken } = connection.config;
     const missing = [!baseUrl && 'base URL', !instanceName && 'instance name', !accessToken && 'API key (access token)'].filter(Boolean);
@@ -76,13 +90,18 @@ export const webAdapter: ProviderAdapter = {
       body = { number, text: message.text };
     } else {
       if (!message.mediaUrl) throw new ProviderError('REJECTED', `Cannot send a ${message.type} message without a media URL (nothing was sent)`);
+      if (!message.mediaFile) {
+        throw new ProviderError('REJECTED', 'A web gateway is sent the media file itself, never its URL, and the file was not downloaded first (nothing was sent)');
+      }
+      const fileName = message.type === 'document' ? (message.fileName ?? fileNameOf(message.mediaUrl)) : undefined;
       path = 'sendMedia';
       body = {
         number,
         mediatype: message.type,
-        media: message.mediaUrl,
+        mimetype: message.mediaFile.mimetype,
+        media: message.mediaFile.data.toString('base64'),
         ...(message.caption && message.type !== 'audio' ? { caption: message.caption } : {}),
-        ...(message.fileName && message.type === 'document' ? { fileName: message.fileName } : {}),
+        ...(fileName ? { fileName } : {}),
       };
     }
 

@@ -11,17 +11,23 @@
  * - POST/PATCH /api/v1/automations: `actions[].mediaUrl` of send_message (literal URLs checked on save);
  * - admin instance `config.baseUrl`: operator configuration, not subject to the check (docs/api-conventions.md).
  *
+ * A media URL must serve the file itself: a redirect is 400 INVALID_URL for every provider, and a
+ * web gateway (which would fetch a URL from its own network) is given the file's bytes, downloaded
+ * by the worker through the pinned, size-capped client, never the URL (last section).
+ *
  * This machine has no public DNS: the API's resolver (node:dns promises.lookup, in this process) is
  * replaced by a table for a few names; everything else goes to the system resolver (/etc/hosts).
  */
+import { createHash, randomBytes } from 'node:crypto';
 import dns from 'node:dns';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import { createMediaActivities } from '../../activities/media';
 import { ROUTES } from '../../api/app';
+import { requirePhone } from '../../domain/contacts';
 import { postWebhook } from '../../domain/webhooks';
-import { createWorkspace, eventually, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
+import { createKey, createWorkspace, eventually, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 
 jest.setTimeout(120_000);
@@ -266,6 +272,26 @@ describe('SSRF corpus at the API (ALLOW_PRIVATE_URLS off)', () => {
  * Redirects
  * ---------------------------------------------------------------------------------------------- */
 
+/** Starts `server` on a free port of `host`; answers its base URL. */
+async function listen(server: http.Server, host: string): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  return `http://${host}:${(server.address() as AddressInfo).port}`;
+}
+
+/** Stops the servers, dropping their kept-alive connections. */
+async function closeServers(...servers: http.Server[]): Promise<void> {
+  for (const server of servers) server.closeAllConnections();
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+}
+
+/** A server no request may reach (run it at a private address): it records whatever does. */
+function trapServer(hits: string[]): http.Server {
+  return http.createServer((req, res) => {
+    hits.push(`${req.method} ${req.url}`);
+    res.writeHead(200).end('internal secret');
+  });
+}
+
 describe('redirects to a private address are never followed', () => {
   let trap: http.Server;
   let bouncer: http.Server;
@@ -275,12 +301,8 @@ describe('redirects to a private address are never followed', () => {
 
   beforeAll(async () => {
     trapHits = [];
-    trap = http.createServer((req, res) => {
-      trapHits.push(`${req.method} ${req.url}`);
-      res.writeHead(200).end('internal secret');
-    });
-    await new Promise<void>((resolve) => trap.listen(0, '127.0.0.2', resolve));
-    const trapUrl = `http://127.0.0.2:${(trap.address() as AddressInfo).port}`;
+    trap = trapServer(trapHits);
+    const trapUrl = await listen(trap, '127.0.0.2');
     // `/<status>/...` answers that redirect to the trap (a different private address).
     bouncer = http.createServer((req, res) => {
       req.resume();
@@ -289,16 +311,12 @@ describe('redirects to a private address are never followed', () => {
         res.writeHead(status, { location: `${trapUrl}/stolen${req.url}` }).end();
       });
     });
-    await new Promise<void>((resolve) => bouncer.listen(0, '127.0.0.1', resolve));
-    bouncerUrl = `http://127.0.0.1:${(bouncer.address() as AddressInfo).port}`;
+    bouncerUrl = await listen(bouncer, '127.0.0.1');
     // The receiver is on this machine: an API that allows private addresses (as the suite's worker does).
     local = await startApi({ config: { allowPrivateUrls: true } });
   });
   afterAll(async () => {
-    bouncer.closeAllConnections();
-    trap.closeAllConnections();
-    await new Promise((r) => bouncer.close(r));
-    await new Promise((r) => trap.close(r));
+    await closeServers(bouncer, trap);
     await local?.close();
   });
 
@@ -332,9 +350,189 @@ describe('redirects to a private address are never followed', () => {
     table.push(`  redirect 307 via worker delivery → attempts=${delivery.attempts} lastStatusCode=307 "${String(delivery.lastError).slice(0, 80)}"`);
   });
 
-  it('media check (worker activity): a 302 to a private address is not followed', async () => {
+  it('media check (worker activity): a 302 to a private address is not followed, and is INVALID_URL', async () => {
     const media = createMediaActivities({ config: { allowPrivateUrls: true } });
-    await media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' });
+    await expect(media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' })).rejects.toMatchObject({ type: 'INVALID_URL', nonRetryable: true });
     expect(trapHits).toEqual([]);
+  });
+});
+
+/* ------------------------------------------------------------------------------------------------
+ * Media through the providers: a redirect is refused, a web gateway gets bytes
+ * ---------------------------------------------------------------------------------------------- */
+
+describe('media URLs at send time (the worker): redirects refused, a web gateway is given the file, never the URL', () => {
+  const EMULATOR = process.env.EMULATOR_URL!;
+  const METADATA = 'http://169.254.169.254/latest/meta-data/iam/security-credentials/';
+  const FILE = randomBytes(3000);
+  const IMAGE_LIMIT = 5 * 1024 * 1024;
+  let files: http.Server;
+  let trap: http.Server;
+  let filesUrl: string;
+  let trapHits: string[];
+  let hits: string[];
+  let local: TestApi;
+  let mws: Workspace;
+  let cloudId: string;
+  let webId: string;
+
+  /** The emulator's send calls to a number (either ninth-digit form). */
+  const callsTo = async (to: string): Promise<any[]> => ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${to}`)).json()) as { calls: any[] }).calls;
+  /** Cold sends are 5 per minute per key: each send here has its own. */
+  const send = async (body: Record<string, unknown>) => {
+    const key = (await createKey(local, mws.id, ['conversations:send'], { rateLimitPerMinute: 1000 })).key;
+    return local.request('POST', '/api/v1/messages', { key, body });
+  };
+  /** The contact and the messages a send to this number left. */
+  const rows = async (phone: string) => {
+    const phoneKey = requirePhone(phone).key;
+    const conversations = local.db('conversations').join('contacts', 'contacts.id', 'conversations.contact_id').where('contacts.phone_key', phoneKey).select('conversations.id');
+    return {
+      contacts: (await local.db('contacts').where({ workspace_id: mws.id, phone_key: phoneKey })).length,
+      messages: (await local.db('messages').where({ workspace_id: mws.id }).whereIn('conversation_id', conversations)).length,
+    };
+  };
+
+  beforeAll(async () => {
+    trapHits = [];
+    hits = [];
+    trap = trapServer(trapHits);
+    const trapUrl = await listen(trap, '127.0.0.2');
+    files = http.createServer((req, res) => {
+      hits.push(`${req.method} ${req.url}`);
+      const [, route, arg] = (req.url ?? '').split('/');
+      if (route === 'redirect') {
+        // Every method: a redirect to the cloud metadata address.
+        res.writeHead(Number(arg), { location: METADATA }).end();
+      } else if (route === 'get-redirect') {
+        // A HEAD that looks like a small image, a GET that redirects (to a private address).
+        if (req.method === 'HEAD') res.writeHead(200, { 'content-type': 'image/png', 'content-length': String(FILE.length) }).end();
+        else res.writeHead(302, { location: `${trapUrl}/stolen` }).end();
+      } else if (route === 'file') {
+        res.writeHead(200, { 'content-type': 'image/png; charset=binary', 'content-length': String(FILE.length) }).end(req.method === 'HEAD' ? undefined : FILE);
+      } else if (route === 'lying' || route === 'unsized') {
+        // HEAD: a false small size (lying) or none (unsized); GET: one chunk past the image limit, chunked (no Content-Length).
+        if (req.method === 'HEAD') {
+          res.writeHead(200, { 'content-type': 'image/jpeg', ...(route === 'lying' ? { 'content-length': '1000' } : {}) }).end();
+          return;
+        }
+        res.writeHead(200, { 'content-type': 'image/jpeg', 'transfer-encoding': 'chunked' });
+        const chunk = Buffer.alloc(64 * 1024);
+        let left = IMAGE_LIMIT + 1;
+        const pump = (): void => {
+          while (left > 0) {
+            const n = Math.min(left, chunk.length);
+            left -= n;
+            if (!res.write(chunk.subarray(0, n))) {
+              res.once('drain', pump);
+              return;
+            }
+          }
+          res.end();
+        };
+        res.on('close', () => (left = 0));
+        pump();
+      } else {
+        res.writeHead(404).end();
+      }
+    });
+    filesUrl = await listen(files, '127.0.0.1');
+    // The media server is on this machine: an API that allows private addresses (as the suite's worker does).
+    local = await startApi({ config: { allowPrivateUrls: true } });
+    mws = await createWorkspace(local, { scopes: ['conversations:send'], name: 'ssrf-media' });
+    const instance = async (provider: 'cloud' | 'web', name: string) => {
+      const res = await local.admin('POST', `/admin/v1/workspaces/${mws.id}/instances`, {
+        name,
+        channel: 'whatsapp',
+        provider,
+        connected: true,
+        config: { baseUrl: EMULATOR, phoneNumberId: `PN-media-${mws.id.slice(0, 8)}`, accessToken: 'token', appSecret: 's', instanceName: `media-${mws.id.slice(0, 8)}` },
+      });
+      expect(res.status).toBe(201);
+      return res.body.data.id as string;
+    };
+    cloudId = await instance('cloud', 'Cloud');
+    webId = await instance('web', 'Web');
+  });
+  afterAll(async () => {
+    await closeServers(files, trap);
+    await local?.close();
+  });
+
+  /** A Cloud API conversation whose 24-hour window is open (the contact wrote a moment ago). */
+  async function openCloudConversation(phone: string): Promise<string> {
+    const contact = await seedContact(local, mws.id, { phone, name: 'Media' });
+    const [{ id }] = await local
+      .db('conversations')
+      .insert({ workspace_id: mws.id, contact_id: contact.id, instance_id: cloudId, channel: 'whatsapp', last_message_at: new Date(), last_inbound_at: new Date() })
+      .returning('id');
+    return id;
+  }
+
+  it.each([301, 302, 307])('a media URL answering %i (to the metadata address) is 400 INVALID_URL on a Cloud API and a web instance, nothing sent', async (status) => {
+    const mediaUrl = `${filesUrl}/redirect/${status}/photo.png`;
+    const cloudPhone = uniquePhone();
+    const conversationId = await openCloudConversation(cloudPhone);
+    const cloud = await local.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: mws.key, body: { type: 'image', mediaUrl } });
+    expectError(cloud, 400, 'INVALID_URL');
+    expect(cloud.body.error).toContain(`redirect (HTTP ${status})`);
+
+    const webPhone = uniquePhone();
+    const web = await send({ phone: webPhone, instanceId: webId, type: 'image', mediaUrl, caption: 'x' });
+    expectError(web, 400, 'INVALID_URL');
+
+    expect(await callsTo(cloudPhone)).toEqual([]);
+    expect(await callsTo(webPhone)).toEqual([]);
+    expect(await rows(webPhone)).toEqual({ contacts: 0, messages: 0 });
+    expect(await rows(cloudPhone)).toEqual({ contacts: 1, messages: 0 });
+  });
+
+  it('a web instance: a GET that redirects (after a HEAD that did not) is 400 INVALID_URL, not followed, nothing sent', async () => {
+    const phone = uniquePhone();
+    const res = await send({ phone, instanceId: webId, type: 'image', mediaUrl: `${filesUrl}/get-redirect/photo.png` });
+    expectError(res, 400, 'INVALID_URL');
+    expect(hits).toContain('GET /get-redirect/photo.png');
+    expect(trapHits).toEqual([]);
+    expect(await callsTo(phone)).toEqual([]);
+    expect(await rows(phone)).toEqual({ contacts: 0, messages: 0 });
+  });
+
+  it("a web instance: the gateway receives the file's bytes (base64), never the URL", async () => {
+    const phone = uniquePhone();
+    const mediaUrl = `${filesUrl}/file/photo.png`;
+    const res = await send({ phone, instanceId: webId, type: 'image', mediaUrl, caption: 'Foto' });
+    expect(res.status).toBe(201);
+    const calls = await callsTo(phone);
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatchObject({
+      api: 'web',
+      status: 201,
+      media: { kind: 'base64', bytes: FILE.length, sha256: createHash('sha256').update(FILE).digest('hex'), mimetype: 'image/png' },
+      body: { mediatype: 'image', mimetype: 'image/png', caption: 'Foto' },
+    });
+    expect(JSON.stringify(calls[0])).not.toContain(filesUrl);
+    // The worker fetched it (HEAD for the check, GET for the bytes).
+    expect(hits.filter((h) => h.endsWith('/file/photo.png'))).toEqual(['HEAD /file/photo.png', 'GET /file/photo.png']);
+  });
+
+  it.each(['lying', 'unsized'])(
+    'a web instance: media over the type limit found while downloading (HEAD Content-Length %s) is 422 MEDIA_TOO_LARGE, nothing sent',
+    async (route) => {
+      const phone = uniquePhone();
+      const res = await send({ phone, instanceId: webId, type: 'image', mediaUrl: `${filesUrl}/${route}/photo.jpg` });
+      expectError(res, 422, 'MEDIA_TOO_LARGE');
+      expect(res.body.error).toContain('more than 5 MB');
+      expect(await callsTo(phone)).toEqual([]);
+      expect(await rows(phone)).toEqual({ contacts: 0, messages: 0 });
+    },
+  );
+
+  it('a web instance: media that cannot be downloaded (404) is 422 MEDIA_TOO_LARGE, said plainly, nothing sent', async () => {
+    const phone = uniquePhone();
+    const res = await send({ phone, instanceId: webId, type: 'document', mediaUrl: `${filesUrl}/missing/file.pdf`, fileName: 'file.pdf' });
+    expectError(res, 422, 'MEDIA_TOO_LARGE');
+    expect(res.body.error).toMatch(/could not be downloaded .*HTTP 404/);
+    expect(await callsTo(phone)).toEqual([]);
+    expect(await rows(phone)).toEqual({ contacts: 0, messages: 0 });
   });
 });
