@@ -55,7 +55,9 @@ export const ROUTES: AnyRoute[] = [
 
 export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {
   const app = new Koa();
-  app.proxy = deps.config.trustProxy;
+  // Only the hops our own proxies appended are read: X-Forwarded-For's left-most entries are the client's to choose.
+  app.proxy = deps.config.trustProxy > 0;
+  app.maxIpsCount = deps.config.trustProxy;
   app.context.deps = deps;
   app.context.limits = {
     keys: new KeyCache<KeyRow>(),

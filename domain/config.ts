@@ -14,7 +14,12 @@ export interface Config {
   allowPrivateUrls: boolean;
   webhookRetryScale: number;
   /** Trust X-Forwarded-For for the client IP (set only behind a proxy you control). */
-  trustProxy: boolean;
+  /**
+   * How many proxies you control stand in front of the API (TRUST_PROXY; `true` is 1): the client
+   * IP is the address the outermost of them saw, the N-th entry from the right of
+   * X-Forwarded-For. Entries further left are the client's own words, so never trusted.
+   */
+  trustProxy: number;
   logLevel: string;
   /**
    * How long a send whose provider call may have happened (worker died mid-call, no answer) waits
@@ -54,6 +59,12 @@ function bool(value: string | undefined, fallback: boolean): boolean {
   return ['1', 'true', 'yes', 'on'].includes(value.toLowerCase());
 }
 
+function proxyHops(value: string | undefined): number {
+  if (value === undefined || value === '') return 0;
+  if (/^\d+$/.test(value)) return Number(value);
+  return bool(value, false) ? 1 : 0;
+}
+
 function number(name: string, value: string | undefined, fallback: number): number {
   if (value === undefined || value === '') return fallback;
   const parsed = Number(value);
@@ -84,7 +95,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),
     allowPrivateUrls: bool(env.ALLOW_PRIVATE_URLS, false),
     webhookRetryScale: positive('WEBHOOK_RETRY_SCALE', number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1)),
-    trustProxy: bool(env.TRUST_PROXY, false),
+    trustProxy: proxyHops(env.TRUST_PROXY),
     logLevel: env.LOG_LEVEL ?? 'info',
     automationWaitScale: positive('AUTOMATION_WAIT_SCALE', number('AUTOMATION_WAIT_SCALE', env.AUTOMATION_WAIT_SCALE, 1)),
     inboundTokenLimit: positive('INBOUND_TOKEN_RATE_LIMIT', number('INBOUND_TOKEN_RATE_LIMIT', env.INBOUND_TOKEN_RATE_LIMIT, 300)),

@@ -49,7 +49,7 @@ export function uniqueIp(): string {
 }
 
 export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Partial<Config> } = {}): Promise<TestApi> {
-  const config = { ...loadConfig(), trustProxy: true, ...options.config };
+  const config = { ...loadConfig(), trustProxy: 1, ...options.config };
   const db = createDb(config.databaseUrl, { max: 10 });
   const logs: string[] = [];
   const sink = new Writable({
