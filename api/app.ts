@@ -9,7 +9,7 @@ import { listLeads } from '../domain/lead-list';
 import { listEnvelope } from '../domain/pagination';
 import { listPipelines } from '../domain/pipelines';
 import { ApiError } from '../domain/errors';
-import { jsonBody } from './middleware/body';
+import { jsonBody, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
 import { enforce, ipBucket } from './middleware/rate-limit';
 import { buildOpenApi } from './openapi';
@@ -84,14 +84,16 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
     }
     await next();
   });
-  app.use(jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
-  const router = buildRouter(routes);
+  // The body is read per route, after its limits and authentication: an unknown path, a refused
+  // caller or a caller over its limit costs no parsing of up to 1 MiB.
+  app.use(refuseDeclaredTooLarge);
+  const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
   app.use(router.routes());
   app.use(router.allowedMethods({ throw: false }));
-  // Unknown /api/v1 routes still count against the caller's IP and carry the rate-limit headers.
+  // Unknown routes still count against the caller's IP and carry the rate-limit headers.
   app.use(async (ctx: Context) => {
     if (ctx.status !== 404 || ctx.body !== undefined) return;
-    if (ctx.path.startsWith('/api/v1')) await enforce(ctx, [ipBucket(ctx, 'read')]);
+    await enforce(ctx, [ipBucket(ctx, 'read')]);
     throw new ApiError('NOT_FOUND', `No route for ${ctx.method} ${loggablePath(ctx.path)}`);
   });
   return app;

@@ -62,8 +62,8 @@ function handle(def: AnyRoute): Middleware {
   };
 }
 
-/** Mounts every route: per-IP limit, then authentication and scope, then validation and the handler. */
-export function buildRouter(routes: AnyRoute[]): Router {
+/** Mounts every route: per-IP limit, then authentication and scope, then the body, validation and the handler. */
+export function buildRouter(routes: AnyRoute[], body: Middleware): Router {
   const router = new Router();
   for (const def of routes) {
     const chain: Middleware[] = [];
@@ -77,7 +77,7 @@ export function buildRouter(routes: AnyRoute[]): Router {
     }
     if (def.auth === 'apiKey') chain.push(apiKeyAuth(def.scopes ?? [], def.keyProfile, profile));
     if (def.auth === 'admin') chain.push(adminAuth);
-    chain.push(handle(def));
+    chain.push(body, handle(def));
     router.register(koaPath(def.path), [def.method.toUpperCase()], chain);
   }
   return router;

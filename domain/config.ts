@@ -38,6 +38,10 @@ export interface Config {
   rateLimitScale: number;
   /** PostgreSQL pool size of each API and worker process. */
   dbPoolMax: number;
+  /** PostgreSQL cancels a statement of the API or the worker running longer than this (ms). */
+  statementTimeoutMs: number;
+  /** Days dispatched outbox rows, finished webhook deliveries and finished automation runs are kept (domain/retention.ts). */
+  retentionDays: number;
   /** Benchmarks only: mount the bare, unauthenticated baseline route the bench compares against. */
   benchBaseline: boolean;
   /** Worker concurrency and memory bounds. */
@@ -104,6 +108,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     deliverySweepMs: positive('DELIVERY_SWEEP_MS', number('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
     dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
+    statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),
+    retentionDays: count('RETENTION_DAYS', env.RETENTION_DAYS, 30),
     benchBaseline: env.BENCH_BASELINE === '1',
     worker: {
       maxActivities: count('WORKER_MAX_ACTIVITIES', env.WORKER_MAX_ACTIVITIES, 200),

@@ -6,10 +6,14 @@ types.setTypeParser(types.builtins.INT8, (value: string) => Number(value));
 
 export type Db = Knex;
 
-export function createDb(databaseUrl: string, pool: { min?: number; max?: number } = {}): Db {
+/**
+ * `statementTimeoutMs`: PostgreSQL cancels any statement running longer (the API's and the
+ * worker's pools), so no request, however crafted, holds a connection and a core for long.
+ */
+export function createDb(databaseUrl: string, pool: { min?: number; max?: number; statementTimeoutMs?: number } = {}): Db {
   return knex({
     client: 'pg',
-    connection: databaseUrl,
+    connection: pool.statementTimeoutMs ? { connectionString: databaseUrl, statement_timeout: pool.statementTimeoutMs } : databaseUrl,
     pool: { min: pool.min ?? 0, max: pool.max ?? 10 },
     acquireConnectionTimeout: 10_000,
     // Knex reports lost or refused connections with console.log; one plain line on stderr instead

@@ -1,12 +1,16 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 
-/** `limit` 1..max (default per endpoint) and `offset` >= 0, as numbers in the query string. */
+/** The deepest `offset` a list accepts; past it, narrow the list with its filters. */
+export const MAX_OFFSET = 100_000;
+
+/** `limit` 1..max (default per endpoint) and `offset` 0..MAX_OFFSET, as numbers in the query string. */
 export function pageQuery(options: { defaultLimit?: number; maxLimit?: number } = {}) {
   const max = options.maxLimit ?? 100;
   return z.object({
     limit: z.coerce.number().int().min(1).max(max).default(options.defaultLimit ?? 25),
-    offset: z.coerce.number().int().min(0).max(10_000_000).default(0),
+    // Deeper pages cost a walk over every row before them: bounded, so no request walks millions.
+    offset: z.coerce.number().int().min(0).max(MAX_OFFSET).default(0),
   });
 }
 

@@ -50,7 +50,7 @@ export function uniqueIp(): string {
 
 export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Partial<Config> } = {}): Promise<TestApi> {
   const config = { ...loadConfig(), trustProxy: 1, ...options.config };
-  const db = createDb(config.databaseUrl, { max: 10 });
+  const db = createDb(config.databaseUrl, { max: 10, statementTimeoutMs: config.statementTimeoutMs });
   const logs: string[] = [];
   const sink = new Writable({
     write(chunk, _enc, cb) {

@@ -4,6 +4,7 @@ import { createWebhookActivities } from '../activities/webhooks';
 import { loadConfig } from '../domain/config';
 import { createDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
+import { pruneRetention, PRUNE_EVERY_MS } from '../domain/retention';
 import { temporalClientFactory } from '../domain/temporal';
 import { createTriggerHandler } from './automation-triggers';
 import { createOutboxDispatcher } from './outbox-dispatcher';
@@ -12,7 +13,7 @@ import { createOutboxDispatcher } from './outbox-dispatcher';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('worker', config.logLevel);
-  const db = createDb(config.databaseUrl, { max: config.dbPoolMax });
+  const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs });
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
   const worker = await Worker.create({
     connection,
@@ -38,9 +39,17 @@ async function main(): Promise<void> {
     sweepMs: config.deliverySweepMs,
   });
   dispatcher.start();
+  const prune = () =>
+    pruneRetention(db, config.retentionDays)
+      .then((removed) => logger.info({ removed, retentionDays: config.retentionDays }, 'retention: pruned'))
+      .catch((err) => logger.warn({ err }, 'retention: pruning failed (retried at the next run)'));
+  void prune();
+  const pruner = setInterval(prune, PRUNE_EVERY_MS);
+  pruner.unref();
   logger.info({ taskQueue: config.taskQueue }, 'worker ready');
   // The Temporal runtime turns SIGINT/SIGTERM into a graceful worker shutdown.
   await worker.run();
+  clearInterval(pruner);
   await dispatcher.stop();
   await Promise.allSettled([connection.close(), temporal.close(), db.destroy()]);
   logger.info('worker stopped');

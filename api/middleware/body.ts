@@ -11,6 +11,16 @@ const tooLarge = () => new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /**
+ * A body declared larger than any endpoint takes is refused from its header alone, before routing
+ * and authentication (nothing is read); the body itself is read per route (jsonBody), after them.
+ */
+export async function refuseDeclaredTooLarge(ctx: Context, next: Next): Promise<void> {
+  const declared = Number(ctx.get('content-length'));
+  if (BODY_METHODS.has(ctx.method) && Number.isFinite(declared) && declared > JSON_BODY_MAX_BYTES) throw tooLarge();
+  await next();
+}
+
+/**
  * JSON bodies only, at most 1 MiB; anything else is 415, malformed JSON 400 VALIDATION. Where
  * `anyContentType` says so (the inbound automation receiver: senders label JSON as text/plain or
  * nothing at all), the body is read as JSON whatever its label, and what is not JSON is 400.

@@ -52,6 +52,10 @@ function renderError(ctx: Context, err: unknown): void {
   } else if (isPgError(err, '23503')) {
     // A referenced record vanished between our check and the write (e.g. deleted concurrently).
     apiError = new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
+  } else if (isPgError(err, '57014')) {
+    // The pool's statement_timeout cancelled it (DB_STATEMENT_TIMEOUT_MS).
+    ctx.state.log?.warn({ message: String((err as { message?: unknown }).message) }, 'statement timeout');
+    apiError = new ApiError('UNAVAILABLE', 'The request took too long and was cancelled', { hint: 'Narrow it (filters, a smaller offset) or retry later.', headers: { 'Retry-After': '5' } });
   } else if (isDatabaseUnavailable(err)) {
     ctx.state.log?.warn({ code: (err as { code?: string }).code, message: (err as Error).message }, 'database unavailable');
     apiError = new ApiError('UNAVAILABLE', 'The database is unavailable', { hint: 'Retry in a few seconds.', headers: { 'Retry-After': '5' } });
