@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 
-// The exact number of canonical contacts carrying each tag, kept by statement-level triggers in the
+// The exact number of canonical contacts carrying each tag, kept by triggers in the
 // same transaction as the change (like contact_counts): `GET /api/v1/leads?tag=` reads its total
 // here instead of counting every tagged contact. Spread over SHARDS rows per tag (backend pid
 // modulo SHARDS), so concurrent taggings of one tag do not queue on one row; the total is the sum.
@@ -50,16 +50,13 @@ BEGIN
   RETURN NULL;
 END $$;
 
+-- A contact becoming or ceasing to be canonical moves every tag it carries.
 CREATE FUNCTION tag_contact_counts_on_contact_change() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  delta record;
+  tag uuid;
 BEGIN
-  FOR delta IN SELECT n.workspace_id, ct.tag_id, sum(CASE WHEN n.merged_into_id IS NULL AND n.deleted_at IS NULL AND NOT n.is_group THEN 1 ELSE -1 END)::bigint AS d
-                 FROM new_rows n JOIN old_rows o ON o.id = n.id JOIN contact_tags ct ON ct.contact_id = n.id
-                WHERE (n.merged_into_id IS NULL AND n.deleted_at IS NULL AND NOT n.is_group)
-                      IS DISTINCT FROM (o.merged_into_id IS NULL AND o.deleted_at IS NULL AND NOT o.is_group)
-                GROUP BY n.workspace_id, ct.tag_id ORDER BY ct.tag_id LOOP
-    PERFORM tag_contact_counts_add(delta.workspace_id, delta.tag_id, delta.d);
+  FOR tag IN SELECT ct.tag_id FROM contact_tags ct WHERE ct.contact_id = NEW.id ORDER BY ct.tag_id LOOP
+    PERFORM tag_contact_counts_add(NEW.workspace_id, tag, CASE WHEN NEW.merged_into_id IS NULL AND NEW.deleted_at IS NULL AND NOT NEW.is_group THEN 1 ELSE -1 END);
   END LOOP;
   RETURN NULL;
 END $$;
@@ -68,8 +65,10 @@ CREATE TRIGGER tag_contact_counts_insert AFTER INSERT ON contact_tags REFERENCIN
   FOR EACH STATEMENT EXECUTE FUNCTION tag_contact_counts_on_tagging();
 CREATE TRIGGER tag_contact_counts_delete AFTER DELETE ON contact_tags REFERENCING OLD TABLE AS old_rows
   FOR EACH STATEMENT EXECUTE FUNCTION tag_contact_counts_on_tagging();
-CREATE TRIGGER tag_contact_counts_contact_update AFTER UPDATE ON contacts REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION tag_contact_counts_on_contact_change();
+-- Per row, only when canonical-ness changes: every other contact update costs nothing.
+CREATE TRIGGER tag_contact_counts_contact_update AFTER UPDATE ON contacts FOR EACH ROW
+  WHEN ((OLD.merged_into_id IS NULL AND OLD.deleted_at IS NULL AND NOT OLD.is_group) IS DISTINCT FROM (NEW.merged_into_id IS NULL AND NEW.deleted_at IS NULL AND NOT NEW.is_group))
+  EXECUTE FUNCTION tag_contact_counts_on_contact_change();
 
 INSERT INTO tag_contact_counts (workspace_id, tag_id, shard, contacts)
   SELECT ct.workspace_id, ct.tag_id, 0, count(*) FROM contact_tags ct

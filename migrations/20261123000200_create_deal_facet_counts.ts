@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 
 // The exact number of canonical contacts with at least one deal matching the lead list's deal
 // filters (`pipelineId`, `stageId`, `status`, alone or `stageId`/`pipelineId` with `status`), kept
-// by statement-level triggers in the same transaction as the change: `GET /api/v1/leads?stageId=
+// by triggers in the same transaction as the change: `GET /api/v1/leads?stageId=
 // &status=` reads its total here instead of counting every matching contact.
 //
 // A contact with two deals in one stage counts once, so each contact keeps how many of its deals
@@ -48,84 +48,75 @@ CREATE TABLE deal_facet_counts (
   PRIMARY KEY (workspace_id, facet, shard)
 );
 
--- changes: (workspace_id, contact_id, facet, d) with d the change in that contact's deals in the facet.
-CREATE FUNCTION deal_facet_counts_apply(changes jsonb) RETURNS void LANGUAGE plpgsql AS $$
+-- One contact's deals in each facet move by d; a facet's count moves when that number crosses zero
+-- and the contact is canonical. A contact already gone (its workspace being deleted) counts nothing.
+CREATE FUNCTION deal_facets_move(ws uuid, contact uuid, facets text[], d integer) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  one text;
+  after integer;
+  counted boolean;
 BEGIN
-  WITH change AS (
-    -- A contact being deleted with its workspace (its deals cascading) may already be gone.
-    SELECT workspace_id, contact_id, facet, d FROM jsonb_to_recordset(changes) AS x(workspace_id uuid, contact_id uuid, facet text, d integer)
-     WHERE EXISTS (SELECT 1 FROM contacts k WHERE k.id = x.contact_id)
-  ), applied AS (
-    INSERT INTO contact_deal_facets AS f (workspace_id, contact_id, facet, deals)
-    SELECT workspace_id, contact_id, facet, d FROM change ORDER BY contact_id, facet
+  SELECT ${CANONICAL('k')} INTO counted FROM contacts k WHERE k.id = contact;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  FOREACH one IN ARRAY facets LOOP
+    INSERT INTO contact_deal_facets AS f (workspace_id, contact_id, facet, deals) VALUES (ws, contact, one, d)
     ON CONFLICT (contact_id, facet) DO UPDATE SET deals = f.deals + EXCLUDED.deals
-    RETURNING f.workspace_id, f.contact_id, f.facet, f.deals
-  ), crossed AS (
-    SELECT a.workspace_id, a.facet, sum(CASE WHEN a.deals > 0 THEN 1 ELSE -1 END)::bigint AS d
-      FROM applied a
-      JOIN change c ON c.contact_id = a.contact_id AND c.facet = a.facet
-      JOIN contacts k ON k.id = a.contact_id AND ${CANONICAL('k')}
-     WHERE (a.deals > 0) <> (a.deals - c.d > 0)
-     GROUP BY a.workspace_id, a.facet
-  )
-  INSERT INTO deal_facet_counts AS n (workspace_id, facet, shard, contacts)
-  SELECT workspace_id, facet, pg_backend_pid() % ${SHARDS}, d FROM crossed
-   WHERE d <> 0 AND EXISTS (SELECT 1 FROM workspaces w WHERE w.id = crossed.workspace_id)
-   ORDER BY workspace_id, facet
-  ON CONFLICT (workspace_id, facet, shard) DO UPDATE SET contacts = n.contacts + EXCLUDED.contacts;
-
-  DELETE FROM contact_deal_facets f USING jsonb_to_recordset(changes) AS x(contact_id uuid, facet text)
-   WHERE f.contact_id = x.contact_id AND f.facet = x.facet AND f.deals = 0;
+    RETURNING f.deals INTO after;
+    IF counted AND (after > 0) <> (after - d > 0) THEN
+      INSERT INTO deal_facet_counts AS n (workspace_id, facet, shard, contacts)
+        VALUES (ws, one, pg_backend_pid() % ${SHARDS}, CASE WHEN after > 0 THEN 1 ELSE -1 END)
+      ON CONFLICT (workspace_id, facet, shard) DO UPDATE SET contacts = n.contacts + EXCLUDED.contacts;
+    END IF;
+    IF after = 0 THEN
+      DELETE FROM contact_deal_facets c WHERE c.contact_id = contact AND c.facet = one;
+    END IF;
+  END LOOP;
 END $$;
 
--- Each branch reads only the transition tables its event has.
-CREATE FUNCTION deal_facet_counts_on_deal_change() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Per row: a stage move is one row, and touches only the facets it leaves and enters.
+CREATE FUNCTION deal_facet_counts_on_deal_row() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  changes jsonb;
+  left_facets text[];
+  entered text[];
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    SELECT jsonb_agg(x) INTO changes FROM (
-      SELECT workspace_id, contact_id, facet, count(*)::int AS d FROM new_rows, unnest(deal_facets(pipeline_id, stage_id, status)) AS facet
-       GROUP BY workspace_id, contact_id, facet) x;
+    PERFORM deal_facets_move(NEW.workspace_id, NEW.contact_id, deal_facets(NEW.pipeline_id, NEW.stage_id, NEW.status), 1);
   ELSIF TG_OP = 'DELETE' THEN
-    SELECT jsonb_agg(x) INTO changes FROM (
-      SELECT workspace_id, contact_id, facet, -count(*)::int AS d FROM old_rows, unnest(deal_facets(pipeline_id, stage_id, status)) AS facet
-       GROUP BY workspace_id, contact_id, facet) x;
+    PERFORM deal_facets_move(OLD.workspace_id, OLD.contact_id, deal_facets(OLD.pipeline_id, OLD.stage_id, OLD.status), -1);
+  ELSIF NEW.contact_id IS DISTINCT FROM OLD.contact_id THEN
+    PERFORM deal_facets_move(OLD.workspace_id, OLD.contact_id, deal_facets(OLD.pipeline_id, OLD.stage_id, OLD.status), -1);
+    PERFORM deal_facets_move(NEW.workspace_id, NEW.contact_id, deal_facets(NEW.pipeline_id, NEW.stage_id, NEW.status), 1);
   ELSE
-    SELECT jsonb_agg(x) INTO changes FROM (
-      SELECT workspace_id, contact_id, facet, sum(d)::int AS d FROM (
-        SELECT workspace_id, contact_id, facet, 1 AS d FROM new_rows, unnest(deal_facets(pipeline_id, stage_id, status)) AS facet
-        UNION ALL
-        SELECT workspace_id, contact_id, facet, -1 AS d FROM old_rows, unnest(deal_facets(pipeline_id, stage_id, status)) AS facet
-      ) c GROUP BY workspace_id, contact_id, facet HAVING sum(d) <> 0) x;
-  END IF;
-  IF changes IS NOT NULL THEN
-    PERFORM deal_facet_counts_apply(changes);
+    left_facets := ARRAY(SELECT unnest(deal_facets(OLD.pipeline_id, OLD.stage_id, OLD.status)) EXCEPT SELECT unnest(deal_facets(NEW.pipeline_id, NEW.stage_id, NEW.status)));
+    entered := ARRAY(SELECT unnest(deal_facets(NEW.pipeline_id, NEW.stage_id, NEW.status)) EXCEPT SELECT unnest(deal_facets(OLD.pipeline_id, OLD.stage_id, OLD.status)));
+    PERFORM deal_facets_move(OLD.workspace_id, OLD.contact_id, left_facets, -1);
+    PERFORM deal_facets_move(NEW.workspace_id, NEW.contact_id, entered, 1);
   END IF;
   RETURN NULL;
 END $$;
 
-CREATE FUNCTION deal_facet_counts_on_contact_change() RETURNS trigger LANGUAGE plpgsql AS $$
+-- A contact becoming or ceasing to be canonical moves every facet it has deals in.
+CREATE FUNCTION deal_facet_counts_on_contact_row() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO deal_facet_counts AS c (workspace_id, facet, shard, contacts)
-  SELECT n.workspace_id, f.facet, pg_backend_pid() % ${SHARDS}, sum(CASE WHEN ${CANONICAL('n')} THEN 1 ELSE -1 END)::bigint
-    FROM new_rows n JOIN old_rows o ON o.id = n.id JOIN contact_deal_facets f ON f.contact_id = n.id AND f.deals > 0
-   WHERE ${CANONICAL('n')} IS DISTINCT FROM ${CANONICAL('o')}
-   GROUP BY n.workspace_id, f.facet
-  HAVING sum(CASE WHEN ${CANONICAL('n')} THEN 1 ELSE -1 END) <> 0
-   ORDER BY n.workspace_id, f.facet
+  SELECT NEW.workspace_id, f.facet, pg_backend_pid() % ${SHARDS}, CASE WHEN ${CANONICAL('NEW')} THEN 1 ELSE -1 END
+    FROM contact_deal_facets f WHERE f.contact_id = NEW.id AND f.deals > 0
+   ORDER BY f.facet
   ON CONFLICT (workspace_id, facet, shard) DO UPDATE SET contacts = c.contacts + EXCLUDED.contacts;
   RETURN NULL;
 END $$;
 
-CREATE TRIGGER deal_facet_counts_insert AFTER INSERT ON deals REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION deal_facet_counts_on_deal_change();
-CREATE TRIGGER deal_facet_counts_update AFTER UPDATE ON deals REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION deal_facet_counts_on_deal_change();
-CREATE TRIGGER deal_facet_counts_delete AFTER DELETE ON deals REFERENCING OLD TABLE AS old_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION deal_facet_counts_on_deal_change();
-CREATE TRIGGER deal_facet_counts_contact_update AFTER UPDATE ON contacts REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION deal_facet_counts_on_contact_change();
+-- Row triggers with WHEN: an update that changes none of what the counts read costs nothing.
+CREATE TRIGGER deal_facet_counts_insert AFTER INSERT ON deals FOR EACH ROW EXECUTE FUNCTION deal_facet_counts_on_deal_row();
+CREATE TRIGGER deal_facet_counts_update AFTER UPDATE OF contact_id, pipeline_id, stage_id, status ON deals FOR EACH ROW
+  WHEN ((OLD.contact_id, OLD.pipeline_id, OLD.stage_id, OLD.status) IS DISTINCT FROM (NEW.contact_id, NEW.pipeline_id, NEW.stage_id, NEW.status))
+  EXECUTE FUNCTION deal_facet_counts_on_deal_row();
+CREATE TRIGGER deal_facet_counts_delete AFTER DELETE ON deals FOR EACH ROW EXECUTE FUNCTION deal_facet_counts_on_deal_row();
+CREATE TRIGGER deal_facet_counts_contact_update AFTER UPDATE ON contacts FOR EACH ROW
+  WHEN (${CANONICAL('OLD')} IS DISTINCT FROM ${CANONICAL('NEW')})
+  EXECUTE FUNCTION deal_facet_counts_on_contact_row();
 
 INSERT INTO contact_deal_facets (workspace_id, contact_id, facet, deals)
   SELECT workspace_id, contact_id, facet, count(*) FROM deals, unnest(deal_facets(pipeline_id, stage_id, status)) AS facet
@@ -142,9 +133,9 @@ DROP TRIGGER deal_facet_counts_insert ON deals;
 DROP TRIGGER deal_facet_counts_update ON deals;
 DROP TRIGGER deal_facet_counts_delete ON deals;
 DROP TRIGGER deal_facet_counts_contact_update ON contacts;
-DROP FUNCTION deal_facet_counts_on_deal_change();
-DROP FUNCTION deal_facet_counts_on_contact_change();
-DROP FUNCTION deal_facet_counts_apply(jsonb);
+DROP FUNCTION deal_facet_counts_on_deal_row();
+DROP FUNCTION deal_facet_counts_on_contact_row();
+DROP FUNCTION deal_facets_move(uuid, uuid, text[], integer);
 DROP TABLE deal_facet_counts;
 DROP TABLE contact_deal_facets;
 DROP FUNCTION deal_facets(uuid, uuid, text);
