@@ -3,9 +3,12 @@
  * unauthenticated or ordinary caller can learn or reach that it should not.
  */
 import { once } from 'node:events';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { freePort, nodeTs, startChild, waitForHttp } from '../../scripts/stack';
 import { loadConfig } from '../../domain/config';
-import { startApi, TestApi } from '../helpers';
+import { createWorkspace, eventually, startApi, TestApi } from '../helpers';
+import { uniquePhone } from './workspace-fixture';
 
 jest.setTimeout(60_000);
 
@@ -71,5 +74,67 @@ describe('BENCH_BASELINE (unauthenticated /__bench routes)', () => {
     } finally {
       await started.stop();
     }
+  });
+});
+
+describe('webhook attempts report the receiver\'s status, never what it said', () => {
+  const SECRET = 'receiver-private-7f3a9c';
+  let receiver: http.Server;
+  let receiverUrl: string;
+  let api: TestApi;
+
+  beforeAll(async () => {
+    // What an internal service might answer: its data in the body, its layout in a redirect.
+    receiver = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const status = Number(req.url?.split('/')[1]);
+        if (status >= 300 && status < 400) res.writeHead(status, { location: `http://10.0.0.7/${SECRET}` }).end(SECRET);
+        else res.writeHead(status, { 'content-type': 'text/plain' }).end(`${SECRET} ${'x'.repeat(50)}`);
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+    // The receiver is on this machine: an API (and the suite's worker) allowing private addresses.
+    api = await startApi({ config: { allowPrivateUrls: true } });
+  });
+  afterAll(async () => {
+    receiver.closeAllConnections();
+    await new Promise((resolve) => receiver.close(resolve));
+    await api?.close();
+  });
+
+  it('ping answers status code and latency only', async () => {
+    const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read'], name: 'ping-echo' });
+    for (const [status, error] of [
+      [200, null],
+      [302, 'The receiver answered a redirect (HTTP 302); redirects are not followed'],
+      [410, 'The receiver answered 410 Gone'],
+      [500, 'The receiver answered HTTP 500'],
+    ] as const) {
+      const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiverUrl}/${status}/ping`, events: ['lead.created'], active: false } });
+      expect(sub.status).toBe(201);
+      const ping = await api.request('POST', `/api/v1/webhooks/${sub.body.data.id}/ping`, { key: ws.key });
+      expect(ping.status).toBe(200);
+      expect(ping.text).not.toContain(SECRET);
+      expect(ping.text).not.toContain('10.0.0.7');
+      expect(ping.body.data).toMatchObject({ delivered: status === 200, statusCode: status, error });
+      expect(ping.body.data.durationMs).toEqual(expect.any(Number));
+    }
+  });
+
+  it('the delivery log (the worker\'s attempts) shows the status only', async () => {
+    const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name: 'delivery-echo' });
+    const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiverUrl}/500/event`, events: ['lead.created'] } });
+    expect(sub.status).toBe(201);
+    expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniquePhone(), name: 'Echo' } })).status).toBe(201);
+    const log = await eventually('a failed delivery attempt', async () => {
+      const res = await api.request('GET', `/api/v1/webhooks/${sub.body.data.id}/deliveries`, { key: ws.key });
+      return res.body.data.some((d: { attempts: number }) => d.attempts >= 1) ? res : undefined;
+    });
+    expect(log.text).not.toContain(SECRET);
+    expect(log.body.data[0]).toMatchObject({ lastStatusCode: 500, lastError: 'The receiver answered HTTP 500' });
+    // Stop the retry schedule.
+    expect((await api.request('DELETE', `/api/v1/webhooks/${sub.body.data.id}`, { key: ws.key })).status).toBe(200);
   });
 });
