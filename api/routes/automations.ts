@@ -64,6 +64,7 @@ export const automationRoutes = [
   route({
     method: 'post',
     path: '/api/v1/automations',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],
@@ -85,6 +86,7 @@ export const automationRoutes = [
   route({
     method: 'get',
     path: '/api/v1/automations',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:read'],
@@ -100,6 +102,7 @@ export const automationRoutes = [
   route({
     method: 'get',
     path: '/api/v1/automations/{id}',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:read'],
@@ -112,6 +115,7 @@ export const automationRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/automations/{id}',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],
@@ -145,6 +149,7 @@ export const automationRoutes = [
   route({
     method: 'post',
     path: '/api/v1/automations/{id}/token',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],
@@ -159,6 +164,7 @@ export const automationRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/automations/{id}/token',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],

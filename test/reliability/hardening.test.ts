@@ -6,6 +6,8 @@ import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { freePort, nodeTs, startChild, waitForHttp } from '../../scripts/stack';
+import { z } from 'zod';
+import { ROUTES } from '../../api/app';
 import { loadConfig } from '../../domain/config';
 import { createWorkspace, eventually, startApi, TestApi } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
@@ -136,5 +138,65 @@ describe('webhook attempts report the receiver\'s status, never what it said', (
     expect(log.body.data[0]).toMatchObject({ lastStatusCode: 500, lastError: 'The receiver answered HTTP 500' });
     // Stop the retry schedule.
     expect((await api.request('DELETE', `/api/v1/webhooks/${sub.body.data.id}`, { key: ws.key })).status).toBe(200);
+  });
+});
+
+describe('answers that carry a secret are never cached', () => {
+  const SECRET_FIELDS = /"(secret|webhookUrl)":/;
+  /**
+   * Routes whose answer carries a secret: those whose response schema has a webhook secret or an
+   * inbound token URL, and the admin key creation (admin routes declare no response schema).
+   */
+  const secretRoutes = ROUTES.filter(
+    (r) => (r.response && SECRET_FIELDS.test(JSON.stringify(z.toJSONSchema(r.response, { unrepresentable: 'any' })))) || (r.method === 'post' && r.path === '/admin/v1/workspaces/{id}/api-keys'),
+  ).map((r) => `${r.method} ${r.path}`);
+
+  it('declares Cache-Control: no-store on exactly those routes, in the route table and the OpenAPI document', async () => {
+    expect(secretRoutes).toEqual(
+      expect.arrayContaining(['post /api/v1/webhooks', 'post /admin/v1/workspaces/{id}/api-keys', 'post /api/v1/automations', 'post /api/v1/automations/{id}/token']),
+    );
+    expect(ROUTES.filter((r) => r.noStore).map((r) => `${r.method} ${r.path}`).sort()).toEqual([...secretRoutes].sort());
+    const api = await startApi();
+    try {
+      const doc = (await api.request('GET', '/api/v1/openapi.json')).body;
+      const documented = Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { headers?: Record<string, { schema: unknown }> }> }>>).flatMap(([path, ops]) =>
+        Object.entries(ops)
+          .filter(([, op]) => Object.values(op.responses).some((res) => (res.headers?.['Cache-Control']?.schema as { enum?: string[] })?.enum?.includes('no-store')))
+          .map(([method]) => `${method} ${path}`),
+      );
+      expect(documented.sort()).toEqual([...secretRoutes].sort());
+    } finally {
+      await api.close();
+    }
+  });
+
+  it('sends it with the API key, the webhook secret and the automation token URL', async () => {
+    const api = await startApi();
+    try {
+      const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'automations:write', 'automations:read'], name: 'no-store' });
+      const seen: Record<string, string | null> = {};
+      const note = (call: string, res: { status: number; headers: Headers }) => {
+        expect({ call, ok: res.status < 300 }).toEqual({ call, ok: true });
+        seen[call] = res.headers.get('cache-control');
+      };
+      note('create api key', await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'k', scopes: ['deals:read'] }));
+      note('create webhook', await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://hooks.example.com/in', events: ['*'], active: false } }));
+      const created = await api.request('POST', '/api/v1/automations', {
+        key: ws.key,
+        body: { name: 'inbound', trigger: { type: 'webhook_received', mapping: { phone: 'phone' } }, actions: [{ type: 'add_tag', tag: 't' }] },
+      });
+      note('create automation', created);
+      const id = created.body.data.id;
+      expect(created.body.data.webhookUrl).toContain('/api/automations/webhook-in/');
+      note('get automation', await api.request('GET', `/api/v1/automations/${id}`, { key: ws.key }));
+      note('list automations', await api.request('GET', '/api/v1/automations', { key: ws.key }));
+      note('patch automation', await api.request('PATCH', `/api/v1/automations/${id}`, { key: ws.key, body: { name: 'renamed' } }));
+      note('regenerate token', await api.request('POST', `/api/v1/automations/${id}/token`, { key: ws.key }));
+      expect(Object.entries(seen).filter(([, value]) => value !== 'no-store')).toEqual([]);
+      // Answers without a secret keep the default.
+      expect((await api.request('GET', '/api/v1/webhooks', { key: ws.key })).headers.get('cache-control')).toBeNull();
+    } finally {
+      await api.close();
+    }
   });
 });
