@@ -200,3 +200,53 @@ describe('answers that carry a secret are never cached', () => {
     }
   });
 });
+
+describe('api_keys.last_used_at', () => {
+  let api: TestApi;
+  beforeAll(async () => {
+    api = await startApi();
+  });
+  afterAll(async () => {
+    await api?.close();
+  });
+
+  const lastUsed = async (ws: { id: string; keyId: string }, limit: number): Promise<string | null> => {
+    // The admin view of the key (PATCH answers it; its limit is set to what it was).
+    const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/api-keys/${ws.keyId}`, { rateLimitPerMinute: limit });
+    expect(res.status).toBe(200);
+    return res.body.data.lastUsedAt;
+  };
+  const stored = async (keyId: string): Promise<Date | null> => (await api.db('api_keys').where({ id: keyId }).first('last_used_at')).last_used_at;
+
+  it('is set by a request and shown in the admin view, written at most once a minute', async () => {
+    // A small limit: every request takes the statement that reads the key.
+    const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 100, name: 'last-used' });
+    expect(await lastUsed(ws, 100)).toBeNull();
+    const before = Date.now();
+    expect((await api.request('GET', '/api/v1/tags', { key: ws.key })).status).toBe(200);
+    const shown = await lastUsed(ws, 100);
+    expect(shown).toEqual(expect.any(String));
+    expect(Math.abs(new Date(shown!).getTime() - before)).toBeLessThan(5_000);
+
+    // More requests within the minute write nothing.
+    const first = await stored(ws.keyId);
+    for (let i = 0; i < 5; i += 1) expect((await api.request('GET', '/api/v1/tags', { key: ws.key })).status).toBe(200);
+    expect(await stored(ws.keyId)).toEqual(first);
+
+    // Once it is over a minute old, the next request moves it.
+    await api.db('api_keys').where({ id: ws.keyId }).update({ last_used_at: api.db.raw(`now() - interval '2 minutes'`) });
+    expect((await api.request('GET', '/api/v1/tags', { key: ws.key })).status).toBe(200);
+    expect(Date.now() - (await stored(ws.keyId))!.getTime()).toBeLessThan(5_000);
+  });
+
+  it('is set for a high-rate key served from the process cache, and never by a revoked key', async () => {
+    const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 1000, name: 'last-used-fast' });
+    for (let i = 0; i < 3; i += 1) expect((await api.request('GET', '/api/v1/tags', { key: ws.key })).status).toBe(200);
+    expect(await lastUsed(ws, 1000)).toEqual(expect.any(String));
+
+    await api.db('api_keys').where({ id: ws.keyId }).update({ last_used_at: null });
+    expect((await api.admin('DELETE', `/admin/v1/workspaces/${ws.id}/api-keys/${ws.keyId}`)).status).toBe(200);
+    expect((await api.request('GET', '/api/v1/tags', { key: ws.key })).status).toBe(401);
+    expect(await stored(ws.keyId)).toBeNull();
+  });
+});
