@@ -9,7 +9,7 @@ import { freePort, nodeTs, startChild, waitForHttp } from '../../scripts/stack';
 import { z } from 'zod';
 import { ROUTES } from '../../api/app';
 import { loadConfig } from '../../domain/config';
-import { createWorkspace, eventually, startApi, TestApi } from '../helpers';
+import { awayFromMinuteBoundary, createWorkspace, eventually, startApi, TestApi, uniqueIp } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 
 jest.setTimeout(60_000);
@@ -248,5 +248,47 @@ describe('api_keys.last_used_at', () => {
     expect((await api.admin('DELETE', `/admin/v1/workspaces/${ws.id}/api-keys/${ws.keyId}`)).status).toBe(200);
     expect((await api.request('GET', '/api/v1/tags', { key: ws.key })).status).toBe(401);
     expect(await stored(ws.keyId)).toBeNull();
+  });
+});
+
+describe('per-IP limits count an IPv6 client by its /64', () => {
+  let api: TestApi;
+  let workspaceId: string;
+  beforeAll(async () => {
+    api = await startApi();
+    workspaceId = (await api.admin('POST', '/admin/v1/workspaces', { name: 'ipv6' })).body.data.id;
+  });
+  afterAll(async () => {
+    await api?.close();
+  });
+
+  /** What is left of the `admin` per-IP profile after a request from `ip` (admin routes report the IP's bucket). */
+  const remainingAfter = async (ip: string): Promise<number> => {
+    const res = await api.request('GET', `/admin/v1/workspaces/${workspaceId}`, { headers: { authorization: `Bearer ${api.config.adminToken}`, 'x-forwarded-for': ip } });
+    expect(res.status).toBe(200);
+    return Number(res.headers.get('x-ratelimit-remaining'));
+  };
+  const hex = () => Math.floor(Math.random() * 0xffff).toString(16);
+
+  it('shares one bucket across the /64, and keeps other /64s and IPv4 clients apart', async () => {
+    await awayFromMinuteBoundary();
+    const net = `2001:db8:${hex()}:${hex()}`;
+    const first = await remainingAfter(`${net}::1`);
+    // Other addresses of the same /64, in any notation: the same client.
+    expect(await remainingAfter(`${net}:ffff:ffff:ffff:fffe`)).toBe(first - 1);
+    expect(await remainingAfter(`${net}:0:${hex()}:${hex()}:1`)).toBe(first - 2);
+    expect(await remainingAfter(`${net.toUpperCase()}:0:0:0:1`)).toBe(first - 3);
+    // The neighbouring /64 is another client.
+    const [a, b, c, d] = net.split(':');
+    const neighbour = `${a}:${b}:${c}:${(parseInt(d, 16) ^ 1).toString(16)}`;
+    expect(await remainingAfter(`${neighbour}::1`)).toBe(first);
+    const [{ bucket }] = await api.db('rate_limit_counters').where('bucket', 'like', `ip:admin:${net}%`).distinct('bucket');
+    expect(bucket).toBe(`ip:admin:${net}::/64`);
+
+    // An IPv4 client is its own address, however a dual-stack socket writes it.
+    const v4 = uniqueIp();
+    const v4First = await remainingAfter(v4);
+    expect(await remainingAfter(`::ffff:${v4}`)).toBe(v4First - 1);
+    expect(await remainingAfter(uniqueIp())).toBe(v4First);
   });
 });
