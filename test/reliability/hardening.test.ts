@@ -9,8 +9,8 @@ import { freePort, nodeTs, startChild, waitForHttp } from '../../scripts/stack';
 import { z } from 'zod';
 import { ROUTES } from '../../api/app';
 import { loadConfig } from '../../domain/config';
-import { awayFromMinuteBoundary, createWorkspace, eventually, startApi, TestApi, uniqueIp } from '../helpers';
-import { uniquePhone } from './workspace-fixture';
+import { awayFromMinuteBoundary, createWorkspace, startApi, TestApi, uniqueIp } from '../helpers';
+import { firstLeadDelivery } from './workspace-fixture';
 
 jest.setTimeout(60_000);
 
@@ -126,18 +126,11 @@ describe('webhook attempts report the receiver\'s status, never what it said', (
   });
 
   it('the delivery log (the worker\'s attempts) shows the status only', async () => {
-    const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name: 'delivery-echo' });
-    const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiverUrl}/500/event`, events: ['lead.created'] } });
-    expect(sub.status).toBe(201);
-    expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniquePhone(), name: 'Echo' } })).status).toBe(201);
-    const log = await eventually('a failed delivery attempt', async () => {
-      const res = await api.request('GET', `/api/v1/webhooks/${sub.body.data.id}/deliveries`, { key: ws.key });
-      return res.body.data.some((d: { attempts: number }) => d.attempts >= 1) ? res : undefined;
-    });
+    const { ws, subscriptionId, log } = await firstLeadDelivery(api, `${receiverUrl}/500/event`, 'delivery-echo');
     expect(log.text).not.toContain(SECRET);
     expect(log.body.data[0]).toMatchObject({ lastStatusCode: 500, lastError: 'The receiver answered HTTP 500' });
     // Stop the retry schedule.
-    expect((await api.request('DELETE', `/api/v1/webhooks/${sub.body.data.id}`, { key: ws.key })).status).toBe(200);
+    expect((await api.request('DELETE', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key })).status).toBe(200);
   });
 });
 

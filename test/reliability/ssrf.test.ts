@@ -21,8 +21,8 @@ import { z } from 'zod';
 import { createMediaActivities } from '../../activities/media';
 import { ROUTES } from '../../api/app';
 import { postWebhook } from '../../domain/webhooks';
-import { createWorkspace, eventually, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
-import { uniquePhone } from './workspace-fixture';
+import { createWorkspace, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
+import { firstLeadDelivery, uniquePhone } from './workspace-fixture';
 
 jest.setTimeout(120_000);
 
@@ -396,18 +396,11 @@ describe('redirects to a private address are never followed', () => {
   });
 
   it('event delivery (worker): 307 to a private address is a failed attempt and the target is never requested', async () => {
-    const lws = await createWorkspace(local, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name: 'ssrf-redirect-worker' });
-    const sub = await local.request('POST', '/api/v1/webhooks', { key: lws.key, body: { url: `${bouncerUrl}/307/event`, events: ['lead.created'] } });
-    expect(sub.status).toBe(201);
-    expect((await local.request('POST', '/api/v1/leads', { key: lws.key, body: { phone: uniquePhone(), name: 'Redirected' } })).status).toBe(201);
-    const delivery = await eventually('the first delivery attempt', async () => {
-      const res = await local.request('GET', `/api/v1/webhooks/${sub.body.data.id}/deliveries`, { key: lws.key });
-      return res.body.data.find((d: { attempts: number }) => d.attempts >= 1);
-    });
+    const { ws: lws, subscriptionId: redirected, delivery } = await firstLeadDelivery(local, `${bouncerUrl}/307/event`, 'ssrf-redirect-worker');
     expect(delivery).toMatchObject({ lastStatusCode: 307 });
     expect(delivery.lastError).toContain('redirects are not followed');
     // Stop the retry schedule.
-    expect((await local.request('DELETE', `/api/v1/webhooks/${sub.body.data.id}`, { key: lws.key })).status).toBe(200);
+    expect((await local.request('DELETE', `/api/v1/webhooks/${redirected}`, { key: lws.key })).status).toBe(200);
     expect(trapHits).toEqual([]);
     table.push(`  redirect 307 via worker delivery → attempts=${delivery.attempts} lastStatusCode=307 "${String(delivery.lastError).slice(0, 80)}"`);
   });
