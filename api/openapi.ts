@@ -57,6 +57,7 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     const responses: Record<string, object> = {
       [String(def.status ?? 200)]: {
         description: 'Success',
+        ...(def.noStore ? { headers: { 'Cache-Control': { description: 'The answer carries a secret: no cache may keep it.', schema: { type: 'string', enum: ['no-store'] } } } } : {}),
         ...(def.response ? { content: { 'application/json': { schema: def.response } } } : {}),
       },
     };

@@ -42,6 +42,11 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
   response?: z.ZodType;
   /** Error codes this endpoint can answer with (beyond the ones every endpoint has). */
   errors?: ErrorCode[];
+  /**
+   * The answer carries a secret (an API key, a signing secret, a token URL): it is sent with
+   * `Cache-Control: no-store`, so no browser or proxy cache keeps it, and documented so.
+   */
+  noStore?: true;
   handler: (ctx: Context, input: RouteInput<z.infer<P>, z.infer<Q>, z.infer<B>>) => Promise<unknown>;
 }
 

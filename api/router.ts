@@ -53,6 +53,7 @@ function parse<T extends z.ZodType>(schema: T | undefined, value: unknown, where
 
 function handle(def: AnyRoute): Middleware {
   return async (ctx: Context) => {
+    if (def.noStore) ctx.set('Cache-Control', 'no-store');
     const params = parse(def.params, ctx.params, 'params');
     const query = parse(def.query, ctx.query, 'query');
     const body = parse(def.body, requestBody(ctx) ?? {}, 'body');

@@ -31,6 +31,7 @@ interface ApiKeyRow {
   rate_limit_per_minute: number;
   expires_at: Date | null;
   revoked_at: Date | null;
+  last_used_at: Date | null;
   created_at: Date;
 }
 
@@ -44,6 +45,8 @@ export function serializeApiKey(row: ApiKeyRow) {
     rateLimitPerMinute: row.rate_limit_per_minute,
     expiresAt: iso(row.expires_at),
     revokedAt: iso(row.revoked_at),
+    /** When a request last authenticated with it, to the minute (LAST_USED_EVERY). */
+    lastUsedAt: iso(row.last_used_at),
     createdAt: iso(row.created_at),
   };
 }
@@ -102,8 +105,16 @@ export interface KeyRow {
 }
 
 /**
+ * How stale `api_keys.last_used_at` may get: authentication writes it only when it is older, so a
+ * busy key costs one row update a minute, not one per request. (A high-rate key is served from
+ * the process's cache, but re-read by authenticateAndCount every KEY_CACHE_MS.)
+ */
+const LAST_USED_EVERY = `interval '1 minute'`;
+
+/**
  * The key (with its workspace's plan flags) and the request counted in the IP bucket and, when
- * the key is neither revoked nor expired, in `key:<id>` and `key:<id>:<profile>`: one statement.
+ * the key is neither revoked nor expired, in `key:<id>` and `key:<id>:<profile>`, and its
+ * `last_used_at` when that is over LAST_USED_EVERY old: one statement.
  * `scale` is the factor on every limit (RATE_LIMIT_SCALE): it decides, with the key's own limit,
  * whether its bucket is sharded.
  */
@@ -119,14 +130,22 @@ export async function authenticateAndCount(
        SELECT k.id, k.name, k.workspace_id, k.scopes, k.rate_limit_per_minute, k.expires_at, k.revoked_at, w.api_access, w.active
          FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id
         WHERE k.key_hash = :hash
+     ), usable AS (
+       SELECT * FROM k WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
+     ), used AS (
+       -- Never waits: a row another statement is writing (another request's update, a revocation) is skipped.
+       UPDATE api_keys SET last_used_at = now()
+        WHERE id IN (SELECT x.id FROM api_keys x JOIN usable k ON k.id = x.id
+                      WHERE x.last_used_at IS NULL OR x.last_used_at < now() - ${LAST_USED_EVERY}
+                        FOR UPDATE OF x SKIP LOCKED)
      ), ${COUNT_BUCKETS_CTES(`
          SELECT name, shards, 1 AS n, ${THIS_MINUTE} AS window_start FROM (
            SELECT CAST(:ip AS text) AS name, CAST(:ipShards AS int) AS shards WHERE CAST(:ip AS text) IS NOT NULL
            UNION ALL
-           SELECT v.name, v.shards FROM k, LATERAL (VALUES
+           SELECT v.name, v.shards FROM usable k, LATERAL (VALUES
                ('key:' || k.id, CASE WHEN k.rate_limit_per_minute * CAST(:scale AS float8) >= ${SHARDED_LIMIT} THEN ${SHARDS} ELSE 1 END),
                ('key:' || k.id || ':' || CAST(:profile AS text), 1)) AS v(name, shards)
-            WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND v.name IS NOT NULL
+            WHERE v.name IS NOT NULL
          ) AS requested`)}
      SELECT (SELECT row_to_json(k) FROM k) AS key, (SELECT json_agg(counted) FROM counted) AS counted`,
     { hash: keyHash, ip: ip?.name ?? null, ipShards: ip ? shardsFor(ip.limit) : 1, profile, scale },

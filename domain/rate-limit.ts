@@ -1,3 +1,4 @@
+import ipaddr from 'ipaddr.js';
 import type { Db } from './db';
 
 /**
@@ -27,8 +28,21 @@ export type KeyProfile = keyof typeof KEY_PROFILES;
 
 export const DEFAULT_KEY_LIMIT = 100;
 
+/**
+ * The client a per-IP limit counts: an IPv4 address as it is; an IPv4-mapped IPv6 address
+ * (`::ffff:a.b.c.d`, what a dual-stack socket reports) as its IPv4 address; any other IPv6
+ * address as its /64 (`2001:db8:1:2::/64`), the smallest network a subscriber is given, which
+ * holds 2^64 addresses it may use at will. Anything else (not an address) as it is.
+ */
+export function ipClient(ip: string): string {
+  if (!ip.includes(':') || !ipaddr.IPv6.isValid(ip)) return ip;
+  const v6 = ipaddr.IPv6.parse(ip);
+  if (v6.isIPv4MappedAddress()) return v6.toIPv4Address().toString();
+  return `${new ipaddr.IPv6([...v6.parts.slice(0, 4), 0, 0, 0, 0]).toString()}/64`;
+}
+
 export interface Bucket {
-  /** Unique bucket name, e.g. `ip:pipelines:1.2.3.4` or `key:<id>`. */
+  /** Unique bucket name, e.g. `ip:pipelines:1.2.3.4`, `ip:read:2001:db8:1:2::/64` or `key:<id>`. */
   name: string;
   limit: number;
   /** The 429 code this bucket answers with when exhausted. */

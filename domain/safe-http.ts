@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
-import type { LookupAddress } from 'node:dns';
-import { assertPublicUrl, LookupFn, UrlPolicy } from './url-safety';
+import { promises as dns, type LookupAddress } from 'node:dns';
+import { assertPublicUrl, isNeverAllowedAddress, LookupFn, UrlPolicy } from './url-safety';
 
 /**
  * An HTTP request to a URL a customer gave us (a media URL, a webhook subscriber URL), safe against
@@ -76,20 +76,40 @@ export const NETWORK_WORDS: Record<string, string> = {
   UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'the TLS certificate chain cannot be verified',
 };
 
-/** A lookup that answers only with the approved addresses (the same contract as dns.lookup). */
-function pinnedLookup(addresses: string[]) {
-  const records: LookupAddress[] = addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
-  return (_host: string, options: { all?: boolean; family?: number | string }, callback: (...args: unknown[]) => void): void => {
-    const family = options?.family === 6 || options?.family === 'IPv6' ? 6 : options?.family === 4 || options?.family === 'IPv4' ? 4 : 0;
-    const usable = family ? records.filter((r) => r.family === family) : records;
-    if (usable.length === 0) {
-      callback(Object.assign(new Error('no approved address for this host'), { code: 'ENOTFOUND' }));
-      return;
-    }
-    if (options?.all) callback(null, usable);
-    else callback(null, usable[0].address, usable[0].family);
+/** A lookup (the same contract as dns.lookup) that answers with the addresses `resolve` gives. */
+function lookupFrom(resolve: (host: string) => Promise<string[]>) {
+  return (host: string, options: { all?: boolean; family?: number | string }, callback: (...args: unknown[]) => void): void => {
+    resolve(host).then(
+      (addresses) => {
+        const records: LookupAddress[] = addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+        const family = options?.family === 6 || options?.family === 'IPv6' ? 6 : options?.family === 4 || options?.family === 'IPv4' ? 4 : 0;
+        const usable = family ? records.filter((r) => r.family === family) : records;
+        if (usable.length === 0) {
+          callback(Object.assign(new Error('no approved address for this host'), { code: 'ENOTFOUND' }));
+          return;
+        }
+        if (options?.all) callback(null, usable);
+        else callback(null, usable[0].address, usable[0].family);
+      },
+      (err) => callback(err),
+    );
   };
 }
+
+/** Only the addresses the check approved. */
+const pinnedLookup = (addresses: string[]) => lookupFrom(async () => addresses);
+
+/**
+ * Under ALLOW_PRIVATE_URLS, a name that did not resolve at check time is resolved when connecting,
+ * and still never to a link-local or cloud metadata address.
+ */
+const guardedLookup = lookupFrom(async (host) => {
+  const addresses = (await dns.lookup(host, { all: true, verbatim: true })).map((r) => r.address);
+  if (addresses.some((a) => isNeverAllowedAddress(a))) {
+    throw Object.assign(new Error(`${host} resolves to a link-local or cloud metadata address`), { code: 'EFORBIDDENADDRESS' });
+  }
+  return addresses;
+});
 
 export async function safeRequest(raw: string, request: SafeRequest): Promise<SafeResponse> {
   const { url, addresses } = await assertPublicUrl(raw, request.policy, { field: request.field, lookup: request.lookup });
@@ -112,8 +132,8 @@ export async function safeRequest(raw: string, request: SafeRequest): Promise<Sa
       headers: request.headers,
       agent: agents[protocol],
       // An IP literal needs no lookup; a name connects only to what the check approved. Under
-      // ALLOW_PRIVATE_URLS a name that did not resolve at check time is left to the system resolver.
-      ...(literal || addresses.length === 0 ? {} : { lookup: pinnedLookup(addresses) as unknown as typeof import('node:dns').lookup }),
+      // ALLOW_PRIVATE_URLS a name that did not resolve at check time is resolved now, guarded.
+      ...(literal ? {} : { lookup: (addresses.length ? pinnedLookup(addresses) : guardedLookup) as unknown as typeof import('node:dns').lookup }),
     });
     const timer = setTimeout(() => {
       fail(new SafeHttpError(`no answer within ${request.timeoutMs / 1000} s`, { mayHaveArrived: written, code: 'TIMEOUT' }));

@@ -12,7 +12,10 @@ import { ApiError } from './errors';
  *   keeps a request out of the internal network; a public host on 8443 is a legitimate CDN.
  * - `allowPrivate` (ALLOW_PRIVATE_URLS, local development and tests only) lifts the address and
  *   host-name rules and allows `http:` as well as `https:`. Everything else still applies:
- *   scheme http(s) only, no credentials, the length limit, no whitespace or control characters.
+ *   scheme http(s) only, no credentials, the length limit, no whitespace or control characters,
+ *   and never a link-local or cloud metadata address (`neverAllowedReason`), as a literal or as
+ *   what a name resolves to: a development machine on a cloud VM must not hand out its
+ *   instance credentials either.
  * - Host names that only exist inside a private network are refused without DNS: `localhost`,
  *   single-label names, and the special-use / never-delegated suffixes in `PRIVATE_SUFFIXES`.
  *   A trailing dot (`example.com.`) is refused: no real media URL needs one and it defeats naive
@@ -69,6 +72,58 @@ function describeRange(range: string): string {
   return RANGE_WORDS[range] ?? `a reserved address (${range})`;
 }
 
+function parseAddress(address: string): ipaddr.IPv4 | ipaddr.IPv6 | undefined {
+  let text = String(address).trim();
+  if (text.startsWith('[') && text.endsWith(']')) text = text.slice(1, -1);
+  if (!text || !ipaddr.isValid(text)) return undefined;
+  try {
+    return ipaddr.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Cloud metadata services outside the link-local ranges (169.254.0.0/16 and fe80::/10 are refused whole). */
+const METADATA_ADDRESSES = [
+  '100.100.100.200', // Alibaba Cloud
+  'fd00:ec2::254', // AWS, IPv6
+  'fd20:ce::254', // Google Cloud, IPv6
+].map((a) => ipaddr.parse(a));
+
+/** The address itself and every IPv4 address an IPv6 form carries (mapped, compatible, NAT64, 6to4, Teredo). */
+function withEmbeddedIPv4(parsed: ipaddr.IPv4 | ipaddr.IPv6): (ipaddr.IPv4 | ipaddr.IPv6)[] {
+  if (parsed.kind() === 'ipv4') return [parsed];
+  const v6 = parsed as ipaddr.IPv6;
+  const p = v6.parts;
+  const v4 = (high: number, low: number) => new ipaddr.IPv4([high >> 8, high & 255, low >> 8, low & 255]);
+  const range = v6.range();
+  const embedded: ipaddr.IPv4[] = [];
+  if (['ipv4Mapped', 'rfc6145', 'rfc6052'].includes(range) || p.slice(0, 6).every((x) => x === 0)) embedded.push(v4(p[6], p[7]));
+  if (range === '6to4') embedded.push(v4(p[1], p[2]));
+  if (range === 'teredo') embedded.push(v4(p[6] ^ 0xffff, p[7] ^ 0xffff));
+  return [v6, ...embedded];
+}
+
+/**
+ * Why an address is refused even under `allowPrivate`, or null: link-local addresses (IPv4
+ * 169.254.0.0/16, where AWS, GCP, Azure and others serve instance metadata and credentials; IPv6
+ * fe80::/10), the metadata addresses of `METADATA_ADDRESSES`, and any IPv6 form embedding one of them.
+ */
+function neverAllowedReason(address: string): string | null {
+  const parsed = parseAddress(address);
+  if (!parsed) return null;
+  for (const candidate of withEmbeddedIPv4(parsed)) {
+    if (candidate.range() === 'linkLocal') return 'a link-local address (cloud metadata services live there)';
+    if (METADATA_ADDRESSES.some((m) => m.kind() === candidate.kind() && m.toString() === candidate.toString())) return 'a cloud metadata address';
+  }
+  return null;
+}
+
+/** True when an address is refused whatever the policy (ALLOW_PRIVATE_URLS included): see neverAllowedReason. */
+export function isNeverAllowedAddress(address: string): boolean {
+  return neverAllowedReason(address) !== null;
+}
+
 /**
  * Why an address is not publicly routable, or null when it is. Fail closed: anything ipaddr.js
  * does not call 'unicast' is refused; an IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a
@@ -79,15 +134,8 @@ function describeRange(range: string): string {
  * IP address is refused.
  */
 function forbiddenReason(address: string): string | null {
-  let text = String(address).trim();
-  if (text.startsWith('[') && text.endsWith(']')) text = text.slice(1, -1);
-  if (!text || !ipaddr.isValid(text)) return 'not an IP address';
-  let parsed: ipaddr.IPv4 | ipaddr.IPv6;
-  try {
-    parsed = ipaddr.parse(text);
-  } catch {
-    return 'not an IP address';
-  }
+  const parsed = parseAddress(address);
+  if (!parsed) return 'not an IP address';
   if (parsed.kind() === 'ipv4') {
     const range = parsed.range();
     return range === 'unicast' ? null : describeRange(range);
@@ -169,15 +217,12 @@ export function assertSafeUrlSyntax(raw: string, policy: UrlPolicy, options: { m
   const host = url.hostname.toLowerCase();
   if (!host) throw invalid(field, 'the URL has no host');
 
-  if (host.startsWith('[')) {
+  const literal = host.startsWith('[') || ipaddr.IPv4.isValidFourPartDecimal(host);
+  if (literal) {
     const reason = forbiddenReason(host);
     if (reason === 'not an IP address') throw invalid(field, 'the host is not a valid IPv6 address');
-    if (reason && !policy.allowPrivate) throw invalid(field, `the host ${host} is ${reason}`);
-    return url;
-  }
-  if (ipaddr.IPv4.isValidFourPartDecimal(host)) {
-    const reason = forbiddenReason(host);
-    if (reason && !policy.allowPrivate) throw invalid(field, `the host ${host} is ${reason}`);
+    const refused = policy.allowPrivate ? neverAllowedReason(host) : reason;
+    if (refused) throw invalid(field, `the host ${host} is ${refused}`);
     return url;
   }
 
@@ -258,7 +303,10 @@ export async function assertPublicUrl(
     throw invalid(field, `the host ${host} could not be resolved`);
   }
   const addresses = [...new Set((Array.isArray(records) ? records : []).map((r) => String(r?.address ?? '')))];
-  if (policy.allowPrivate) return { url, addresses: addresses.filter((a) => ipaddr.isValid(a)) };
+  if (policy.allowPrivate) {
+    if (addresses.some((a) => isNeverAllowedAddress(a))) throw invalid(field, `the host ${host} resolves to a link-local or cloud metadata address`);
+    return { url, addresses: addresses.filter((a) => ipaddr.isValid(a)) };
+  }
   if (addresses.length === 0) throw invalid(field, `the host ${host} did not resolve to any address`);
   // The resolved address itself is not echoed: it would turn this endpoint into an oracle for
   // the internal DNS view.

@@ -53,6 +53,10 @@ export interface AttemptOutcome {
  * One signed POST of a webhook body. Never throws for what the receiver did (an answer, no
  * answer, a URL that now resolves to a private address): that is the attempt's outcome. A 2xx is
  * success; a redirect (not followed), any other status, or no answer within 10 s is a failure.
+ *
+ * The outcome carries the receiver's status, never what it said (its body, or where a redirect
+ * pointed): the ping answers it to the caller, and the delivery log shows it to anyone with
+ * `webhooks:read`, so echoing the answer would let a key read what a URL it chose serves.
  */
 export async function postWebhook(input: {
   url: string;
@@ -86,16 +90,13 @@ export async function postWebhook(input: {
       timeoutMs: input.timeoutMs ?? WEBHOOK_TIMEOUT_MS,
       policy: input.policy,
       field: 'url',
+      // Read (a short answer leaves the connection reusable) and dropped.
       maxBodyBytes: 300,
     });
     if (res.status >= 200 && res.status < 300) return outcome(true, res.status, null);
-    if (res.status >= 300 && res.status < 400) {
-      const location = typeof res.headers.location === 'string' ? ` to ${res.headers.location.slice(0, 200)}` : '';
-      return outcome(false, res.status, `The receiver answered a redirect (HTTP ${res.status}${location}); redirects are not followed`);
-    }
-    const said = res.body.replace(/\s+/g, ' ').trim().slice(0, 200);
-    if (res.status === 410) return outcome(false, 410, `The receiver answered 410 Gone${said ? `: ${said}` : ''}`, true);
-    return outcome(false, res.status, `The receiver answered HTTP ${res.status}${said ? `: ${said}` : ''}`);
+    if (res.status >= 300 && res.status < 400) return outcome(false, res.status, `The receiver answered a redirect (HTTP ${res.status}); redirects are not followed`);
+    if (res.status === 410) return outcome(false, 410, 'The receiver answered 410 Gone', true);
+    return outcome(false, res.status, `The receiver answered HTTP ${res.status}`);
   } catch (err) {
     if (err instanceof ApiError) return outcome(false, null, err.message);
     if (err instanceof SafeHttpError) return outcome(false, null, `No answer from the receiver: ${err.message}`);

@@ -35,6 +35,23 @@ describe('docker-compose.yml', () => {
     expect(compose.services.api.environment.PORT).toBe('3000');
   });
 
+  it('publishes nothing unauthenticated beyond the host: only the API listens on every interface', () => {
+    const published: string[] = [];
+    for (const [name, service] of Object.entries<{ ports?: (string | number | { host_ip?: string; published?: unknown })[] }>(compose.services)) {
+      if (name === 'api') continue;
+      for (const port of service.ports ?? []) {
+        // Short syntax "[HOST_IP:]HOST:CONTAINER"; the long syntax names host_ip.
+        const hostIp = typeof port === 'object' ? port.host_ip : String(port).split(':').length === 3 ? String(port).split(':')[0] : undefined;
+        published.push(`${name} ${JSON.stringify(port)} on ${hostIp ?? 'every interface'}`);
+      }
+    }
+    expect(published.length).toBeGreaterThan(0);
+    for (const line of published) expect(line).toMatch(/ on 127\.0\.0\.1$/);
+    // The Temporal frontend and UI have no authentication: loopback only.
+    expect(compose.services.temporal.ports).toEqual(['127.0.0.1:7233:7233']);
+    expect(compose.services['temporal-ui'].ports).toEqual(['127.0.0.1:8233:8080']);
+  });
+
   it('is described in the README, service by service, and every variable the config reads is documented', () => {
     for (const name of ['postgres', 'temporal', 'temporal-ui', 'api', 'worker', 'migrate']) expect(readme).toContain(`\`${name}\``);
     const configSource = fs.readFileSync(path.join(root, 'domain/config.ts'), 'utf8');

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { ApiError } from '../../domain/errors';
-import { Bucket, BucketState, consume, IP_PROFILES, IpProfile, KEY_PROFILES, KeyProfile, tightest } from '../../domain/rate-limit';
+import { Bucket, BucketState, consume, IP_PROFILES, ipClient, IpProfile, KEY_PROFILES, KeyProfile, tightest } from '../../domain/rate-limit';
 
 /**
  * Rate limits of a request: its buckets counted in PostgreSQL (domain/rate-limit.ts), the
@@ -46,7 +46,7 @@ export function record(ctx: Context, states: BucketState[]): void {
 }
 
 export function ipBucket(ctx: Context, profile: IpProfile): Bucket {
-  return { name: `ip:${profile}:${ctx.ip}`, limit: IP_PROFILES[profile], code: 'IP_RATE_LIMITED' };
+  return { name: `ip:${profile}:${ipClient(ctx.ip)}`, limit: IP_PROFILES[profile], code: 'IP_RATE_LIMITED' };
 }
 
 export function keyBuckets(keyId: string, keyLimit: number, profile?: KeyProfile): Bucket[] {

@@ -72,6 +72,7 @@ export const adminRoutes: AnyRoute[] = [
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/api-keys',
+    noStore: true,
     summary: 'Create an API key (the key is shown only in this response)',
     status: 201,
     params: ws,

@@ -64,6 +64,7 @@ export const automationRoutes = [
   route({
     method: 'post',
     path: '/api/v1/automations',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],
@@ -86,6 +87,7 @@ export const automationRoutes = [
   route({
     method: 'get',
     path: '/api/v1/automations',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:read'],
@@ -101,6 +103,7 @@ export const automationRoutes = [
   route({
     method: 'get',
     path: '/api/v1/automations/{id}',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:read'],
@@ -113,6 +116,7 @@ export const automationRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/automations/{id}',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],
@@ -148,6 +152,7 @@ export const automationRoutes = [
   route({
     method: 'post',
     path: '/api/v1/automations/{id}/token',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],
@@ -162,6 +167,7 @@ export const automationRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/automations/{id}/token',
+    noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],

@@ -4,6 +4,14 @@ import { route } from '../route';
 
 const READY_TIMEOUT_MS = 2000;
 
+/**
+ * A dependency's state as /ready answers it: a fixed word, never the error's text (a database or
+ * gRPC message names hosts, ports, users and databases to an unauthenticated caller). Why a check
+ * failed (its error, or no answer in time) goes to the log.
+ */
+const CHECK_STATES = ['ok', 'unavailable'] as const;
+type CheckState = (typeof CHECK_STATES)[number];
+
 function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([
     promise,
@@ -27,14 +35,16 @@ export const systemRoutes = [
     tag: 'System',
     auth: 'none',
     summary: 'Readiness: PostgreSQL and Temporal are reachable (503 otherwise)',
-    response: z.object({ status: z.enum(['ready', 'unavailable']), checks: z.object({ database: z.string(), temporal: z.string() }) }),
+    description: `Each check is \`ok\` or \`unavailable\` (an error, or no answer within ${READY_TIMEOUT_MS / 1000} s); why is logged, not returned.`,
+    response: z.object({ status: z.enum(['ready', 'unavailable']), checks: z.object({ database: z.enum(CHECK_STATES), temporal: z.enum(CHECK_STATES) }) }),
     handler: async (ctx) => {
-      const check = async (what: string, probe: () => Promise<unknown>): Promise<string> => {
+      const check = async (what: string, probe: () => Promise<unknown>): Promise<CheckState> => {
         try {
           await withTimeout(probe(), READY_TIMEOUT_MS, what);
           return 'ok';
         } catch (err) {
-          return `unavailable: ${(err as Error).message}`;
+          ctx.state.log.warn({ check: what, err }, 'readiness check failed');
+          return 'unavailable';
         }
       };
       const [database, temporal] = await Promise.all([

@@ -70,6 +70,7 @@ export const webhookRoutes = [
   route({
     method: 'post',
     path: '/api/v1/webhooks',
+    noStore: true,
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],

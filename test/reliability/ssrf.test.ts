@@ -28,7 +28,7 @@ import { ROUTES } from '../../api/app';
 import { requirePhone } from '../../domain/contacts';
 import { postWebhook } from '../../domain/webhooks';
 import { createKey, createWorkspace, eventually, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
-import { uniquePhone } from './workspace-fixture';
+import { firstLeadDelivery, uniquePhone } from './workspace-fixture';
 
 jest.setTimeout(120_000);
 
@@ -42,7 +42,14 @@ const FAKE_DNS: Record<string, string[]> = {
   'mapped.example.com': ['::ffff:127.0.0.1'],
   'cgnat.example.com': ['100.64.0.1'],
   '127.0.0.1.nip.io': ['127.0.0.1'],
+  'v6metadata.example.com': ['fd00:ec2::254'],
+  'mixed-metadata.example.com': ['10.0.0.5', '169.254.169.254'],
+  'private.example.com': ['10.0.0.5'],
+  // Not found at its first lookup (the check's), the metadata address at the next (the connect's).
+  'late-metadata.example.com': ['169.254.169.254'],
 };
+/** Names that answer ENOTFOUND to their first lookup, then their FAKE_DNS entry. */
+const LATE_NAMES = new Set(['late-metadata.example.com']);
 const realLookup = dns.promises.lookup;
 
 interface Form {
@@ -141,6 +148,7 @@ async function stored(): Promise<unknown> {
 
 beforeAll(async () => {
   (dns.promises as { lookup: unknown }).lookup = async (host: string, options?: unknown) => {
+    if (LATE_NAMES.delete(host.toLowerCase())) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
     const found = FAKE_DNS[host.toLowerCase()];
     if (found) return found.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
     return (realLookup as (h: string, o?: unknown) => Promise<unknown>)(host, options);
@@ -171,6 +179,45 @@ afterAll(async () => {
   if (table.length) console.log(`SSRF corpus (${CORPUS.length} forms; W+ webhook create, W~ webhook patch, M messages, C conversation messages, A+ automation create, A~ automation patch, media activity):\n${table.join('\n')}`);
   await api?.close();
 });
+
+/**
+ * Sends `form` to every URL field through `client` (an API whose ALLOW_PRIVATE_URLS is
+ * `allowPrivate`; the suite's workspace and records) and to the send saga's media check with the
+ * same policy; adds a row to the printed table and returns what was not refused with INVALID_URL.
+ */
+async function refusedEverywhere(client: TestApi, form: Form, allowPrivate: boolean): Promise<string[]> {
+  const failures: string[] = [];
+  const cells: string[] = [];
+  const expectInvalid = async (label: string, res: { status: number; body: any; text: string }) => {
+    const ok = res.status === 400 && res.body?.code === 'INVALID_URL';
+    cells.push(`${label}:${ok ? 'ok' : `${res.status} ${res.body?.code ?? ''}`}`);
+    if (!ok) failures.push(`${JSON.stringify(form.url)} (${form.why}) ${label}: ${res.status} ${res.text.slice(0, 160)}`);
+    else expectError(res as never, 400, 'INVALID_URL');
+  };
+  await expectInvalid('W+', await client.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: form.url, events: ['*'] } }));
+  await expectInvalid('W~', await client.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: form.url } }));
+  if (!form.dns) {
+    // The API's mediaUrl check is syntax and address literals; names are resolved by the send saga (below).
+    await expectInvalid('M', await client.request('POST', '/api/v1/messages', { key: ws.key, body: { phone: uniquePhone(), instanceId, type: 'image', mediaUrl: form.url } }));
+    await expectInvalid('C', await client.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: ws.key, body: { type: 'document', mediaUrl: form.url, fileName: 'a.pdf' } }));
+    const action = { type: 'send_message', messageType: 'video', mediaUrl: form.url };
+    await expectInvalid('A+', await client.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 't' }, action] } }));
+    await expectInvalid('A~', await client.request('PATCH', `/api/v1/automations/${automationId}`, { key: ws.key, body: { actions: [action] } }));
+  } else {
+    cells.push('M/C/A: resolved at send time');
+  }
+  // The send saga's media check (worker side), with the same policy: every form, names resolved.
+  const err = await createMediaActivities({ config: { allowPrivateUrls: allowPrivate } })
+    .checkMedia({ url: form.url, type: 'image' })
+    .then(
+      () => undefined,
+      (e: { type?: string; message?: string }) => e,
+    );
+  cells.push(`media activity:${err?.type === 'INVALID_URL' ? 'ok' : (err?.type ?? 'accepted')}`);
+  if (err?.type !== 'INVALID_URL') failures.push(`${JSON.stringify(form.url)} (${form.why}) media activity: ${err?.type ?? 'accepted'} ${err?.message ?? ''}`);
+  table.push(`  ${allowPrivate ? '[ALLOW_PRIVATE_URLS] ' : ''}${JSON.stringify(form.url).padEnd(58)} ${form.why.padEnd(44)} ${cells.join(' ')}`);
+  return failures;
+}
 
 describe('the endpoints that take a URL', () => {
   it('are the ones this suite covers (a new url field must be added here)', () => {
@@ -203,37 +250,8 @@ describe('SSRF corpus at the API (ALLOW_PRIVATE_URLS off)', () => {
     // The setup's own events are dispatched first: the dispatcher's bookkeeping is not a change.
     await settleOutbox(api, ws.id);
     const before = await stored();
-    const media = createMediaActivities({ config: { allowPrivateUrls: false } });
     const failures: string[] = [];
-    for (const form of CORPUS) {
-      const cells: string[] = [];
-      const expectInvalid = async (label: string, res: { status: number; body: any; text: string }) => {
-        const ok = res.status === 400 && res.body?.code === 'INVALID_URL';
-        cells.push(`${label}:${ok ? 'ok' : `${res.status} ${res.body?.code ?? ''}`}`);
-        if (!ok) failures.push(`${JSON.stringify(form.url)} (${form.why}) ${label}: ${res.status} ${res.text.slice(0, 160)}`);
-        else expectError(res as never, 400, 'INVALID_URL');
-      };
-      await expectInvalid('W+', await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: form.url, events: ['*'] } }));
-      await expectInvalid('W~', await api.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: form.url } }));
-      if (!form.dns) {
-        // The API's mediaUrl check is syntax and address literals; names are resolved by the send saga (below).
-        await expectInvalid('M', await api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone: uniquePhone(), instanceId, type: 'image', mediaUrl: form.url } }));
-        await expectInvalid('C', await api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: ws.key, body: { type: 'document', mediaUrl: form.url, fileName: 'a.pdf' } }));
-        const action = { type: 'send_message', messageType: 'video', mediaUrl: form.url };
-        await expectInvalid('A+', await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 't' }, action] } }));
-        await expectInvalid('A~', await api.request('PATCH', `/api/v1/automations/${automationId}`, { key: ws.key, body: { actions: [action] } }));
-      } else {
-        cells.push('M/C/A: resolved at send time');
-      }
-      // The send saga's media check (worker side), with the strict policy: every form, names resolved.
-      const err = await media.checkMedia({ url: form.url, type: 'image' }).then(
-        () => undefined,
-        (e: { type?: string; message?: string }) => e,
-      );
-      cells.push(`media activity:${err?.type === 'INVALID_URL' ? 'ok' : (err?.type ?? 'accepted')}`);
-      if (err?.type !== 'INVALID_URL') failures.push(`${JSON.stringify(form.url)} (${form.why}) media activity: ${err?.type ?? 'accepted'} ${err?.message ?? ''}`);
-      table.push(`  ${JSON.stringify(form.url).padEnd(58)} ${form.why.padEnd(44)} ${cells.join(' ')}`);
-    }
+    for (const form of CORPUS) failures.push(...(await refusedEverywhere(api, form, false)));
     expect(failures).toEqual([]);
     expect(await stored()).toEqual(before);
     // The PATCHes changed nothing: the subscription still points where it did.
@@ -265,6 +283,68 @@ describe('SSRF corpus at the API (ALLOW_PRIVATE_URLS off)', () => {
       expect({ url: form.url, ok: outcome.ok, statusCode: outcome.statusCode }).toEqual({ url: form.url, ok: false, statusCode: null });
       expect(outcome.error).toMatch(/^Invalid url: /);
     }
+  });
+});
+
+/* ------------------------------------------------------------------------------------------------
+ * ALLOW_PRIVATE_URLS: private addresses allowed, link-local and cloud metadata never
+ * ---------------------------------------------------------------------------------------------- */
+
+const ALWAYS_REFUSED: Form[] = [
+  { url: 'http://169.254.169.254/latest/meta-data/iam/security-credentials/', why: 'AWS/GCP/Azure metadata' },
+  { url: 'http://2852039166/latest/meta-data/', why: 'metadata, decimal' },
+  { url: 'http://0xa9.0xfe.0xa9.0xfe/latest/meta-data/', why: 'metadata, hex' },
+  { url: 'http://169.254.0.1/', why: 'IPv4 link-local' },
+  { url: 'http://[fe80::1]/', why: 'IPv6 link-local' },
+  { url: 'http://[febf:ffff::1]/', why: 'IPv6 link-local, top of fe80::/10' },
+  { url: 'http://[fd00:ec2::254]/latest/meta-data/', why: 'AWS IPv6 metadata' },
+  { url: 'http://[fd20:ce::254]/computeMetadata/v1/', why: 'GCP IPv6 metadata' },
+  { url: 'http://100.100.100.200/latest/meta-data/', why: 'Alibaba metadata' },
+  { url: 'http://[::ffff:169.254.169.254]/', why: 'IPv4-mapped metadata' },
+  { url: 'http://[::169.254.169.254]/', why: 'IPv4-compatible metadata' },
+  { url: 'http://[64:ff9b::169.254.169.254]/', why: 'NAT64 of metadata' },
+  { url: 'http://[2002:a9fe:a9fe::]/', why: '6to4 of metadata' },
+  { url: 'http://metadata.example.com/', why: 'name → 169.254.169.254', dns: true },
+  { url: 'http://v6metadata.example.com/', why: 'name → fd00:ec2::254', dns: true },
+  { url: 'http://mixed-metadata.example.com/', why: 'name → 10.0.0.5 + 169.254.169.254', dns: true },
+];
+
+describe('ALLOW_PRIVATE_URLS on: link-local and cloud metadata addresses are still refused', () => {
+  let permissive: TestApi;
+  beforeAll(async () => {
+    // The same workspace and records, through an API that allows private addresses.
+    permissive = await startApi({ config: { allowPrivateUrls: true, rateLimitScale: 100_000 } });
+  });
+  afterAll(async () => {
+    await permissive?.close();
+  });
+
+  it('refuses every form with 400 INVALID_URL on every endpoint and in the media check, and stores nothing', async () => {
+    await settleOutbox(api, ws.id);
+    const before = await stored();
+    const failures: string[] = [];
+    for (const form of ALWAYS_REFUSED) failures.push(...(await refusedEverywhere(permissive, form, true)));
+    expect(failures).toEqual([]);
+    expect(await stored()).toEqual(before);
+  });
+
+  it('refuses them at attempt time too, even for a name that did not resolve when checked', async () => {
+    for (const url of ['http://169.254.169.254/', 'http://[fd00:ec2::254]/', 'http://metadata.example.com/', 'http://late-metadata.example.com/']) {
+      const outcome = await postWebhook({ url, secret: 'whsec_x', event: 'test.ping', deliveryId: 'd', body: '{}', policy: { allowPrivate: true }, timeoutMs: 3000 });
+      expect({ url, ok: outcome.ok, statusCode: outcome.statusCode }).toEqual({ url, ok: false, statusCode: null });
+      expect(outcome.error).toMatch(/link-local|cloud metadata/);
+    }
+  });
+
+  it('still allows private addresses (the flag is not a blanket no)', async () => {
+    const action = { type: 'send_message', messageType: 'image', mediaUrl: 'http://10.0.0.5/a.png' };
+    const flow = await permissive.request('PATCH', `/api/v1/automations/${automationId}`, { key: ws.key, body: { actions: [action] } });
+    expect(flow.status).toBe(200);
+    for (const url of ['http://127.0.0.1:9/in', 'http://[fd00::1]/in', 'http://private.example.com/in']) {
+      const sub = await permissive.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url } });
+      expect({ url, status: sub.status }).toEqual({ url, status: 200 });
+    }
+    expect((await permissive.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: 'https://hooks.example.com/in' } })).status).toBe(200);
   });
 });
 
@@ -334,18 +414,11 @@ describe('redirects to a private address are never followed', () => {
   });
 
   it('event delivery (worker): 307 to a private address is a failed attempt and the target is never requested', async () => {
-    const lws = await createWorkspace(local, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name: 'ssrf-redirect-worker' });
-    const sub = await local.request('POST', '/api/v1/webhooks', { key: lws.key, body: { url: `${bouncerUrl}/307/event`, events: ['lead.created'] } });
-    expect(sub.status).toBe(201);
-    expect((await local.request('POST', '/api/v1/leads', { key: lws.key, body: { phone: uniquePhone(), name: 'Redirected' } })).status).toBe(201);
-    const delivery = await eventually('the first delivery attempt', async () => {
-      const res = await local.request('GET', `/api/v1/webhooks/${sub.body.data.id}/deliveries`, { key: lws.key });
-      return res.body.data.find((d: { attempts: number }) => d.attempts >= 1);
-    });
+    const { ws: lws, subscriptionId: redirected, delivery } = await firstLeadDelivery(local, `${bouncerUrl}/307/event`, 'ssrf-redirect-worker');
     expect(delivery).toMatchObject({ lastStatusCode: 307 });
     expect(delivery.lastError).toContain('redirects are not followed');
     // Stop the retry schedule.
-    expect((await local.request('DELETE', `/api/v1/webhooks/${sub.body.data.id}`, { key: lws.key })).status).toBe(200);
+    expect((await local.request('DELETE', `/api/v1/webhooks/${redirected}`, { key: lws.key })).status).toBe(200);
     expect(trapHits).toEqual([]);
     table.push(`  redirect 307 via worker delivery → attempts=${delivery.attempts} lastStatusCode=307 "${String(delivery.lastError).slice(0, 80)}"`);
   });

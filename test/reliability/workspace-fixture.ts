@@ -5,7 +5,7 @@
  */
 import type { AnyRoute } from '../../api/route';
 import { ALL_SCOPES } from '../../domain/scopes';
-import { createWorkspace, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, TestApi, Workspace } from '../helpers';
+import { ApiResponse, createWorkspace, eventually, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, TestApi, Workspace } from '../helpers';
 
 export interface Fixture {
   ws: Workspace;
@@ -30,6 +30,23 @@ let seq = 0;
 export const uniquePhone = (): string => `55419${String(70000000 + ((++seq * 7919 + (process.pid % 997) * 131) % 29_000_000))}`;
 
 /** A workspace with one record of every kind, created through the API where an endpoint exists. */
+/**
+ * A new workspace whose subscription to `lead.created` points at `url`, one lead, and the
+ * delivery log once it shows the first attempt (the suite's worker makes it): the log's answer and
+ * that delivery. The caller deletes the subscription to stop its retries.
+ */
+export async function firstLeadDelivery(api: TestApi, url: string, name: string): Promise<{ ws: Workspace; subscriptionId: string; log: ApiResponse; delivery: any }> {
+  const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name });
+  const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url, events: ['lead.created'] } });
+  expect(sub.status).toBe(201);
+  expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniquePhone(), name } })).status).toBe(201);
+  const log = await eventually('the first delivery attempt', async () => {
+    const res = await api.request('GET', `/api/v1/webhooks/${sub.body.data.id}/deliveries`, { key: ws.key });
+    return res.body.data.some((d: { attempts: number }) => d.attempts >= 1) ? res : undefined;
+  });
+  return { ws, subscriptionId: sub.body.data.id, log, delivery: log.body.data.find((d: { attempts: number }) => d.attempts >= 1) };
+}
+
 export async function buildFixture(api: TestApi, receiver: Receiver, name: string): Promise<Fixture> {
   const ws = await createWorkspace(api, { name, scopes: [...ALL_SCOPES] });
   const call = async (method: string, path: string, body?: unknown) => {
@@ -66,7 +83,7 @@ export async function buildFixture(api: TestApi, receiver: Receiver, name: strin
   return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation, webhook, delivery, automation };
 }
 
-/** Every row of a workspace, in every table that carries workspace_id (rate-limit counters aside). */
+/** Every row of a workspace, in every table that carries workspace_id (rate-limit counters and keys' last_used_at aside). */
 export async function snapshot(api: TestApi, workspaceId: string): Promise<Record<string, unknown[]>> {
   const tables: string[] = (
     await api.db.raw(
@@ -75,6 +92,8 @@ export async function snapshot(api: TestApi, workspaceId: string): Promise<Recor
   ).rows.map((r: { table_name: string }) => r.table_name);
   const out: Record<string, unknown[]> = {};
   for (const t of tables) out[t] = await api.db(t).where({ workspace_id: workspaceId }).orderByRaw('1').select('*');
+  // Authentication's own bookkeeping (a key was used), not a change a request made.
+  for (const key of out.api_keys as { last_used_at?: unknown }[]) delete key.last_used_at;
   out.workspace = await api.db('workspaces').where({ id: workspaceId }).select('*');
   return out;
 }
