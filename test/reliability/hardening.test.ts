@@ -166,7 +166,7 @@ describe('answers that carry a secret are never cached', () => {
   it('sends it with the API key, the webhook secret and the automation token URL', async () => {
     const api = await startApi();
     try {
-      const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'automations:write', 'automations:read'], name: 'no-store' });
+      const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'automations:write', 'automations:read', 'tags:write', 'leads:write'], name: 'no-store' });
       const seen: Record<string, string | null> = {};
       const note = (call: string, res: { status: number; headers: Headers }) => {
         expect({ call, ok: res.status < 300 }).toEqual({ call, ok: true });
