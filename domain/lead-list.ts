@@ -39,7 +39,12 @@ function tagIdQuery(db: Db, workspaceId: string, tag: string): Knex.QueryBuilder
   return q.where((w) => w.where('tags.id', tag).orWhereRaw('lower(tags.name) = lower(?)', [tag])).orderByRaw('tags.id = ? DESC', [tag]);
 }
 
-function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters): Knex.QueryBuilder {
+/**
+ * `perRow`: the tag test as a probe per row (a sublink the planner cannot turn into a join), for a
+ * bounded prefix of the sort order, where hashing every contact of the tag first costs more than a
+ * few hundred index probes; over every match, the join is the better plan.
+ */
+function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters, options: { perRow?: boolean } = {}): Knex.QueryBuilder {
   if (f.q) {
     const term = f.q.trim().toLowerCase();
     // A phone typed with separators ("+55 (11) 9...") searches its digits.
@@ -50,7 +55,9 @@ function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: 
     });
   }
   if (f.tag) {
-    q.whereExists(db('contact_tags as ct').whereRaw('ct.contact_id = contacts.id').where('ct.tag_id', tagIdQuery(db, workspaceId, f.tag.trim())).select(db.raw('1')));
+    const tagged = db('contact_tags as ct').whereRaw('ct.contact_id = contacts.id').where('ct.tag_id', tagIdQuery(db, workspaceId, f.tag.trim()));
+    if (options.perRow) q.whereRaw('coalesce((?), false)', [tagged.select(db.raw('true')).limit(1)]);
+    else q.whereExists(tagged.select(db.raw('1')));
   }
   // pipelineId, stageId and status describe ONE deal that must satisfy all of them.
   if (f.pipelineId || f.stageId || f.status) {
@@ -111,13 +118,13 @@ const PROBE = { min: 1000, perRow: 40, max: 20000 };
 export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters) {
   const order = `${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`;
   const visible = () => canonical(db('contacts').where('contacts.workspace_id', workspaceId));
-  const page = (source: Knex.QueryBuilder) =>
-    applyLeadFilters(db, source, workspaceId, query).orderByRaw(order).select('contacts.*', tagListColumn(db)).limit(query.limit).offset(query.offset);
+  const page = (source: Knex.QueryBuilder, options: { perRow?: boolean } = {}) =>
+    applyLeadFilters(db, source, workspaceId, query, options).orderByRaw(order).select('contacts.*', tagListColumn(db)).limit(query.limit).offset(query.offset);
   const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
   return {
     page: page(visible()),
-    probe: filtered && query.offset + query.limit <= prefix ? page(db.from(visible().orderByRaw(order).limit(prefix).select('contacts.*').as('contacts'))) : undefined,
+    probe: filtered && query.offset + query.limit <= prefix ? page(db.from(visible().orderByRaw(order).limit(prefix).select('contacts.*').as('contacts')), { perRow: true }) : undefined,
     count: applyLeadFilters(db, visible(), workspaceId, query).count<{ total: number }[]>({ total: '*' }),
     maintained: maintainedTotalQuery(db, workspaceId, query),
   };
