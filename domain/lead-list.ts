@@ -13,6 +13,8 @@ import { canonical, isUuid } from './refs';
 
 /** Sortable columns of the lead list (each backed by an index on canonical contacts). */
 const LEAD_SORT = { createdAt: 'contacts.created_at', updatedAt: 'contacts.updated_at', name: 'lower(contacts.name)' } as const;
+/** The column each sort reads. */
+const LEAD_SORT_COLUMN: Record<keyof typeof LEAD_SORT, string> = { createdAt: 'contacts.created_at', updatedAt: 'contacts.updated_at', name: 'contacts.name' };
 
 export const leadListQuery = pageQuery()
   .extend({
@@ -118,13 +120,24 @@ const PROBE = { min: 1000, perRow: 40, max: 20000 };
 export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters) {
   const order = `${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`;
   const visible = () => canonical(db('contacts').where('contacts.workspace_id', workspaceId));
-  const page = (source: Knex.QueryBuilder, options: { perRow?: boolean } = {}) =>
-    applyLeadFilters(db, source, workspaceId, query, options).orderByRaw(order).select('contacts.*', tagListColumn(db)).limit(query.limit).offset(query.offset);
+  const page = (source: Knex.QueryBuilder) =>
+    applyLeadFilters(db, source, workspaceId, query).orderByRaw(order).select('contacts.*', tagListColumn(db)).limit(query.limit).offset(query.offset);
   const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
+  // The prefix carries only the columns the sort and the filters read (for a date sort with tag or
+  // deal filters, an index-only scan); the page's rows are read in full only once found.
+  const columns = new Set<string>(['contacts.id', LEAD_SORT_COLUMN[query.sort]]);
+  if (query.q) for (const c of ['contacts.name', 'contacts.phone', 'contacts.email']) columns.add(c);
+  if (query.createdAfter || query.createdBefore) columns.add('contacts.created_at');
+  if (query.updatedAfter) columns.add('contacts.updated_at');
+  const probePage = (rows: number) => {
+    const prefixRows = visible().orderByRaw(order).limit(rows).select([...columns]).as('contacts');
+    const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true }).orderByRaw(order).limit(query.limit).offset(query.offset).select('contacts.id');
+    return db('contacts').join(found.as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select('contacts.*', tagListColumn(db));
+  };
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
   return {
     page: page(visible()),
-    probe: filtered && query.offset + query.limit <= prefix ? page(db.from(visible().orderByRaw(order).limit(prefix).select('contacts.*').as('contacts')), { perRow: true }) : undefined,
+    probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined,
     count: applyLeadFilters(db, visible(), workspaceId, query).count<{ total: number }[]>({ total: '*' }),
     maintained: maintainedTotalQuery(db, workspaceId, query),
   };
