@@ -86,6 +86,7 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   });
   // The body is read per route, after its limits and authentication: an unknown path, a refused
   // caller or a caller over its limit costs no parsing of up to 1 MiB.
+  app.use(codecCors);
   app.use(refuseDeclaredTooLarge);
   const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
   app.use(router.routes());
@@ -97,6 +98,23 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
     throw new ApiError('NOT_FOUND', `No route for ${ctx.method} ${loggablePath(ctx.path)}`);
   });
   return app;
+}
+
+/**
+ * The codec endpoint is called from the Temporal UI's page, another origin: it may be, since the
+ * admin token travels in a header a browser never adds by itself (no cookie, so no CSRF).
+ */
+async function codecCors(ctx: Context, next: Next): Promise<void> {
+  if (!ctx.path.startsWith('/admin/v1/temporal-codec/')) return next();
+  ctx.set('Access-Control-Allow-Origin', ctx.get('origin') || '*');
+  ctx.set('Vary', 'Origin');
+  if (ctx.method === 'OPTIONS') {
+    ctx.set('Access-Control-Allow-Methods', 'POST');
+    ctx.set('Access-Control-Allow-Headers', 'authorization, content-type, x-namespace');
+    ctx.status = 204;
+    return;
+  }
+  await next();
 }
 
 /**

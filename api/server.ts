@@ -11,7 +11,7 @@ async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('api', config.logLevel);
   const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs });
-  const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+  const temporal = temporalClientFactory(config);
   const app = createApp({ config, db, logger, temporal: temporal.get });
 
   const server: Server = app.listen(config.port, () => logger.info({ port: config.port }, 'API listening'));

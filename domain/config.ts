@@ -1,3 +1,4 @@
+import { KeyRing, parseKeyRing } from './encryption';
 import { DEFAULT_RECONCILE_WINDOW_MS } from '../types/messaging';
 /**
  * Every setting the service reads from the environment, parsed once: nothing else in the service
@@ -38,6 +39,8 @@ export interface Config {
   rateLimitScale: number;
   /** PostgreSQL pool size of each API and worker process. */
   dbPoolMax: number;
+  /** ENCRYPTION_KEYS (domain/encryption.ts); null when unset: the API and the worker then refuse to start. */
+  encryptionKeys: KeyRing | null;
   /** PostgreSQL cancels a statement of the API or the worker running longer than this (ms). */
   statementTimeoutMs: number;
   /** Days dispatched outbox rows, finished webhook deliveries and finished automation runs are kept (domain/retention.ts). */
@@ -124,6 +127,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     deliverySweepMs: positive('DELIVERY_SWEEP_MS', number('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
     dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
+    encryptionKeys: env.ENCRYPTION_KEYS ? parseKeyRing(env.ENCRYPTION_KEYS) : null,
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),
     retentionDays: count('RETENTION_DAYS', env.RETENTION_DAYS, 30),
     benchBaseline: benchBaseline(env),

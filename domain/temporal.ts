@@ -1,4 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
+import type { DataConverter } from '@temporalio/common';
+import type { Config } from './config';
+import { EncryptionCodec } from './payload-codec';
 
 /** Custom search attributes our workflows set, so operators can find a send or a run in the UI. */
 export const SEARCH_ATTRIBUTES = {
@@ -13,7 +16,18 @@ export const SEARCH_ATTRIBUTES = {
  * A lazily connected, shared Temporal client. A failed connection is forgotten so the next call
  * retries: the API keeps serving reads while Temporal is down and recovers by itself.
  */
-export function temporalClientFactory(address: string, namespace: string): { get: () => Promise<Client>; close: () => Promise<void> } {
+/** Every payload through the encryption codec (domain/payload-codec.ts): the worker and every client alike. */
+export function dataConverterFor(config: Pick<Config, 'encryptionKeys'>): DataConverter {
+  if (!config.encryptionKeys) throw new Error(ENCRYPTION_KEYS_MISSING);
+  return { payloadCodecs: [new EncryptionCodec(config.encryptionKeys)] };
+}
+
+export const ENCRYPTION_KEYS_MISSING =
+  'ENCRYPTION_KEYS is not set: it encrypts Temporal payloads and secrets at rest. `npm start` and the tests generate one; elsewhere set it to "k1:" followed by base64 of 32 random bytes (for example `openssl rand -base64 32`).';
+
+export function temporalClientFactory(config: Pick<Config, 'temporalAddress' | 'temporalNamespace' | 'encryptionKeys'>): { get: () => Promise<Client>; close: () => Promise<void> } {
+  const { temporalAddress: address, temporalNamespace: namespace } = config;
+  const dataConverter = dataConverterFor(config);
   let pending: Promise<Client> | undefined;
   let connection: Connection | undefined;
   return {
@@ -22,7 +36,7 @@ export function temporalClientFactory(address: string, namespace: string): { get
         pending = Connection.connect({ address, connectTimeout: 3000 })
           .then((conn) => {
             connection = conn;
-            return new Client({ connection: conn, namespace });
+            return new Client({ connection: conn, namespace, dataConverter });
           })
           .catch((err) => {
             pending = undefined;

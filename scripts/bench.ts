@@ -1,3 +1,5 @@
+import { newKeyRingValue, parseKeyRing } from '../domain/encryption';
+import { dataConverterFor } from '../domain/temporal';
 /**
  * `npm run bench [-- --quick]`: starts the stack (embedded PostgreSQL whose seeded data is kept in
  * .data/bench for the next run, a fresh Temporal dev server, the worker, the emulator and the API
@@ -45,6 +47,7 @@ const SIZES = QUICK
   ? { big: 20_000, bigDeals: 10_000, others: 1_000, growth: [1_000, 10_000, 100_000] }
   : { big: 200_000, bigDeals: 100_000, others: 10_000, growth: [10_000, 100_000, 1_000_000] };
 const ADMIN_TOKEN = 'bench-admin-token';
+const ENCRYPTION_KEYS = newKeyRingValue('bench');
 const STAGES = ['New', 'Contacted', 'Qualified', 'Proposal', 'Negotiation'];
 const FIRST = ['Ana', 'Bruno', 'Carla', 'Diego', 'Elisa', 'Fabio', 'Gabriela', 'Heitor', 'Isabela', 'Joao', 'Karina', 'Lucas', 'Mariana', 'Nuno', 'Olivia', 'Pedro', 'Quiteria', 'Rafael', 'Sofia', 'Tiago'];
 const LAST = ['Silva', 'Souza', 'Costa', 'Santos', 'Oliveira', 'Pereira', 'Rodrigues', 'Almeida', 'Nascimento', 'Lima', 'Araujo', 'Fernandes', 'Carvalho', 'Gomes', 'Martins', 'Rocha', 'Ribeiro', 'Alves', 'Monteiro', 'Mendes'];
@@ -124,6 +127,7 @@ async function startStack(running: Running[]) {
     TEMPORAL_NAMESPACE: 'default',
     TEMPORAL_TASK_QUEUE: 'crm-bench',
     ADMIN_TOKEN,
+    ENCRYPTION_KEYS,
     ALLOW_PRIVATE_URLS: 'true',
     // "Rate limit (raised)": every limit is still counted in PostgreSQL on every request, with room.
     RATE_LIMIT_SCALE: '100000',
@@ -742,7 +746,8 @@ const SEND_CONCURRENCY = 8;
  */
 async function temporalFloors(address: string, concurrency: number): Promise<{ rows: Measured[]; activity: LoadResult }> {
   const connection = await Connection.connect({ address });
-  const temporal = new TemporalClient({ connection, namespace: 'default' });
+  // The same codec as the sends' clients, so the floor pays what they pay.
+  const temporal = new TemporalClient({ connection, namespace: 'default', dataConverter: dataConverterFor({ encryptionKeys: parseKeyRing(ENCRYPTION_KEYS) }) });
   const measure = async (workflow: typeof floorEmptyWorkflow, name: string): Promise<LoadResult> => {
     const latencies: number[] = [];
     let errors = 0;

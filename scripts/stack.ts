@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client as PgClient } from 'pg';
 import { Connection } from '@temporalio/client';
+import { newKeyRingValue } from '../domain/encryption';
 import { createDb } from '../domain/db';
 import { SEARCH_ATTRIBUTES } from '../domain/temporal';
 import { migrationConfig } from '../knexfile';
@@ -359,4 +360,17 @@ export async function waitForWorker(child: Child, timeoutMs = 120_000): Promise<
     },
     timeoutMs,
   );
+}
+
+/**
+ * The local stack's ENCRYPTION_KEYS, generated once per stack directory and kept there (mode 0600),
+ * so the API, the worker and later runs read what earlier ones encrypted.
+ */
+export function stackEncryptionKeys(dir: string): string {
+  const file = path.join(dir, 'encryption-keys');
+  if (!fs.existsSync(file)) {
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(file, newKeyRingValue('local'), { mode: 0o600 });
+  }
+  return fs.readFileSync(file, 'utf8').trim();
 }

@@ -19,6 +19,7 @@ import {
   migrateLatest,
   nodeTs,
   portInUse,
+  stackEncryptionKeys,
   startChild,
   startEmbeddedPostgres,
   startTemporalDevServer,
@@ -105,6 +106,7 @@ async function main(): Promise<void> {
       TEMPORAL_ADDRESS: temporalAddress,
       TEMPORAL_NAMESPACE: namespace,
       ADMIN_TOKEN: adminToken,
+      ENCRYPTION_KEYS: process.env.ENCRYPTION_KEYS ?? stackEncryptionKeys(DATA_DIR),
       PORT: String(port),
       PUBLIC_BASE_URL: process.env.PUBLIC_BASE_URL ?? `http://localhost:${port}`,
     };

@@ -26,7 +26,7 @@ describe('docker-compose.yml', () => {
   it('wires the API and the worker with the environment they read', () => {
     for (const name of ['api', 'worker']) {
       const env = compose.services[name].environment;
-      for (const variable of ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'ADMIN_TOKEN', 'PUBLIC_BASE_URL', 'ALLOW_PRIVATE_URLS', 'WEBHOOK_RETRY_SCALE']) {
+      for (const variable of ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'ADMIN_TOKEN', 'ENCRYPTION_KEYS', 'PUBLIC_BASE_URL', 'ALLOW_PRIVATE_URLS', 'WEBHOOK_RETRY_SCALE']) {
         expect(env).toHaveProperty(variable);
       }
       expect(env.DATABASE_URL).toContain('@postgres:5432/');

@@ -59,7 +59,7 @@ export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Par
     },
   });
   const logger = pino({ level: 'info', redact: { paths: REDACT_PATHS, censor: '[redacted]' } }, sink);
-  const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+  const temporal = temporalClientFactory(config);
   const app = createApp({ config, db, logger, temporal: temporal.get }, { extraRoutes: options.extraRoutes });
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));

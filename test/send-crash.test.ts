@@ -17,7 +17,7 @@ const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.
 /** Short in tests: how long a send whose provider call may have happened waits for the status callback. */
 const RECONCILE_WINDOW_MS = 4000;
 
-const temporal = temporalClientFactory(loadConfig().temporalAddress, loadConfig().temporalNamespace);
+const temporal = temporalClientFactory(loadConfig());
 let api: TestApi;
 let worker: Child | undefined;
 let workers = 0;

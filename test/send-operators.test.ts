@@ -7,7 +7,7 @@ import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary
 
 const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
-const temporal = temporalClientFactory(loadConfig().temporalAddress, loadConfig().temporalNamespace);
+const temporal = temporalClientFactory(loadConfig());
 let seq = 0;
 const mobile = (): string => `55219${String(30000000 + ((process.pid * 11 + ++seq * 6007) % 60000000))}`;
 

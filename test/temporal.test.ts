@@ -5,7 +5,7 @@ import { startApi } from './helpers';
 describe('Temporal', () => {
   it('runs a workflow through the real dev server and worker, reaching PostgreSQL from an activity', async () => {
     const config = loadConfig();
-    const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+    const temporal = temporalClientFactory(config);
     try {
       const client = await temporal.get();
       const before = Date.now();
@@ -23,7 +23,7 @@ describe('Temporal', () => {
 
   it('has the custom search attributes the workflows use registered', async () => {
     const config = loadConfig();
-    const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+    const temporal = temporalClientFactory(config);
     try {
       const client = await temporal.get();
       const res = await client.connection.operatorService.listSearchAttributes({ namespace: config.temporalNamespace });

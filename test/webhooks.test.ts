@@ -3,6 +3,9 @@
  * delivery workflow on the real Temporal dev server, and a real HTTP receiver in this process.
  * The suite's worker runs with WEBHOOK_RETRY_SCALE=0.001 (5 s → 5 ms, 5 min → 0.3 s).
  */
+import type { Payload } from '@temporalio/common';
+import { EncryptionCodec } from '../domain/payload-codec';
+import { dataConverterFor } from '../domain/temporal';
 import { createHmac } from 'node:crypto';
 import { Connection, Client, WorkflowNotFoundError } from '@temporalio/client';
 import { ALL_SCOPES } from '../domain/scopes';
@@ -33,7 +36,7 @@ beforeAll(async () => {
   api = await startApi();
   receiver = await startReceiver();
   connection = await Connection.connect({ address: api.config.temporalAddress });
-  temporal = new Client({ connection, namespace: api.config.temporalNamespace });
+  temporal = new Client({ connection, namespace: api.config.temporalNamespace, dataConverter: dataConverterFor(api.config) });
 });
 afterAll(async () => {
   await receiver.close();
@@ -498,10 +501,11 @@ describe('the outbox dispatcher recovers from a crash', () => {
   });
 });
 
-/** The input a delivery's workflow was started with (from its history). */
+/** The input a delivery's workflow was started with (from its history, stored encrypted: read through the codec). */
 async function workflowInput(workspaceId: string, subscriptionId: string, eventId: string): Promise<DeliveryInput> {
   const history = await temporal.workflow.getHandle(deliveryWorkflowId(workspaceId, subscriptionId, eventId)).fetchHistory();
-  const payload = history.events![0].workflowExecutionStartedEventAttributes!.input!.payloads![0];
+  const stored = history.events![0].workflowExecutionStartedEventAttributes!.input!.payloads![0];
+  const [payload] = await new EncryptionCodec(api.config.encryptionKeys!).decode([stored as Payload]);
   return JSON.parse(Buffer.from(payload.data!).toString('utf8'));
 }
 

@@ -5,7 +5,7 @@ import { loadConfig } from '../domain/config';
 import { createDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { pruneRetention, PRUNE_EVERY_MS } from '../domain/retention';
-import { temporalClientFactory } from '../domain/temporal';
+import { dataConverterFor, temporalClientFactory } from '../domain/temporal';
 import { createTriggerHandler } from './automation-triggers';
 import { createOutboxDispatcher } from './outbox-dispatcher';
 
@@ -20,13 +20,14 @@ async function main(): Promise<void> {
     namespace: config.temporalNamespace,
     taskQueue: config.taskQueue,
     workflowsPath: require.resolve('../workflows'),
+    dataConverter: dataConverterFor(config),
     activities: createActivities({ db, config }),
     maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
     maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
     maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
     maxCachedWorkflows: config.worker.maxCachedWorkflows,
   });
-  const temporal = temporalClientFactory(config.temporalAddress, config.temporalNamespace);
+  const temporal = temporalClientFactory(config);
   const dispatcher = createOutboxDispatcher({
     db,
     temporal: temporal.get,

@@ -1,4 +1,6 @@
+import type { Payload } from '@temporalio/common';
 import { z } from 'zod';
+import { EncryptionCodec } from '../../domain/payload-codec';
 import { ApiError } from '../../domain/errors';
 import { AnyObject, AnyRoute, route, RouteDef } from '../route';
 import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/api-keys';
@@ -41,7 +43,60 @@ function workspaceRoute<P extends z.ZodObject<{ id: z.ZodUUID }>, B extends z.Zo
 const ws = z.object({ id: z.uuid() });
 const wsAnd = <K extends string>(key: K) => z.object({ id: z.uuid(), [key]: z.uuid() } as { id: z.ZodUUID } & Record<K, z.ZodUUID>);
 
+/**
+ * Temporal's remote codec protocol (what `temporal --codec-endpoint` and the Temporal UI's data
+ * encoder call): payloads in proto3 JSON, metadata values and data as base64.
+ */
+const CODEC_METADATA_MAX = 32;
+const CodecPayloads = z.object({
+  payloads: z
+    .array(
+      z.object({
+        metadata: z
+          .record(z.string().max(256), z.unknown())
+          .refine((m) => Object.keys(m).length <= CODEC_METADATA_MAX, { message: `at most ${CODEC_METADATA_MAX} metadata entries` })
+          .refine((m) => Object.values(m).every((v) => typeof v === 'string' && v.length <= 4096), { message: 'each metadata value is base64 text of at most 4096 characters' })
+          .optional(),
+        data: z.string().max(1_000_000).optional(),
+      }),
+    )
+    .max(1000),
+});
+type CodecPayloadsJson = z.infer<typeof CodecPayloads>;
+
+function codecRoute(direction: 'encode' | 'decode'): AnyRoute {
+  return adminRoute({
+    method: 'post',
+    path: `/admin/v1/temporal-codec/${direction}`,
+    noStore: true,
+    summary: direction === 'decode' ? 'Decrypt Temporal payloads (codec endpoint for the Temporal CLI and UI)' : 'Encrypt Temporal payloads (codec endpoint)',
+    description:
+      'Every payload in Temporal\'s history is encrypted (ENCRYPTION_KEYS). Operators read a workflow\'s inputs and results through this endpoint: ' +
+      '`temporal workflow show --workflow-id <id> --codec-endpoint <PUBLIC_BASE_URL>/admin/v1/temporal-codec --codec-auth "Bearer <ADMIN_TOKEN>"`. ' +
+      'Payloads not encrypted by the service come back unchanged.',
+    body: CodecPayloads,
+    response: CodecPayloads,
+    handler: async (ctx, { body }) => {
+      const codec = new EncryptionCodec(ctx.deps.config.encryptionKeys!);
+      const payloads: Payload[] = body.payloads.map((p) => ({
+        metadata: Object.fromEntries(Object.entries(p.metadata ?? {}).map(([k, v]) => [k, Buffer.from(String(v), 'base64')])),
+        data: Buffer.from(p.data ?? '', 'base64'),
+      }));
+      const done = direction === 'decode' ? await codec.decode(payloads) : await codec.encode(payloads);
+      const out: CodecPayloadsJson = {
+        payloads: done.map((p) => ({
+          metadata: Object.fromEntries(Object.entries(p.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v ?? new Uint8Array()).toString('base64')])),
+          data: Buffer.from(p.data ?? new Uint8Array()).toString('base64'),
+        })),
+      };
+      return out;
+    },
+  });
+}
+
 export const adminRoutes: AnyRoute[] = [
+  codecRoute('decode'),
+  codecRoute('encode'),
   adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces',

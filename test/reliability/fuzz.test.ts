@@ -340,6 +340,8 @@ const EXAMPLES: Record<string, Example> = {
   'patch /api/v1/automations/{id}': (n) => ({ name: `Edited ${n}`, active: n % 3 !== 0, actions: [{ type: 'add_note', body: 'note {{webhook.x}}' }] }),
   'post /api/automations/webhook-in/{token}': (n) => ({ event: 'order.paid', order: { id: `order-${n % 50}` }, customer: { phone: f.contact.phone, name: 'Buyer' } }),
   'post /webhooks/whatsapp/{instanceId}': (n) => inboundPayload(f.instance.phoneNumberId, mobileOf(n), `wamid.fuzz.${n}`, `message ${n}`),
+  'post /admin/v1/temporal-codec/encode': (n) => ({ payloads: [{ metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify({ n })).toString('base64') }] }),
+  'post /admin/v1/temporal-codec/decode': (n) => ({ payloads: [{ metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify({ n })).toString('base64') }] }),
   'post /admin/v1/workspaces': (n) => ({
     name: `Workspace ${n}`,
     plan: { dealLimit: 10, dailyMessageQuota: 100, broadcastLimit: 1000, inboundWebhookQuota: 1, webhookQuota: 2, apiAccess: true, active: true },

@@ -141,7 +141,7 @@ describe('answers that carry a secret are never cached', () => {
    * inbound token URL, and the admin key creation (admin routes declare no response schema).
    */
   const secretRoutes = ROUTES.filter(
-    (r) => (r.response && SECRET_FIELDS.test(JSON.stringify(z.toJSONSchema(r.response, { unrepresentable: 'any' })))) || (r.method === 'post' && r.path === '/admin/v1/workspaces/{id}/api-keys'),
+    (r) => (r.response && SECRET_FIELDS.test(JSON.stringify(z.toJSONSchema(r.response, { unrepresentable: 'any' })))) || (r.method === 'post' && r.path === '/admin/v1/workspaces/{id}/api-keys') || r.path.startsWith('/admin/v1/temporal-codec/'),
   ).map((r) => `${r.method} ${r.path}`);
 
   it('declares Cache-Control: no-store on exactly those routes, in the route table and the OpenAPI document', async () => {

@@ -153,6 +153,8 @@ export const BODIES: Record<string, (f: Fixture, receiverUrl: string) => unknown
   'patch /api/v1/automations/{id}': () => ({ name: 'hijacked', active: false }),
   // Admin
   'post /admin/v1/workspaces': () => ({ name: 'sneaked in' }),
+  'post /admin/v1/temporal-codec/decode': () => ({ payloads: [] }),
+  'post /admin/v1/temporal-codec/encode': () => ({ payloads: [] }),
   'patch /admin/v1/workspaces/{id}': () => ({ name: 'hijacked', plan: { active: false } }),
   'post /admin/v1/workspaces/{id}/api-keys': () => ({ name: 'sneaked in', scopes: [...ALL_SCOPES] }),
   'patch /admin/v1/workspaces/{id}/api-keys/{keyId}': () => ({ rateLimitPerMinute: 1 }),
