@@ -11,7 +11,7 @@ import { createWebhookActivities } from './webhooks';
  */
 export interface ActivityDeps {
   db: Db;
-  config: Pick<Config, 'allowPrivateUrls'>;
+  config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'>;
 }
 
 export function createActivities({ db, config }: ActivityDeps) {

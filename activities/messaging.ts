@@ -9,6 +9,7 @@ import { visibleConversations } from '../domain/conversations';
 import { findOrCreateContact, findOrCreateConversation, giveBackDaily, takeDaily } from '../domain/messaging';
 import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
 import { suspension } from '../domain/workspaces';
+import { openInstanceConfig } from '../domain/instances';
 import type { Config } from '../domain/config';
 import { adapterFor, sendThroughProvider } from './providers';
 import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
@@ -70,7 +71,7 @@ async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
 }
 
 /** `config.allowPrivateUrls`: the media download's URL policy (strict when not given). */
-export function createMessagingActivities({ db, config = { allowPrivateUrls: false } }: { db: Db; config?: Pick<Config, 'allowPrivateUrls'> }) {
+export function createMessagingActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
   return {
     /**
      * Everything before the provider call, in one transaction so a refusal leaves nothing behind:
@@ -228,7 +229,7 @@ export function createMessagingActivities({ db, config = { allowPrivateUrls: fal
           if (outbound.mediaUrl && adapterFor(instance.provider).wantsMediaBytes) {
             outbound.mediaFile = await downloadMedia(outbound.mediaUrl, outbound.type, { allowPrivate: config.allowPrivateUrls });
           }
-          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: instance.config }, outbound, outbound.mediaFile ? { timeoutMs: MEDIA_SEND_TIMEOUT_MS } : {});
+          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(config.encryptionKeys!, instance.config) }, outbound, outbound.mediaFile ? { timeoutMs: MEDIA_SEND_TIMEOUT_MS } : {});
         } catch (err) {
           const message = err instanceof Error ? err.message : String(err);
           if (mayHaveReachedProvider(err)) {

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { openText } from '../domain/encryption';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
 import { deliveryBody, postWebhook } from '../domain/webhooks';
@@ -11,7 +12,7 @@ import type { AttemptInput, AttemptResult } from '../types/webhooks';
  * database that did not answer. If the record fails after the POST, the retry posts again with
  * the same X-Service-Delivery, which is how receivers recognise a repeat (at-least-once).
  */
-export function createWebhookActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls'> }) {
+export function createWebhookActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
   return {
     async attemptWebhookDelivery(input: AttemptInput): Promise<AttemptResult> {
       const { rows } = await db.raw(
@@ -29,7 +30,7 @@ export function createWebhookActivities({ db, config }: { db: Db; config: Pick<C
       const outcome = delivery.active
         ? await postWebhook({
             url: delivery.url,
-            secret: delivery.secret,
+            secret: openText(config.encryptionKeys!, delivery.secret),
             event: delivery.event,
             deliveryId: delivery.id,
             body: deliveryBody(delivery.payload),

@@ -2,7 +2,8 @@ import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Db } from './db';
-import type { InstanceRow } from './instances';
+import { InstanceRow, openInstanceConfig } from './instances';
+import type { KeyRing } from './encryption';
 import { findOrCreateContact, findOrCreateConversation } from './messaging';
 import { recordEvent } from './outbox';
 import { digitsOfPersonJid, parsePhone, Phone } from './phone';
@@ -36,9 +37,10 @@ import { MEDIA_TYPES } from '../types/messaging';
 export type WebhookInstance = Pick<InstanceRow, 'id' | 'workspace_id' | 'channel' | 'provider' | 'archived' | 'config'>;
 
 /** The instance a webhook URL names (any workspace: the URL carries no workspace), or undefined. */
-export async function findWebhookInstance(db: Db, instanceId: string, provider: 'cloud' | 'web'): Promise<WebhookInstance | undefined> {
+export async function findWebhookInstance(db: Db, ring: KeyRing, instanceId: string, provider: 'cloud' | 'web'): Promise<WebhookInstance | undefined> {
   if (!isUuid(instanceId)) return undefined;
-  return db('instances').where({ id: instanceId, channel: 'whatsapp', provider }).first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
+  const row: WebhookInstance | undefined = await db('instances').where({ id: instanceId, channel: 'whatsapp', provider }).first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
+  return row && { ...row, config: openInstanceConfig(ring, row.config) };
 }
 
 const SIGNATURE = /^sha256=([0-9a-f]{64})$/i;

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { Page, pageWithTotal } from './pagination';
+import { KeyRing, openText, sealText } from './encryption';
 import { iso } from './time';
 
 /** Operator configuration of a connection. Tokens and secrets never leave the service. */
@@ -19,6 +20,21 @@ export const instanceConfigSchema = z
   })
   .partial();
 export type InstanceConfig = z.infer<typeof instanceConfigSchema>;
+
+/** The configuration's secrets: stored sealed (domain/encryption.ts), opened only where they are used. */
+export const INSTANCE_SECRETS = ['accessToken', 'appSecret', 'verifyToken'] as const;
+
+export function sealInstanceConfig(ring: KeyRing, config: InstanceConfig): InstanceConfig {
+  const out = { ...config };
+  for (const field of INSTANCE_SECRETS) if (typeof out[field] === 'string') out[field] = sealText(ring, out[field]);
+  return out;
+}
+
+export function openInstanceConfig(ring: KeyRing, config: InstanceConfig): InstanceConfig {
+  const out = { ...config };
+  for (const field of INSTANCE_SECRETS) if (typeof out[field] === 'string') out[field] = openText(ring, out[field]);
+  return out;
+}
 
 export interface InstanceRow {
   id: string;
@@ -72,21 +88,21 @@ export interface InstanceInput {
 }
 
 /** The operator creates a connection; the answer hides its secrets. */
-export async function createInstance(db: Db, workspaceId: string, input: InstanceInput) {
+export async function createInstance(db: Db, ring: KeyRing, workspaceId: string, input: InstanceInput) {
   const [row]: InstanceRow[] = await db('instances')
-    .insert({ workspace_id: workspaceId, ...input, config: JSON.stringify(input.config) })
+    .insert({ workspace_id: workspaceId, ...input, config: JSON.stringify(sealInstanceConfig(ring, input.config)) })
     .returning('*');
   return serializeInstanceForAdmin(row);
 }
 
 /** Changes the flags given; `config` keys are merged into the stored ones (a key not sent keeps its value). */
-export async function updateInstance(db: Db, workspaceId: string, instanceId: string, patch: { connected?: boolean; archived?: boolean; config?: InstanceConfig }) {
+export async function updateInstance(db: Db, ring: KeyRing, workspaceId: string, instanceId: string, patch: { connected?: boolean; archived?: boolean; config?: InstanceConfig }) {
   const [row]: InstanceRow[] = await db('instances')
     .where({ id: instanceId, workspace_id: workspaceId })
     .update({
       ...(patch.connected !== undefined ? { connected: patch.connected } : {}),
       ...(patch.archived !== undefined ? { archived: patch.archived } : {}),
-      ...(patch.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(patch.config)]) } : {}),
+      ...(patch.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(sealInstanceConfig(ring, patch.config))]) } : {}),
       updated_at: db.fn.now(),
     })
     .returning('*');

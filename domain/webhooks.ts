@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { KeyRing, openText, sealText } from './encryption';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
 import { WEBHOOK_EVENTS } from './outbox';
@@ -148,7 +149,8 @@ async function checkSubscriberUrl(url: string, policy: UrlPolicy): Promise<void>
 
 const webhookNotFound = () => notFound('Webhook');
 
-export async function createSubscription(db: Db, workspaceId: string, input: { url: string; events: string[]; active?: boolean }, policy: UrlPolicy) {
+/** The secret is stored sealed (domain/encryption.ts) and shown once, in this answer. */
+export async function createSubscription(db: Db, ring: KeyRing, workspaceId: string, input: { url: string; events: string[]; active?: boolean }, policy: UrlPolicy) {
   await checkSubscriberUrl(input.url, policy);
   const events = normaliseEvents(input.events);
   const secret = generateWebhookSecret();
@@ -164,7 +166,7 @@ export async function createSubscription(db: Db, workspaceId: string, input: { u
       }
     }
     const [created] = await trx('webhook_subscriptions')
-      .insert({ workspace_id: workspaceId, url: input.url, events, secret, active: input.active ?? true })
+      .insert({ workspace_id: workspaceId, url: input.url, events, secret: sealText(ring, secret), active: input.active ?? true })
       .returning(SUBSCRIPTION_COLUMNS);
     return created;
   });
@@ -215,11 +217,11 @@ export async function deleteSubscription(db: Db, workspaceId: string, id: string
 }
 
 /** The URL and secret to sign with: for the ping (API) and each delivery attempt (activity). */
-export async function subscriptionTarget(db: Db, workspaceId: string, id: string): Promise<{ id: string; url: string; secret: string; active: boolean }> {
+export async function subscriptionTarget(db: Db, ring: KeyRing, workspaceId: string, id: string): Promise<{ id: string; url: string; secret: string; active: boolean }> {
   if (!isUuid(id)) throw webhookNotFound();
   const row = await db('webhook_subscriptions').where({ workspace_id: workspaceId, id }).first('id', 'url', 'secret', 'active');
   if (!row) throw webhookNotFound();
-  return row;
+  return { ...row, secret: openText(ring, row.secret) };
 }
 
 /* ------------------------------------------------------------------------------------------------

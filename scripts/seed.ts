@@ -4,6 +4,8 @@ import { generateApiKey, hashApiKey } from '../domain/api-keys';
 import { createPipeline } from '../domain/pipelines';
 import { ALL_SCOPES } from '../domain/scopes';
 import { createWorkspace } from '../domain/workspaces';
+import type { KeyRing } from '../domain/encryption';
+import { openInstanceConfig, sealInstanceConfig } from '../domain/instances';
 
 export interface DemoSeed {
   workspaceId: string;
@@ -17,7 +19,7 @@ const DEMO_NAME = 'Demo workspace';
  * instance pointed at the emulator, an approved template and a few tags. The demo key is kept in
  * `stateFile` (git-ignored) because the database keeps only its hash.
  */
-export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: string }): Promise<DemoSeed & { created: boolean }> {
+export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: string; ring: KeyRing }): Promise<DemoSeed & { created: boolean }> {
   if (fs.existsSync(opts.stateFile)) {
     const saved = JSON.parse(fs.readFileSync(opts.stateFile, 'utf8')) as DemoSeed;
     const key = await db('api_keys').where({ key_hash: hashApiKey(saved.apiKey), workspace_id: saved.workspaceId }).whereNull('revoked_at').first('id');
@@ -43,13 +45,15 @@ export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: s
         channel: 'whatsapp',
         provider: 'cloud',
         connected: true,
-        config: JSON.stringify({
-          baseUrl: opts.emulatorUrl,
-          apiVersion: 'v21.0',
-          phoneNumberId: '100000000000001',
-          accessToken: 'demo-access-token',
-          appSecret: 'demo-app-secret',
-        }),
+        config: JSON.stringify(
+          sealInstanceConfig(opts.ring, {
+            baseUrl: opts.emulatorUrl,
+            apiVersion: 'v21.0',
+            phoneNumberId: '100000000000001',
+            accessToken: 'demo-access-token',
+            appSecret: 'demo-app-secret',
+          }),
+        ),
       })
       .returning('id');
     await db('templates').insert({ workspace_id: workspaceId, instance_id: instance.id, name: 'welcome', language: 'pt_BR', variable_count: 1, status: 'approved' });
@@ -71,7 +75,7 @@ export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: s
  * each one's webhook URL and app secret, so the emulator delivers signed status callbacks (which
  * reconcile an interrupted send). Called on every start: the emulator keeps this in memory.
  */
-export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: string; apiUrl: string }): Promise<number> {
+export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: string; apiUrl: string; ring: KeyRing }): Promise<number> {
   const instances = await db('instances')
     .where({ provider: 'cloud', archived: false })
     .whereRaw(`config->>'baseUrl' = ?`, [opts.emulatorUrl])
@@ -80,7 +84,7 @@ export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: strin
     const res = await fetch(`${opts.emulatorUrl}/__emulator/webhook`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ phoneNumberId: instance.config.phoneNumberId, url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`, appSecret: instance.config.appSecret }),
+      body: JSON.stringify({ phoneNumberId: instance.config.phoneNumberId, url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`, appSecret: openInstanceConfig(opts.ring, instance.config).appSecret }),
     });
     if (!res.ok) throw new Error(`emulator refused the webhook of instance ${instance.id}: HTTP ${res.status}`);
   }

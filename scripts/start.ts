@@ -8,6 +8,7 @@ import exitHook from 'async-exit-hook';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createDb } from '../domain/db';
+import { parseKeyRing } from '../domain/encryption';
 import { ensureSearchAttributes } from '../domain/temporal';
 import { connectEmulatorWebhooks, seedDemo } from './seed';
 import {
@@ -123,9 +124,10 @@ async function main(): Promise<void> {
     await Promise.all([waitForWorker(worker), waitForHttp(`http://127.0.0.1:${port}/health`, api)]);
 
     const db = createDb(databaseUrl, { max: 2 });
-    const seed = await seedDemo(db, { stateFile: path.join(DATA_DIR, 'demo.json'), emulatorUrl })
+    const ring = parseKeyRing(env.ENCRYPTION_KEYS);
+    const seed = await seedDemo(db, { stateFile: path.join(DATA_DIR, 'demo.json'), emulatorUrl, ring })
       .then(async (result) => {
-        await connectEmulatorWebhooks(db, { emulatorUrl, apiUrl: `http://127.0.0.1:${port}` });
+        await connectEmulatorWebhooks(db, { emulatorUrl, apiUrl: `http://127.0.0.1:${port}`, ring });
         return result;
       })
       .finally(() => db.destroy());

@@ -1,3 +1,4 @@
+import { openText } from '../domain/encryption';
 import { createWorkspace, expectError, startApi, TestApi } from './helpers';
 
 let api: TestApi;
@@ -108,7 +109,9 @@ describe('admin API', () => {
     const patched = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${id}`, { connected: false, config: { phoneNumberId: '456' } });
     expect(patched.body.data).toMatchObject({ connected: false, config: { phoneNumberId: '456', accessTokenSet: true } });
     const stored = await api.db('instances').where({ id }).first();
-    expect(stored.config.accessToken).toBe('EAAG-super-secret');
+    // Kept sealed: the merge of a PATCH keeps the stored token, which opens to what was sent.
+    expect(stored.config.accessToken).toMatch(/^enc:v1:/);
+    expect(openText(api.config.encryptionKeys!, stored.config.accessToken)).toBe('EAAG-super-secret');
     await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${id}`, { archived: true });
     expect((await api.request('GET', '/api/v1/instances', { key: ws.key })).body.pagination.total).toBe(0);
     const other = await createWorkspace(api);

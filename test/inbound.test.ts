@@ -549,7 +549,7 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
     const early = await deliver(instanceId, notification({ statuses: [{ id: wamid, status: 'delivered', timestamp: unix(1), recipient_id: modern }] }));
     expect(early.body.data).toMatchObject({ statuses: 1, ignored: 0 });
     // The send's record step (the activity itself, as the worker runs it) now writes the message.
-    const activities = createMessagingActivities({ db: api.db });
+    const activities = createMessagingActivities({ db: api.db, config: api.config });
     const prepared = { reference: `test/${wamid}`, workspaceId: ws.id, instanceId, contactId: conversation.contact_id, conversationId: conversation.id, to: modern, phone: modern, createdContact: false, createdConversation: false, day: '2026-01-01', tookCold: false };
     const outcome = await activities.recordSent({ workspaceId: ws.id, prepared, sent: { providerMessageId: wamid }, message: { type: 'text', text: 'hi' }, mode: 'conversation' });
     expect(outcome.status).toBe('sent');

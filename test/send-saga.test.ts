@@ -20,7 +20,7 @@ it('prepares once and compensates once, however often each step is retried', asy
     name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
   });
   await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
-  const activities = createMessagingActivities({ db: api.db });
+  const activities = createMessagingActivities({ db: api.db, config: api.config });
   const env = new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/saga-test`, runId: 'run-1' } } as never);
   const input = { workspaceId: ws.id, phone: `55219${String(70000000 + (process.pid % 9999999))}`, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
 
@@ -44,7 +44,7 @@ it("records a send whose contact and conversation a concurrent failed send compe
     name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
   });
   await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
-  const activities = createMessagingActivities({ db: api.db });
+  const activities = createMessagingActivities({ db: api.db, config: api.config });
   const run = (id: string) => new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/${id}`, runId: 'r' } } as never);
   const phone = `55219${String(60000000 + (process.pid % 9999999))}`;
   const input = { workspaceId: ws.id, phone, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };

@@ -5,6 +5,7 @@ import { loadConfig } from '../domain/config';
 import { createDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { pruneRetention, PRUNE_EVERY_MS } from '../domain/retention';
+import { sealStoredSecrets } from '../domain/secrets-at-rest';
 import { dataConverterFor, temporalClientFactory } from '../domain/temporal';
 import { createTriggerHandler } from './automation-triggers';
 import { createOutboxDispatcher } from './outbox-dispatcher';
@@ -39,6 +40,9 @@ async function main(): Promise<void> {
     attempt: createWebhookActivities({ db, config }).attemptWebhookDelivery,
     sweepMs: config.deliverySweepMs,
   });
+  // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
+  const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
+  if (sealed.instances + sealed.webhookSubscriptions > 0) logger.info({ sealed }, 'secrets at rest: sealed with the current key');
   dispatcher.start();
   const prune = () =>
     pruneRetention(db, config.retentionDays)

@@ -215,7 +215,7 @@ export const adminRoutes: AnyRoute[] = [
       archived: z.boolean().default(false),
       config: instanceConfigSchema.default({}),
     }),
-    handler: async (ctx, { params, body }) => ({ data: await createInstance(ctx.deps.db, params.id, body) }),
+    handler: async (ctx, { params, body }) => ({ data: await createInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, params.id, body) }),
   }),
   adminRoute({
     method: 'patch',
@@ -227,7 +227,7 @@ export const adminRoutes: AnyRoute[] = [
       archived: z.boolean().optional(),
       config: instanceConfigSchema.optional(),
     }),
-    handler: async (ctx, { params, body }) => ({ data: await updateInstance(ctx.deps.db, params.id, params.instanceId, body) }),
+    handler: async (ctx, { params, body }) => ({ data: await updateInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, params.id, params.instanceId, body) }),
     errors: ['INSTANCE_NOT_FOUND'],
   }),
   adminRoute({

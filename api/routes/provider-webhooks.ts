@@ -27,7 +27,7 @@ import {
 const InstanceParams = z.object({ instanceId: z.uuid() });
 
 async function requireInstance(ctx: Context, instanceId: string, provider: 'cloud' | 'web' = 'cloud'): Promise<WebhookInstance> {
-  const instance = await findWebhookInstance(ctx.deps.db, instanceId, provider);
+  const instance = await findWebhookInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, instanceId, provider);
   if (!instance) throw new ApiError('NOT_FOUND', 'Instance not found');
   return instance;
 }

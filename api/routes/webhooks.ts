@@ -86,7 +86,7 @@ export const webhookRoutes = [
     response: single(Subscription.extend({ secret: z.string() })),
     errors: ['INVALID_URL', 'DNS_UNAVAILABLE', 'WEBHOOK_LIMIT_REACHED'],
     handler: async (ctx, { body }) => ({
-      data: await createSubscription(ctx.deps.db, ctx.state.auth!.workspaceId, body, { allowPrivate: ctx.deps.config.allowPrivateUrls }),
+      data: await createSubscription(ctx.deps.db, ctx.deps.config.encryptionKeys!, ctx.state.auth!.workspaceId, body, { allowPrivate: ctx.deps.config.allowPrivateUrls }),
     }),
   }),
   route({
@@ -177,7 +177,7 @@ export const webhookRoutes = [
     ),
     handler: async (ctx, { params }) => {
       const workspaceId = ctx.state.auth!.workspaceId;
-      const target = await subscriptionTarget(ctx.deps.db, workspaceId, params.id);
+      const target = await subscriptionTarget(ctx.deps.db, ctx.deps.config.encryptionKeys!, workspaceId, params.id);
       const deliveryId = randomUUID();
       const body = JSON.stringify({ event: PING_EVENT, workspace_id: workspaceId, timestamp: new Date().toISOString(), webhook_id: target.id });
       const outcome = await postWebhook({ url: target.url, secret: target.secret, event: PING_EVENT, deliveryId, body, policy: { allowPrivate: ctx.deps.config.allowPrivateUrls } });
@@ -223,7 +223,7 @@ export const webhookRoutes = [
       const { db, config } = ctx.deps;
       const workspaceId = ctx.state.auth!.workspaceId;
       const delivery = await getDelivery(db, workspaceId, params.id, params.deliveryId);
-      const target = await subscriptionTarget(db, workspaceId, params.id);
+      const target = await subscriptionTarget(db, ctx.deps.config.encryptionKeys!, workspaceId, params.id);
       if (!target.active) throw new ApiError('WEBHOOK_DISABLED', 'The subscription is disabled', { hint: 'PATCH it with active: true, then retry.' });
 
       const service = 'Webhook delivery';

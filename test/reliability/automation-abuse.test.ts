@@ -160,7 +160,7 @@ describe('a suspended workspace', () => {
     // An automation's send (or one already in flight) is refused before anything is taken or sent.
     const send = new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/suspended`, runId: 'r' } } as never);
     const input = { workspaceId: ws.id, phone: contact.phone, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
-    await expect(send.run(createMessagingActivities({ db: api.db }).prepareSend, input)).rejects.toMatchObject({ type: 'SUBSCRIPTION_INACTIVE' });
+    await expect(send.run(createMessagingActivities({ db: api.db, config: api.config }).prepareSend, input)).rejects.toMatchObject({ type: 'SUBSCRIPTION_INACTIVE' });
     expect(await api.db('daily_counters').where({ workspace_id: ws.id }).count({ n: '*' }).first()).toEqual({ n: 0 });
 
     expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}`, { plan: { active: true } })).status).toBe(200);
