@@ -139,6 +139,8 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
         automationId: run.automationId,
         runId: run.runId,
         depth: 0,
+        // The inbound call is the chain's root: what its actions cause shares its run budget.
+        chain: run.runId,
         trigger: { type: 'webhook_received', variables: run.externalId ? { externalId: run.externalId } : {} },
         webhookBody: run.webhookBody,
         waitScale: options.waitScale,
