@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { applyMapping, passesFilter, TriggerConfig } from './automations';
+import { applyMapping, passesFilter, tokenHash, TriggerConfig } from './automations';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { recordAcceptedRun } from './outbox';
@@ -24,7 +24,7 @@ export type InboundStatus = 'accepted' | 'filtered' | 'duplicate';
 export async function findInboundAutomation(db: Db, token: string): Promise<InboundAutomation> {
   const automation = await db('automations as a')
     .join('workspaces as w', 'w.id', 'a.workspace_id')
-    .where({ 'a.webhook_token': token })
+    .where({ 'a.webhook_token_hash': tokenHash(token) })
     .first('a.id', 'a.workspace_id', 'a.active', 'a.trigger', 'w.active as workspace_active', 'w.api_access');
   if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
   const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'inboundWebhook');

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { KeyRing, openText, sealText } from './encryption';
 import { z } from 'zod';
 import { isMediaType, MESSAGE_TYPES } from '../types/messaging';
 import type { Db } from './db';
@@ -242,23 +243,35 @@ interface AutomationRow {
   updated_at: Date;
 }
 
-/** 192 random bits, URL-safe. */
-function newToken(): string {
-  return randomBytes(24).toString('base64url');
+/** What answers need to show an automation: the base of its URL and the keys that open its token. */
+export interface AutomationView {
+  baseUrl: string;
+  ring: KeyRing;
+}
+
+/** How an inbound token is found: by its SHA-256, never by the token itself. */
+export function tokenHash(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+/** A new inbound token (192 random bits, URL-safe), as stored: sealed, and its hash for the lookup. */
+function newToken(ring: KeyRing): { webhook_token: string; webhook_token_hash: string } {
+  const token = randomBytes(24).toString('base64url');
+  return { webhook_token: sealText(ring, token), webhook_token_hash: tokenHash(token) };
 }
 
 export function webhookUrl(baseUrl: string, token: string): string {
   return `${baseUrl}/api/automations/webhook-in/${token}`;
 }
 
-export function serializeAutomation(row: AutomationRow, baseUrl: string) {
+export function serializeAutomation(row: AutomationRow, view: AutomationView) {
   return {
     id: row.id,
     name: row.name,
     active: row.active,
     trigger: { ...row.trigger, type: row.trigger_type },
     actions: row.actions,
-    webhookUrl: row.webhook_token ? webhookUrl(baseUrl, row.webhook_token) : null,
+    webhookUrl: row.webhook_token ? webhookUrl(view.baseUrl, openText(view.ring, row.webhook_token)) : null,
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
   };
@@ -293,7 +306,7 @@ async function takeAutomationUnit(trx: Db, workspaceId: string): Promise<void> {
   }
 }
 
-export async function createAutomation(db: Db, workspaceId: string, input: z.infer<typeof AutomationBody>, baseUrl: string, keyScopes: readonly string[]) {
+export async function createAutomation(db: Db, workspaceId: string, input: z.infer<typeof AutomationBody>, view: AutomationView, keyScopes: readonly string[]) {
   const { type, ...trigger } = input.trigger;
   assertScopesToSave(keyScopes, { mapping: input.trigger.mapping, actions: input.actions });
   const row: AutomationRow = await db.transaction(async (trx) => {
@@ -308,18 +321,18 @@ export async function createAutomation(db: Db, workspaceId: string, input: z.inf
         trigger_type: type,
         trigger: JSON.stringify(trigger),
         actions: JSON.stringify(input.actions),
-        webhook_token: inbound ? newToken() : null,
+        ...(inbound ? newToken(view.ring) : {}),
       })
       .returning('*');
     return created;
   });
-  return serializeAutomation(row, baseUrl);
+  return serializeAutomation(row, view);
 }
 
-export async function listAutomations(db: Db, workspaceId: string, page: Page, baseUrl: string) {
+export async function listAutomations(db: Db, workspaceId: string, page: Page, view: AutomationView) {
   const scope = db('automations').where({ workspace_id: workspaceId });
   const { rows, total } = await pageWithTotal<AutomationRow>(scope, page, (q) => q.select('*').orderBy([{ column: 'created_at' }, { column: 'id' }]));
-  return { rows: rows.map((r) => serializeAutomation(r, baseUrl)), total };
+  return { rows: rows.map((r) => serializeAutomation(r, view)), total };
 }
 
 export async function getAutomationRow(db: Db, workspaceId: string, id: string, options: { forUpdate?: boolean } = {}): Promise<AutomationRow> {
@@ -337,7 +350,7 @@ export async function updateAutomation(
   workspaceId: string,
   id: string,
   patch: { name?: string; active?: boolean; trigger?: TriggerConfig; actions?: Action[] },
-  baseUrl: string,
+  view: AutomationView,
   keyScopes: readonly string[],
 ) {
   return db.transaction(async (trx) => {
@@ -359,7 +372,7 @@ export async function updateAutomation(
       changes.trigger = JSON.stringify(trigger);
     }
     const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update(changes).returning('*');
-    return serializeAutomation(row, baseUrl);
+    return serializeAutomation(row, view);
   });
 }
 
@@ -372,23 +385,23 @@ export async function deleteAutomation(db: Db, workspaceId: string, id: string):
 }
 
 /** A new token (the old URL stops at once). Restoring a removed token takes a unit again. */
-export async function regenerateToken(db: Db, workspaceId: string, id: string, baseUrl: string) {
+export async function regenerateToken(db: Db, workspaceId: string, id: string, view: AutomationView) {
   return db.transaction(async (trx) => {
     const before = await getAutomationRow(trx as unknown as Db, workspaceId, id, { forUpdate: true });
     if (before.trigger_type !== 'webhook_received') {
       throw new ApiError('VALIDATION', 'Only an automation with the webhook_received trigger has an inbound URL');
     }
     if (!before.webhook_token) await takeInboundUnit(trx as unknown as Db, workspaceId, id);
-    const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update({ webhook_token: newToken(), updated_at: trx.fn.now() }).returning('*');
-    return serializeAutomation(row, baseUrl);
+    const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update({ ...newToken(view.ring), updated_at: trx.fn.now() }).returning('*');
+    return serializeAutomation(row, view);
   });
 }
 
 /** Removes the token: the URL stops working and the quota unit is free. */
-export async function removeToken(db: Db, workspaceId: string, id: string, baseUrl: string) {
+export async function removeToken(db: Db, workspaceId: string, id: string, view: AutomationView) {
   await getAutomationRow(db, workspaceId, id);
-  const [row] = await db('automations').where({ workspace_id: workspaceId, id }).update({ webhook_token: null, updated_at: db.fn.now() }).returning('*');
-  return serializeAutomation(row, baseUrl);
+  const [row] = await db('automations').where({ workspace_id: workspaceId, id }).update({ webhook_token: null, webhook_token_hash: null, updated_at: db.fn.now() }).returning('*');
+  return serializeAutomation(row, view);
 }
 
 /* ------------------------------------------------------------------------------------------------

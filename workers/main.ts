@@ -42,7 +42,7 @@ async function main(): Promise<void> {
   });
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
   const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
-  if (sealed.instances + sealed.webhookSubscriptions > 0) logger.info({ sealed }, 'secrets at rest: sealed with the current key');
+  if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens > 0) logger.info({ sealed }, 'secrets at rest: sealed with the current key');
   dispatcher.start();
   const prune = () =>
     pruneRetention(db, config.retentionDays)

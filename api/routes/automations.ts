@@ -13,6 +13,7 @@ import {
   regenerateToken,
   removeToken,
   serializeAutomation,
+  type AutomationView,
   TriggerSchema,
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
@@ -50,7 +51,7 @@ const Run = z
   })
   .openapi('AutomationRun');
 
-const base = (ctx: Context): string => ctx.deps.config.publicBaseUrl;
+const view = (ctx: Context): AutomationView => ({ baseUrl: ctx.deps.config.publicBaseUrl, ring: ctx.deps.config.encryptionKeys! });
 
 const ACTIONS_DOC =
   'Actions run in order: `add_tag {tag}`, `remove_tag {tag}`, `update_contact {fields: {name?, email?, phone?, notes?}}`, ' +
@@ -81,7 +82,7 @@ export const automationRoutes = [
     errors: ['INBOUND_WEBHOOK_LIMIT_REACHED', 'AUTOMATION_LIMIT_REACHED', 'INVALID_URL'],
     handler: async (ctx, { body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, base(ctx), ctx.state.auth!.scopes) };
+      return { data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, view(ctx), ctx.state.auth!.scopes) };
     },
   }),
   route({
@@ -96,7 +97,7 @@ export const automationRoutes = [
     query: pageQuery(),
     response: listOf(Automation),
     handler: async (ctx, { query }) => {
-      const { rows, total } = await listAutomations(ctx.deps.db, ctx.state.auth!.workspaceId, query, base(ctx));
+      const { rows, total } = await listAutomations(ctx.deps.db, ctx.state.auth!.workspaceId, query, view(ctx));
       return listEnvelope(rows, total, query);
     },
   }),
@@ -111,7 +112,7 @@ export const automationRoutes = [
     summary: 'Get an automation',
     params: IdParams,
     response: single(Automation),
-    handler: async (ctx, { params }) => ({ data: serializeAutomation(await getAutomationRow(ctx.deps.db, ctx.state.auth!.workspaceId, params.id), base(ctx)) }),
+    handler: async (ctx, { params }) => ({ data: serializeAutomation(await getAutomationRow(ctx.deps.db, ctx.state.auth!.workspaceId, params.id), view(ctx)) }),
   }),
   route({
     method: 'patch',
@@ -133,7 +134,7 @@ export const automationRoutes = [
     errors: ['INVALID_URL'],
     handler: async (ctx, { params, body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, base(ctx), ctx.state.auth!.scopes) };
+      return { data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, view(ctx), ctx.state.auth!.scopes) };
     },
   }),
   route({
@@ -162,7 +163,7 @@ export const automationRoutes = [
     params: IdParams,
     response: single(Automation),
     errors: ['INBOUND_WEBHOOK_LIMIT_REACHED'],
-    handler: async (ctx, { params }) => ({ data: await regenerateToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, base(ctx)) }),
+    handler: async (ctx, { params }) => ({ data: await regenerateToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx)) }),
   }),
   route({
     method: 'delete',
@@ -176,7 +177,7 @@ export const automationRoutes = [
     description: 'The URL answers 404 at once and the inbound-webhook quota unit is returned.',
     params: IdParams,
     response: single(Automation),
-    handler: async (ctx, { params }) => ({ data: await removeToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, base(ctx)) }),
+    handler: async (ctx, { params }) => ({ data: await removeToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx)) }),
   }),
   route({
     method: 'get',

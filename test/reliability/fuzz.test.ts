@@ -39,6 +39,7 @@ import { ROUTES } from '../../api/app';
 import type { AnyRoute } from '../../api/route';
 import { ERROR_CODES } from '../../domain/errors';
 import { ALL_SCOPES } from '../../domain/scopes';
+import { openText } from '../../domain/encryption';
 import { createKey, createWorkspace, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, uniqueIp, Workspace } from '../helpers';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 424242);
@@ -1499,7 +1500,7 @@ describe('fuzz: every endpoint', () => {
       if (r.path === '/api/automations/webhook-in/{token}') {
         // Earlier endpoints may have replaced the token: fuzz the current one.
         const row = await api.db('automations').where({ id: f.automationIn.id }).first('webhook_token');
-        if (row?.webhook_token) f.automationIn.token = row.webhook_token;
+        if (row?.webhook_token) f.automationIn.token = openText(api.config.encryptionKeys!, row.webhook_token);
       }
       await fuzzRoute(r);
     }, ROUTE_TIMEOUT_MS);

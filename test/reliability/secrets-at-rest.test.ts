@@ -16,7 +16,7 @@ beforeAll(async () => {
 afterAll(() => api.close());
 
 it('stores provider tokens and webhook secrets sealed, and still verifies, signs and sends with them', async () => {
-  const ws = await createWorkspace(api, { scopes: ['webhooks:write'] });
+  const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'automations:write'] });
   const plain = { accessToken: `tok-${randomUUID()}`, appSecret: `app-${randomUUID()}`, verifyToken: `ver-${randomUUID()}` };
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
     name: 'Sealed', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: `PN-${randomUUID().slice(0, 8)}`, ...plain },
@@ -31,6 +31,14 @@ it('stores provider tokens and webhook secrets sealed, and still verifies, signs
   for (const value of [...Object.values(plain), subscription.body.data.secret]) expect(rows).not.toContain(value);
   for (const field of Object.keys(plain)) expect(sealedWith(stored.config[field])).toBe(api.config.encryptionKeys!.current.id);
   expect(openText(api.config.encryptionKeys!, secret.secret)).toBe(subscription.body.data.secret);
+
+  // An inbound automation token: stored sealed, found by its hash, its URL still works.
+  const automation = await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'in', trigger: { type: 'webhook_received' }, actions: [{ type: 'wait', seconds: 1 }] } });
+  const token = automation.body.data.webhookUrl.split('/').pop();
+  const storedToken = await api.db('automations').where({ id: automation.body.data.id }).first('webhook_token', 'webhook_token_hash');
+  expect(JSON.stringify(storedToken)).not.toContain(token);
+  expect(openText(api.config.encryptionKeys!, storedToken.webhook_token)).toBe(token);
+  expect((await api.request('POST', new URL(automation.body.data.webhookUrl).pathname, { body: { a: 1 } })).status).toBe(202);
 
   // Used where they are needed: Meta's verification handshake reads the sealed verify token.
   const challenge = await api.request('GET', `/webhooks/whatsapp/${instance.body.data.id}?hub.mode=subscribe&hub.challenge=42&hub.verify_token=${plain.verifyToken}`);
