@@ -84,10 +84,10 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
     }
     await next();
   });
-  // The body is read per route, after its limits and authentication: an unknown path, a refused
-  // caller or a caller over its limit costs no parsing of up to 1 MiB.
   app.use(codecCors);
   app.use(refuseDeclaredTooLarge);
+  // The body is read per route, after its limits and authentication: an unknown path, a refused
+  // caller or a caller over its limit costs no parsing of up to 1 MiB.
   const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
   app.use(router.routes());
   app.use(router.allowedMethods({ throw: false }));
