@@ -6,7 +6,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { newKeyRingValue, openText, parseKeyRing, sealedWith } from '../../domain/encryption';
+import { createDb } from '../../domain/db';
 import { sealStoredSecrets } from '../../domain/secrets-at-rest';
+import { migrationConfig } from '../../knexfile';
+import { ensureDatabase } from '../../scripts/stack';
 import { createWorkspace, expectError, startApi, TestApi } from '../helpers';
 
 let api: TestApi;
@@ -48,27 +51,36 @@ it('stores provider tokens and webhook secrets sealed, and still verifies, signs
 });
 
 it('seals rows written in plain text and re-seals with a new key after a rotation', async () => {
-  const ws = await createWorkspace(api);
-  const [instance] = await api.db('instances')
-    .insert({ workspace_id: ws.id, name: 'Legacy', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify({ phoneNumberId: 'PN-legacy', accessToken: 'legacy-token' }) })
-    .returning('id');
-  const [subscription] = await api.db('webhook_subscriptions').insert({ workspace_id: ws.id, url: 'https://hooks.example.com/legacy', events: ['*'], secret: 'whsec_legacy' }).returning('id');
-  const read = async () => ({
-    token: (await api.db('instances').where({ id: instance.id }).first('config')).config.accessToken as string,
-    secret: (await api.db('webhook_subscriptions').where({ id: subscription.id }).first('secret')).secret as string,
-  });
+  // Its own database: the pass re-seals every row it finds, and the shared test stack's worker
+  // must keep reading the rows of the other test files with its own key.
+  const url = await ensureDatabase(process.env.TEST_ADMIN_DATABASE_URL!, 'crm_secrets_rotation_test', true);
+  const db = createDb(url, { max: 2 });
+  try {
+    await db.migrate.latest(migrationConfig);
+    const [ws] = await db('workspaces').insert({ name: 'Rotation' }).returning('id');
+    const [instance] = await db('instances')
+      .insert({ workspace_id: ws.id, name: 'Legacy', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify({ phoneNumberId: 'PN-legacy', accessToken: 'legacy-token' }) })
+      .returning('id');
+    const [subscription] = await db('webhook_subscriptions').insert({ workspace_id: ws.id, url: 'https://hooks.example.com/legacy', events: ['*'], secret: 'whsec_legacy' }).returning('id');
+    const read = async () => ({
+      token: (await db('instances').where({ id: instance.id }).first('config')).config.accessToken as string,
+      secret: (await db('webhook_subscriptions').where({ id: subscription.id }).first('secret')).secret as string,
+    });
 
-  const old = api.config.encryptionKeys!;
-  await sealStoredSecrets(api.db, old);
-  const sealed = await read();
-  expect([sealedWith(sealed.token), sealedWith(sealed.secret)]).toEqual([old.current.id, old.current.id]);
-  expect([openText(old, sealed.token), openText(old, sealed.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
+    const old = parseKeyRing(newKeyRingValue('first'));
+    await sealStoredSecrets(db, old);
+    const sealed = await read();
+    expect([sealedWith(sealed.token), sealedWith(sealed.secret)]).toEqual(['first', 'first']);
+    expect([openText(old, sealed.token), openText(old, sealed.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
 
-  // Rotation: the new key first, the old one still listed; the pass moves every value to the new key.
-  const rotated = parseKeyRing(`${newKeyRingValue('rotated')},${[...old.byId].map(([id, key]) => `${id}:${key.toString('base64')}`).join(',')}`);
-  await sealStoredSecrets(api.db, rotated);
-  const moved = await read();
-  expect([sealedWith(moved.token), sealedWith(moved.secret)]).toEqual(['rotated', 'rotated']);
-  expect([openText(rotated, moved.token), openText(rotated, moved.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
-  expect(() => openText(old, moved.token)).toThrow(/key "rotated", which ENCRYPTION_KEYS does not list/);
+    // Rotation: the new key first, the old one still listed; the pass moves every value to the new key.
+    const rotated = parseKeyRing(`${newKeyRingValue('rotated')},${[...old.byId].map(([id, key]) => `${id}:${key.toString('base64')}`).join(',')}`);
+    await sealStoredSecrets(db, rotated);
+    const moved = await read();
+    expect([sealedWith(moved.token), sealedWith(moved.secret)]).toEqual(['rotated', 'rotated']);
+    expect([openText(rotated, moved.token), openText(rotated, moved.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
+    expect(() => openText(old, moved.token)).toThrow(/key "rotated", which ENCRYPTION_KEYS does not list/);
+  } finally {
+    await db.destroy();
+  }
 });
