@@ -63,21 +63,21 @@ export function sealText(ring: KeyRing, text: string): string {
   return `${TEXT_PREFIX}${keyId}:${data.toString('base64')}`;
 }
 
-/** The text behind a sealed value; a value written before encryption (no prefix) is read as it is. */
-export function openText(ring: KeyRing, value: string): string {
-  if (!isSealed(value)) return value;
+/** A sealed value's key id and body; null for a value written before encryption (no prefix). */
+function parseSealed(value: string): { keyId: string; body: string } | null {
+  if (!value.startsWith(TEXT_PREFIX)) return null;
   const rest = value.slice(TEXT_PREFIX.length);
   const at = rest.indexOf(':');
-  return unseal(ring, rest.slice(0, at), Buffer.from(rest.slice(at + 1), 'base64')).toString('utf8');
+  return { keyId: rest.slice(0, at), body: rest.slice(at + 1) };
 }
 
-export function isSealed(value: string): boolean {
-  return value.startsWith(TEXT_PREFIX);
+/** The text behind a sealed value; a value written before encryption (no prefix) is read as it is. */
+export function openText(ring: KeyRing, value: string): string {
+  const sealed = parseSealed(value);
+  return sealed ? unseal(ring, sealed.keyId, Buffer.from(sealed.body, 'base64')).toString('utf8') : value;
 }
 
-/** The id of the key a sealed value names (rotation: what still uses an old key). */
+/** The id of the key a sealed value names (rotation: what still uses an old key), or null. */
 export function sealedWith(value: string): string | null {
-  if (!isSealed(value)) return null;
-  const rest = value.slice(TEXT_PREFIX.length);
-  return rest.slice(0, rest.indexOf(':'));
+  return parseSealed(value)?.keyId ?? null;
 }

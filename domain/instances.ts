@@ -24,17 +24,15 @@ export type InstanceConfig = z.infer<typeof instanceConfigSchema>;
 /** The configuration's secrets: stored sealed (domain/encryption.ts), opened only where they are used. */
 export const INSTANCE_SECRETS = ['accessToken', 'appSecret', 'verifyToken'] as const;
 
-export function sealInstanceConfig(ring: KeyRing, config: InstanceConfig): InstanceConfig {
+/** The configuration with `change` applied to each secret it holds. */
+export function mapInstanceSecrets(config: InstanceConfig, change: (value: string) => string): InstanceConfig {
   const out = { ...config };
-  for (const field of INSTANCE_SECRETS) if (typeof out[field] === 'string') out[field] = sealText(ring, out[field]);
+  for (const field of INSTANCE_SECRETS) if (typeof out[field] === 'string') out[field] = change(out[field]);
   return out;
 }
 
-export function openInstanceConfig(ring: KeyRing, config: InstanceConfig): InstanceConfig {
-  const out = { ...config };
-  for (const field of INSTANCE_SECRETS) if (typeof out[field] === 'string') out[field] = openText(ring, out[field]);
-  return out;
-}
+export const sealInstanceConfig = (ring: KeyRing, config: InstanceConfig): InstanceConfig => mapInstanceSecrets(config, (value) => sealText(ring, value));
+export const openInstanceConfig = (ring: KeyRing, config: InstanceConfig): InstanceConfig => mapInstanceSecrets(config, (value) => openText(ring, value));
 
 export interface InstanceRow {
   id: string;

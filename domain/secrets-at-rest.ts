@@ -1,6 +1,6 @@
 import type { Db } from './db';
 import { KeyRing, openText, sealedWith, sealText } from './encryption';
-import { INSTANCE_SECRETS, InstanceConfig } from './instances';
+import { INSTANCE_SECRETS, InstanceConfig, mapInstanceSecrets } from './instances';
 
 /**
  * Secrets stored by the service (provider tokens and app secrets, webhook signing secrets,
@@ -14,23 +14,17 @@ export async function sealStoredSecrets(db: Db, ring: KeyRing): Promise<{ instan
   const reseal = (value: string): string => sealText(ring, openText(ring, value));
   let instances = 0;
   for (const row of (await db('instances').select('id', 'config')) as { id: string; config: InstanceConfig }[]) {
-    const changed = INSTANCE_SECRETS.filter((field) => stale(row.config[field]));
-    if (changed.length === 0) continue;
-    const config = { ...row.config };
-    for (const field of changed) config[field] = reseal(config[field]!);
+    if (!INSTANCE_SECRETS.some((field) => stale(row.config[field]))) continue;
+    const config = mapInstanceSecrets(row.config, (value) => (stale(value) ? reseal(value) : value));
     await db('instances').where({ id: row.id }).update({ config: JSON.stringify(config) });
     instances++;
   }
-  let webhookSubscriptions = 0;
-  for (const row of (await db('webhook_subscriptions').whereRaw(`secret NOT LIKE ?`, [`enc:v1:${ring.current.id}:%`]).select('id', 'secret')) as { id: string; secret: string }[]) {
-    await db('webhook_subscriptions').where({ id: row.id, secret: row.secret }).update({ secret: reseal(row.secret) });
-    webhookSubscriptions++;
-  }
+  /** One text column of secrets, row by row; a row changed meanwhile (the value compared) is left to the next pass. */
+  const resealColumn = async (table: string, column: string): Promise<number> => {
+    const rows: { id: string; value: string }[] = await db(table).whereNotNull(column).whereRaw(`?? NOT LIKE ?`, [column, `enc:v1:${ring.current.id}:%`]).select('id', `${column} as value`);
+    for (const row of rows) await db(table).where({ id: row.id, [column]: row.value }).update({ [column]: reseal(row.value) });
+    return rows.length;
+  };
   // Inbound automation tokens are found by their hash (which does not change); the token is kept sealed for its URL.
-  let automationTokens = 0;
-  for (const row of (await db('automations').whereNotNull('webhook_token').whereRaw(`webhook_token NOT LIKE ?`, [`enc:v1:${ring.current.id}:%`]).select('id', 'webhook_token')) as { id: string; webhook_token: string }[]) {
-    await db('automations').where({ id: row.id, webhook_token: row.webhook_token }).update({ webhook_token: reseal(row.webhook_token) });
-    automationTokens++;
-  }
-  return { instances, webhookSubscriptions, automationTokens };
+  return { instances, webhookSubscriptions: await resealColumn('webhook_subscriptions', 'secret'), automationTokens: await resealColumn('automations', 'webhook_token') };
 }

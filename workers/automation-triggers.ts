@@ -8,6 +8,12 @@ import type { RunInput } from '../types/automations';
 import { automationRunWorkflow } from '../workflows/automation-run';
 import type { OutboxRow } from './outbox-dispatcher';
 
+interface WorkspacePlan {
+  automation_runs_per_minute: number | null;
+  active: boolean;
+  api_access: boolean;
+}
+
 interface Candidate {
   id: string;
   workspace_id: string;
@@ -47,7 +53,7 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
    * contact) it already ran on in the same chain; a workspace starts at most its plan's
    * `automationRunsPerMinute` triggered runs a minute. Without them, N automations that fire each other make about N^5 runs.
    */
-  async function refusal(row: OutboxRow, automation: Candidate, chain: string): Promise<string | null> {
+  async function refusal(row: OutboxRow, automation: Candidate, chain: string, plan: WorkspacePlan | undefined): Promise<string | null> {
     if (row.depth >= MAX_CHAIN_DEPTH) return `Loop protection: this event comes from a chain of automations ${row.depth} deep; the limit is ${MAX_CHAIN_DEPTH}`;
     const variables = row.payload as Record<string, unknown>;
     const record = String(variables.dealId ?? variables.contactId ?? '');
@@ -57,7 +63,6 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
     if (again) return 'Loop protection: this automation already ran on this record in the same chain of automations';
     const { count } = await earlier.clone().first(db.raw('count(*)::int AS count'));
     if (count >= CHAIN_RUN_BUDGET) return `Loop protection: the event that began this chain of automations has caused ${count} runs; the limit is ${CHAIN_RUN_BUDGET}`;
-    const plan = await db('workspaces').where({ id: row.workspace_id }).first('automation_runs_per_minute', 'active', 'api_access');
     const suspended = plan && suspension(plan, 'automationRun');
     if (suspended) return suspended.message;
     const limit: number | null = plan?.automation_runs_per_minute ?? null;
@@ -83,13 +88,17 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
       .whereIn('trigger_type', types)
       .select('id', 'workspace_id', 'trigger_type', 'trigger');
     if (candidates.length === 0) return;
+    // Each workspace's standing and run rate, read once for the batch.
+    const plans = new Map(
+      ((await db('workspaces').whereIn('id', workspaces).select('id', 'automation_runs_per_minute', 'active', 'api_access')) as (WorkspacePlan & { id: string })[]).map((p) => [p.id, p]),
+    );
 
     for (const row of rows) {
       const variables = row.payload as Record<string, unknown>;
       for (const automation of candidates.filter((a) => a.workspace_id === row.workspace_id && a.trigger_type === row.name)) {
         if (!matches(automation, variables)) continue;
         const chain = row.chain_id ?? row.id;
-        const refused = await refusal(row, automation, chain);
+        const refused = await refusal(row, automation, chain, plans.get(row.workspace_id));
         const inserted = await db.raw(
           `INSERT INTO automation_runs (workspace_id, automation_id, status, trigger, event_id, depth, chain_id, error, finished_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ${refused ? 'now()' : 'NULL'})
