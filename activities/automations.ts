@@ -8,7 +8,19 @@ import { addNote } from '../domain/notes';
 import { messageContent, missingFields, requiredFields } from '../domain/sending';
 import { isUuid, requireContact } from '../domain/refs';
 import { createTask } from '../domain/tasks';
+import { saveSendRequest, sendInputFor } from '../domain/send-requests';
 import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../types/automations';
+
+/** A run's trigger as its row records it (`{ type, ...variables }`): variables as text, the contact and deal it names. */
+function triggerOf(recorded: Record<string, unknown>): NonNullable<RunInput['trigger']> {
+  const { type, trigger: _name, ...variables } = recorded;
+  return {
+    type: String(type),
+    variables: Object.fromEntries(Object.entries(variables).map(([k, v]) => [k, v === null || v === undefined ? '' : String(v)])),
+    contactId: typeof variables.contactId === 'string' ? variables.contactId : undefined,
+    dealId: typeof variables.dealId === 'string' ? variables.dealId : undefined,
+  };
+}
 
 /** A refusal retrying cannot fix, named by its action: "Action 2 (move_deal): Stage "X" not found". */
 function actionFailure(index: number, type: string, err: ApiError) {
@@ -60,10 +72,15 @@ export function createAutomationActivities({ db }: { db: Db }) {
     async startRun(input: RunInput): Promise<RunPlan> {
       const automation = await db('automations').where({ workspace_id: input.workspaceId, id: input.automationId }).first('name', 'active', 'trigger', 'actions');
       if (!automation || !automation.active) return { proceed: false, automationName: automation?.name ?? '', actions: [], context: { vars: {} } };
-      const context: RunContext = { contactId: input.trigger.contactId, dealId: input.trigger.dealId, vars: { ...input.trigger.variables } };
-      if (input.trigger.type === 'webhook_received') {
-        Object.assign(context.vars, webhookVariables(input.webhookBody));
-        const mapped = applyMapping((automation.trigger as TriggerConfig).mapping, input.webhookBody);
+      // A run started now finds its trigger and inbound body on its row; an older one carries them.
+      const run = input.trigger ? undefined : await db('automation_runs').where({ workspace_id: input.workspaceId, id: input.runId }).first('trigger', 'webhook_body');
+      if (!input.trigger && !run) throw toFailure(new ApiError('NOT_FOUND', 'The run was removed before it began'));
+      const trigger = input.trigger ?? triggerOf(run.trigger);
+      const webhookBody = input.trigger ? input.webhookBody : run.webhook_body;
+      const context: RunContext = { contactId: trigger.contactId, dealId: trigger.dealId, vars: { ...trigger.variables } };
+      if (trigger.type === 'webhook_received') {
+        Object.assign(context.vars, webhookVariables(webhookBody));
+        const mapped = applyMapping((automation.trigger as TriggerConfig).mapping, webhookBody);
         for (const [field, value] of Object.entries(mapped.deal)) context.vars[`deal.${field}`] = value;
         if (mapped.externalId) context.vars.externalId = mapped.externalId;
         if (mapped.contact.phone) {
@@ -76,7 +93,13 @@ export function createAutomationActivities({ db }: { db: Db }) {
           }
         }
       }
-      return { proceed: true, automationName: automation.name, actions: automation.actions as StoredAction[], context };
+      const actions = automation.actions as StoredAction[];
+      if (input.trigger) return { proceed: true, automationName: automation.name, actions, context };
+      await db('automation_runs')
+        .where({ workspace_id: input.workspaceId, id: input.runId })
+        .update({ actions: JSON.stringify(actions), context: JSON.stringify(context) });
+      // The workflow orders the steps; what they say stays on the row.
+      return { proceed: true, automationName: automation.name, actions: actions.map((a) => (a.type === 'wait' ? { type: 'wait', seconds: a.seconds } : { type: a.type })) };
     },
 
     /**
@@ -88,41 +111,71 @@ export function createAutomationActivities({ db }: { db: Db }) {
       workspaceId: string;
       automationId: string;
       runId: string;
-      automationName: string;
       depth: number;
       chain?: string;
       index: number;
-      action: StoredAction;
-      context: RunContext;
+      /** The action's type, which names it in a failure before the row is read. */
+      actionType?: string;
+      /** The message id of the run's latest send (`message.id` from now on). */
+      sentMessageId?: string;
+      /** A run started before its row kept the actions and context carries them (RunPlan). */
+      automationName?: string;
+      action?: StoredAction;
+      context?: RunContext;
     }): Promise<ActionResult> {
       const { workspaceId, index } = input;
+      const where = { workspace_id: workspaceId, id: input.runId };
+      let type = input.action?.type ?? input.actionType ?? 'action';
       try {
-        const automation = await db('automations').where({ workspace_id: workspaceId, id: input.automationId }).first('active');
+        const automation = await db('automations').where({ workspace_id: workspaceId, id: input.automationId }).first('active', 'name');
         if (!automation?.active) throw new ApiError('CONFLICT', 'The automation was deleted or deactivated during the run');
-        const rendered = ActionSchema.safeParse(renderParams(input.action, await currentVars(workspaceId, input.context)));
+        // What the run carries (older runs), else its row: the action as snapshotted and the context so far.
+        const carried = input.action && input.context ? { action: input.action, context: input.context } : undefined;
+        let stored: StoredAction;
+        let context: RunContext;
+        if (carried) {
+          ({ action: stored, context } = carried);
+        } else {
+          const state = await db('automation_runs').where(where).first('actions', 'context');
+          if (!state?.actions) throw new ApiError('NOT_FOUND', 'The run lost its state (it was removed or had already finished)');
+          stored = state.actions[index];
+          context = input.sentMessageId ? { ...state.context, vars: { ...state.context.vars, 'message.id': input.sentMessageId } } : state.context;
+        }
+        type = stored.type;
+        /** The result the workflow gets: the context only for a run that carries it; the row keeps it otherwise. */
+        const answer = (result: ActionResult): ActionResult => (carried ? result : { ...(result.send ? { send: result.send } : {}) });
+        const saveContext = (trx: Db, next: RunContext) => (carried ? undefined : trx('automation_runs').where(where).update({ context: JSON.stringify(next) }));
+
+        const rendered = ActionSchema.safeParse(renderParams(stored, await currentVars(workspaceId, context)));
         if (!rendered.success) {
           const issue = rendered.error.issues[0];
           throw new ApiError('VALIDATION', `After filling in the variables, ${issue.path.join('.') || 'the action'} is invalid: ${issue.message}`);
         }
         const action = rendered.data;
-        if (action.type === 'send_message') return await perform(db, action, input);
+        const run = { workspaceId, runId: input.runId, index, depth: input.depth, chain: input.chain, automationName: input.automationName ?? automation.name, context };
+        if (action.type === 'send_message') {
+          const result = await perform(db, action, run);
+          await saveContext(db, result.context!);
+          return answer(result);
+        }
         return await db.transaction(async (trx) => {
           const effect = { run_id: input.runId, action_index: index };
           const claimed = await trx('automation_action_effects').insert(effect).onConflict(['run_id', 'action_index']).ignore().returning('run_id');
           if (claimed.length === 0) {
             const done = await trx('automation_action_effects').where(effect).first('context');
-            return { context: done.context as RunContext };
+            return answer({ context: done.context as RunContext });
           }
-          const result = await perform(trx, action, input);
+          const result = await perform(trx, action, run);
           await trx('automation_action_effects').where(effect).update({ context: JSON.stringify(result.context) });
-          return result;
+          await saveContext(trx, result.context!);
+          return answer(result);
         });
       } catch (err) {
-        if (err instanceof ApiError) throw actionFailure(index, input.action.type, err);
+        if (err instanceof ApiError) throw actionFailure(index, type, err);
         // Bad data or a broken constraint: the same values would fail again.
         const code = (err as { code?: unknown })?.code;
         if (typeof code === 'string' && /^(22|23)/.test(code) && code !== '23505') {
-          throw actionFailure(index, input.action.type, new ApiError('VALIDATION', `The database refused the values (${(err as Error).message.slice(0, 300)})`));
+          throw actionFailure(index, type, new ApiError('VALIDATION', `The database refused the values (${(err as Error).message.slice(0, 300)})`));
         }
         throw err;
       }
@@ -130,14 +183,15 @@ export function createAutomationActivities({ db }: { db: Db }) {
 
     /** Records how the run ended (only a running run changes: a repeat of this activity is harmless). */
     async finishRun(input: { workspaceId: string; runId: string } & RunResult): Promise<void> {
+      // The run's private state is only needed while it runs.
       await db('automation_runs')
         .where({ workspace_id: input.workspaceId, id: input.runId, status: 'running' })
-        .update({ status: input.status, error: input.error ? input.error.slice(0, 2000) : null, finished_at: db.fn.now() });
+        .update({ status: input.status, error: input.error ? input.error.slice(0, 2000) : null, finished_at: db.fn.now(), webhook_body: null, actions: null, context: null });
     },
   };
 
   /** The action itself, on `db` (the action's transaction, or the pool for send_message, which only prepares the child send). */
-  async function perform(db: Db, action: Action, input: { workspaceId: string; depth: number; chain?: string; automationName: string; context: RunContext }): Promise<ActionResult> {
+  async function perform(db: Db, action: Action, input: { workspaceId: string; runId: string; index: number; depth: number; chain?: string; automationName: string; context: RunContext }): Promise<ActionResult & { context: RunContext }> {
     const { workspaceId, context } = input;
     const options = { origin: 'automation' as const, cause: { depth: input.depth + 1, chain: input.chain ?? null } };
     const actor = { memberId: null, name: `Automation: ${input.automationName}`.slice(0, 200) };
@@ -210,7 +264,11 @@ export function createAutomationActivities({ db }: { db: Db }) {
             const { type: _action, messageType, instanceId, ...content } = action;
             const message = messageContent({ ...content, type: messageType });
             if (missingFields(message).length > 0) throw new ApiError('VALIDATION', `A ${messageType} message needs ${requiredFields(messageType).join(' and ')}`);
-            return { context, send: { workspaceId, phone: contact.phone, instanceId, message } };
+            // Stored under the run and action, so a retry of this action finds the same request.
+            const request = { phone: contact.phone, instanceId, message };
+            const requestId = `${input.runId}/${input.index + 1}`;
+            await saveSendRequest(db, workspaceId, requestId, request);
+            return { context, send: sendInputFor(workspaceId, requestId, request) };
           }
           default:
             throw new ApiError('VALIDATION', `Unknown action "${(action as { type: string }).type}"`);

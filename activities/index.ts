@@ -24,7 +24,7 @@ export function createActivities({ db, config }: ActivityDeps) {
     /** Does nothing: the bench's Temporal floor (workflows/floor.ts). */
     async floorNoop(): Promise<void> {},
     ...createMessagingActivities({ db, config }),
-    ...createMediaActivities({ config }),
+    ...createMediaActivities({ db, config }),
     ...createWebhookActivities({ db, config }),
     ...createAutomationActivities({ db }),
   };

@@ -1,4 +1,6 @@
 import type { Config } from '../domain/config';
+import type { Db } from '../domain/db';
+import { sendRequestOf } from '../domain/send-requests';
 import { ApiError } from '../domain/errors';
 import { refusalsAsFailures } from '../domain/failures';
 import { safeRequest, SafeHttpError, type SafeResponse } from '../domain/safe-http';
@@ -69,29 +71,37 @@ export async function downloadMedia(url: string, type: string, policy: UrlPolicy
  * 503 DNS_UNAVAILABLE. A size we cannot learn (no answer, no Content-Length, a HEAD refused) is
  * left to the provider, or to the download for a web gateway (downloadMedia).
  */
-export function createMediaActivities({ config }: { config: Pick<Config, 'allowPrivateUrls'> }) {
+export function createMediaActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls'> }) {
   return {
-    async checkMedia(input: { url: string; type: string }): Promise<{ bytes: number | null }> {
+    /** The media of a stored send request (or, for a send started before send_requests, the URL and type given). */
+    async checkMedia(input: { workspaceId: string; requestId: string } | { url: string; type: string }): Promise<{ bytes: number | null }> {
       // A temporary DNS failure is worth the retry policy's few tries; any other refusal is final.
       return refusalsAsFailures(
         async () => {
+          const { url, type } = 'url' in input ? input : await mediaOf(db, input);
           let bytes: number | null = null;
           try {
             // The check and the HEAD in one: the request connects only to the addresses the check approved.
-            const res = await requestMedia(input.url, 'HEAD', { allowPrivate: config.allowPrivateUrls }, { timeoutMs: 5000, maxBodyBytes: 0 });
+            const res = await requestMedia(url, 'HEAD', { allowPrivate: config.allowPrivateUrls }, { timeoutMs: 5000, maxBodyBytes: 0 });
             const length = Number(res.headers['content-length']);
             if (res.status >= 200 && res.status < 300 && Number.isFinite(length) && length > 0) bytes = length;
           } catch (err) {
             if (!(err instanceof SafeHttpError)) throw err;
             bytes = null; // unreachable from here: the provider (or the download) will say
           }
-          checkMediaSize(input.type, bytes);
+          checkMediaSize(type, bytes);
           return { bytes };
         },
         { retryable: (err) => err.code === 'DNS_UNAVAILABLE' },
       );
     },
   };
+}
+
+async function mediaOf(db: Db, input: { workspaceId: string; requestId: string }): Promise<{ url: string; type: string }> {
+  const { message } = await sendRequestOf(db, input);
+  if (!message.mediaUrl) throw new ApiError('VALIDATION', 'This send carries no mediaUrl');
+  return { url: message.mediaUrl, type: message.type };
 }
 
 export type MediaActivities = ReturnType<typeof createMediaActivities>;

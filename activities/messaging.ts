@@ -9,6 +9,7 @@ import { visibleConversations } from '../domain/conversations';
 import { findOrCreateContact, findOrCreateConversation, giveBackDaily, takeDaily } from '../domain/messaging';
 import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
 import { suspension } from '../domain/workspaces';
+import { sendRequestOf } from '../domain/send-requests';
 import { openInstanceConfig } from '../domain/instances';
 import type { Config } from '../domain/config';
 import { adapterFor, sendThroughProvider } from './providers';
@@ -16,6 +17,9 @@ import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure 
 import { downloadMedia } from './media';
 import { PROVIDER_RETRYABLE } from '../types/messaging';
 import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../types/messaging';
+
+/** What names a send's content: its send_requests row, or (a send started before that table) the message itself. */
+type ContentRef = { requestId: string; message?: undefined } | { requestId?: undefined; message: NonNullable<SendInput['message']> };
 
 /**
  * The steps of a send (the workflow in workflows/send-message.ts orders them and compensates).
@@ -91,6 +95,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit', 'active', 'api_access');
           const suspended = workspace && suspension(workspace, 'send');
           if (suspended) throw suspended;
+          const request = await sendRequestOf(trx, input);
 
           let instance: SendInstance;
           let contact: { id: string; name: string; phone: string; opted_out: boolean; wa_id: string | null };
@@ -98,9 +103,9 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           let createdContact = false;
           let createdConversation = false;
 
-          if (input.conversationId) {
+          if (request.conversationId) {
             const row = await visibleConversations(trx, input.workspaceId)
-              .where('c.id', input.conversationId)
+              .where('c.id', request.conversationId)
               .forUpdate('c')
               .first('c.id', 'c.last_inbound_at', 'c.contact_id', 'i.id as instance_id', 'i.channel', 'i.provider', 'i.connected', 'ct.name', 'ct.phone', 'ct.opted_out', 'ct.wa_id');
             if (!row) throw new ApiError('NOT_FOUND', 'Conversation not found');
@@ -108,13 +113,13 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
             contact = { id: row.contact_id, name: row.name, phone: row.phone, opted_out: row.opted_out, wa_id: row.wa_id };
             conversation = { id: row.id, last_inbound_at: row.last_inbound_at };
           } else {
-            const phone = requirePhone(input.phone);
+            const phone = requirePhone(request.phone);
             // A named instance of another channel is found, then refused as unsupported; the default is the WhatsApp one.
             const live = trx('instances').where({ workspace_id: input.workspaceId, archived: false });
-            const candidates: SendInstance[] = input.instanceId
-              ? await live.clone().where({ id: input.instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
+            const candidates: SendInstance[] = request.instanceId
+              ? await live.clone().where({ id: request.instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
               : await live.clone().where({ channel: 'whatsapp' }).orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
-            instance = chooseInstance(candidates, input.instanceId);
+            instance = chooseInstance(candidates, request.instanceId);
             const found = await findOrCreateContact(trx, input.workspaceId, phone);
             contact = found.contact;
             createdContact = found.created;
@@ -123,7 +128,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
             createdConversation = conv.created;
           }
 
-          const message = input.message;
+          const message = request.message;
           const template =
             message.type === 'template'
               ? await trx('templates')
@@ -207,7 +212,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * file here (downloadMedia): the bytes go straight to the provider, never into the workflow's
      * history, and a failed download marks the attempt failed (nothing was sent).
      */
-    async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string; message: SendInput['message'] }): Promise<ProviderSendResult> {
+    async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string } & ContentRef): Promise<ProviderSendResult> {
       return withHeartbeat(async () => {
         // The instance first: one that vanished is a refusal, before any attempt is claimed.
         const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId, archived: false }).first('id', 'provider', 'config');
@@ -223,7 +228,8 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           if (previous?.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id, waId: previous.wa_id ?? undefined } };
           return unconfirmed(instance.provider, 'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider');
         }
-        const outbound: OutboundMessage = { ...input.message, to: input.to, reference: input.reference };
+        const { message } = await sendRequestOf(db, input);
+        const outbound: OutboundMessage = { ...message, to: input.to, reference: input.reference };
         let sent: SentMessage;
         try {
           if (outbound.mediaUrl && adapterFor(instance.provider).wantsMediaBytes) {
@@ -290,9 +296,10 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * After the provider accepted: the message (status `sent`), the conversation's clock, the
      * provider's identity of the number, and only now the business events.
      */
-    async recordSent(input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; message: SendInput['message']; mode: 'cold' | 'conversation' }): Promise<SendOutcome> {
-      const { workspaceId, sent, message } = input;
+    async recordSent(input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; mode: 'cold' | 'conversation' } & ContentRef): Promise<SendOutcome> {
+      const { workspaceId, sent } = input;
       return db.transaction(async (trx) => {
+        const { message } = await sendRequestOf(trx, input);
         // A concurrent send to the same new number that failed may have compensated away the
         // contact or conversation this send found: the message exists, so they come back.
         let prepared = input.prepared;

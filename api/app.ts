@@ -32,6 +32,7 @@ import { systemRoutes } from './routes/system';
 import { providerWebhookRoutes } from './routes/provider-webhooks';
 import { webhookRoutes } from './routes/webhooks';
 import { automationRoutes } from './routes/automations';
+import { CODEC_SESSION_PATH } from '../domain/codec-session';
 
 /** Every endpoint of the service, in documentation order. */
 export const ROUTES: AnyRoute[] = [
@@ -101,12 +102,41 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
 }
 
 /**
- * The codec endpoint is called from the Temporal UI's page, another origin: it may be, since the
- * admin token travels in a header a browser never adds by itself (no cookie, so no CSRF).
+ * The codec endpoint is called from the Temporal UI's page, another origin. With the admin token
+ * in a header, a browser never adds it by itself; with the codec session cookie, SameSite=Strict
+ * keeps it to same-site pages (the UI beside the API), and it opens only decode and encode, which
+ * change nothing (domain/codec-session.ts).
  */
+const CODEC_SESSION_PAGE = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Temporal codec session</title>
+<style>body{font:15px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem}input{width:100%;font:inherit;padding:.4rem}</style></head>
+<body><h1>Temporal codec session</h1>
+<p>Paste the admin token to let the Temporal UI in this browser decode payloads for 8 hours. Then, in the UI's
+codec settings, set the endpoint to <code id="endpoint"></code> and turn on <b>Include cross-origin credentials</b>.</p>
+<form id="f"><input id="t" type="password" autocomplete="off" placeholder="ADMIN_TOKEN" required> <button>Open session</button></form>
+<p id="out" role="status"></p>
+<script>
+document.getElementById('endpoint').textContent = location.origin + '${CODEC_SESSION_PATH}';
+document.getElementById('f').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const res = await fetch('${CODEC_SESSION_PATH}/session', { method: 'POST', headers: { authorization: 'Bearer ' + document.getElementById('t').value } });
+  const body = await res.json().catch(() => ({}));
+  document.getElementById('out').textContent = res.ok ? 'Session open until ' + body.data.expiresAt + '.' : 'Refused: ' + (body.error || res.status);
+});
+</script></body></html>`;
 async function codecCors(ctx: Context, next: Next): Promise<void> {
-  if (!ctx.path.startsWith('/admin/v1/temporal-codec/')) return next();
-  ctx.set('Access-Control-Allow-Origin', ctx.get('origin') || '*');
+  if (!ctx.path.startsWith(`${CODEC_SESSION_PATH}/`)) return next();
+  if (ctx.method === 'GET' && ctx.path === `${CODEC_SESSION_PATH}/session`) {
+    ctx.type = 'html';
+    ctx.set('Cache-Control', 'no-store');
+    ctx.set('Content-Security-Policy', "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'");
+    ctx.body = CODEC_SESSION_PAGE;
+    return;
+  }
+  const origin = ctx.get('origin');
+  ctx.set('Access-Control-Allow-Origin', origin || '*');
+  // The UI sends the session cookie only with credentials, which needs the origin named, never `*`.
+  if (origin) ctx.set('Access-Control-Allow-Credentials', 'true');
   ctx.set('Vary', 'Origin');
   if (ctx.method === 'OPTIONS') {
     ctx.set('Access-Control-Allow-Methods', 'POST');

@@ -4,7 +4,8 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdRe
 import { ApiError } from '../domain/errors';
 import { fromFailure } from '../domain/failures';
 import { isTemporalUnreachable } from '../domain/temporal';
-import type { SendInput, SendOutcome } from '../types/messaging';
+import { saveSendRequest, sendInputFor } from '../domain/send-requests';
+import type { SendOutcome, SendRequest } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
 import { temporalClient, withTemporal } from './context';
 
@@ -28,7 +29,7 @@ export function idempotencyKey(ctx: Context): string | undefined {
  * request; the same key on another body or the other send endpoint is refused instead of
  * replaying an unrelated answer.
  */
-function fingerprint(kind: 'cold' | 'conversation', input: SendInput): string {
+function fingerprint(kind: 'cold' | 'conversation', input: SendRequest & { workspaceId: string }): string {
   const sorted = (value: unknown): unknown =>
     Array.isArray(value)
       ? value.map(sorted)
@@ -47,7 +48,7 @@ function fingerprint(kind: 'cold' | 'conversation', input: SendInput): string {
  * completed run (ALLOW_DUPLICATE_FAILED_ONLY), so a request that found nothing cannot send again
  * after a concurrent one with the same key completed: it replays that one instead.
  */
-export async function runSend(ctx: Context, input: SendInput, options: { kind: 'cold' | 'conversation'; phone?: string }): Promise<SendOutcome> {
+export async function runSend(ctx: Context, input: SendRequest & { workspaceId: string }, options: { kind: 'cold' | 'conversation'; phone?: string }): Promise<SendOutcome> {
   const given = idempotencyKey(ctx);
   // Without a key the send gets one, returned in the response header: a client whose request
   // outlived the API's wait (409 IN_PROGRESS) can repeat with it and join the same send.
@@ -111,12 +112,16 @@ export async function runSend(ctx: Context, input: SendInput, options: { kind: '
   if ('answer' in decision) return decision.answer();
   const { reusePolicy } = decision;
 
+  // The recipient and content stay in the database; the workflow gets the row's id (domain/send-requests.ts).
+  const { workspaceId, ...content } = input;
+  const requestId = randomUUID();
+  await saveSendRequest(ctx.deps.db, workspaceId, requestId, content);
   try {
     await withTemporal(ctx, service, () => client.workflow.start(sendMessageWorkflow, {
       workflowId,
       taskQueue: ctx.deps.config.taskQueue,
       // The reconciliation window travels in the input: the workflow's waits depend only on its history.
-      args: [{ ...input, reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
+      args: [{ ...sendInputFor(workspaceId, requestId, content), reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
       workflowIdReusePolicy: reusePolicy,
       memo: { request },
       searchAttributes: {

@@ -66,7 +66,9 @@ export async function receiveInboundWebhook(db: Db, automation: InboundAutomatio
         status,
         trigger: JSON.stringify(summary),
         external_id: externalId ?? null,
-        ...(status === 'duplicate' ? { finished_at: db.fn.now() } : {}),
+        // Kept on the run until it finishes (its workflow's input names only the run). Text
+        // PostgreSQL cannot store is made storable (domain/text).
+        ...(status === 'running' ? { webhook_body: JSON.stringify(storableJson(body)) } : { finished_at: db.fn.now() }),
       })
       .returning('id');
   let run: { id: string };
@@ -75,8 +77,7 @@ export async function receiveInboundWebhook(db: Db, automation: InboundAutomatio
     // the worker's dispatcher starts the workflow (Temporal away only delays it).
     run = await db.transaction(async (trx) => {
       const [row] = await record(trx, 'running');
-      // Kept as jsonb until the run starts: text PostgreSQL cannot store is made storable (domain/text).
-      await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, ...(externalId ? { externalId } : {}), webhookBody: storableJson(body) });
+      await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, ...(externalId ? { externalId } : {}) });
       return row;
     });
   } catch (err) {

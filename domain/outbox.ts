@@ -52,6 +52,6 @@ export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger
  * A run the inbound receiver accepted (its `running` row written in the same transaction): the
  * worker's dispatcher starts its workflow, so a 202 never waits on Temporal, nor fails with it.
  */
-export function recordAcceptedRun(trx: Writer, workspaceId: string, run: { runId: string; automationId: string; externalId?: string; webhookBody: unknown }): Promise<void> {
+export function recordAcceptedRun(trx: Writer, workspaceId: string, run: { runId: string; automationId: string; externalId?: string }): Promise<void> {
   return append(trx, workspaceId, 'trigger', 'webhook_received', { trigger: 'webhook_received', ...run }, DIRECT);
 }

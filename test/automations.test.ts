@@ -367,17 +367,30 @@ describe('durable actions', () => {
     const pipeline = await seedPipeline(api, ws.id, { name: 'Retry', stages: ['A'] });
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Rita' });
     const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'create_deal', pipeline: pipeline.id }] });
-    const [run] = await api.db('automation_runs').insert({ workspace_id: ws.id, automation_id: flow.id, status: 'running', trigger: JSON.stringify({ type: 'test' }) }).returning('id');
+    // A run as startRun leaves it: the actions snapshot and the context on its row.
+    const [run] = await api.db('automation_runs')
+      .insert({
+        workspace_id: ws.id,
+        automation_id: flow.id,
+        status: 'running',
+        trigger: JSON.stringify({ type: 'test' }),
+        actions: JSON.stringify([{ type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 }, { type: 'create_deal', pipeline: pipeline.id }]),
+        context: JSON.stringify({ contactId: contact.id, vars: {} }),
+      })
+      .returning('id');
     // The worker's own activity code, called twice with the same input as Temporal would on a retry.
     const activities = createAutomationActivities({ db: api.db });
-    const input = { workspaceId: ws.id, automationId: flow.id, runId: run.id, automationName: 'flow', depth: 0, action: { type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 }, context: { contactId: contact.id, vars: {} } };
+    const input = { workspaceId: ws.id, automationId: flow.id, runId: run.id, depth: 0 };
     const tasksFirst = await activities.runAction({ ...input, index: 0 });
     const tasksAgain = await activities.runAction({ ...input, index: 0 });
     expect(tasksAgain).toEqual(tasksFirst);
     expect(await api.db('tasks').where({ workspace_id: ws.id }).pluck('title')).toEqual(['Call Rita']);
-    const deal = { ...input, index: 1, action: { type: 'create_deal', pipeline: pipeline.id } };
-    const [dealFirst, dealAgain] = [await activities.runAction(deal), await activities.runAction(deal)];
-    expect(dealAgain.context.dealId).toBe(dealFirst.context.dealId);
+    const contextNow = async () => (await api.db('automation_runs').where({ id: run.id }).first('context')).context;
+    await activities.runAction({ ...input, index: 1 });
+    const dealFirst = await contextNow();
+    await activities.runAction({ ...input, index: 1 });
+    expect((await contextNow()).dealId).toBe(dealFirst.dealId);
+    expect(dealFirst.dealId).toEqual(expect.any(String));
     expect(await api.db('deals').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 1 });
     expect(await outbox(api, ws.id, 'card.created')).toHaveLength(1);
   });

@@ -5,6 +5,7 @@
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createMessagingActivities } from '../activities/messaging';
+import { saveSendRequest, sendInputFor } from '../domain/send-requests';
 import type { PreparedSend, SendOutcome } from '../types/messaging';
 import { createWorkspace, startApi, TestApi } from './helpers';
 
@@ -22,7 +23,10 @@ it('prepares once and compensates once, however often each step is retried', asy
   await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
   const activities = createMessagingActivities({ db: api.db, config: api.config });
   const env = new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/saga-test`, runId: 'run-1' } } as never);
-  const input = { workspaceId: ws.id, phone: `55219${String(70000000 + (process.pid % 9999999))}`, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
+  // As the API starts a send: the request stored, the workflow given its id.
+  const request = { phone: `55219${String(70000000 + (process.pid % 9999999))}`, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
+  await saveSendRequest(api.db, ws.id, 'saga-test', request);
+  const input = sendInputFor(ws.id, 'saga-test', request);
 
   const first: PreparedSend = await env.run(activities.prepareSend, input);
   const again = await env.run(activities.prepareSend, input);
@@ -47,6 +51,7 @@ it("records a send whose contact and conversation a concurrent failed send compe
   const activities = createMessagingActivities({ db: api.db, config: api.config });
   const run = (id: string) => new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/${id}`, runId: 'r' } } as never);
   const phone = `55219${String(60000000 + (process.pid % 9999999))}`;
+  // The inline shape of a send started before send_requests (still replayed and run).
   const input = { workspaceId: ws.id, phone, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
 
   const a: PreparedSend = await run('a').run(activities.prepareSend, input);

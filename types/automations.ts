@@ -9,7 +9,12 @@ export interface RunInput {
   depth: number;
   /** The chain the run belongs to: the id of the root event every run of the chain descends from. */
   chain?: string;
-  trigger: {
+  /**
+   * Runs started before the run's row kept them carry the trigger and the inbound body here (their
+   * histories replay with them). A run started now has neither: startRun reads them from its row,
+   * so the workflow's history holds no webhook body and no trigger variables.
+   */
+  trigger?: {
     type: string;
     /** Trigger variables (`changedFields`, `pipelineId`, ...), as text. */
     variables: Record<string, string>;
@@ -31,16 +36,23 @@ export interface RunContext {
 /** An action as stored (validated by domain/automations.ts ActionSchema). */
 export type StoredAction = { type: string; [param: string]: unknown };
 
+/**
+ * What the workflow needs to order a run: each action's type (and a wait's seconds). The actions'
+ * parameters and the context (variables, contact, deal) stay on the run's row, where runAction
+ * reads and updates them. A run started before that (RunInput.trigger set) got both here, and
+ * passes them along as it did.
+ */
 export interface RunPlan {
   /** False when the automation was deleted or deactivated before the run began. */
   proceed: boolean;
   automationName: string;
   actions: StoredAction[];
-  context: RunContext;
+  context?: RunContext;
 }
 
 export interface ActionResult {
-  context: RunContext;
+  /** Only for a run that carries its context (see RunPlan). */
+  context?: RunContext;
   /** send_message: the send to run as a child workflow (same rules as the send API). */
   send?: SendInput;
 }

@@ -26,13 +26,34 @@ export interface MessageContent {
   templateVariables?: string[];
 }
 
-export interface SendInput {
-  workspaceId: string;
+/**
+ * Where a send goes and what it says, as the API (or an automation's send_message action) asked.
+ * Kept in the database (send_requests), never in the send workflow's history: an operator who
+ * can read Temporal reads ids, not messages (domain/send-requests.ts).
+ */
+export interface SendRequest {
   /** Cold send: a phone number, found or created; conversation send: an existing conversation. */
   phone?: string;
   instanceId?: string;
   conversationId?: string;
   message: MessageContent;
+}
+
+export interface SendInput {
+  workspaceId: string;
+  /** The send_requests row the activities load the recipient and content from. */
+  requestId?: string;
+  /** What the workflow needs to order its steps, without the content: the endpoint, and whether a file is attached. */
+  kind?: 'cold' | 'conversation';
+  hasMedia?: boolean;
+  /**
+   * Sends started before requestId existed carry the request inline; their histories replay with
+   * it, so the workflow and the activities still read it. Remove once none can be running.
+   */
+  phone?: string;
+  instanceId?: string;
+  conversationId?: string;
+  message?: MessageContent;
   /**
    * How long a send whose provider call may have happened (the worker died mid-call, or the call
    * got no answer) waits for the provider's status callback before it counts as not accepted and

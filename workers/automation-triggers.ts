@@ -117,21 +117,8 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
         );
         const run = inserted.rows[0];
         if (run.status !== 'running') continue;
-        const text = Object.fromEntries(Object.entries(variables).filter(([k]) => k !== 'trigger').map(([k, v]) => [k, v === null || v === undefined ? '' : String(v)]));
-        starts.push({
-          workspaceId: row.workspace_id,
-          automationId: automation.id,
-          runId: run.id,
-          depth: row.depth,
-          chain,
-          waitScale: options.waitScale,
-          trigger: {
-            type: row.name,
-            variables: text,
-            contactId: typeof variables.contactId === 'string' ? variables.contactId : undefined,
-            dealId: typeof variables.dealId === 'string' ? variables.dealId : undefined,
-          },
-        });
+        // The trigger's variables are on the run's row (`trigger`), where startRun reads them.
+        starts.push({ workspaceId: row.workspace_id, automationId: automation.id, runId: run.id, depth: row.depth, chain, waitScale: options.waitScale });
         keys.push(runWorkflowId(row.workspace_id, automation.id, { eventId: row.id }));
       }
     }
@@ -142,18 +129,13 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
     const starts: RunInput[] = [];
     const keys: string[] = [];
     for (const row of all.filter((r) => r.name === 'webhook_received')) {
-      const run = row.payload as { runId: string; automationId: string; externalId?: string; webhookBody: Record<string, unknown> };
-      starts.push({
-        workspaceId: row.workspace_id,
-        automationId: run.automationId,
-        runId: run.runId,
-        depth: 0,
-        // The inbound call is the chain's root: what its actions cause shares its run budget.
-        chain: run.runId,
-        trigger: { type: 'webhook_received', variables: run.externalId ? { externalId: run.externalId } : {} },
-        webhookBody: run.webhookBody,
-        waitScale: options.waitScale,
-      });
+      const run = row.payload as { runId: string; automationId: string; externalId?: string; webhookBody?: unknown };
+      // A row written before the run kept its body (the outbox carried it): the body moves to the run.
+      if (run.webhookBody !== undefined) {
+        await db('automation_runs').where({ workspace_id: row.workspace_id, id: run.runId }).whereNull('webhook_body').update({ webhook_body: JSON.stringify(run.webhookBody) });
+      }
+      // The inbound call is the chain's root: what its actions cause shares its run budget.
+      starts.push({ workspaceId: row.workspace_id, automationId: run.automationId, runId: run.runId, depth: 0, chain: run.runId, waitScale: options.waitScale });
       keys.push(runWorkflowId(row.workspace_id, run.automationId, run.externalId ? { externalId: run.externalId } : { runId: run.runId }));
     }
     const rows = all.filter((r) => r.name !== 'webhook_received');

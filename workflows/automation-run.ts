@@ -28,18 +28,28 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
     if (!plan.proceed) {
       result = { status: 'failed', error: 'The automation was deleted or deactivated before the run began' };
     } else {
-      let context: RunContext = plan.context;
+      // Only a run started before the row kept its context carries one (see RunPlan).
+      let context: RunContext | undefined = plan.context;
+      // The latest send's message id: runAction adds it to the row's variables as `message.id`.
+      let sentMessageId: string | undefined;
       for (const [index, action] of plan.actions.entries()) {
         if (action.type === 'wait') {
           await sleep(Math.max(1, Math.round(Number(action.seconds) * 1000 * (input.waitScale ?? 1))));
           continue;
         }
-        const step: ActionResult = await acts.runAction({ workspaceId: input.workspaceId, automationId: input.automationId, runId: input.runId, automationName: plan.automationName, depth: input.depth, chain: input.chain, index, action, context });
+        const ids = { workspaceId: input.workspaceId, automationId: input.automationId, runId: input.runId, depth: input.depth, chain: input.chain, index, actionType: action.type };
+        const step: ActionResult = await acts.runAction(context ? { ...ids, automationName: plan.automationName, action, context } : { ...ids, sentMessageId });
         context = step.context;
         if (step.send) {
           try {
-            const sent = await executeChild(sendMessageWorkflow, { workflowId: `${workflowInfo().workflowId}/send/${index + 1}`, args: [step.send] });
-            context = { ...context, vars: { ...context.vars, 'message.id': sent.id } };
+            const sent = await executeChild(sendMessageWorkflow, {
+              workflowId: `${workflowInfo().workflowId}/send/${index + 1}`,
+              args: [step.send],
+              // Found beside the workspace's other sends (a child does not inherit its parent's).
+              searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
+            });
+            sentMessageId = sent.id;
+            if (context) context = { ...context, vars: { ...context.vars, 'message.id': sent.id } };
           } catch (err) {
             throw ApplicationFailure.nonRetryable(`Action ${index + 1} (send_message): ${reason(err)}`, 'ACTION_FAILED');
           }

@@ -42,7 +42,7 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome
   const compensations: (() => Promise<void>)[] = [];
   const { prepare, record } = databaseSteps();
   try {
-    if (input.message.mediaUrl) await media.checkMedia({ url: input.message.mediaUrl, type: input.message.type });
+    if (hasMedia(input)) await media.checkMedia(input.requestId ? { workspaceId: input.workspaceId, requestId: input.requestId } : { url: input.message!.mediaUrl!, type: input.message!.type });
     const prepared = await prepare.prepareSend(input);
     compensations.push(() => compensate.undoPrepare(prepared));
     upsertSearchAttributes({ InstanceId: [prepared.instanceId], Phone: [prepared.phone] });
@@ -56,7 +56,7 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome
       throw cause instanceof TimeoutFailure ? unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`) : err;
     });
     compensations.length = 0;
-    return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, message: input.message, mode: input.conversationId ? 'conversation' : 'cold' });
+    return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, ...content(input), mode: kind(input) });
   } catch (err) {
     for (const undo of compensations.reverse()) await undo();
     throw asSendFailure(err);
@@ -78,7 +78,7 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
   const windowMs = Math.min(Math.max(input.reconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS, MIN_WINDOW_MS), MAX_WINDOW_MS);
   const reconcile = proxyActivities<MessagingActivities>({ ...RECONCILE, scheduleToCloseTimeout: windowMs + RECONCILE_MARGIN_MS });
   for (let round = 1; ; round++) {
-    const result = await (input.message.mediaUrl ? mediaProvider : provider).sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, message: input.message });
+    const result = await (hasMedia(input) ? mediaProvider : provider).sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, ...content(input) });
     if (result.outcome === 'sent') return result.sent;
 
     // Date.now() inside a workflow is Temporal's workflow clock (the time of this workflow task,
@@ -101,6 +101,21 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
       });
     }
   }
+}
+
+/*
+ * A send's input names its send_requests row (the activities load the content); one started
+ * before that carries the message inline, and replays with it. Which one is decided by the input
+ * alone, so both replay deterministically.
+ */
+function hasMedia(input: SendInput): boolean {
+  return input.requestId ? Boolean(input.hasMedia) : Boolean(input.message?.mediaUrl);
+}
+function kind(input: SendInput): 'cold' | 'conversation' {
+  return input.requestId ? (input.kind ?? 'cold') : input.conversationId ? 'conversation' : 'cold';
+}
+function content(input: SendInput): { requestId: string } | { message: NonNullable<SendInput['message']> } {
+  return input.requestId ? { requestId: input.requestId } : { message: input.message! };
 }
 
 /** The failure of a send the provider may have accepted (the activities raise the same through domain/sending.ts). */

@@ -6,6 +6,7 @@ import { bucketStates, IpProfile, KeyProfile, shardsFor } from '../../domain/rat
 import { grants, satisfying, Scope } from '../../domain/scopes';
 import { suspension } from '../../domain/workspaces';
 import { enforce, ipBucket, keyBuckets, record, scaled } from './rate-limit';
+import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, validCodecSession } from '../../domain/codec-session';
 
 /** Who is calling: API keys (with scopes and the plan) for /api/v1, the admin token for /admin/v1. */
 
@@ -89,9 +90,15 @@ function sameSecret(a: string, b: string): boolean {
   return timingSafeEqual(ha, hb);
 }
 
+/** The calls a codec session cookie may make (not the one that issues it). */
+const CODEC_CALLS = new Set([`${CODEC_SESSION_PATH}/decode`, `${CODEC_SESSION_PATH}/encode`]);
+
 export async function adminAuth(ctx: Context, next: Next): Promise<void> {
   const expected = ctx.deps.config.adminToken;
   const token = bearer(ctx);
+  // The Temporal UI's calls to the codec endpoint carry the operator's session cookie instead.
+  const codecCall = !token && expected && CODEC_CALLS.has(ctx.path) && validCodecSession(expected, ctx.cookies.get(CODEC_SESSION_COOKIE), Date.now());
+  if (codecCall) return next();
   if (!expected || !token || !sameSecret(token, expected)) {
     throw new ApiError('UNAUTHORIZED', 'Missing or invalid admin token', {
       hint: expected ? 'Send Authorization: Bearer <ADMIN_TOKEN>.' : 'The admin API is disabled: ADMIN_TOKEN is not set.',

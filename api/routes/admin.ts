@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { EncryptionCodec } from '../../domain/payload-codec';
 import { ApiError } from '../../domain/errors';
 import { AnyObject, AnyRoute, route, RouteDef } from '../route';
+import { single } from '../schemas';
 import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/api-keys';
 import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/pipelines';
 import { ALL_SCOPES } from '../../domain/scopes';
@@ -13,6 +14,7 @@ import { addMember, requireMember } from '../../domain/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
+import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, issueCodecSession } from '../../domain/codec-session';
 
 /**
  * The operator API (what the CRM panel would do), behind ADMIN_TOKEN: docs/api-conventions.md.
@@ -97,6 +99,27 @@ function codecRoute(direction: 'encode' | 'decode'): AnyRoute {
 export const adminRoutes: AnyRoute[] = [
   codecRoute('decode'),
   codecRoute('encode'),
+  adminRoute({
+    method: 'post',
+    path: `${CODEC_SESSION_PATH}/session`,
+    noStore: true,
+    summary: 'Open a codec session for the Temporal UI (a cookie)',
+    description:
+      'The Temporal UI decodes payloads from the operator\'s browser and can send no admin token, only cookies. Called with the admin token ' +
+      `(the page at GET ${CODEC_SESSION_PATH}/session does it), this sets an HttpOnly, SameSite=Strict cookie valid for 8 hours that ` +
+      'authorizes decode and encode only. In the UI\'s codec settings, set the endpoint to `<PUBLIC_BASE_URL>/admin/v1/temporal-codec` and turn on ' +
+      '"Include cross-origin credentials". The UI and the API must be on the same site (one registrable domain, or both on localhost).',
+    response: single(z.object({ expiresAt: z.iso.datetime() })),
+    handler: async (ctx) => {
+      const session = issueCodecSession(ctx.deps.config.adminToken!, Date.now());
+      const secure = ctx.protocol === 'https' ? '; Secure' : '';
+      ctx.append(
+        'Set-Cookie',
+        `${CODEC_SESSION_COOKIE}=${session.value}; Path=${CODEC_SESSION_PATH}; Max-Age=${Math.floor(CODEC_SESSION_TTL_MS / 1000)}; HttpOnly; SameSite=Strict${secure}`,
+      );
+      return { data: { expiresAt: session.expiresAt.toISOString() } };
+    },
+  }),
   adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces',

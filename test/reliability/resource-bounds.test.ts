@@ -71,13 +71,14 @@ describe('bounded work per request', () => {
 });
 
 describe('retention', () => {
-  it('prunes dispatched outbox rows, finished deliveries and finished runs past RETENTION_DAYS, and nothing pending or running', async () => {
+  it('prunes dispatched outbox rows, finished deliveries, finished runs and send requests past RETENTION_DAYS, and nothing pending or running', async () => {
     const ws = await createWorkspace(api);
     const old = api.db.raw(`now() - interval '31 days'`);
     const events = await api.db('outbox_events')
       .insert([
         { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, created_at: old, dispatched_at: old },
-        { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, created_at: old, dispatched_at: null },
+        // Pending, and held by a (pretend) dispatcher so the stack's worker does not dispatch it meanwhile.
+        { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, created_at: old, dispatched_at: null, claimed_until: api.db.raw(`now() + interval '1 hour'`) },
         { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, dispatched_at: api.db.fn.now() },
       ])
       .returning('id');
@@ -89,11 +90,16 @@ describe('retention', () => {
     const runs = await api.db('automation_runs')
       .insert(['completed', 'failed', 'running'].map((status) => ({ workspace_id: ws.id, automation_id: automation.id, status, created_at: old })))
       .returning('id');
+    const message = JSON.stringify({ type: 'text', text: 'private' });
+    const requests = await api.db('send_requests')
+      .insert([{ workspace_id: ws.id, id: `old-${ws.id}`, message, created_at: old }, { workspace_id: ws.id, id: `new-${ws.id}`, message }])
+      .returning('id');
 
     await pruneRetention(api.db, 30);
     const left = async (table: string, ids: { id: string }[]) => (await api.db(table).whereIn('id', ids.map((r) => r.id)).pluck('id')).sort();
     expect(await left('outbox_events', events)).toEqual([events[1].id, events[2].id].sort());
     expect(await left('webhook_deliveries', deliveries)).toEqual([deliveries[2].id]);
     expect(await left('automation_runs', runs)).toEqual([runs[2].id]);
+    expect(await left('send_requests', requests)).toEqual([requests[1].id]);
   });
 });

@@ -207,7 +207,7 @@ async function refusedEverywhere(client: TestApi, form: Form, allowPrivate: bool
     cells.push('M/C/A: resolved at send time');
   }
   // The send saga's media check (worker side), with the same policy: every form, names resolved.
-  const err = await createMediaActivities({ config: { allowPrivateUrls: allowPrivate } })
+  const err = await createMediaActivities({ db: client.db, config: { allowPrivateUrls: allowPrivate } })
     .checkMedia({ url: form.url, type: 'image' })
     .then(
       () => undefined,
@@ -424,7 +424,7 @@ describe('redirects to a private address are never followed', () => {
   });
 
   it('media check (worker activity): a 302 to a private address is not followed, and is INVALID_URL', async () => {
-    const media = createMediaActivities({ config: { allowPrivateUrls: true } });
+    const media = createMediaActivities({ db: local.db, config: { allowPrivateUrls: true } });
     await expect(media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' })).rejects.toMatchObject({ type: 'INVALID_URL', nonRetryable: true });
     expect(trapHits).toEqual([]);
   });

@@ -1,0 +1,53 @@
+import type { Knex } from 'knex';
+import type { Db } from './db';
+import { ApiError } from './errors';
+import type { SendInput, SendRequest } from '../types/messaging';
+
+type Writer = Db | Knex.Transaction;
+
+/**
+ * A send's recipient and content live in send_requests; the send workflow is started with the
+ * row's id (sendInputFor) and each activity loads what it needs (sendRequestOf). So Temporal's
+ * history of a send holds ids and flags, never a message text, a media URL or a phone number.
+ */
+
+/** Stores the request (a repeat with the same id keeps the first: an automation's retried action). */
+export async function saveSendRequest(db: Writer, workspaceId: string, id: string, request: SendRequest): Promise<void> {
+  await db('send_requests')
+    .insert({
+      workspace_id: workspaceId,
+      id,
+      phone: request.phone ?? null,
+      instance_id: request.instanceId ?? null,
+      conversation_id: request.conversationId ?? null,
+      message: JSON.stringify(request.message),
+    })
+    .onConflict(['workspace_id', 'id'])
+    .ignore();
+}
+
+/** The workflow input of a stored request: ids and what orders the steps, nothing private. */
+export function sendInputFor(workspaceId: string, requestId: string, request: SendRequest): SendInput {
+  return {
+    workspaceId,
+    requestId,
+    kind: request.conversationId ? 'conversation' : 'cold',
+    hasMedia: Boolean(request.message.mediaUrl),
+  };
+}
+
+/** The request a send input names (or carries inline, for a send started before send_requests). */
+export async function sendRequestOf(db: Writer, input: Pick<SendInput, 'workspaceId' | 'requestId' | 'phone' | 'instanceId' | 'conversationId' | 'message'>): Promise<SendRequest> {
+  if (!input.requestId) {
+    if (!input.message) throw new Error('A send input carries neither a requestId nor a message');
+    return { phone: input.phone, instanceId: input.instanceId, conversationId: input.conversationId, message: input.message };
+  }
+  const row = await db('send_requests').where({ workspace_id: input.workspaceId, id: input.requestId }).first('phone', 'instance_id', 'conversation_id', 'message');
+  if (!row) throw new ApiError('SEND_FAILED', 'The content of this send is no longer stored (it is kept for RETENTION_DAYS)');
+  return {
+    ...(row.phone ? { phone: row.phone } : {}),
+    ...(row.instance_id ? { instanceId: row.instance_id } : {}),
+    ...(row.conversation_id ? { conversationId: row.conversation_id } : {}),
+    message: row.message,
+  };
+}

@@ -1,0 +1,24 @@
+import type { Knex } from 'knex';
+
+// What a send is asked to deliver (recipient and content) lives here, not in the send workflow's
+// input: Temporal's history then holds only ids, and an operator with UI access reads no message.
+// The id is the workflow's handle on the row; an automation's send uses `<run id>/<action index>`
+// so a retried action finds its own row. Pruned after RETENTION_DAYS (domain/retention.ts).
+export async function up(knex: Knex): Promise<void> {
+  await knex.raw(`
+CREATE TABLE send_requests (
+  workspace_id uuid NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+  id text NOT NULL,
+  phone text,
+  instance_id uuid,
+  conversation_id uuid,
+  message jsonb NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (workspace_id, id)
+);
+CREATE INDEX send_requests_created_idx ON send_requests (created_at);`);
+}
+
+export async function down(knex: Knex): Promise<void> {
+  await knex.raw(`DROP TABLE send_requests;`);
+}
