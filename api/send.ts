@@ -1,11 +1,11 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
-import { ApiError } from '../domain/errors';
+import { ApiError, ERROR_CODES, type ErrorCode } from '../domain/errors';
 import { fromFailure } from '../domain/failures';
 import { isTemporalUnreachable } from '../domain/temporal';
-import { saveSendRequest, sendInputFor } from '../domain/send-requests';
-import type { SendOutcome, SendRequest } from '../types/messaging';
+import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/send-requests';
+import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
 import { temporalClient, withTemporal } from './context';
 
@@ -62,7 +62,7 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
   const request = fingerprint(options.kind, { ...input, phone: options.phone ?? input.phone });
 
   /** What an earlier run with this key decides: an answer (replay or refusal), or how a new run may start. */
-  const previousRun = async (): Promise<{ answer: () => Promise<SendOutcome> } | { reusePolicy: WorkflowIdReusePolicy }> => {
+  const previousRun = async (): Promise<{ answer: () => Promise<SendOutcome> } | { reusePolicy: WorkflowIdReusePolicy; replaces?: string }> => {
     const previous = await withTemporal(ctx, service, () => handle.describe()).catch((err) => {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
@@ -80,12 +80,15 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
     const closed = previous.closeTime?.getTime() ?? 0;
     if (status === 'COMPLETED') {
       if (Date.now() - closed < IDEMPOTENCY_MEMO_MS) {
+        const result = await withTemporal(ctx, service, () => handle.result());
+        // A refusal frees the key like a failure; the retry names the refused run (see below).
+        if (isRefusal(result)) return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE, replaces: previous.runId };
         bound();
         return {
-          answer: () => {
+          answer: async () => {
             ctx.status = 200;
             ctx.set('Idempotent-Replayed', 'true');
-            return handle.result();
+            return result;
           },
         };
       }
@@ -111,11 +114,20 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
   const decision = given ? await previousRun() : { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY };
   if ('answer' in decision) return decision.answer();
   const { reusePolicy } = decision;
+  const replaces = 'replaces' in decision ? decision.replaces : undefined;
 
   // The recipient and content stay in the database; the workflow gets the row's id (domain/send-requests.ts).
   const { workspaceId, ...content } = input;
   const requestId = randomUUID();
-  await saveSendRequest(ctx.deps.db, workspaceId, requestId, content);
+  try {
+    // A retry after a refusal claims the refused run: of two racing retries, one starts a send.
+    await saveSendRequest(ctx.deps.db, workspaceId, requestId, content, replaces);
+  } catch (err) {
+    if (!isReplacedAlready(err)) throw err;
+    const now = await previousRun();
+    if ('answer' in now) return now.answer();
+    throw inProgress(workflowId, key);
+  }
   try {
     await withTemporal(ctx, service, () => client.workflow.start(sendMessageWorkflow, {
       workflowId,
@@ -132,7 +144,11 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
       },
     }));
   } catch (err) {
-    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) {
+      // Not started (or not known to be): the refused run may be retried again.
+      if (replaces) await releaseReplaced(ctx.deps.db, workspaceId, requestId).catch(() => undefined);
+      throw err;
+    }
     // Another request with this key started (or finished) in between: its run answers this one.
     const now = await previousRun();
     if ('answer' in now) return now.answer();
@@ -141,12 +157,12 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
 
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([
+    return outcomeOf(await Promise.race([
       handle.result(),
       new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(inProgress(workflowId, key)), WAIT_MS);
       }),
-    ]);
+    ]));
   } catch (err) {
     if (err instanceof WorkflowFailedError) throw sendFailure(err);
     // The send started and is durable; Temporal went away while we waited for its result.
@@ -155,6 +171,13 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** A completed send's answer: the outcome, or the refusal's code (the send's 4xx). */
+function outcomeOf(result: SendResult): SendOutcome {
+  if (!isRefusal(result)) return result;
+  const { code, message, hint } = result.refused;
+  throw new ApiError(code in ERROR_CODES ? (code as ErrorCode) : 'SEND_FAILED', message, { hint });
 }
 
 /** The API's answer to a failed send workflow: the code its failure carries, else SEND_FAILED. */

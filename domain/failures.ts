@@ -13,7 +13,8 @@ export type FailureDetail = Record<string, unknown>;
 
 /** The ApplicationFailure an activity throws for `err`. */
 export function toFailure(err: ApiError, options: { message?: string; retryable?: boolean; detail?: FailureDetail } = {}): ApplicationFailure {
-  const detail = { ...(err.hint !== undefined ? { hint: err.hint } : {}), ...options.detail };
+  // The HTTP status tells a workflow a refusal (4xx: the request cannot be served as asked) from a failure.
+  const detail = { ...(err.hint !== undefined ? { hint: err.hint } : {}), status: err.status, ...options.detail };
   return ApplicationFailure.create({
     type: err.code,
     message: options.message ?? err.message,

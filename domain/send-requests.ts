@@ -11,8 +11,12 @@ type Writer = Db | Knex.Transaction;
  * history of a send holds ids and flags, never a message text, a media URL or a phone number.
  */
 
-/** Stores the request (a repeat with the same id keeps the first: an automation's retried action). */
-export async function saveSendRequest(db: Writer, workspaceId: string, id: string, request: SendRequest): Promise<void> {
+/**
+ * Stores the request (a repeat with the same id keeps the first: an automation's retried action).
+ * `replaces` names the refused run this request retries under the same key: a second request
+ * replacing the same run fails with a unique violation (isReplacedAlready).
+ */
+export async function saveSendRequest(db: Writer, workspaceId: string, id: string, request: SendRequest, replaces?: string): Promise<void> {
   await db('send_requests')
     .insert({
       workspace_id: workspaceId,
@@ -21,9 +25,19 @@ export async function saveSendRequest(db: Writer, workspaceId: string, id: strin
       instance_id: request.instanceId ?? null,
       conversation_id: request.conversationId ?? null,
       message: JSON.stringify(request.message),
+      replaces: replaces ?? null,
     })
     .onConflict(['workspace_id', 'id'])
     .ignore();
+}
+
+export function isReplacedAlready(err: unknown): boolean {
+  return (err as { constraint?: string })?.constraint === 'send_requests_replaces_uq';
+}
+
+/** Gives up a request's claim on the refused run it meant to retry (its start did not happen). */
+export async function releaseReplaced(db: Writer, workspaceId: string, id: string): Promise<void> {
+  await db('send_requests').where({ workspace_id: workspaceId, id }).update({ replaces: null });
 }
 
 /** The workflow input of a stored request: ids and what orders the steps, nothing private. */

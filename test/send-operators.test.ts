@@ -105,3 +105,40 @@ it('gives up on a provider that stays down: SEND_FAILED after the retries, and t
   expect([Number(contacts!.n), Number(conversations!.n), Number(counted!.n ?? 0)]).toEqual([0, 0, 0]);
   await fetch(`${EMULATOR}/__emulator/reset`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ to: phone }) });
 }, 120_000);
+
+it('completes a send the rules refused (its reason as the result), so FAILED in Temporal means something went wrong; the key stays free for a retry, one at a time', async () => {
+  const { ws } = await workspaceWithInstance();
+  const phone = mobile();
+  const key = `refused-${phone}`;
+  const body = { phone, type: 'template', templateName: 'no-such-template', templateLanguage: 'pt_BR' };
+  const send = () => api.request('POST', '/api/v1/messages', { key: ws.key, body, headers: { 'Idempotency-Key': key } });
+
+  expectError(await send(), 422, 'TEMPLATE_INVALID');
+  const client = await temporal.get();
+  const handle = client.workflow.getHandle(`send/${ws.id}/key/${key}`);
+  const first = await handle.describe();
+  expect(first.status.name).toBe('COMPLETED');
+  expect(await handle.result()).toEqual({ refused: { code: 'TEMPLATE_INVALID', message: expect.stringContaining('no-such-template') } });
+  // The operators' to-do list (failed sends of the workspace) does not show it.
+  const failed = await client.workflow.count(`WorkspaceId = "${ws.id}" AND ExecutionStatus = "Failed"`);
+  expect(failed.count).toBe(0);
+
+  // A refusal frees the key like a failure: the same request runs again (a new run)...
+  expectError(await send(), 422, 'TEMPLATE_INVALID');
+  const second = await handle.describe();
+  expect(second.runId).not.toBe(first.runId);
+  // ...and retries racing after one refusal start one send between them; the others wait (409) or see its answer.
+  const racing = await Promise.all(Array.from({ length: 3 }, send)); // 5 in all: the key's cold-send limit a minute
+  for (const res of racing) expect([409, 422]).toContain(res.status);
+  const runs = async () => {
+    const { executions } = await client.workflowService.listWorkflowExecutions({ namespace: api.config.temporalNamespace, query: `IdempotencyKey = "${key}"` });
+    return executions.length;
+  };
+  let count = 0;
+  for (let i = 0; i < 50 && count < 3; i++) {
+    count = await runs();
+    if (count < 3) await new Promise((r) => setTimeout(r, 100));
+  }
+  expect(count).toBe(3);
+  expect(racing.filter((r) => r.status === 422).length).toBeGreaterThanOrEqual(1);
+});

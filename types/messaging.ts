@@ -107,6 +107,21 @@ export interface SendOutcome {
   created?: { contact: boolean; conversation: boolean };
 }
 
+/**
+ * A send the rules refused (window closed, opted out, quota, template, ...): the workflow completes
+ * with the refusal (the API answers its code), so Temporal's FAILED means something went wrong.
+ */
+export interface SendRefusal {
+  refused: { code: string; message: string; hint?: string };
+}
+
+/** What a send workflow returns. */
+export type SendResult = SendOutcome | SendRefusal;
+
+export function isRefusal(result: SendResult): result is SendRefusal {
+  return 'refused' in result;
+}
+
 /** Failure type of a provider error worth retrying (throttled, down); the workflow turns it into SEND_FAILED once retries are spent. */
 export const PROVIDER_RETRYABLE = 'PROVIDER_UNAVAILABLE';
 

@@ -1,6 +1,7 @@
 import { ActivityFailure, ApplicationFailure, CancellationScope, ChildWorkflowFailure, executeChild, proxyActivities, sleep, workflowInfo } from '@temporalio/workflow';
 import type { AutomationActivities } from '../activities/automations';
 import type { ActionResult, RunContext, RunInput, RunResult } from '../types/automations';
+import { isRefusal } from '../types/messaging';
 import { DATABASE, RECORD } from './profiles';
 import { sendMessageWorkflow } from './send-message';
 
@@ -48,6 +49,8 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
               // Found beside the workspace's other sends (a child does not inherit its parent's).
               searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
             });
+            // A refusal fails the action with its code, as the child's failure did before refusals completed.
+            if (isRefusal(sent)) throw ApplicationFailure.create({ type: sent.refused.code, message: sent.refused.message, nonRetryable: true });
             sentMessageId = sent.id;
             if (context) context = { ...context, vars: { ...context.vars, 'message.id': sent.id } };
           } catch (err) {

@@ -3,7 +3,7 @@ import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
 import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_SEND, PROVIDER_SEND_MEDIA, RECONCILE, RECORD } from './profiles';
 import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
-import type { PreparedSend, ReconcileResult, SendInput, SendOutcome, SentMessage } from '../types/messaging';
+import type { PreparedSend, ReconcileResult, SendInput, SendRefusal, SendResult, SentMessage } from '../types/messaging';
 
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
 /** A media message's provider call may download the file first (a web gateway is given bytes, not the URL). */
@@ -37,7 +37,7 @@ const RECONCILE_MARGIN_MS = 60_000;
  * the compensations in reverse order; once the provider accepted, nothing is undone and recording
  * retries until it succeeds. The workflow id is the idempotency key (see api/send.ts).
  */
-export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome> {
+export async function sendMessageWorkflow(input: SendInput): Promise<SendResult> {
   const { workflowId, runId } = workflowInfo();
   const compensations: (() => Promise<void>)[] = [];
   const { prepare, record } = databaseSteps();
@@ -59,8 +59,22 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendOutcome
     return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, ...content(input), mode: kind(input) });
   } catch (err) {
     for (const undo of compensations.reverse()) await undo();
-    throw asSendFailure(err);
+    const failure = asSendFailure(err);
+    // A refusal completes (a run that refused before this change failed, and replays so).
+    const refused = refusalOf(failure);
+    if (refused && patched(REFUSAL_COMPLETES)) return refused;
+    throw failure;
   }
+}
+
+const REFUSAL_COMPLETES = 'send-refusal-completes';
+
+/** A business refusal (an activity's 4xx code), as the workflow's result; undefined for a failure. */
+function refusalOf(failure: unknown): SendRefusal | undefined {
+  if (!(failure instanceof ApplicationFailure) || !failure.type || failure.type === SEND_OUTCOME_UNKNOWN) return undefined;
+  const detail = (failure.details?.[0] ?? {}) as { status?: number; hint?: string };
+  if (typeof detail.status !== 'number' || detail.status < 400 || detail.status >= 500) return undefined;
+  return { refused: { code: failure.type, message: failure.message, ...(detail.hint ? { hint: detail.hint } : {}) } };
 }
 
 /**
