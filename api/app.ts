@@ -15,7 +15,7 @@ import { enforce, ipBucket } from './middleware/rate-limit';
 import { buildOpenApi } from './openapi';
 import { AnyRoute } from './route';
 import { buildRouter } from './router';
-import { DOCS_HTML } from './docs-page';
+import { docsAssets, serveDocs } from './docs';
 import { adminRoutes } from './routes/admin';
 import { conversationRoutes } from './routes/conversations';
 import { dealRoutes } from './routes/deals';
@@ -78,13 +78,12 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
       ctx.body = openapi;
       return;
     }
-    if (ctx.method === 'GET' && (ctx.path === '/docs' || ctx.path === '/docs/')) {
-      ctx.type = 'html';
-      ctx.body = DOCS_HTML;
-      return;
-    }
     await next();
   });
+  // GET /docs and its assets: the renderer's bundle, read from node_modules now (once per process),
+  // so a missing package stops the start instead of the first page view.
+  docsAssets();
+  app.use(serveDocs);
   app.use(codecCors);
   app.use(refuseDeclaredTooLarge);
   // The body is read per route, after its limits and authentication: an unknown path, a refused

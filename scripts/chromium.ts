@@ -1,6 +1,7 @@
 /**
  * A headless Chromium for browser tests (the /docs page): one already on PATH, or Debian's
- * `chromium` package installed with apt-get when running as root. Never downloads anything else.
+ * `chromium` package installed with apt-get when running as root. Never downloads anything else
+ * (test/docs-browser.test.ts drives it with playwright-core, which is given this executable).
  *
  *   npx tsx scripts/chromium.ts            # prints the path, installing when needed
  *   npx tsx scripts/chromium.ts <url>      # prints the DOM of <url> after its scripts ran
@@ -13,6 +14,25 @@ import path from 'node:path';
 export type Log = (message: string) => void;
 
 export type ChromiumResult = { path: string; installed: boolean; seconds: number } | { path: null; reason: string };
+
+/**
+ * Switches for a headless run that calls no Google service and no other host by itself (no QUIC,
+ * background networking, component updates or sync). Callers add a fresh --user-data-dir.
+ */
+export const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--no-default-browser-check',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-extensions',
+  '--disable-dev-shm-usage',
+  '--mute-audio',
+];
 
 /** Executable names tried on PATH, in order. `CHROMIUM_PATH` overrides them. */
 export const CHROMIUM_NAMES = ['chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable'];
@@ -124,16 +144,7 @@ export async function dumpDom(chromium: string, url: string, options: { timeoutM
     const result = await run(
       chromium,
       [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-dev-shm-usage',
-        '--disable-background-networking',
-        '--disable-extensions',
-        '--disable-sync',
-        '--no-first-run',
-        '--no-default-browser-check',
-        '--mute-audio',
+        ...CHROMIUM_FLAGS,
         `--user-data-dir=${profile}`,
         `--virtual-time-budget=${options.virtualTimeBudgetMs ?? 5000}`,
         '--dump-dom',

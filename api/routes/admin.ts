@@ -256,7 +256,7 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/templates',
-    summary: 'Register a message template of an instance (`approved` is sendable)',
+    summary: 'Register a message template of an instance (status approved is sendable)',
     status: 201,
     params: ws,
     errors: ['INSTANCE_NOT_FOUND', 'CONFLICT'],
@@ -272,7 +272,7 @@ export const adminRoutes: AnyRoute[] = [
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/broadcasts',
-    summary: 'Record a broadcast using tags (`in_progress` blocks deleting those tags)',
+    summary: 'Record a broadcast using tags (one in progress blocks deleting those tags)',
     status: 201,
     params: ws,
     body: z.object({

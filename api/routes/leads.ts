@@ -177,7 +177,7 @@ export const leadRoutes = [
     auth: 'apiKey',
     scopes: ['insights:read'],
     ipProfile: 'read',
-    summary: "A lead's AI-derived sales insight, or `data: null` when none exists yet",
+    summary: "A lead's AI-derived sales insight (null data when none exists yet)",
     params: ContactParams,
     response: single(Insight.nullable()),
     errors: ['CONTACT_NOT_FOUND'],
