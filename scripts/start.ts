@@ -101,7 +101,7 @@ async function main(): Promise<void> {
       if (await portInUse(p)) throw new Error(`port ${p} for the ${name} is already in use; set ${name.match(/\((.+)\)/)![1]} to another port`);
     }
 
-    // Database
+    // Database: the user's data, so PostgreSQL keeps its durable defaults (fsync on).
     let databaseUrl = process.env.DATABASE_URL;
     if (databaseUrl) {
       log('PostgreSQL: using DATABASE_URL');

@@ -8,6 +8,7 @@ import path from 'node:path';
 import {
   Child,
   ROOT,
+  NO_FSYNC_FLAGS,
   Running,
   ensureDatabase,
   ensureTemporalCli,
@@ -55,7 +56,7 @@ export default async function globalSetup(): Promise<void> {
   if (adminUrl) {
     log('PostgreSQL: TEST_DATABASE_URL server, fresh database crm_test');
   } else {
-    const pg = await startEmbeddedPostgres(path.join(TEST_DIR, 'postgres'), await freePort(), log);
+    const pg = await startEmbeddedPostgres(path.join(TEST_DIR, 'postgres'), await freePort(), log, NO_FSYNC_FLAGS);
     running.push(pg);
     adminUrl = pg.adminUrl;
   }

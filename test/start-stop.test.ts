@@ -1,12 +1,14 @@
 /**
  * `npm start` as a user runs it (the real command, its own ports and a temporary STACK_DATA_DIR):
  * one signal to the process the user started stops the whole stack, PostgreSQL, the Temporal dev
- * server, the emulator, the worker and the API, and leaves no process behind.
+ * server, the emulator, the worker and the API, and leaves no process behind. Also: the embedded
+ * PostgreSQL that keeps the user's data runs with fsync on.
  */
 import { ChildProcess, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Client as PgClient } from 'pg';
 import { ROOT, freePort } from '../scripts/stack';
 
 interface Started {
@@ -134,8 +136,16 @@ const pidOf = (tree: Map<number, string>, part: string): number => {
   return found[0];
 };
 
-test('SIGINT to npm\'s pid stops every process npm start started', async () => {
+test('SIGINT to npm\'s pid stops every process npm start started, and the user\'s PostgreSQL keeps fsync on', async () => {
   const started = await npmStart();
+  const pg = new PgClient({ connectionString: `postgres://postgres:postgres@127.0.0.1:${started.ports.pg}/crm` });
+  await pg.connect();
+  try {
+    const { rows } = await pg.query('SHOW fsync');
+    expect(rows[0].fsync).toBe('on');
+  } finally {
+    await pg.end();
+  }
   expect(started.output()).toMatch(/\[start\] API ready on http:\/\/localhost:\d+ \(\d+\.\d s\)/);
   await stopsEverything(started, 'SIGINT', () => started.npm.pid!);
 }, 240_000);
