@@ -156,6 +156,9 @@ async function main(): Promise<void> {
       ENCRYPTION_KEYS: process.env.ENCRYPTION_KEYS ?? stackEncryptionKeys(DATA_DIR),
       PORT: String(port),
       PUBLIC_BASE_URL: process.env.PUBLIC_BASE_URL ?? `http://localhost:${port}`,
+      // A local development stack: webhook and media URLs may point at this machine or the LAN
+      // (a receiver on localhost, the emulator). Link-local and metadata addresses stay refused.
+      ALLOW_PRIVATE_URLS: process.env.ALLOW_PRIVATE_URLS ?? 'true',
     };
 
     const emulatorUrl = `http://127.0.0.1:${emulatorPort}`;
@@ -201,6 +204,7 @@ async function main(): Promise<void> {
     Demo instance  ${seed.instanceId ?? '(none)'}   (phone number id ${seed.phoneNumberId ?? '-'}, app secret ${seed.appSecret ?? '-'})
     Demo values    ${shown(stateFile)}   (the demo key, instance and addresses, for scripts: the README tour reads it)
     Logs           ${VERBOSE ? '(printed here: --verbose)' : `${shown(LOG_DIR)}/   (api, worker, emulator${ownTemporal ? ', temporal' : ''})`}
+    Private URLs   ${env.ALLOW_PRIVATE_URLS === 'true' ? 'allowed for webhooks and media (a local stack; ALLOW_PRIVATE_URLS=false to refuse)' : 'refused (ALLOW_PRIVATE_URLS)'}
 
   Try:
     curl -s -H "Authorization: Bearer ${seed.apiKey}" ${base}/api/v1/pipelines
