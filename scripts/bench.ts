@@ -497,6 +497,9 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
 // ---------------------------------------------------------------------------------------------
 // Scenarios
 
+/** Set when a signal stops the run: what fails after it (a query cut by the stop) is no failure of the bench. */
+let interrupted = false;
+
 async function main(): Promise<void> {
   const running: Running[] = [];
   let stop: Promise<void> | undefined;
@@ -505,7 +508,10 @@ async function main(): Promise<void> {
       for (const part of running.reverse()) await part.stop().catch(() => undefined);
       await stopLiveChildren();
     })());
-  stopOnSignal(stopAll);
+  stopOnSignal(() => {
+    interrupted = true;
+    return stopAll();
+  });
   const startedAt = Date.now();
   const results: Measured[] = [];
   let rss: { max: Record<string, number>; stop: () => void } | undefined;
@@ -1036,6 +1042,10 @@ function report(results: Measured[], startedAt: number): void {
 }
 
 main().catch((err) => {
+  if (interrupted) {
+    console.error('[bench] stopped by a signal');
+    process.exit(130);
+  }
   console.error('[bench] failed:', err);
   process.exit(2);
 });
