@@ -53,6 +53,12 @@ import { koaBody } from 'koa-body';
  *   fromMe? }`: a contact writes to that instance; the gateway posts `messages.upsert` (the
  *   instance's `apikey` in the body) to the webhook and answers `{ delivered: <status>, id, answer }`.
  *
+ * A webhook receiver, to try the service's outbound webhooks on one machine (the README tour):
+ * - `POST /__emulator/inbox/{name}` (name: letters, digits, `.`, `_`, `-`): answers 200
+ *   `{ received: true }` and keeps the request as received, the raw body (up to 1 MB) and the
+ *   headers, so a signature can be checked against the exact bytes. The last 100 per name.
+ * - `GET /__emulator/inbox/{name}`: `{ requests: [{ seq, at, headers, body }] }`, oldest first.
+ *
  * Numbers: `to` matches both forms of a Brazilian mobile (with and without the ninth digit).
  */
 
@@ -357,10 +363,13 @@ export function createEmulator(): Emulator {
   /** Web gateway instances' webhooks (instance name → URL and the instance's apikey it sends along). */
   const webWebhooks = new Map<string, { url: string; apikey: string }>();
   const deliveries: EmulatorDelivery[] = [];
+  const inboxes = new Map<string, { seq: number; at: string; headers: Record<string, string>; body: string }[]>();
   let seq = 0;
   let deliverySeq = 0;
+  let inboxSeq = 0;
 
   const reset = (): void => {
+    inboxes.clear();
     calls.length = 0;
     byTo.clear();
     byId.clear();
@@ -487,6 +496,38 @@ export function createEmulator(): Emulator {
         ctx.body = { status, error: status >= 500 ? 'Internal Server Error' : 'Bad Request', response: { message: [message] } };
       }
     }
+  });
+  // The webhook receiver reads its body itself, before any parsing: a signature covers the raw bytes.
+  app.use(async (ctx, next) => {
+    const inbox = /^\/__emulator\/inbox\/([A-Za-z0-9._-]{1,64})$/.exec(ctx.path);
+    if (!inbox) return next();
+    const name = inbox[1];
+    if (ctx.method === 'GET') {
+      ctx.body = { requests: inboxes.get(name) ?? [] };
+      return;
+    }
+    if (ctx.method !== 'POST') {
+      ctx.status = 405;
+      ctx.body = { error: 'GET or POST' };
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > 1024 * 1024) {
+        ctx.status = 413;
+        ctx.body = { error: 'more than 1 MB' };
+        return;
+      }
+      chunks.push(chunk);
+    }
+    const headers = Object.fromEntries(Object.entries(ctx.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]));
+    const list = inboxes.get(name) ?? [];
+    list.push({ seq: ++inboxSeq, at: new Date().toISOString(), headers, body: Buffer.concat(chunks).toString('utf8') });
+    if (list.length > 100) list.shift();
+    inboxes.set(name, list);
+    ctx.body = { received: true };
   });
   // A 100 MB document (WhatsApp's largest media) in base64 to sendMedia is about 134 MB of JSON.
   app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: '140mb' }));

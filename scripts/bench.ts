@@ -21,6 +21,7 @@ import { ALL_SCOPES } from '../domain/scopes';
 import {
   Child,
   ROOT,
+  NO_FSYNC_FLAGS,
   Running,
   ensureDatabase,
   ensureTemporalCli,
@@ -29,7 +30,10 @@ import {
   nodeTs,
   startChild,
   startEmbeddedPostgres,
+  seconds,
   startTemporalDevServer,
+  stopLiveChildren,
+  stopOnSignal,
   waitForHttp,
   waitForWorker,
 } from './stack';
@@ -108,7 +112,13 @@ async function startStack(running: Running[]) {
   let adminUrl = process.env.BENCH_DATABASE_URL;
   if (!adminUrl) {
     // pg_stat_statements: which statements took PostgreSQL's time in each row (the profile of a PG-bound row).
-    const pg = await startEmbeddedPostgres(path.join(BENCH_DIR, 'postgres'), await freePort(), log, ['-c', 'shared_preload_libraries=pg_stat_statements', '-c', 'pg_stat_statements.track=top']);
+    const pg = await startEmbeddedPostgres(path.join(BENCH_DIR, 'postgres'), await freePort(), log, [
+      ...NO_FSYNC_FLAGS,
+      '-c',
+      'shared_preload_libraries=pg_stat_statements',
+      '-c',
+      'pg_stat_statements.track=top',
+    ]);
     running.push(pg);
     adminUrl = pg.adminUrl;
   }
@@ -117,7 +127,7 @@ async function startStack(running: Running[]) {
 
   // In memory: the bench needs no history across runs, and the file-backed dev server spends its
   // time syncing SQLite, which would measure the dev server's disk rather than this service.
-  const temporal = await startTemporalDevServer(ensureTemporalCli(log), { port: await freePort(), logFile: path.join(BENCH_DIR, 'logs', 'temporal.log'), log });
+  const temporal = await startTemporalDevServer(await ensureTemporalCli(log), { port: await freePort(), logFile: path.join(BENCH_DIR, 'logs', 'temporal.log'), log });
   running.push(temporal);
 
   const [apiPort, emulatorPort] = [await freePort(), await freePort()];
@@ -138,6 +148,7 @@ async function startStack(running: Running[]) {
     EMULATOR_URL: `http://127.0.0.1:${emulatorPort}`,
   };
   const logFile = (name: string) => path.join(BENCH_DIR, 'logs', `${name}.log`);
+  const started = Date.now();
   const emulator = startChild({ name: 'emulator', ...nodeTs('emulator/server.ts'), env: { ...env, EMULATOR_PORT: String(emulatorPort) }, logFile: logFile('emulator') });
   running.push(emulator);
   // `--profile`: the API and the worker run with V8's CPU profiler; the profiles are summarised after the run.
@@ -151,6 +162,7 @@ async function startStack(running: Running[]) {
   const api = startChild({ name: 'api', ...apiCommand, env: { ...env, BENCH_BASELINE: '1' }, logFile: logFile('api') });
   running.push(api);
   await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker), waitForHttp(`http://127.0.0.1:${apiPort}/health`, api)]);
+  log(`emulator, worker and API ready (${seconds(started)}; logs in ${path.relative(ROOT, path.join(BENCH_DIR, 'logs'))})`);
   return { databaseUrl, apiUrl: `http://127.0.0.1:${apiPort}`, emulatorUrl: env.EMULATOR_URL, api, worker, temporal, emulator };
 }
 
@@ -485,12 +497,21 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
 // ---------------------------------------------------------------------------------------------
 // Scenarios
 
+/** Set when a signal stops the run: what fails after it (a query cut by the stop) is no failure of the bench. */
+let interrupted = false;
+
 async function main(): Promise<void> {
   const running: Running[] = [];
-  const stopAll = async () => {
-    for (const part of running.reverse()) await part.stop().catch(() => undefined);
-  };
-  process.once('SIGINT', () => void stopAll().then(() => process.exit(130)));
+  let stop: Promise<void> | undefined;
+  const stopAll = (): Promise<void> =>
+    (stop ??= (async () => {
+      for (const part of running.reverse()) await part.stop().catch(() => undefined);
+      await stopLiveChildren();
+    })());
+  stopOnSignal(() => {
+    interrupted = true;
+    return stopAll();
+  });
   const startedAt = Date.now();
   const results: Measured[] = [];
   let rss: { max: Record<string, number>; stop: () => void } | undefined;
@@ -1021,6 +1042,10 @@ function report(results: Measured[], startedAt: number): void {
 }
 
 main().catch((err) => {
+  if (interrupted) {
+    console.error('[bench] stopped by a signal');
+    process.exit(130);
+  }
   console.error('[bench] failed:', err);
   process.exit(2);
 });

