@@ -77,7 +77,7 @@ describe('retention', () => {
     const events = await api.db('outbox_events')
       .insert([
         { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, created_at: old, dispatched_at: old },
-        // Pending, and held by a (pretend) dispatcher so the stack's worker does not dispatch it meanwhile.
+        // Not dispatched yet: claimed by a dispatcher still at work, so the suite's live dispatcher leaves it alone too.
         { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, created_at: old, dispatched_at: null, claimed_until: api.db.raw(`now() + interval '1 hour'`) },
         { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, dispatched_at: api.db.fn.now() },
       ])
