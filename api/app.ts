@@ -53,6 +53,10 @@ export const ROUTES: AnyRoute[] = [
   ...providerWebhookRoutes,
 ];
 
+/** The paths served before the router (the reference and its document): GET and HEAD only. */
+const SERVED_PATHS = new Set(['/api/v1/openapi.json', '/docs', '/docs/']);
+const READ_METHODS = new Set(['GET', 'HEAD']);
+
 export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {
   const app = new Koa();
   // Only the hops our own proxies appended are read: X-Forwarded-For's left-most entries are the client's to choose.
@@ -72,12 +76,13 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
 
   app.use(requestContext);
   app.use(async (ctx: Context, next: Next) => {
-    if (ctx.method === 'GET' && ctx.path === '/api/v1/openapi.json') {
+    if (!READ_METHODS.has(ctx.method)) return next();
+    if (ctx.path === '/api/v1/openapi.json') {
       openapi ??= buildOpenApi(routes, deps.config.publicBaseUrl);
       ctx.body = openapi;
       return;
     }
-    if (ctx.method === 'GET' && (ctx.path === '/docs' || ctx.path === '/docs/')) {
+    if (ctx.path === '/docs' || ctx.path === '/docs/') {
       ctx.type = 'html';
       ctx.body = DOCS_HTML;
       return;
@@ -89,14 +94,31 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   // The body is read per route, after its limits and authentication: an unknown path, a refused
   // caller or a caller over its limit costs no parsing of up to 1 MiB.
   const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
-  app.use(router.routes());
-  app.use(router.allowedMethods({ throw: false }));
-  // Unknown routes still count against the caller's IP and carry the rate-limit headers.
-  app.use(async (ctx: Context) => {
-    if (ctx.status !== 404 || ctx.body !== undefined) return;
-    await enforce(ctx, [ipBucket(ctx, 'read')]);
-    throw new ApiError('NOT_FOUND', `No route for ${ctx.method} ${loggablePath(ctx.path)}`);
+  // What no route answered becomes our error body: 405 for a method a known path does not support
+  // (with Allow, from @koa/router's allowedMethods), 501 for a method the router does not know at
+  // all, 404 for an unknown path. Each still counts against the caller's IP and carries the
+  // rate-limit headers.
+  app.use(async (ctx: Context, next: Next) => {
+    await next();
+    if (ctx.body !== undefined && ctx.body !== null) return;
+    const method = ctx.method;
+    const path = loggablePath(ctx.path);
+    if (ctx.status === 405 || (ctx.status === 404 && SERVED_PATHS.has(ctx.path))) {
+      const allow = String(ctx.response.get('Allow') || [...READ_METHODS].join(', '));
+      await enforce(ctx, [ipBucket(ctx, 'read')]);
+      throw new ApiError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}`, { hint: `Allowed: ${allow}.`, headers: { Allow: allow } });
+    }
+    if (ctx.status === 501) {
+      await enforce(ctx, [ipBucket(ctx, 'read')]);
+      throw new ApiError('NOT_IMPLEMENTED', `The method ${method} is not implemented`, { hint: 'The API answers GET, HEAD, OPTIONS, POST, PUT, PATCH and DELETE.' });
+    }
+    if (ctx.status === 404) {
+      await enforce(ctx, [ipBucket(ctx, 'read')]);
+      throw new ApiError('NOT_FOUND', `No route for ${method} ${path}`);
+    }
   });
+  app.use(router.routes());
+  app.use(router.allowedMethods());
   return app;
 }
 

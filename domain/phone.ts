@@ -20,6 +20,43 @@ export function digitsOfPersonJid(jid: unknown): string | undefined {
   return m ? m[1] : undefined;
 }
 
+/** What `\s` (ECMA-262) matches, spelled out so that every regex dialect reads the same class. */
+const ECMA_WHITESPACE = '\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff';
+
+/**
+ * The JSON Schema of a phone `parsePhone` accepts, for the OpenAPI document: as text, 55, a valid
+ * area code and 8 digits or 9 starting with 9, with `+`, whitespace, parentheses and dashes
+ * anywhere (at most MAX_PHONE_INPUT characters); as an integer (where an endpoint takes one), the
+ * same digits. Built from AREA_CODES, so the document and parsePhone cannot disagree (test/phone).
+ */
+export const PHONE_PATTERN = (() => {
+  const sep = `[${ECMA_WHITESPACE}()+-]*`;
+  const byTens = new Map<number, number[]>();
+  for (const code of AREA_CODES) byTens.set(Math.floor(code / 10), [...(byTens.get(Math.floor(code / 10)) ?? []), code % 10]);
+  const area = [...byTens].map(([tens, units]) => `${tens}${sep}[${units.join('')}]`).join('|');
+  const digit = `[0-9]${sep}`;
+  return `^${sep}5${sep}5${sep}(?:${area})${sep}(?:9${sep}(?:${digit}){8}|(?:${digit}){8})$`;
+})();
+
+export const PHONE_TEXT_SCHEMA = { type: 'string', pattern: PHONE_PATTERN, maxLength: MAX_PHONE_INPUT } as const;
+
+/**
+ * The integers whose digits are a valid phone: the 8-digit locals of each run of consecutive area
+ * codes, and the 9-digit locals (starting with 9) of each area code.
+ */
+export const PHONE_INTEGER_SCHEMA = (() => {
+  const codes = [...AREA_CODES].sort((a, b) => a - b);
+  const runs: [number, number][] = [];
+  for (const code of codes) {
+    const last = runs[runs.length - 1];
+    if (last && last[1] === code - 1) last[1] = code;
+    else runs.push([code, code]);
+  }
+  const eight = runs.map(([first, last]) => ({ minimum: (5500 + first) * 1e8, maximum: (5500 + last) * 1e8 + 99_999_999 }));
+  const nine = codes.map((code) => ({ minimum: (55_000 + code * 10 + 9) * 1e8, maximum: (55_000 + code * 10 + 9) * 1e8 + 99_999_999 }));
+  return { type: 'integer', anyOf: [...eight, ...nine] } as const;
+})();
+
 export interface Phone {
   /** Digits as the client gave them (international form). */
   digits: string;

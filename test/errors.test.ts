@@ -8,6 +8,7 @@ const extraRoutes = [
   route({
     method: 'get',
     path: '/api/v1/__test/boom',
+    operationId: 'testBoom',
     tag: 'Test',
     auth: 'none',
     summary: 'throws an unexpected error',
@@ -18,6 +19,7 @@ const extraRoutes = [
   route({
     method: 'post',
     path: '/api/v1/__test/echo',
+    operationId: 'testEcho',
     tag: 'Test',
     auth: 'none',
     summary: 'validates a body',
@@ -27,6 +29,7 @@ const extraRoutes = [
   route({
     method: 'get',
     path: '/api/v1/__test/hinted',
+    operationId: 'testHinted',
     tag: 'Test',
     auth: 'none',
     summary: 'throws an ApiError',

@@ -3,6 +3,7 @@ import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/pagination';
 import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, updateProduct } from '../../domain/products';
+import { atLeastOne, trimmedText } from '../../domain/input-rules';
 
 const Product = z
   .object({
@@ -30,7 +31,7 @@ const price = z
   } as never);
 
 const fields = {
-  name: z.string().trim().min(1).max(200),
+  name: trimmedText(200),
   description: z.string().max(2000).nullable(),
   sku: z.string().trim().max(120).nullable().openapi({ description: 'Up to 120 characters; trimmed, and an empty one is stored as null.' }),
   price,
@@ -48,6 +49,7 @@ export const productRoutes = [
   route({
     method: 'get',
     path: '/api/v1/products',
+    operationId: 'listProducts',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:read'],
@@ -66,6 +68,7 @@ export const productRoutes = [
   route({
     method: 'post',
     path: '/api/v1/products',
+    operationId: 'createProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:write'],
@@ -87,6 +90,7 @@ export const productRoutes = [
   route({
     method: 'get',
     path: '/api/v1/products/{id}',
+    operationId: 'getProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:read'],
@@ -99,6 +103,7 @@ export const productRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/products/{id}',
+    operationId: 'updateProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:write'],
@@ -106,15 +111,16 @@ export const productRoutes = [
     summary: 'Change a product',
     description: 'At least one field must be sent. `null` clears `description`, `sku` and `price`. A bad price is 400 `INVALID_PRICE`.',
     params: IdParams,
-    body: z
-      .object({
+    body: atLeastOne(
+      z.object({
         name: fields.name.optional(),
         description: fields.description.optional(),
         sku: fields.sku.optional(),
         price: fields.price,
         active: fields.active.optional(),
-      })
-      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'send at least one of name, description, sku, price, active' }),
+      }),
+      'send at least one of name, description, sku, price, active',
+    ),
     errors: ['INVALID_PRICE', 'CONFLICT'],
     response: single(Product),
     handler: async (ctx, { params, body }) => ({ data: await updateProduct(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),
@@ -122,6 +128,7 @@ export const productRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/products/{id}',
+    operationId: 'deleteProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:write'],

@@ -26,6 +26,7 @@ import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
+import { atLeastOne } from '../../domain/input-rules';
 
 const Subscription = z
   .object({
@@ -70,6 +71,7 @@ export const webhookRoutes = [
   route({
     method: 'post',
     path: '/api/v1/webhooks',
+    operationId: 'createWebhook',
     noStore: true,
     tag: 'Webhooks',
     auth: 'apiKey',
@@ -92,6 +94,7 @@ export const webhookRoutes = [
   route({
     method: 'get',
     path: '/api/v1/webhooks',
+    operationId: 'listWebhooks',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:read'],
@@ -108,6 +111,7 @@ export const webhookRoutes = [
   route({
     method: 'get',
     path: '/api/v1/webhooks/{id}',
+    operationId: 'getWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:read'],
@@ -121,6 +125,7 @@ export const webhookRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/webhooks/{id}',
+    operationId: 'updateWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],
@@ -131,9 +136,7 @@ export const webhookRoutes = [
       'disabled by a 410; `active: false` stops new deliveries, and deliveries waiting for a retry end `failed` at their next attempt. ' +
       'The next attempt of a pending delivery uses the new URL.',
     params: IdParams,
-    body: z
-      .object({ url: url.optional(), events: events.optional(), active: z.boolean().optional() })
-      .refine((b) => b.url !== undefined || b.events !== undefined || b.active !== undefined, { message: 'expected url, events and/or active' }),
+    body: atLeastOne(z.object({ url: url.optional(), events: events.optional(), active: z.boolean().optional() }), 'expected url, events and/or active'),
     response: single(Subscription),
     errors: ['INVALID_URL', 'DNS_UNAVAILABLE'],
     handler: async (ctx, { params, body }) => ({
@@ -143,6 +146,7 @@ export const webhookRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/webhooks/{id}',
+    operationId: 'deleteWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],
@@ -156,6 +160,7 @@ export const webhookRoutes = [
   route({
     method: 'post',
     path: '/api/v1/webhooks/{id}/ping',
+    operationId: 'pingWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],
@@ -187,6 +192,7 @@ export const webhookRoutes = [
   route({
     method: 'get',
     path: '/api/v1/webhooks/{id}/deliveries',
+    operationId: 'listWebhookDeliveries',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:read'],
@@ -207,6 +213,7 @@ export const webhookRoutes = [
   route({
     method: 'post',
     path: '/api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
+    operationId: 'retryWebhookDelivery',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],
