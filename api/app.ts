@@ -95,8 +95,7 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   // caller or a caller over its limit costs no parsing of up to 1 MiB.
   const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
   // What no route answered becomes our error body: 405 for a method a known path does not support
-  // (with Allow, from @koa/router's allowedMethods), 501 for a method the router does not know at
-  // all, 404 for an unknown path. Each still counts against the caller's IP and carries the
+  // (with Allow, from @koa/router's allowedMethods), 404 for an unknown path. Each still counts against the caller's IP and carries the
   // rate-limit headers.
   app.use(async (ctx: Context, next: Next) => {
     await next();
@@ -107,10 +106,6 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
       const allow = String(ctx.response.get('Allow') || [...READ_METHODS].join(', '));
       await enforce(ctx, [ipBucket(ctx, 'read')]);
       throw new ApiError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}`, { hint: `Allowed: ${allow}.`, headers: { Allow: allow } });
-    }
-    if (ctx.status === 501) {
-      await enforce(ctx, [ipBucket(ctx, 'read')]);
-      throw new ApiError('NOT_IMPLEMENTED', `The method ${method} is not implemented`, { hint: 'The API answers GET, HEAD, OPTIONS, POST, PUT, PATCH and DELETE.' });
     }
     if (ctx.status === 404) {
       await enforce(ctx, [ipBucket(ctx, 'read')]);

@@ -46,7 +46,7 @@ const BUCKET_CODES = new Set<ErrorCode>(['RATE_LIMITED', 'IP_RATE_LIMITED', 'SEN
 
 function errorsOf(def: AnyRoute): ErrorCode[] {
   const codes = new Set<ErrorCode>(def.errors ?? []);
-  if (def.body || def.query || def.idempotent) codes.add('VALIDATION');
+  if (def.body || def.documentedBody || def.query || def.idempotent) codes.add('VALIDATION');
   if (def.params) codes.add('NOT_FOUND');
   if (def.auth !== 'none') codes.add('UNAUTHORIZED');
   if (def.auth === 'apiKey') {
@@ -141,7 +141,7 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
       byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
     }
     const responses: Record<string, object> = {};
-    const successStatuses = [def.status ?? 200, ...(def.alsoStatus ?? [])];
+    const successStatuses = [...new Set([def.status ?? 200, ...(def.alsoStatus ?? []), ...(def.idempotent ? [200] : [])])];
     for (const status of successStatuses) {
       responses[String(status)] = {
         description: status === 503 ? 'Not ready' : def.idempotent && status === 200 ? 'Replayed: the answer of an earlier send with the same Idempotency-Key' : 'Success',
@@ -187,6 +187,7 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
         ...(def.query ? { query: def.query } : {}),
         ...(def.idempotent ? { headers: IdempotencyHeaders } : {}),
         ...(def.body ? { body: { required: bodyRequired(def.body), content: { 'application/json': { schema: def.body } } } } : {}),
+        ...(def.documentedBody ? { body: { required: true, content: { 'application/json': { schema: def.documentedBody } } } } : {}),
       },
       responses,
       ...(scopes.length ? { 'x-scopes': scopes } : {}),

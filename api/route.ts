@@ -38,6 +38,11 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
   params?: P;
   query?: Q;
   body?: B;
+  /**
+   * A body the handler reads and checks itself, documented but not validated by the router (the
+   * automation receiver takes any JSON object and keeps third-party text as it can be stored).
+   */
+  documentedBody?: z.ZodType;
   /** Success status (default 200). */
   status?: number;
   /** Other statuses the handler answers with the same body (an upsert's 200, a replayed send's 200, /ready's 503). */

@@ -1,3 +1,4 @@
+import { METHODS } from 'node:http';
 import Router from '@koa/router';
 import type { Context, Middleware, Next } from 'koa';
 import { z, ZodError } from 'zod';
@@ -67,7 +68,8 @@ function handle(def: AnyRoute): Middleware {
 
 /** Mounts every route: per-IP limit, then authentication and scope, then the body, validation and the handler. */
 export function buildRouter(routes: AnyRoute[], body: Middleware): Router {
-  const router = new Router();
+  // Every method Node knows counts as implemented: one a known path does not take is 405 with Allow (api/app.ts), never 501.
+  const router = new Router({ methods: METHODS });
   for (const def of routes) {
     const chain: Middleware[] = [];
     const profile = def.ipProfile;

@@ -10,7 +10,7 @@ import { isUuid } from './refs';
 import { grants, Scope } from './scopes';
 import { cut, storable } from './text';
 import { assertSafeUrlSyntax, UrlPolicy } from './url-safety';
-import { atLeastOne, onlyWith, trimmedText } from './input-rules';
+import { atLeastOne, HTTP_URL_OR_TEMPLATE, onlyWith, trimmedText } from './input-rules';
 
 /**
  * Automations (docs/automations.md): definitions, the inbound URL token and its quota,
@@ -55,6 +55,7 @@ export const ActionSchema = z.discriminatedUnion('type', [
     /** The message type (`type` names the action). */
     messageType: z.enum(MESSAGE_TYPES).default('text'),
     ...MESSAGE_CONTENT_FIELDS,
+    mediaUrl: MESSAGE_CONTENT_FIELDS.mediaUrl.meta({ pattern: HTTP_URL_OR_TEMPLATE }),
   }),
   z.object({ type: z.literal('wait'), seconds: z.number().int().min(1).max(30 * 86_400) }),
 ]);

@@ -7,11 +7,30 @@ import { z } from 'zod';
  * zod-to-openapi copies into the document) from the same numbers.
  */
 
+/** What `\s` (ECMA-262) matches, and so what `trim()` removes, spelled out so every regex dialect reads the same class. */
+export const ECMA_WHITESPACE = '\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff';
+
 /**
  * Holds a character `trim()` keeps: ECMA-262 `\s` is exactly what `trim()` removes (U+FEFF
  * included). U+FEFF is named again for regex dialects whose `\s` lacks it (Python's).
  */
 export const NON_BLANK = '[^\\s\\uFEFF]';
+
+/**
+ * An absolute http(s) URL, as the URL checks (domain/url-safety) first require; whether its host
+ * is acceptable (public, resolvable, https only outside development) is for them to say.
+ */
+export const HTTP_URL = '^https?://';
+/** The same, or a template whose `{{...}}` variables make the URL when an automation runs. */
+export const HTTP_URL_OR_TEMPLATE = '^https?://|\\{\\{';
+
+/**
+ * An e-mail address as zod's `z.email()` checks it, documented by the same regular expression (a
+ * generic `format: email` admits addresses it refuses: quoted local parts, IP literals).
+ */
+export function emailAddress(max = 320) {
+  return z.string().max(max).regex(z.regexes.email, 'Invalid email address');
+}
 
 /** Text that is trimmed before use and must keep `min` to `max` characters: a blank one is refused. */
 export function trimmedText(max: number, min = 1) {

@@ -1,3 +1,5 @@
+import { ECMA_WHITESPACE } from './input-rules';
+
 /**
  * Brazilian phone numbers (docs/messaging.md): after dropping `+`, spaces, parentheses and dashes only
  * digits remain, and the number is 55 + a valid area code + 8 digits (landline or old-form mobile)
@@ -20,17 +22,16 @@ export function digitsOfPersonJid(jid: unknown): string | undefined {
   return m ? m[1] : undefined;
 }
 
-/** What `\s` (ECMA-262) matches, spelled out so that every regex dialect reads the same class. */
-const ECMA_WHITESPACE = '\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff';
-
 /**
  * The JSON Schema of a phone `parsePhone` accepts, for the OpenAPI document: as text, 55, a valid
- * area code and 8 digits or 9 starting with 9, with `+`, whitespace, parentheses and dashes
- * anywhere (at most MAX_PHONE_INPUT characters); as an integer (where an endpoint takes one), the
- * same digits. Built from AREA_CODES, so the document and parsePhone cannot disagree (test/phone).
+ * area code and 8 digits or 9 starting with 9, with up to two of `+`, whitespace, parentheses and
+ * dashes around each digit (`+55 (11) 98765-4321`), at most MAX_PHONE_INPUT characters; as an
+ * integer (where an endpoint takes one), the same digits. Built from AREA_CODES, so the document
+ * and parsePhone cannot disagree (test/phone.test.ts). parsePhone also takes longer runs of
+ * separators; the pattern's bound keeps a generator from producing mostly overlong strings.
  */
 export const PHONE_PATTERN = (() => {
-  const sep = `[${ECMA_WHITESPACE}()+-]*`;
+  const sep = `[${ECMA_WHITESPACE}()+-]{0,2}`;
   const byTens = new Map<number, number[]>();
   for (const code of AREA_CODES) byTens.set(Math.floor(code / 10), [...(byTens.get(Math.floor(code / 10)) ?? []), code % 10]);
   const area = [...byTens].map(([tens, units]) => `${tens}${sep}[${units.join('')}]`).join('|');

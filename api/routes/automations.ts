@@ -220,6 +220,7 @@ export const automationRoutes = [
       '(`TOKEN_RATE_LIMITED`), with `Retry-After`. Answers 202 `{ data: { runId, status } }`: `accepted` (the run started), `filtered` ' +
       '(the eventFilter did not match; nothing runs), `duplicate` (the mapped externalId already ran for this automation).',
     params: z.object({ token: z.string().min(1).max(200) }),
+    documentedBody: z.looseObject({}).meta({ additionalProperties: true, description: 'Any JSON object (up to 256 KiB), under any Content-Type.' }),
     status: 202,
     response: single(z.object({ runId: z.string(), status: z.enum(['accepted', 'filtered', 'duplicate']) })),
     errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED', 'SUBSCRIPTION_INACTIVE'],

@@ -7,7 +7,7 @@ import { listEnvelope } from '../../domain/pagination';
 import { requireContact } from '../../domain/refs';
 import { getInsight } from '../../domain/insights';
 import { PHONE_INTEGER_SCHEMA, PHONE_TEXT_SCHEMA } from '../../domain/phone';
-import { atLeastOne, trimmedText } from '../../domain/input-rules';
+import { atLeastOne, emailAddress, trimmedText } from '../../domain/input-rules';
 
 const Insight = z
   .object({
@@ -27,7 +27,7 @@ const phoneInput = z
   .meta({ anyOf: [PHONE_TEXT_SCHEMA, PHONE_INTEGER_SCHEMA], description: 'Brazilian phone: 55, the area code and the number; `+`, spaces, parentheses and dashes are ignored.' });
 const leadFields = {
   name: z.string().trim().max(200).optional(),
-  email: z.email().max(320).nullable().optional(),
+  email: emailAddress().nullable().optional(),
   notes: z.string().max(10_000).optional(),
   optedOut: z
     .boolean()

@@ -3,7 +3,7 @@ import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/pagination';
 import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, updateProduct } from '../../domain/products';
-import { atLeastOne, trimmedText } from '../../domain/input-rules';
+import { atLeastOne, ECMA_WHITESPACE, trimmedText } from '../../domain/input-rules';
 
 const Product = z
   .object({
@@ -23,7 +23,12 @@ const price = z
   .unknown()
   .optional()
   .openapi({
-    type: ['string', 'number', 'null'],
+    // The shapes parsePrice (domain/products) accepts; a number's digits are those of String(n).
+    anyOf: [
+      { type: 'string', pattern: `^[${ECMA_WHITESPACE}]*[0-9]{1,12}(\\.[0-9]{0,2})?[${ECMA_WHITESPACE}]*$` },
+      { type: 'number', minimum: 0, maximum: 999_999_999_999.99, multipleOf: 0.01 },
+      { type: 'null' },
+    ],
     description:
       'Decimal >= 0 with at most 2 decimal places and 12 integer digits (numeric(14,2)), as a string ("10.50") or a number; ' +
       'null clears. Anything else is 400 `INVALID_PRICE`.',

@@ -5,6 +5,7 @@ import { ApiError } from '../../domain/errors';
 import { WEBHOOK_EVENTS } from '../../domain/outbox';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import {
+  ALL_EVENTS,
   createSubscription,
   deleteSubscription,
   deliveryWorkflowId,
@@ -26,7 +27,7 @@ import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
-import { atLeastOne } from '../../domain/input-rules';
+import { atLeastOne, HTTP_URL } from '../../domain/input-rules';
 
 const Subscription = z
   .object({
@@ -55,11 +56,13 @@ const Delivery = z
   })
   .openapi('WebhookDelivery');
 
-const url = z.string().min(1).max(2048);
+const url = z.string().min(1).max(2048).meta({ pattern: HTTP_URL });
 const events = z
   .array(z.enum(SUBSCRIBABLE_EVENTS))
   .min(1)
-  .max(SUBSCRIBABLE_EVENTS.length);
+  .max(SUBSCRIBABLE_EVENTS.length)
+  // `"*"` (every event) stands alone (domain/webhooks).
+  .meta({ anyOf: [{ maxItems: 1 }, { items: { not: { const: ALL_EVENTS } } }] });
 const DeliveryParams = z.object({ id: z.uuid(), deliveryId: z.uuid() });
 
 /** How long a manual retry waits for its attempt (10 s receiver timeout + DNS + recording). */
