@@ -91,7 +91,10 @@ export async function snapshot(api: TestApi, workspaceId: string): Promise<Recor
     )
   ).rows.map((r: { table_name: string }) => r.table_name);
   const out: Record<string, unknown[]> = {};
-  for (const t of tables) out[t] = await api.db(t).where({ workspace_id: workspaceId }).orderByRaw('1').select('*');
+  // Sorted on the whole row: the first column alone (often workspace_id) ties, and PostgreSQL then
+  // returns rows in physical order, which an unrelated UPDATE of a counter row changes.
+  const byContent = (a: unknown, b: unknown) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1);
+  for (const t of tables) out[t] = (await api.db(t).where({ workspace_id: workspaceId }).select('*')).sort(byContent);
   // Authentication's own bookkeeping (a key was used), not a change a request made.
   for (const key of out.api_keys as { last_used_at?: unknown }[]) delete key.last_used_at;
   out.workspace = await api.db('workspaces').where({ id: workspaceId }).select('*');
