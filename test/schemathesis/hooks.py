@@ -17,8 +17,9 @@ import schemathesis
 from hypothesis.internal import lambda_sources
 
 # CPython 3.11.7's ast.parse can raise "SystemError: AST constructor recursion depth mismatch" when
-# called deep in the stack, as Hypothesis does to describe a lambda in a recursive strategy's repr
-# (any-JSON values of negative cases). The description is cosmetic: fall back to a plain one.
+# called deep in the stack, as Hypothesis (pinned in scripts/stack.ts) does to describe a lambda in
+# a recursive strategy's repr (any-JSON values of negative cases). The description is cosmetic:
+# fall back to a plain one instead of aborting the operation.
 _describe = lambda_sources.lambda_description
 
 
