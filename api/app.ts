@@ -9,7 +9,7 @@ import { listLeads } from '../domain/lead-list';
 import { listEnvelope } from '../domain/pagination';
 import { listPipelines } from '../domain/pipelines';
 import { ApiError } from '../domain/errors';
-import { jsonBody, refuseDeclaredTooLarge } from './middleware/body';
+import { jsonBody, readsAnyContentType, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
 import { enforce, ipBucket } from './middleware/rate-limit';
 import { buildOpenApi } from './openapi';
@@ -93,10 +93,10 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   app.use(refuseDeclaredTooLarge);
   // The body is read per route, after its limits and authentication: an unknown path, a refused
   // caller or a caller over its limit costs no parsing of up to 1 MiB.
-  const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
+  const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => readsAnyContentType(ctx.path) }));
   // What no route answered becomes our error body: 405 for a method a known path does not support
-  // (with Allow, from @koa/router's allowedMethods), 404 for an unknown path. Each still counts against the caller's IP and carries the
-  // rate-limit headers.
+  // (with Allow, from @koa/router's allowedMethods), 404 for an unknown path. Each still counts
+  // against the caller's IP and carries the rate-limit headers.
   app.use(async (ctx: Context, next: Next) => {
     await next();
     if (ctx.body !== undefined && ctx.body !== null) return;

@@ -4,6 +4,7 @@ import { ERROR_CODES, ErrorCode } from '../domain/errors';
 import type { AnyRoute } from './route';
 import { satisfying } from '../domain/scopes';
 import { IP_PROFILES, KEY_PROFILES } from '../domain/rate-limit';
+import { BODY_METHODS, readsAnyContentType } from './middleware/body';
 import { IdempotencyHeaders } from './send';
 
 extendZodWithOpenApi(z);
@@ -40,7 +41,6 @@ export const TAGS: { name: string; description: string }[] = [
   { name: 'Provider webhooks', description: 'Callbacks of the messaging providers (signed by them).' },
 ];
 
-const BODY_METHODS = new Set(['post', 'put', 'patch', 'delete']);
 /** The 429 codes of the counters in domain/rate-limit: they come with Retry-After (the daily caps do not). */
 const BUCKET_CODES = new Set<ErrorCode>(['RATE_LIMITED', 'IP_RATE_LIMITED', 'SEND_RATE_LIMITED', 'COLD_SEND_RATE_LIMITED', 'TOKEN_RATE_LIMITED']);
 
@@ -57,10 +57,10 @@ function errorsOf(def: AnyRoute): ErrorCode[] {
   if (def.ipProfile) codes.add('IP_RATE_LIMITED');
   // Every body method reads its body the same way (api/middleware/body.ts): a body over 1 MiB is
   // 413, one that is not JSON 415 (the automation receiver reads any type as JSON), malformed JSON 400.
-  if (BODY_METHODS.has(def.method)) {
+  if (BODY_METHODS.has(def.method.toUpperCase())) {
     codes.add('VALIDATION');
     codes.add('PAYLOAD_TOO_LARGE');
-    if (!RECEIVES_ANY_CONTENT_TYPE(def.path)) codes.add('UNSUPPORTED_MEDIA_TYPE');
+    if (!readsAnyContentType(def.path)) codes.add('UNSUPPORTED_MEDIA_TYPE');
   }
   codes.add('INTERNAL');
   // Authentication and rate limits read PostgreSQL: when it is unreachable the answer is 503.
@@ -106,9 +106,6 @@ function responseHeaders(def: AnyRoute, status: number, codes: ErrorCode[]): Rec
   if (def.noStore && status < 300) headers['Cache-Control'] = true;
   return Object.fromEntries(Object.entries(headers).map(([name, required]) => [name, { ...RESPONSE_HEADERS[name as HeaderName], required }]));
 }
-
-/** The automation receiver reads any content type as JSON (api/app.ts). */
-const RECEIVES_ANY_CONTENT_TYPE = (path: string): boolean => path.startsWith('/api/automations/webhook-in/');
 
 /**
  * Whether a request may omit its body: the server reads a missing body as `{}` (api/router.ts), so
