@@ -78,7 +78,7 @@ describe('the API against its own OpenAPI document (Schemathesis)', () => {
         '--max-examples',
         String(MAX_EXAMPLES),
         '--phases',
-        'examples,coverage,fuzzing',
+        'examples,coverage,fuzzing,stateful',
         '--no-color',
       ],
       {
