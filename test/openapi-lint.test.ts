@@ -57,7 +57,7 @@ describe('the served OpenAPI document, linted', () => {
     expect(problems.filter((p) => p.severity === 'error').map((p) => `${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`)).toEqual([]);
     const unexplained = problems.filter((p) => !ACCEPTED_WARNINGS.redocly.includes(p.ruleId));
     expect(unexplained.map((p) => `${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`)).toEqual([]);
-  });
+  }, 120_000);
 
   it('has no Spectral error, and only the warnings the docs explain', async () => {
     const output = await lint([bin('@stoplight', 'spectral-cli', 'dist', 'index.js'), 'lint', document, '--ruleset', path.join(ROOT, '.spectral.yaml'), '--format', 'json', '--quiet']);
@@ -66,5 +66,5 @@ describe('the served OpenAPI document, linted', () => {
     expect(problems.filter((p) => p.severity === 0).map((p) => `${p.code} at ${p.path.join('.')}: ${p.message}`)).toEqual([]);
     const unexplained = problems.filter((p) => !ACCEPTED_WARNINGS.spectral.includes(p.code));
     expect(unexplained.map((p) => `${p.code} at ${p.path.join('.')}: ${p.message}`)).toEqual([]);
-  });
+  }, 120_000);
 });
