@@ -9,7 +9,7 @@ import { listLeads } from '../domain/lead-list';
 import { listEnvelope } from '../domain/pagination';
 import { listPipelines } from '../domain/pipelines';
 import { ApiError } from '../domain/errors';
-import { jsonBody, refuseDeclaredTooLarge } from './middleware/body';
+import { jsonBody, readsAnyContentType, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
 import { enforce, ipBucket } from './middleware/rate-limit';
 import { buildOpenApi } from './openapi';
@@ -54,6 +54,10 @@ export const ROUTES: AnyRoute[] = [
   ...providerWebhookRoutes,
 ];
 
+/** The paths served before the router (the reference and its document): GET and HEAD only. */
+const SERVED_PATHS = new Set(['/api/v1/openapi.json', '/docs', '/docs/']);
+const READ_METHODS = new Set(['GET', 'HEAD']);
+
 export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } = {}): Koa {
   const app = new Koa();
   // Only the hops our own proxies appended are read: X-Forwarded-For's left-most entries are the client's to choose.
@@ -73,7 +77,8 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
 
   app.use(requestContext);
   app.use(async (ctx: Context, next: Next) => {
-    if (ctx.method === 'GET' && ctx.path === '/api/v1/openapi.json') {
+    if (!READ_METHODS.has(ctx.method)) return next();
+    if (ctx.path === '/api/v1/openapi.json') {
       openapi ??= buildOpenApi(routes, deps.config.publicBaseUrl);
       ctx.body = openapi;
       return;
@@ -88,15 +93,27 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   app.use(refuseDeclaredTooLarge);
   // The body is read per route, after its limits and authentication: an unknown path, a refused
   // caller or a caller over its limit costs no parsing of up to 1 MiB.
-  const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => ctx.path.startsWith('/api/automations/webhook-in/') }));
-  app.use(router.routes());
-  app.use(router.allowedMethods({ throw: false }));
-  // Unknown routes still count against the caller's IP and carry the rate-limit headers.
-  app.use(async (ctx: Context) => {
-    if (ctx.status !== 404 || ctx.body !== undefined) return;
-    await enforce(ctx, [ipBucket(ctx, 'read')]);
-    throw new ApiError('NOT_FOUND', `No route for ${ctx.method} ${loggablePath(ctx.path)}`);
+  const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => readsAnyContentType(ctx.path) }));
+  // What no route answered becomes our error body: 405 for a method a known path does not support
+  // (with Allow, from @koa/router's allowedMethods), 404 for an unknown path. Each still counts
+  // against the caller's IP and carries the rate-limit headers.
+  app.use(async (ctx: Context, next: Next) => {
+    await next();
+    if (ctx.body !== undefined && ctx.body !== null) return;
+    const method = ctx.method;
+    const path = loggablePath(ctx.path);
+    if (ctx.status === 405 || (ctx.status === 404 && SERVED_PATHS.has(ctx.path))) {
+      const allow = String(ctx.response.get('Allow') || [...READ_METHODS].join(', '));
+      await enforce(ctx, [ipBucket(ctx, 'read')]);
+      throw new ApiError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}`, { hint: `Allowed: ${allow}.`, headers: { Allow: allow } });
+    }
+    if (ctx.status === 404) {
+      await enforce(ctx, [ipBucket(ctx, 'read')]);
+      throw new ApiError('NOT_FOUND', `No route for ${method} ${path}`);
+    }
   });
+  app.use(router.routes());
+  app.use(router.allowedMethods());
   return app;
 }
 

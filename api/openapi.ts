@@ -4,6 +4,8 @@ import { ERROR_CODES, ErrorCode } from '../domain/errors';
 import type { AnyRoute } from './route';
 import { satisfying } from '../domain/scopes';
 import { IP_PROFILES, KEY_PROFILES } from '../domain/rate-limit';
+import { BODY_METHODS, readsAnyContentType } from './middleware/body';
+import { IdempotencyHeaders } from './send';
 
 extendZodWithOpenApi(z);
 
@@ -19,9 +21,32 @@ const ERROR_TEXT: Partial<Record<ErrorCode, string>> = {
   INTERNAL: 'Unexpected failure; the hint carries the request id.',
 };
 
+/** Tags in documentation order, each with the sentence a reader sees first. */
+export const TAGS: { name: string; description: string }[] = [
+  { name: 'Deals', description: 'Deals (cards) of contacts, in the stages of a pipeline, and their timeline.' },
+  { name: 'Leads', description: 'Contacts as an integration sees them: upserted by phone, tagged, searched.' },
+  { name: 'Notes', description: "Notes on a lead's record." },
+  { name: 'Tags', description: 'Labels applied to contacts.' },
+  { name: 'Lists', description: 'Named lists of contacts.' },
+  { name: 'Pipelines', description: 'The pipelines and stages deals move through (read-only here; the panel manages them).' },
+  { name: 'Products', description: 'The product catalogue deals refer to.' },
+  { name: 'Tasks', description: 'To-dos with due dates, on contacts or deals.' },
+  { name: 'Conversations', description: 'WhatsApp and Instagram conversations and their messages.' },
+  { name: 'Messages', description: 'Sending WhatsApp messages: durable, idempotent sends.' },
+  { name: 'Instances', description: 'The WhatsApp and Instagram connections of the workspace.' },
+  { name: 'Webhooks', description: 'Subscriptions that receive signed business events, and their deliveries.' },
+  { name: 'Automations', description: 'Automations started by events or by an inbound webhook, and their runs.' },
+  { name: 'System', description: 'Liveness and readiness probes.' },
+  { name: 'Admin', description: 'Operator set-up with the ADMIN_TOKEN: workspaces, keys, members, pipelines, instances.' },
+  { name: 'Provider webhooks', description: 'Callbacks of the messaging providers (signed by them).' },
+];
+
+/** The 429 codes of the counters in domain/rate-limit: they come with Retry-After (the daily caps do not). */
+const BUCKET_CODES = new Set<ErrorCode>(['RATE_LIMITED', 'IP_RATE_LIMITED', 'SEND_RATE_LIMITED', 'COLD_SEND_RATE_LIMITED', 'TOKEN_RATE_LIMITED']);
+
 function errorsOf(def: AnyRoute): ErrorCode[] {
   const codes = new Set<ErrorCode>(def.errors ?? []);
-  if (def.body || def.query) codes.add('VALIDATION');
+  if (def.body || def.documentedBody || def.query || def.idempotent) codes.add('VALIDATION');
   if (def.params) codes.add('NOT_FOUND');
   if (def.auth !== 'none') codes.add('UNAUTHORIZED');
   if (def.auth === 'apiKey') {
@@ -30,8 +55,67 @@ function errorsOf(def: AnyRoute): ErrorCode[] {
   if (def.keyProfile === 'send') codes.add('SEND_RATE_LIMITED');
   if (def.keyProfile === 'coldSend') codes.add('COLD_SEND_RATE_LIMITED');
   if (def.ipProfile) codes.add('IP_RATE_LIMITED');
+  // Every body method reads its body the same way (api/middleware/body.ts): a body over 1 MiB is
+  // 413, one that is not JSON 415 (the automation receiver reads any type as JSON), malformed JSON 400.
+  if (BODY_METHODS.has(def.method.toUpperCase())) {
+    codes.add('VALIDATION');
+    codes.add('PAYLOAD_TOO_LARGE');
+    if (!readsAnyContentType(def.path)) codes.add('UNSUPPORTED_MEDIA_TYPE');
+  }
   codes.add('INTERNAL');
+  // Authentication and rate limits read PostgreSQL: when it is unreachable the answer is 503.
+  if (def.auth !== 'none' || def.ipProfile) codes.add('UNAVAILABLE');
   return [...codes];
+}
+
+type HeaderObject = { description: string; required?: boolean; schema: object };
+const integer = { type: 'integer', minimum: 0 };
+const RESPONSE_HEADERS = {
+  'X-Request-Id': { description: 'The request id (yours from `X-Request-Id` when well formed, else generated); quote it when reporting a problem.', schema: { type: 'string' } },
+  'X-RateLimit-Limit': { description: 'Requests allowed in the current one-minute window (the key\'s, or the IP\'s before authentication).', schema: integer },
+  'X-RateLimit-Remaining': { description: 'Requests left in the current window.', schema: integer },
+  'X-RateLimit-Reset': { description: 'Seconds until the window turns.', schema: integer },
+  'Retry-After': { description: 'Seconds to wait before retrying.', schema: integer },
+  'Idempotency-Key': { description: 'The key of this send: yours, or one generated when you sent none (repeat with it to join the same send).', schema: { type: 'string' } },
+  'Idempotent-Replayed': { description: '`true`: the answer of an earlier send with the same key, replayed; nothing was sent again.', schema: { type: 'string', enum: ['true'] } },
+  'Cache-Control': { description: 'The answer carries a secret: no cache may keep it.', schema: { type: 'string', enum: ['no-store'] } },
+} satisfies Record<string, HeaderObject>;
+type HeaderName = keyof typeof RESPONSE_HEADERS;
+
+/**
+ * The headers a response of `def` with `status` carries (api/middleware): the request id always;
+ * the rate-limit headers on every answer given after the route's counters ran (required where they
+ * always did: a success, a 429; optional where the answer may come before them: a 413 refused from
+ * its Content-Length, a 500, a 503 of an unreachable database; a 401 when only the key is counted);
+ * Retry-After on a 429 of a counter and on a 503; the idempotent sends' own.
+ */
+function responseHeaders(def: AnyRoute, status: number, codes: ErrorCode[]): Record<string, HeaderObject> {
+  const headers: Partial<Record<HeaderName, boolean>> = { 'X-Request-Id': true };
+  const counted = def.auth === 'apiKey' || def.ipProfile !== undefined;
+  if (counted) {
+    const always = status < 400 || status === 429 || ![401, 413, 500, 503].includes(status) || (status === 401 && def.ipProfile !== undefined);
+    for (const name of ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'] as const) headers[name] = always;
+  }
+  if (status === 429) headers['Retry-After'] = codes.every((c) => BUCKET_CODES.has(c));
+  if (status === 503 && codes.includes('UNAVAILABLE')) headers['Retry-After'] = false;
+  if (def.idempotent) {
+    if (status < 300) headers['Idempotency-Key'] = true;
+    if (status === 409) headers['Idempotency-Key'] = false;
+    if (status === 200) headers['Idempotent-Replayed'] = true;
+  }
+  if (def.noStore && status < 300) headers['Cache-Control'] = true;
+  return Object.fromEntries(Object.entries(headers).map(([name, required]) => [name, { ...RESPONSE_HEADERS[name as HeaderName], required }]));
+}
+
+/**
+ * Whether a request may omit its body: the server reads a missing body as `{}` (api/router.ts), so
+ * the body is required exactly when `{}` is refused, by the zod schema or by a requirement the
+ * schema declares for the document (`required`, `minProperties` in its metadata).
+ */
+function bodyRequired(schema: z.ZodType): boolean {
+  if (!schema.safeParse({}).success) return true;
+  const meta = (z.globalRegistry.get(schema) ?? {}) as { required?: string[]; minProperties?: number };
+  return (meta.required?.length ?? 0) > 0 || (meta.minProperties ?? 0) > 0;
 }
 
 /** The OpenAPI 3.1 document, generated from the same route definitions the router mounts. */
@@ -47,23 +131,26 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     scheme: 'bearer',
     description: 'Operator token (ADMIN_TOKEN) for /admin/v1.',
   });
-
   for (const def of routes) {
     const byStatus = new Map<number, ErrorCode[]>();
     for (const code of errorsOf(def)) {
       const status = ERROR_CODES[code];
       byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
     }
-    const responses: Record<string, object> = {
-      [String(def.status ?? 200)]: {
-        description: 'Success',
-        ...(def.noStore ? { headers: { 'Cache-Control': { description: 'The answer carries a secret: no cache may keep it.', schema: { type: 'string', enum: ['no-store'] } } } } : {}),
+    const responses: Record<string, object> = {};
+    const successStatuses = [...new Set([def.status ?? 200, ...(def.alsoStatus ?? []), ...(def.idempotent ? [200] : [])])];
+    for (const status of successStatuses) {
+      responses[String(status)] = {
+        description: status === 503 ? 'Not ready' : def.idempotent && status === 200 ? 'Replayed: the answer of an earlier send with the same Idempotency-Key' : 'Success',
+        headers: responseHeaders(def, status, []),
         ...(def.response ? { content: { 'application/json': { schema: def.response } } } : {}),
-      },
-    };
+      };
+    }
     for (const [status, codes] of [...byStatus].sort((a, b) => a[0] - b[0])) {
+      if (responses[String(status)]) throw new Error(`${def.method} ${def.path}: status ${status} is both a success and an error`);
       responses[String(status)] = {
         description: codes.map((c) => `\`${c}\`${ERROR_TEXT[c] ? `: ${ERROR_TEXT[c]}` : ''}`).join(' '),
+        headers: responseHeaders(def, status, codes),
         content: {
           'application/json': {
             schema: z.object({
@@ -87,6 +174,7 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     registry.registerPath({
       method: def.method,
       path: def.path,
+      operationId: def.operationId,
       summary: def.summary,
       description: [def.description ?? '', scopeText, limits].filter((s) => s.trim()).join('\n\n'),
       tags: [def.tag],
@@ -94,7 +182,9 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
       request: {
         ...(def.params ? { params: def.params } : {}),
         ...(def.query ? { query: def.query } : {}),
-        ...(def.body ? { body: { content: { 'application/json': { schema: def.body } } } } : {}),
+        ...(def.idempotent ? { headers: IdempotencyHeaders } : {}),
+        ...(def.body ? { body: { required: bodyRequired(def.body), content: { 'application/json': { schema: def.body } } } } : {}),
+        ...(def.documentedBody ? { body: { required: true, content: { 'application/json': { schema: def.documentedBody } } } } : {}),
       },
       responses,
       ...(scopes.length ? { 'x-scopes': scopes } : {}),
@@ -109,9 +199,13 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
       description:
         'Workspace-scoped CRM: leads, deals in pipelines, tags, lists, notes, tasks, products and conversations. ' +
         'Errors are `{ error, code, hint? }`; check `code`. Every /api/v1 response carries X-RateLimit-Limit, ' +
-        'X-RateLimit-Remaining and X-RateLimit-Reset.',
+        'X-RateLimit-Remaining and X-RateLimit-Reset. A method a path does not support is 405 `METHOD_NOT_ALLOWED` with an `Allow` header.',
     },
     servers: [{ url: serverUrl }],
+    // Declared tags in their order; a tag missing from TAGS (a test's extra route) is still declared, without a description.
+    tags: [...TAGS, ...[...new Set(routes.map((r) => r.tag))].filter((name) => !TAGS.some((t) => t.name === name)).map((name) => ({ name }))].filter((t) =>
+      routes.some((r) => r.tag === t.name),
+    ),
   });
   addSuccessExamples(doc as unknown as OpenApiDoc);
   return doc;
@@ -131,6 +225,7 @@ function exampleOf(schema: JsonSchema | undefined, doc: OpenApiDoc, key = '', de
   if (!schema || depth > 8) return null;
   if (schema.example !== undefined) return schema.example;
   if (schema.$ref) return exampleOf(doc.components?.schemas?.[schema.$ref.split('/').pop()], doc, key, depth + 1);
+  if (schema.allOf) return Object.assign({}, ...schema.allOf.map((part: JsonSchema) => exampleOf(part, doc, key, depth + 1)));
   const variants = schema.anyOf ?? schema.oneOf;
   if (variants) return exampleOf(variants.find((v: JsonSchema) => v.type !== 'null') ?? variants[0], doc, key, depth + 1);
   if (schema.enum) return schema.enum[0];

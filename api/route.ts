@@ -22,6 +22,8 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
   method: Method;
   /** OpenAPI form: `/api/v1/deals/{id}`. */
   path: string;
+  /** The operation's stable name in the OpenAPI document (generated clients name their methods after it). */
+  operationId: string;
   summary: string;
   description?: string;
   tag: string;
@@ -36,8 +38,15 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
   params?: P;
   query?: Q;
   body?: B;
+  /**
+   * A body the handler reads and checks itself, documented but not validated by the router (the
+   * automation receiver takes any JSON object and keeps third-party text as it can be stored).
+   */
+  documentedBody?: z.ZodType;
   /** Success status (default 200). */
   status?: number;
+  /** Other statuses the handler answers with the same body (an upsert's 200, a replayed send's 200, /ready's 503). */
+  alsoStatus?: number[];
   /** Response body schema, for the OpenAPI document. */
   response?: z.ZodType;
   /** Error codes this endpoint can answer with (beyond the ones every endpoint has). */
@@ -47,6 +56,12 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
    * `Cache-Control: no-store`, so no browser or proxy cache keeps it, and documented so.
    */
   noStore?: true;
+  /**
+   * An idempotent send: takes an `Idempotency-Key` header (validated by the router, 400 VALIDATION),
+   * answers with one, and a repeat within the memo window is 200 with `Idempotent-Replayed: true`
+   * (api/send.ts). Documented from this flag.
+   */
+  idempotent?: true;
   handler: (ctx: Context, input: RouteInput<z.infer<P>, z.infer<Q>, z.infer<B>>) => Promise<unknown>;
 }
 

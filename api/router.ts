@@ -1,3 +1,4 @@
+import { METHODS } from 'node:http';
 import Router from '@koa/router';
 import type { Context, Middleware, Next } from 'koa';
 import { z, ZodError } from 'zod';
@@ -7,6 +8,7 @@ import { adminAuth, apiKeyAuth } from './middleware/auth';
 import { requestBody } from './middleware/body';
 import { enforce, ipBucket } from './middleware/rate-limit';
 import { AnyRoute, koaPath } from './route';
+import { IdempotencyHeaders } from './send';
 
 /**
  * Where a validated input holds text PostgreSQL cannot store (domain/text), in a string or a key,
@@ -33,7 +35,7 @@ function unstorableText(value: unknown): { path: (string | number)[]; problem: s
   return undefined;
 }
 
-function parse<T extends z.ZodType>(schema: T | undefined, value: unknown, where: 'params' | 'query' | 'body'): z.infer<T> | undefined {
+function parse<T extends z.ZodType>(schema: T | undefined, value: unknown, where: 'params' | 'query' | 'body' | 'headers'): z.infer<T> | undefined {
   if (!schema) return undefined;
   const result = schema.safeParse(value);
   if (result.success) {
@@ -57,6 +59,7 @@ function handle(def: AnyRoute): Middleware {
     const params = parse(def.params, ctx.params, 'params');
     const query = parse(def.query, ctx.query, 'query');
     const body = parse(def.body, requestBody(ctx) ?? {}, 'body');
+    if (def.idempotent) parse(IdempotencyHeaders, { 'Idempotency-Key': ctx.get('idempotency-key') || undefined }, 'headers');
     ctx.status = def.status ?? 200;
     const result = await def.handler(ctx, { params, query, body });
     if (result !== undefined) ctx.body = result;
@@ -65,7 +68,8 @@ function handle(def: AnyRoute): Middleware {
 
 /** Mounts every route: per-IP limit, then authentication and scope, then the body, validation and the handler. */
 export function buildRouter(routes: AnyRoute[], body: Middleware): Router {
-  const router = new Router();
+  // Every method Node knows counts as implemented: one a known path does not take is 405 with Allow (api/app.ts), never 501.
+  const router = new Router({ methods: METHODS });
   for (const def of routes) {
     const chain: Middleware[] = [];
     const profile = def.ipProfile;

@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
+import { z } from 'zod';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { ApiError, ERROR_CODES, type ErrorCode } from '../domain/errors';
 import { fromFailure } from '../domain/failures';
@@ -14,15 +15,23 @@ export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
 /** How long the API waits for a send before answering 409 IN_PROGRESS (the send carries on). */
 const WAIT_MS = 30_000;
 
-export function idempotencyKey(ctx: Context): string | undefined {
-  const key = ctx.get('idempotency-key');
-  if (!key) return undefined;
-  if (key.length > 255 || !/^[\x21-\x7e]+$/.test(key)) {
-    throw new ApiError('VALIDATION', 'Invalid headers.Idempotency-Key: 1 to 255 visible ASCII characters');
-  }
-  return key;
-}
+/**
+ * The `Idempotency-Key` request header of the send endpoints: 1 to 255 visible ASCII characters.
+ * The router validates it for every `idempotent` route (400 VALIDATION naming the header) and the
+ * OpenAPI document declares it from the same schema.
+ */
+export const IdempotencyHeaders = z.object({
+  'Idempotency-Key': z
+    .string()
+    .regex(/^[\x21-\x7e]{1,255}$/, '1 to 255 visible ASCII characters')
+    .optional()
+    .meta({ description: 'Names this send in the workspace: a repeat joins or replays it instead of sending twice (see the operation).' }),
+});
 
+/** The request's Idempotency-Key (already validated by the router), or undefined when none was sent. */
+export function idempotencyKey(ctx: Context): string | undefined {
+  return ctx.get('idempotency-key') || undefined;
+}
 
 /**
  * What a key was first used for: the endpoint and its validated input, hashed. A key names one

@@ -10,6 +10,7 @@ import { isUuid } from './refs';
 import { grants, Scope } from './scopes';
 import { cut, storable } from './text';
 import { assertSafeUrlSyntax, UrlPolicy } from './url-safety';
+import { atLeastOne, HTTP_URL_OR_TEMPLATE, onlyWith, trimmedText } from './input-rules';
 
 /**
  * Automations (docs/automations.md): definitions, the inbound URL token and its quota,
@@ -34,16 +35,14 @@ export const VARIABLE_KEY_MAX = 64;
 export const VARIABLE_VALUE_MAX = 1024;
 export const VARIABLES_MAX = 200;
 
-const text = (max: number) => z.string().trim().min(1).max(max);
+const text = trimmedText;
 
 export const ActionSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('add_tag'), tag: text(100) }),
   z.object({ type: z.literal('remove_tag'), tag: text(100) }),
   z.object({
     type: z.literal('update_contact'),
-    fields: z
-      .object({ name: z.string().max(200).optional(), email: z.string().max(320).nullable().optional(), phone: z.string().max(32).optional(), notes: z.string().max(5000).optional() })
-      .refine((f) => Object.keys(f).length > 0, { message: 'expected at least one of name, email, phone, notes' }),
+    fields: atLeastOne(z.object({ name: z.string().max(200).optional(), email: z.string().max(320).nullable().optional(), phone: z.string().max(32).optional(), notes: z.string().max(5000).optional() }), 'expected at least one of name, email, phone, notes'),
   }),
   z.object({ type: z.literal('create_deal'), pipeline: text(200), stage: text(200).optional(), name: text(200).optional(), value: z.union([z.number().min(0), text(64)]).optional() }),
   z.object({ type: z.literal('move_deal'), stage: text(200) }),
@@ -56,6 +55,7 @@ export const ActionSchema = z.discriminatedUnion('type', [
     /** The message type (`type` names the action). */
     messageType: z.enum(MESSAGE_TYPES).default('text'),
     ...MESSAGE_CONTENT_FIELDS,
+    mediaUrl: MESSAGE_CONTENT_FIELDS.mediaUrl.meta({ pattern: HTTP_URL_OR_TEMPLATE }),
   }),
   z.object({ type: z.literal('wait'), seconds: z.number().int().min(1).max(30 * 86_400) }),
 ]);
@@ -103,23 +103,26 @@ const MappingSchema = z
   })
   .partial();
 
-export const TriggerSchema = z
-  .object({
+/** Trigger fields that only some trigger types take. */
+const TRIGGER_ONLY = {
+  pipelineId: ['card_created'],
+  fields: ['contact_updated'],
+  eventFilter: ['webhook_received'],
+  mapping: ['webhook_received'],
+} as const satisfies Record<string, readonly TriggerType[]>;
+
+export const TriggerSchema = onlyWith(
+  z.object({
     type: z.enum(TRIGGER_TYPES),
     pipelineId: z.uuid().optional(),
     fields: z.array(z.enum(CONTACT_FIELDS)).min(1).max(CONTACT_FIELDS.length).optional(),
     eventFilter: z.object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) }).optional(),
     mapping: MappingSchema.optional(),
-  })
-  .superRefine((t, ctx) => {
-    const only = (field: 'pipelineId' | 'fields' | 'eventFilter' | 'mapping', types: TriggerType[]) => {
-      if (t[field] !== undefined && !types.includes(t.type)) ctx.addIssue({ code: 'custom', path: [field], message: `only for trigger ${types.join(', ')}` });
-    };
-    only('pipelineId', ['card_created']);
-    only('fields', ['contact_updated']);
-    only('eventFilter', ['webhook_received']);
-    only('mapping', ['webhook_received']);
-  });
+  }),
+  'type',
+  TRIGGER_ONLY,
+  'trigger',
+);
 export type TriggerConfig = z.infer<typeof TriggerSchema>;
 
 /**

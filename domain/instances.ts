@@ -4,11 +4,12 @@ import { ApiError } from './errors';
 import { Page, pageWithTotal } from './pagination';
 import { KeyRing, openText, sealText } from './encryption';
 import { iso } from './time';
+import { HTTP_URL } from './input-rules';
 
 /** Operator configuration of a connection. Tokens and secrets never leave the service. */
 export const instanceConfigSchema = z
   .object({
-    baseUrl: z.url({ protocol: /^https?$/ }).max(2048),
+    baseUrl: z.url({ protocol: /^https?$/ }).max(2048).meta({ pattern: HTTP_URL }),
     phoneNumberId: z.string().min(1).max(64),
     accessToken: z.string().min(1).max(4096),
     appSecret: z.string().min(1).max(512),

@@ -5,6 +5,7 @@ import type { Db } from './db';
 import { DEAL_STATUSES } from './deals';
 import { isoInstant, likeContains, PAGE_TOTAL, pageQuery, sortQuery } from './pagination';
 import { canonical, isUuid } from './refs';
+import { trimmedText } from './input-rules';
 
 /**
  * The lead list (GET /api/v1/leads): its query string, filters and the two statements of a page.
@@ -18,8 +19,8 @@ const LEAD_SORT_COLUMN: Record<keyof typeof LEAD_SORT, string> = { createdAt: 'c
 
 export const leadListQuery = pageQuery()
   .extend({
-    q: z.string().trim().min(1).max(200).optional(),
-    tag: z.string().trim().min(1).max(100).optional(),
+    q: trimmedText(200).optional(),
+    tag: trimmedText(100).optional(),
     pipelineId: z.uuid().optional(),
     stageId: z.uuid().optional(),
     status: z.enum(DEAL_STATUSES).optional(),

@@ -8,10 +8,24 @@ export const MAX_OFFSET = 100_000;
 export function pageQuery(options: { defaultLimit?: number; maxLimit?: number } = {}) {
   const max = options.maxLimit ?? 100;
   return z.object({
-    limit: z.coerce.number().int().min(1).max(max).default(options.defaultLimit ?? 25),
+    limit: wholeNumber(1, max, options.defaultLimit ?? 25),
     // Deeper pages cost a walk over every row before them: bounded, so no request walks millions.
-    offset: z.coerce.number().int().min(0).max(MAX_OFFSET).default(0),
+    offset: wholeNumber(0, MAX_OFFSET, 0),
   });
+}
+
+/**
+ * A whole number in a query string: digits only (an empty value, `1e3` or `0x10` is 400
+ * VALIDATION, not a number JavaScript would make of it), documented as the integer it is.
+ */
+function wholeNumber(min: number, max: number, fallback: number) {
+  return z
+    .string()
+    .regex(/^[0-9]{1,15}$/, 'expected a whole number')
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max))
+    .default(fallback)
+    .meta({ type: 'integer', minimum: min, maximum: max, default: fallback });
 }
 
 export interface Page {
@@ -65,7 +79,12 @@ export function sortQuery<K extends string>(columns: Record<K, string>, defaults
 /** An ISO 8601 instant in a query string (`2026-01-31` or `2026-01-31T12:00:00.000Z`), parsed to a Date. */
 export const isoInstant = z
   .string()
-  .regex(/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?$/, 'expected an ISO 8601 date or date-time')
+  // Months, days, hours, minutes, seconds and offsets in range, so the document's pattern says what
+  // parses (JavaScript rolls a day past the month's end over, as it does here).
+  .regex(
+    /^(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])(?:T(?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:\.[0-9]{1,6})?)?(?:Z|[+-](?:[01][0-9]|2[0-3]):?[0-5][0-9])?)?$/,
+    'expected an ISO 8601 date or date-time',
+  )
   .transform((value, ctx) => {
     // A date-time without a zone is read as UTC, like a bare date.
     const date = new Date(/T[^Z+-]*$/.test(value) ? `${value}Z` : value);

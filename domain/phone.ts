@@ -1,3 +1,5 @@
+import { ECMA_WHITESPACE } from './input-rules';
+
 /**
  * Brazilian phone numbers (docs/messaging.md): after dropping `+`, spaces, parentheses and dashes only
  * digits remain, and the number is 55 + a valid area code + 8 digits (landline or old-form mobile)
@@ -19,6 +21,42 @@ export function digitsOfPersonJid(jid: unknown): string | undefined {
   const m = /^(\d+)(?::\d+)?@(s\.whatsapp\.net|c\.us)$/.exec(jid);
   return m ? m[1] : undefined;
 }
+
+/**
+ * The JSON Schema of a phone `parsePhone` accepts, for the OpenAPI document: as text, 55, a valid
+ * area code and 8 digits or 9 starting with 9, with up to two of `+`, whitespace, parentheses and
+ * dashes around each digit (`+55 (11) 98765-4321`), at most MAX_PHONE_INPUT characters; as an
+ * integer (where an endpoint takes one), the same digits. Built from AREA_CODES, so the document
+ * and parsePhone cannot disagree (test/phone.test.ts). parsePhone also takes longer runs of
+ * separators; the pattern's bound keeps a generator from producing mostly overlong strings.
+ */
+export const PHONE_PATTERN = (() => {
+  const sep = `[${ECMA_WHITESPACE}()+-]{0,2}`;
+  const byTens = new Map<number, number[]>();
+  for (const code of AREA_CODES) byTens.set(Math.floor(code / 10), [...(byTens.get(Math.floor(code / 10)) ?? []), code % 10]);
+  const area = [...byTens].map(([tens, units]) => `${tens}${sep}[${units.join('')}]`).join('|');
+  const digit = `[0-9]${sep}`;
+  return `^${sep}5${sep}5${sep}(?:${area})${sep}(?:9${sep}(?:${digit}){8}|(?:${digit}){8})$`;
+})();
+
+export const PHONE_TEXT_SCHEMA = { type: 'string', pattern: PHONE_PATTERN, maxLength: MAX_PHONE_INPUT } as const;
+
+/**
+ * The integers whose digits are a valid phone: the 8-digit locals of each run of consecutive area
+ * codes, and the 9-digit locals (starting with 9) of each area code.
+ */
+export const PHONE_INTEGER_SCHEMA = (() => {
+  const codes = [...AREA_CODES].sort((a, b) => a - b);
+  const runs: [number, number][] = [];
+  for (const code of codes) {
+    const last = runs[runs.length - 1];
+    if (last && last[1] === code - 1) last[1] = code;
+    else runs.push([code, code]);
+  }
+  const eight = runs.map(([first, last]) => ({ minimum: (5500 + first) * 1e8, maximum: (5500 + last) * 1e8 + 99_999_999 }));
+  const nine = codes.map((code) => ({ minimum: (55_000 + code * 10 + 9) * 1e8, maximum: (55_000 + code * 10 + 9) * 1e8 + 99_999_999 }));
+  return { type: 'integer', anyOf: [...eight, ...nine] } as const;
+})();
 
 export interface Phone {
   /** Digits as the client gave them (international form). */

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { ApiError } from './errors';
+import { HTTP_URL } from './input-rules';
 import type { DailyCounter } from './messaging';
-import { isMediaType, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../types/messaging';
+import { isMediaType, MESSAGE_TYPES, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../types/messaging';
 
 /**
  * The rules of sending a message, in one place: what each message type needs and carries, which
@@ -32,7 +33,7 @@ function providerText(max: number) {
 /** The message fields of both send endpoints and of the automation send_message action, with their bounds. */
 export const MESSAGE_CONTENT_FIELDS = {
   text: providerText(4096).optional(),
-  mediaUrl: z.string().min(1).max(2048).optional(),
+  mediaUrl: z.string().min(1).max(2048).optional().meta({ pattern: HTTP_URL }),
   caption: providerText(1024).optional(),
   fileName: z.string().min(1).max(255).optional(),
   templateName: z.string().min(1).max(512).optional(),
@@ -45,6 +46,27 @@ export function requiredFields(type: MessageType): (keyof MessageContent)[] {
   if (type === 'text') return ['text'];
   if (type === 'template') return ['templateName', 'templateLanguage'];
   return ['mediaUrl'];
+}
+
+/**
+ * `requiredFields` as JSON Schema, for the OpenAPI document: one variant per set of types that
+ * need the same fields. `type` may be left out for the default type, so that variant does not
+ * require it; the variants exclude each other (`oneOf`).
+ */
+export function messageRequirements(typeKey: string, defaultType: MessageType = 'text'): { oneOf: object[] } {
+  const groups = new Map<string, { types: MessageType[]; fields: string[] }>();
+  for (const type of MESSAGE_TYPES) {
+    const fields = requiredFields(type);
+    const group = groups.get(fields.join()) ?? { types: [], fields };
+    group.types.push(type);
+    groups.set(fields.join(), group);
+  }
+  return {
+    oneOf: [...groups.values()].map(({ types, fields }) => ({
+      properties: { [typeKey]: { enum: types } },
+      required: types.includes(defaultType) ? fields : [typeKey, ...fields],
+    })),
+  };
 }
 
 /** The required fields of its type that `content` lacks (empty: complete). */

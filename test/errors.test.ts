@@ -1,3 +1,4 @@
+import http from 'node:http';
 import { z } from 'zod';
 import { ApiError } from '../domain/errors';
 import { route } from '../api/route';
@@ -8,6 +9,7 @@ const extraRoutes = [
   route({
     method: 'get',
     path: '/api/v1/__test/boom',
+    operationId: 'testBoom',
     tag: 'Test',
     auth: 'none',
     summary: 'throws an unexpected error',
@@ -18,6 +20,7 @@ const extraRoutes = [
   route({
     method: 'post',
     path: '/api/v1/__test/echo',
+    operationId: 'testEcho',
     tag: 'Test',
     auth: 'none',
     summary: 'validates a body',
@@ -27,6 +30,7 @@ const extraRoutes = [
   route({
     method: 'get',
     path: '/api/v1/__test/hinted',
+    operationId: 'testHinted',
     tag: 'Test',
     auth: 'none',
     summary: 'throws an ApiError',
@@ -37,6 +41,20 @@ const extraRoutes = [
 ];
 
 let api: TestApi;
+
+/** A request with a method fetch will not send (TRACE). */
+function rawRequest(method: string, path: string): Promise<{ status: number; allow?: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${api.url}${path}`, { method }, (res) => {
+      let body = '';
+      res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      res.on('end', () => resolve({ status: res.statusCode!, allow: res.headers.allow, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 beforeAll(async () => {
   api = await startApi({ extraRoutes });
 });
@@ -74,6 +92,32 @@ describe('error bodies', () => {
   it('answers unknown routes with 404 NOT_FOUND in the flat body', async () => {
     expectError(await api.request('GET', '/api/v1/does-not-exist'), 404, 'NOT_FOUND');
     expectError(await api.request('GET', '/nowhere'), 404, 'NOT_FOUND');
+  });
+
+  it('answers a method a known path does not take with 405 METHOD_NOT_ALLOWED and Allow, in the flat body', async () => {
+    for (const method of ['PUT', 'DELETE']) {
+      const res = await api.request(method, '/api/v1/leads');
+      expectError(res, 405, 'METHOD_NOT_ALLOWED');
+      expect(res.headers.get('allow')?.split(', ').sort()).toEqual(['GET', 'HEAD', 'POST']);
+      expect(res.headers.get('x-ratelimit-limit')).toBeTruthy();
+    }
+    // fetch refuses to send TRACE: a plain HTTP request does.
+    const trace = await rawRequest('TRACE', '/api/v1/leads');
+    expect({ status: trace.status, code: JSON.parse(trace.body).code, allow: trace.allow }).toEqual({ status: 405, code: 'METHOD_NOT_ALLOWED', allow: expect.stringContaining('POST') });
+    const withId = await api.request('POST', '/api/v1/leads/3f1c2a9e-8b7d-4c6e-9a10-5d2b7e4f8c01');
+    expectError(withId, 405, 'METHOD_NOT_ALLOWED');
+    expect(withId.headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'GET', 'HEAD', 'PATCH']);
+    const document = await api.request('POST', '/api/v1/openapi.json');
+    expectError(document, 405, 'METHOD_NOT_ALLOWED');
+    expect(document.headers.get('allow')).toBe('GET, HEAD');
+    // OPTIONS lists the methods; HEAD answers like GET without a body.
+    const options = await api.request('OPTIONS', '/api/v1/leads');
+    expect(options.status).toBe(200);
+    expect(options.headers.get('allow')?.split(', ').sort()).toEqual(['GET', 'HEAD', 'POST']);
+    expect((await api.request('HEAD', '/api/v1/openapi.json')).status).toBe(200);
+    // An unknown path stays 404 whatever the method.
+    const unknown = await rawRequest('TRACE', '/api/v1/nothing-here');
+    expect({ status: unknown.status, code: JSON.parse(unknown.body).code }).toEqual({ status: 404, code: 'NOT_FOUND' });
   });
 
   it('answers a malformed id in a path with 404 NOT_FOUND, not a 500', async () => {

@@ -1,4 +1,6 @@
 import { ROUTES } from '../api/app';
+import { TAGS } from '../api/openapi';
+import { NON_BLANK } from '../domain/input-rules';
 import { startApi } from './helpers';
 
 describe('OpenAPI document', () => {
@@ -38,6 +40,83 @@ describe('OpenAPI document', () => {
       expect(docs.status).toBe(200);
       expect(docs.headers.get('content-type')).toContain('text/html');
       expect(docs.text).toContain('/api/v1/openapi.json');
+    } finally {
+      await api.close();
+    }
+  });
+
+  it('gives tools what they need: operation ids, tags, required bodies, every client error and the headers sent', async () => {
+    const api = await startApi();
+    try {
+      const doc = (await api.request('GET', '/api/v1/openapi.json')).body;
+      const ids = new Map<string, string>();
+      for (const def of ROUTES) {
+        const label = `${def.method} ${def.path}`;
+        const op = doc.paths[def.path][def.method];
+        // A stable, unique name per operation, the one the route declares.
+        expect({ label, operationId: op.operationId }).toEqual({ label, operationId: def.operationId });
+        expect({ label, duplicateOf: ids.get(op.operationId) }).toEqual({ label, duplicateOf: undefined });
+        ids.set(op.operationId, label);
+
+        const statuses = Object.keys(op.responses);
+        const expected = new Set<string>();
+        if (def.params) expected.add('404');
+        if (def.query || def.body) expected.add('400');
+        if (def.auth !== 'none') expected.add('401');
+        if (def.auth === 'apiKey' || def.ipProfile) expected.add('429');
+        if (['post', 'put', 'patch', 'delete'].includes(def.method)) {
+          expected.add('400');
+          expected.add('413');
+          if (!def.path.startsWith('/api/automations/webhook-in/')) expected.add('415');
+        }
+        expect({ label, missing: [...expected].filter((status) => !statuses.includes(status)) }).toEqual({ label, missing: [] });
+
+        for (const [status, response] of Object.entries<any>(op.responses)) {
+          expect({ label, status, requestId: response.headers?.['X-Request-Id']?.required }).toEqual({ label, status, requestId: true });
+          const counted = def.auth === 'apiKey' || def.ipProfile !== undefined;
+          if (counted && (status.startsWith('2') || status === '429')) {
+            for (const header of ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']) {
+              expect({ label, status, header, required: response.headers?.[header]?.required }).toEqual({ label, status, header, required: true });
+            }
+          }
+          if (status === '429') expect({ label, retryAfter: Boolean(response.headers?.['Retry-After']) }).toEqual({ label, retryAfter: true });
+        }
+
+        if (def.body) {
+          const body = op.requestBody;
+          expect({ label, required: typeof body.required }).toEqual({ label, required: 'boolean' });
+          // The server reads a missing body as {}: where it refuses that, the body is required.
+          if (!def.body.safeParse({}).success) expect({ label, required: body.required }).toEqual({ label, required: true });
+          // A PATCH of optional fields that needs one of them says so.
+          const schema = body.content['application/json'].schema;
+          if (def.method === 'patch' && !def.body.safeParse({}).success && !schema.required?.length) {
+            expect({ label, minProperties: schema.minProperties }).toEqual({ label, minProperties: 1 });
+          }
+        }
+      }
+
+      // Tags are declared at the top, each with a description.
+      const declared = new Map<string, string | undefined>(doc.tags.map((t: { name: string; description?: string }) => [t.name, t.description]));
+      for (const def of ROUTES) expect({ tag: def.tag, description: Boolean(declared.get(def.tag)) }).toEqual({ tag: def.tag, description: true });
+      expect(TAGS.map((t) => t.name)).toEqual(expect.arrayContaining([...new Set(ROUTES.map((r) => r.tag))]));
+
+      // Rules the server checks in code are stated in the schema.
+      const bodyOf = (path: string, method: string) => doc.paths[path][method].requestBody.content['application/json'].schema;
+      expect(bodyOf('/api/v1/tags', 'post').properties.name.pattern).toBe(NON_BLANK);
+      expect(bodyOf('/api/v1/deals', 'post').properties.pipeline.pattern).toBe(NON_BLANK);
+      expect(bodyOf('/api/v1/leads', 'post').required).toEqual(['phone']);
+      expect(bodyOf('/api/v1/tags/{id}', 'patch')).toMatchObject({ minProperties: 1, anyOf: [{ required: ['name'] }, { required: ['color'] }] });
+      expect(bodyOf('/api/v1/deals/{id}', 'patch')).toMatchObject({ if: { properties: { status: { const: 'lost' } } }, then: { required: ['lostReason'] } });
+      expect(bodyOf('/api/v1/messages', 'post').oneOf).toEqual(
+        expect.arrayContaining([
+          { properties: { type: { enum: ['text'] } }, required: ['text'] },
+          { properties: { type: { enum: ['template'] } }, required: ['type', 'templateName', 'templateLanguage'] },
+        ]),
+      );
+      const send = doc.paths['/api/v1/messages'].post;
+      expect(send.parameters).toEqual(expect.arrayContaining([expect.objectContaining({ in: 'header', name: 'Idempotency-Key' })]));
+      expect(send.responses['200'].headers['Idempotent-Replayed'].required).toBe(true);
+      expect(doc.info.description).toContain('405');
     } finally {
       await api.close();
     }

@@ -12,6 +12,7 @@ const extraRoutes = [
   route({
     method: 'post',
     path: '/api/v1/__test/send',
+    operationId: 'testSend',
     tag: 'Test',
     auth: 'apiKey',
     scopes: ['conversations:send'],
@@ -23,6 +24,7 @@ const extraRoutes = [
   route({
     method: 'post',
     path: '/api/v1/__test/cold-send',
+    operationId: 'testColdSend',
     tag: 'Test',
     auth: 'apiKey',
     scopes: ['conversations:send'],

@@ -8,7 +8,11 @@ export const JSON_BODY_LIMIT_HINT = 'The limit is 1 MiB.';
 
 const tooLarge = () => new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: JSON_BODY_LIMIT_HINT });
 
-const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+/** The methods whose body is read (and checked for size and type). */
+export const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** The automation receiver reads any body as JSON whatever its label (senders label JSON text/plain or nothing). */
+export const readsAnyContentType = (path: string): boolean => path.startsWith('/api/automations/webhook-in/');
 
 /**
  * A body declared larger than any endpoint takes is refused from its header alone, before routing

@@ -15,6 +15,8 @@ import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
 import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, issueCodecSession } from '../../domain/codec-session';
+import { emailAddress, trimmedText } from '../../domain/input-rules';
+import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
 
 /**
  * The operator API (what the CRM panel would do), behind ADMIN_TOKEN: docs/api-conventions.md.
@@ -55,9 +57,9 @@ const CodecPayloads = z.object({
     .array(
       z.object({
         metadata: z
-          .record(z.string().max(256), z.unknown())
+          .record(z.string().max(256), z.string().max(4096, 'each metadata value is base64 text of at most 4096 characters'))
           .refine((m) => Object.keys(m).length <= CODEC_METADATA_MAX, { message: `at most ${CODEC_METADATA_MAX} metadata entries` })
-          .refine((m) => Object.values(m).every((v) => typeof v === 'string' && v.length <= 4096), { message: 'each metadata value is base64 text of at most 4096 characters' })
+          .meta({ maxProperties: CODEC_METADATA_MAX })
           .optional(),
         data: z.string().max(1_000_000).optional(),
       }),
@@ -70,6 +72,7 @@ function codecRoute(direction: 'encode' | 'decode'): AnyRoute {
   return adminRoute({
     method: 'post',
     path: `/admin/v1/temporal-codec/${direction}`,
+    operationId: `${direction}TemporalPayloads`,
     noStore: true,
     summary: direction === 'decode' ? 'Decrypt Temporal payloads (codec endpoint for the Temporal CLI and UI)' : 'Encrypt Temporal payloads (codec endpoint)',
     description:
@@ -102,6 +105,7 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'post',
     path: `${CODEC_SESSION_PATH}/session`,
+    operationId: 'openTemporalCodecSession',
     noStore: true,
     summary: 'Open a codec session for the Temporal UI (a cookie)',
     description:
@@ -123,14 +127,16 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces',
+    operationId: 'createWorkspace',
     summary: 'Create a workspace with its plan',
     status: 201,
-    body: z.object({ name: z.string().trim().min(1).max(200), plan: planSchema.optional() }),
+    body: z.object({ name: trimmedText(200), plan: planSchema.optional() }),
     handler: async (ctx, { body }) => ({ data: serializeWorkspace(await createWorkspace(ctx.deps.db, body.name, body.plan)) }),
   }),
   adminRoute({
     method: 'get',
     path: '/admin/v1/workspaces/{id}',
+    operationId: 'getWorkspace',
     summary: 'Get a workspace and its plan',
     params: ws,
     handler: async (ctx, { params }) => ({ data: await getWorkspace(ctx.deps.db, params.id) }),
@@ -138,9 +144,10 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}',
+    operationId: 'updateWorkspace',
     summary: 'Change the name or plan of a workspace',
     params: ws,
-    body: z.object({ name: z.string().trim().min(1).max(200).optional(), plan: planSchema.optional() }),
+    body: z.object({ name: trimmedText(200).optional(), plan: planSchema.optional() }),
     handler: async (ctx, { params, body }) => {
       const data = await updateWorkspace(ctx.deps.db, params.id, body);
       ctx.limits.keys.clear(); // a plan change (API access, subscription) applies to this process's keys at once
@@ -150,12 +157,13 @@ export const adminRoutes: AnyRoute[] = [
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/api-keys',
+    operationId: 'createApiKey',
     noStore: true,
     summary: 'Create an API key (the key is shown only in this response)',
     status: 201,
     params: ws,
     body: z.object({
-      name: z.string().trim().min(1).max(200),
+      name: trimmedText(200),
       scopes: z.array(z.enum(ALL_SCOPES)).max(ALL_SCOPES.length),
       rateLimitPerMinute: z.number().int().min(1).max(1000).optional(),
       // A Date, not the text: PostgreSQL refuses offsets beyond ±15:59 and year 0, which ISO 8601 (and zod) accept.
@@ -166,6 +174,7 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
+    operationId: 'updateApiKey',
     summary: "Change a key's per-minute rate limit",
     params: wsAnd('keyId'),
     body: z.object({ rateLimitPerMinute: z.number().int().min(1).max(1000) }),
@@ -178,6 +187,7 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'delete',
     path: '/admin/v1/workspaces/{id}/api-keys/{keyId}',
+    operationId: 'revokeApiKey',
     summary: 'Revoke an API key',
     params: wsAnd('keyId'),
     handler: async (ctx, { params }) => {
@@ -190,28 +200,30 @@ export const adminRoutes: AnyRoute[] = [
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/members',
+    operationId: 'createMember',
     summary: 'Add a member to the workspace',
     status: 201,
     params: ws,
     errors: ['CONFLICT'],
-    body: z.object({ name: z.string().trim().min(1).max(200), email: z.email().max(320) }),
+    body: z.object({ name: trimmedText(200), email: emailAddress() }),
     handler: async (ctx, { params, body }) => ({ data: await addMember(ctx.deps.db, params.id, body) }),
   }),
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/pipelines',
+    operationId: 'createPipeline',
     summary: 'Create a pipeline with its stages (funnel order) and custom fields',
     status: 201,
     params: ws,
     errors: ['CONFLICT'],
     body: z.object({
-      name: z.string().trim().min(1).max(200),
-      stages: z.array(z.object({ name: z.string().trim().min(1).max(200) })).max(100).default([]),
+      name: trimmedText(200),
+      stages: z.array(z.object({ name: trimmedText(200) })).max(100).default([]),
       customFields: z
         .array(
           z.object({
             key: z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/, 'letters, digits and _, starting with a letter'),
-            label: z.string().trim().min(1).max(200),
+            label: trimmedText(200),
             type: z.enum(CUSTOM_FIELD_TYPES),
           }),
         )
@@ -227,11 +239,12 @@ export const adminRoutes: AnyRoute[] = [
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/instances',
+    operationId: 'createInstance',
     summary: 'Create a connection (instance)',
     status: 201,
     params: ws,
     body: z.object({
-      name: z.string().trim().min(1).max(200),
+      name: trimmedText(200),
       channel: z.enum(['whatsapp', 'instagram']),
       provider: z.enum(['cloud', 'web']),
       connected: z.boolean().default(false),
@@ -243,6 +256,7 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}/instances/{instanceId}',
+    operationId: 'updateInstance',
     summary: 'Change connected, archived or config of an instance (config keys are merged)',
     params: wsAnd('instanceId'),
     body: z.object({
@@ -256,13 +270,14 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/templates',
+    operationId: 'createTemplate',
     summary: 'Register a message template of an instance (status approved is sendable)',
     status: 201,
     params: ws,
     errors: ['INSTANCE_NOT_FOUND', 'CONFLICT'],
     body: z.object({
       instanceId: z.uuid(),
-      name: z.string().trim().min(1).max(512),
+      name: trimmedText(512),
       language: z.string().min(2).max(15),
       variableCount: z.number().int().min(0).max(20).default(0),
       status: z.enum(TEMPLATE_STATUSES).default('approved'),
@@ -272,6 +287,7 @@ export const adminRoutes: AnyRoute[] = [
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/broadcasts',
+    operationId: 'createBroadcast',
     summary: 'Record a broadcast using tags (one in progress blocks deleting those tags)',
     status: 201,
     params: ws,
@@ -284,6 +300,7 @@ export const adminRoutes: AnyRoute[] = [
   adminRoute({
     method: 'put',
     path: '/admin/v1/workspaces/{id}/contacts/{contactId}/insight',
+    operationId: 'setContactInsight',
     summary: "Set a contact's AI sales insight",
     params: wsAnd('contactId'),
     errors: ['CONTACT_NOT_FOUND'],
@@ -301,8 +318,8 @@ export const adminRoutes: AnyRoute[] = [
 
 const panelContact = z.object({
   name: z.string().trim().max(200).optional(),
-  email: z.email().max(320).nullable().optional(),
-  phone: z.string().max(32).optional(),
+  email: emailAddress().nullable().optional(),
+  phone: z.string().max(MAX_PHONE_INPUT).optional().meta({ pattern: PHONE_PATTERN }),
   notes: z.string().max(10000).optional(),
   tags: z.array(z.string().min(1).max(100)).max(100).optional(),
   optedOut: z.boolean().optional(),
@@ -313,11 +330,12 @@ adminRoutes.push(
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/contacts',
+    operationId: 'createPanelContact',
     summary: "A human creates a contact in the panel (emits contact.created)",
     status: 201,
     params: ws,
     errors: ['INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
-    body: panelContact,
+    body: panelContact.meta({ required: ['phone'] }),
     handler: async (ctx, { params, body }) => {
       if (!body.phone) throw new ApiError('PHONE_REQUIRED', 'phone is required');
       await requireMember(ctx.deps.db, params.id, body.memberId);
@@ -327,6 +345,7 @@ adminRoutes.push(
   adminRoute({
     method: 'patch',
     path: '/admin/v1/workspaces/{id}/contacts/{contactId}',
+    operationId: 'updatePanelContact',
     summary: 'A human edits a contact in the panel (emits contact.updated and the contact_updated trigger)',
     params: wsAnd('contactId'),
     errors: ['INVALID_PHONE', 'CONTACT_NOT_FOUND', 'CONFLICT'],

@@ -25,6 +25,7 @@ import { requestBody } from '../middleware/body';
 import { enforce } from '../middleware/rate-limit';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
+import { atLeastOne, trimmedText } from '../../domain/input-rules';
 
 const Automation = z
   .object({
@@ -65,6 +66,7 @@ export const automationRoutes = [
   route({
     method: 'post',
     path: '/api/v1/automations',
+    operationId: 'createAutomation',
     noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
@@ -88,6 +90,7 @@ export const automationRoutes = [
   route({
     method: 'get',
     path: '/api/v1/automations',
+    operationId: 'listAutomations',
     noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
@@ -104,6 +107,7 @@ export const automationRoutes = [
   route({
     method: 'get',
     path: '/api/v1/automations/{id}',
+    operationId: 'getAutomation',
     noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
@@ -117,6 +121,7 @@ export const automationRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/automations/{id}',
+    operationId: 'updateAutomation',
     noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
@@ -127,9 +132,7 @@ export const automationRoutes = [
       'Any of `name`, `active`, `trigger` (same type), `actions`. Runs already started keep the actions they began with. Changing `actions` or `trigger`, or ' +
       'setting `active: true`, needs the scopes the resulting actions need (403 `INSUFFICIENT_SCOPE`); renaming or deactivating does not.',
     params: IdParams,
-    body: z
-      .object({ name: z.string().trim().min(1).max(200).optional(), active: z.boolean().optional(), trigger: TriggerSchema.optional(), actions: z.array(ActionSchema).min(1).max(50).optional() })
-      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'expected name, active, trigger and/or actions' }),
+    body: atLeastOne(z.object({ name: trimmedText(200).optional(), active: z.boolean().optional(), trigger: TriggerSchema.optional(), actions: z.array(ActionSchema).min(1).max(50).optional() }), 'expected name, active, trigger and/or actions'),
     response: single(Automation),
     errors: ['INVALID_URL'],
     handler: async (ctx, { params, body }) => {
@@ -140,6 +143,7 @@ export const automationRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/automations/{id}',
+    operationId: 'deleteAutomation',
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:write'],
@@ -153,6 +157,7 @@ export const automationRoutes = [
   route({
     method: 'post',
     path: '/api/v1/automations/{id}/token',
+    operationId: 'regenerateAutomationToken',
     noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
@@ -168,6 +173,7 @@ export const automationRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/automations/{id}/token',
+    operationId: 'deleteAutomationToken',
     noStore: true,
     tag: 'Automations',
     auth: 'apiKey',
@@ -182,6 +188,7 @@ export const automationRoutes = [
   route({
     method: 'get',
     path: '/api/v1/automations/{id}/runs',
+    operationId: 'listAutomationRuns',
     tag: 'Automations',
     auth: 'apiKey',
     scopes: ['automations:read'],
@@ -202,6 +209,7 @@ export const automationRoutes = [
   route({
     method: 'post',
     path: '/api/automations/webhook-in/{token}',
+    operationId: 'receiveAutomationWebhook',
     tag: 'Automations',
     auth: 'none',
     ipProfile: 'webhookIn',
@@ -212,6 +220,7 @@ export const automationRoutes = [
       '(`TOKEN_RATE_LIMITED`), with `Retry-After`. Answers 202 `{ data: { runId, status } }`: `accepted` (the run started), `filtered` ' +
       '(the eventFilter did not match; nothing runs), `duplicate` (the mapped externalId already ran for this automation).',
     params: z.object({ token: z.string().min(1).max(200) }),
+    documentedBody: z.looseObject({}).meta({ additionalProperties: true, description: 'Any JSON object (up to 256 KiB), under any Content-Type.' }),
     status: 202,
     response: single(z.object({ runId: z.string(), status: z.enum(['accepted', 'filtered', 'duplicate']) })),
     errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED', 'SUBSCRIPTION_INACTIVE'],

@@ -48,6 +48,7 @@ export const conversationRoutes: AnyRoute[] = [
   route({
     method: 'get',
     path: '/api/v1/conversations',
+    operationId: 'listConversations',
     tag: 'Conversations',
     auth: 'apiKey',
     scopes: ['conversations:read'],
@@ -71,6 +72,7 @@ export const conversationRoutes: AnyRoute[] = [
   route({
     method: 'get',
     path: '/api/v1/conversations/{id}',
+    operationId: 'getConversation',
     tag: 'Conversations',
     auth: 'apiKey',
     scopes: ['conversations:read'],
@@ -87,6 +89,7 @@ export const conversationRoutes: AnyRoute[] = [
   route({
     method: 'patch',
     path: '/api/v1/conversations/{id}',
+    operationId: 'updateConversation',
     tag: 'Conversations',
     auth: 'apiKey',
     scopes: ['conversations:write'],

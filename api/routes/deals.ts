@@ -15,6 +15,7 @@ import {
   updateDeal,
 } from '../../domain/deals';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { trimmedText } from '../../domain/input-rules';
 
 const Deal = z
   .object({
@@ -50,7 +51,7 @@ const Activity = z
   })
   .openapi('Activity');
 
-const text = (max: number) => z.string().trim().min(1).max(max);
+const text = trimmedText;
 
 /** What the API key does is recorded under its name (activities expose actors by name only). */
 const apiActor = (ctx: Context): Actor => ({ memberId: null, name: ctx.state.auth!.keyName });
@@ -59,6 +60,7 @@ export const dealRoutes = [
   route({
     method: 'post',
     path: '/api/v1/deals',
+    operationId: 'createDeal',
     tag: 'Deals',
     auth: 'apiKey',
     scopes: ['deals:write'],
@@ -88,6 +90,7 @@ export const dealRoutes = [
   route({
     method: 'get',
     path: '/api/v1/deals',
+    operationId: 'listDeals',
     tag: 'Deals',
     auth: 'apiKey',
     scopes: ['deals:read'],
@@ -110,6 +113,7 @@ export const dealRoutes = [
   route({
     method: 'get',
     path: '/api/v1/deals/{id}',
+    operationId: 'getDeal',
     tag: 'Deals',
     auth: 'apiKey',
     scopes: ['deals:read'],
@@ -127,6 +131,7 @@ export const dealRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/deals/{id}',
+    operationId: 'updateDeal',
     tag: 'Deals',
     auth: 'apiKey',
     scopes: ['deals:write'],
@@ -153,7 +158,8 @@ export const dealRoutes = [
         if (body.status === 'lost' && body.lostReason === undefined) {
           zctx.addIssue({ code: 'custom', path: ['lostReason'], message: 'required when status is "lost"' });
         }
-      }),
+      })
+      .meta({ if: { properties: { status: { const: 'lost' } }, required: ['status'] }, then: { properties: { lostReason: {} }, required: ['lostReason'] } }),
     response: single(Deal),
     errors: ['NOT_FOUND', 'STAGE_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     handler: async (ctx, { params, body }) => ({
@@ -163,6 +169,7 @@ export const dealRoutes = [
   route({
     method: 'get',
     path: '/api/v1/deals/{id}/activities',
+    operationId: 'listDealActivities',
     tag: 'Deals',
     auth: 'apiKey',
     scopes: ['activities:read'],

@@ -19,6 +19,7 @@ export const instanceRoutes = [
   route({
     method: 'get',
     path: '/api/v1/instances',
+    operationId: 'listInstances',
     tag: 'Instances',
     auth: 'apiKey',
     scopes: ['instances:read'],

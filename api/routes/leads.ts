@@ -6,6 +6,8 @@ import { leadListQuery, listLeads } from '../../domain/lead-list';
 import { listEnvelope } from '../../domain/pagination';
 import { requireContact } from '../../domain/refs';
 import { getInsight } from '../../domain/insights';
+import { PHONE_INTEGER_SCHEMA, PHONE_TEXT_SCHEMA } from '../../domain/phone';
+import { atLeastOne, emailAddress, trimmedText } from '../../domain/input-rules';
 
 const Insight = z
   .object({
@@ -19,10 +21,13 @@ const Insight = z
   })
   .openapi('Insight');
 
-const phoneInput = z.union([z.string().max(200), z.number().int().nonnegative()]).transform(String);
+const phoneInput = z
+  .union([z.string().max(200), z.number().int().nonnegative()])
+  .transform(String)
+  .meta({ anyOf: [PHONE_TEXT_SCHEMA, PHONE_INTEGER_SCHEMA], description: 'Brazilian phone: 55, the area code and the number; `+`, spaces, parentheses and dashes are ignored.' });
 const leadFields = {
   name: z.string().trim().max(200).optional(),
-  email: z.email().max(320).nullable().optional(),
+  email: emailAddress().nullable().optional(),
   notes: z.string().max(10_000).optional(),
   optedOut: z
     .boolean()
@@ -35,6 +40,7 @@ export const leadRoutes = [
   route({
     method: 'get',
     path: '/api/v1/leads',
+    operationId: 'listLeads',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['leads:read'],
@@ -56,11 +62,13 @@ export const leadRoutes = [
   route({
     method: 'post',
     path: '/api/v1/leads',
+    operationId: 'upsertLead',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['leads:write'],
     ipProfile: 'write',
     status: 201,
+    alsoStatus: [200],
     summary: 'Create or update a lead by phone (upsert)',
     description:
       'The phone is canonicalised like messaging: `+`, spaces, parentheses and dashes are ignored, `55` and the area code are ' +
@@ -71,8 +79,8 @@ export const leadRoutes = [
     body: z.object({
       phone: phoneInput.optional(),
       ...leadFields,
-      tags: z.array(z.string().trim().min(1).max(100)).max(50).optional(),
-    }),
+      tags: z.array(trimmedText(100)).max(50).optional(),
+    }).meta({ required: ['phone'] }),
     response: single(Lead),
     errors: ['PHONE_REQUIRED', 'INVALID_PHONE', 'NOT_FOUND'],
     handler: async (ctx, { body }) => {
@@ -84,6 +92,7 @@ export const leadRoutes = [
   route({
     method: 'get',
     path: '/api/v1/leads/{id}',
+    operationId: 'getLead',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['leads:read'],
@@ -100,6 +109,7 @@ export const leadRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/leads/{id}',
+    operationId: 'updateLead',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['leads:write'],
@@ -109,9 +119,7 @@ export const leadRoutes = [
       'At least one field. A phone already used by another lead is 409 CONFLICT. Fires the `contact_updated` trigger with the ' +
       'changed fields (nothing when nothing changed); the `contact.updated` webhook is reserved to edits in the CRM panel.',
     params: ContactParams,
-    body: z
-      .object({ phone: phoneInput.optional(), ...leadFields })
-      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'send at least one of name, email, phone, notes, optedOut' }),
+    body: atLeastOne(z.object({ phone: phoneInput.optional(), ...leadFields }), 'send at least one of name, email, phone, notes, optedOut'),
     response: single(Lead),
     errors: ['CONTACT_NOT_FOUND', 'INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
     handler: async (ctx, { params, body }) => ({
@@ -121,6 +129,7 @@ export const leadRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/leads/{id}',
+    operationId: 'deleteLead',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['leads:write'],
@@ -138,6 +147,7 @@ export const leadRoutes = [
   route({
     method: 'post',
     path: '/api/v1/leads/{id}/tags',
+    operationId: 'addLeadTag',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['tags:write'],
@@ -147,7 +157,7 @@ export const leadRoutes = [
       'An unknown name creates the tag; an unknown id is 404 NOT_FOUND. `added` is false when the lead already had the tag. ' +
       'Records `contact.tag_added` with source `api` and fires `contact_updated` (changedFields `tags`) only when added.',
     params: ContactParams,
-    body: z.object({ tag: z.string().trim().min(1).max(100) }),
+    body: z.object({ tag: trimmedText(100) }),
     response: single(z.object({ contactId: z.string(), tag: Tag, added: z.boolean() })),
     errors: ['CONTACT_NOT_FOUND', 'NOT_FOUND'],
     handler: async (ctx, { params, body }) => ({
@@ -157,6 +167,7 @@ export const leadRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/leads/{id}/tags/{tagId}',
+    operationId: 'removeLeadTag',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['tags:write'],
@@ -173,6 +184,7 @@ export const leadRoutes = [
   route({
     method: 'get',
     path: '/api/v1/leads/{id}/insight',
+    operationId: 'getLeadInsight',
     tag: 'Leads',
     auth: 'apiKey',
     scopes: ['insights:read'],

@@ -13,13 +13,14 @@ import {
   renameList,
 } from '../../domain/lists';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { trimmedText } from '../../domain/input-rules';
 
 const List = z
   .object({ id: z.string(), name: z.string(), contactCount: z.number(), createdAt: z.string(), updatedAt: z.string() })
   .openapi('List');
 
 
-const name = z.string().trim().min(1).max(120);
+const name = trimmedText(120);
 const COUNT_RULE =
   '`contactCount` is exact and counts canonical contacts only: a contact that is deleted, merged into another or a group chat ' +
   'stays a member but is neither counted nor listed.';
@@ -28,6 +29,7 @@ export const listRoutes = [
   route({
     method: 'get',
     path: '/api/v1/lists',
+    operationId: 'listLists',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:read'],
@@ -44,6 +46,7 @@ export const listRoutes = [
   route({
     method: 'post',
     path: '/api/v1/lists',
+    operationId: 'createList',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:write'],
@@ -58,6 +61,7 @@ export const listRoutes = [
   route({
     method: 'get',
     path: '/api/v1/lists/{id}',
+    operationId: 'getList',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:read'],
@@ -71,6 +75,7 @@ export const listRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/lists/{id}',
+    operationId: 'renameList',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:write'],
@@ -85,6 +90,7 @@ export const listRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/lists/{id}',
+    operationId: 'deleteList',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:write'],
@@ -98,6 +104,7 @@ export const listRoutes = [
   route({
     method: 'get',
     path: '/api/v1/lists/{id}/contacts',
+    operationId: 'listListContacts',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:read'],
@@ -115,6 +122,7 @@ export const listRoutes = [
   route({
     method: 'post',
     path: '/api/v1/lists/{id}/contacts',
+    operationId: 'addListContacts',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:write'],
@@ -135,6 +143,7 @@ export const listRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/lists/{id}/contacts/{contactId}',
+    operationId: 'removeListContact',
     tag: 'Lists',
     auth: 'apiKey',
     scopes: ['lists:write'],

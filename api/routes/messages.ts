@@ -6,7 +6,8 @@ import { runSend } from '../send';
 import { MESSAGE_TYPES } from '../../types/messaging';
 import { requirePhone } from '../../domain/contacts';
 import { ApiError } from '../../domain/errors';
-import { MESSAGE_CONTENT_FIELDS, messageContent, missingFields } from '../../domain/sending';
+import { MESSAGE_CONTENT_FIELDS, messageContent, messageRequirements, missingFields } from '../../domain/sending';
+import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
 import { isUuid } from '../../domain/refs';
 import { assertSafeUrlSyntax } from '../../domain/url-safety';
 import type { MessageContent } from '../../types/messaging';
@@ -72,12 +73,14 @@ export const messageRoutes = [
   route({
     method: 'post',
     path: '/api/v1/messages',
+    operationId: 'sendMessage',
     tag: 'Messages',
     auth: 'apiKey',
     scopes: ['conversations:send'],
     ipProfile: 'coldSend',
     keyProfile: 'coldSend',
     status: 201,
+    idempotent: true,
     summary: 'Send a message to a phone number, creating the contact and conversation when new',
     description:
       'Runs as a durable Temporal workflow (a saga): instance, contact and conversation found or created, opt-out, the ' +
@@ -87,8 +90,9 @@ export const messageRoutes = [
       `the daily slot. ${IDEMPOTENCY} The phone accepts \`+\`, spaces, parentheses and dashes; a mobile with and without its ` +
       'ninth digit is one contact. `created` tells whether this request created the contact and the conversation.',
     body: z
-      .object({ phone: z.string().max(32).optional(), instanceId: z.string().max(100).optional(), ...content })
-      .superRefine(requireForType),
+      .object({ phone: z.string().max(MAX_PHONE_INPUT).optional().meta({ pattern: PHONE_PATTERN }), instanceId: z.string().max(100).optional(), ...content })
+      .superRefine(requireForType)
+      .meta({ required: ['phone'], ...messageRequirements('type') }),
     response: single(SendResult),
     errors: ['PHONE_REQUIRED', 'INVALID_PHONE', 'INSTANCE_NOT_FOUND', 'INSTANCE_REQUIRED', 'NO_INSTANCE', 'COLD_LIMIT_REACHED', ...SEND_ERRORS],
     handler: async (ctx, { body }) => {
@@ -103,16 +107,18 @@ export const messageRoutes = [
   route({
     method: 'post',
     path: '/api/v1/conversations/{id}/messages',
+    operationId: 'sendConversationMessage',
     tag: 'Messages',
     auth: 'apiKey',
     scopes: ['conversations:send'],
     ipProfile: 'send',
     keyProfile: 'send',
     status: 201,
+    idempotent: true,
     summary: 'Send a message in an existing conversation',
     description: `The same rules, quota and window as \`POST /api/v1/messages\`, without find-or-create. ${IDEMPOTENCY}`,
     params: z.object({ id: z.uuid() }),
-    body: contentSchema.superRefine(requireForType),
+    body: contentSchema.superRefine(requireForType).meta(messageRequirements('type')),
     response: single(SendResult.omit({ created: true })),
     errors: ['NOT_FOUND', ...SEND_ERRORS],
     handler: async (ctx, { params, body }) => {

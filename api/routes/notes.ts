@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { route } from '../route';
+import { NON_BLANK } from '../../domain/input-rules';
 import { Deleted, listOf, single } from '../schemas';
 import { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from '../../domain/notes';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
@@ -12,7 +13,9 @@ const Note = z
 const body = z
   .string()
   .refine((s) => s.trim().length > 0, { message: 'must not be blank' })
-  .refine((s) => [...s].length <= MAX_NOTE_BODY, { message: `at most ${MAX_NOTE_BODY} characters` });
+  .refine((s) => [...s].length <= MAX_NOTE_BODY, { message: `at most ${MAX_NOTE_BODY} characters` })
+  // JSON Schema counts code points, like the rule above.
+  .meta({ minLength: 1, maxLength: MAX_NOTE_BODY, pattern: NON_BLANK });
 
 // A malformed lead id is 404 CONTACT_NOT_FOUND like an unknown one, a malformed note id 404 NOT_FOUND.
 const LeadParams = z.object({ id: z.string().max(100) });
@@ -25,6 +28,7 @@ export const noteRoutes = [
   route({
     method: 'get',
     path: '/api/v1/leads/{id}/notes',
+    operationId: 'listLeadNotes',
     tag: 'Notes',
     auth: 'apiKey',
     scopes: ['notes:read'],
@@ -43,6 +47,7 @@ export const noteRoutes = [
   route({
     method: 'post',
     path: '/api/v1/leads/{id}/notes',
+    operationId: 'createLeadNote',
     tag: 'Notes',
     auth: 'apiKey',
     scopes: ['notes:write'],
@@ -64,6 +69,7 @@ export const noteRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/leads/{id}/notes/{noteId}',
+    operationId: 'updateLeadNote',
     tag: 'Notes',
     auth: 'apiKey',
     scopes: ['notes:write'],
@@ -81,6 +87,7 @@ export const noteRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/leads/{id}/notes/{noteId}',
+    operationId: 'deleteLeadNote',
     tag: 'Notes',
     auth: 'apiKey',
     scopes: ['notes:write'],

@@ -13,6 +13,7 @@ export const pipelineRoutes = [
   route({
     method: 'get',
     path: '/api/v1/pipelines',
+    operationId: 'listPipelines',
     tag: 'Pipelines',
     auth: 'apiKey',
     scopes: ['pipelines:read'],

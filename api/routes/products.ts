@@ -3,6 +3,7 @@ import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/pagination';
 import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, updateProduct } from '../../domain/products';
+import { atLeastOne, ECMA_WHITESPACE, trimmedText } from '../../domain/input-rules';
 
 const Product = z
   .object({
@@ -22,7 +23,12 @@ const price = z
   .unknown()
   .optional()
   .openapi({
-    type: ['string', 'number', 'null'],
+    // The shapes parsePrice (domain/products) accepts; a number's digits are those of String(n).
+    anyOf: [
+      { type: 'string', pattern: `^[${ECMA_WHITESPACE}]*[0-9]{1,12}(\\.[0-9]{0,2})?[${ECMA_WHITESPACE}]*$` },
+      { type: 'number', minimum: 0, maximum: 999_999_999_999.99, multipleOf: 0.01 },
+      { type: 'null' },
+    ],
     description:
       'Decimal >= 0 with at most 2 decimal places and 12 integer digits (numeric(14,2)), as a string ("10.50") or a number; ' +
       'null clears. Anything else is 400 `INVALID_PRICE`.',
@@ -30,7 +36,7 @@ const price = z
   } as never);
 
 const fields = {
-  name: z.string().trim().min(1).max(200),
+  name: trimmedText(200),
   description: z.string().max(2000).nullable(),
   sku: z.string().trim().max(120).nullable().openapi({ description: 'Up to 120 characters; trimmed, and an empty one is stored as null.' }),
   price,
@@ -48,6 +54,7 @@ export const productRoutes = [
   route({
     method: 'get',
     path: '/api/v1/products',
+    operationId: 'listProducts',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:read'],
@@ -66,6 +73,7 @@ export const productRoutes = [
   route({
     method: 'post',
     path: '/api/v1/products',
+    operationId: 'createProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:write'],
@@ -87,6 +95,7 @@ export const productRoutes = [
   route({
     method: 'get',
     path: '/api/v1/products/{id}',
+    operationId: 'getProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:read'],
@@ -99,6 +108,7 @@ export const productRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/products/{id}',
+    operationId: 'updateProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:write'],
@@ -106,15 +116,16 @@ export const productRoutes = [
     summary: 'Change a product',
     description: 'At least one field must be sent. `null` clears `description`, `sku` and `price`. A bad price is 400 `INVALID_PRICE`.',
     params: IdParams,
-    body: z
-      .object({
+    body: atLeastOne(
+      z.object({
         name: fields.name.optional(),
         description: fields.description.optional(),
         sku: fields.sku.optional(),
         price: fields.price,
         active: fields.active.optional(),
-      })
-      .refine((b) => Object.values(b).some((v) => v !== undefined), { message: 'send at least one of name, description, sku, price, active' }),
+      }),
+      'send at least one of name, description, sku, price, active',
+    ),
     errors: ['INVALID_PRICE', 'CONFLICT'],
     response: single(Product),
     handler: async (ctx, { params, body }) => ({ data: await updateProduct(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),
@@ -122,6 +133,7 @@ export const productRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/products/{id}',
+    operationId: 'deleteProduct',
     tag: 'Products',
     auth: 'apiKey',
     scopes: ['products:write'],

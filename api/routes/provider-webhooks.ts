@@ -74,6 +74,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
   route({
     method: 'get',
     path: '/webhooks/whatsapp/{instanceId}',
+    operationId: 'verifyWhatsAppWebhook',
     tag: 'Provider webhooks',
     auth: 'none',
     ipProfile: 'webhookIn',
@@ -106,6 +107,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
   route({
     method: 'post',
     path: '/webhooks/whatsapp/{instanceId}',
+    operationId: 'receiveWhatsAppWebhook',
     tag: 'Provider webhooks',
     auth: 'none',
     ipProfile: 'webhookIn',
@@ -135,6 +137,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
   route({
     method: 'post',
     path: '/webhooks/web/{instanceId}',
+    operationId: 'receiveWebGatewayWebhook',
     tag: 'Provider webhooks',
     auth: 'none',
     ipProfile: 'webhookIn',

@@ -23,18 +23,22 @@ export const systemRoutes = [
   route({
     method: 'get',
     path: '/health',
+    operationId: 'getHealth',
     tag: 'System',
     auth: 'none',
     summary: 'Liveness: the process is up',
+    description: 'Answers 200 while the process serves requests, whatever the state of PostgreSQL and Temporal (see `/ready` for those).',
     response: z.object({ status: z.literal('ok') }),
     handler: async () => ({ status: 'ok' }),
   }),
   route({
     method: 'get',
     path: '/ready',
+    operationId: 'getReadiness',
     tag: 'System',
     auth: 'none',
     summary: 'Readiness: PostgreSQL and Temporal are reachable (503 otherwise)',
+    alsoStatus: [503],
     description: `Each check is \`ok\` or \`unavailable\` (an error, or no answer within ${READY_TIMEOUT_MS / 1000} s); why is logged, not returned.`,
     response: z.object({ status: z.enum(['ready', 'unavailable']), checks: z.object({ database: z.enum(CHECK_STATES), temporal: z.enum(CHECK_STATES) }) }),
     handler: async (ctx) => {

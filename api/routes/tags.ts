@@ -3,15 +3,17 @@ import { route } from '../route';
 import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
 import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/tags';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { atLeastOne, trimmedText } from '../../domain/input-rules';
 
 const TagRecord = Tag.extend({ createdAt: z.string() });
-const name = z.string().trim().min(1).max(100);
+const name = trimmedText(100);
 const color = z.string().regex(TAG_COLOR, 'expected a #rrggbb colour');
 
 export const tagRoutes = [
   route({
     method: 'get',
     path: '/api/v1/tags',
+    operationId: 'listTags',
     tag: 'Tags',
     auth: 'apiKey',
     scopes: ['tags:read'],
@@ -28,6 +30,7 @@ export const tagRoutes = [
   route({
     method: 'post',
     path: '/api/v1/tags',
+    operationId: 'createTag',
     tag: 'Tags',
     auth: 'apiKey',
     scopes: ['tags:write'],
@@ -45,6 +48,7 @@ export const tagRoutes = [
   route({
     method: 'get',
     path: '/api/v1/tags/{id}',
+    operationId: 'getTag',
     tag: 'Tags',
     auth: 'apiKey',
     scopes: ['tags:read'],
@@ -57,6 +61,7 @@ export const tagRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/tags/{id}',
+    operationId: 'updateTag',
     tag: 'Tags',
     auth: 'apiKey',
     scopes: ['tags:write'],
@@ -64,9 +69,7 @@ export const tagRoutes = [
     summary: 'Rename a tag or change its colour',
     description: 'At least one of `name` and `color`. Same rules as on create; contacts keep the tag.',
     params: IdParams,
-    body: z
-      .object({ name: name.optional(), color: color.optional() })
-      .refine((b) => b.name !== undefined || b.color !== undefined, { message: 'expected name and/or color' }),
+    body: atLeastOne(z.object({ name: name.optional(), color: color.optional() }), 'expected name and/or color'),
     response: single(TagRecord),
     errors: ['CONFLICT'],
     handler: async (ctx, { params, body }) => ({ data: await updateTag(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),
@@ -74,6 +77,7 @@ export const tagRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/tags/{id}',
+    operationId: 'deleteTag',
     tag: 'Tags',
     auth: 'apiKey',
     scopes: ['tags:write'],

@@ -4,6 +4,7 @@ import { Deleted, IdParams, listOf, single } from '../schemas';
 import { isoInstant, listEnvelope, pageQuery, sortQuery } from '../../domain/pagination';
 import { isUuid } from '../../domain/refs';
 import { createTask, deleteTask, getTask, listTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/tasks';
+import { atLeastOne, trimmedText } from '../../domain/input-rules';
 
 const Task = z
   .object({
@@ -35,8 +36,8 @@ const TaskQuery = pageQuery()
   });
 
 const fields = {
-  title: z.string().trim().min(1).max(500),
-  type: z.string().trim().min(1).max(64).openapi({ example: 'call' }),
+  title: trimmedText(500),
+  type: trimmedText(64).openapi({ example: 'call' }),
   dueDate: isoInstant.nullable().openapi({ description: 'ISO 8601 instant; null clears.', example: '2026-01-31T15:00:00.000Z' }),
   status: z.enum(TASK_STATUSES),
   contactId: z.string().nullable().openapi({ description: 'A contact of the workspace (404 `CONTACT_NOT_FOUND` otherwise); null unlinks.' }),
@@ -58,6 +59,7 @@ export const taskRoutes = [
   route({
     method: 'get',
     path: '/api/v1/tasks',
+    operationId: 'listTasks',
     tag: 'Tasks',
     auth: 'apiKey',
     scopes: ['tasks:read'],
@@ -77,6 +79,7 @@ export const taskRoutes = [
   route({
     method: 'post',
     path: '/api/v1/tasks',
+    operationId: 'createTask',
     tag: 'Tasks',
     auth: 'apiKey',
     scopes: ['tasks:write'],
@@ -92,6 +95,7 @@ export const taskRoutes = [
   route({
     method: 'get',
     path: '/api/v1/tasks/{id}',
+    operationId: 'getTask',
     tag: 'Tasks',
     auth: 'apiKey',
     scopes: ['tasks:read'],
@@ -104,6 +108,7 @@ export const taskRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/tasks/{id}',
+    operationId: 'updateTask',
     tag: 'Tasks',
     auth: 'apiKey',
     scopes: ['tasks:write'],
@@ -113,11 +118,7 @@ export const taskRoutes = [
       'At least one field must be sent. `status: "done"` records the completion time, `"pending"` clears it. `null` clears ' +
       '`dueDate`, `contactId`, `cardId` and `assignedTo`.',
     params: IdParams,
-    body: z
-      .object({ title: fields.title.optional(), ...optionalFields })
-      .refine((b) => Object.values(b).some((v) => v !== undefined), {
-        message: 'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo',
-      }),
+    body: atLeastOne(z.object({ title: fields.title.optional(), ...optionalFields }), 'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo'),
     errors: ['CONTACT_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     response: single(Task),
     handler: async (ctx, { params, body }) => ({ data: await updateTask(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),
@@ -125,6 +126,7 @@ export const taskRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/tasks/{id}',
+    operationId: 'deleteTask',
     tag: 'Tasks',
     auth: 'apiKey',
     scopes: ['tasks:write'],

@@ -5,6 +5,7 @@ import { ApiError } from '../../domain/errors';
 import { WEBHOOK_EVENTS } from '../../domain/outbox';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import {
+  ALL_EVENTS,
   createSubscription,
   deleteSubscription,
   deliveryWorkflowId,
@@ -26,6 +27,7 @@ import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
+import { atLeastOne, HTTP_URL } from '../../domain/input-rules';
 
 const Subscription = z
   .object({
@@ -54,11 +56,13 @@ const Delivery = z
   })
   .openapi('WebhookDelivery');
 
-const url = z.string().min(1).max(2048);
+const url = z.string().min(1).max(2048).meta({ pattern: HTTP_URL });
 const events = z
   .array(z.enum(SUBSCRIBABLE_EVENTS))
   .min(1)
-  .max(SUBSCRIBABLE_EVENTS.length);
+  .max(SUBSCRIBABLE_EVENTS.length)
+  // `"*"` (every event) stands alone (domain/webhooks).
+  .meta({ anyOf: [{ maxItems: 1 }, { items: { not: { const: ALL_EVENTS } } }] });
 const DeliveryParams = z.object({ id: z.uuid(), deliveryId: z.uuid() });
 
 /** How long a manual retry waits for its attempt (10 s receiver timeout + DNS + recording). */
@@ -70,6 +74,7 @@ export const webhookRoutes = [
   route({
     method: 'post',
     path: '/api/v1/webhooks',
+    operationId: 'createWebhook',
     noStore: true,
     tag: 'Webhooks',
     auth: 'apiKey',
@@ -92,6 +97,7 @@ export const webhookRoutes = [
   route({
     method: 'get',
     path: '/api/v1/webhooks',
+    operationId: 'listWebhooks',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:read'],
@@ -108,6 +114,7 @@ export const webhookRoutes = [
   route({
     method: 'get',
     path: '/api/v1/webhooks/{id}',
+    operationId: 'getWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:read'],
@@ -121,6 +128,7 @@ export const webhookRoutes = [
   route({
     method: 'patch',
     path: '/api/v1/webhooks/{id}',
+    operationId: 'updateWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],
@@ -131,9 +139,7 @@ export const webhookRoutes = [
       'disabled by a 410; `active: false` stops new deliveries, and deliveries waiting for a retry end `failed` at their next attempt. ' +
       'The next attempt of a pending delivery uses the new URL.',
     params: IdParams,
-    body: z
-      .object({ url: url.optional(), events: events.optional(), active: z.boolean().optional() })
-      .refine((b) => b.url !== undefined || b.events !== undefined || b.active !== undefined, { message: 'expected url, events and/or active' }),
+    body: atLeastOne(z.object({ url: url.optional(), events: events.optional(), active: z.boolean().optional() }), 'expected url, events and/or active'),
     response: single(Subscription),
     errors: ['INVALID_URL', 'DNS_UNAVAILABLE'],
     handler: async (ctx, { params, body }) => ({
@@ -143,6 +149,7 @@ export const webhookRoutes = [
   route({
     method: 'delete',
     path: '/api/v1/webhooks/{id}',
+    operationId: 'deleteWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],
@@ -156,6 +163,7 @@ export const webhookRoutes = [
   route({
     method: 'post',
     path: '/api/v1/webhooks/{id}/ping',
+    operationId: 'pingWebhook',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],
@@ -187,6 +195,7 @@ export const webhookRoutes = [
   route({
     method: 'get',
     path: '/api/v1/webhooks/{id}/deliveries',
+    operationId: 'listWebhookDeliveries',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:read'],
@@ -207,6 +216,7 @@ export const webhookRoutes = [
   route({
     method: 'post',
     path: '/api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
+    operationId: 'retryWebhookDelivery',
     tag: 'Webhooks',
     auth: 'apiKey',
     scopes: ['webhooks:write'],

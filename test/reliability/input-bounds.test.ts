@@ -419,22 +419,27 @@ function tweak(r: AnyRoute, body: Record<string, unknown>, steps: Step[]): Recor
   return body;
 }
 
-/** A string of exactly n characters that is otherwise valid for the field, or undefined when none can be made. */
+/** A string of exactly n characters that is otherwise valid for the field (its pattern included), or undefined when none can be made. */
 function fillString(slot: Slot, n: number): string | undefined {
   const s = slot.schema;
   const key = String(slot.steps[slot.steps.length - 1]?.key ?? '');
   if (s.format === 'uuid' || s.format === 'date-time') return undefined;
-  if (s.pattern) return undefined;
-  if (s.format === 'email') return n >= 14 ? 'a'.repeat(n - 12) + '@example.com' : undefined;
+  // The phone's bound is the phone rule's (parsePhone takes runs of separators the document's pattern does not spell out).
   if (isPhone(slot)) {
     const digits = `+${uniquePhone()}`;
     return n >= digits.length ? digits + '-'.repeat(n - digits.length) : undefined;
   }
-  if (s.format === 'uri' || /url$/i.test(key)) {
-    const base = `${receiver.url}/ok/`;
-    return n >= base.length ? base + 'a'.repeat(n - base.length) : undefined;
-  }
-  return 'a'.repeat(n);
+  const emailLike = s.format === 'email' || key === 'email';
+  const filled = emailLike
+    ? n >= 14
+      ? 'a'.repeat(n - 12) + '@example.com'
+      : undefined
+    : s.format === 'uri' || /url$/i.test(key)
+      ? n >= `${receiver.url}/ok/`.length
+        ? `${receiver.url}/ok/` + 'a'.repeat(n - `${receiver.url}/ok/`.length)
+        : undefined
+      : 'a'.repeat(n);
+  return filled !== undefined && (!s.pattern || new RegExp(s.pattern).test(filled)) ? filled : undefined;
 }
 
 /** The phone bound (32) is enforced by the phone rule itself (400 INVALID_PHONE), whatever the schema's coarser guard says. */
@@ -503,7 +508,8 @@ describe('every bound of every body schema', () => {
         // As many items as fit well under 1 MiB (the body limit would answer first otherwise).
         let big: unknown;
         if (slot.kind === 'record') {
-          big = Object.fromEntries(Array.from({ length: 70_000 }, (_, j) => [`k${j}`, 1]));
+          const value = typeof slot.schema.additionalProperties === 'object' ? sample(slot.schema.additionalProperties) : 1;
+          big = Object.fromEntries(Array.from({ length: 70_000 }, (_, j) => [`k${j}`, value]));
         } else {
           const make = (count: number) => Array.from({ length: count }, (_, j) => sample(slot.schema.items ?? {}, j));
           big = make(100_000);

@@ -43,6 +43,7 @@ describe('bounded work per request', () => {
     const slow = route({
       method: 'get',
       path: '/api/v1/__test/slow',
+      operationId: 'testSlow',
       tag: 'Test',
       auth: 'none',
       summary: 'a statement that sleeps',
