@@ -32,7 +32,7 @@ import { systemRoutes } from './routes/system';
 import { providerWebhookRoutes } from './routes/provider-webhooks';
 import { webhookRoutes } from './routes/webhooks';
 import { automationRoutes } from './routes/automations';
-import { CODEC_SESSION_PATH } from '../domain/codec-session';
+import { CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH } from '../domain/codec-session';
 
 /** Every endpoint of the service, in documentation order. */
 export const ROUTES: AnyRoute[] = [
@@ -141,14 +141,15 @@ document.getElementById('f').addEventListener('submit', async (e) => {
 });
 </script></body></html>`;
 async function codecCors(ctx: Context, next: Next): Promise<void> {
-  if (!ctx.path.startsWith(`${CODEC_SESSION_PATH}/`)) return next();
-  if (ctx.method === 'GET' && ctx.path === `${CODEC_SESSION_PATH}/session`) {
+  // The page that opens a session: outside the API's documented paths, like /docs.
+  if (ctx.method === 'GET' && ctx.path === CODEC_SESSION_PAGE_PATH) {
     ctx.type = 'html';
     ctx.set('Cache-Control', 'no-store');
     ctx.set('Content-Security-Policy', "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'");
     ctx.body = CODEC_SESSION_PAGE;
     return;
   }
+  if (!ctx.path.startsWith(`${CODEC_SESSION_PATH}/`)) return next();
   const origin = ctx.get('origin');
   ctx.set('Access-Control-Allow-Origin', origin || '*');
   // The UI sends the session cookie only with credentials, which needs the origin named, never `*`.

@@ -402,8 +402,10 @@ export async function regenerateToken(db: Db, workspaceId: string, id: string, v
 
 /** Removes the token: the URL stops working and the quota unit is free. */
 export async function removeToken(db: Db, workspaceId: string, id: string, view: AutomationView) {
-  await getAutomationRow(db, workspaceId, id);
+  if (!isUuid(id)) throw automationNotFound();
+  // One statement: an automation deleted meanwhile is 404, not a row that is not there.
   const [row] = await db('automations').where({ workspace_id: workspaceId, id }).update({ webhook_token: null, webhook_token_hash: null, updated_at: db.fn.now() }).returning('*');
+  if (!row) throw automationNotFound();
   return serializeAutomation(row, view);
 }
 

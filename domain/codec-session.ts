@@ -11,6 +11,8 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
  */
 export const CODEC_SESSION_COOKIE = 'crm_codec_session';
 export const CODEC_SESSION_PATH = '/admin/v1/temporal-codec';
+/** The page an operator opens to start a session (it posts the token to `${CODEC_SESSION_PATH}/session`). */
+export const CODEC_SESSION_PAGE_PATH = '/admin/temporal-codec';
 export const CODEC_SESSION_TTL_MS = 8 * 60 * 60 * 1000;
 
 function mac(adminToken: string, expires: number): string {

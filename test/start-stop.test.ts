@@ -127,6 +127,8 @@ async function stopsEverything(started: Started, signal: NodeJS.Signals, target:
     throw new Error(`${signal} left ${left.length} process(es) running:\n${left.map(([pid, c]) => `${pid} ${c}`).join('\n')}\n--- npm start said:\n${started.output()}`);
   }
   groups.delete(started.npm.pid!);
+  // Its last words may still be in the pipe when the processes are gone: read to the end first.
+  if (!started.npm.stdout!.readableEnded) await new Promise((r) => { started.npm.stdout!.once('end', r); setTimeout(r, 5000); });
   expect(started.output()).toContain('[start] stopped');
 }
 

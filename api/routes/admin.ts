@@ -14,7 +14,7 @@ import { addMember, requireMember } from '../../domain/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
-import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, issueCodecSession } from '../../domain/codec-session';
+import { CODEC_SESSION_COOKIE, CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, issueCodecSession } from '../../domain/codec-session';
 import { emailAddress, trimmedText } from '../../domain/input-rules';
 import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
 
@@ -110,7 +110,7 @@ export const adminRoutes: AnyRoute[] = [
     summary: 'Open a codec session for the Temporal UI (a cookie)',
     description:
       'The Temporal UI decodes payloads from the operator\'s browser and can send no admin token, only cookies. Called with the admin token ' +
-      `(the page at GET ${CODEC_SESSION_PATH}/session does it), this sets an HttpOnly, SameSite=Strict cookie valid for 8 hours that ` +
+      `(the page at GET ${CODEC_SESSION_PAGE_PATH} does it), this sets an HttpOnly, SameSite=Strict cookie valid for 8 hours that ` +
       'authorizes decode and encode only. In the UI\'s codec settings, set the endpoint to `<PUBLIC_BASE_URL>/admin/v1/temporal-codec` and turn on ' +
       '"Include cross-origin credentials". The UI and the API must be on the same site (one registrable domain, or both on localhost).',
     response: single(z.object({ expiresAt: z.iso.datetime() })),

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { ALL_SCOPES } from '../../domain/scopes';
-import { createWorkspace, eventually, expectError, startApi, TestApi, Workspace } from '../helpers';
+import { createWorkspace, eventually, expectError, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
 
 let api: TestApi;
 let connection: Connection;
@@ -174,15 +174,17 @@ it('opens a codec session for the Temporal UI: a cookie, issued for the admin to
   expect(sent.status).toBe(201);
   const [workflowId] = await workflowsOf(ws, 1);
   const { input } = await history(workflowId);
+  // The raw calls come from one client address of their own (the suite's other tests share 127.0.0.1's limits).
+  const ip = { 'x-forwarded-for': uniqueIp() };
   const decode = (cookie?: string) =>
     fetch(`${api.url}/admin/v1/temporal-codec/decode`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', origin: 'http://localhost:8233', ...(cookie ? { cookie } : {}) },
+      headers: { ...ip, 'content-type': 'application/json', origin: 'http://localhost:8233', ...(cookie ? { cookie } : {}) },
       body: JSON.stringify({ payloads: input }),
     });
 
   // The page an operator opens on the API's origin, and the call it makes.
-  const page = await fetch(`${api.url}/admin/v1/temporal-codec/session`);
+  const page = await fetch(`${api.url}/admin/temporal-codec`, { headers: ip });
   expect(page.status).toBe(200);
   expect(page.headers.get('content-type')).toMatch(/text\/html/);
   expect(await page.text()).toContain('Include cross-origin credentials');
@@ -207,8 +209,8 @@ it('opens a codec session for the Temporal UI: a cookie, issued for the admin to
   const [version, expires, mac] = value.split('.');
   expect((await decode(`${name}=${version}.${Number(expires) + 1000}.${mac}`)).status).toBe(401);
   expect((await decode(`${name}=${version}.${expires}.${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`)).status).toBe(401);
-  const other = await fetch(`${api.url}/admin/v1/workspaces/${ws.id}`, { headers: { cookie } });
+  const other = await fetch(`${api.url}/admin/v1/workspaces/${ws.id}`, { headers: { ...ip, cookie } });
   expect(other.status).toBe(401);
-  const another = await fetch(`${api.url}/admin/v1/temporal-codec/session`, { method: 'POST', headers: { cookie } });
+  const another = await fetch(`${api.url}/admin/v1/temporal-codec/session`, { method: 'POST', headers: { ...ip, cookie } });
   expect(another.status).toBe(401);
 });
