@@ -155,7 +155,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
         const run = { workspaceId, runId: input.runId, index, depth: input.depth, chain: input.chain, automationName: input.automationName ?? automation.name, context };
         if (action.type === 'send_message') {
           const result = await perform(db, action, run);
-          await saveContext(db, result.context!);
+          await saveContext(db, result.context);
           return answer(result);
         }
         return await db.transaction(async (trx) => {
@@ -167,7 +167,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
           }
           const result = await perform(trx, action, run);
           await trx('automation_action_effects').where(effect).update({ context: JSON.stringify(result.context) });
-          await saveContext(trx, result.context!);
+          await saveContext(trx, result.context);
           return answer(result);
         });
       } catch (err) {

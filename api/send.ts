@@ -2,8 +2,8 @@ import { createHash, randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
-import { ApiError, ERROR_CODES, type ErrorCode } from '../domain/errors';
-import { fromFailure } from '../domain/failures';
+import { ApiError } from '../domain/errors';
+import { fromFailure, fromRefusal } from '../domain/failures';
 import { isTemporalUnreachable } from '../domain/temporal';
 import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/send-requests';
 import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
@@ -184,9 +184,8 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
 
 /** A completed send's answer: the outcome, or the refusal's code (the send's 4xx). */
 function outcomeOf(result: SendResult): SendOutcome {
-  if (!isRefusal(result)) return result;
-  const { code, message, hint } = result.refused;
-  throw new ApiError(code in ERROR_CODES ? (code as ErrorCode) : 'SEND_FAILED', message, { hint });
+  if (isRefusal(result)) throw fromRefusal(result.refused);
+  return result;
 }
 
 /** The API's answer to a failed send workflow: the code its failure carries, else SEND_FAILED. */

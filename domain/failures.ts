@@ -41,6 +41,11 @@ export async function refusalsAsFailures<T>(work: () => Promise<T>, options: { r
  * type is one of the API's codes (the workflow failure wraps the activity failure that wraps it);
  * `fallback` when there is none.
  */
+/** The ApiError of a refusal a send workflow completed with (types/messaging.ts SendRefusal); an unknown code is SEND_FAILED. */
+export function fromRefusal(refused: { code: string; message: string; hint?: string }): ApiError {
+  return new ApiError(refused.code in ERROR_CODES ? (refused.code as ErrorCode) : 'SEND_FAILED', refused.message, { hint: refused.hint });
+}
+
 export function fromFailure(err: unknown, fallback: () => ApiError): ApiError {
   let cause: unknown = err;
   while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES)) cause = (cause as { cause?: unknown }).cause;

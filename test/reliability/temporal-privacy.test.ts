@@ -9,6 +9,7 @@ import { Client, Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { createWorkspace, eventually, expectError, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
+import { uniquePhone } from './workspace-fixture';
 
 let api: TestApi;
 let connection: Connection;
@@ -90,7 +91,7 @@ async function workspaceWithTemplate(): Promise<Workspace> {
 it("keeps an inbound webhook's body, the run's variables and its message out of the run's and the send's history, even decoded", async () => {
   const ws = await workspaceWithTemplate();
   const marker = `cpf-${randomUUID()}`;
-  const phone = `55119${String(10000000 + Math.floor(Math.random() * 89999999))}`;
+  const phone = uniquePhone();
   const automation = await api.request('POST', '/api/v1/automations', {
     key: ws.key,
     body: {
@@ -135,7 +136,7 @@ it("keeps an inbound webhook's body, the run's variables and its message out of 
 it('keeps a send\'s content out of its history; the codec endpoint is behind the admin token', async () => {
   const ws = await workspaceWithTemplate();
   const marker = `secret-${randomUUID()}`;
-  const phone = `55119${String(10000000 + Math.floor(Math.random() * 89999999))}`;
+  const phone = uniquePhone();
   const sent = await api.request('POST', '/api/v1/messages', {
     key: ws.key,
     headers: { 'Idempotency-Key': `privacy-${randomUUID()}` },
@@ -169,7 +170,7 @@ it('opens a codec session for the Temporal UI: a cookie, issued for the admin to
   const ws = await workspaceWithTemplate();
   const sent = await api.request('POST', '/api/v1/messages', {
     key: ws.key,
-    body: { phone: `55119${String(10000000 + Math.floor(Math.random() * 89999999))}`, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['x'] },
+    body: { phone: uniquePhone(), type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['x'] },
   });
   expect(sent.status).toBe(201);
   const [workflowId] = await workflowsOf(ws, 1);
