@@ -123,7 +123,9 @@ export function ensureSchemathesis(log: Log): string {
   const venv = path.join(TOOLS_DIR, 'schemathesis-venv');
   const st = path.join(venv, 'bin', 'st');
   const marker = path.join(venv, `installed-${SCHEMATHESIS_VERSION}-${HYPOTHESIS_VERSION}`);
-  if (executable(st) && fs.existsSync(marker)) return st;
+  // A venv's scripts name its python by absolute path: a checkout moved since the install needs a new one.
+  const movedSince = () => !fs.existsSync(fs.readFileSync(st, 'utf8').split('\n')[0].replace(/^#!/, '').trim());
+  if (executable(st) && fs.existsSync(marker) && !movedSince()) return st;
   const python = onPath('python3') ?? onPath('python');
   if (!python) {
     throw new Error(

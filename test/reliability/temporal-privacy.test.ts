@@ -9,7 +9,6 @@ import { Client, Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { createWorkspace, eventually, expectError, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
-import { uniquePhone } from './workspace-fixture';
 
 let api: TestApi;
 let connection: Connection;
@@ -24,6 +23,12 @@ afterAll(async () => {
   await connection?.close();
   await api.close();
 });
+
+/**
+ * A random mobile of its own: the emulator keeps scripted behaviours per number, and other test
+ * files' pid-based numbers (workspace-fixture's uniquePhone) can meet across jest workers.
+ */
+const uniquePhone = (): string => `55119${String(10_000_000 + Math.floor(Math.random() * 89_999_999))}`;
 
 type Payload = temporal.api.common.v1.IPayload;
 type WirePayload = { metadata: Record<string, string>; data: string };
