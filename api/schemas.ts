@@ -9,6 +9,19 @@ export const Pagination = z
   .openapi('Pagination');
 
 export const listOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item), pagination: Pagination });
+/**
+ * The page of a cursor-paged read (the events feed, incremental sync): no total and no offset,
+ * whose cost would grow with depth. `nextCursor` is always given: the position after this page,
+ * to store and resume from, also when `hasMore` is false (the next run continues there).
+ */
+export const CursorPagination = z
+  .object({
+    limit: z.number(),
+    hasMore: z.boolean().openapi({ description: 'More rows are readable now: ask again with `cursor=nextCursor`.' }),
+    nextCursor: z.string().openapi({ description: 'Opaque position after this page; pass it back as `cursor`.' }),
+  })
+  .openapi('CursorPagination');
+export const cursorListOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item), pagination: CursorPagination });
 export const single = <T extends z.ZodType>(item: T) => z.object({ data: item });
 
 /** `{id}` path parameter: a malformed id answers 404 like a missing record (see router). */
