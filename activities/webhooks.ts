@@ -16,7 +16,7 @@ export function createWebhookActivities({ db, config }: { db: Db; config: Pick<C
   return {
     async attemptWebhookDelivery(input: AttemptInput): Promise<AttemptResult> {
       const { rows } = await db.raw(
-        `SELECT d.id, d.event, d.payload, d.status, s.id AS subscription_id, s.url, s.secret, s.active
+        `SELECT d.id, d.event_id, d.event, d.payload, d.status, s.id AS subscription_id, s.url, s.secret, s.active
            FROM webhook_deliveries d
            JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
           WHERE d.workspace_id = ? AND d.id = ?`,
@@ -33,6 +33,7 @@ export function createWebhookActivities({ db, config }: { db: Db; config: Pick<C
             secret: openText(config.encryptionKeys!, delivery.secret),
             event: delivery.event,
             deliveryId: delivery.id,
+            eventId: delivery.event_id,
             body: deliveryBody(delivery.payload),
             policy: { allowPrivate: config.allowPrivateUrls },
           })

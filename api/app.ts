@@ -31,6 +31,7 @@ import { pipelineRoutes } from './routes/pipelines';
 import { systemRoutes } from './routes/system';
 import { providerWebhookRoutes } from './routes/provider-webhooks';
 import { webhookRoutes } from './routes/webhooks';
+import { eventRoutes } from './routes/events';
 import { automationRoutes } from './routes/automations';
 import { CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH } from '../domain/codec-session';
 
@@ -48,6 +49,7 @@ export const ROUTES: AnyRoute[] = [
   ...messageRoutes,
   ...instanceRoutes,
   ...webhookRoutes,
+  ...eventRoutes,
   ...automationRoutes,
   ...systemRoutes,
   ...adminRoutes,

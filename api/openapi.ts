@@ -35,6 +35,7 @@ export const TAGS: { name: string; description: string }[] = [
   { name: 'Messages', description: 'Sending WhatsApp messages: durable, idempotent sends.' },
   { name: 'Instances', description: 'The WhatsApp and Instagram connections of the workspace.' },
   { name: 'Webhooks', description: 'Subscriptions that receive signed business events, and their deliveries.' },
+  { name: 'Events', description: 'The business events the webhooks carry, read back by cursor: catch up after an outage.' },
   { name: 'Automations', description: 'Automations started by events or by an inbound webhook, and their runs.' },
   { name: 'System', description: 'Liveness and readiness probes.' },
   { name: 'Admin', description: 'Operator set-up with the ADMIN_TOKEN: workspaces, keys, members, pipelines, instances.' },

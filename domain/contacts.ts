@@ -286,12 +286,96 @@ export async function updateContact(db: Db, workspaceId: string, contactId: stri
   });
 }
 
-/** Soft delete: the contact disappears from every list, lookup, filter and count; rows stay. */
+/** What a contact.deleted or contact.merged event says about the contact that left. */
+const leaving = (row: ContactRow) => ({ contact_id: row.id, contact_name: row.name, phone: row.phone, email: row.email });
+
+/**
+ * Soft delete: the contact disappears from every list, lookup, filter and count; rows stay.
+ * `contact.deleted` tells subscribers and the events feed, so a synced copy can remove it.
+ */
 export async function softDeleteContact(db: Db, workspaceId: string, contactId: string): Promise<void> {
-  const updated = await canonical(db('contacts').where({ workspace_id: workspaceId, id: contactId }))
-    .update({ deleted_at: db.fn.now(), updated_at: db.fn.now() })
-    .returning('id');
-  if (updated.length === 0) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
+  await db.transaction(async (trx) => {
+    const [row]: ContactRow[] = await canonical(trx('contacts').where({ workspace_id: workspaceId, id: contactId }))
+      .update({ deleted_at: trx.fn.now(), updated_at: trx.fn.now() })
+      .returning('*');
+    if (!row) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
+    await recordEvent(trx, workspaceId, 'contact.deleted', leaving(row));
+  });
+}
+
+/**
+ * A human merges a duplicate into another contact in the panel. The survivor takes the
+ * duplicate's deals, tasks, notes, list memberships, tags, its insight and conversations (when it
+ * has none of its own), and its name or e-mail where its own is empty; a conversation on an
+ * instance where the survivor already has one gives its messages to the survivor's. The duplicate
+ * stays as a merged row (never listed again; `contact.merged` names the survivor). Counts follow
+ * by their triggers. The duplicate's phone is not carried over: a message from it later creates
+ * a new contact.
+ */
+export async function mergeContacts(db: Db, workspaceId: string, duplicateId: string, intoId: string) {
+  if (duplicateId === intoId) throw new ApiError('VALIDATION', 'A contact cannot be merged into itself', { hint: 'intoId must name another contact.' });
+  return db.transaction(async (trx) => {
+    // Both locked in id order: two merges of one pair, either way round, cannot deadlock.
+    const locked = new Map<string, ContactRow>();
+    for (const id of [duplicateId, intoId].sort()) {
+      const row = isUuid(id) ? await canonical(trx('contacts').where({ workspace_id: workspaceId, id })).forUpdate().first() : undefined;
+      if (!row) throw new ApiError('CONTACT_NOT_FOUND', id === intoId ? 'The contact to merge into was not found' : 'Contact not found');
+      locked.set(id, row);
+    }
+    const duplicate = locked.get(duplicateId)!;
+    const into = locked.get(intoId)!;
+    const moved = { workspace_id: workspaceId, contact_id: duplicate.id };
+    const now = trx.fn.now();
+    await trx('deals').where(moved).update({ contact_id: into.id, updated_at: now });
+    await trx('tasks').where(moved).update({ contact_id: into.id, updated_at: now });
+    await trx('notes').where(moved).update({ contact_id: into.id });
+    await trx.raw(
+      `INSERT INTO list_members (workspace_id, list_id, contact_id, created_at)
+       SELECT workspace_id, list_id, ?, created_at FROM list_members WHERE workspace_id = ? AND contact_id = ?
+       ON CONFLICT DO NOTHING`,
+      [into.id, workspaceId, duplicate.id],
+    );
+    await trx('list_members').where(moved).delete();
+    await trx.raw(
+      `UPDATE insights SET contact_id = ? WHERE workspace_id = ? AND contact_id = ? AND NOT EXISTS (SELECT 1 FROM insights WHERE contact_id = ?)`,
+      [into.id, workspaceId, duplicate.id, into.id],
+    );
+    // One conversation per contact and instance: where the survivor has one, it takes the messages.
+    const { rows: joined } = await trx.raw(
+      `UPDATE messages m SET conversation_id = mine.id
+         FROM conversations theirs JOIN conversations mine ON mine.instance_id = theirs.instance_id AND mine.contact_id = ?
+        WHERE m.conversation_id = theirs.id AND theirs.workspace_id = ? AND theirs.contact_id = ?
+       RETURNING mine.id`,
+      [into.id, workspaceId, duplicate.id],
+    );
+    const survivorConversations = [...new Set((joined as { id: string }[]).map((r) => r.id))];
+    if (survivorConversations.length) {
+      await trx.raw(
+        `UPDATE conversations c SET updated_at = now(),
+                last_message_at = (SELECT max(timestamp) FROM messages WHERE conversation_id = c.id),
+                last_inbound_at = greatest(c.last_inbound_at, (SELECT max(timestamp) FROM messages WHERE conversation_id = c.id AND direction = 'in'))
+          WHERE c.id = ANY(?::uuid[])`,
+        [survivorConversations],
+      );
+    }
+    await trx.raw(
+      `UPDATE conversations SET contact_id = ?, updated_at = now()
+        WHERE workspace_id = ? AND contact_id = ? AND instance_id NOT IN (SELECT instance_id FROM conversations WHERE contact_id = ?)`,
+      [into.id, workspaceId, duplicate.id, into.id],
+    );
+
+    const [gone]: ContactRow[] = await trx('contacts').where({ id: duplicate.id }).update({ merged_into_id: into.id, updated_at: now }).returning('*');
+    await recordEvent(trx, workspaceId, 'contact.merged', { ...leaving(gone), merged_into_id: into.id });
+    const tags = ((await tagsOf(trx, [duplicate.id])).get(duplicate.id) ?? []).map((t) => t.id);
+    const after = await changeContact(
+      trx,
+      workspaceId,
+      into,
+      { name: into.name === '' ? duplicate.name : undefined, email: into.email === null ? duplicate.email : undefined, addTags: tags },
+      { origin: 'panel' },
+    );
+    return withTags(trx, after);
+  });
 }
 
 /** Applies one tag (id, or name: created when new) to a contact; `added` is false when it was already there. */

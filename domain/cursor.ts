@@ -44,7 +44,7 @@ export function cursorParam<T extends z.ZodType>(kind: string, shape: T) {
  * JavaScript's Date keeps milliseconds, and a cursor rounded to them would skip or repeat rows
  * written in the same millisecond.
  */
-export const MICROS = z.string().regex(/^-?[0-9]{1,17}$/);
+export const MICROS = z.string().regex(/^-?[0-9]{1,18}$/);
 
 /** SQL for a column's microseconds since the epoch, as text (select it `AS` a name and put it in the cursor). */
 export function microsOf(column: string): string {

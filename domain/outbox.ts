@@ -8,6 +8,9 @@ export const WEBHOOK_EVENTS = [
   'lead.created',
   'contact.created',
   'contact.updated',
+  // A lead leaves the CRM: soft-deleted, or merged into another contact (the event names the survivor).
+  'contact.deleted',
+  'contact.merged',
   'message.received',
   'contact.tag_added',
   'contact.tag_removed',

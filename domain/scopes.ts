@@ -23,6 +23,7 @@ export const ALL_SCOPES = [
   'instances:read',
   'webhooks:read',
   'webhooks:write',
+  'events:read',
   'automations:read',
   'automations:write',
 ] as const;

@@ -64,6 +64,8 @@ export async function postWebhook(input: {
   secret: string;
   event: string;
   deliveryId: string;
+  /** The business event delivered (its id in the events feed); none for a ping. */
+  eventId?: string | null;
   body: string;
   policy: UrlPolicy;
   timeoutMs?: number;
@@ -85,6 +87,7 @@ export async function postWebhook(input: {
         'user-agent': WEBHOOK_USER_AGENT,
         'x-service-event': input.event,
         'x-service-delivery': input.deliveryId,
+        ...(input.eventId ? { 'x-service-event-id': input.eventId } : {}),
         'x-service-signature': signWebhook(input.secret, timestamp, input.body),
       },
       body: input.body,

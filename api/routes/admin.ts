@@ -13,7 +13,7 @@ import { createInstance, instanceConfigSchema, updateInstance } from '../../doma
 import { addMember, requireMember } from '../../domain/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
-import { panelCreateContact, panelUpdateContact } from '../../domain/contacts';
+import { mergeContacts, panelCreateContact, panelUpdateContact } from '../../domain/contacts';
 import { CODEC_SESSION_COOKIE, CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, issueCodecSession } from '../../domain/codec-session';
 import { emailAddress, trimmedText } from '../../domain/input-rules';
 import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
@@ -353,6 +353,24 @@ adminRoutes.push(
     handler: async (ctx, { params, body }) => {
       await requireMember(ctx.deps.db, params.id, body.memberId);
       return { data: await panelUpdateContact(ctx.deps.db, params.id, params.contactId, body) };
+    },
+  }),
+  adminRoute({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/contacts/{contactId}/merge',
+    operationId: 'mergePanelContact',
+    summary: 'A human merges a duplicate contact into another in the panel (emits contact.merged)',
+    description:
+      'The contact in the path is the duplicate; `intoId` survives and is answered. The survivor takes its deals, tasks, notes, ' +
+      'list memberships and tags, its insight and conversations where it has none of its own (messages join its conversation on ' +
+      'the same instance), and its name or e-mail where its own is empty. The duplicate is never listed again; `contact.merged` ' +
+      '(webhooks, events feed) and a tombstone in the incremental lead read tell synced systems.',
+    params: wsAnd('contactId'),
+    errors: ['CONTACT_NOT_FOUND'],
+    body: z.object({ intoId: z.uuid(), memberId: z.uuid().optional() }),
+    handler: async (ctx, { params, body }) => {
+      await requireMember(ctx.deps.db, params.id, body.memberId);
+      return { data: await mergeContacts(ctx.deps.db, params.id, params.contactId, body.intoId) };
     },
   }),
 );

@@ -169,6 +169,9 @@ export const BODIES: Record<string, (f: Fixture, receiverUrl: string) => unknown
   'put /admin/v1/workspaces/{id}/contacts/{contactId}/insight': () => ({ summary: 'hijacked' }),
   'post /admin/v1/workspaces/{id}/contacts': (f) => ({ phone: uniquePhone(), name: 'sneaked in', memberId: f.member.id }),
   'patch /admin/v1/workspaces/{id}/contacts/{contactId}': (f) => ({ name: 'hijacked', memberId: f.member.id }),
+  // The fixture has one contact, so with valid credentials this is 400 (a contact into itself):
+  // the matrix only sends admin bodies with bad credentials, where the shape is what counts.
+  'post /admin/v1/workspaces/{id}/contacts/{contactId}/merge': (f) => ({ intoId: f.contact.id }),
 };
 
 export const routeKey = (r: AnyRoute): string => `${r.method} ${r.path}`;
