@@ -1,50 +1,48 @@
 import { z } from 'zod';
 
 /**
- * Opaque cursors for the fast paths of reading (the events feed, incremental sync): a cursor
- * names the position after the last row a page returned, so the next page costs the same at any
- * depth (an index range scan from the position, where `offset` walks every row before it).
+ * Cursors for the fast paths of reading (the events feed, incremental sync): a cursor names the
+ * position after the last row a page returned, so the next page costs the same at any depth (an
+ * index range scan from the position, where `offset` walks every row before it).
  *
- * The text is `<kind>_<base64url of a JSON array>`: clients must treat it as opaque; the kind
- * stops a cursor of one list from being replayed on another (400 VALIDATION).
+ * The text is `<kind>_<part>_<part>...` (e.g. `events_1763900000000000_42`). Clients treat it as
+ * opaque; the kind stops a cursor of one list from being used on another. Every part has an exact
+ * pattern, and the documented pattern is their concatenation: any text it matches is a valid
+ * position, so a well-formed cursor is never refused (only a malformed one, 400 VALIDATION).
  */
-export function encodeCursor(kind: string, position: readonly (string | number | boolean)[]): string {
-  return `${kind}_${Buffer.from(JSON.stringify(position)).toString('base64url')}`;
+export interface CursorPart {
+  /** A regular expression (no anchors) for the part; it must not match `_`. */
+  pattern: string;
+}
+
+/** A timestamp at PostgreSQL's precision: microseconds since the epoch (JavaScript's Date keeps milliseconds, and a cursor rounded to them would skip or repeat rows written in the same millisecond). ±3,168 years around 1970. */
+export const MICROS: CursorPart = { pattern: '-?[0-9]{1,17}' };
+/** A row id. */
+export const UUID: CursorPart = { pattern: '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}' };
+/** A bigserial. */
+export const SERIAL: CursorPart = { pattern: '[0-9]{1,18}' };
+
+/** Before and after every timestamp a row can carry, as MICROS. */
+export const FIRST_MICROS = '-99999999999999999';
+export const LAST_MICROS = '99999999999999999';
+
+export function encodeCursor(kind: string, position: readonly (string | number)[]): string {
+  return [kind, ...position.map(String)].join('_');
 }
 
 /**
- * The `cursor` query parameter of a list whose cursors are `kind`, decoded to its position by
- * `shape` (a zod tuple). Anything else, including another list's cursor, is 400 VALIDATION.
+ * The `cursor` query parameter of a list whose cursors are `kind` with these parts, decoded to the
+ * parts' text. Anything else, including another list's cursor, is 400 VALIDATION.
  */
-export function cursorParam<T extends z.ZodType>(kind: string, shape: T) {
-  const prefix = `${kind}_`;
+export function cursorParam(kind: string, parts: readonly CursorPart[]) {
+  const pattern = `^${kind}_${parts.map((p) => `(${p.pattern})`).join('_')}$`;
+  const matcher = new RegExp(pattern);
   return z
     .string()
-    .max(512)
-    .regex(new RegExp(`^${kind}_[A-Za-z0-9_-]+$`), `expected a cursor from this list's pagination.nextCursor`)
-    .transform((text, ctx): z.infer<T> => {
-      let position: unknown;
-      try {
-        position = JSON.parse(Buffer.from(text.slice(prefix.length), 'base64url').toString('utf8'));
-      } catch {
-        position = undefined;
-      }
-      const parsed = shape.safeParse(position);
-      if (!parsed.success) {
-        ctx.addIssue({ code: 'custom', message: "not a cursor of this list: pass pagination.nextCursor back unchanged" });
-        return z.NEVER;
-      }
-      return parsed.data;
-    })
-    .meta({ type: 'string', description: "`pagination.nextCursor` of the previous page, passed back unchanged (opaque)." });
+    .regex(matcher, "expected a cursor of this list: pass pagination.nextCursor back unchanged")
+    .transform((text) => matcher.exec(text)!.slice(1))
+    .meta({ type: 'string', pattern, description: '`pagination.nextCursor` of the previous page, passed back unchanged (opaque).' });
 }
-
-/**
- * A timestamp at PostgreSQL's precision (microseconds since the epoch, as digits) for a cursor:
- * JavaScript's Date keeps milliseconds, and a cursor rounded to them would skip or repeat rows
- * written in the same millisecond.
- */
-export const MICROS = z.string().regex(/^-?[0-9]{1,18}$/);
 
 /** SQL for a column's microseconds since the epoch, as text (select it `AS` a name and put it in the cursor). */
 export function microsOf(column: string): string {

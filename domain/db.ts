@@ -8,12 +8,17 @@ export type Db = Knex;
 
 /**
  * `statementTimeoutMs`: PostgreSQL cancels any statement running longer (the API's and the
- * worker's pools), so no request, however crafted, holds a connection and a core for long.
+ * worker's pools), so no request, however crafted, holds a connection and a core for long. The
+ * same pools end a session left idle inside a transaction for a minute (a bug's leak): an open
+ * transaction holds locks, and holds back the settled horizon of cursor reads (domain/cursor.ts).
  */
+const IDLE_IN_TRANSACTION_MS = 60_000;
 export function createDb(databaseUrl: string, pool: { min?: number; max?: number; statementTimeoutMs?: number } = {}): Db {
   return knex({
     client: 'pg',
-    connection: pool.statementTimeoutMs ? { connectionString: databaseUrl, statement_timeout: pool.statementTimeoutMs } : databaseUrl,
+    connection: pool.statementTimeoutMs
+      ? { connectionString: databaseUrl, statement_timeout: pool.statementTimeoutMs, idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS }
+      : databaseUrl,
     pool: { min: pool.min ?? 0, max: pool.max ?? 10 },
     acquireConnectionTimeout: 10_000,
     // Knex reports lost or refused connections with console.log; one plain line on stderr instead

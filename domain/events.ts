@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Db } from './db';
-import { cursorParam, encodeCursor, FROM_MICROS, MICROS, microsOf, SETTLED_HORIZON } from './cursor';
+import { cursorParam, encodeCursor, FIRST_MICROS, FROM_MICROS, LAST_MICROS, MICROS, microsOf, SERIAL, SETTLED_HORIZON } from './cursor';
 import { WEBHOOK_EVENTS } from './outbox';
 import { isoInstant, pageQuery } from './pagination';
 import { deliveryBody, type DeliveryStatus } from './webhooks';
@@ -14,12 +14,10 @@ import { deliveryBody, type DeliveryStatus } from './webhooks';
  */
 
 /** A position in the feed: the event's creation time (microseconds) and its outbox sequence. */
-const POSITION = z.tuple([MICROS, z.string().regex(/^[0-9]{1,19}$/)]);
-type Position = z.infer<typeof POSITION>;
+type Position = string[];
 const CURSOR_KIND = 'events';
-/** Before every event, and after every event (year 1 and year 9999, in microseconds). */
-const FIRST: Position = ['-62135596800000000', '0'];
-const LAST: Position = ['253402300800000000', '0'];
+const FIRST: Position = [FIRST_MICROS, '0'];
+const LAST: Position = [LAST_MICROS, '0'];
 
 /** `type`: one event name or several, comma-separated. */
 const eventTypes = z
@@ -36,7 +34,7 @@ export const eventListQuery = pageQuery()
     createdAfter: isoInstant.optional().openapi({ description: 'Inclusive (ISO 8601; without a zone, UTC).' }),
     createdBefore: isoInstant.optional().openapi({ description: 'Exclusive (ISO 8601; without a zone, UTC).' }),
     order: z.enum(['desc', 'asc']).default('desc').openapi({ description: '`desc` (default): newest first; `asc`: oldest first, the order to catch up in.' }),
-    cursor: cursorParam(CURSOR_KIND, POSITION).optional(),
+    cursor: cursorParam(CURSOR_KIND, [MICROS, SERIAL]).optional(),
   });
 export type EventListQuery = z.infer<typeof eventListQuery>;
 

@@ -73,8 +73,6 @@ describe('the API against its own OpenAPI document (Schemathesis)', () => {
         `${api.url}/api/v1/openapi.json`,
         '--url',
         api.url,
-        '--checks',
-        'all',
         '--max-examples',
         String(MAX_EXAMPLES),
         '--phases',

@@ -367,10 +367,7 @@ adminRoutes.push(
       '(webhooks, events feed) and a tombstone in the incremental lead read tell synced systems.',
     params: wsAnd('contactId'),
     errors: ['CONTACT_NOT_FOUND'],
-    body: z.object({ intoId: z.uuid(), memberId: z.uuid().optional() }),
-    handler: async (ctx, { params, body }) => {
-      await requireMember(ctx.deps.db, params.id, body.memberId);
-      return { data: await mergeContacts(ctx.deps.db, params.id, params.contactId, body.intoId) };
-    },
+    body: z.object({ intoId: z.uuid() }),
+    handler: async (ctx, { params, body }) => ({ data: await mergeContacts(ctx.deps.db, params.id, params.contactId, body.intoId) }),
   }),
 );
