@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { Db } from './db';
 
 /**
  * Cursors for the fast paths of reading (the events feed, incremental sync): a cursor names the
@@ -61,3 +62,13 @@ export const FROM_MICROS = `('epoch'::timestamptz + (?::bigint * interval '1 mic
  * transaction left open holds the horizon (and the newest rows) back until it ends.
  */
 export const SETTLED_HORIZON = `(SELECT coalesce(min(xact_start), now()) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND xact_start IS NOT NULL)`;
+
+/**
+ * The settled horizon as MICROS text, read in a statement of its own BEFORE the page's: read in
+ * the page's statement, a transaction committing between the page's snapshot and the read of
+ * pg_stat_activity would be neither visible nor counted as open, and the page could pass its rows.
+ */
+export async function settledHorizon(db: Db): Promise<string> {
+  const { rows } = await db.raw(`SELECT ${microsOf('h.at')} AS micros FROM (SELECT ${SETTLED_HORIZON} AS at) h`);
+  return rows[0].micros;
+}

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Db } from './db';
-import { cursorParam, encodeCursor, FIRST_MICROS, FROM_MICROS, LAST_MICROS, MICROS, microsOf, SERIAL, SETTLED_HORIZON } from './cursor';
+import { cursorParam, encodeCursor, FIRST_MICROS, FROM_MICROS, LAST_MICROS, MICROS, microsOf, SERIAL, settledHorizon } from './cursor';
 import { WEBHOOK_EVENTS } from './outbox';
 import { isoInstant, pageQuery } from './pagination';
 import { deliveryBody, type DeliveryStatus } from './webhooks';
@@ -73,15 +73,16 @@ function serializeEvent(row: EventRow) {
 
 /**
  * One page of the workspace's events after (asc) or before (desc) the cursor, read only up to the
- * settled horizon (domain/cursor.ts): an event still being written by an open transaction cannot
- * appear later behind a cursor already handed out. `nextCursor` is always given: the last event's
+ * settled horizon (domain/cursor.ts, read before the page): an event still being written by an
+ * open transaction cannot appear later behind a cursor already handed out. `nextCursor` is always given: the last event's
  * position, or where the read stood when it found nothing.
  */
 export async function listEvents(db: Db, workspaceId: string, query: EventListQuery) {
   const asc = query.order === 'asc';
   const dir = asc ? 'ASC' : 'DESC';
-  const where: string[] = ['e.workspace_id = ?', "e.kind = 'webhook'", `e.created_at < ${SETTLED_HORIZON}`];
-  const bindings: Knex.Value[] = [workspaceId];
+  const horizon = await settledHorizon(db);
+  const where: string[] = ['e.workspace_id = ?', "e.kind = 'webhook'", `e.created_at < ${FROM_MICROS}`];
+  const bindings: Knex.Value[] = [workspaceId, horizon];
   if (query.type) where.push('e.name = ANY(?::text[])'), bindings.push(query.type);
   if (query.createdAfter) where.push('e.created_at >= ?'), bindings.push(query.createdAfter);
   if (query.createdBefore) where.push('e.created_at < ?'), bindings.push(query.createdBefore);
