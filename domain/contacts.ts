@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { ApiError } from './errors';
 import type { Db } from './db';
+import { answerItem, BatchInput, ItemAnswer } from './batch';
 import { Cause, recordEvent, recordTrigger } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { iso } from './time';
@@ -253,8 +254,9 @@ export interface LeadInput {
  * without its ninth digit is one contact). A new phone creates the contact and records
  * lead.created; a known one is updated (given fields only; tags are added, unknown tag names
  * created). One INSERT ... ON CONFLICT decides, so concurrent upserts of one phone make one contact.
+ * Inside a caller's transaction (a batch chunk) its transaction is a savepoint.
  */
-export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, options: ChangeOptions) {
+export async function upsertLead(db: Db | Trx, workspaceId: string, input: LeadInput, options: ChangeOptions) {
   const phone = requirePhone(input.phone);
   return db.transaction(async (trx) => {
     const inserted = await trx.raw(
@@ -276,6 +278,30 @@ export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, 
     row = await changeContact(trx, workspaceId, existing, { name: input.name, email: input.email, notes: input.notes, optedOut: input.optedOut, addTags: input.tags }, options);
     return { created: false, lead: await withTags(trx, row) };
   });
+}
+
+/**
+ * One chunk of a batch upsert (POST /api/v1/leads/batch): each item is the single upsert, in its
+ * own savepoint, taken in phone-key order so concurrent batches lock their contacts in the same
+ * order and queue instead of deadlocking. Duplicates of one phone keep request order among
+ * themselves: the first creates the lead (201), the next update it (200).
+ */
+export async function upsertLeadChunk(trx: Trx, workspaceId: string, chunk: BatchInput<LeadInput>[], options: ChangeOptions): Promise<ItemAnswer[]> {
+  const keyOf = (input: LeadInput): string => {
+    const parsed = input.phone === undefined ? undefined : parsePhone(input.phone);
+    return parsed?.ok ? parsed.phone.key : '';
+  };
+  const ordered = chunk.map((item) => ({ item, key: keyOf(item.input) })).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.item.index - b.item.index));
+  const answers: ItemAnswer[] = [];
+  for (const { item } of ordered) {
+    answers.push(
+      await answerItem(item.index, async () => {
+        const { created, lead } = await upsertLead(trx, workspaceId, item.input, options);
+        return { status: created ? 201 : 200, data: lead };
+      }),
+    );
+  }
+  return answers;
 }
 
 /** Changes a lead's fields (name, email, phone, notes) through the API or an automation. */
