@@ -16,6 +16,7 @@ import {
   Receiver,
   seedContact,
   seedPipeline,
+  settleOutbox,
   startApi,
   startReceiver,
   TestApi,
@@ -88,19 +89,27 @@ describe('POST /api/v1/leads/batch', () => {
 
   it('makes one lead of a mobile given with and without its ninth digit: the first item creates it, the next update it', async () => {
     const phone = mobile();
+    const known = mobile();
+    await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: known, name: 'Known', tags: ['Old'] } });
     const res = await leadBatch([
       { phone, name: 'Carla' },
-      { phone: withoutNinth(phone), email: 'carla@example.com' },
-      { phone: Number(withoutNinth(phone)), notes: 'as a number' },
+      { phone: withoutNinth(phone), email: 'carla@example.com', tags: ['Repeat'] },
+      { phone: withoutNinth(known), tags: ['Old', 'Repeat'] },
+      { phone: Number(withoutNinth(phone)), notes: 'as a number', tags: ['Repeat'] },
     ]);
-    expect(outcomes(res.body)).toEqual(['0:201', '1:200', '2:200']);
-    const ids = new Set(res.body.data.map((item: any) => item.data.id));
+    expect(outcomes(res.body)).toEqual(['0:201', '1:200', '2:200', '3:200']);
+    const ids = new Set([0, 1, 3].map((i) => res.body.data[i].data.id));
     expect(ids.size).toBe(1);
-    expect(res.body.data[2].data).toMatchObject({ name: 'Carla', phone, email: 'carla@example.com', notes: 'as a number' });
+    expect(res.body.data[3].data).toMatchObject({ name: 'Carla', phone, email: 'carla@example.com', notes: 'as a number', tags: [{ name: 'Repeat' }] });
+    expect(res.body.data[2].data.tags.map((t: any) => t.name)).toEqual(['Old', 'Repeat']);
     const [id] = ids;
     expect((await outbox(api, ws.id, 'lead.created')).filter((e) => e.payload.contact_id === id)).toHaveLength(1);
-    // Each update records the contact_updated trigger with its own changed fields, as single upserts would.
-    expect((await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === id).map((e) => e.payload.changedFields)).toEqual(['email', 'notes']);
+    // Each update records what a single upsert would: the contact_updated trigger with its own
+    // changed fields, a tag event only for a tag the lead did not have.
+    expect((await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === id).map((e) => e.payload.changedFields)).toEqual(['email,tags', 'notes']);
+    expect((await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === id).map((e) => e.payload.tag.name)).toEqual(['Repeat']);
+    const knownId = res.body.data[2].data.id;
+    expect((await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === knownId).map((e) => e.payload.tag.name)).toEqual(['Old', 'Repeat']);
   });
 
   it('creates a new tag once for all the items that name it, and records contact.tag_added per lead', async () => {
@@ -209,6 +218,8 @@ describe('POST /api/v1/deals/batch', () => {
 
   it('creates and changes deals in one batch, each answered and evented as its single call', async () => {
     const [moved, won, untouched] = [await createOne('to move'), await createOne('to win'), await createOne('same stage')];
+    // Their card.created events reach only the subscriptions of their dispatch: let them go first.
+    await settleOutbox(api, w.id);
     const path = `/ok/batch-deals-${process.pid}-${++seq}`;
     expect((await api.request('POST', '/api/v1/webhooks', { key: w.key, body: { url: `${receiver.url}${path}`, events: ['card.created', 'card.moved', 'card.won'] } })).status).toBe(201);
     const res = await dealBatch(w, [
