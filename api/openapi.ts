@@ -234,7 +234,8 @@ const EXAMPLE_TIME = '2026-03-14T15:09:26.535Z';
 
 /** A plausible value for a field, from its name and JSON schema. */
 function exampleOf(schema: JsonSchema | undefined, doc: OpenApiDoc, key = '', depth = 0): unknown {
-  if (!schema || depth > 8) return null;
+  // A bound for recursive schemas, deep enough for a batch answer (item, variant, lead, its tags).
+  if (!schema || depth > 12) return null;
   if (schema.example !== undefined) return schema.example;
   if (schema.$ref) return exampleOf(doc.components?.schemas?.[schema.$ref.split('/').pop()], doc, key, depth + 1);
   if (schema.allOf) return Object.assign({}, ...schema.allOf.map((part: JsonSchema) => exampleOf(part, doc, key, depth + 1)));
