@@ -86,7 +86,8 @@ function handle(def: AnyRoute): Middleware {
     const query = parse(def.query, ctx.query, 'query');
     const items = def.batch ? parseBatch(def, requestBody(ctx) ?? {}) : [];
     const body = def.batch ? undefined : parse(def.body, requestBody(ctx) ?? {}, 'body');
-    if (def.idempotent) parse(IdempotencyHeaders, { 'Idempotency-Key': ctx.get('idempotency-key') || undefined }, 'headers');
+    // A header sent empty (or blank: Node trims it) is checked too: it is not a missing one.
+    if (def.idempotent) parse(IdempotencyHeaders, { 'Idempotency-Key': ctx.headers['idempotency-key'] === undefined ? undefined : ctx.get('idempotency-key') }, 'headers');
     ctx.status = def.status ?? 200;
     const result = await def.handler(ctx, { params, query, body, items });
     if (result !== undefined) ctx.body = result;
