@@ -29,6 +29,7 @@ export const CLAIM_LEASE_SECONDS = 60;
 /** A key held by this request: `answers` are those a dead predecessor already committed (resumed, not redone). */
 export interface Claim<A> {
   id: string;
+  workspaceId: string;
   key: string;
   claim: string;
   answers: A[];
@@ -70,7 +71,7 @@ export async function claimKey<A>(db: Db, workspaceId: string, key: string, oper
       [workspaceId, key, operation, hash, claim, CLAIM_LEASE_SECONDS, STORED_ANSWER_HOURS, STORED_ANSWER_HOURS, STORED_ANSWER_HOURS],
     );
     const mine: { id: string; results: string[] } | undefined = taken.rows[0];
-    if (mine) return { claim: { id: mine.id, key, claim, answers: mine.results.map((r) => JSON.parse(r) as A) } };
+    if (mine) return { claim: { id: mine.id, workspaceId, key, claim, answers: mine.results.map((r) => JSON.parse(r) as A) } };
 
     const held: Row | undefined = (
       await db.raw(
@@ -96,16 +97,17 @@ export async function claimKey<A>(db: Db, workspaceId: string, key: string, oper
  */
 export async function recordProgress<A>(trx: Knex.Transaction, claim: Claim<A>, answers: A[]): Promise<void> {
   const updated = await trx.raw(
-    `UPDATE idempotent_requests SET results = results || ?::text[], locked_until = now() + make_interval(secs => ?) WHERE id = ? AND claim = ?`,
-    [answers.map((a) => JSON.stringify(a)), CLAIM_LEASE_SECONDS, claim.id, claim.claim],
+    `UPDATE idempotent_requests SET results = results || ?::text[], locked_until = now() + make_interval(secs => ?) WHERE workspace_id = ? AND id = ? AND claim = ?`,
+    [answers.map((a) => JSON.stringify(a)), CLAIM_LEASE_SECONDS, claim.workspaceId, claim.id, claim.claim],
   );
   if (updated.rowCount === 0) throw inProgress(claim.key);
 }
 
 /** The answer is complete: the key replays it from now on (`answers`: those not recorded by a chunk). */
 export async function completeKey<A>(db: Db, claim: Claim<A>, answers: A[]): Promise<void> {
-  await db.raw(`UPDATE idempotent_requests SET results = results || ?::text[], state = 'done' WHERE id = ? AND claim = ?`, [
+  await db.raw(`UPDATE idempotent_requests SET results = results || ?::text[], state = 'done' WHERE workspace_id = ? AND id = ? AND claim = ?`, [
     answers.map((a) => JSON.stringify(a)),
+    claim.workspaceId,
     claim.id,
     claim.claim,
   ]);
@@ -113,7 +115,11 @@ export async function completeKey<A>(db: Db, claim: Claim<A>, answers: A[]): Pro
 
 /** The request failed (the database, a bug): a repeat with the same body may resume at once. */
 export async function releaseKey<A>(db: Db, claim: Claim<A>): Promise<void> {
-  await db.raw(`UPDATE idempotent_requests SET locked_until = now() WHERE id = ? AND claim = ? AND state = 'running'`, [claim.id, claim.claim]);
+  await db.raw(`UPDATE idempotent_requests SET locked_until = now() WHERE workspace_id = ? AND id = ? AND claim = ? AND state = 'running'`, [
+    claim.workspaceId,
+    claim.id,
+    claim.claim,
+  ]);
 }
 
 function keyReused(key: string): ApiError {

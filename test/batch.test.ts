@@ -199,6 +199,22 @@ describe('bounded work per transaction', () => {
   });
 });
 
+describe('concurrent batches', () => {
+  it('over the same leads in opposite orders, both answer every item', async () => {
+    const w = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
+    // One chunk each, the same leads: in request order their locks would cross.
+    const phones = Array.from({ length: BATCH_CHUNK }, () => mobile());
+    expect(outcomes((await leadBatch(phones.map((phone) => ({ phone })), { key: w.key })).body).every((o) => o.endsWith(':201'))).toBe(true);
+    const forward = phones.map((phone, i) => ({ phone, name: `forward ${i}`, tags: ['Up', 'Down'] }));
+    const backward = [...phones].reverse().map((phone, i) => ({ phone, notes: `backward ${i}`, tags: ['Down', 'Up'] }));
+    const [a, b] = await Promise.all([leadBatch(forward, { key: w.key }), leadBatch(backward, { key: w.key })]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect([...outcomes(a.body), ...outcomes(b.body)].every((o) => o.endsWith(':200'))).toBe(true);
+    const leads = await api.db('contacts').where({ workspace_id: w.id }).whereIn('phone', phones).select('name', 'notes');
+    expect(leads.every((l) => l.name.startsWith('forward') && l.notes.startsWith('backward'))).toBe(true);
+  });
+});
+
 describe('POST /api/v1/deals/batch', () => {
   let w: Workspace;
   let pipeline: Awaited<ReturnType<typeof seedPipeline>>;
