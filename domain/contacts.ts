@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { ApiError } from './errors';
+import { ApiError, constraintConflict } from './errors';
 import type { Db } from './db';
 import { BatchInput, ItemAnswer, refused } from './batch';
 import { Cause, recordEvent, recordEvents, recordTrigger } from './outbox';
@@ -306,9 +306,12 @@ export interface LeadInput {
  */
 export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, options: ChangeOptions) {
   const phone = requirePhone(input.phone);
-  const [outcome] = await db.transaction((trx) => upsertLeads(trx, workspaceId, [{ input, phone }], options));
-  if ('error' in outcome) throw outcome.error;
-  return outcome;
+  return db.transaction(async (trx) => {
+    const [outcome] = await upsertLeads(trx, workspaceId, [{ input, phone }], options);
+    // Thrown inside: the transaction rolls back whatever the refused lead began.
+    if ('error' in outcome) throw outcome.error;
+    return outcome;
+  });
 }
 
 export type LeadOutcome = { created: boolean; lead: ReturnType<typeof serializeLead> } | { error: ApiError };
@@ -398,8 +401,10 @@ export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input:
         current.set(phone.key, after);
         results[i] = { created: false, row: after };
       } catch (err) {
-        if (!(err instanceof ApiError)) throw err;
-        results[i] = { error: err };
+        // Refused in its savepoint (among others): that lead's answer, as the single call's would be.
+        const refusal = err instanceof ApiError ? err : leads.length > 1 ? constraintConflict(err) : undefined;
+        if (!refusal) throw err;
+        results[i] = { error: refusal };
       }
     }
   }

@@ -124,7 +124,7 @@ export const dealRoutes = [
   route({
     method: 'post',
     path: '/api/v1/deals/batch',
-    operationId: 'dealBatch',
+    operationId: 'writeDealBatch',
     tag: 'Deals',
     auth: 'apiKey',
     scopes: ['deals:write'],
@@ -155,7 +155,7 @@ export const dealRoutes = [
     ]),
     errors: ['IN_PROGRESS', 'IDEMPOTENCY_KEY_REUSED'],
     handler: async (ctx, { items }) =>
-      answerBatch<DealBatchInput>(ctx, 'dealBatch', items, (trx, chunk) => dealChunk(trx, ctx.state.auth!.workspaceId, chunk, apiActor(ctx))),
+      answerBatch<DealBatchInput>(ctx, 'writeDealBatch', items, (trx, chunk) => dealChunk(trx, ctx.state.auth!.workspaceId, chunk, apiActor(ctx))),
   }),
   route({
     method: 'get',
