@@ -77,8 +77,11 @@ const RESPONSE_HEADERS = {
   'X-RateLimit-Remaining': { description: 'Requests left in the current window.', schema: integer },
   'X-RateLimit-Reset': { description: 'Seconds until the window turns.', schema: integer },
   'Retry-After': { description: 'Seconds to wait before retrying.', schema: integer },
-  'Idempotency-Key': { description: 'The key of this send: yours, or one generated when you sent none (repeat with it to join the same send).', schema: { type: 'string' } },
-  'Idempotent-Replayed': { description: '`true`: the answer of an earlier send with the same key, replayed; nothing was sent again.', schema: { type: 'string', enum: ['true'] } },
+  'Idempotency-Key': {
+    description: "The request's key: on a send yours, or one generated when you sent none (repeat with it to join the same send); on a batch yours, when you sent one.",
+    schema: { type: 'string' },
+  },
+  'Idempotent-Replayed': { description: '`true`: the answer of an earlier request with the same key, replayed; nothing was done again.', schema: { type: 'string', enum: ['true'] } },
   'Cache-Control': { description: 'The answer carries a secret: no cache may keep it.', schema: { type: 'string', enum: ['no-store'] } },
 } satisfies Record<string, HeaderObject>;
 type HeaderName = keyof typeof RESPONSE_HEADERS;
@@ -88,7 +91,7 @@ type HeaderName = keyof typeof RESPONSE_HEADERS;
  * the rate-limit headers on every answer given after the route's counters ran (required where they
  * always did: a success, a 429; optional where the answer may come before them: a 413 refused from
  * its Content-Length, a 500, a 503 of an unreachable database; a 401 when only the key is counted);
- * Retry-After on a 429 of a counter and on a 503; the idempotent sends' own.
+ * Retry-After on a 429 of a counter and on a 503; the idempotent routes' own.
  */
 function responseHeaders(def: AnyRoute, status: number, codes: ErrorCode[]): Record<string, HeaderObject> {
   const headers: Partial<Record<HeaderName, boolean>> = { 'X-Request-Id': true };
@@ -100,9 +103,11 @@ function responseHeaders(def: AnyRoute, status: number, codes: ErrorCode[]): Rec
   if (status === 429) headers['Retry-After'] = codes.every((c) => BUCKET_CODES.has(c));
   if (status === 503 && codes.includes('UNAVAILABLE')) headers['Retry-After'] = false;
   if (def.idempotent) {
-    if (status < 300) headers['Idempotency-Key'] = true;
+    // A send always answers with its key and its 200 is a replay; a batch echoes a key it was given, and its first answer is 200 too.
+    const send = def.idempotent === 'send';
+    if (status < 300) headers['Idempotency-Key'] = send;
     if (status === 409) headers['Idempotency-Key'] = false;
-    if (status === 200) headers['Idempotent-Replayed'] = true;
+    if (status === 200) headers['Idempotent-Replayed'] = send;
   }
   if (def.noStore && status < 300) headers['Cache-Control'] = true;
   return Object.fromEntries(Object.entries(headers).map(([name, required]) => [name, { ...RESPONSE_HEADERS[name as HeaderName], required }]));
@@ -142,7 +147,14 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     const successStatuses = [...new Set([def.status ?? 200, ...(def.alsoStatus ?? []), ...(def.idempotent ? [200] : [])])];
     for (const status of successStatuses) {
       responses[String(status)] = {
-        description: status === 503 ? 'Not ready' : def.idempotent && status === 200 ? 'Replayed: the answer of an earlier send with the same Idempotency-Key' : 'Success',
+        description:
+          status === 503
+            ? 'Not ready'
+            : def.idempotent === 'send' && status === 200
+              ? 'Replayed: the answer of an earlier send with the same Idempotency-Key'
+              : def.batch
+                ? "Every item's answer, in request order (also a replay of an earlier answer with the same Idempotency-Key: `Idempotent-Replayed: true`)"
+                : 'Success',
         headers: responseHeaders(def, status, []),
         ...(def.response ? { content: { 'application/json': { schema: def.response } } } : {}),
       };
@@ -223,7 +235,8 @@ const EXAMPLE_TIME = '2026-03-14T15:09:26.535Z';
 
 /** A plausible value for a field, from its name and JSON schema. */
 function exampleOf(schema: JsonSchema | undefined, doc: OpenApiDoc, key = '', depth = 0): unknown {
-  if (!schema || depth > 8) return null;
+  // A bound for recursive schemas, deep enough for a batch answer (item, variant, lead, its tags).
+  if (!schema || depth > 12) return null;
   if (schema.example !== undefined) return schema.example;
   if (schema.$ref) return exampleOf(doc.components?.schemas?.[schema.$ref.split('/').pop()], doc, key, depth + 1);
   if (schema.allOf) return Object.assign({}, ...schema.allOf.map((part: JsonSchema) => exampleOf(part, doc, key, depth + 1)));

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import type { ErrorCode } from '../domain/errors';
+import type { ApiError, ErrorCode } from '../domain/errors';
 import type { IpProfile, KeyProfile } from '../domain/rate-limit';
 import type { Scope } from '../domain/scopes';
 
@@ -15,8 +15,14 @@ export type AnyObject = z.ZodObject<z.ZodRawShape>;
 export interface RouteInput<P, Q, B> {
   params: P;
   query: Q;
+  /** The validated body; a `batch` route gets `items` instead. */
   body: B;
+  /** A `batch` route's items, each validated on its own, in request order (empty for other routes). */
+  items: BatchItem[];
 }
+
+/** One item of a batch body: its validated input, or why it is invalid (its own 400 answer). */
+export type BatchItem<T = unknown> = { index: number; input: T; error?: undefined } | { index: number; error: ApiError; raw: unknown };
 
 export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject = AnyObject, B extends z.ZodType = z.ZodType> {
   method: Method;
@@ -57,11 +63,22 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
    */
   noStore?: true;
   /**
-   * An idempotent send: takes an `Idempotency-Key` header (validated by the router, 400 VALIDATION),
-   * answers with one, and a repeat within the memo window is 200 with `Idempotent-Replayed: true`
-   * (api/send.ts). Documented from this flag.
+   * Takes an `Idempotency-Key` header (validated by the router, 400 VALIDATION naming it), and a
+   * repeat is answered 200 with `Idempotent-Replayed: true`. `send`: a send through Temporal, whose
+   * answers always carry the key (one is generated when none is given; api/send.ts). `batch`: a
+   * batch whose answer is kept in PostgreSQL for 24 hours, the key echoed when given (api/batch.ts).
+   * Documented from this flag.
    */
-  idempotent?: true;
+  idempotent?: 'send' | 'batch';
+  /**
+   * A batch body `{ <field>: [item, ...] }` (`body` states it for the document, built by
+   * api/batch.ts batchBody). The router checks the envelope, an object whose `field` holds 1 to
+   * BATCH_MAX items (anything else is 400 VALIDATION for the whole request), then each item on its
+   * own, so an invalid item is that item's answer (VALIDATION naming `body.<field>.<index>.<path>`)
+   * and never fails the others. `schemaFor` picks an item's schema when the kind of item decides it
+   * (default: the array's item schema).
+   */
+  batch?: { field: string; schemaFor?: (item: unknown) => z.ZodType };
   handler: (ctx: Context, input: RouteInput<z.infer<P>, z.infer<Q>, z.infer<B>>) => Promise<unknown>;
 }
 

@@ -7,7 +7,8 @@ import { unstorableReason } from '../domain/text';
 import { adminAuth, apiKeyAuth } from './middleware/auth';
 import { requestBody } from './middleware/body';
 import { enforce, ipBucket } from './middleware/rate-limit';
-import { AnyRoute, koaPath } from './route';
+import { BATCH_MAX } from '../domain/batch';
+import { AnyObject, AnyRoute, BatchItem, koaPath } from './route';
 import { IdempotencyHeaders } from './send';
 
 /**
@@ -35,14 +36,19 @@ function unstorableText(value: unknown): { path: (string | number)[]; problem: s
   return undefined;
 }
 
-function parse<T extends z.ZodType>(schema: T | undefined, value: unknown, where: 'params' | 'query' | 'body' | 'headers'): z.infer<T> | undefined {
+function parse<T extends z.ZodType>(
+  schema: T | undefined,
+  value: unknown,
+  where: 'params' | 'query' | 'body' | 'headers',
+  prefix: (string | number)[] = [],
+): z.infer<T> | undefined {
   if (!schema) return undefined;
   const result = schema.safeParse(value);
   if (result.success) {
     // Checked on what the schema kept: an unknown field is ignored, whatever it holds.
     const bad = unstorableText(result.data);
     if (!bad) return result.data;
-    const field = [where, ...bad.path].map(String).join('.');
+    const field = [where, ...prefix, ...bad.path].map(String).join('.');
     if (where === 'params') throw new ApiError('NOT_FOUND', 'Record not found', { hint: `${field}: ${bad.problem}.` });
     throw new ApiError('VALIDATION', `Invalid ${field}: ${bad.problem}`, { hint: `${field}: ${bad.problem}.` });
   }
@@ -50,7 +56,27 @@ function parse<T extends z.ZodType>(schema: T | undefined, value: unknown, where
     // A malformed id names no record: the same answer as an id that does not exist.
     throw new ApiError('NOT_FOUND', 'Record not found', { hint: validationError(result.error as ZodError, 'params').message });
   }
-  throw validationError(result.error as ZodError, where);
+  throw validationError(result.error as ZodError, where, prefix);
+}
+
+/**
+ * A batch body (RouteDef.batch): the envelope decides for the whole request, each item for itself,
+ * with the same checks as a single call's body (schema, then text PostgreSQL cannot store).
+ */
+function parseBatch(def: AnyRoute, value: unknown): BatchItem[] {
+  const { field, schemaFor } = def.batch!;
+  const array = (def.body as AnyObject).shape[field] as z.ZodArray<z.ZodType>;
+  const envelope = z.object({ [field]: z.array(z.unknown()).min(1).max(BATCH_MAX) });
+  const checked = envelope.safeParse(value);
+  if (!checked.success) throw validationError(checked.error, 'body');
+  return (checked.data[field] as unknown[]).map((raw, index): BatchItem => {
+    try {
+      return { index, input: parse(schemaFor?.(raw) ?? array.element, raw, 'body', [field, index]) };
+    } catch (err) {
+      if (err instanceof ApiError) return { index, error: err, raw };
+      throw err;
+    }
+  });
 }
 
 function handle(def: AnyRoute): Middleware {
@@ -58,10 +84,12 @@ function handle(def: AnyRoute): Middleware {
     if (def.noStore) ctx.set('Cache-Control', 'no-store');
     const params = parse(def.params, ctx.params, 'params');
     const query = parse(def.query, ctx.query, 'query');
-    const body = parse(def.body, requestBody(ctx) ?? {}, 'body');
-    if (def.idempotent) parse(IdempotencyHeaders, { 'Idempotency-Key': ctx.get('idempotency-key') || undefined }, 'headers');
+    const items = def.batch ? parseBatch(def, requestBody(ctx) ?? {}) : [];
+    const body = def.batch ? undefined : parse(def.body, requestBody(ctx) ?? {}, 'body');
+    // A header sent empty (or blank: Node trims it) is checked too: it is not a missing one.
+    if (def.idempotent) parse(IdempotencyHeaders, { 'Idempotency-Key': ctx.headers['idempotency-key'] === undefined ? undefined : ctx.get('idempotency-key') }, 'headers');
     ctx.status = def.status ?? 200;
-    const result = await def.handler(ctx, { params, query, body });
+    const result = await def.handler(ctx, { params, query, body, items });
     if (result !== undefined) ctx.body = result;
   };
 }
@@ -70,6 +98,7 @@ function handle(def: AnyRoute): Middleware {
 export function buildRouter(routes: AnyRoute[], body: Middleware): Router {
   // Every method Node knows counts as implemented: one a known path does not take is 405 with Allow (api/app.ts), never 501.
   const router = new Router({ methods: METHODS });
+  shadowedPathGuards(router, routes);
   for (const def of routes) {
     const chain: Middleware[] = [];
     const profile = def.ipProfile;
@@ -86,4 +115,32 @@ export function buildRouter(routes: AnyRoute[], body: Middleware): Router {
     router.register(koaPath(def.path), [def.method.toUpperCase()], chain);
   }
   return router;
+}
+
+/**
+ * A concrete path wins over a template that also matches it (OpenAPI's rule): `/api/v1/leads/batch`
+ * is not the lead "batch". Mounted before the routes, these answer the methods such a path does not
+ * take as any known path does (405 with its own Allow, OPTIONS 200 with it: api/app.ts), where the
+ * template's route would answer 404 for a malformed id.
+ */
+function shadowedPathGuards(router: Router, routes: AnyRoute[]): void {
+  const escape = (text: string) => text.replace(/[.*+?^$()|[\]\\]/g, '\\$&');
+  const templates = routes.filter((r) => r.path.includes('{')).map((r) => new RegExp(`^${r.path.split(/\{[A-Za-z0-9_]+\}/).map(escape).join('[^/]+')}$`));
+  const declared = new Map<string, Set<string>>();
+  for (const def of routes) if (!def.path.includes('{')) declared.set(def.path, (declared.get(def.path) ?? new Set()).add(def.method.toUpperCase()));
+  for (const [path, methods] of declared) {
+    if (!templates.some((t) => t.test(path))) continue;
+    const allowed = [...methods, ...(methods.has('GET') ? ['HEAD'] : [])];
+    router.register(path, METHODS.filter((m) => !allowed.includes(m)), [
+      async (ctx: Context) => {
+        ctx.set('Allow', allowed.join(', '));
+        if (ctx.method === 'OPTIONS') {
+          ctx.status = 200;
+          ctx.body = '';
+        } else {
+          ctx.status = 405;
+        }
+      },
+    ]);
+  }
 }

@@ -1,9 +1,10 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { ApiError } from '../domain/errors';
 import { fromFailure, fromRefusal } from '../domain/failures';
+import { fingerprint } from '../domain/idempotency';
 import { isTemporalUnreachable } from '../domain/temporal';
 import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/send-requests';
 import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
@@ -16,7 +17,7 @@ export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
 const WAIT_MS = 30_000;
 
 /**
- * The `Idempotency-Key` request header of the send endpoints: 1 to 255 visible ASCII characters.
+ * The `Idempotency-Key` request header of the sends and batches: 1 to 255 visible ASCII characters.
  * The router validates it for every `idempotent` route (400 VALIDATION naming the header) and the
  * OpenAPI document declares it from the same schema.
  */
@@ -25,27 +26,12 @@ export const IdempotencyHeaders = z.object({
     .string()
     .regex(/^[\x21-\x7e]{1,255}$/, '1 to 255 visible ASCII characters')
     .optional()
-    .meta({ description: 'Names this send in the workspace: a repeat joins or replays it instead of sending twice (see the operation).' }),
+    .meta({ description: 'Names this request in the workspace: a repeat replays (or joins) it instead of doing it twice (see the operation).' }),
 });
 
 /** The request's Idempotency-Key (already validated by the router), or undefined when none was sent. */
 export function idempotencyKey(ctx: Context): string | undefined {
   return ctx.get('idempotency-key') || undefined;
-}
-
-/**
- * What a key was first used for: the endpoint and its validated input, hashed. A key names one
- * request; the same key on another body or the other send endpoint is refused instead of
- * replaying an unrelated answer.
- */
-function fingerprint(kind: 'cold' | 'conversation', input: SendRequest & { workspaceId: string }): string {
-  const sorted = (value: unknown): unknown =>
-    Array.isArray(value)
-      ? value.map(sorted)
-      : value && typeof value === 'object'
-        ? Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => [k, sorted(v)]))
-        : value;
-  return createHash('sha256').update(`${kind}\n${JSON.stringify(sorted(input))}`).digest('hex');
 }
 
 /**

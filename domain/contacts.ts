@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
-import { ApiError } from './errors';
+import { ApiError, constraintConflict } from './errors';
 import type { Db } from './db';
-import { Cause, recordEvent, recordTrigger } from './outbox';
+import { BatchInput, ItemAnswer, refused } from './batch';
+import { Cause, recordEvent, recordEvents, recordTrigger } from './outbox';
 import { parsePhone, Phone } from './phone';
 import { iso } from './time';
 import { canonical, isUuid, requireContact } from './refs';
@@ -34,6 +35,7 @@ export interface ContactRow {
   workspace_id: string;
   name: string;
   phone: string;
+  phone_key: string;
   email: string | null;
   notes: string;
   opted_out: boolean;
@@ -104,36 +106,56 @@ export async function serializeLeads(db: Reader, rows: ContactRow[]) {
  * `create` is set: then an unknown name is created (an unknown id is still 404).
  */
 export async function resolveTags(trx: Reader, workspaceId: string, refs: string[], options: { create?: boolean } = {}): Promise<TagRef[]> {
-  const unique = [...new Set(refs.map((r) => r.trim()))];
-  if (unique.length === 0) return [];
+  const [resolved] = await resolveTagSets(trx, workspaceId, [refs], options);
+  if (resolved instanceof ApiError) throw resolved;
+  return resolved;
+}
+
+/**
+ * resolveTags for several sets at once (a batch's items): one lookup for all, and one insert of
+ * the new names, each created once whatever the number of sets naming it. A set resolveTags would
+ * refuse answers that error instead, and creates nothing.
+ */
+export async function resolveTagSets(trx: Reader, workspaceId: string, sets: string[][], options: { create?: boolean } = {}): Promise<(TagRef[] | ApiError)[]> {
+  const uniques = sets.map((refs) => [...new Set(refs.map((r) => r.trim()))]);
+  const all = [...new Set(uniques.flat())];
+  if (all.length === 0) return sets.map(() => []);
   const find = (): Promise<TagRef[]> =>
     trx('tags')
       .where({ workspace_id: workspaceId })
       .where((q) => {
-        const ids = unique.filter(isUuid);
+        const ids = all.filter(isUuid);
         if (ids.length) q.whereIn('id', ids);
-        q.orWhereIn(trx.raw('lower(name)') as never, unique.map((r) => r.toLowerCase()));
+        q.orWhereIn(trx.raw('lower(name)') as never, all.map((r) => r.toLowerCase()));
       })
       .select('id', 'name', 'color');
   const matches = (rows: TagRef[], ref: string) => rows.some((t) => t.id === ref || t.name.toLowerCase() === ref.toLowerCase());
   let rows = await find();
-  const missing = unique.filter((ref) => !matches(rows, ref));
-  if (missing.length && options.create) {
-    const names = missing.filter((ref) => !isUuid(ref));
-    for (const name of names) {
-      if (name.length === 0 || name.length > 100) throw new ApiError('VALIDATION', 'Invalid tag name: 1 to 100 characters');
-    }
-    if (names.length) {
+  const refusals = uniques.map((unique): ApiError | undefined => {
+    const missing = unique.filter((ref) => !matches(rows, ref));
+    if (missing.length === 0) return undefined;
+    if (!options.create) return new ApiError('NOT_FOUND', `Tag "${missing[0]}" not found`);
+    if (missing.some((ref) => !isUuid(ref) && (ref.length === 0 || ref.length > 100))) return new ApiError('VALIDATION', 'Invalid tag name: 1 to 100 characters');
+    const unknownId = missing.find(isUuid);
+    return unknownId === undefined ? undefined : new ApiError('NOT_FOUND', `Tag "${unknownId}" not found`);
+  });
+  if (options.create) {
+    // The first spelling of a name wins; the names go in in one order, so concurrent batches creating the same ones queue instead of deadlocking.
+    const names = new Map<string, string>();
+    uniques.forEach((unique, i) => {
+      if (refusals[i]) return;
+      for (const ref of unique) if (!isUuid(ref) && !matches(rows, ref) && !names.has(ref.toLowerCase())) names.set(ref.toLowerCase(), ref);
+    });
+    if (names.size) {
       // Concurrent creations of one name end with one tag.
-      await trx.raw(
-        `INSERT INTO tags (workspace_id, name) SELECT ?, unnest(?::text[]) ON CONFLICT (workspace_id, lower(name)) DO NOTHING`,
-        [workspaceId, names],
-      );
+      await trx.raw(`INSERT INTO tags (workspace_id, name) SELECT ?, unnest(?::text[]) ON CONFLICT (workspace_id, lower(name)) DO NOTHING`, [
+        workspaceId,
+        [...names].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, name]) => name),
+      ]);
       rows = await find();
     }
   }
-  for (const ref of unique) if (!matches(rows, ref)) throw new ApiError('NOT_FOUND', `Tag "${ref}" not found`);
-  return rows;
+  return uniques.map((unique, i) => refusals[i] ?? rows.filter((t) => unique.some((ref) => matches([t], ref))));
 }
 
 /** Adds and removes tags of one contact and records a tag event per actual change. */
@@ -144,34 +166,52 @@ async function applyTagChanges(
   change: { add?: TagRef[]; remove?: TagRef[] },
   options: ChangeOptions,
 ): Promise<{ added: TagRef[]; removed: TagRef[] }> {
-  const event = (tag: TagRef) => ({
+  const [applied] = await applyTagChangesTo(trx, workspaceId, [{ contact, ...change }], options);
+  return applied;
+}
+
+/** applyTagChanges for several contacts: their additions in one statement, their events in one. */
+async function applyTagChangesTo(
+  trx: Trx,
+  workspaceId: string,
+  changes: { contact: ContactRow; add?: TagRef[]; remove?: TagRef[] }[],
+  options: ChangeOptions,
+): Promise<{ added: TagRef[]; removed: TagRef[] }[]> {
+  const event = (contact: ContactRow, tag: TagRef) => ({
     contact_id: contact.id,
     contact_name: contact.name,
     phone: contact.phone,
     tag: { id: tag.id, name: tag.name },
     source: TAG_SOURCE[options.origin],
   });
-  let added: TagRef[] = [];
-  if (change.add?.length) {
-    const inserted: { tag_id: string }[] = await trx('contact_tags')
-      .insert(change.add.map((t) => ({ workspace_id: workspaceId, contact_id: contact.id, tag_id: t.id })))
-      .onConflict(['contact_id', 'tag_id'])
-      .ignore()
-      .returning('tag_id');
-    added = change.add.filter((t) => inserted.some((r) => r.tag_id === t.id));
+  const pairs = changes.flatMap(({ contact, add }) => (add ?? []).map((t) => ({ workspace_id: workspaceId, contact_id: contact.id, tag_id: t.id })));
+  const inserted: { contact_id: string; tag_id: string }[] = pairs.length
+    ? await trx('contact_tags').insert(pairs).onConflict(['contact_id', 'tag_id']).ignore().returning(['contact_id', 'tag_id'])
+    : [];
+  const applied: { added: TagRef[]; removed: TagRef[] }[] = [];
+  for (const { contact, add, remove } of changes) {
+    const added = (add ?? []).filter((t) => inserted.some((r) => r.contact_id === contact.id && r.tag_id === t.id));
+    let removed: TagRef[] = [];
+    if (remove?.length) {
+      const deleted: { tag_id: string }[] = await trx('contact_tags')
+        .where({ workspace_id: workspaceId, contact_id: contact.id })
+        .whereIn('tag_id', remove.map((t) => t.id))
+        .delete()
+        .returning('tag_id');
+      removed = remove.filter((t) => deleted.some((r) => r.tag_id === t.id));
+    }
+    applied.push({ added, removed });
   }
-  let removed: TagRef[] = [];
-  if (change.remove?.length) {
-    const deleted: { tag_id: string }[] = await trx('contact_tags')
-      .where({ workspace_id: workspaceId, contact_id: contact.id })
-      .whereIn('tag_id', change.remove.map((t) => t.id))
-      .delete()
-      .returning('tag_id');
-    removed = change.remove.filter((t) => deleted.some((r) => r.tag_id === t.id));
-  }
-  for (const tag of added) await recordEvent(trx, workspaceId, 'contact.tag_added', event(tag), options.cause);
-  for (const tag of removed) await recordEvent(trx, workspaceId, 'contact.tag_removed', event(tag), options.cause);
-  return { added, removed };
+  await recordEvents(
+    trx,
+    workspaceId,
+    changes.flatMap(({ contact }, i) => [
+      ...applied[i].added.map((tag) => ({ event: 'contact.tag_added' as const, fields: event(contact, tag) })),
+      ...applied[i].removed.map((tag) => ({ event: 'contact.tag_removed' as const, fields: event(contact, tag) })),
+    ]),
+    options.cause,
+  );
+  return applied;
 }
 
 export interface ContactChanges {
@@ -190,9 +230,17 @@ export interface ContactChanges {
 /**
  * Applies changes to a locked, canonical contact inside the caller's transaction and records what
  * the change means: tag events, contact.updated (panel only) and the contact_updated trigger with
- * the changed fields (only when something changed).
+ * the changed fields (only when something changed). `resolvedAddTags`: `addTags` already resolved
+ * (the lead upsert resolves all its leads' tags at once).
  */
-async function changeContact(trx: Trx, workspaceId: string, before: ContactRow, input: ContactChanges, options: ChangeOptions): Promise<ContactRow> {
+async function changeContact(
+  trx: Trx,
+  workspaceId: string,
+  before: ContactRow,
+  input: ContactChanges,
+  options: ChangeOptions,
+  resolvedAddTags?: TagRef[],
+): Promise<ContactRow> {
   const changes: Record<string, unknown> = {};
   const changed: string[] = [];
   if (input.name !== undefined && input.name !== before.name) (changes.name = input.name), changed.push('name');
@@ -219,6 +267,8 @@ async function changeContact(trx: Trx, workspaceId: string, before: ContactRow, 
     const wanted = await resolveTags(trx, workspaceId, input.tags);
     const current: TagRef[] = (await tagsOf(trx, [before.id])).get(before.id) ?? [];
     tagChange = { add: wanted.filter((t) => !current.some((c) => c.id === t.id)), remove: current.filter((c) => !wanted.some((t) => t.id === c.id)) };
+  } else if (resolvedAddTags) {
+    tagChange = { add: resolvedAddTags };
   } else if (input.addTags?.length) {
     tagChange = { add: await resolveTags(trx, workspaceId, input.addTags, { create: options.origin !== 'panel' }) };
   }
@@ -257,25 +307,135 @@ export interface LeadInput {
 export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, options: ChangeOptions) {
   const phone = requirePhone(input.phone);
   return db.transaction(async (trx) => {
-    const inserted = await trx.raw(
-      `INSERT INTO contacts (workspace_id, name, phone, phone_key, email, notes, opted_out)
-       VALUES (?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
-       RETURNING *`,
-      [workspaceId, input.name ?? '', phone.e164, phone.key, input.email ?? null, input.notes ?? '', input.optedOut ?? false],
-    );
-    let row: ContactRow | undefined = inserted.rows[0];
-    if (row) {
-      await recordEvent(trx, workspaceId, 'lead.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email }, options.cause);
-      const tags = await resolveTags(trx, workspaceId, input.tags ?? [], { create: true });
-      await applyTagChanges(trx, workspaceId, row, { add: tags }, options);
-      return { created: true, lead: await withTags(trx, row) };
-    }
-    const existing: ContactRow = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).forUpdate().first();
-    if (!existing) throw new ApiError('CONFLICT', 'The contact changed while it was being saved', { hint: 'Retry the request.' });
-    row = await changeContact(trx, workspaceId, existing, { name: input.name, email: input.email, notes: input.notes, optedOut: input.optedOut, addTags: input.tags }, options);
-    return { created: false, lead: await withTags(trx, row) };
+    const [outcome] = await upsertLeads(trx, workspaceId, [{ input, phone }], options);
+    // Thrown inside: the transaction rolls back whatever the refused lead began.
+    if ('error' in outcome) throw outcome.error;
+    return outcome;
   });
+}
+
+export type LeadOutcome = { created: boolean; lead: ReturnType<typeof serializeLead> } | { error: ApiError };
+
+/**
+ * The lead upsert of several leads in the caller's transaction: the single upsert is one, a batch
+ * chunk up to 25, with the same rules and events either way. The work is set-based, so a chunk
+ * costs a few statements, not a few per lead: the tags of every lead are resolved together, the new
+ * phones go in with one INSERT ... ON CONFLICT (the first lead of each phone), their lead.created
+ * and tag events in one statement each. A lead the rules refuse (its tags) is refused before
+ * anything is written, and answers its error; the others go on. The rest, known phones and repeats
+ * of a phone, are locked in phone order and each changed as a single update, in a savepoint of its
+ * own when there are several. Leads are taken in the given order: sorted by phone key, concurrent
+ * chunks lock their contacts (and create their tags) in the same order.
+ */
+export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input: LeadInput; phone: Phone }[], options: ChangeOptions): Promise<LeadOutcome[]> {
+  const tagSets = await resolveTagSets(trx, workspaceId, leads.map(({ input }) => input.tags ?? []), { create: true });
+  const results: ({ created: boolean; row: ContactRow } | { error: ApiError } | undefined)[] = tagSets.map((tags) => (tags instanceof ApiError ? { error: tags } : undefined));
+  const tagsOfLead = (i: number) => tagSets[i] as TagRef[];
+
+  // New phones: the first lead of each phone; a known one (or one created meanwhile) inserts nothing.
+  const firstOfPhone = new Map<string, number>();
+  leads.forEach(({ phone }, i) => {
+    if (!results[i] && !firstOfPhone.has(phone.key)) firstOfPhone.set(phone.key, i);
+  });
+  const fresh = [...firstOfPhone.values()];
+  const column = <T>(pick: (input: LeadInput, phone: Phone) => T) => fresh.map((i) => pick(leads[i].input, leads[i].phone));
+  const inserted: ContactRow[] = fresh.length
+    ? (
+        await trx.raw(
+          `INSERT INTO contacts (workspace_id, name, phone, phone_key, email, notes, opted_out)
+           SELECT ?, name, phone, phone_key, email, notes, opted_out
+             FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::boolean[]) WITH ORDINALITY
+                  AS lead(name, phone, phone_key, email, notes, opted_out, n)
+            ORDER BY n
+           ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
+           RETURNING *`,
+          [
+            workspaceId,
+            column((input) => input.name ?? ''),
+            column((_, phone) => phone.e164),
+            column((_, phone) => phone.key),
+            column((input) => input.email ?? null),
+            column((input) => input.notes ?? ''),
+            column((input) => input.optedOut ?? false),
+          ] as unknown as Knex.RawBinding[],
+        )
+      ).rows
+    : [];
+  const created = new Map(inserted.map((row) => [row.phone_key, row]));
+  const newLeads = fresh.filter((i) => created.has(leads[i].phone.key));
+  for (const i of newLeads) results[i] = { created: true, row: created.get(leads[i].phone.key)! };
+  await recordEvents(
+    trx,
+    workspaceId,
+    newLeads.map((i) => {
+      const row = created.get(leads[i].phone.key)!;
+      return { event: 'lead.created' as const, fields: { contact_id: row.id, name: row.name, phone: row.phone, email: row.email } };
+    }),
+    options.cause,
+  );
+  await applyTagChangesTo(
+    trx,
+    workspaceId,
+    newLeads.filter((i) => tagsOfLead(i).length).map((i) => ({ contact: created.get(leads[i].phone.key)!, add: tagsOfLead(i) })),
+    options,
+  );
+
+  // Known phones and repeats: locked in phone order, then each updated like the single upsert updates.
+  const rest = leads.map((_, i) => i).filter((i) => !results[i]);
+  if (rest.length) {
+    const keys = [...new Set(rest.map((i) => leads[i].phone.key))];
+    const locked: ContactRow[] = await canonical(trx('contacts').where({ workspace_id: workspaceId }).whereIn('phone_key', keys)).orderBy('phone_key').forUpdate().select('*');
+    const current = new Map(locked.map((row) => [row.phone_key, row]));
+    for (const i of rest) {
+      const { input, phone } = leads[i];
+      const before = current.get(phone.key);
+      if (!before) {
+        results[i] = { error: new ApiError('CONFLICT', 'The contact changed while it was being saved', { hint: 'Retry the request.' }) };
+        continue;
+      }
+      const change = (t: Trx) =>
+        changeContact(t, workspaceId, before, { name: input.name, email: input.email, notes: input.notes, optedOut: input.optedOut, addTags: input.tags }, options, tagsOfLead(i));
+      try {
+        // Alone, the caller's transaction is the lead's; among others, a savepoint lets it fail alone.
+        const after = leads.length > 1 ? await trx.transaction(change) : await change(trx);
+        current.set(phone.key, after);
+        results[i] = { created: false, row: after };
+      } catch (err) {
+        // Refused in its savepoint (among others): that lead's answer, as the single call's would be.
+        const refusal = err instanceof ApiError ? err : leads.length > 1 ? constraintConflict(err) : undefined;
+        if (!refusal) throw err;
+        results[i] = { error: refusal };
+      }
+    }
+  }
+
+  // Tags of the answers in one statement; a new lead given no tag has none to read.
+  const tagged = results.flatMap((r, i) => (r && 'row' in r && (!r.created || tagsOfLead(i).length) ? [r.row.id] : []));
+  const tags = await tagsOf(trx, tagged);
+  return results.map((r) => (r && 'row' in r ? { created: r.created, lead: serializeLead(r.row, tags.get(r.row.id) ?? []) } : r!));
+}
+
+/**
+ * One chunk of a batch upsert (POST /api/v1/leads/batch): the upsert of its leads, taken in
+ * phone-key order so concurrent batches lock their contacts in the same order and queue instead
+ * of deadlocking. Repeats of one phone keep request order among themselves: the first creates the
+ * lead (201), the next update it (200).
+ */
+export async function upsertLeadChunk(trx: Trx, workspaceId: string, chunk: BatchInput<LeadInput>[], options: ChangeOptions): Promise<ItemAnswer[]> {
+  const answers: ItemAnswer[] = [];
+  const leads: { index: number; input: LeadInput; phone: Phone }[] = [];
+  for (const { index, input } of chunk) {
+    try {
+      leads.push({ index, input, phone: requirePhone(input.phone) });
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      answers.push(refused(index, err));
+    }
+  }
+  leads.sort((a, b) => (a.phone.key < b.phone.key ? -1 : a.phone.key > b.phone.key ? 1 : a.index - b.index));
+  const outcomes = await upsertLeads(trx, workspaceId, leads, options);
+  outcomes.forEach((outcome, i) => answers.push('error' in outcome ? refused(leads[i].index, outcome.error) : { index: leads[i].index, status: outcome.created ? 201 : 200, data: outcome.lead }));
+  return answers;
 }
 
 /** Changes a lead's fields (name, email, phone, notes) through the API or an automation. */

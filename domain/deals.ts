@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Db } from './db';
+import { answerItem, BatchInput, ItemAnswer } from './batch';
 import { ApiError } from './errors';
 import { Cause, recordEvent, recordTrigger } from './outbox';
 import { Page, PAGE_TOTAL, pageWithTotal } from './pagination';
@@ -221,9 +222,10 @@ export interface UpdateDealInput {
 /**
  * The single mutation of a deal. The row is locked first, so identical concurrent requests are
  * applied one after the other: the second sees the stage or status already in place, changes
- * nothing and records no event (status changes and stage moves are atomic).
+ * nothing and records no event (status changes and stage moves are atomic). Inside a caller's
+ * transaction (a batch chunk) its transaction is a savepoint.
  */
-export async function updateDeal(db: Db, workspaceId: string, dealId: string, input: UpdateDealInput, actor: Actor, options: { cause?: Cause } = {}) {
+export async function updateDeal(db: Db | Trx, workspaceId: string, dealId: string, input: UpdateDealInput, actor: Actor, options: { cause?: Cause } = {}) {
   return db.transaction(async (trx) => {
     const before = await findDeal(trx, workspaceId, dealId, { forUpdate: true });
     const changes: Record<string, unknown> = {};
@@ -291,6 +293,29 @@ export async function updateDeal(db: Db, workspaceId: string, dealId: string, in
     if (input.assignedTo !== undefined) return serializeDeal(row, assigneeName);
     return (await serializeDeals(trx, workspaceId, [row]))[0];
   });
+}
+
+/** A deal batch item: without `id` it creates a deal, with one it changes that deal. */
+export type DealBatchInput = ({ id?: undefined } & CreateDealInput) | ({ id: string } & UpdateDealInput);
+
+/**
+ * One chunk of a deal batch (POST /api/v1/deals/batch): each item is the single create or update,
+ * in its own savepoint. The updates go first, by deal id, so concurrent batches lock deals in the
+ * same order; then the creates in request order, each taking its unit of the plan's deal quota
+ * (the items past the quota answer DEAL_LIMIT_REACHED).
+ */
+export async function dealChunk(trx: Trx, workspaceId: string, chunk: BatchInput<DealBatchInput>[], actor: Actor): Promise<ItemAnswer[]> {
+  const updates = chunk.filter((item) => item.input.id !== undefined).sort((a, b) => (a.input.id! < b.input.id! ? -1 : a.input.id! > b.input.id! ? 1 : a.index - b.index));
+  const creates = chunk.filter((item) => item.input.id === undefined);
+  const answers: ItemAnswer[] = [];
+  for (const { index, input } of updates) {
+    const { id, ...changes } = input as { id: string } & UpdateDealInput;
+    answers.push(await answerItem(index, async () => ({ status: 200, data: await updateDeal(trx, workspaceId, id, changes, actor) })));
+  }
+  for (const { index, input } of creates) {
+    answers.push(await answerItem(index, async () => ({ status: 201, data: await createDeal(trx, workspaceId, input as CreateDealInput) })));
+  }
+  return answers;
 }
 
 /** Activity `meta` exposes only these keys; with none left it is null. */

@@ -82,15 +82,32 @@ export class ApiError extends Error {
   }
 }
 
-/** A zod failure becomes a VALIDATION error naming the first offending path. */
-export function validationError(err: ZodError, where: 'body' | 'query' | 'params' | 'headers'): ApiError {
+/**
+ * A zod failure becomes a VALIDATION error naming the first offending path (`prefix`: where the
+ * validated value sits, e.g. a batch item's `leads.3`).
+ */
+export function validationError(err: ZodError, where: 'body' | 'query' | 'params' | 'headers', prefix: (string | number)[] = []): ApiError {
+  const pathOf = (path: PropertyKey[]) => [where, ...prefix, ...path].map(String).join('.');
   const issue = err.issues[0];
-  const path = [where, ...(issue?.path ?? [])].map(String).join('.');
   const details = err.issues
     .slice(0, 5)
-    .map((i) => `${[where, ...i.path].map(String).join('.')}: ${i.message}`)
+    .map((i) => `${pathOf(i.path)}: ${i.message}`)
     .join('; ');
-  return new ApiError('VALIDATION', `Invalid ${path}: ${issue?.message ?? 'invalid value'}`, { hint: details });
+  return new ApiError('VALIDATION', `Invalid ${pathOf(issue?.path ?? [])}: ${issue?.message ?? 'invalid value'}`, { hint: details });
+}
+
+export function isPgError(err: unknown, code: string): err is { code: string; constraint?: string } {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === code && 'severity' in err;
+}
+
+/** A unique or foreign-key violation is the client's 409 CONFLICT (the API's answer and a batch item's). */
+export function constraintConflict(err: unknown): ApiError | undefined {
+  if (isPgError(err, '23505')) {
+    return new ApiError('CONFLICT', 'A record with the same unique value already exists', { hint: `Constraint ${err.constraint ?? 'unique'}.` });
+  }
+  // A referenced record vanished between our check and the write (e.g. deleted concurrently).
+  if (isPgError(err, '23503')) return new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
+  return undefined;
 }
 
 export const notFound = (what = 'Record'): ApiError => new ApiError('NOT_FOUND', `${what} not found`);

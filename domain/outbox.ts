@@ -43,7 +43,23 @@ async function append(trx: Writer, workspaceId: string, kind: 'webhook' | 'trigg
 
 /** An outbound event: its fields sit at the root next to `event`, `workspace_id` and `timestamp`. */
 export function recordEvent(trx: Writer, workspaceId: string, event: WebhookEvent, fields: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
-  return append(trx, workspaceId, 'webhook', event, { event, workspace_id: workspaceId, timestamp: new Date().toISOString(), ...fields }, cause);
+  return recordEvents(trx, workspaceId, [{ event, fields }], cause);
+}
+
+/** Several events in one statement, in this order (a batch's records: one round trip, not one per event). */
+export async function recordEvents(trx: Writer, workspaceId: string, events: { event: WebhookEvent; fields: Record<string, unknown> }[], cause: Cause = DIRECT): Promise<void> {
+  if (events.length === 0) return;
+  const timestamp = new Date().toISOString();
+  await trx('outbox_events').insert(
+    events.map(({ event, fields }) => ({
+      workspace_id: workspaceId,
+      kind: 'webhook',
+      name: event,
+      payload: { event, workspace_id: workspaceId, timestamp, ...fields },
+      depth: cause.depth,
+      chain_id: cause.chain,
+    })),
+  );
 }
 
 /** An internal automation trigger with its variables. */

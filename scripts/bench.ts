@@ -660,7 +660,12 @@ async function main(): Promise<void> {
     log(`stage moves: ${moves.rps.toFixed(0)} req/s, p50 ${moves.p50} ms, p99 ${moves.p99} ms`);
     }
 
-    if (wanted('upserts')) results.push(...(await upsertScenario(api, base, baseline32.rps)));
+    if (wanted('upserts')) {
+      const singles = await upsertScenario(api, base, baseline32.rps);
+      results.push(...singles);
+      // Pushed apart: its own CPU split and statements.
+      results.push(await batchUpsertScenario(api, base, singles[1].rps));
+    }
     if (wanted('messages')) {
       // Temporal's own floor at the send row's concurrency, measured in the same run: the send is read against it.
       const floors = await temporalFloors(stack.temporal.address, SEND_CONCURRENCY);
@@ -921,7 +926,9 @@ async function webhookScenario(api: Client, db: Db, baseline: number): Promise<M
 /**
  * Concurrent lead creation in ONE workspace against the same load spread over ten: a new contact
  * updates the workspace's maintained count in its transaction, so a single counter row per
- * workspace would make the first row a queue. Each request creates a new number.
+ * workspace would make the first row a queue. Each request creates a new number. Then the same
+ * kind of leads through the batch upsert, 100 per request, read in leads/s against the single
+ * upsert's rate of this run.
  */
 async function upsertScenario(api: Client, base: string, baseline: number): Promise<Measured[]> {
   const runTag = Date.now() % 1_000_000;
@@ -938,6 +945,7 @@ async function upsertScenario(api: Client, base: string, baseline: number): Prom
   const ten = mergeLoads(perWs);
   log(`lead upserts: one workspace ${one.rps.toFixed(0)} req/s (p99 ${one.p99} ms), ten workspaces ${ten.rps.toFixed(0)} req/s (p99 ${ten.p99} ms)`);
   const clean = (r: LoadResult) => r.errors === 0 && r.non2xx === 0;
+
   return [
     { scenario: `POST /api/v1/leads new contacts, ten workspaces (${connections} conn)`, data: 'new numbers', ...pick(ten), baseline, ratio: ten.rps / baseline, target: '-', pass: clean(ten) },
     {
@@ -951,6 +959,54 @@ async function upsertScenario(api: Client, base: string, baseline: number): Prom
       note: 'baseline column: the same load over ten workspaces',
     },
   ];
+}
+
+/**
+ * New leads through the batch upsert, 100 per request, in a workspace of their own: leads/s
+ * against the single upsert's rate in one workspace (`single`, measured just before in this run).
+ */
+async function batchUpsertScenario(api: Client, base: string, single: number): Promise<Measured> {
+  const runTag = Date.now() % 1_000_000;
+  let n = 0;
+  const batchWs = await newWorkspace(api, `bench-upserts-batch-${runTag}`);
+  const batchKey = await newKey(api, batchWs);
+  const BATCH = 100;
+  const batchConnections = 16;
+  let created = 0;
+  let otherItems = 0;
+  const nextBatch = () => ({
+    path: '/api/v1/leads/batch',
+    body: JSON.stringify({ leads: Array.from({ length: BATCH }, () => ({ phone: `55319${60_000_000 + ((runTag * 97 + ++n) % 39_999_999)}`, name: `Batch ${n}` })) }),
+  });
+  const batched = await load({
+    url: base,
+    connections: batchConnections,
+    method: 'POST',
+    headers: { authorization: `Bearer ${batchKey}` },
+    next: nextBatch,
+    onResponse: (status, body) => {
+      if (status !== 200) return;
+      for (const item of (JSON.parse(body) as { data: { status: number }[] }).data) {
+        if (item.status === 201) created++;
+        else otherItems++;
+      }
+    },
+  });
+  const leadsPerSecond = created / DURATION;
+  const ratio = leadsPerSecond / single;
+  log(`batch upserts: ${leadsPerSecond.toFixed(0)} leads/s (${batched.rps.toFixed(1)} batches/s, p99 ${batched.p99} ms) vs ${single.toFixed(0)} single upserts/s: ${ratio.toFixed(1)}x`);
+  return {
+    scenario: `POST /api/v1/leads/batch, ${BATCH} new leads each, one workspace (${batchConnections} conn)`,
+    data: 'new numbers',
+    ...pick(batched),
+    rps: leadsPerSecond,
+    errors: batched.errors + otherItems,
+    baseline: single,
+    ratio,
+    target: '>= 10x the single upsert (leads/s)',
+    pass: batched.errors === 0 && batched.non2xx === 0 && otherItems === 0 && ratio >= 10,
+    note: 'req/s column: leads/s; p50/p99: per batch; baseline column: single upserts/s in one workspace, same run; errors: items not 201',
+  };
 }
 
 async function inboundScenario(api: Client, base: string, baseline: number): Promise<Measured> {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Context, Next } from 'koa';
 import { ZodError } from 'zod';
 import { isDatabaseUnavailable } from '../../domain/db';
-import { ApiError, validationError } from '../../domain/errors';
+import { ApiError, constraintConflict, isPgError, validationError } from '../../domain/errors';
 import { JSON_BODY_LIMIT_HINT } from './body';
 
 /**
@@ -47,12 +47,8 @@ function renderError(ctx: Context, err: unknown): void {
   let apiError: ApiError;
   if (err instanceof ApiError) apiError = err;
   else if (err instanceof ZodError) apiError = validationError(err, 'body');
-  else if (isPgError(err, '23505')) {
-    apiError = new ApiError('CONFLICT', 'A record with the same unique value already exists', { hint: `Constraint ${err.constraint ?? 'unique'}.` });
-  } else if (isPgError(err, '23503')) {
-    // A referenced record vanished between our check and the write (e.g. deleted concurrently).
-    apiError = new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
-  } else if (isPgError(err, '57014')) {
+  else if (constraintConflict(err)) apiError = constraintConflict(err) as ApiError;
+  else if (isPgError(err, '57014')) {
     // The pool's statement_timeout cancelled it (DB_STATEMENT_TIMEOUT_MS).
     ctx.state.log?.warn({ message: String((err as { message?: unknown }).message) }, 'statement timeout');
     apiError = new ApiError('UNAVAILABLE', 'The request took too long and was cancelled', { hint: 'Narrow it (filters, a smaller offset) or retry later.', headers: { 'Retry-After': '5' } });
@@ -72,10 +68,6 @@ function renderError(ctx: Context, err: unknown): void {
   ctx.status = apiError.status;
   ctx.body = apiError.toBody();
   for (const [name, value] of Object.entries(apiError.headers ?? {})) ctx.set(name, value);
-}
-
-function isPgError(err: unknown, code: string): err is { code: string; constraint?: string } {
-  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === code && 'severity' in err;
 }
 
 function isHttpError(err: unknown): err is { status: number; message: string; expose?: boolean } {

@@ -6,6 +6,8 @@ import type { Actor } from '../../domain/refs';
 import {
   createDeal,
   customValuesSchema,
+  dealChunk,
+  DealBatchInput,
   DEAL_STATUSES,
   dealValue,
   findDeal,
@@ -16,6 +18,8 @@ import {
 } from '../../domain/deals';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import { trimmedText } from '../../domain/input-rules';
+import { BATCH_CHUNK, BATCH_MAX } from '../../domain/batch';
+import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
 
 const Deal = z
   .object({
@@ -53,6 +57,46 @@ const Activity = z
 
 const text = trimmedText;
 
+/** POST /api/v1/deals's body, and a deal batch's create item. */
+const DealCreate = z.object({
+  contactId: z.string().min(1),
+  pipeline: text(200),
+  stage: text(200).optional(),
+  name: text(200).optional(),
+  value: dealValue.nullable().optional(),
+  product: text(200).optional(),
+  source: text(64).optional(),
+  assignedTo: text(200).optional(),
+  customValues: customValuesSchema.optional(),
+});
+
+const dealChanges = {
+  name: text(200).optional(),
+  value: dealValue.nullable().optional(),
+  stageId: z.string().min(1).max(100).optional(),
+  assignedTo: z.string().min(1).max(100).nullable().optional(),
+  status: z.enum(DEAL_STATUSES).optional(),
+  lostReason: text(1000).optional(),
+  customValues: customValuesSchema.optional(),
+};
+
+/** `lostReason` is required with `status: "lost"`: checked, and stated in the document (if/then). */
+function lostNeedsReason<T extends z.ZodObject<typeof dealChanges>>(schema: T) {
+  return schema
+    .superRefine((body, zctx) => {
+      if (body.status === 'lost' && body.lostReason === undefined) {
+        zctx.addIssue({ code: 'custom', path: ['lostReason'], message: 'required when status is "lost"' });
+      }
+    })
+    .meta({ if: { properties: { status: { const: 'lost' } }, required: ['status'] }, then: { properties: { lostReason: {} }, required: ['lostReason'] } });
+}
+
+/** PATCH /api/v1/deals/{id}'s body, and (with the deal's `id`) a deal batch's update item. */
+const DealChanges = lostNeedsReason(z.object(dealChanges));
+const DealUpdateItem = lostNeedsReason(
+  z.object({ id: z.string().min(1).max(100).openapi({ description: 'The deal to change; without `id` the item creates a deal.' }), ...dealChanges }),
+);
+
 /** What the API key does is recorded under its name (activities expose actors by name only). */
 const apiActor = (ctx: Context): Actor => ({ memberId: null, name: ctx.state.auth!.keyName });
 
@@ -72,20 +116,46 @@ export const dealRoutes = [
       'name is created (an unknown id is 404 NOT_FOUND). `assignedTo`: member id or case-insensitive name. `customValues` keeps only keys defined on the pipeline ' +
       '(or globally) and drops the others silently; values are strings, numbers, booleans or arrays of those. Records `card.created` ' +
       'and the `card_created` trigger.',
-    body: z.object({
-      contactId: z.string().min(1),
-      pipeline: text(200),
-      stage: text(200).optional(),
-      name: text(200).optional(),
-      value: dealValue.nullable().optional(),
-      product: text(200).optional(),
-      source: text(64).optional(),
-      assignedTo: text(200).optional(),
-      customValues: customValuesSchema.optional(),
-    }),
+    body: DealCreate,
     response: single(Deal),
     errors: ['CONTACT_NOT_FOUND', 'PIPELINE_NOT_FOUND', 'STAGE_NOT_FOUND', 'PIPELINE_EMPTY', 'ASSIGNEE_NOT_FOUND', 'NOT_FOUND', 'DEAL_LIMIT_REACHED'],
     handler: async (ctx, { body }) => ({ data: await createDeal(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/deals/batch',
+    operationId: 'writeDealBatch',
+    tag: 'Deals',
+    auth: 'apiKey',
+    scopes: ['deals:write'],
+    ipProfile: 'write',
+    summary: 'Create or change up to 100 deals (batch)',
+    description:
+      `\`deals\`: 1 to ${BATCH_MAX} items. An item without \`id\` creates a deal (the body of \`POST /api/v1/deals\`); an item with ` +
+      '`id` changes that deal (the body of `PATCH /api/v1/deals/{id}`), with the same rules and events as the single calls. The ' +
+      'answer is 200 with one entry per item, in request order: `index`, the `status` the single call would answer (201 created, ' +
+      '200 changed) with its `data`, or its 4xx with `error: { code, message, hint? }` (an invalid item is its own 400 ' +
+      '`VALIDATION` naming `body.deals.<index>...`, and never fails the others). The plan\'s deal quota is taken per created deal: ' +
+      `the creates past it answer 402 \`DEAL_LIMIT_REACHED\`. Items run in transactions of at most ${BATCH_CHUNK}, each item ` +
+      'atomic: the batch is not, and the items of a committed transaction stay when a later one fails. ' +
+      BATCH_IDEMPOTENCY_TEXT,
+    body: batchBody('deals', z.union([DealCreate, DealUpdateItem])),
+    batch: { field: 'deals', schemaFor: (item) => (item !== null && typeof item === 'object' && 'id' in item ? DealUpdateItem : DealCreate) },
+    idempotent: 'batch',
+    response: batchAnswer('DealBatchItem', Deal, [
+      'VALIDATION',
+      'ASSIGNEE_NOT_FOUND',
+      'DEAL_LIMIT_REACHED',
+      'NOT_FOUND',
+      'CONTACT_NOT_FOUND',
+      'PIPELINE_NOT_FOUND',
+      'STAGE_NOT_FOUND',
+      'CONFLICT',
+      'PIPELINE_EMPTY',
+    ]),
+    errors: ['IN_PROGRESS', 'IDEMPOTENCY_KEY_REUSED'],
+    handler: async (ctx, { items }) =>
+      answerBatch<DealBatchInput>(ctx, 'writeDealBatch', items, (trx, chunk) => dealChunk(trx, ctx.state.auth!.workspaceId, chunk, apiActor(ctx))),
   }),
   route({
     method: 'get',
@@ -144,22 +214,7 @@ export const dealRoutes = [
       'and `stage_changed`. A request that repeats the current stage or status changes nothing and records nothing, so identical ' +
       'concurrent requests fire each event once. `customValues` are merged into the current ones; `null` removes a key.',
     params: IdParams,
-    body: z
-      .object({
-        name: text(200).optional(),
-        value: dealValue.nullable().optional(),
-        stageId: z.string().min(1).max(100).optional(),
-        assignedTo: z.string().min(1).max(100).nullable().optional(),
-        status: z.enum(DEAL_STATUSES).optional(),
-        lostReason: text(1000).optional(),
-        customValues: customValuesSchema.optional(),
-      })
-      .superRefine((body, zctx) => {
-        if (body.status === 'lost' && body.lostReason === undefined) {
-          zctx.addIssue({ code: 'custom', path: ['lostReason'], message: 'required when status is "lost"' });
-        }
-      })
-      .meta({ if: { properties: { status: { const: 'lost' } }, required: ['status'] }, then: { properties: { lostReason: {} }, required: ['lostReason'] } }),
+    body: DealChanges,
     response: single(Deal),
     errors: ['NOT_FOUND', 'STAGE_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     handler: async (ctx, { params, body }) => ({

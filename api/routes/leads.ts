@@ -1,7 +1,9 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, Lead, listOf, single, Tag } from '../schemas';
-import { addTag, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead } from '../../domain/contacts';
+import { addTag, LeadInput, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead, upsertLeadChunk } from '../../domain/contacts';
+import { BATCH_CHUNK, BATCH_MAX } from '../../domain/batch';
+import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
 import { leadListQuery, listLeads } from '../../domain/lead-list';
 import { listEnvelope } from '../../domain/pagination';
 import { requireContact } from '../../domain/refs';
@@ -35,6 +37,14 @@ const leadFields = {
     .openapi({ description: '`true` records that the contact asked not to be messaged (sends answer 403 OPTED_OUT); `false` clears it.' }),
 };
 const ContactParams = z.object({ id: z.uuid() });
+/** The upsert's body: one lead by phone (POST /api/v1/leads, and each item of its batch). */
+const LeadUpsert = z
+  .object({
+    phone: phoneInput.optional(),
+    ...leadFields,
+    tags: z.array(trimmedText(100)).max(50).optional(),
+  })
+  .meta({ required: ['phone'] });
 
 export const leadRoutes = [
   route({
@@ -76,11 +86,7 @@ export const leadRoutes = [
       '`lead.created`; a known one answers 200 with the lead updated (only the fields sent; `tags` are added, never removed, and ' +
       'unknown tag names are created, each recording `contact.tag_added` with source `api`). Updating fires the `contact_updated` ' +
       'trigger with the changed fields, but not the `contact.updated` webhook, which is for edits made by a person in the CRM.',
-    body: z.object({
-      phone: phoneInput.optional(),
-      ...leadFields,
-      tags: z.array(trimmedText(100)).max(50).optional(),
-    }).meta({ required: ['phone'] }),
+    body: LeadUpsert,
     response: single(Lead),
     errors: ['PHONE_REQUIRED', 'INVALID_PHONE', 'NOT_FOUND'],
     handler: async (ctx, { body }) => {
@@ -88,6 +94,31 @@ export const leadRoutes = [
       if (!created) ctx.status = 200;
       return { data: lead };
     },
+  }),
+  route({
+    method: 'post',
+    path: '/api/v1/leads/batch',
+    operationId: 'upsertLeadBatch',
+    tag: 'Leads',
+    auth: 'apiKey',
+    scopes: ['leads:write'],
+    ipProfile: 'write',
+    summary: 'Create or update up to 100 leads by phone (batch upsert)',
+    description:
+      `\`leads\`: 1 to ${BATCH_MAX} items, each exactly the body of \`POST /api/v1/leads\` with the same rules and events. The answer ` +
+      'is 200 with one entry per item, in request order: `index`, the `status` the single upsert would answer (201 created, 200 ' +
+      'updated) with its `data`, or its 4xx with `error: { code, message, hint? }` (an invalid item is its own 400 `VALIDATION` ' +
+      'naming `body.leads.<index>...`, and never fails the others). A phone given twice (with or without its ninth digit) is ' +
+      `one lead: the first item creates it, the next update it. Items run in transactions of at most ${BATCH_CHUNK}, each item ` +
+      'atomic: the batch is not, and the items of a committed transaction stay when a later one fails. ' +
+      BATCH_IDEMPOTENCY_TEXT,
+    body: batchBody('leads', LeadUpsert),
+    batch: { field: 'leads' },
+    idempotent: 'batch',
+    response: batchAnswer('LeadBatchItem', Lead, ['VALIDATION', 'PHONE_REQUIRED', 'INVALID_PHONE', 'NOT_FOUND', 'CONFLICT']),
+    errors: ['IN_PROGRESS', 'IDEMPOTENCY_KEY_REUSED'],
+    handler: async (ctx, { items }) =>
+      answerBatch<LeadInput>(ctx, 'upsertLeadBatch', items, (trx, chunk) => upsertLeadChunk(trx, ctx.state.auth!.workspaceId, chunk, { origin: 'api' })),
   }),
   route({
     method: 'get',

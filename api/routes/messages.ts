@@ -80,7 +80,7 @@ export const messageRoutes = [
     ipProfile: 'coldSend',
     keyProfile: 'coldSend',
     status: 201,
-    idempotent: true,
+    idempotent: 'send',
     summary: 'Send a message to a phone number, creating the contact and conversation when new',
     description:
       'Runs as a durable Temporal workflow (a saga): instance, contact and conversation found or created, opt-out, the ' +
@@ -114,7 +114,7 @@ export const messageRoutes = [
     ipProfile: 'send',
     keyProfile: 'send',
     status: 201,
-    idempotent: true,
+    idempotent: 'send',
     summary: 'Send a message in an existing conversation',
     description: `The same rules, quota and window as \`POST /api/v1/messages\`, without find-or-create. ${IDEMPOTENCY}`,
     params: z.object({ id: z.uuid() }),

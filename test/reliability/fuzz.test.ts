@@ -295,6 +295,18 @@ const EXAMPLES: Record<string, Example> = {
       { status: 'won', value: 10.5, assignedTo: f.member.id, customValues: { budget: null, channel: 'phone' } },
     ][n % 4],
   'post /api/v1/leads': (n) => ({ phone: mobileOf(n), name: `Lead ${n}`, email: `lead${n}@example.com`, notes: 'from the fuzz', tags: ['fuzz', `t${n % 5}`] }),
+  'post /api/v1/leads/batch': (n) => ({
+    leads: [
+      { phone: mobileOf(n), name: `Batch lead ${n}`, tags: ['fuzz'] },
+      { phone: mobileOf(n + 1), email: `batch${n}@example.com`, notes: 'from the fuzz batch' },
+    ],
+  }),
+  'post /api/v1/deals/batch': (n) => ({
+    deals: [
+      { contactId: f.contact.id, pipeline: f.pipeline.id, name: `Batch deal ${n}`, value: n % 1000 },
+      { id: f.deal.id, stageId: f.pipeline.stages[n % 3].id, name: `Batch renamed ${n}` },
+    ],
+  }),
   'patch /api/v1/leads/{id}': (n) => ({ name: `Renamed ${n}`, notes: `notes ${n}`, email: n % 2 ? null : 'renamed@example.com' }),
   'post /api/v1/leads/{id}/tags': (n) => ({ tag: n % 2 ? f.tag.id : `tag-${n % 7}` }),
   'post /api/v1/leads/{id}/notes': (n) => (n % 2 ? { body: `note ${n}`, authorId: f.member.id } : { body: `note ${n}` }),

@@ -70,6 +70,19 @@ async function call(r: AnyRoute, body: unknown, extraHeaders: Record<string, str
   return api.request(r.method.toUpperCase(), await pathFor(r, body), { body, headers: { ...authFor(r), ...extraHeaders } });
 }
 
+/**
+ * `call`, read for the field at `steps`: a batch route answers a field of an item in that item's
+ * entry (the single call's status and error, inside a 200), which is the answer checked.
+ */
+async function callFor(r: AnyRoute, body: unknown, steps: { key: string | number }[]): Promise<ApiResponse> {
+  const res = await call(r, body);
+  const index = steps[1]?.key;
+  if (!r.batch || steps[0]?.key !== r.batch.field || typeof index !== 'number' || res.status !== 200) return res;
+  const item = res.body.data.find((answer: { index: number }) => answer.index === index);
+  const answer = item.error ? { error: item.error.message, code: item.error.code, ...(item.error.hint ? { hint: item.error.hint } : {}) } : { data: item.data };
+  return { ...res, status: item.status, body: answer, text: JSON.stringify(answer) };
+}
+
 function callRaw(r: AnyRoute, rawBody: string): Promise<ApiResponse> {
   return api.request(r.method.toUpperCase(), withIds(r.path, f), { rawBody, headers: { ...authFor(r), 'content-type': 'application/json' } });
 }
@@ -410,6 +423,14 @@ function tweak(r: AnyRoute, body: Record<string, unknown>, steps: Step[]): Recor
   if (isSend && MEDIA_FIELDS.includes(field)) return { mediaUrl: `${receiver.url}/ok/file.pdf`, ...body, type: 'document', text: undefined };
   if (isSend && TEMPLATE_FIELDS.includes(field)) return { templateName: 'welcome', templateLanguage: 'pt_BR', ...body, type: 'template', text: undefined };
   if (r.path === '/api/v1/deals/{id}' && field === 'lostReason') return { ...body, status: 'lost' };
+  if (r.path === '/api/v1/deals/batch' && typeof steps[1]?.key === 'number' && steps[1].schema.properties?.id) {
+    // A field of the change variant is read on a change item: the fixture's deal, as PATCH reads it.
+    const items = [...(body.deals as Record<string, unknown>[])];
+    const { contactId: _contact, pipeline: _pipeline, ...change } = items[steps[1].key];
+    const leaf = String(steps[2]?.key);
+    items[steps[1].key] = { ...change, ...(leaf === 'id' ? {} : { id: f.deal.id }), ...(leaf === 'lostReason' ? { status: 'lost' } : {}) };
+    return { ...body, deals: items };
+  }
   if (r.path.startsWith('/api/v1/automations') && field === 'trigger') {
     // Each trigger option is read only for its trigger type.
     const option = String(steps[1]?.key);
@@ -480,8 +501,8 @@ describe('every bound of every body schema', () => {
           skipped.push(`${pathOf(slot.steps)}≤${max}`);
           continue;
         }
-        const exact = await call(r, tweak(r, withLeaf(base, slot.steps, atMax), slot.steps));
-        const tooLong = await call(r, tweak(r, withLeaf(base, slot.steps, over), slot.steps));
+        const exact = await callFor(r, tweak(r, withLeaf(base, slot.steps, atMax), slot.steps), slot.steps);
+        const tooLong = await callFor(r, tweak(r, withLeaf(base, slot.steps, over), slot.steps), slot.steps);
         checked += 1;
         const where = `${routeKey(r)} ${pathOf(slot.steps)} (max ${max})`;
         if (namesField(exact, slot) || exact.status >= 500) failures.push(`${where}: exactly max → ${exact.status} ${exact.text.slice(0, 200)}`);
@@ -516,7 +537,7 @@ describe('every bound of every body schema', () => {
           const length = JSON.stringify(big).length;
           if (length > 900 * 1024) big = make(Math.floor((100_000 * 900 * 1024) / length));
         }
-        const res = await call(r, tweak(r, withLeaf(base, slot.steps, big), slot.steps));
+        const res = await callFor(r, tweak(r, withLeaf(base, slot.steps, big), slot.steps), slot.steps);
         const size = Array.isArray(big) ? big.length : Object.keys(big as object).length;
         lines.push(`${routeKey(r)} ${pathOf(slot.steps)}[${size}] → ${res.status}`);
         if (res.status !== 400 || res.body?.code !== 'VALIDATION' || !namesField(res, slot)) {
@@ -535,7 +556,7 @@ describe('every bound of every body schema', () => {
       const js = z.toJSONSchema(r.body!, { io: 'input', unrepresentable: 'any' }) as JsonSchema;
       const base = baseBody(r, js);
       for (const slot of slots(js).filter((s) => s.kind === 'string' && s.max === undefined && !s.schema.pattern && !s.schema.format)) {
-        const res = await call(r, tweak(r, withLeaf(base, slot.steps, 'a'.repeat(900 * 1024)), slot.steps));
+        const res = await callFor(r, tweak(r, withLeaf(base, slot.steps, 'a'.repeat(900 * 1024)), slot.steps), slot.steps);
         lines.push(`${routeKey(r)} ${pathOf(slot.steps)} → ${res.status} ${res.body?.code ?? ''}`);
         expect({ route: routeKey(r), field: pathOf(slot.steps), status: res.status < 500 ? '<500' : res.status }).toEqual({ route: routeKey(r), field: pathOf(slot.steps), status: '<500' });
       }
