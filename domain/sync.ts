@@ -28,7 +28,7 @@ function before(instant: Date): Position {
   return [String(BigInt(instant.getTime()) * 1000n - 1n), LAST_ID];
 }
 /** The position before every row: the earliest instant updatedAfter accepts. */
-const BEGINNING = before(new Date('0001-01-01T00:00:00.000Z'));
+export const BEGINNING = before(new Date('0001-01-01T00:00:00.000Z'));
 
 /** The query parameters that choose cursor paging and its start, added to a list's own. */
 export function syncParams(kind: SyncKind) {
