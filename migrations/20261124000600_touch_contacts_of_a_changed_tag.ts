@@ -9,6 +9,12 @@ export async function up(knex: Knex): Promise<void> {
   await knex.raw(`
 CREATE FUNCTION touch_contacts_of_tag() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+  -- Locked in id order first: two tags changed at once, sharing leads, wait for each other
+  -- instead of deadlocking.
+  PERFORM 1 FROM contacts c
+    JOIN contact_tags ct ON ct.contact_id = c.id
+   WHERE ct.tag_id = OLD.id AND c.workspace_id = OLD.workspace_id AND c.merged_into_id IS NULL AND c.deleted_at IS NULL
+   ORDER BY c.id FOR NO KEY UPDATE OF c;
   UPDATE contacts c SET updated_at = now()
     FROM contact_tags ct
    WHERE ct.tag_id = OLD.id AND c.id = ct.contact_id AND c.workspace_id = OLD.workspace_id
