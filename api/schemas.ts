@@ -22,6 +22,8 @@ export const CursorPagination = z
   })
   .openapi('CursorPagination');
 export const cursorListOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item), pagination: CursorPagination });
+/** A list that also syncs (domain/sync.ts): its offset page, or with cursor paging its cursor page of `syncItem` (default: the same records). */
+export const listOrSyncOf = <T extends z.ZodType, S extends z.ZodType = T>(item: T, syncItem?: S) => z.union([listOf(item), cursorListOf(syncItem ?? item)]);
 export const single = <T extends z.ZodType>(item: T) => z.object({ data: item });
 
 /** `{id}` path parameter: a malformed id answers 404 like a missing record (see router). */
@@ -45,3 +47,14 @@ export const Lead = z
     updatedAt: z.string(),
   })
   .openapi('Lead');
+
+/** A lead that left, in a sync with `includeDeleted=true`: the other system removes its copy. */
+export const LeadTombstone = z
+  .object({
+    id: z.string(),
+    deleted: z.literal(true),
+    deletedAt: z.string().openapi({ description: 'When the lead was deleted, or merged into another.' }),
+    mergedIntoId: z.string().nullable().openapi({ description: 'The lead it was merged into (which carries on); null for a deletion.' }),
+    updatedAt: z.string(),
+  })
+  .openapi('LeadTombstone');

@@ -4,6 +4,7 @@ import type { Db } from './db';
 import { ApiError } from './errors';
 import { listEnvelope, Page, pageWithTotal, Pagination } from './pagination';
 import { canonical, isUuid } from './refs';
+import { SyncRead, syncPage } from './sync';
 import { iso } from './time';
 
 type Reader = Db | Knex.Transaction;
@@ -116,6 +117,7 @@ export interface ConversationFilters {
   instanceId?: string;
   status?: ConversationStatus;
   contactId?: string;
+  updatedAfter?: Date;
 }
 
 /**
@@ -132,8 +134,16 @@ export async function listConversations(db: Db, workspaceId: string, filters: Co
   if (filters.instanceId !== undefined) scope.where('c.instance_id', filters.instanceId);
   if (filters.contactId !== undefined) scope.where('c.contact_id', filters.contactId);
   if (filters.status !== undefined) scope.where('c.status', filters.status);
+  if (filters.updatedAfter !== undefined) scope.where('c.updated_at', '>=', filters.updatedAfter);
   const { rows, total } = await pageWithTotal<ConversationRow>(scope, page, (q) => q.orderByRaw('c.last_message_at DESC NULLS LAST, c.id ASC').select(COLUMNS));
   return listEnvelope(rows.map(serializeConversation), total, page);
+}
+
+/** One sync page of visible conversations (a deleted lead's leave with it: its tombstone says so). */
+export async function syncConversations(db: Db, workspaceId: string, read: SyncRead) {
+  const source = { scope: visibleConversations(db, workspaceId), updatedAt: 'c.updated_at', id: 'c.id', columns: COLUMNS };
+  const { rows, pagination } = await syncPage<ConversationRow>(db, 'conversations', source, read);
+  return { data: rows.map(serializeConversation), pagination };
 }
 
 /** A visible conversation of the workspace, or 404 NOT_FOUND (foreign, group, merged, deleted, archived). */

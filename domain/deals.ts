@@ -7,6 +7,7 @@ import { Cause, recordEvent, recordTrigger } from './outbox';
 import { Page, PAGE_TOTAL, pageWithTotal } from './pagination';
 import { resolveOrCreateProduct } from './products';
 import { Actor, canonical, isUuid, memberNames, requireContact, resolveMember } from './refs';
+import { SyncRead, syncPage } from './sync';
 import { iso } from './time';
 
 type Trx = Knex.Transaction;
@@ -99,6 +100,7 @@ export interface DealFilters {
   status?: DealStatus;
   contactId?: string;
   assignedTo?: string;
+  updatedAfter?: Date;
 }
 
 /** Visible deals of the workspace, newest first; the filters combine (AND). */
@@ -109,10 +111,18 @@ export async function listDeals(db: Db, workspaceId: string, query: Page & DealF
   if (query.status) scope.where('deals.status', query.status);
   if (query.contactId) scope.where('deals.contact_id', query.contactId);
   if (query.assignedTo) scope.where('deals.assigned_to', query.assignedTo);
+  if (query.updatedAfter) scope.where('deals.updated_at', '>=', query.updatedAfter);
   const { rows, total } = await pageWithTotal<DealRow>(scope, query, (q) =>
     q.orderBy([{ column: 'deals.created_at', order: 'desc' }, { column: 'deals.id', order: 'desc' }]),
   );
   return { rows: await serializeDeals(db, workspaceId, rows), total };
+}
+
+/** One sync page of visible deals (a deleted lead's leave with it: its tombstone says so). */
+export async function syncDeals(db: Db, workspaceId: string, read: SyncRead) {
+  const source = { scope: visibleDeals(db, workspaceId), updatedAt: 'deals.updated_at', id: 'deals.id', columns: ['deals.*'] };
+  const { rows, pagination } = await syncPage<DealRow>(db, 'deals', source, read);
+  return { data: await serializeDeals(db, workspaceId, rows), pagination };
 }
 
 /** Pipeline by id or case-insensitive name. */

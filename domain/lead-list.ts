@@ -1,11 +1,13 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { ContactRowWithTags, serializeLeadsWithTags, tagListColumn } from './contacts';
+import { ContactRowWithTags, serializeLead, serializeLeadsWithTags, tagListColumn } from './contacts';
 import type { Db } from './db';
 import { DEAL_STATUSES } from './deals';
-import { isoInstant, likeContains, PAGE_TOTAL, pageQuery, sortQuery } from './pagination';
+import { isoInstant, likeContains, PAGE_TOTAL, pageQuery, queryBoolean, sortQuery } from './pagination';
 import { canonical, isUuid } from './refs';
 import { trimmedText } from './input-rules';
+import { SyncRead, SyncSource, syncPage, syncParams, updatedAfterParam } from './sync';
+import { iso } from './time';
 
 /**
  * The lead list (GET /api/v1/leads): its query string, filters and the two statements of a page.
@@ -26,7 +28,11 @@ export const leadListQuery = pageQuery()
     status: z.enum(DEAL_STATUSES).optional(),
     createdAfter: isoInstant.optional(),
     createdBefore: isoInstant.optional(),
-    updatedAfter: isoInstant.optional(),
+    updatedAfter: updatedAfterParam,
+    ...syncParams('leads'),
+    includeDeleted: queryBoolean
+      .optional()
+      .meta({ description: 'Cursor paging only: `true` also returns deleted and merged leads, as tombstones `{ id, deleted: true, deletedAt, mergedIntoId, updatedAt }`.' }),
   })
   .extend(sortQuery(LEAD_SORT, { sort: 'createdAt', order: 'desc' }).shape);
 export type LeadFilters = z.infer<typeof leadListQuery>;
@@ -157,4 +163,35 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
   if (total === undefined && maintained) total = (await maintained.clone().first())?.total;
   if (total === undefined || total === null) total = (await count.clone().first())?.total ?? 0;
   return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+}
+
+/**
+ * The lead list's incremental sync: canonical contacts in (updated_at, id) order, or with
+ * `includeDeleted` deleted and merged ones too (never group chats), for the tombstones.
+ */
+export function leadSyncSource(db: Db, workspaceId: string, options: { includeDeleted: boolean }): SyncSource {
+  const contacts = db('contacts').where('contacts.workspace_id', workspaceId);
+  return {
+    scope: options.includeDeleted ? contacts.where('contacts.is_group', false) : canonical(contacts),
+    updatedAt: 'contacts.updated_at',
+    id: 'contacts.id',
+    columns: ['contacts.*', tagListColumn(db)],
+  };
+}
+
+type SyncedContact = ContactRowWithTags & { deleted_at: Date | null; merged_into_id: string | null };
+
+/**
+ * A lead that left (soft-deleted, or merged into `mergedIntoId`), for a sync to remove its copy:
+ * `deletedAt` is when it left (a merge stamps updated_at and nothing else).
+ */
+function serializeTombstone(row: SyncedContact) {
+  return { id: row.id, deleted: true as const, deletedAt: iso(row.deleted_at ?? row.updated_at)!, mergedIntoId: row.merged_into_id, updatedAt: iso(row.updated_at)! };
+}
+
+/** One sync page of leads (and, with `includeDeleted`, tombstones). */
+export async function syncLeads(db: Db, workspaceId: string, read: SyncRead, options: { includeDeleted: boolean }) {
+  const { rows, pagination } = await syncPage<SyncedContact>(db, 'leads', leadSyncSource(db, workspaceId, options), read);
+  const data = rows.map((row) => (row.deleted_at || row.merged_into_id ? serializeTombstone(row) : serializeLead(row, row.tag_list)));
+  return { data, pagination };
 }

@@ -3,6 +3,7 @@ import type { Db } from './db';
 import { ApiError } from './errors';
 import { pageWithTotal, likeContains } from './pagination';
 import { isUuid } from './refs';
+import { SyncRead, syncPage } from './sync';
 import { iso } from './time';
 
 type Writer = Db | Knex.Transaction;
@@ -187,6 +188,7 @@ export type ProductSort = keyof typeof PRODUCT_SORTS;
 export interface ProductFilter {
   q?: string;
   active?: boolean;
+  updatedAfter?: Date;
   sort: ProductSort;
   order: 'asc' | 'desc';
   limit: number;
@@ -206,7 +208,15 @@ export async function listProducts(db: Writer, workspaceId: string, filter: Prod
     scope.where((w) => w.whereRaw(`lower(name) LIKE ? ESCAPE '\\'`, [pattern]).orWhereRaw(`lower(sku) LIKE ? ESCAPE '\\'`, [pattern]));
   }
   if (filter.active !== undefined) scope.where({ active: filter.active });
+  if (filter.updatedAfter !== undefined) scope.where('updated_at', '>=', filter.updatedAfter);
   const dir = filter.order === 'desc' ? 'DESC' : 'ASC';
   const { rows, total } = await pageWithTotal<ProductRow>(scope, filter, (q) => q.orderByRaw(`${PRODUCT_SORTS[filter.sort]} ${dir} NULLS LAST, id ${dir}`).select('*'));
   return { rows: rows.map(serializeProduct), total };
+}
+
+/** One sync page of the catalogue (a deleted product is gone without a tombstone). */
+export async function syncProducts(db: Db, workspaceId: string, read: SyncRead) {
+  const source = { scope: db('products').where('products.workspace_id', workspaceId), updatedAt: 'products.updated_at', id: 'products.id', columns: ['products.*'] };
+  const { rows, pagination } = await syncPage<ProductRow>(db, 'products', source, read);
+  return { data: rows.map(serializeProduct), pagination };
 }

@@ -3,6 +3,7 @@ import type { Db } from './db';
 import { ApiError } from './errors';
 import { pageWithTotal } from './pagination';
 import { isUuid, memberNames, requireContact, resolveMember } from './refs';
+import { SyncRead, syncPage } from './sync';
 import { iso } from './time';
 
 type Writer = Db | Knex.Transaction;
@@ -171,6 +172,7 @@ export interface TaskFilter {
   assignedTo?: string;
   dueAfter?: Date;
   dueBefore?: Date;
+  updatedAfter?: Date;
   sort: TaskSort;
   order: 'asc' | 'desc';
   limit: number;
@@ -191,10 +193,19 @@ export async function listTasks(db: Writer, workspaceId: string, filter: TaskFil
   if (filter.assignedTo !== undefined) scope.where('t.assigned_to', filter.assignedTo);
   if (filter.dueAfter !== undefined) scope.where('t.due_at', '>=', filter.dueAfter);
   if (filter.dueBefore !== undefined) scope.where('t.due_at', '<=', filter.dueBefore);
+  if (filter.updatedAfter !== undefined) scope.where('t.updated_at', '>=', filter.updatedAfter);
   const dir = filter.order === 'desc' ? 'DESC' : 'ASC';
   const { rows, total } = await pageWithTotal<TaskRow>(scope, filter, (q) =>
     q.orderByRaw(`${TASK_SORTS[filter.sort]} ${dir} NULLS LAST, t.id ${dir}`).select(TASK_COLUMNS),
   );
   const names = await memberNames(db, workspaceId, rows.map((r: TaskRow) => r.assigned_to));
   return { rows: rows.map((r: TaskRow) => serializeTask(r, names)), total };
+}
+
+/** One sync page of tasks (a deleted task is gone without a tombstone). */
+export async function syncTasks(db: Db, workspaceId: string, read: SyncRead) {
+  const source = { scope: tasksQuery(db, workspaceId), updatedAt: 't.updated_at', id: 't.id', columns: TASK_COLUMNS };
+  const { rows, pagination } = await syncPage<TaskRow>(db, 'tasks', source, read);
+  const names = await memberNames(db, workspaceId, rows.map((r) => r.assigned_to));
+  return { data: rows.map((r) => serializeTask(r, names)), pagination };
 }

@@ -14,7 +14,10 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
-import { leadListQueries, leadListQuery } from '../domain/lead-list';
+import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/lead-list';
+import { encodeCursor, microsOf, settledHorizon } from '../domain/cursor';
+import { MAX_OFFSET } from '../domain/pagination';
+import { BEGINNING, syncPageQuery, type Position } from '../domain/sync';
 import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from '../workflows/floor';
 import { createDb, type Db } from '../domain/db';
 import { ALL_SCOPES } from '../domain/scopes';
@@ -660,6 +663,7 @@ async function main(): Promise<void> {
     log(`stage moves: ${moves.rps.toFixed(0)} req/s, p50 ${moves.p50} ms, p99 ${moves.p99} ms`);
     }
 
+    if (wanted('sync')) results.push(...(await syncScenario(db, base, bigKey, seeded.big, bigData, baseline32.rps)));
     if (wanted('upserts')) {
       const singles = await upsertScenario(api, base, baseline32.rps);
       results.push(...singles);
@@ -923,6 +927,84 @@ async function webhookScenario(api: Client, db: Db, baseline: number): Promise<M
   }
 }
 
+/** Pages of 100 of the incremental sync: the full run's 200 k contacts make 2,000 of them. */
+const SYNC_PAGE = 100;
+const SYNC_DEPTH = 2_000;
+const SYNC_OFFSET_CONNECTIONS = 2;
+
+/**
+ * Incremental sync of the big workspace's leads: the first cursor page against the page 2,000
+ * pages deep (or the deepest the quick data allows, printed with its depth), whose cursor is built
+ * from the row before it, read with SQL. A cursor page is an index range scan from its position,
+ * so the deep page must cost what the first costs. The offset page at the deepest offset the API
+ * allows, in the same order, is the contrast: it walks every row before it.
+ */
+async function syncScenario(db: Db, base: string, key: string, ws: SeededWorkspace, data: string, baseline: number): Promise<Measured[]> {
+  const auth = { authorization: `Bearer ${key}` };
+  const depth = Math.min(SYNC_DEPTH, Math.floor(ws.contacts / SYNC_PAGE));
+  const before: { micros: string; id: string } | undefined = await db('contacts')
+    .where({ workspace_id: ws.id, merged_into_id: null, deleted_at: null, is_group: false })
+    .orderBy([{ column: 'updated_at' }, { column: 'id' }])
+    .offset((depth - 1) * SYNC_PAGE - 1)
+    .first(db.raw(`${microsOf('updated_at')} AS micros`), 'id');
+  if (!before) throw new Error(`the sync scenario needs ${(depth - 1) * SYNC_PAGE} contacts in ${ws.id}`);
+  const position: Position = [before.micros, before.id];
+  const firstPath = `/api/v1/leads?paging=cursor&limit=${SYNC_PAGE}`;
+  const deepPath = `/api/v1/leads?cursor=${encodeCursor('leads', position)}&limit=${SYNC_PAGE}`;
+  const offset = Math.min(MAX_OFFSET, ws.contacts - SYNC_PAGE);
+  const offsetPath = `/api/v1/leads?sort=updatedAt&order=asc&limit=${SYNC_PAGE}&offset=${offset}`;
+
+  // Both cursor pages warmed up alike (the first requests compile and cache), then measured back to back.
+  for (const p of [firstPath, deepPath]) await load({ url: base, connections: 4, duration: 1, path: p, headers: auth });
+  const first = await load({ url: base, connections: 32, path: firstPath, headers: auth });
+  const deep = await load({ url: base, connections: 32, path: deepPath, headers: auth });
+  // A deep offset page takes seconds: 32 of them at once would finish none within the row's time.
+  const offsetPage = await load({ url: base, connections: SYNC_OFFSET_CONNECTIONS, duration: DURATION * 2, path: offsetPath, headers: auth });
+  const deepRow = (depth - 1) * SYNC_PAGE + 1;
+  log(`sync: cursor page 1 ${first.rps.toFixed(0)} req/s (p50 ${first.p50} ms, p99 ${first.p99} ms); page ${depth} (rows from ${deepRow}) ${deep.rps.toFixed(0)} req/s (p50 ${deep.p50} ms, p99 ${deep.p99} ms), ${((deep.rps / first.rps) * 100).toFixed(0)}% of page 1; offset ${offset} ${offsetPage.rps.toFixed(0)} req/s (p50 ${offsetPage.p50} ms)`);
+
+  // The page statements the API runs, on a quiet database: both must be an index range scan from the position.
+  const horizon = await settledHorizon(db);
+  const source = leadSyncSource(db, ws.id, { includeDeleted: false });
+  const plan = async (sql: string) => ((await db.raw<{ rows: Record<string, string>[] }>(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`)).rows).map((r) => r['QUERY PLAN']);
+  const clean = (r: LoadResult) => r.errors === 0 && r.non2xx === 0;
+  const flat = deep.rps >= 0.8 * first.rps && deep.p50 <= 1.5 * Math.max(first.p50, 1);
+  return [
+    {
+      scenario: `GET /api/v1/leads?paging=cursor&limit=${SYNC_PAGE}: sync page 1 (32 conn)`,
+      data,
+      ...pick(first),
+      baseline,
+      ratio: first.rps / baseline,
+      target: '-',
+      pass: clean(first),
+      explain: { 'sync page 1': await plan(syncPageQuery(db, source, { after: BEGINNING, limit: SYNC_PAGE }, horizon).toString()) },
+    },
+    {
+      scenario: `GET /api/v1/leads?cursor=...: sync page ${depth}, rows ${deepRow}-${deepRow + SYNC_PAGE - 1} (32 conn)`,
+      data,
+      ...pick(deep),
+      baseline: first.rps,
+      ratio: deep.rps / first.rps,
+      target: '>= 80% of page 1 req/s, p50 <= 1.5 x page 1 p50',
+      pass: clean(deep) && flat,
+      note: 'baseline column: sync page 1',
+      explain: { [`sync page ${depth}`]: await plan(syncPageQuery(db, source, { after: position, limit: SYNC_PAGE }, horizon).toString()) },
+    },
+    {
+      scenario: `GET /api/v1/leads?sort=updatedAt&order=asc&offset=${offset}&limit=${SYNC_PAGE}: the offset page, for contrast (${SYNC_OFFSET_CONNECTIONS} conn)`,
+      data,
+      ...pick(offsetPage),
+      baseline: first.rps,
+      ratio: offsetPage.rps / first.rps,
+      target: '-',
+      pass: clean(offsetPage),
+      note: 'baseline column: sync page 1',
+      explain: await explainLeadList(db, ws.id, offsetPath),
+    },
+  ];
+}
+
 /**
  * Concurrent lead creation in ONE workspace against the same load spread over ten: a new contact
  * updates the workspace's maintained count in its transaction, so a single counter row per
@@ -1075,12 +1157,12 @@ function report(results: Measured[], startedAt: number): void {
   const failed = results.filter((r) => !r.pass).length;
   console.log('\nCPU while each row was measured (% of one core; 2 cores = 200):');
   for (const r of results) if (r.cpu) console.log(`  ${r.scenario} [${r.data}]: ${Object.entries(r.cpu).map(([k, v]) => `${k} ${v}`).join(', ')}`);
-  console.log('\nPlans of the lead-list statements (EXPLAIN ANALYZE on a quiet database; scans and execution time):');
+  console.log('\nPlans of the lead-list and sync statements (EXPLAIN ANALYZE on a quiet database; scans and execution time):');
   for (const r of results) {
     if (!r.explain) continue;
     console.log(`  ${r.scenario}:`);
     for (const [name, plan] of Object.entries(r.explain)) {
-      const lines = plan.filter((l) => /Scan|Join|Nested Loop|Execution Time/.test(l)).map((l) => l.replace(/\s*\(cost=[^)]*\)/, '').trim());
+      const lines = plan.filter((l) => /Scan|Join|Nested Loop|Index Cond|Execution Time/.test(l)).map((l) => l.replace(/\s*\(cost=[^)]*\)/, '').trim());
       console.log(`    ${name}: ${lines.join(' | ').slice(0, 300)}`);
     }
   }

@@ -1,14 +1,16 @@
 import { z } from 'zod';
 import { AnyRoute, route } from '../route';
-import { IdParams, listOf, Pagination, single } from '../schemas';
+import { IdParams, listOrSyncOf, Pagination, single } from '../schemas';
 import {
   CONVERSATION_STATUSES,
   getConversationWithMessages,
   listConversations,
   MESSAGE_STATUSES,
+  syncConversations,
   updateConversationStatus,
 } from '../../domain/conversations';
 import { pageQuery } from '../../domain/pagination';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/sync';
 
 const Message = z
   .object({
@@ -44,6 +46,14 @@ const EXCLUSIONS =
   'Group chats, merged or deleted contacts and archived connections never appear: their conversations are ' +
   'neither listed nor counted, and reading or changing one answers 404 `NOT_FOUND`.';
 
+const ConversationQuery = pageQuery().extend({
+  instanceId: z.string().max(64).optional(),
+  status: z.enum(CONVERSATION_STATUSES).optional(),
+  contactId: z.string().max(64).optional(),
+  updatedAfter: updatedAfterParam,
+  ...syncParams('conversations'),
+});
+
 export const conversationRoutes: AnyRoute[] = [
   route({
     method: 'get',
@@ -56,17 +66,20 @@ export const conversationRoutes: AnyRoute[] = [
     summary: 'List conversations, most recent activity first',
     description:
       'Ordered by `lastMessageAt` descending (conversations without messages last). Filters: `instanceId`, `status`, ' +
-      '`contactId` (an id of another workspace, or one that names nothing, gives an empty list). ' +
-      EXCLUSIONS,
-    query: pageQuery().extend({
-      instanceId: z.string().max(64).optional(),
-      status: z.enum(CONVERSATION_STATUSES).optional(),
-      contactId: z.string().max(64).optional(),
-    }),
-    response: listOf(Conversation),
+      '`contactId` (an id of another workspace, or one that names nothing, gives an empty list), `updatedAfter`. ' +
+      EXCLUSIONS +
+      ' A new message, a status change, or a change of the contact\'s name or phone moves `updatedAt`.\n\n' +
+      syncDescription(' and `updatedAfter` (first page)') +
+      ' A deleted lead\'s conversations leave without a tombstone of their own (the lead\'s says so); so do those of a ' +
+      'connection being archived.',
+    query: ConversationQuery,
+    response: listOrSyncOf(Conversation),
     handler: async (ctx, { query }) => {
-      const { limit, offset, ...filters } = query;
-      return listConversations(ctx.deps.db, ctx.state.auth!.workspaceId, filters, { limit, offset });
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const read = syncRead(ctx.query, query, Object.keys(ConversationQuery.shape));
+      if (read) return syncConversations(ctx.deps.db, workspaceId, read);
+      const { limit, offset, instanceId, status, contactId, updatedAfter } = query;
+      return listConversations(ctx.deps.db, workspaceId, { instanceId, status, contactId, updatedAfter }, { limit, offset });
     },
   }),
   route({

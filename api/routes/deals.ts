@@ -1,7 +1,7 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { route } from '../route';
-import { IdParams, listOf, single } from '../schemas';
+import { IdParams, listOf, listOrSyncOf, single } from '../schemas';
 import type { Actor } from '../../domain/refs';
 import {
   createDeal,
@@ -14,8 +14,10 @@ import {
   listDealActivities,
   listDeals,
   serializeDeals,
+  syncDeals,
   updateDeal,
 } from '../../domain/deals';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/sync';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import { trimmedText } from '../../domain/input-rules';
 import { BATCH_CHUNK, BATCH_MAX } from '../../domain/batch';
@@ -97,6 +99,16 @@ const DealUpdateItem = lostNeedsReason(
   z.object({ id: z.string().min(1).max(100).openapi({ description: 'The deal to change; without `id` the item creates a deal.' }), ...dealChanges }),
 );
 
+const DealQuery = pageQuery().extend({
+  pipelineId: z.uuid().optional(),
+  stageId: z.uuid().optional(),
+  status: z.enum(DEAL_STATUSES).optional(),
+  contactId: z.uuid().optional(),
+  assignedTo: z.uuid().optional(),
+  updatedAfter: updatedAfterParam,
+  ...syncParams('deals'),
+});
+
 /** What the API key does is recorded under its name (activities expose actors by name only). */
 const apiActor = (ctx: Context): Actor => ({ memberId: null, name: ctx.state.auth!.keyName });
 
@@ -166,17 +178,17 @@ export const dealRoutes = [
     scopes: ['deals:read'],
     ipProfile: 'read',
     summary: 'List deals, newest first',
-    description: 'Filters combine (AND). A contact, pipeline or member of another workspace gives an empty list.',
-    query: pageQuery().extend({
-      pipelineId: z.uuid().optional(),
-      stageId: z.uuid().optional(),
-      status: z.enum(DEAL_STATUSES).optional(),
-      contactId: z.uuid().optional(),
-      assignedTo: z.uuid().optional(),
-    }),
-    response: listOf(Deal),
+    description:
+      'Filters combine (AND). A contact, pipeline or member of another workspace gives an empty list. Deals of a deleted or ' +
+      'merged lead never appear.\n\n' +
+      syncDescription(' and `updatedAfter` (first page)'),
+    query: DealQuery,
+    response: listOrSyncOf(Deal),
     handler: async (ctx, { query }) => {
-      const { rows, total } = await listDeals(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const read = syncRead(ctx.query, query, Object.keys(DealQuery.shape));
+      if (read) return syncDeals(ctx.deps.db, workspaceId, read);
+      const { rows, total } = await listDeals(ctx.deps.db, workspaceId, query);
       return listEnvelope(rows, total, query);
     },
   }),

@@ -1,10 +1,11 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { Deleted, Lead, listOf, single, Tag } from '../schemas';
+import { Deleted, Lead, LeadTombstone, listOrSyncOf, single, Tag } from '../schemas';
 import { addTag, LeadInput, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead, upsertLeadChunk } from '../../domain/contacts';
 import { BATCH_CHUNK, BATCH_MAX } from '../../domain/batch';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
-import { leadListQuery, listLeads } from '../../domain/lead-list';
+import { leadListQuery, listLeads, syncLeads } from '../../domain/lead-list';
+import { syncDescription, syncRead } from '../../domain/sync';
 import { listEnvelope } from '../../domain/pagination';
 import { requireContact } from '../../domain/refs';
 import { getInsight } from '../../domain/insights';
@@ -61,11 +62,16 @@ export const leadRoutes = [
       'tag id or name. `pipelineId`, `stageId` and `status` together describe ONE deal of the lead that satisfies all of them. ' +
       '`createdAfter` and `updatedAfter` are inclusive, `createdBefore` exclusive (ISO 8601; a date-time without a zone is UTC). ' +
       '`sort`: `createdAt` (default), `updatedAt` or `name`; `order`: `desc` (default) or `asc`. Merged, deleted and group contacts ' +
-      'never appear.',
+      'never appear, except as tombstones in a sync with `includeDeleted=true` (a tombstone also means the lead\'s deals and ' +
+      'conversations left with it).\n\n' +
+      syncDescription(', `updatedAfter` (first page) and `includeDeleted`'),
     query: leadListQuery,
-    response: listOf(Lead),
+    response: listOrSyncOf(Lead, z.union([Lead, LeadTombstone])),
     handler: async (ctx, { query }) => {
-      const { rows, total } = await listLeads(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const read = syncRead(ctx.query, query, Object.keys(leadListQuery.shape), ['includeDeleted']);
+      if (read) return syncLeads(ctx.deps.db, workspaceId, read, { includeDeleted: query.includeDeleted === true });
+      const { rows, total } = await listLeads(ctx.deps.db, workspaceId, query);
       return listEnvelope(rows, total, query);
     },
   }),

@@ -1,8 +1,9 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { Deleted, IdParams, listOf, single } from '../schemas';
+import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
 import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/pagination';
-import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, updateProduct } from '../../domain/products';
+import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, syncProducts, updateProduct } from '../../domain/products';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/sync';
 import { atLeastOne, ECMA_WHITESPACE, trimmedText } from '../../domain/input-rules';
 
 const Product = z
@@ -48,6 +49,8 @@ const ProductQuery = pageQuery()
   .extend({
     q: z.string().max(200).optional().openapi({ description: 'Case-insensitive substring of the name or the SKU.' }),
     active: queryBoolean.optional().openapi({ description: '`true` or `false`.' }),
+    updatedAfter: updatedAfterParam,
+    ...syncParams('products'),
   });
 
 export const productRoutes = [
@@ -62,11 +65,16 @@ export const productRoutes = [
     summary: 'List products',
     description:
       '`sort` is `name` (default, case-insensitive), `createdAt`, `updatedAt` or `price`; `order` `asc` (default) or `desc`. ' +
-      'Products without a price sort last in both orders; ties are broken by id, so pages are stable.',
+      'Products without a price sort last in both orders; ties are broken by id, so pages are stable.\n\n' +
+      syncDescription(' and `updatedAfter` (first page)') +
+      ' A deleted product is gone: no tombstone.',
     query: ProductQuery,
-    response: listOf(Product),
+    response: listOrSyncOf(Product),
     handler: async (ctx, { query }) => {
-      const { rows, total } = await listProducts(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const read = syncRead(ctx.query, query, Object.keys(ProductQuery.shape));
+      if (read) return syncProducts(ctx.deps.db, workspaceId, read);
+      const { rows, total } = await listProducts(ctx.deps.db, workspaceId, query);
       return listEnvelope(rows, total, query);
     },
   }),

@@ -1,9 +1,10 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { Deleted, IdParams, listOf, single } from '../schemas';
+import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
 import { isoInstant, listEnvelope, pageQuery, sortQuery } from '../../domain/pagination';
 import { isUuid } from '../../domain/refs';
-import { createTask, deleteTask, getTask, listTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/tasks';
+import { createTask, deleteTask, getTask, listTasks, syncTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/tasks';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/sync';
 import { atLeastOne, trimmedText } from '../../domain/input-rules';
 
 const Task = z
@@ -33,6 +34,8 @@ const TaskQuery = pageQuery()
     assignedTo: uuidFilter('Tasks assigned to this member id.'),
     dueAfter: isoInstant.optional().openapi({ description: 'Due at or after this instant (ISO 8601; a bare date is midnight UTC).' }),
     dueBefore: isoInstant.optional().openapi({ description: 'Due at or before this instant (ISO 8601; a bare date is midnight UTC).' }),
+    updatedAfter: updatedAfterParam,
+    ...syncParams('tasks'),
   });
 
 const fields = {
@@ -68,11 +71,16 @@ export const taskRoutes = [
     description:
       '`sort` is `dueAt` (default), `createdAt` or `updatedAt`; `order` `asc` (default) or `desc`. Tasks without a due date ' +
       'sort last in both orders and are left out by `dueAfter`/`dueBefore` (both inclusive). Ties are broken by id. A task ' +
-      'whose contact was merged or deleted is still listed, with `contactId: null`.',
+      'whose contact was merged or deleted is still listed, with `contactId: null` (and a new `updatedAt`).\n\n' +
+      syncDescription(' and `updatedAfter` (first page)') +
+      ' A deleted task is gone: no tombstone.',
     query: TaskQuery,
-    response: listOf(Task),
+    response: listOrSyncOf(Task),
     handler: async (ctx, { query }) => {
-      const { rows, total } = await listTasks(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const read = syncRead(ctx.query, query, Object.keys(TaskQuery.shape));
+      if (read) return syncTasks(ctx.deps.db, workspaceId, read);
+      const { rows, total } = await listTasks(ctx.deps.db, workspaceId, query);
       return listEnvelope(rows, total, query);
     },
   }),
