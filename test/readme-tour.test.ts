@@ -114,6 +114,12 @@ test('the README tour runs top to bottom as printed, and each step shows what it
     ['9. a new lead', /^\{"name":"João Lima"\}$/],
     ['9. the received lead.created verifies with the secret', /^signature ok: \{"event":"lead.created","name":"João Lima"\}$/],
     ['9. the delivery log shows the 2xx', /^\{"event":"lead.created","status":"succeeded","lastStatusCode":200\}$/],
+    ['10. the batch answers each row, the typo with its own code', /^\[\{"index":0,"status":201,"code":null\},\{"index":1,"status":201,"code":null\},\{"index":2,"status":400,"code":"INVALID_PHONE"\}\]$/],
+    ['10. João deleted', /^\{"id":"[0-9a-f-]{36}","deleted":true\}$/],
+    ['10. the next sync run: the batch leads changed ...', /^\{"changed":"Ana Costa"\}$/],
+    ['10. ...', /^\{"changed":"Bruno Dias"\}$/],
+    ['10. ... and João to remove', /^\{"removed":"[0-9a-f-]{36}"\}$/],
+    ['10. the deletion in the events feed', /^\{"type":"contact.deleted","name":"João Lima"\}$/],
   ];
   let at = 0;
   for (const [step, pattern] of expected) {

@@ -66,8 +66,8 @@ const upsert = async (w: Workspace, body: Record<string, unknown>) => {
   return res.body.data;
 };
 /** What a cursor names, for the assertions that must see inside it (clients treat it as opaque). */
-const positionOf = (cursor: string): [string, string] => JSON.parse(Buffer.from(cursor.slice(cursor.indexOf('_') + 1), 'base64url').toString());
-const cursorOf = (kind: string, position: unknown[]): string => `${kind}_${Buffer.from(JSON.stringify(position)).toString('base64url')}`;
+const positionOf = (cursor: string): [string, string] => cursor.split('_').slice(1) as [string, string];
+const cursorOf = (kind: string, position: unknown[]): string => [kind, ...position].join('_');
 
 describe('cursor paging', () => {
   it('returns every row once, in (updatedAt, id) order, also when rows share a timestamp', async () => {
@@ -123,7 +123,7 @@ describe('cursor paging', () => {
   it('refuses a cursor of another list, a garbled one, and a position that is not one', async () => {
     const ws = await workspace();
     const deals = await page(ws, 'deals', {});
-    for (const cursor of [deals.pagination.nextCursor, 'leads_%%%', 'leads_bm90IGpzb24', cursorOf('leads', ['1', 'not-a-uuid']), cursorOf('leads', [1, '3f1c2a9e-8b7d-4c6e-9a10-5d2b7e4f8c01'])]) {
+    for (const cursor of [deals.pagination.nextCursor, 'leads_%%%', 'leads_bm90IGpzb24', cursorOf('leads', ['1', 'not-a-uuid']), cursorOf('leads', ['soon', '3f1c2a9e-8b7d-4c6e-9a10-5d2b7e4f8c01']), cursorOf('leads', ['1', '3F1C2A9E-8B7D-4C6E-9A10-5D2B7E4F8C01', 'x'])]) {
       const res = await get(ws, `/api/v1/leads?cursor=${encodeURIComponent(cursor)}`);
       expectError(res, 400, 'VALIDATION');
       expect(res.body.error).toContain('query.cursor');
