@@ -472,7 +472,9 @@ export async function softDeleteContact(db: Db, workspaceId: string, contactId: 
  * by their triggers. The duplicate's phone is not carried over: a message from it later creates
  * a new contact.
  */
-export async function mergeContacts(db: Db, workspaceId: string, duplicateId: string, intoId: string) {
+export async function mergeContacts(db: Db, workspaceId: string, duplicateRef: string, intoRef: string) {
+  // Ids compared and ordered as PostgreSQL reads them: a uuid in capitals names the same row.
+  const [duplicateId, intoId] = [duplicateRef.toLowerCase(), intoRef.toLowerCase()];
   if (duplicateId === intoId) throw new ApiError('VALIDATION', 'A contact cannot be merged into itself', { hint: 'intoId must name another contact.' });
   return db.transaction(async (trx) => {
     // Both locked in id order: two merges of one pair, either way round, cannot deadlock.

@@ -203,6 +203,8 @@ describe('GET /api/v1/events', () => {
     expect((await page(a, `order=asc&cursor=events_-99999999999999999_0`)).data.map((e) => e.payload.contact_id)).toEqual([leadA.id]);
     expectError(await api.request('GET', '/api/v1/events?type=lead.exploded', { key: a.key }), 400, 'VALIDATION');
     expectError(await api.request('GET', '/api/v1/events?order=sideways', { key: a.key }), 400, 'VALIDATION');
+    // The feed pages by cursor: an offset would return the first page again and again.
+    expectError(await api.request('GET', '/api/v1/events?offset=100', { key: a.key }), 400, 'VALIDATION');
   });
 
   it('keeps events for the retention period and no longer', async () => {
@@ -232,6 +234,7 @@ describe('merging contacts (panel)', () => {
     const totalBefore = (await api.request('GET', '/api/v1/leads', { key: ws.key })).body.pagination.total;
 
     expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: duplicate.id }), 400, 'VALIDATION');
+    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id.toUpperCase()}/merge`, { intoId: duplicate.id }), 400, 'VALIDATION');
     const other = await createWorkspace(api);
     const foreign = await seedContact(api, other.id, { phone: phone(), name: 'Elsewhere' });
     expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: foreign.id }), 404, 'CONTACT_NOT_FOUND');

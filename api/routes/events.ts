@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ApiError } from '../../domain/errors';
 import { eventListQuery, listEvents } from '../../domain/events';
 import { WEBHOOK_EVENTS } from '../../domain/outbox';
 import { route } from '../route';
@@ -48,6 +49,12 @@ export const eventRoutes = [
       'started before them has ended, so a cursor never skips an event that commits late.',
     query: eventListQuery,
     response: cursorListOf(Event),
-    handler: async (ctx, { query }) => listEvents(ctx.deps.db, ctx.state.auth!.workspaceId, query),
+    handler: async (ctx, { query }) => {
+      // Unknown parameters are ignored elsewhere; here `offset` would page nowhere, forever.
+      if (ctx.query.offset !== undefined) {
+        throw new ApiError('VALIDATION', 'Invalid query.offset: the events feed pages by cursor', { hint: 'query.offset: pass pagination.nextCursor as cursor.' });
+      }
+      return listEvents(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+    },
   }),
 ];

@@ -389,6 +389,8 @@ const EXAMPLES: Record<string, Example> = {
   }),
   'post /admin/v1/workspaces/{id}/contacts': (n) => ({ name: `Panel ${n}`, email: 'panel@example.com', phone: mobileOf(n), notes: 'n', tags: ['vip'], memberId: g.memberId }),
   'patch /admin/v1/workspaces/{id}/contacts/{contactId}': (n) => ({ name: `Edited ${n}`, notes: 'x', tags: ['vip', 'new'], memberId: g.memberId }),
+  // Into the path's own contact (400): a merge that succeeded would hide the admin fixture's contact from later steps.
+  'post /admin/v1/workspaces/{id}/contacts/{contactId}/merge': () => ({ intoId: g.contactId }),
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -1418,10 +1420,13 @@ async function getValid(r: AnyRoute, p: string): Promise<unknown> {
 /** Every page of a list endpoint, validated with its response schema; the items. */
 async function allPages(r: AnyRoute, p: string): Promise<{ id: string }[]> {
   const items: { id: string }[] = [];
-  for (let offset = 0; ; offset += 100) {
-    const page = (await getValid(r, `${p}?limit=100&offset=${offset}`)) as { data: { id: string }[]; pagination: { hasMore: boolean } };
+  // A cursor-paged list (the events feed) is followed by its nextCursor; the others by offset.
+  let next = `${p}?limit=100`;
+  for (let offset = 100; ; offset += 100) {
+    const page = (await getValid(r, next)) as { data: { id: string }[]; pagination: { hasMore: boolean; nextCursor?: string } };
     items.push(...page.data);
     if (!page.pagination.hasMore) return items;
+    next = page.pagination.nextCursor ? `${p}?limit=100&cursor=${page.pagination.nextCursor}` : `${p}?limit=100&offset=${offset}`;
   }
 }
 
