@@ -71,7 +71,8 @@ describe('GET /api/v1/events', () => {
 
     const lead = await upsert(ws, { phone: phone(), name: 'Ana', tags: ['VIP'] });
     expect((await api.request('DELETE', `/api/v1/leads/${lead.id}`, { key: ws.key })).status).toBe(200);
-    await settleOutbox(api, ws.id);
+    // The flaky receiver's retry runs as a workflow: on a loaded CI machine, more than the default 30 s.
+    await settleOutbox(api, ws.id, 90_000);
 
     const { events } = await eventually('three settled events', async () => {
       const all = await readAll(ws, 'order=asc');
@@ -100,7 +101,7 @@ describe('GET /api/v1/events', () => {
 
     // Newest first by default.
     expect((await page(ws, 'limit=100')).data.map((e) => e.id)).toEqual(events.map((e) => e.id).reverse());
-  });
+  }, 120_000);
 
   it('pages by cursor in both orders without a gap or a repeat, filters by type and time, and resumes from the last cursor', async () => {
     const ws = await createWorkspace(api, { scopes: ['events:read', 'leads:write', 'tags:write'] });
