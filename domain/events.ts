@@ -4,6 +4,7 @@ import type { Db } from './db';
 import { cursorParam, encodeCursor, FIRST_MICROS, FROM_MICROS, LAST_MICROS, MICROS, microsOf, SERIAL, settledHorizon } from './cursor';
 import { WEBHOOK_EVENTS } from './outbox';
 import { isoInstant, pageQuery } from './pagination';
+import { iso } from './time';
 import { deliveryBody, type DeliveryStatus } from './webhooks';
 
 /**
@@ -49,13 +50,11 @@ interface EventRow {
   deliveries: { subscription_id: string; id: string; status: DeliveryStatus; attempts: number; last_status_code: number | null; last_error: string | null; delivered_at: string | null }[];
 }
 
-const iso = (value: string | Date | null): string | null => (value === null ? null : new Date(value).toISOString());
-
 function serializeEvent(row: EventRow) {
   return {
     id: row.id,
     type: row.name,
-    createdAt: row.created_at.toISOString(),
+    createdAt: iso(row.created_at)!,
     // The exact body a subscriber receives (same fields, same order).
     payload: JSON.parse(deliveryBody(row.payload)) as Record<string, unknown>,
     dispatchedAt: iso(row.dispatched_at),

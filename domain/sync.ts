@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { cursorParam, encodeCursor, FROM_MICROS, MICROS, microsOf, settledHorizon, UUID } from './cursor';
+import { cursorParam, encodeCursor, FIRST_MICROS, FROM_MICROS, MICROS, microsOf, settledHorizon, UUID } from './cursor';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { isoInstant } from './pagination';
@@ -25,8 +25,8 @@ const LAST_ID = 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 function before(instant: Date): Position {
   return [String(BigInt(instant.getTime()) * 1000n - 1n), LAST_ID];
 }
-/** The position before every row: the earliest instant updatedAfter accepts. */
-export const BEGINNING = before(new Date('0001-01-01T00:00:00.000Z'));
+/** The position before every row (the events feed starts from the same instant). */
+export const BEGINNING: Position = [FIRST_MICROS, LAST_ID];
 
 /** The query parameters that choose cursor paging and its start, added to a list's own. */
 export function syncParams(kind: SyncKind) {

@@ -3,6 +3,7 @@ import { KeyRing, openText, sealText } from './encryption';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
 import { WEBHOOK_EVENTS } from './outbox';
+import { iso } from './time';
 import { Page, pageWithTotal } from './pagination';
 import { isUuid } from './refs';
 import { safeRequest, SafeHttpError } from './safe-http';
@@ -260,7 +261,6 @@ const DELIVERY_COLUMNS = [
 ];
 // The payload stays out of the log: it carries contact data that `webhooks:read` alone must not expose.
 
-const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
 export function serializeDelivery(row: DeliveryRow) {
   return {
