@@ -141,7 +141,11 @@ describe('GET /api/v1/leads', () => {
     expect(names(await list(w, `?createdBefore=${mid}`))).toEqual(['Alice']);
     expect(names(await list(w, `?updatedAfter=2999-01-01`))).toEqual([]);
     expect(names(await list(w, '?sort=name&order=asc'))).toEqual(['Alice', 'Bruno', 'Carla', 'Davi']);
-    expect(names(await list(w, '?sort=name&order=asc&limit=2&offset=1'))).toEqual(['Bruno', 'Carla']);
+    const offsetPage = await list(w, '?sort=name&order=asc&limit=2&offset=1');
+    expect(names(offsetPage)).toEqual(['Bruno', 'Carla']);
+    // The tags are read after the offset (for the page's rows only), and still belong to their lead.
+    expect(offsetPage.data.map((l: any) => l.tags.map((t: any) => t.name))).toEqual([[], ['Hot']]);
+    expect(offsetPage.pagination).toEqual({ total: 4, limit: 2, offset: 1, hasMore: true });
     const badSort = await api.request('GET', '/api/v1/leads?sort=phone', { key: w.key });
     expectError(badSort, 400, 'VALIDATION');
     expect(badSort.body.error).toContain('query.sort');
