@@ -10,7 +10,7 @@ import { temporalClientFactory } from '../domain/temporal';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('api', config.logLevel);
-  const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs });
+  const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs, randomPageCost: config.dbRandomPageCost });
   const temporal = temporalClientFactory(config);
   const app = createApp({ config, db, logger, temporal: temporal.get });
 

@@ -43,6 +43,8 @@ export interface Config {
   encryptionKeys: KeyRing | null;
   /** PostgreSQL cancels a statement of the API or the worker running longer than this (ms). */
   statementTimeoutMs: number;
+  /** The planner's random_page_cost on the API's and the worker's connections (domain/db.ts). */
+  dbRandomPageCost: number;
   /** Days dispatched outbox rows, finished webhook deliveries and finished automation runs are kept (domain/retention.ts). */
   retentionDays: number;
   /**
@@ -129,6 +131,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
     encryptionKeys: env.ENCRYPTION_KEYS ? parseKeyRing(env.ENCRYPTION_KEYS) : null,
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),
+    dbRandomPageCost: positive('DB_RANDOM_PAGE_COST', number('DB_RANDOM_PAGE_COST', env.DB_RANDOM_PAGE_COST, 1.1)),
     retentionDays: count('RETENTION_DAYS', env.RETENTION_DAYS, 30),
     benchBaseline: benchBaseline(env),
     worker: {

@@ -20,6 +20,7 @@ import { MAX_OFFSET } from '../domain/pagination';
 import { BEGINNING, syncPageQuery, type Position } from '../domain/sync';
 import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from '../workflows/floor';
 import { createDb, type Db } from '../domain/db';
+import { loadConfig } from '../domain/config';
 import { ALL_SCOPES } from '../domain/scopes';
 import {
   Child,
@@ -521,7 +522,8 @@ async function main(): Promise<void> {
   try {
     const stack = await startStack(running);
     const api = client(stack.apiUrl);
-    const db = createDb(stack.databaseUrl, { max: 4 });
+    // The API's planner settings, so the plans printed are the plans the API runs.
+    const db = createDb(stack.databaseUrl, { max: 4, randomPageCost: loadConfig().dbRandomPageCost });
     const seeded = await seed(db, api);
     rss = rssSampler({ api: stack.api.process.pid!, worker: stack.worker.process.pid! });
     // Where the CPU went between two rows: the profile that says which process limits a scenario.

@@ -14,7 +14,7 @@ import { createOutboxDispatcher } from './outbox-dispatcher';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('worker', config.logLevel);
-  const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs });
+  const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs, randomPageCost: config.dbRandomPageCost });
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
   const worker = await Worker.create({
     connection,
