@@ -154,9 +154,47 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
   };
 }
 
+/**
+ * Search totals (`q`, alone or with creation dates: filters on what contact_search_versions
+ * versions) as last counted, each with the workspace's search version read in the same snapshot.
+ * While the version reads the same, nothing a search reads has changed, so the total is still
+ * exact: paging through a search, or repeating it, counts its matches once. Per process, bounded,
+ * least recently used out first.
+ */
+const SEARCH_TOTALS_MAX = 5000;
+const searchTotals = new Map<string, { version: number; total: number }>();
+const SEARCH_VERSIONED: readonly (typeof LEAD_FILTERS)[number][] = ['q', 'createdAfter', 'createdBefore'];
+const SEARCH_VERSION = '__search_version';
+
+function searchTotalKey(workspaceId: string, f: LeadFilters): string | undefined {
+  if (!f.q || LEAD_FILTERS.some((name) => f[name] !== undefined && !SEARCH_VERSIONED.includes(name))) return undefined;
+  // The search applyLeadFilters runs: its term lower-cased.
+  return JSON.stringify([workspaceId, f.q.trim().toLowerCase(), f.createdAfter ?? null, f.createdBefore ?? null]);
+}
+
+function searchVersionQuery(db: Db, workspaceId: string): Knex.QueryBuilder {
+  return db('contact_search_versions').where({ workspace_id: workspaceId }).select(db.raw('coalesce(sum(changes), 0)::bigint'));
+}
+
+function rememberSearchTotal(key: string, entry: { version: number; total: number }): void {
+  searchTotals.delete(key);
+  searchTotals.set(key, entry);
+  if (searchTotals.size > SEARCH_TOTALS_MAX) searchTotals.delete(searchTotals.keys().next().value!);
+}
+
+/** The remembered total of this search if the version read with the page is the one it was counted at. */
+function rememberedSearchTotal(key: string, version: unknown): number | undefined {
+  const entry = searchTotals.get(key);
+  if (!entry || version === undefined || Number(version) !== entry.version) return undefined;
+  rememberSearchTotal(key, entry);
+  return entry.total;
+}
+
 /** One page of leads with their tags and the exact total: usually one statement, whatever the filters. */
 export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
   const { page, probe, count, maintained } = leadListQueries(db, workspaceId, query);
+  const searchKey = searchTotalKey(workspaceId, query);
+  if (searchKey) return listSearch(db, workspaceId, query, searchKey, { page, probe, count });
   type Row = ContactRowWithTags & { [PAGE_TOTAL]?: string | number | null };
   const read = async (q: Knex.QueryBuilder, total?: Knex.QueryBuilder): Promise<Row[]> => (total ? q.select({ [PAGE_TOTAL]: total }) : q);
   // The prefix carries only a maintained total: a count there would be paid twice if the prefix falls short.
@@ -167,6 +205,25 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
   if (total === undefined && maintained) total = (await maintained.clone().first())?.total;
   if (total === undefined || total === null) total = (await count.clone().first())?.total ?? 0;
   return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+}
+
+/**
+ * A search's page carries the workspace's search version; its total is the remembered one if
+ * counted at that version, else counted now with the version in one statement (one snapshot).
+ */
+async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: string, q: Pick<ReturnType<typeof leadListQueries>, 'page' | 'probe' | 'count'>) {
+  type Row = ContactRowWithTags & { [SEARCH_VERSION]?: string | number };
+  const read = async (source: Knex.QueryBuilder): Promise<Row[]> => source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId) });
+  let rows = q.probe ? await read(q.probe) : [];
+  if (rows.length < query.limit) rows = await read(q.page);
+  let total = rows.length > 0 ? rememberedSearchTotal(key, rows[0][SEARCH_VERSION]) : undefined;
+  if (total === undefined) {
+    const counted = await db.select({ version: searchVersionQuery(db, workspaceId), total: q.count.clone() }).first();
+    total = Number(counted.total);
+    rememberSearchTotal(key, { version: Number(counted.version), total });
+  }
+  for (const row of rows) delete row[SEARCH_VERSION];
+  return { rows: serializeLeadsWithTags(rows), total };
 }
 
 /**

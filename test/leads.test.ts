@@ -299,7 +299,7 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     expect(await page('q=bulk 1499')).toEqual({ total: 1, ids: [ordered[1498]] });
   });
 
-  it('always equal a real count and the pages equal a direct query, through random tagging, deal moves, deletions and merges', async () => {
+  it('always equal a real count and the pages equal a direct query, through random tagging, deal moves, renames, deletions and merges', async () => {
     const wsx = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:read', 'tags:write', 'deals:read', 'deals:write'] });
     const sales = await seedPipeline(api, wsx.id, { name: 'Sales', stages: ['New', 'Won'] });
     const support = await seedPipeline(api, wsx.id, { name: 'Support', stages: ['Open'] });
@@ -313,8 +313,11 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     let state = 42;
     const pick = (n: number) => ((state = (state * 1103515245 + 12345) % 2 ** 31) % n);
 
-    const real = async (filter: { tag?: string; pipelineId?: string; stageId?: string; status?: string }) => {
+    type Filter = { tag?: string; pipelineId?: string; stageId?: string; status?: string; q?: string; createdAfter?: string };
+    const real = async (filter: Filter) => {
       const q = api.db('contacts as c').where({ 'c.workspace_id': wsx.id, 'c.is_group': false }).whereNull('c.merged_into_id').whereNull('c.deleted_at');
+      if (filter.q) q.whereRaw(`(lower(c.name) || ' ' || c.phone || ' ' || coalesce(lower(c.email), '')) LIKE ?`, [`%${filter.q}%`]);
+      if (filter.createdAfter) q.where('c.created_at', '>=', filter.createdAfter);
       if (filter.tag) q.whereExists(api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').whereRaw('ct.contact_id = c.id').whereRaw('lower(t.name) = lower(?)', [filter.tag]));
       if (filter.pipelineId || filter.stageId || filter.status) {
         const d = api.db('deals as d').whereRaw('d.contact_id = c.id');
@@ -327,7 +330,13 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
       return ids;
     };
     const check = async () => {
-      const filters: { tag?: string; pipelineId?: string; stageId?: string; status?: string }[] = [
+      // Searches count their matches, and a total counted at an unchanged search version is reused:
+      // each is asked twice per check (limit 2, then 100), and again after the next changes.
+      const filters: Filter[] = [
+        { q: 'f1' },
+        { q: 'f2' },
+        { q: 'shop.io' },
+        { q: 'f1', createdAfter: '2000-01-01T00:00:00.000Z' },
         ...TAGS.map((tag) => ({ tag })),
         ...stages.flatMap(({ pipeline, stage }) => [{ stageId: stage.id }, { stageId: stage.id, status: 'open' }, { pipelineId: pipeline.id, stageId: stage.id }]),
         { pipelineId: sales.id },
@@ -349,7 +358,7 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     };
 
     for (let step = 0; step < 120; step++) {
-      const op = leads.length < 4 ? 0 : pick(9);
+      const op = leads.length < 4 ? 0 : pick(10);
       const lead = leads[pick(leads.length || 1)];
       if (op === 0) {
         const res = await call('POST', '/api/v1/leads', { phone: `55319${base + step}`, name: `F${step}`, tags: TAGS.filter(() => pick(3) === 0) });
@@ -379,6 +388,9 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
           await api.db('contacts').where({ id: lead }).update({ merged_into_id: survivor });
           await api.db('deals').where({ contact_id: lead }).update({ contact_id: survivor });
         }
+      } else if (op === 9) {
+        // A rename or a new e-mail moves a lead into or out of a search.
+        await call('PATCH', `/api/v1/leads/${lead}`, pick(2) === 0 ? { name: `F${pick(150)}` } : { email: pick(2) === 0 ? `f${pick(50)}@shop.io` : null });
       }
       if (step % 30 === 29) await check();
     }
