@@ -350,17 +350,20 @@ export function serializeActivity(row: { id: string; type: string; actor_name: s
 export async function listDealActivities(db: Db, workspaceId: string, dealId: string, page: Page) {
   if (!isUuid(dealId)) throw new ApiError('NOT_FOUND', 'Deal not found');
   type Row = Parameters<typeof serializeActivity>[0] & { visible_deal: string; [PAGE_TOTAL]: string };
+  // The total is counted once, with the deal (a materialized CTE): in the select list it ran once per entry of the page.
+  const deal = visibleDeals(db, workspaceId)
+    .clearSelect()
+    .where('deals.id', dealId)
+    .select('deals.id', 'deals.workspace_id', { [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deals.workspace_id AND c.deal_id = deals.id').count('*') });
   const rows: Row[] = await db
-    .with('deal', visibleDeals(db, workspaceId).clearSelect().where('deals.id', dealId).select('deals.id', 'deals.workspace_id'))
+    .withMaterialized('deal', deal)
     .from('deal')
     .joinRaw(
       `LEFT JOIN LATERAL (SELECT * FROM deal_activities a WHERE a.workspace_id = deal.workspace_id AND a.deal_id = deal.id
                           ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?) entry ON true`,
       [page.limit, page.offset],
     )
-    .select('entry.*', 'deal.id AS visible_deal', {
-      [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deal.workspace_id AND c.deal_id = deal.id').count('*'),
-    });
+    .select('entry.*', 'deal.id AS visible_deal', `deal.${PAGE_TOTAL}`);
   if (rows.length === 0) throw new ApiError('NOT_FOUND', 'Deal not found');
   return { rows: rows.filter((r) => r.id !== null).map(serializeActivity), total: Number(rows[0][PAGE_TOTAL]) };
 }

@@ -51,6 +51,8 @@ const PROFILE = process.argv.includes('--profile');
 const PROFILE_DIR = path.join(BENCH_DIR, 'profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench-results');
 const DURATION = QUICK ? 3 : 10;
+/** Deals seeded per transaction (see seedWorkspace). */
+const DEAL_CHUNK = 2000;
 const SIZES = QUICK
   ? { big: 20_000, bigDeals: 10_000, others: 1_000, growth: [1_000, 10_000, 100_000] }
   : { big: 200_000, bigDeals: 100_000, others: 10_000, growth: [10_000, 100_000, 1_000_000] };
@@ -228,7 +230,10 @@ async function seedWorkspace(db: Db, api: Client, name: string, contacts: number
      WHERE c.workspace_id = ?`,
     [id],
   );
-  if (deals > 0) {
+  // Deals in transactions of DEAL_CHUNK: the facet-count triggers update the same few counter rows
+  // once per deal, and within one transaction each update walks every earlier version of its row
+  // (none can be pruned before the commit), so one statement of 100k deals ran for tens of minutes.
+  for (let from = 0; from < deals; from += DEAL_CHUNK) {
     await db.raw(
       `INSERT INTO deals (workspace_id, contact_id, pipeline_id, stage_id, name, status, lost_reason, closed_at, value, created_at, updated_at)
        SELECT c.workspace_id, c.id, ?, (?::uuid[])[1 + c.n % 5], 'Deal ' || c.n,
@@ -237,9 +242,11 @@ async function seedWorkspace(db: Db, api: Client, name: string, contacts: number
               CASE WHEN c.n % 10 IN (0, 1) THEN now() END,
               (c.n % 1000) * 10, c.created_at, c.created_at
        FROM (SELECT id, workspace_id, created_at, row_number() OVER (ORDER BY created_at DESC) AS n FROM contacts WHERE workspace_id = ?) c
-       WHERE c.n <= ?`,
-      [pipeline.id, stageIds, id, deals],
+       WHERE c.n > ? AND c.n <= ?`,
+      [pipeline.id, stageIds, id, from, Math.min(from + DEAL_CHUNK, deals)],
     );
+  }
+  if (deals > 0) {
     // A history of 20 entries for the first 200 deals (the activities scenario reads them).
     await db.raw(
       `INSERT INTO deal_activities (workspace_id, deal_id, type, actor_name, meta, created_at)
