@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import knex, { Knex } from 'knex';
 import { types } from 'pg';
 
@@ -37,6 +38,21 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
       debug: () => undefined,
     },
   });
+}
+
+/**
+ * Runs a hot read as a named prepared statement (the name is the hash of its SQL, so one text is
+ * one statement on every connection). After five executions PostgreSQL may keep a generic plan and
+ * stop planning it: the deal activities statement planned for 0.4 ms to run for 0.1. PostgreSQL
+ * only keeps the generic plan when it costs no more than the custom ones, so a statement whose
+ * best plan depends on its values (a lead list's LIMIT and filters) keeps being planned.
+ * For statements with fixed shapes only, and with explicit result columns: a prepared `SELECT *`
+ * fails ("cached plan must not change result type") once a migration adds a column to its table.
+ * Behind a pooler in transaction mode, the pooler must support prepared statements (PgBouncer 1.21+).
+ */
+export function prepared<T extends Knex.QueryBuilder | Knex.Raw>(statement: T): T {
+  const name = `crm_${createHash('sha1').update(statement.toSQL().sql).digest('base64url').slice(0, 24)}`;
+  return statement.options({ name }) as T;
 }
 
 /** The readiness probe: one round trip to PostgreSQL. */

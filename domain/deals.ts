@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { Db } from './db';
+import { prepared, type Db } from './db';
 import { answerItem, BatchInput, ItemAnswer } from './batch';
 import { ApiError } from './errors';
 import { Cause, recordEvent, recordTrigger } from './outbox';
@@ -355,15 +355,18 @@ export async function listDealActivities(db: Db, workspaceId: string, dealId: st
     .clearSelect()
     .where('deals.id', dealId)
     .select('deals.id', 'deals.workspace_id', { [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deals.workspace_id AND c.deal_id = deals.id').count('*') });
-  const rows: Row[] = await db
-    .withMaterialized('deal', deal)
-    .from('deal')
-    .joinRaw(
-      `LEFT JOIN LATERAL (SELECT * FROM deal_activities a WHERE a.workspace_id = deal.workspace_id AND a.deal_id = deal.id
-                          ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?) entry ON true`,
-      [page.limit, page.offset],
-    )
-    .select('entry.*', 'deal.id AS visible_deal', `deal.${PAGE_TOTAL}`);
+  const rows: Row[] = await prepared(
+    db
+      .withMaterialized('deal', deal)
+      .from('deal')
+      .joinRaw(
+        `LEFT JOIN LATERAL (SELECT a.id, a.type, a.actor_name, a.meta, a.created_at FROM deal_activities a
+                             WHERE a.workspace_id = deal.workspace_id AND a.deal_id = deal.id
+                             ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?) entry ON true`,
+        [page.limit, page.offset],
+      )
+      .select('entry.id', 'entry.type', 'entry.actor_name', 'entry.meta', 'entry.created_at', 'deal.id AS visible_deal', `deal.${PAGE_TOTAL}`),
+  );
   if (rows.length === 0) throw new ApiError('NOT_FOUND', 'Deal not found');
   return { rows: rows.filter((r) => r.id !== null).map(serializeActivity), total: Number(rows[0][PAGE_TOTAL]) };
 }

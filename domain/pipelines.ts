@@ -1,4 +1,4 @@
-import type { Db } from './db';
+import { prepared, type Db } from './db';
 
 export const CUSTOM_FIELD_TYPES = ['text', 'number', 'date', 'boolean', 'select', 'multiselect', 'url', 'email', 'phone'] as const;
 
@@ -35,7 +35,7 @@ export async function createPipeline(db: Db, workspaceId: string, input: Pipelin
  * pipeline carries its stages and fields as JSON columns.
  */
 export async function listPipelines(db: Db, workspaceId: string) {
-  const { rows } = await db.raw<{ rows: { id: string; name: string; position: number; stages: unknown[]; custom_fields: unknown[] }[] }>(
+  const { rows } = await prepared(db.raw<{ rows: { id: string; name: string; position: number; stages: unknown[]; custom_fields: unknown[] }[] }>(
     `SELECT p.id, p.name, p.position,
             coalesce((SELECT json_agg(json_build_object('id', s.id, 'name', s.name, 'order', s.position) ORDER BY s.position)
                         FROM stages s WHERE s.workspace_id = p.workspace_id AND s.pipeline_id = p.id), '[]'::json) AS stages,
@@ -45,6 +45,6 @@ export async function listPipelines(db: Db, workspaceId: string) {
       WHERE p.workspace_id = ?
       ORDER BY p.position, p.created_at`,
     [workspaceId],
-  );
+  ));
   return rows.map((p) => ({ id: p.id, name: p.name, order: p.position, stages: p.stages, customFields: p.custom_fields }));
 }
