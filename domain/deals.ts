@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { prepared, type Db } from './db';
 import { answerItem, BatchInput, ItemAnswer } from './batch';
 import { ApiError } from './errors';
-import { Cause, recordEvent, recordTrigger } from './outbox';
+import { Cause, OutboxRecord, recordOutbox } from './outbox';
 import { Page, PAGE_TOTAL, pageWithTotal } from './pagination';
 import { resolveOrCreateProduct } from './products';
 import { Actor, canonical, isUuid, memberNames, requireContact, resolveMember } from './refs';
@@ -207,8 +207,15 @@ export async function createDeal(db: Db | Trx, workspaceId: string, input: Creat
         custom_values: JSON.stringify(dropNulls(customValues)),
       })
       .returning('*');
-    await recordEvent(trx, workspaceId, 'card.created', { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name }, options.cause);
-    await recordTrigger(trx, workspaceId, 'card_created', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, options.cause);
+    await recordOutbox(
+      trx,
+      workspaceId,
+      [
+        { event: 'card.created', fields: { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name } },
+        { trigger: 'card_created', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id } },
+      ],
+      options.cause,
+    );
     return serializeDeal(row, assignee?.name);
   };
   // Inside a caller's transaction this is a savepoint; otherwise its own transaction.
@@ -252,9 +259,13 @@ export async function updateDeal(db: Db | Trx, workspaceId: string, dealId: stri
 
     let move: { from: { id: string; name: string }; to: { id: string; name: string; pipeline_id: string } } | undefined;
     if (input.stageId !== undefined && input.stageId !== before.stage_id) {
-      const to = isUuid(input.stageId) ? await trx('stages').where({ workspace_id: workspaceId, id: input.stageId }).first('id', 'name', 'pipeline_id') : undefined;
+      // Both stages in one read: the target (of this workspace) and the one the deal leaves.
+      const stages: { id: string; name: string; pipeline_id: string }[] = isUuid(input.stageId)
+        ? await trx('stages').where({ workspace_id: workspaceId }).whereIn('id', [input.stageId, before.stage_id]).select('id', 'name', 'pipeline_id')
+        : [];
+      const to = stages.find((s) => s.id === input.stageId!.toLowerCase());
       if (!to) throw new ApiError('STAGE_NOT_FOUND', 'Stage not found', { hint: 'GET /api/v1/pipelines lists the stages.' });
-      const from = await trx('stages').where({ id: before.stage_id }).first('id', 'name');
+      const from = stages.find((s) => s.id === before.stage_id)!;
       // A stage of another pipeline of the workspace moves the deal to that pipeline.
       Object.assign(changes, { stage_id: to.id, pipeline_id: to.pipeline_id });
       move = { from, to };
@@ -279,6 +290,8 @@ export async function updateDeal(db: Db | Trx, workspaceId: string, dealId: stri
     if (Object.keys(changes).length === 0) return (await serializeDeals(trx, workspaceId, [before]))[0];
     const [row]: DealRow[] = await trx('deals').where({ id: dealId }).update({ ...changes, updated_at: trx.fn.now() }).returning('*');
 
+    // The change's events and triggers, written in one statement at the end.
+    const records: OutboxRecord[] = [];
     if (move) {
       await trx('deal_activities').insert({
         workspace_id: workspaceId,
@@ -288,18 +301,25 @@ export async function updateDeal(db: Db | Trx, workspaceId: string, dealId: stri
         actor_name: actor.name,
         meta: JSON.stringify({ from: move.from.name, to: move.to.name, fromStageId: move.from.id, toStageId: move.to.id }),
       });
-      await recordEvent(trx, workspaceId, 'card.moved', { card_id: row.id, from_stage_id: move.from.id, to_stage_id: move.to.id, contact_id: row.contact_id, name: row.name }, options.cause);
-      await recordTrigger(trx, workspaceId, 'stage_changed', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, fromStageId: move.from.id, toStageId: move.to.id }, options.cause);
+      records.push(
+        { event: 'card.moved', fields: { card_id: row.id, from_stage_id: move.from.id, to_stage_id: move.to.id, contact_id: row.contact_id, name: row.name } },
+        { trigger: 'stage_changed', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, fromStageId: move.from.id, toStageId: move.to.id } },
+      );
     }
     const closed = { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name };
     if (transition === 'won') {
-      await recordEvent(trx, workspaceId, 'card.won', { ...closed, value: money(row.value), closed_at: iso(row.closed_at) }, options.cause);
-      await recordTrigger(trx, workspaceId, 'deal_won', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id }, options.cause);
+      records.push(
+        { event: 'card.won', fields: { ...closed, value: money(row.value), closed_at: iso(row.closed_at) } },
+        { trigger: 'deal_won', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id } },
+      );
     }
     if (transition === 'lost') {
-      await recordEvent(trx, workspaceId, 'card.lost', { ...closed, lost_reason: row.lost_reason, closed_at: iso(row.closed_at) }, options.cause);
-      await recordTrigger(trx, workspaceId, 'deal_lost', { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id, lostReason: row.lost_reason }, options.cause);
+      records.push(
+        { event: 'card.lost', fields: { ...closed, lost_reason: row.lost_reason, closed_at: iso(row.closed_at) } },
+        { trigger: 'deal_lost', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id, lostReason: row.lost_reason } },
+      );
     }
+    await recordOutbox(trx, workspaceId, records, options.cause);
     if (input.assignedTo !== undefined) return serializeDeal(row, assigneeName);
     return (await serializeDeals(trx, workspaceId, [row]))[0];
   });

@@ -37,34 +37,42 @@ export interface Cause {
 }
 export const DIRECT: Cause = { depth: 0, chain: null };
 
-async function append(trx: Writer, workspaceId: string, kind: 'webhook' | 'trigger', name: string, payload: object, cause: Cause): Promise<void> {
-  await trx('outbox_events').insert({ workspace_id: workspaceId, kind, name, payload, depth: cause.depth, chain_id: cause.chain });
-}
+/** What a change records in the outbox: outbound events and automation triggers. */
+export type OutboxRecord = { event: WebhookEvent; fields: Record<string, unknown> } | { trigger: Trigger; variables: Record<string, unknown> };
 
-/** An outbound event: its fields sit at the root next to `event`, `workspace_id` and `timestamp`. */
-export function recordEvent(trx: Writer, workspaceId: string, event: WebhookEvent, fields: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
-  return recordEvents(trx, workspaceId, [{ event, fields }], cause);
-}
-
-/** Several events in one statement, in this order (a batch's records: one round trip, not one per event). */
-export async function recordEvents(trx: Writer, workspaceId: string, events: { event: WebhookEvent; fields: Record<string, unknown> }[], cause: Cause = DIRECT): Promise<void> {
-  if (events.length === 0) return;
+/**
+ * A change's events and triggers in one statement, in this order (their `seq` follows it): one round trip
+ * for a deal move's card.moved and stage_changed, or a batch's records, instead of one each.
+ * An event's fields sit at the root of its payload next to `event`, `workspace_id` and `timestamp`.
+ */
+export async function recordOutbox(trx: Writer, workspaceId: string, records: OutboxRecord[], cause: Cause = DIRECT): Promise<void> {
+  if (records.length === 0) return;
   const timestamp = new Date().toISOString();
   await trx('outbox_events').insert(
-    events.map(({ event, fields }) => ({
+    records.map((r) => ({
       workspace_id: workspaceId,
-      kind: 'webhook',
-      name: event,
-      payload: { event, workspace_id: workspaceId, timestamp, ...fields },
+      ...('event' in r
+        ? { kind: 'webhook', name: r.event, payload: { event: r.event, workspace_id: workspaceId, timestamp, ...r.fields } }
+        : { kind: 'trigger', name: r.trigger, payload: { trigger: r.trigger, ...r.variables } }),
       depth: cause.depth,
       chain_id: cause.chain,
     })),
   );
 }
 
+/** An outbound event. */
+export function recordEvent(trx: Writer, workspaceId: string, event: WebhookEvent, fields: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
+  return recordOutbox(trx, workspaceId, [{ event, fields }], cause);
+}
+
+/** Several events in one statement, in this order. */
+export function recordEvents(trx: Writer, workspaceId: string, events: { event: WebhookEvent; fields: Record<string, unknown> }[], cause: Cause = DIRECT): Promise<void> {
+  return recordOutbox(trx, workspaceId, events, cause);
+}
+
 /** An internal automation trigger with its variables. */
 export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger, variables: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
-  return append(trx, workspaceId, 'trigger', trigger, { trigger, ...variables }, cause);
+  return recordOutbox(trx, workspaceId, [{ trigger, variables }], cause);
 }
 
 /**
@@ -72,5 +80,5 @@ export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger
  * worker's dispatcher starts its workflow, so a 202 never waits on Temporal, nor fails with it.
  */
 export function recordAcceptedRun(trx: Writer, workspaceId: string, run: { runId: string; automationId: string; externalId?: string }): Promise<void> {
-  return append(trx, workspaceId, 'trigger', 'webhook_received', { trigger: 'webhook_received', ...run }, DIRECT);
+  return recordTrigger(trx, workspaceId, 'webhook_received', run);
 }

@@ -204,6 +204,16 @@ describe('PATCH /api/v1/deals/{id}', () => {
     expect(activities.body.pagination).toEqual({ total: 1, limit: 25, offset: 0, hasMore: false });
   });
 
+  it('moves to a stage named by its id in capitals, recording card.moved before stage_changed', async () => {
+    const deal = (await create({ contactId: contact.id, pipeline: 'sales' })).body.data;
+    const res = await patch(deal.id, { stageId: pipeline.stages[2].id.toUpperCase() });
+    expect(res.status).toBe(200);
+    expect(res.body.data.stageId).toBe(pipeline.stages[2].id);
+    const records = await api.db('outbox_events').where({ workspace_id: ws.id }).whereIn('name', ['card.moved', 'stage_changed']).whereRaw(`coalesce(payload->>'card_id', payload->>'dealId') = ?`, [deal.id]).orderBy('seq').select('name', 'payload');
+    expect(records.map((r: { name: string }) => r.name)).toEqual(['card.moved', 'stage_changed']);
+    expect(records[0].payload).toMatchObject({ from_stage_id: pipeline.stages[0].id, to_stage_id: pipeline.stages[2].id });
+  });
+
   it('exposes only outcome, attemptNo, from and to in activity meta, null when none remain', async () => {
     await api.db('deal_activities').insert([
       { workspace_id: ws.id, deal_id: dealId, type: 'call_logged', actor_name: 'Ana', meta: JSON.stringify({ outcome: 'no_answer', attemptNo: 2, memberId: 'secret', phone: '55' }), created_at: new Date(Date.now() - 2000) },
