@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import { createApp } from './app';
 import { loadConfig } from '../domain/config';
-import { createDb } from '../domain/db';
+import { createServiceDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { pruneCounters } from '../domain/rate-limit';
 import { temporalClientFactory } from '../domain/temporal';
@@ -10,7 +10,7 @@ import { temporalClientFactory } from '../domain/temporal';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('api', config.logLevel);
-  const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs, randomPageCost: config.dbRandomPageCost });
+  const db = createServiceDb(config);
   const temporal = temporalClientFactory(config);
   const app = createApp({ config, db, logger, temporal: temporal.get });
 

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import knex, { Knex } from 'knex';
 import { types } from 'pg';
+import type { Config } from './config';
 
 // BIGINT (count(*)) as a JS number: our counts stay far below 2^53.
 types.setTypeParser(types.builtins.INT8, (value: string) => Number(value));
@@ -38,6 +39,11 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
       debug: () => undefined,
     },
   });
+}
+
+/** The pool of an API or worker process, as its configuration says (the tests' in-process API too). */
+export function createServiceDb(config: Pick<Config, 'databaseUrl' | 'dbPoolMax' | 'statementTimeoutMs' | 'dbRandomPageCost'>, max = config.dbPoolMax): Db {
+  return createDb(config.databaseUrl, { max, statementTimeoutMs: config.statementTimeoutMs, randomPageCost: config.dbRandomPageCost });
 }
 
 /**

@@ -9,7 +9,7 @@ import pino from 'pino';
 import { createApp } from '../api/app';
 import type { AnyRoute } from '../api/route';
 import { loadConfig, Config } from '../domain/config';
-import { createDb, Db } from '../domain/db';
+import { createServiceDb, Db } from '../domain/db';
 import { REDACT_PATHS } from '../domain/logger';
 import { temporalClientFactory } from '../domain/temporal';
 import type { Scope } from '../domain/scopes';
@@ -50,7 +50,7 @@ export function uniqueIp(): string {
 
 export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Partial<Config> } = {}): Promise<TestApi> {
   const config = { ...loadConfig(), trustProxy: 1, ...options.config };
-  const db = createDb(config.databaseUrl, { max: 10, statementTimeoutMs: config.statementTimeoutMs });
+  const db = createServiceDb(config, 10);
   const logs: string[] = [];
   const sink = new Writable({
     write(chunk, _enc, cb) {

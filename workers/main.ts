@@ -2,7 +2,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { createWebhookActivities } from '../activities/webhooks';
 import { loadConfig } from '../domain/config';
-import { createDb } from '../domain/db';
+import { createServiceDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { pruneRetention, PRUNE_EVERY_MS } from '../domain/retention';
 import { sealStoredSecrets } from '../domain/secrets-at-rest';
@@ -14,7 +14,7 @@ import { createOutboxDispatcher } from './outbox-dispatcher';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger('worker', config.logLevel);
-  const db = createDb(config.databaseUrl, { max: config.dbPoolMax, statementTimeoutMs: config.statementTimeoutMs, randomPageCost: config.dbRandomPageCost });
+  const db = createServiceDb(config);
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
   const worker = await Worker.create({
     connection,
