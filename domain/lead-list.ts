@@ -209,20 +209,28 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
 
 /**
  * A search's page carries the workspace's search version; its total is the remembered one if
- * counted at that version, else counted now with the version in one statement (one snapshot).
+ * counted at that version, else counted now with the version in one statement (one snapshot). A
+ * search with no remembered total at all counts in the page's statement when the page is read
+ * over every match (the prefix does not: a count there would be paid twice if it falls short).
  */
 async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: string, q: Pick<ReturnType<typeof leadListQueries>, 'page' | 'probe' | 'count'>) {
-  type Row = ContactRowWithTags & { [SEARCH_VERSION]?: string | number };
-  const read = async (source: Knex.QueryBuilder): Promise<Row[]> => source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId) });
+  type Row = ContactRowWithTags & { [SEARCH_VERSION]?: string | number; [PAGE_TOTAL]?: string | number };
+  const read = async (source: Knex.QueryBuilder, withCount = false): Promise<Row[]> =>
+    source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(withCount ? { [PAGE_TOTAL]: q.count } : {}) });
   let rows = q.probe ? await read(q.probe) : [];
-  if (rows.length < query.limit) rows = await read(q.page);
+  if (rows.length < query.limit) rows = await read(q.page, !searchTotals.has(key));
+  const countedWithPage = rows[0]?.[PAGE_TOTAL];
+  if (countedWithPage !== undefined) rememberSearchTotal(key, { version: Number(rows[0][SEARCH_VERSION]), total: Number(countedWithPage) });
   let total = rows.length > 0 ? rememberedSearchTotal(key, rows[0][SEARCH_VERSION]) : undefined;
   if (total === undefined) {
     const counted = await db.select({ version: searchVersionQuery(db, workspaceId), total: q.count.clone() }).first();
     total = Number(counted.total);
     rememberSearchTotal(key, { version: Number(counted.version), total });
   }
-  for (const row of rows) delete row[SEARCH_VERSION];
+  for (const row of rows) {
+    delete row[SEARCH_VERSION];
+    delete row[PAGE_TOTAL];
+  }
   return { rows: serializeLeadsWithTags(rows), total };
 }
 
