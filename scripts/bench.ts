@@ -783,6 +783,12 @@ function mergeLoads(parts: LoadResult[]): LoadResult {
   };
 }
 
+/** Loads run one after the other, as one: the mean rate, the median of their p50s, the worst p99. */
+function sequentialLoads(parts: LoadResult[]): LoadResult {
+  const merged = mergeLoads(parts);
+  return { ...merged, rps: merged.rps / parts.length };
+}
+
 function pick(r: LoadResult) {
   return { rps: r.rps, p50: r.p50, p99: r.p99, errors: r.errors, non2xx: r.non2xx };
 }
@@ -1040,11 +1046,20 @@ async function upsertScenario(api: Client, base: string, baseline: number): Prom
   const connections = 30;
   const oneWs = await newWorkspace(api, `bench-upserts-one-${runTag}`);
   const oneKey = await newKey(api, oneWs);
-  const one = await load({ url: base, connections, method: 'POST', headers: { authorization: `Bearer ${oneKey}` }, next });
   const keys: string[] = [];
   for (let i = 0; i < 10; i++) keys.push(await newKey(api, await newWorkspace(api, `bench-upserts-ten-${runTag}-${i}`)));
-  const perWs = await Promise.all(keys.map((key) => load({ url: base, connections: connections / 10, method: 'POST', headers: { authorization: `Bearer ${key}` }, next })));
-  const ten = mergeLoads(perWs);
+  // Measured in alternation (one, ten, one, ten), so a machine whose speed drifts during the row
+  // weighs on both sides of the ratio alike.
+  const oneRound = () => load({ url: base, connections, method: 'POST', headers: { authorization: `Bearer ${oneKey}` }, next });
+  const tenRound = async () =>
+    mergeLoads(await Promise.all(keys.map((key) => load({ url: base, connections: connections / 10, method: 'POST', headers: { authorization: `Bearer ${key}` }, next }))));
+  const rounds: { one: LoadResult[]; ten: LoadResult[] } = { one: [], ten: [] };
+  for (let round = 0; round < 2; round++) {
+    rounds.one.push(await oneRound());
+    rounds.ten.push(await tenRound());
+  }
+  const one = sequentialLoads(rounds.one);
+  const ten = sequentialLoads(rounds.ten);
   log(`lead upserts: one workspace ${one.rps.toFixed(0)} req/s (p99 ${one.p99} ms), ten workspaces ${ten.rps.toFixed(0)} req/s (p99 ${ten.p99} ms)`);
   const clean = (r: LoadResult) => r.errors === 0 && r.non2xx === 0;
 
