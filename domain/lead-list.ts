@@ -155,8 +155,8 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
 }
 
 /**
- * Search totals (`q`, alone or with creation dates: filters on what contact_search_versions
- * versions) as last counted, each with the workspace's search version read in the same snapshot.
+ * Search totals (`q`, alone or with creation dates: filters on what the search version
+ * covers) as last counted, each with the workspace's search version read in the same snapshot.
  * While the version reads the same, nothing a search reads has changed, so the total is still
  * exact: paging through a search, or repeating it, counts its matches once. Per process, bounded,
  * least recently used out first.
@@ -172,8 +172,9 @@ function searchTotalKey(workspaceId: string, f: LeadFilters): string | undefined
   return JSON.stringify([workspaceId, f.q.trim().toLowerCase(), f.createdAfter ?? null, f.createdBefore ?? null]);
 }
 
+/** The workspace's search version: the sum of its contact_counts shards' search_changes (migration count_contact_search_changes). */
 function searchVersionQuery(db: Db, workspaceId: string): Knex.QueryBuilder {
-  return db('contact_search_versions').where({ workspace_id: workspaceId }).select(db.raw('coalesce(sum(changes), 0)::bigint'));
+  return db('contact_counts').where({ workspace_id: workspaceId }).select(db.raw('coalesce(sum(search_changes), 0)::bigint'));
 }
 
 function rememberSearchTotal(key: string, entry: { version: number; total: number }): void {

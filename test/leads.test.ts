@@ -275,6 +275,35 @@ describe('lead list totals at scale', () => {
   });
 });
 
+describe('search totals (counted once per change of what searches read)', () => {
+  it('follow each single change at once: a rename in or out, a new or removed e-mail, a deletion, a merge', async () => {
+    const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
+    const call = (method: string, path: string, body?: unknown) => api.request(method, path, { key: w.key, body });
+    const lead = async (name: string) => (await call('POST', '/api/v1/leads', { phone: mobile(), name })).body.data.id as string;
+    const [one, two, other, spare] = [await lead('Zeta One'), await lead('Zeta Two'), await lead('Other'), await lead('Spare')];
+    // Both paths of a page: the sort prefix (limit 1) and every match (limit 100); each asked twice,
+    // the second answer coming from the remembered total.
+    const totals = async () => {
+      const answers = [];
+      for (const limit of [1, 100, 1, 100]) answers.push((await list(w, `?q=zeta&limit=${limit}`)).pagination.total);
+      return answers;
+    };
+    expect(await totals()).toEqual([2, 2, 2, 2]);
+    await call('PATCH', `/api/v1/leads/${other}`, { name: 'Zeta Three' });
+    expect(await totals()).toEqual([3, 3, 3, 3]);
+    await call('PATCH', `/api/v1/leads/${one}`, { name: 'Alpha' });
+    expect(await totals()).toEqual([2, 2, 2, 2]);
+    await call('PATCH', `/api/v1/leads/${one}`, { email: 'zeta@shop.io' });
+    expect(await totals()).toEqual([3, 3, 3, 3]);
+    await call('PATCH', `/api/v1/leads/${one}`, { email: null });
+    expect(await totals()).toEqual([2, 2, 2, 2]);
+    expect((await call('DELETE', `/api/v1/leads/${two}`)).status).toBe(200);
+    expect(await totals()).toEqual([1, 1, 1, 1]);
+    await api.db('contacts').where({ id: other }).update({ merged_into_id: spare });
+    expect(await totals()).toEqual([0, 0, 0, 0]);
+  });
+});
+
 describe('filtered lead list totals (maintained per tag and per deal facet)', () => {
   it('finds the page whether its matches lie in the first thousand leads of the sort order or beyond them', async () => {
     const wsx = await createWorkspace(api, { scopes: ['leads:read'] });
