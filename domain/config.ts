@@ -27,6 +27,8 @@ export interface Config {
    * for the provider's status callback before it counts as not accepted and is sent again.
    */
   sendReconcileWindowMs: number;
+  /** Whether this worker runs the outbox dispatcher (OUTBOX_DISPATCHER); at least one worker must. */
+  outboxDispatcher: boolean;
   /** How often the worker's outbox dispatcher looks for new events when it is idle. */
   outboxPollMs: number;
   /** How often the dispatcher looks for pending deliveries that lost their attempt (a worker died mid-attempt). */
@@ -125,6 +127,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     automationWaitScale: positive('AUTOMATION_WAIT_SCALE', number('AUTOMATION_WAIT_SCALE', env.AUTOMATION_WAIT_SCALE, 1)),
     inboundTokenLimit: positive('INBOUND_TOKEN_RATE_LIMIT', number('INBOUND_TOKEN_RATE_LIMIT', env.INBOUND_TOKEN_RATE_LIMIT, 300)),
     rateLimitScale: positive('RATE_LIMIT_SCALE', number('RATE_LIMIT_SCALE', env.RATE_LIMIT_SCALE, 1)),
+    outboxDispatcher: bool(env.OUTBOX_DISPATCHER, true),
     outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
     deliverySweepMs: positive('DELIVERY_SWEEP_MS', number('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000)),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),

@@ -29,7 +29,9 @@ async function startWorker(): Promise<Child> {
   const child = startChild({
     name: `crash-worker-${workers}`,
     ...nodeTs('workers/main.ts'),
-    env: { TEMPORAL_TASK_QUEUE: TASK_QUEUE },
+    // No outbox dispatcher: it would lease the other suites' events (and start their automation runs
+    // on this task queue), and each SIGKILL would hold them back for the lease's minute.
+    env: { TEMPORAL_TASK_QUEUE: TASK_QUEUE, OUTBOX_DISPATCHER: 'false' },
     logFile: path.join(LOG_DIR, `worker-${TASK_QUEUE}-${workers}.log`),
   });
   await waitForWorker(child);

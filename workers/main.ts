@@ -43,7 +43,10 @@ async function main(): Promise<void> {
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
   const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
   if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens > 0) logger.info({ sealed }, 'secrets at rest: sealed with the current key');
-  dispatcher.start();
+  // A worker dedicated to its task queue (OUTBOX_DISPATCHER=false) leaves the outbox to the others:
+  // a dispatcher starts automation runs on its own task queue and leases the rows it claims.
+  if (config.outboxDispatcher) dispatcher.start();
+  else logger.info('outbox dispatcher off (OUTBOX_DISPATCHER=false)');
   const prune = () =>
     pruneRetention(db, config.retentionDays)
       .then((removed) => logger.info({ removed, retentionDays: config.retentionDays }, 'retention: pruned'))
