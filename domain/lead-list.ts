@@ -186,7 +186,7 @@ function rememberSearchTotal(key: string, entry: { version: number; total: numbe
 /** The remembered total of this search if the version read with the page is the one it was counted at. */
 function rememberedSearchTotal(key: string, version: unknown): number | undefined {
   const entry = searchTotals.get(key);
-  if (!entry || version === undefined || Number(version) !== entry.version) return undefined;
+  if (!entry || Number(version) !== entry.version) return undefined;
   rememberSearchTotal(key, entry);
   return entry.total;
 }
@@ -220,9 +220,12 @@ async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: 
     source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(withCount ? { [PAGE_TOTAL]: q.count } : {}) });
   let rows = q.probe ? await read(q.probe) : [];
   if (rows.length < query.limit) rows = await read(q.page, !searchTotals.has(key));
-  const countedWithPage = rows[0]?.[PAGE_TOTAL];
-  if (countedWithPage !== undefined) rememberSearchTotal(key, { version: Number(rows[0][SEARCH_VERSION]), total: Number(countedWithPage) });
-  let total = rows.length > 0 ? rememberedSearchTotal(key, rows[0][SEARCH_VERSION]) : undefined;
+  const first = rows[0];
+  let total: number | undefined;
+  if (first?.[PAGE_TOTAL] !== undefined) {
+    total = Number(first[PAGE_TOTAL]);
+    rememberSearchTotal(key, { version: Number(first[SEARCH_VERSION]), total });
+  } else if (first) total = rememberedSearchTotal(key, first[SEARCH_VERSION]);
   if (total === undefined) {
     const counted = await db.select({ version: searchVersionQuery(db, workspaceId), total: q.count.clone() }).first();
     total = Number(counted.total);
