@@ -45,6 +45,23 @@ export function cursorParam(kind: string, parts: readonly CursorPart[]) {
     .meta({ type: 'string', pattern, description: '`pagination.nextCursor` of the previous page, passed back unchanged (opaque).' });
 }
 
+export interface CursorPagination {
+  limit: number;
+  hasMore: boolean;
+  nextCursor: string;
+}
+
+/**
+ * A cursor page from the `limit + 1` rows read after a position: the page, whether more follow,
+ * and the cursor of its last row, or of the position read from when the page is empty, so a
+ * client always has a position to store and resume from.
+ */
+export function cursorPage<Row>(found: Row[], limit: number, kind: string, positionOf: (row: Row) => readonly string[], from: readonly string[]): { rows: Row[]; pagination: CursorPagination } {
+  const rows = found.slice(0, limit);
+  const last = rows.at(-1);
+  return { rows, pagination: { limit, hasMore: found.length > limit, nextCursor: encodeCursor(kind, last ? positionOf(last) : from) } };
+}
+
 /** SQL for a column's microseconds since the epoch, as text (select it `AS` a name and put it in the cursor). */
 export function microsOf(column: string): string {
   return `(floor(extract(epoch FROM ${column}) * 1000000))::bigint::text`;

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Db } from './db';
-import { cursorParam, encodeCursor, FIRST_MICROS, FROM_MICROS, LAST_MICROS, MICROS, microsOf, SERIAL, settledHorizon } from './cursor';
+import { cursorPage, cursorParam, FIRST_MICROS, FROM_MICROS, LAST_MICROS, MICROS, microsOf, SERIAL, settledHorizon } from './cursor';
 import { WEBHOOK_EVENTS } from './outbox';
 import { isoInstant, pageQuery } from './pagination';
 import { iso } from './time';
@@ -98,11 +98,6 @@ export async function listEvents(db: Db, workspaceId: string, query: EventListQu
       LIMIT ?`,
     [...bindings, query.limit + 1],
   );
-  const page = rows.slice(0, query.limit);
-  const last = page.at(-1);
-  const position: Position = last ? [last.position_at, last.position_seq] : (query.cursor ?? (asc ? FIRST : LAST));
-  return {
-    data: page.map(serializeEvent),
-    pagination: { limit: query.limit, hasMore: rows.length > query.limit, nextCursor: encodeCursor(CURSOR_KIND, position) },
-  };
+  const page = cursorPage(rows, query.limit, CURSOR_KIND, (row) => [row.position_at, row.position_seq], query.cursor ?? (asc ? FIRST : LAST));
+  return { data: page.rows.map(serializeEvent), pagination: page.pagination };
 }

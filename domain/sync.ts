@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { cursorParam, encodeCursor, FIRST_MICROS, FROM_MICROS, MICROS, microsOf, settledHorizon, UUID } from './cursor';
+import { CursorPagination, cursorPage, cursorParam, FIRST_MICROS, FROM_MICROS, MICROS, microsOf, settledHorizon, UUID } from './cursor';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { isoInstant } from './pagination';
@@ -119,23 +119,11 @@ export function syncPageQuery(db: Db, source: SyncSource, read: SyncRead, horizo
     .select([...source.columns, db.raw(`${microsOf(updatedAt)} AS ${ROW_MICROS}`)]);
 }
 
-export interface CursorPagination {
-  limit: number;
-  hasMore: boolean;
-  nextCursor: string;
-}
-
-/**
- * One sync page of raw rows (each with an `id`) and its pagination. `nextCursor` is the position
- * of the last row returned, or the incoming one when the page is empty, so a job always has a
- * position to store and resume from.
- */
+/** One sync page of raw rows (each with an `id`) and its pagination (cursorPage). */
 export async function syncPage<Row extends { id: string }>(db: Db, kind: SyncKind, source: SyncSource, read: SyncRead): Promise<{ rows: Row[]; pagination: CursorPagination }> {
   const horizon = await settledHorizon(db);
   const found: (Row & { [ROW_MICROS]?: string })[] = await syncPageQuery(db, source, read, horizon);
-  const rows = found.slice(0, read.limit);
-  const last = rows.at(-1);
-  const position: Position = last ? [last[ROW_MICROS]!, last.id] : read.after;
+  const page = cursorPage(found, read.limit, kind, (row) => [row[ROW_MICROS]!, row.id], read.after);
   for (const row of found) delete row[ROW_MICROS];
-  return { rows, pagination: { limit: read.limit, hasMore: found.length > read.limit, nextCursor: encodeCursor(kind, position) } };
+  return page;
 }
