@@ -38,13 +38,16 @@ export interface TestApi {
   close: () => Promise<void>;
 }
 
-// Jest reloads this module for every test file, and one worker process runs several files: a
-// counter from 0 would hand the next file the same IPs within the same minute's limits.
-let ipCounter = Math.floor(Math.random() * 100_000);
+// Jest reloads this module for every test file, and one worker process runs several files: each
+// load starts at a random point of all 2^24 addresses of 10.0.0.0/8. (A block of 100,000 per pid
+// modulo 150 put every file of a worker in one block, where a run's few hundred IPs collided: a
+// counting test met an IP another file had used two minutes before, and its total was one over.)
+const IP_SPACE = 2 ** 24;
+let ipCounter = Math.floor(Math.random() * IP_SPACE);
 /** A distinct client IP per test so per-IP limits of parallel test files never collide. */
 export function uniqueIp(): string {
   ipCounter += 1;
-  const n = ((process.pid % 150) * 100_000 + (ipCounter % 100_000)) % 16_000_000;
+  const n = ipCounter % IP_SPACE;
   return `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`;
 }
 
