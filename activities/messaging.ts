@@ -55,7 +55,7 @@ function unconfirmed(provider: string | undefined, reason: string): ProviderSend
   throw toFailure(outcomeUnknown(reason));
 }
 
-/** Runs `work` heartbeating every second (when inside an activity), so a dead worker is detected by the heartbeat timeout. */
+/** Runs `work` heartbeating every second (inside an ordinary activity), so a dead worker is detected by the heartbeat timeout. */
 async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
   let context: Context | undefined;
   try {
@@ -63,7 +63,8 @@ async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
   } catch {
     context = undefined;
   }
-  if (!context) return work();
+  // A local activity cannot heartbeat: its worker holds the workflow task, which times out instead.
+  if (!context || context.info.isLocal) return work();
   const beat = context;
   beat.heartbeat();
   const timer = setInterval(() => beat.heartbeat(), 1000);

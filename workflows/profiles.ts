@@ -33,6 +33,32 @@ export const PROVIDER_SEND: ActivityOptions = {
 export const PROVIDER_SEND_MEDIA: ActivityOptions = { ...PROVIDER_SEND, startToCloseTimeout: '150 seconds' };
 
 /**
+ * The first provider call of a text or template send, as a local activity inside the workflow
+ * task that prepared it: a send that the provider accepts at once (nearly all of them) is one
+ * workflow task and no activity task. One try: a failure retrying may fix (throttling, an outage)
+ * goes on as the ordinary PROVIDER_SEND_RETRY activity, which heartbeats and shows its last
+ * failure in the Temporal UI. 15 s leaves room for the HTTP call's own 10 s timeout
+ * (DEFAULT_SEND_TIMEOUT_MS), so a silent provider is answered by the call (outcome unknown), not
+ * by this timeout. A worker that dies in the call loses the workflow task (noticed at its 10 s
+ * timeout); the next worker runs prepare again (idempotent) and finds the attempt claimed.
+ */
+export const LOCAL_PROVIDER_FIRST_CALL: LocalActivityOptions = {
+  startToCloseTimeout: '15 seconds',
+  retry: { maximumAttempts: 1 },
+};
+
+/**
+ * The provider call after a first local try failed: PROVIDER_SEND's remaining tries, so a
+ * provider that stays down still gets four calls in all, 0.5, 1 and 2 s apart.
+ */
+export const PROVIDER_SEND_RETRY: ActivityOptions = {
+  ...PROVIDER_SEND,
+  retry: { ...PROVIDER_SEND.retry, initialInterval: '1 second', maximumAttempts: 3 },
+};
+/** The wait before PROVIDER_SEND_RETRY's first call (PROVIDER_SEND's first retry interval). */
+export const PROVIDER_FIRST_RETRY_WAIT = PROVIDER_SEND.retry!.initialInterval!;
+
+/**
  * Waiting for the provider's status callback of a send whose outcome is unknown: each try is one
  * short read of the attempt's row; "not yet" is a retryable failure, so the wait is durable, adds
  * nothing to the workflow history and shows in the Temporal UI as the pending activity's last
@@ -53,8 +79,8 @@ export const RECORD: ActivityOptions = {
 
 /**
  * The send's database steps (prepare, record) as local activities: they run inside the workflow
- * task that schedules them, so a send is two workflow tasks and one activity task (the provider
- * call) instead of four and three. Safe because both steps are idempotent per run (prepare returns
+ * task that schedules them (with LOCAL_PROVIDER_FIRST_CALL, a send accepted at once is one
+ * workflow task and no activity task, where ordinary activities made it four and three). Safe because both steps are idempotent per run (prepare returns
  * its recorded preparation, record writes the message once per provider message id): a worker
  * that dies mid-step makes the next worker run it again from the history. Same retries as their
  * ordinary profiles.

@@ -1,13 +1,15 @@
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, patched, proxyActivities, proxyLocalActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, patched, proxyActivities, proxyLocalActivities, sleep, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
-import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_SEND, PROVIDER_SEND_MEDIA, RECONCILE, RECORD } from './profiles';
+import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_PROVIDER_FIRST_CALL, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_FIRST_RETRY_WAIT, PROVIDER_SEND, PROVIDER_SEND_MEDIA, PROVIDER_SEND_RETRY, RECONCILE, RECORD } from './profiles';
 import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
 import type { PreparedSend, ReconcileResult, SendInput, SendRefusal, SendResult, SentMessage } from '../types/messaging';
 
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
 /** A media message's provider call may download the file first (a web gateway is given bytes, not the URL). */
 const mediaProvider = proxyActivities<MessagingActivities>(PROVIDER_SEND_MEDIA);
+const localProvider = proxyLocalActivities<MessagingActivities>(LOCAL_PROVIDER_FIRST_CALL);
+const providerRetry = proxyActivities<MessagingActivities>(PROVIDER_SEND_RETRY);
 
 /**
  * The database steps run as local activities (see LOCAL_DATABASE). A send started by an older
@@ -92,7 +94,7 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
   const windowMs = Math.min(Math.max(input.reconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS, MIN_WINDOW_MS), MAX_WINDOW_MS);
   const reconcile = proxyActivities<MessagingActivities>({ ...RECONCILE, scheduleToCloseTimeout: windowMs + RECONCILE_MARGIN_MS });
   for (let round = 1; ; round++) {
-    const result = await (hasMedia(input) ? mediaProvider : provider).sendToProvider({ workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, ...content(input) });
+    const result = await callProvider(input, round, { workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, ...content(input) });
     if (result.outcome === 'sent') return result.sent;
 
     // Date.now() inside a workflow is Temporal's workflow clock (the time of this workflow task,
@@ -114,6 +116,31 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
         message: `The provider call was interrupted ${round} times and the provider confirmed none of them: ${settled.reason}`,
       });
     }
+  }
+}
+
+const LOCAL_FIRST_CALL = 'send-first-provider-call-local';
+
+/**
+ * One round's provider call. The first call of a text or template send is a local activity (see
+ * LOCAL_PROVIDER_FIRST_CALL): accepted at once, the whole send is one workflow task. A refusal
+ * stands; anything retrying may fix (throttling, an outage, a timeout) goes on as an ordinary
+ * activity after PROVIDER_SEND's first wait, where the claim on the attempt keeps it to one
+ * accepted message. Media sends (a download may take minutes and must heartbeat), later rounds,
+ * and sends started before this change call as an ordinary activity.
+ */
+async function callProvider(input: SendInput, round: number, call: Parameters<MessagingActivities['sendToProvider']>[0]) {
+  if (hasMedia(input)) return mediaProvider.sendToProvider(call);
+  if (round > 1 || !patched(LOCAL_FIRST_CALL)) return provider.sendToProvider(call);
+  try {
+    return await localProvider.sendToProvider(call);
+  } catch (err) {
+    // A local activity's failure may arrive as its cause itself, not wrapped in an ActivityFailure.
+    const cause = err instanceof ActivityFailure ? err.cause : err;
+    const retryable = cause instanceof TimeoutFailure || (cause instanceof ApplicationFailure && !cause.nonRetryable);
+    if (!retryable) throw err;
+    await sleep(PROVIDER_FIRST_RETRY_WAIT);
+    return providerRetry.sendToProvider(call);
   }
 }
 
