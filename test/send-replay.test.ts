@@ -1,0 +1,118 @@
+/**
+ * Workflow histories replay on the current code: a send a worker started before a change to the
+ * saga finishes on the new worker instead of failing with a nondeterminism error. Each history
+ * goes through Temporal's replayer (scripts/replay-histories.ts, in a child process), as before a
+ * deploy.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { temporal as proto } from '@temporalio/proto';
+import { loadConfig } from '../domain/config';
+import { EncryptionCodec } from '../domain/payload-codec';
+import { temporalClientFactory } from '../domain/temporal';
+import { nodeTs } from '../scripts/stack';
+import { createWorkspace, startApi, TestApi, Workspace } from './helpers';
+
+const EMULATOR = process.env.EMULATOR_URL!;
+const FIXTURES = path.join(__dirname, 'fixtures');
+const temporal = temporalClientFactory(loadConfig());
+let api: TestApi;
+let dir: string;
+let seq = 0;
+const mobile = (): string => `55319${String(10000000 + ((process.pid * 13 + ++seq * 7919) % 80000000))}`;
+
+beforeAll(async () => {
+  api = await startApi();
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'crm-replay-'));
+});
+afterAll(async () => {
+  await api.close();
+  await temporal.close();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+async function replay(files: string[]): Promise<{ code: number; out: string }> {
+  const { command, args } = nodeTs('scripts/replay-histories.ts');
+  try {
+    const { stdout, stderr } = await promisify(execFile)(command, [...args, ...files], { timeout: 120_000 });
+    return { code: 0, out: stdout + stderr };
+  } catch (err: any) {
+    return { code: err.code ?? 1, out: `${err.stdout ?? ''}${err.stderr ?? ''}` };
+  }
+}
+
+/** Every payload of the history decoded in place (our codec encrypts them), so the file needs no key. */
+async function decodePayloads(node: any, codec: EncryptionCodec): Promise<void> {
+  if (!node || typeof node !== 'object' || node instanceof Uint8Array) return;
+  for (const [name, value] of Object.entries<any>(node)) {
+    const encoding = value?.metadata?.encoding;
+    if (encoding instanceof Uint8Array && Buffer.from(encoding).toString() === 'binary/encrypted') [node[name]] = await codec.decode([value]);
+    else await decodePayloads(value, codec);
+  }
+}
+
+/** The send's history, written as the fixtures are. */
+async function saveHistory(workflowId: string, file: string): Promise<proto.api.history.v1.IHistory> {
+  const history = await (await temporal.get()).workflow.getHandle(workflowId).fetchHistory();
+  await decodePayloads(history, new EncryptionCodec(loadConfig().encryptionKeys!));
+  const History = proto.api.history.v1.History;
+  fs.writeFileSync(file, JSON.stringify(History.toObject(History.fromObject(history), { longs: String, enums: String, bytes: String })));
+  return history;
+}
+
+async function coldSend(ws: Workspace, phone: string, key: string): Promise<string> {
+  const res = await api.request('POST', '/api/v1/messages', {
+    key: ws.key,
+    body: { phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] },
+    headers: { 'Idempotency-Key': key },
+  });
+  expect(res.status).toBe(201);
+  return `send/${ws.id}/key/${key}`;
+}
+
+const count = (history: proto.api.history.v1.IHistory, type: keyof typeof proto.api.enums.v1.EventType): number =>
+  (history.events ?? []).filter((e) => e.eventType === proto.api.enums.v1.EventType[type]).length;
+
+it('replays a send started before its first provider call became a local activity (the call an ordinary activity)', async () => {
+  // Recorded from a cold template send by the code of 94c8b80, payloads decoded.
+  const fixture = path.join(FIXTURES, 'send-history-provider-activity.json');
+  const { code, out } = await replay([fixture]);
+  expect(out).toContain('send-history-provider-activity.json: replays');
+  expect(code).toBe(0);
+}, 120_000);
+
+it('replays the sends of the current code: one accepted at once (one workflow task), one whose first call the provider refused for a while', async () => {
+  const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true,
+    config: { baseUrl: EMULATOR, phoneNumberId: `PN-replay-${ws.id.slice(0, 8)}`, accessToken: 'token', appSecret: 'secret' },
+  });
+  expect(instance.status).toBe(201);
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+
+  const atOnce = path.join(dir, 'accepted-at-once.json');
+  const accepted = await saveHistory(await coldSend(ws, mobile(), 'replay-at-once'), atOnce);
+  // Prepare, the provider call and record in the workflow task that started it: no activity task.
+  expect(count(accepted, 'EVENT_TYPE_WORKFLOW_TASK_COMPLETED')).toBe(1);
+  expect(count(accepted, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED')).toBe(0);
+
+  const throttledPhone = mobile();
+  const script = await fetch(`${EMULATOR}/__emulator/script`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to: throttledPhone, behaviour: 'error', code: 131056, httpStatus: 429, times: 1 }),
+  });
+  expect(script.ok).toBe(true);
+  const afterRefusal = path.join(dir, 'after-a-refused-first-call.json');
+  const retried = await saveHistory(await coldSend(ws, throttledPhone, 'replay-retried'), afterRefusal);
+  // The local first call was refused (429): a timer, then the call again as an ordinary activity.
+  expect(count(retried, 'EVENT_TYPE_TIMER_STARTED')).toBe(1);
+  expect(count(retried, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED')).toBe(1);
+
+  const { code, out } = await replay([atOnce, afterRefusal]);
+  expect(out).toContain('accepted-at-once.json: replays');
+  expect(out).toContain('after-a-refused-first-call.json: replays');
+  expect(code).toBe(0);
+}, 120_000);
