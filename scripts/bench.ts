@@ -428,7 +428,7 @@ async function statementMeter(db: Db) {
       const { rows } = await db.raw<{ rows: { query: string; calls: string; mean: number; total: number; all: number }[] }>(
         `SELECT query, calls, mean_exec_time AS mean, total_exec_time AS total, sum(total_exec_time) OVER () AS all
            FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-          ORDER BY total_exec_time DESC LIMIT 6`,
+          ORDER BY total_exec_time DESC LIMIT 40`,
       );
       await db.raw('SELECT pg_stat_statements_reset()');
       return rows.map((r) => ({ query: r.query.replace(/\s+/g, ' ').slice(0, 160), calls: Number(r.calls), meanMs: Number(r.mean.toFixed(3)), share: r.all ? Number((r.total / r.all).toFixed(2)) : 0 }));
