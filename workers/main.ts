@@ -9,6 +9,7 @@ import { sealStoredSecrets } from '../domain/secrets-at-rest';
 import { dataConverterFor, temporalClientFactory } from '../domain/temporal';
 import { createTriggerHandler } from './automation-triggers';
 import { createOutboxDispatcher } from './outbox-dispatcher';
+import { bundleWorkflowsApart } from './workflow-bundle';
 
 /** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
 async function main(): Promise<void> {
@@ -20,7 +21,7 @@ async function main(): Promise<void> {
     connection,
     namespace: config.temporalNamespace,
     taskQueue: config.taskQueue,
-    workflowsPath: require.resolve('../workflows'),
+    workflowBundle: await bundleWorkflowsApart(),
     dataConverter: dataConverterFor(config),
     activities: createActivities({ db, config }),
     maxConcurrentActivityTaskExecutions: config.worker.maxActivities,

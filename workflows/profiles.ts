@@ -80,10 +80,10 @@ export const RECORD: ActivityOptions = {
 /**
  * The send's database steps (prepare, record) as local activities: they run inside the workflow
  * task that schedules them (with LOCAL_PROVIDER_FIRST_CALL, a send accepted at once is one
- * workflow task and no activity task, where ordinary activities made it four and three). Safe because both steps are idempotent per run (prepare returns
- * its recorded preparation, record writes the message once per provider message id): a worker
- * that dies mid-step makes the next worker run it again from the history. Same retries as their
- * ordinary profiles.
+ * workflow task and no activity task, where ordinary activities made it four and three). Safe
+ * because both steps are idempotent per run (prepare returns its recorded preparation, record
+ * writes the message once per provider message id): a worker that dies mid-step makes the next
+ * worker run it again from the history. Same retries as their ordinary profiles.
  */
 export const LOCAL_DATABASE: LocalActivityOptions = { startToCloseTimeout: DATABASE.startToCloseTimeout, retry: DATABASE.retry };
 export const LOCAL_RECORD: LocalActivityOptions = { startToCloseTimeout: RECORD.startToCloseTimeout, retry: RECORD.retry };
