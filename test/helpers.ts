@@ -5,6 +5,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import type { temporal } from '@temporalio/proto';
 import pino from 'pino';
 import { createApp } from '../api/app';
 import type { AnyRoute } from '../api/route';
@@ -289,4 +290,27 @@ export async function startReceiver(): Promise<Receiver> {
 export async function awayFromMinuteBoundary(): Promise<void> {
   const second = new Date().getUTCSeconds();
   if (second >= 45) await new Promise((r) => setTimeout(r, (61 - second) * 1000));
+}
+
+/**
+ * Every payload anywhere in a workflow history (inputs, activity arguments and results, markers,
+ * child inputs, results), as the objects of the history itself. Search attributes are left out:
+ * they are indexed in plain text by design, not payloads of the run.
+ */
+export function historyPayloads(value: unknown, found: temporal.api.common.v1.IPayload[] = []): temporal.api.common.v1.IPayload[] {
+  if (!value || typeof value !== 'object') return found;
+  if (Array.isArray(value)) {
+    for (const item of value) historyPayloads(item, found);
+    return found;
+  }
+  const record = value as Record<string, unknown>;
+  if (record.metadata && record.data instanceof Uint8Array) {
+    found.push(record as temporal.api.common.v1.IPayload);
+    return found;
+  }
+  for (const [key, child] of Object.entries(record)) {
+    if (key === 'searchAttributes' || key === 'upsertWorkflowSearchAttributesEventAttributes') continue;
+    historyPayloads(child, found);
+  }
+  return found;
 }

@@ -14,7 +14,7 @@ import { loadConfig } from '../domain/config';
 import { EncryptionCodec } from '../domain/payload-codec';
 import { temporalClientFactory } from '../domain/temporal';
 import { nodeTs } from '../scripts/stack';
-import { createWorkspace, startApi, TestApi, Workspace } from './helpers';
+import { createWorkspace, historyPayloads, startApi, TestApi, Workspace } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 const FIXTURES = path.join(__dirname, 'fixtures');
@@ -45,13 +45,10 @@ async function replay(files: string[]): Promise<{ code: number; out: string }> {
 }
 
 /** Every payload of the history decoded in place (our codec encrypts them), so the file needs no key. */
-async function decodePayloads(node: any, codec: EncryptionCodec): Promise<void> {
-  if (!node || typeof node !== 'object' || node instanceof Uint8Array) return;
-  for (const [name, value] of Object.entries<any>(node)) {
-    const encoding = value?.metadata?.encoding;
-    if (encoding instanceof Uint8Array && Buffer.from(encoding).toString() === 'binary/encrypted') [node[name]] = await codec.decode([value]);
-    else await decodePayloads(value, codec);
-  }
+async function decodePayloads(history: proto.api.history.v1.IHistory, codec: EncryptionCodec): Promise<void> {
+  const encrypted = historyPayloads(history).filter((p) => Buffer.from(p.metadata?.encoding ?? []).toString() === 'binary/encrypted');
+  const plain = await codec.decode(encrypted);
+  encrypted.forEach((payload, i) => Object.assign(payload, { metadata: plain[i].metadata, data: plain[i].data }));
 }
 
 /** The send's history, written as the fixtures are. */

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { ALL_SCOPES } from '../../domain/scopes';
-import { createWorkspace, eventually, expectError, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
+import { createWorkspace, eventually, expectError, historyPayloads, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
 
 let api: TestApi;
 let connection: Connection;
@@ -40,31 +40,11 @@ function toWire(p: Payload): WirePayload {
   };
 }
 
-/** Every payload anywhere in a history (inputs, activity arguments and results, child inputs, results). */
-function payloadsOf(value: unknown, found: Payload[] = []): Payload[] {
-  if (!value || typeof value !== 'object') return found;
-  if (Array.isArray(value)) {
-    for (const item of value) payloadsOf(item, found);
-    return found;
-  }
-  const record = value as Record<string, unknown>;
-  if (record.metadata && record.data instanceof Uint8Array) {
-    found.push(record as Payload);
-    return found;
-  }
-  for (const [key, child] of Object.entries(record)) {
-    // Search attributes are indexed in plain text by design (ids and the phone for operators); they are not payloads of the run.
-    if (key === 'searchAttributes' || key === 'upsertWorkflowSearchAttributesEventAttributes') continue;
-    payloadsOf(child, found);
-  }
-  return found;
-}
-
 /** A workflow's history as stored, and as the admin codec endpoint decodes it (the text an operator reads). */
 async function history(workflowId: string): Promise<{ stored: Buffer; decoded: string; input: WirePayload[] }> {
   const events = await raw.workflow.getHandle(workflowId).fetchHistory();
   const stored = Buffer.from(temporal.api.history.v1.History.encode(events).finish());
-  const payloads = payloadsOf(events.events).map(toWire);
+  const payloads = historyPayloads(events.events).map(toWire);
   const decoded = await api.admin('POST', '/admin/v1/temporal-codec/decode', { payloads });
   expect(decoded.status).toBe(200);
   const text = (decoded.body.payloads as WirePayload[]).map((p) => Buffer.from(p.data, 'base64').toString('utf8')).join('\n');
