@@ -43,6 +43,9 @@ export interface ContactRow {
   updated_at: Date;
 }
 
+/** The columns of a ContactRow, for statements that name their result columns (prepared ones: see `prepared`). */
+export const CONTACT_ROW_COLUMNS = ['id', 'workspace_id', 'name', 'phone', 'phone_key', 'email', 'notes', 'opted_out', 'created_at', 'updated_at'] as const satisfies readonly (keyof ContactRow)[];
+
 export interface TagRef {
   id: string;
   name: string;

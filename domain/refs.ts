@@ -14,7 +14,9 @@ export function isUuid(value: string): boolean {
 /** Only canonical contacts are ever visible: not merged, not soft-deleted, not group chats. */
 // The same condition keeps contact_counts exact (migration 20261122005900): change both together.
 export function canonical(query: Knex.QueryBuilder, alias = 'contacts'): Knex.QueryBuilder {
-  return query.whereNull(`${alias}.merged_into_id`).whereNull(`${alias}.deleted_at`).where(`${alias}.is_group`, false);
+  // `NOT is_group` as written, not a bound `false`: a prepared statement's generic plan can then use
+  // the partial indexes (their predicate is `NOT is_group`), which a parameter would rule out.
+  return query.whereNull(`${alias}.merged_into_id`).whereNull(`${alias}.deleted_at`).whereRaw('NOT ??', [`${alias}.is_group`]);
 }
 
 /**
