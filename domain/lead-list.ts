@@ -52,16 +52,25 @@ function tagIdQuery(db: Db, workspaceId: string, tag: string): Knex.QueryBuilder
  * `perRow`: the tag and deal tests as a probe per row (a sublink the planner cannot turn into a
  * join), for a bounded prefix of the sort order, where hashing every contact of the tag (or deal
  * of the stage) first costs more than a few hundred index probes; over every match, the join is
- * the better plan.
+ * the better plan. The search, likewise, as a test per row rather than an index condition.
  */
 function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters, options: { perRow?: boolean } = {}): Knex.QueryBuilder {
   if (f.q) {
     const term = f.q.trim().toLowerCase();
     // A phone typed with separators ("+55 (11) 9...") searches its digits.
     const digits = /^[\d\s()+-]+$/.test(term) ? term.replace(/\D/g, '') : '';
+    const searched = `(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), ''))`;
     q.where((w) => {
-      w.whereRaw(`(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), '')) LIKE ?`, [likeContains(term)]);
-      if (digits && digits !== term) w.orWhere('contacts.phone', 'like', `%${digits}%`);
+      if (options.perRow) {
+        // The same substring test as LIKE '%term%' (the trigram index is no use in a prefix walk),
+        // but one the planner prices alike for every term: the prepared prefix keeps its generic
+        // plan, where a LIKE's estimate follows its pattern and is planned again each time (0.45 ms).
+        w.whereRaw(`strpos(${searched}, ?) > 0`, [term]);
+        if (digits && digits !== term) w.orWhereRaw('strpos(contacts.phone, ?) > 0', [digits]);
+      } else {
+        w.whereRaw(`${searched} LIKE ?`, [likeContains(term)]);
+        if (digits && digits !== term) w.orWhere('contacts.phone', 'like', `%${digits}%`);
+      }
     });
   }
   if (f.tag) {
