@@ -1,3 +1,4 @@
+import { ensureDatabase, migrateLatest } from '../scripts/stack';
 import { createWorkspace, seedContact, seedPipeline, startApi, TestApi } from './helpers';
 
 /**
@@ -10,8 +11,12 @@ let api: TestApi;
 let phoneSeq = 0;
 const newPhone = (): string => `55219${String(71000000 + ++phoneSeq * 89 + (process.pid % 1000)).slice(0, 8)}`;
 
+// A database of its own: adding a column to contacts locks the table and holds back every other
+// test file's transactions (a sync reading beside it sees its cursor held back and reads a row twice).
 beforeAll(async () => {
-  api = await startApi();
+  const databaseUrl = await ensureDatabase(process.env.TEST_ADMIN_DATABASE_URL!, 'crm_prepared_reads_test', true);
+  await migrateLatest(databaseUrl, () => undefined);
+  api = await startApi({ config: { databaseUrl } });
 });
 afterAll(() => api.close());
 
