@@ -54,7 +54,7 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
       // The provider may have the message: the contact and conversation stay (undoing them could
       // orphan a delivered message), and the send fails as SEND_OUTCOME_UNKNOWN.
       compensations.length = 0;
-      const cause = err instanceof ActivityFailure ? err.cause : err;
+      const cause = failureCause(err);
       throw cause instanceof TimeoutFailure ? unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`) : err;
     });
     compensations.length = 0;
@@ -135,8 +135,7 @@ async function callProvider(input: SendInput, round: number, call: Parameters<Me
   try {
     return await localProvider.sendToProvider(call);
   } catch (err) {
-    // A local activity's failure may arrive as its cause itself, not wrapped in an ActivityFailure.
-    const cause = err instanceof ActivityFailure ? err.cause : err;
+    const cause = failureCause(err);
     const retryable = cause instanceof TimeoutFailure || (cause instanceof ApplicationFailure && !cause.nonRetryable);
     if (!retryable) throw err;
     await sleep(PROVIDER_FIRST_RETRY_WAIT);
@@ -159,6 +158,14 @@ function content(input: SendInput): { requestId: string } | { message: NonNullab
   return input.requestId ? { requestId: input.requestId } : { message: input.message! };
 }
 
+/**
+ * What failed: an ordinary activity's failure wraps it in an ActivityFailure, a local activity's
+ * arrives as the cause itself.
+ */
+function failureCause(err: unknown): unknown {
+  return err instanceof ActivityFailure ? err.cause : err;
+}
+
 /** The failure of a send the provider may have accepted (the activities raise the same through domain/sending.ts). */
 function unknownOutcome(reason: string): ApplicationFailure {
   return ApplicationFailure.create({
@@ -170,7 +177,7 @@ function unknownOutcome(reason: string): ApplicationFailure {
 }
 
 function outcomeUnknown(err: unknown): boolean {
-  const cause = err instanceof ActivityFailure ? err.cause : err;
+  const cause = failureCause(err);
   // The provider activity timed out on its last attempt (heartbeat or start-to-close): it may have reached the provider.
   if (cause instanceof TimeoutFailure) return true;
   return cause instanceof ApplicationFailure && cause.type === SEND_OUTCOME_UNKNOWN;
@@ -178,7 +185,7 @@ function outcomeUnknown(err: unknown): boolean {
 
 /** The workflow's failure, which the API maps to its answer: the activity's business code, or SEND_FAILED. */
 function asSendFailure(err: unknown): unknown {
-  const cause = err instanceof ActivityFailure ? err.cause : err;
+  const cause = failureCause(err);
   if (cause instanceof ApplicationFailure) {
     if (cause.type === PROVIDER_RETRYABLE) {
       return ApplicationFailure.create({ type: 'SEND_FAILED', nonRetryable: true, message: `The provider did not accept the message after several attempts: ${cause.message}` });
