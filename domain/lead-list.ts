@@ -133,6 +133,9 @@ const DEAL_FILTERS = ['pipelineId', 'stageId', 'status'] as const;
  */
 const PROBE = { min: 1000, perRow: 40, max: 20000 };
 
+/** A lead page's row columns, named (a prepared `SELECT *` breaks when a migration adds a column). */
+const LEAD_ROW_COLUMNS = CONTACT_ROW_COLUMNS.map((c) => `contacts.${c}`);
+
 /**
  * The lead list's statements, for the API and the bench's EXPLAIN alike: the page (over every
  * match, and from the sort order's prefix), the exact count, and the maintained total if any.
@@ -143,14 +146,13 @@ const PROBE = { min: 1000, perRow: 40, max: 20000 };
 export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters) {
   const order = `${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`;
   const visible = () => canonical(db('contacts').where('contacts.workspace_id', workspaceId));
-  // Named columns and LIMITs written into the text: the page and the prefix may run prepared (see `prepared`).
-  const rowColumns = CONTACT_ROW_COLUMNS.map((c) => `contacts.${c}`);
+  // LIMITs written into the text, columns named: the page and the prefix may run prepared (see `prepared`).
   const limit = { skipBinding: true };
   // The tags are read for the page's rows only: under the Limit, the subquery would run for every
   // row an offset skips (seconds at offset 20,000, a statement timeout at 100,000).
   const page = (source: Knex.QueryBuilder) => {
-    const rows = applyLeadFilters(db, source, workspaceId, query).orderByRaw(order).select(rowColumns).limit(query.limit, limit).offset(query.offset);
-    return db.from(rows.as('contacts')).orderByRaw(order).select(...rowColumns, tagListColumn(db));
+    const rows = applyLeadFilters(db, source, workspaceId, query).orderByRaw(order).select(LEAD_ROW_COLUMNS).limit(query.limit, limit).offset(query.offset);
+    return db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
   // The prefix carries only the columns the sort and the filters read (for a date sort with tag or
@@ -162,7 +164,7 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
   const probePage = (rows: number) => {
     const prefixRows = visible().orderByRaw(order).limit(rows, limit).select([...columns]).as('contacts');
     const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true }).orderByRaw(order).limit(query.limit, limit).offset(query.offset).select('contacts.id');
-    return db('contacts').join(found.as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select(...rowColumns, tagListColumn(db));
+    return db('contacts').join(found.as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
   return {
