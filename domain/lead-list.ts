@@ -133,6 +133,14 @@ const DEAL_FILTERS = ['pipelineId', 'stageId', 'status'] as const;
  */
 const PROBE = { min: 1000, perRow: 40, max: 20000 };
 
+/**
+ * `tag=` alone, in creation order: read from the tag's side (contact_tags carries its contact's
+ * created_at, migration add_contact_created_at_to_contact_tags), in the list's own order.
+ */
+function walksTag(f: LeadFilters): boolean {
+  return f.sort === 'createdAt' && f.tag !== undefined && LEAD_FILTERS.every((name) => name === 'tag' || f[name] === undefined);
+}
+
 /** A lead page's row columns, named (a prepared `SELECT *` breaks when a migration adds a column). */
 const LEAD_ROW_COLUMNS = CONTACT_ROW_COLUMNS.map((c) => `contacts.${c}`);
 
@@ -167,13 +175,21 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
     return db('contacts').join(found.as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
-  return {
-    page: page(visible()),
-    probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined,
-    pagePlanFixed: !filtered,
-    count: applyLeadFilters(db, visible(), workspaceId, query).count<{ total: number }[]>({ total: '*' }),
-    maintained: maintainedTotalQuery(db, workspaceId, query),
-  };
+  const count = applyLeadFilters(db, visible(), workspaceId, query).count<{ total: number }[]>({ total: '*' });
+  const maintained = maintainedTotalQuery(db, workspaceId, query);
+  if (walksTag(query)) {
+    // The tag's contacts in creation order (contact_tags_tag_created_idx), each checked canonical by
+    // its key: the page is the index's next entries, at any offset and whatever the tag's share.
+    const rows = canonical(db('contact_tags as ct').join('contacts', 'contacts.id', 'ct.contact_id').where('contacts.workspace_id', workspaceId))
+      .where('ct.tag_id', tagIdQuery(db, workspaceId, query.tag!.trim()))
+      .orderByRaw(`ct.contact_created_at ${query.order}, ct.contact_id ${query.order}`)
+      .select(LEAD_ROW_COLUMNS)
+      .limit(query.limit, limit)
+      .offset(query.offset);
+    const walk = db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+    return { page: walk, probe: undefined, pagePlanFixed: true, count, maintained };
+  }
+  return { page: page(visible()), probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined, pagePlanFixed: !filtered, count, maintained };
 }
 
 /**

@@ -328,6 +328,61 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     expect(await page('q=bulk 1499')).toEqual({ total: 1, ids: [ordered[1498]] });
   });
 
+  it('reads a tag in creation order from the tag itself: one statement per page, either order, any offset, through tagging, deletion, merge and a rewritten creation instant', async () => {
+    const wsx = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:write'] });
+    await api.db.raw(
+      `INSERT INTO contacts (workspace_id, name, phone, phone_key, created_at)
+       SELECT ?, 'Walk ' || g, '55419' || (70000000 + g), '55419' || (70000000 + g), now() - g * interval '1 minute' FROM generate_series(1, 1300) g`,
+      [wsx.id],
+    );
+    const all = (await api.db('contacts').where({ workspace_id: wsx.id }).orderBy('created_at', 'desc').select('id')).map((r: { id: string }) => r.id as string);
+    // Every third of the 300 oldest leads, through the API (the tag is created by name on first use):
+    // none among the newest thousand, so a walk of the sort order would have to pass them all.
+    for (const id of all.slice(1000).filter((_, i) => i % 3 === 0)) expect((await api.request('POST', `/api/v1/leads/${id}/tags`, { key: wsx.key, body: { tag: 'Walked' } })).status).toBe(200);
+    const direct = async (order: 'asc' | 'desc') =>
+      (
+        await api
+          .db('contacts as c')
+          .join('contact_tags as ct', 'ct.contact_id', 'c.id')
+          .join('tags as t', 't.id', 'ct.tag_id')
+          .where({ 'c.workspace_id': wsx.id, 't.name': 'Walked', 'c.is_group': false })
+          .whereNull('c.merged_into_id')
+          .whereNull('c.deleted_at')
+          .orderBy([{ column: 'c.created_at', order }, { column: 'c.id', order }])
+          .select('c.id')
+      ).map((r: { id: string }) => r.id);
+    const pages = async () => {
+      for (const order of ['desc', 'asc'] as const) {
+        const expected = await direct(order);
+        for (const [limit, offset] of [[25, 0], [7, 3], [50, 60], [10, expected.length - 4], [10, expected.length + 5]]) {
+          let body: { data: { id: string }[]; pagination: { total: number } } | undefined;
+          const statements = await countQueries(api, async () => {
+            body = (await api.request('GET', `/api/v1/leads?tag=walked&order=${order}&limit=${limit}&offset=${offset}`, { key: wsx.key })).body;
+          });
+          expect({ order, limit, offset, ids: body!.data.map((l) => l.id), total: body!.pagination.total }).toEqual({ order, limit, offset, ids: expected.slice(offset, offset + limit), total: expected.length });
+          // The page and its maintained total in one statement (a page past the end reads its total apart).
+          expect(statements).toBe(offset < expected.length ? 1 : 2);
+        }
+      }
+    };
+    await pages();
+    expect((await direct('desc')).length).toBe(100);
+    // Removed: a deleted lead, a lead merged into an untagged one (its tags move to the survivor).
+    const tagged = await direct('desc');
+    expect((await api.request('DELETE', `/api/v1/leads/${tagged[5]}`, { key: wsx.key })).status).toBe(200);
+    const untagged = all.find((id) => !tagged.includes(id))!;
+    expect((await api.admin('POST', `/admin/v1/workspaces/${wsx.id}/contacts/${tagged[40]}/merge`, { intoId: untagged })).status).toBe(200);
+    // A creation instant rewritten in the database moves the lead in the tag's order too.
+    await api.db('contacts').where({ id: tagged[90] }).update({ created_at: api.db.raw("now() + interval '1 day'") });
+    await api.db('contacts').where({ id: tagged[0] }).update({ created_at: api.db.raw("now() - interval '10 days'") });
+    await pages();
+    const after = await direct('desc');
+    expect(after[0]).toBe(tagged[90]);
+    expect(after[after.length - 1]).toBe(tagged[0]);
+    expect(after).toContain(untagged);
+    expect(after).not.toContain(tagged[5]);
+  });
+
   it('always equal a real count and the pages equal a direct query, through random tagging, deal moves, renames, deletions and merges', async () => {
     const wsx = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:read', 'tags:write', 'deals:read', 'deals:write'] });
     const sales = await seedPipeline(api, wsx.id, { name: 'Sales', stages: ['New', 'Won'] });
