@@ -134,11 +134,22 @@ const DEAL_FILTERS = ['pipelineId', 'stageId', 'status'] as const;
 const PROBE = { min: 1000, perRow: 40, max: 20000 };
 
 /**
- * `tag=` alone, in creation order: read from the tag's side (contact_tags carries its contact's
- * created_at, migration add_contact_created_at_to_contact_tags), in the list's own order.
+ * A filter whose matching contacts a maintained table lists, each once, with its creation instant
+ * (migrations add_contact_created_at_to_contact_tags and ..._to_contact_deal_facets): `tag=` alone
+ * (contact_tags), or deal filters alone that have a facet (contact_deal_facets). In creation order
+ * a page is that table's index walked in the list's own order: the next entries, at any offset,
+ * whatever the filter's share of the leads. Undefined for any other filter or sort.
  */
-function walksTag(f: LeadFilters): boolean {
-  return f.sort === 'createdAt' && f.tag !== undefined && LEAD_FILTERS.every((name) => name === 'tag' || f[name] === undefined);
+function membershipWalk(db: Db, workspaceId: string, f: LeadFilters): { table: string; where: (q: Knex.QueryBuilder) => Knex.QueryBuilder } | undefined {
+  if (f.sort !== 'createdAt') return undefined;
+  const used = LEAD_FILTERS.filter((name) => f[name] !== undefined);
+  if (used.length === 1 && f.tag !== undefined) {
+    return { table: 'contact_tags', where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim())) };
+  }
+  if (used.length > 0 && used.every((name) => DEAL_FILTERS.includes(name as never)) && !(f.pipelineId && f.stageId)) {
+    return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).whereRaw('m.facet = deal_facet_key(?::uuid, ?::uuid, ?::text)', [f.pipelineId ?? null, f.stageId ?? null, f.status ?? null]) };
+  }
+  return undefined;
 }
 
 /** A lead page's row columns, named (a prepared `SELECT *` breaks when a migration adds a column). */
@@ -177,17 +188,16 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
   const count = applyLeadFilters(db, visible(), workspaceId, query).count<{ total: number }[]>({ total: '*' });
   const maintained = maintainedTotalQuery(db, workspaceId, query);
-  if (walksTag(query)) {
-    // The tag's contacts in creation order (contact_tags_tag_created_idx), each checked canonical by
-    // its key: the page is the index's next entries, at any offset and whatever the tag's share.
-    const rows = canonical(db('contact_tags as ct').join('contacts', 'contacts.id', 'ct.contact_id').where('contacts.workspace_id', workspaceId))
-      .where('ct.tag_id', tagIdQuery(db, workspaceId, query.tag!.trim()))
-      .orderByRaw(`ct.contact_created_at ${query.order}, ct.contact_id ${query.order}`)
+  const walk = membershipWalk(db, workspaceId, query);
+  if (walk) {
+    // Each entry checked canonical by the contact's key; the tags read for the page's rows only.
+    const rows = canonical(walk.where(db(`${walk.table} as m`)).join('contacts', 'contacts.id', 'm.contact_id'))
+      .orderByRaw(`m.contact_created_at ${query.order}, m.contact_id ${query.order}`)
       .select(LEAD_ROW_COLUMNS)
       .limit(query.limit, limit)
       .offset(query.offset);
-    const walk = db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
-    return { page: walk, probe: undefined, pagePlanFixed: true, count, maintained };
+    const page = db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+    return { page, probe: undefined, pagePlanFixed: true, count, maintained };
   }
   return { page: page(visible()), probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined, pagePlanFixed: !filtered, count, maintained };
 }

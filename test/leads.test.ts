@@ -1,4 +1,6 @@
+import type { Knex } from 'knex';
 import { countQueries, createWorkspace, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+import type { Scope } from '../domain/scopes';
 
 let api: TestApi;
 let ws: Workspace;
@@ -328,59 +330,89 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     expect(await page('q=bulk 1499')).toEqual({ total: 1, ids: [ordered[1498]] });
   });
 
-  it('reads a tag in creation order from the tag itself: one statement per page, either order, any offset, through tagging, deletion, merge and a rewritten creation instant', async () => {
-    const wsx = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:write'] });
+  // 1,300 leads, the newest thousand never matching: a walk of the sort order would pass them all.
+  const walkWorkspace = async (scopes: Scope[]) => {
+    const wsx = await createWorkspace(api, { scopes: ['leads:read', ...scopes] });
     await api.db.raw(
       `INSERT INTO contacts (workspace_id, name, phone, phone_key, created_at)
        SELECT ?, 'Walk ' || g, '55419' || (70000000 + g), '55419' || (70000000 + g), now() - g * interval '1 minute' FROM generate_series(1, 1300) g`,
       [wsx.id],
     );
     const all = (await api.db('contacts').where({ workspace_id: wsx.id }).orderBy('created_at', 'desc').select('id')).map((r: { id: string }) => r.id as string);
-    // Every third of the 300 oldest leads, through the API (the tag is created by name on first use):
-    // none among the newest thousand, so a walk of the sort order would have to pass them all.
-    for (const id of all.slice(1000).filter((_, i) => i % 3 === 0)) expect((await api.request('POST', `/api/v1/leads/${id}/tags`, { key: wsx.key, body: { tag: 'Walked' } })).status).toBe(200);
-    const direct = async (order: 'asc' | 'desc') =>
-      (
-        await api
-          .db('contacts as c')
-          .join('contact_tags as ct', 'ct.contact_id', 'c.id')
-          .join('tags as t', 't.id', 'ct.tag_id')
-          .where({ 'c.workspace_id': wsx.id, 't.name': 'Walked', 'c.is_group': false })
-          .whereNull('c.merged_into_id')
-          .whereNull('c.deleted_at')
-          .orderBy([{ column: 'c.created_at', order }, { column: 'c.id', order }])
-          .select('c.id')
-      ).map((r: { id: string }) => r.id);
-    const pages = async () => {
-      for (const order of ['desc', 'asc'] as const) {
-        const expected = await direct(order);
-        for (const [limit, offset] of [[25, 0], [7, 3], [50, 60], [10, expected.length - 4], [10, expected.length + 5]]) {
-          let body: { data: { id: string }[]; pagination: { total: number } } | undefined;
-          const statements = await countQueries(api, async () => {
-            body = (await api.request('GET', `/api/v1/leads?tag=walked&order=${order}&limit=${limit}&offset=${offset}`, { key: wsx.key })).body;
-          });
-          expect({ order, limit, offset, ids: body!.data.map((l) => l.id), total: body!.pagination.total }).toEqual({ order, limit, offset, ids: expected.slice(offset, offset + limit), total: expected.length });
-          // The page and its maintained total in one statement (a page past the end reads its total apart).
-          expect(statements).toBe(offset < expected.length ? 1 : 2);
-        }
+    return { wsx, all, oldest: all.slice(1000) };
+  };
+  /** Every page of `qs` in both orders, at several offsets, against `direct` (the matching ids, newest first): one statement each. */
+  const expectWalkedPages = async (wsx: Workspace, qs: string, direct: () => Promise<string[]>) => {
+    const newestFirst = await direct();
+    for (const order of ['desc', 'asc'] as const) {
+      const expected = order === 'desc' ? newestFirst : [...newestFirst].reverse();
+      for (const [limit, offset] of [[25, 0], [7, 3], [50, 60], [10, Math.max(0, expected.length - 4)], [10, expected.length + 5]]) {
+        let body: { data: { id: string }[]; pagination: { total: number } } | undefined;
+        const statements = await countQueries(api, async () => {
+          body = (await api.request('GET', `/api/v1/leads?${qs}&order=${order}&limit=${limit}&offset=${offset}`, { key: wsx.key })).body;
+        });
+        expect({ qs, order, limit, offset, ids: body!.data.map((l) => l.id), total: body!.pagination.total }).toEqual({ qs, order, limit, offset, ids: expected.slice(offset, offset + limit), total: expected.length });
+        // The page and its maintained total in one statement (a page past the end reads its total apart).
+        expect(statements).toBe(offset < expected.length ? 1 : 2);
       }
-    };
-    await pages();
-    expect((await direct('desc')).length).toBe(100);
+    }
+    return newestFirst;
+  };
+  const canonicalNewestFirst = (wsx: Workspace, q: Knex.QueryBuilder) =>
+    q
+      .where({ 'c.workspace_id': wsx.id, 'c.is_group': false })
+      .whereNull('c.merged_into_id')
+      .whereNull('c.deleted_at')
+      .orderBy([{ column: 'c.created_at', order: 'desc' }, { column: 'c.id', order: 'desc' }])
+      .select('c.id')
+      .then((rows: { id: string }[]) => rows.map((r) => r.id));
+
+  it('reads a tag in creation order from the tag itself: one statement per page, either order, any offset, through tagging, deletion, merge and a rewritten creation instant', async () => {
+    const { wsx, all, oldest } = await walkWorkspace(['leads:write', 'tags:write']);
+    // Every third of the 300 oldest, through the API (the tag is created by name on first use).
+    for (const id of oldest.filter((_, i) => i % 3 === 0)) expect((await api.request('POST', `/api/v1/leads/${id}/tags`, { key: wsx.key, body: { tag: 'Walked' } })).status).toBe(200);
+    const direct = () => canonicalNewestFirst(wsx, api.db('contacts as c').whereExists(api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').whereRaw('ct.contact_id = c.id').where('t.name', 'Walked')));
+    const tagged = await expectWalkedPages(wsx, 'tag=walked', direct);
+    expect(tagged).toHaveLength(100);
     // Removed: a deleted lead, a lead merged into an untagged one (its tags move to the survivor).
-    const tagged = await direct('desc');
     expect((await api.request('DELETE', `/api/v1/leads/${tagged[5]}`, { key: wsx.key })).status).toBe(200);
     const untagged = all.find((id) => !tagged.includes(id))!;
     expect((await api.admin('POST', `/admin/v1/workspaces/${wsx.id}/contacts/${tagged[40]}/merge`, { intoId: untagged })).status).toBe(200);
     // A creation instant rewritten in the database moves the lead in the tag's order too.
     await api.db('contacts').where({ id: tagged[90] }).update({ created_at: api.db.raw("now() + interval '1 day'") });
     await api.db('contacts').where({ id: tagged[0] }).update({ created_at: api.db.raw("now() - interval '10 days'") });
-    await pages();
-    const after = await direct('desc');
-    expect(after[0]).toBe(tagged[90]);
-    expect(after[after.length - 1]).toBe(tagged[0]);
-    expect(after).toContain(untagged);
-    expect(after).not.toContain(tagged[5]);
+    const after = await expectWalkedPages(wsx, 'tag=walked', direct);
+    expect([after[0], after[after.length - 1], after.includes(untagged), after.includes(tagged[5])]).toEqual([tagged[90], tagged[0], true, false]);
+  });
+
+  it('reads deal filters in creation order from their facet: each lead once however many of its deals match, through moves, closing, merge and a rewritten creation instant', async () => {
+    const { wsx, all, oldest } = await walkWorkspace(['deals:read', 'deals:write', 'leads:write']);
+    const sales = await seedPipeline(api, wsx.id, { name: 'Sales', stages: ['New', 'Won'] });
+    const [fresh, won] = sales.stages.map((st) => st.id);
+    const deal = async (contactId: string) => {
+      const res = await api.request('POST', '/api/v1/deals', { key: wsx.key, body: { contactId, pipeline: sales.id } });
+      expect(res.status).toBe(201);
+      return res.body.data.id as string;
+    };
+    const dealOf = new Map<string, string>();
+    for (const id of oldest.filter((_, i) => i % 3 === 0)) dealOf.set(id, await deal(id));
+    // Two deals in the stage: still one lead.
+    for (const id of oldest.slice(0, 12).filter((_, i) => i % 3 === 0)) await deal(id);
+    const direct = (deals: Record<string, string>) => () => canonicalNewestFirst(wsx, api.db('contacts as c').whereExists(api.db('deals as d').whereRaw('d.contact_id = c.id').where(deals)));
+    const matching = await expectWalkedPages(wsx, `stageId=${fresh}&status=open`, direct({ 'd.stage_id': fresh, 'd.status': 'open' }));
+    expect(matching).toHaveLength(100);
+    // A deal moved out (its lead leaves the facet), one lost (leaves status=open), a merge (deals move to the survivor).
+    const [movedLead, lostLead, mergedLead] = [matching[50], matching[60], matching[70]];
+    expect((await api.request('PATCH', `/api/v1/deals/${dealOf.get(movedLead)}`, { key: wsx.key, body: { stageId: won } })).status).toBe(200);
+    expect((await api.request('PATCH', `/api/v1/deals/${dealOf.get(lostLead)}`, { key: wsx.key, body: { status: 'lost', lostReason: 'price' } })).status).toBe(200);
+    const survivor = all[3];
+    expect((await api.admin('POST', `/admin/v1/workspaces/${wsx.id}/contacts/${mergedLead}/merge`, { intoId: survivor })).status).toBe(200);
+    await api.db('contacts').where({ id: matching[99] }).update({ created_at: api.db.raw("now() + interval '1 day'") });
+    const after = await expectWalkedPages(wsx, `stageId=${fresh}&status=open`, direct({ 'd.stage_id': fresh, 'd.status': 'open' }));
+    expect([after[0], after.includes(movedLead), after.includes(lostLead), after.includes(mergedLead), after.includes(survivor), after.length]).toEqual([matching[99], false, false, false, true, 98]);
+    expect(await expectWalkedPages(wsx, `stageId=${won}`, direct({ 'd.stage_id': won }))).toEqual([movedLead]);
+    expect(await expectWalkedPages(wsx, 'status=lost', direct({ 'd.status': 'lost' }))).toEqual([lostLead]);
+    expect(await expectWalkedPages(wsx, `pipelineId=${sales.id}&status=open`, direct({ 'd.pipeline_id': sales.id, 'd.status': 'open' }))).toHaveLength(99);
   });
 
   it('always equal a real count and the pages equal a direct query, through random tagging, deal moves, renames, deletions and merges', async () => {
