@@ -146,6 +146,7 @@ function membershipWalk(db: Db, workspaceId: string, f: LeadFilters): { table: s
   if (used.length === 1 && f.tag !== undefined) {
     return { table: 'contact_tags', where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim())) };
   }
+  // deal_facet_key has no facet for pipelineId with stageId (that combination counts).
   if (used.length > 0 && used.every((name) => DEAL_FILTERS.includes(name as never)) && !(f.pipelineId && f.stageId)) {
     return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).whereRaw('m.facet = deal_facet_key(?::uuid, ?::uuid, ?::text)', [f.pipelineId ?? null, f.stageId ?? null, f.status ?? null]) };
   }
@@ -190,14 +191,16 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
   const maintained = maintainedTotalQuery(db, workspaceId, query);
   const walk = membershipWalk(db, workspaceId, query);
   if (walk) {
-    // Each entry checked canonical by the contact's key; the tags read for the page's rows only.
+    // Each entry checked canonical by the contact's key; the tags read for the page's rows only. The
+    // workspace is a condition on the walked table (its foreign key ties the contact to the same
+    // workspace): on contacts, PostgreSQL prices the generic plan above the custom ones and plans
+    // every request again (1 ms of planning for 0.4 of execution).
     const rows = canonical(walk.where(db(`${walk.table} as m`)).join('contacts', 'contacts.id', 'm.contact_id'))
       .orderByRaw(`m.contact_created_at ${query.order}, m.contact_id ${query.order}`)
       .select(LEAD_ROW_COLUMNS)
       .limit(query.limit, limit)
       .offset(query.offset);
-    const page = db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
-    return { page, probe: undefined, pagePlanFixed: true, count, maintained };
+    return { page: db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db)), probe: undefined, pagePlanFixed: true, count, maintained };
   }
   return { page: page(visible()), probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined, pagePlanFixed: !filtered, count, maintained };
 }
