@@ -83,7 +83,7 @@ describe('tenant isolation', () => {
     const key = a.ws.key;
     const empty = async (path: string) => {
       const res = await api.request('GET', path, { key });
-      expect({ path, status: res.status, total: res.body.pagination?.total }).toEqual({ path, status: 200, total: 0 });
+      expect({ path, status: res.status, total: res.body.pagination?.total, data: res.body.data }).toEqual({ path, status: 200, total: 0, data: [] });
     };
     await empty(`/api/v1/deals?contactId=${b.contact.id}`);
     await empty(`/api/v1/deals?pipelineId=${b.pipeline.id}`);
@@ -92,6 +92,11 @@ describe('tenant isolation', () => {
     await empty(`/api/v1/leads?tag=${b.tag.id}`);
     await empty(`/api/v1/leads?pipelineId=${b.pipeline.id}`);
     await empty(`/api/v1/leads?stageId=${b.pipeline.stages[1].id}`);
+    await empty(`/api/v1/leads?stageId=${b.pipeline.stages[1].id}&status=won`);
+    // A status facet is named alike in every workspace ('status:won'; both fixtures' deals are won):
+    // the walk of it lists A's lead, never B's.
+    const byStatus = await api.request('GET', '/api/v1/leads?status=won&limit=100', { key });
+    expect({ status: byStatus.status, ids: byStatus.body.data.map((l: { id: string }) => l.id), total: byStatus.body.pagination.total }).toEqual({ status: 200, ids: [a.contact.id], total: 1 });
     await empty(`/api/v1/tasks?contactId=${b.contact.id}`);
     await empty(`/api/v1/tasks?cardId=${b.deal.id}`);
     await empty(`/api/v1/tasks?assignedTo=${b.member.id}`);
