@@ -159,8 +159,9 @@ const LEAD_ROW_COLUMNS = CONTACT_ROW_COLUMNS.map((c) => `contacts.${c}`);
 /**
  * The lead list's statements, for the API and the bench's EXPLAIN alike: the page (over every
  * match, and from the sort order's prefix), the exact count, and the maintained total if any.
- * `pagePlanFixed`: the page's best plan is the same whatever its values (no filter), so it may run
- * prepared, like the prefix, whose walk is bounded by construction. A filtered page over every
+ * `pagePlanFixed`: the page's best plan is the same whatever its values (no filter, or a filter
+ * walked in its own index: membershipWalk), so it may run prepared, like the prefix, whose walk is
+ * bounded by construction. A filtered page over every
  * match is planned for its values each time: its plan follows the filter's selectivity.
  */
 export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters) {

@@ -439,8 +439,10 @@ async function statementMeter(db: Db) {
 /** The plans of the API's own lead-list statements (page and exact count) for a request path. */
 async function explainLeadList(db: Db, workspaceId: string, requestPath: string): Promise<Record<string, string[]>> {
   const query = leadListQuery.parse(Object.fromEntries(new URL(requestPath, 'http://x').searchParams));
-  const { page, probe, count, maintained } = leadListQueries(db, workspaceId, query);
-  const statements: Record<string, string> = { ...(probe ? { 'page from the sort prefix': probe.toString() } : {}), 'page over every match': page.toString() };
+  const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
+  // A page with a fixed plan and no prefix is the sort order itself, or a filter's own index walked (domain/lead-list.ts).
+  const pageLabel = !probe && pagePlanFixed ? 'page' : 'page over every match';
+  const statements: Record<string, string> = { ...(probe ? { 'page from the sort prefix': probe.toString() } : {}), [pageLabel]: page.toString() };
   statements[maintained ? 'maintained total' : 'count'] = (maintained ?? count).toString();
   const plans: Record<string, string[]> = {};
   for (const [name, sql] of Object.entries(statements)) {
