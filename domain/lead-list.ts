@@ -101,22 +101,39 @@ function contactTotalQuery(db: Db, workspaceId: string): Knex.QueryBuilder {
 }
 
 /**
+ * The maintained table that lists a filter set's contacts once each, if any: `tag` alone
+ * (contact_tags, counted in tag_contact_counts) or deal filters alone (contact_deal_facets, counted
+ * in deal_facet_counts; pipelineId with stageId has no facet: its key is NULL). Other filters
+ * have none.
+ */
+function maintainedFilter(f: LeadFilters): 'tag' | 'facet' | undefined {
+  const used = LEAD_FILTERS.filter((name) => f[name] !== undefined);
+  if (used.length === 1 && f.tag) return 'tag';
+  if (used.length > 0 && used.every((name) => DEAL_FILTERS.includes(name as never))) return 'facet';
+  return undefined;
+}
+
+/** The deal facet the filters name (deal_facet_key, the one place a combination becomes a facet). */
+function dealFacetKey(db: Db, f: LeadFilters): Knex.Raw {
+  return db.raw('deal_facet_key(?::uuid, ?::uuid, ?::text)', [f.pipelineId ?? null, f.stageId ?? null, f.status ?? null]);
+}
+
+/**
  * The exact total of a filter that a maintained count answers, without visiting the matches: none
- * (the workspace's contact count), `tag` alone (migration create_tag_contact_counts), or deal
- * filters alone (migration create_deal_facet_counts; NULL for pipelineId with stageId, which has
- * no facet). Other filters have none: they count.
+ * (the workspace's contact count), or a maintainedFilter (NULL for a facet with no key). Other
+ * filters have none: they count.
  */
 function maintainedTotalQuery(db: Db, workspaceId: string, f: LeadFilters): Knex.QueryBuilder | undefined {
-  const used = LEAD_FILTERS.filter((name) => f[name] !== undefined);
-  if (used.length === 0) return contactTotalQuery(db, workspaceId);
-  if (used.length === 1 && f.tag) {
+  if (LEAD_FILTERS.every((name) => f[name] === undefined)) return contactTotalQuery(db, workspaceId);
+  const kind = maintainedFilter(f);
+  if (kind === 'tag') {
     return db('tag_contact_counts')
       .where('workspace_id', workspaceId)
-      .where('tag_id', tagIdQuery(db, workspaceId, f.tag.trim()))
+      .where('tag_id', tagIdQuery(db, workspaceId, f.tag!.trim()))
       .select(db.raw('coalesce(sum(contacts), 0)::bigint AS total'));
   }
-  if (used.every((name) => DEAL_FILTERS.includes(name as never))) {
-    const key = db.raw('deal_facet_key(?::uuid, ?::uuid, ?::text)', [f.pipelineId ?? null, f.stageId ?? null, f.status ?? null]);
+  if (kind === 'facet') {
+    const key = dealFacetKey(db, f);
     return db('deal_facet_counts')
       .where('workspace_id', workspaceId)
       .where('facet', key)
@@ -134,22 +151,17 @@ const DEAL_FILTERS = ['pipelineId', 'stageId', 'status'] as const;
 const PROBE = { min: 1000, perRow: 40, max: 20000 };
 
 /**
- * A filter whose matching contacts a maintained table lists, each once, with its creation instant
- * (migrations add_contact_created_at_to_contact_tags and ..._to_contact_deal_facets): `tag=` alone
- * (contact_tags), or deal filters alone that have a facet (contact_deal_facets). In creation order
- * a page is that table's index walked in the list's own order: the next entries, at any offset,
- * whatever the filter's share of the leads. Undefined for any other filter or sort.
+ * A maintainedFilter's table, whose rows carry their contact's creation instant (migrations
+ * add_contact_created_at_to_contact_tags and ..._to_contact_deal_facets). In creation order a page
+ * is that table's index walked in the list's own order: the next entries, at any offset, whatever
+ * the filter's share of the leads. Undefined for any other filter or sort, and for pipelineId with
+ * stageId (no facet: that combination counts).
  */
 function membershipWalk(db: Db, workspaceId: string, f: LeadFilters): { table: string; where: (q: Knex.QueryBuilder) => Knex.QueryBuilder } | undefined {
   if (f.sort !== 'createdAt') return undefined;
-  const used = LEAD_FILTERS.filter((name) => f[name] !== undefined);
-  if (used.length === 1 && f.tag !== undefined) {
-    return { table: 'contact_tags', where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim())) };
-  }
-  // deal_facet_key has no facet for pipelineId with stageId (that combination counts).
-  if (used.length > 0 && used.every((name) => DEAL_FILTERS.includes(name as never)) && !(f.pipelineId && f.stageId)) {
-    return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).whereRaw('m.facet = deal_facet_key(?::uuid, ?::uuid, ?::text)', [f.pipelineId ?? null, f.stageId ?? null, f.status ?? null]) };
-  }
+  const kind = maintainedFilter(f);
+  if (kind === 'tag') return { table: 'contact_tags', where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim())) };
+  if (kind === 'facet' && !(f.pipelineId && f.stageId)) return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).where('m.facet', dealFacetKey(db, f)) };
   return undefined;
 }
 
