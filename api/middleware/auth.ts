@@ -44,10 +44,9 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
     let key: KeyRow;
     if (cached && !cached.revoked_at && (!cached.expires_at || cached.expires_at.getTime() > now) && cachedBuckets.every((b) => shardsFor(b.limit) > 1)) {
       key = cached;
-      const states = ctx.limits.counts.take(cachedBuckets, now);
-      if (ip.length) record(ctx, states.slice(0, scaledIp.length));
       setAuth(ctx, key);
-      record(ctx, states.slice(scaledIp.length));
+      // The IP's states first: when both are exhausted, the IP's answers, as on the exact path.
+      record(ctx, ctx.limits.counts.take(cachedBuckets, now));
     } else {
       // One round trip: the IP's count, the key, and the key's counts when the key is usable.
       const found = await authenticateAndCount(ctx.deps.db, hash, scaledIp[0] ? { name: scaledIp[0].name, limit: scaledIp[0].limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale);
