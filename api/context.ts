@@ -37,6 +37,8 @@ declare module 'koa' {
     deps: AppDeps;
     /** This process's authentication state: keys read in the last second, in-memory counts of large limits. */
     limits: { keys: KeyCache<KeyRow>; counts: LocalCounts };
+    /** The request line's logger: deps.logger without redaction, which the line's own fields never need (requestContext). */
+    requestLog: Logger;
   }
 }
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Context, Next } from 'koa';
+import type { Logger } from 'pino';
 import { ZodError } from 'zod';
 import { isDatabaseUnavailable } from '../../domain/db';
 import { ApiError, constraintConflict, isPgError, validationError } from '../../domain/errors';
@@ -22,7 +23,10 @@ export async function requestContext(ctx: Context, next: Next): Promise<void> {
   const incoming = ctx.get('x-request-id');
   const requestId = REQUEST_ID.test(incoming) ? incoming : randomUUID();
   ctx.state.requestId = requestId;
-  ctx.state.log = ctx.deps.logger.child({ reqId: requestId });
+  // The request's child logger is built when something logs beside the request line (few do).
+  const logger = ctx.deps.logger;
+  let log: Logger | undefined;
+  Object.defineProperty(ctx.state, 'log', { get: () => (log ??= logger.child({ reqId: requestId })), enumerable: true, configurable: true });
   ctx.set('X-Request-Id', requestId);
   const started = process.hrtime.bigint();
   try {
@@ -31,15 +35,17 @@ export async function requestContext(ctx: Context, next: Next): Promise<void> {
     renderError(ctx, err);
   } finally {
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
+    // Fields the service chose (the path with its secrets masked): nothing here to redact.
     const line = {
+      reqId: requestId,
       method: ctx.method,
       path: loggablePath(ctx.path),
       status: ctx.status,
       ms: Math.round(ms * 10) / 10,
       workspaceId: ctx.state.auth?.workspaceId,
     };
-    if (ctx.status >= 500) ctx.state.log.error(line, 'request failed');
-    else ctx.state.log.info(line, 'request');
+    if (ctx.status >= 500) ctx.requestLog.error(line, 'request failed');
+    else ctx.requestLog.info(line, 'request');
   }
 }
 
