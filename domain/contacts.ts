@@ -65,7 +65,7 @@ export async function tagsOf(db: Reader, contactIds: string[]): Promise<Map<stri
   return map;
 }
 
-export function serializeLead(row: ContactRow, tags: TagRef[]) {
+export function serializeLead(row: ContactRow | LeadPageRow, tags: TagRef[]) {
   return {
     id: row.id,
     name: row.name,
@@ -94,8 +94,10 @@ export function tagListColumn(db: Reader, alias = 'contacts'): Knex.Raw {
 }
 
 export type ContactRowWithTags = ContactRow & { tag_list: TagRef[] };
+/** A row of a lead page, read with its instants as ISO text (instantsAsText). */
+export type LeadPageRow = Omit<ContactRowWithTags, 'created_at' | 'updated_at'> & { created_at: string; updated_at: string };
 
-export function serializeLeadsWithTags(rows: ContactRowWithTags[]) {
+export function serializeLeadsWithTags(rows: Array<ContactRowWithTags | LeadPageRow>) {
   return rows.map((r) => serializeLead(r, r.tag_list));
 }
 

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { prepared, type Db } from './db';
+import { compiledOnce, instantsAsText, prepared, type Db } from './db';
 import { answerItem, BatchInput, ItemAnswer } from './batch';
 import { ApiError } from './errors';
 import { Cause, OutboxRecord, recordOutbox } from './outbox';
@@ -351,7 +351,7 @@ export async function dealChunk(trx: Trx, workspaceId: string, chunk: BatchInput
 /** Activity `meta` exposes only these keys; with none left it is null. */
 const META_KEYS = ['outcome', 'attemptNo', 'from', 'to'] as const;
 
-export function serializeActivity(row: { id: string; type: string; actor_name: string; meta: Record<string, unknown> | null; created_at: Date }) {
+export function serializeActivity(row: { id: string; type: string; actor_name: string; meta: Record<string, unknown> | null; created_at: Date | string }) {
   const kept = META_KEYS.filter((k) => row.meta && Object.prototype.hasOwnProperty.call(row.meta, k));
   return {
     id: row.id,
@@ -362,6 +362,25 @@ export function serializeActivity(row: { id: string; type: string; actor_name: s
   };
 }
 
+/** The deal activities page (listDealActivities): the same text on every call, compiled once. */
+const dealActivitiesPage = compiledOnce((db, v: { workspaceId: string; dealId: string; limit: number; offset: number }) => {
+  // The total is counted once, with the deal (a materialized CTE): in the select list it ran once per entry of the page.
+  const deal = visibleDeals(db, v.workspaceId)
+    .clearSelect()
+    .where('deals.id', v.dealId)
+    .select('deals.id', 'deals.workspace_id', { [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deals.workspace_id AND c.deal_id = deals.id').count('*') });
+  return db
+    .withMaterialized('deal', deal)
+    .from('deal')
+    .joinRaw(
+      `LEFT JOIN LATERAL (SELECT a.id, a.type, a.actor_name, a.meta, a.created_at FROM deal_activities a
+                           WHERE a.workspace_id = deal.workspace_id AND a.deal_id = deal.id
+                           ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?) entry ON true`,
+      [v.limit, v.offset],
+    )
+    .select('entry.id', 'entry.type', 'entry.actor_name', 'entry.meta', 'entry.created_at', 'deal.id AS visible_deal', `deal.${PAGE_TOTAL}`);
+});
+
 /**
  * A visible deal's timeline, newest first; an unknown or hidden deal is 404 NOT_FOUND. One
  * statement: the deal (its visibility), its page of entries and their exact total. The deal's row
@@ -370,23 +389,7 @@ export function serializeActivity(row: { id: string; type: string; actor_name: s
 export async function listDealActivities(db: Db, workspaceId: string, dealId: string, page: Page) {
   if (!isUuid(dealId)) throw new ApiError('NOT_FOUND', 'Deal not found');
   type Row = Parameters<typeof serializeActivity>[0] & { visible_deal: string; [PAGE_TOTAL]: string };
-  // The total is counted once, with the deal (a materialized CTE): in the select list it ran once per entry of the page.
-  const deal = visibleDeals(db, workspaceId)
-    .clearSelect()
-    .where('deals.id', dealId)
-    .select('deals.id', 'deals.workspace_id', { [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deals.workspace_id AND c.deal_id = deals.id').count('*') });
-  const rows: Row[] = await prepared(
-    db
-      .withMaterialized('deal', deal)
-      .from('deal')
-      .joinRaw(
-        `LEFT JOIN LATERAL (SELECT a.id, a.type, a.actor_name, a.meta, a.created_at FROM deal_activities a
-                             WHERE a.workspace_id = deal.workspace_id AND a.deal_id = deal.id
-                             ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?) entry ON true`,
-        [page.limit, page.offset],
-      )
-      .select('entry.id', 'entry.type', 'entry.actor_name', 'entry.meta', 'entry.created_at', 'deal.id AS visible_deal', `deal.${PAGE_TOTAL}`),
-  );
+  const { rows } = (await prepared(instantsAsText(dealActivitiesPage(db, { workspaceId, dealId, limit: page.limit, offset: page.offset })))) as { rows: Row[] };
   if (rows.length === 0) throw new ApiError('NOT_FOUND', 'Deal not found');
   return { rows: rows.filter((r) => r.id !== null).map(serializeActivity), total: Number(rows[0][PAGE_TOTAL]) };
 }

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { CONTACT_ROW_COLUMNS, ContactRowWithTags, serializeLead, serializeLeadsWithTags, tagListColumn } from './contacts';
-import { prepared, type Db } from './db';
+import { CONTACT_ROW_COLUMNS, ContactRowWithTags, LeadPageRow, serializeLead, serializeLeadsWithTags, tagListColumn } from './contacts';
+import { instantsAsText, prepared, type Db } from './db';
 import { DEAL_STATUSES } from './deals';
 import { isoInstant, likeContains, PAGE_TOTAL, pageQuery, queryBoolean, sortQuery } from './pagination';
 import { canonical, isUuid } from './refs';
@@ -260,9 +260,9 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
   const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
   const searchKey = searchTotalKey(workspaceId, query);
   if (searchKey) return listSearch(db, workspaceId, query, searchKey, { page, probe, count });
-  type Row = ContactRowWithTags & { [PAGE_TOTAL]?: string | number | null };
+  type Row = LeadPageRow & { [PAGE_TOTAL]?: string | number | null };
   const read = async (q: Knex.QueryBuilder, total: Knex.QueryBuilder | undefined, prepare: boolean): Promise<Row[]> => {
-    const statement = total ? q.select({ [PAGE_TOTAL]: total }) : q;
+    const statement = instantsAsText(total ? q.select({ [PAGE_TOTAL]: total }) : q);
     return prepare ? prepared(statement) : statement;
   };
   // The prefix carries only a maintained total: a count there would be paid twice if the prefix falls short.
@@ -282,9 +282,9 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
  * over every match (the prefix does not: a count there would be paid twice if it falls short).
  */
 async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: string, q: Pick<ReturnType<typeof leadListQueries>, 'page' | 'probe' | 'count'>) {
-  type Row = ContactRowWithTags & { [SEARCH_VERSION]?: string | number; [PAGE_TOTAL]?: string | number };
+  type Row = LeadPageRow & { [SEARCH_VERSION]?: string | number; [PAGE_TOTAL]?: string | number };
   const read = async (source: Knex.QueryBuilder, options: { withCount?: boolean; prepare?: boolean }): Promise<Row[]> => {
-    const statement = source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q.count } : {}) });
+    const statement = instantsAsText(source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q.count } : {}) }));
     return options.prepare ? prepared(statement) : statement;
   };
   // The prefix runs prepared (see leadListQueries); a search's page over every match does not.
