@@ -1,0 +1,104 @@
+import { Client, types } from 'pg';
+import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/db';
+import { ipClient } from '../domain/rate-limit';
+import { iso } from '../domain/time';
+import { createWorkspace, expectError, startApi, TestApi } from './helpers';
+
+/**
+ * What the request path does to save CPU must not change an answer: instants read as text, the
+ * router choosing among a group of routes, a statement compiled once, remembered IPv6 clients.
+ */
+let api: TestApi;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+describe('instants read as text (isoFromTimestamptz)', () => {
+  const instants = [
+    '2026-11-26 00:56:35+00',
+    '2026-11-26 00:56:35.8+00',
+    '2026-11-26 00:56:35.80407+00',
+    '2026-11-26 00:56:35.999999+00',
+    '2026-11-26 00:56:35.000001+00',
+    '1999-12-31 23:59:59.1234+00',
+    '0044-03-15 12:00:00.5+00 BC',
+    '9999-12-31 23:59:59.999+00',
+  ];
+
+  it.each(['UTC', 'America/Sao_Paulo', 'Asia/Kolkata'])('give what a Date gives, for the text PostgreSQL writes in a %s session', async (zone) => {
+    const client = new Client({ connectionString: api.config.databaseUrl });
+    await client.connect();
+    try {
+      await client.query(`SET TimeZone = '${zone}'`);
+      // The text PostgreSQL writes for each instant in this session, and the Date pg makes of it.
+      const { rows } = await client.query<{ text: string }>(`SELECT v::timestamptz::text AS text FROM unnest($1::text[]) AS v`, [instants]);
+      const asDate = types.getTypeParser(types.builtins.TIMESTAMPTZ) as (text: string) => Date;
+      for (const { text } of rows) expect({ text, iso: isoFromTimestamptz(text) }).toEqual({ text, iso: asDate(text).toISOString() });
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('leave the service unchanged: iso() keeps such text, and parses any other', () => {
+    expect(iso('2026-11-26T00:56:35.804Z')).toBe('2026-11-26T00:56:35.804Z');
+    expect(iso('2026-11-26T00:56:35Z')).toBe('2026-11-26T00:56:35.000Z');
+    expect(iso('2026-11-26T02:56:35.804+02:00')).toBe('2026-11-26T00:56:35.804Z');
+    expect(iso(new Date(Date.UTC(2026, 10, 26)))).toBe('2026-11-26T00:00:00.000Z');
+  });
+});
+
+describe('compiledOnce', () => {
+  const echo = compiledOnce((db, v: { label: string; n: number }) => db.select(db.raw('?::text AS label, ?::int AS n, ?::int AS constant', [v.label, v.n, 7])));
+
+  it('binds each call its own values to the one text', async () => {
+    for (const [label, n] of [['first', 1], ['second', 2], ['a ? mark', 3]] as const) {
+      const { rows } = (await prepared(echo(api.db, { label, n }))) as unknown as { rows: unknown[] };
+      expect(rows).toEqual([{ label, n, constant: 7 }]);
+    }
+  });
+
+  it('refuses a statement whose text would depend on a value', () => {
+    const written = compiledOnce((db, v: { n: number }) => db('contacts').select('id').limit(v.n, { skipBinding: true }));
+    expect(() => written(api.db, { n: 5 })).toThrow(/did not become a binding/);
+    const partOf = compiledOnce((db, v: { name: string }) => db('contacts').select('id').where('name', 'like', `%${v.name}%`));
+    expect(() => partOf(api.db, { name: 'x' })).toThrow(/part of a binding/);
+  });
+});
+
+describe('client IPs', () => {
+  it('count an IPv4 address as it is, a mapped one as its IPv4 address and an IPv6 one as its /64, however often asked', () => {
+    for (let round = 0; round < 3; round++) {
+      expect(ipClient('203.0.113.7')).toBe('203.0.113.7');
+      expect(ipClient('::ffff:203.0.113.7')).toBe('203.0.113.7');
+      expect(ipClient('2001:db8:1:2:aaaa::1')).toBe('2001:db8:1:2::/64');
+      expect(ipClient('not an address')).toBe('not an address');
+    }
+    // Past the remembered addresses' bound, each is still counted as its own /64.
+    for (let i = 0; i < 12_000; i++) {
+      const net = `2001:db8:${((i >> 8) + 1).toString(16)}:${((i & 255) + 1).toString(16)}`;
+      expect(ipClient(`${net}::${i.toString(16)}`)).toBe(`${net}::/64`);
+    }
+  });
+});
+
+describe('routing by path group', () => {
+  it('still matches paths case-insensitively, as @koa/router does', async () => {
+    const w = await createWorkspace(api, { scopes: ['pipelines:read'] });
+    const res = await api.request('GET', '/API/V1/Pipelines', { key: w.key });
+    expect(res.status).toBe(200);
+    expect(res.body.pipelines).toEqual(expect.any(Array));
+  });
+
+  it('answers 405 with Allow on a grouped path and 404 for an unknown one, and reaches a route with a parameter among its first segments', async () => {
+    const refused = await api.request('DELETE', '/api/v1/pipelines');
+    expectError(refused, 405, 'METHOD_NOT_ALLOWED');
+    expect(refused.headers.get('allow')).toContain('GET');
+    expectError(await api.request('GET', '/api/v1/pipelinez'), 404, 'NOT_FOUND');
+    expectError(await api.request('GET', '/api/v2/pipelines'), 404, 'NOT_FOUND');
+    // /webhooks/whatsapp/{instanceId}: the verification handshake of an unknown instance.
+    const handshake = await api.request('GET', '/webhooks/whatsapp/00000000-0000-4000-8000-000000000000?hub.mode=subscribe&hub.verify_token=x&hub.challenge=1');
+    expect(handshake.status).not.toBe(405);
+    expect(String(handshake.body?.error ?? '')).not.toMatch(/^No route/);
+  });
+});
