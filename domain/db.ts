@@ -88,34 +88,46 @@ export function prepared<T extends Knex.QueryBuilder | Knex.Raw>(statement: T): 
 }
 
 /**
- * A read whose text is the same on every call, all its values bound: built and compiled once per
- * pool, then each call binds its values to that text with no query builder (building and compiling
- * the deal activities statement was a tenth of that request's CPU). `build` is given a placeholder
- * for each value, and each must reach the statement as one whole binding: checked when it is built,
- * so a value that would change the text (a LIMIT written into it, an identifier) fails at once.
- * Runs as a raw statement: it resolves to pg's result (`rows`).
+ * A read whose text is the same on every call of one shape, all its values bound: built and
+ * compiled once per pool and shape, then each call binds its values to that text with no query
+ * builder (building and compiling the deal activities statement took a fifth of that request's CPU
+ * under load). `build` is given a placeholder for each value (a marked string, or for a number one
+ * no caller passes), and each must reach the statement as one whole binding: checked when it is
+ * built, so a value that would change the text (written into it, or into part of a binding) fails
+ * at once. What does change the text goes in `shape`, named by `shapeKey`, and must have few
+ * values (each is a text kept for the process's life). Runs as a raw statement: it resolves to
+ * pg's result (`rows`).
  */
-export function compiledOnce<V extends Record<string, string | number>>(build: (db: Db, values: V) => Knex.QueryBuilder | Knex.Raw): (db: Db, values: V) => Knex.Raw {
-  const texts = new WeakMap<Db, { sql: string; bindings: Array<{ value: keyof V } | { constant: unknown }> }>();
-  const compile = (db: Db, names: (keyof V)[]) => {
-    const placeholder = (name: keyof V) => `\u0000${String(name)}\u0000`;
-    const { sql, bindings } = build(db, Object.fromEntries(names.map((name) => [name, placeholder(name)])) as V).toSQL() as Knex.Sql;
+export function compiledOnce<V extends Record<string, string | number>, S = void>(
+  build: (db: Db, values: V, shape: S) => Knex.QueryBuilder | Knex.Raw,
+  shapeKey: (shape: S) => string = () => '',
+): (db: Db, values: V, shape: S) => Knex.Raw {
+  type Text = { sql: string; bindings: Array<{ value: keyof V } | { constant: unknown }> };
+  const texts = new WeakMap<Db, Map<string, Text>>();
+  const compile = (db: Db, values: V, shape: S): Text => {
+    const names = Object.keys(values) as (keyof V)[];
+    const placeholders = names.map((name, i) => (typeof values[name] === 'number' ? PLACEHOLDER_NUMBER + i : `\u0000${String(name)}\u0000`));
+    const { sql, bindings } = build(db, Object.fromEntries(names.map((name, i) => [name, placeholders[i]])) as V, shape).toSQL() as Knex.Sql;
     const slots = bindings.map((b) => {
-      const name = names.find((n) => b === placeholder(n));
-      if (name === undefined && typeof b === 'string' && b.includes('\u0000')) throw new Error(`compiledOnce: a value is part of a binding (${b.replace(/\u0000/g, '')}), not the whole of it`);
-      return name === undefined ? { constant: b } : { value: name };
+      const i = placeholders.indexOf(b as string | number);
+      if (i === -1 && typeof b === 'string' && b.includes('\u0000')) throw new Error(`compiledOnce: a value is part of a binding (${b.replace(/\u0000/g, '')}), not the whole of it`);
+      return i === -1 ? { constant: b } : { value: names[i] };
     });
     const missing = names.filter((n) => !slots.some((slot) => 'value' in slot && slot.value === n));
     if (missing.length) throw new Error(`compiledOnce: ${missing.join(', ')} did not become a binding (written into the text?)`);
     if ((sql.match(/\?/g) ?? []).length !== bindings.length) throw new Error('compiledOnce: the text holds a ? that is not a binding');
     return { sql, bindings: slots };
   };
-  return (db, values) => {
-    let text = texts.get(db);
-    if (!text) texts.set(db, (text = compile(db, Object.keys(values))));
+  return (db, values, shape) => {
+    let byShape = texts.get(db);
+    if (!byShape) texts.set(db, (byShape = new Map()));
+    const key = shapeKey(shape);
+    let text = byShape.get(key);
+    if (!text) byShape.set(key, (text = compile(db, values, shape)));
     return db.raw(text.sql, text.bindings.map((slot) => ('value' in slot ? values[slot.value] : slot.constant)) as Knex.RawBinding[]);
   };
 }
+const PLACEHOLDER_NUMBER = 2_000_000_000;
 
 /**
  * PostgreSQL's text of a timestamptz in a UTC session (`2026-11-26 00:56:35.80407+00`) as ISO

@@ -58,6 +58,17 @@ describe('compiledOnce', () => {
     }
   });
 
+  it('keeps one text per shape, and binds a number where knex wants one (an OFFSET)', async () => {
+    const series = compiledOnce(
+      (db, v: { offset: number }, shape: { order: 'asc' | 'desc' }) => db.from(db.raw('generate_series(1, 5) AS n')).select('n').orderBy('n', shape.order).offset(v.offset),
+      (shape) => shape.order,
+    );
+    const read = async (offset: number, order: 'asc' | 'desc') => ((await series(api.db, { offset }, { order })) as unknown as { rows: { n: number }[] }).rows.map((r) => r.n);
+    expect(await read(1, 'asc')).toEqual([2, 3, 4, 5]);
+    expect(await read(3, 'desc')).toEqual([2, 1]);
+    expect(await read(0, 'asc')).toEqual([1, 2, 3, 4, 5]);
+  });
+
   it('refuses a statement whose text would depend on a value', () => {
     const written = compiledOnce((db, v: { n: number }) => db('contacts').select('id').limit(v.n, { skipBinding: true }));
     expect(() => written(api.db, { n: 5 })).toThrow(/did not become a binding/);
