@@ -94,8 +94,8 @@ export function prepared<T extends Knex.QueryBuilder | Knex.Raw>(statement: T): 
  * under load). `build` is given a placeholder for each value (a marked string, or for a number one
  * no caller passes), and each must reach the statement as one whole binding: checked when it is
  * built, so a value that would change the text (written into it, or into part of a binding) fails
- * at once. What does change the text goes in `shape`, named by `shapeKey`, and must have few
- * values (each is a text kept for the process's life). Runs as a raw statement: it resolves to
+ * at once. What does change the text goes in `shape`, named by `shapeKey`, or in which values are
+ * given; it must have few variants (each is a text kept for the process's life). Runs as a raw statement: it resolves to
  * pg's result (`rows`).
  */
 export function compiledOnce<V extends Record<string, string | number>, S = void>(
@@ -121,7 +121,8 @@ export function compiledOnce<V extends Record<string, string | number>, S = void
   return (db, values, shape) => {
     let byShape = texts.get(db);
     if (!byShape) texts.set(db, (byShape = new Map()));
-    const key = shapeKey(shape);
+    // The values given are part of the shape: a value left out (a first page's OFFSET) is text the builder did not write.
+    const key = `${shapeKey(shape)}\u0000${Object.keys(values).join()}`;
     let text = byShape.get(key);
     if (!text) byShape.set(key, (text = compile(db, values, shape)));
     return db.raw(text.sql, text.bindings.map((slot) => ('value' in slot ? values[slot.value] : slot.constant)) as Knex.RawBinding[]);

@@ -261,17 +261,21 @@ function rememberedSearchTotal(key: string, version: unknown): number | undefine
  * request's CPU under load).
  */
 const allLeadsPage = compiledOnce(
-  (db, v: { workspaceId: string; offset: number }, shape: Pick<LeadFilters, 'sort' | 'order' | 'limit'>) => {
-    const { page, maintained } = leadListQueries(db, v.workspaceId, { sort: shape.sort, order: shape.order, limit: shape.limit, offset: v.offset } as LeadFilters);
+  (db, v: { workspaceId: string; offset?: number }, shape: Pick<LeadFilters, 'sort' | 'order' | 'limit'>) => {
+    const { page, maintained } = leadListQueries(db, v.workspaceId, { sort: shape.sort, order: shape.order, limit: shape.limit, offset: v.offset ?? 0 } as LeadFilters);
     return page.select({ [PAGE_TOTAL]: maintained! });
   },
+  // The first page has no OFFSET (knex writes none for 0), and must keep it so: with a bound OFFSET
+  // PostgreSQL prices the generic plan above the custom one and plans every request (twice the
+  // statement's CPU). A later page's OFFSET is bound, as leadListQueries writes it.
   (shape) => `${shape.sort} ${shape.order} ${shape.limit}`,
 );
 
 /** One page of leads with their tags and the exact total: usually one statement, whatever the filters. */
 export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
   if (LEAD_FILTERS.every((name) => query[name] === undefined)) {
-    const { rows } = (await prepared(instantsAsText(allLeadsPage(db, { workspaceId, offset: query.offset }, query)))) as { rows: Array<LeadPageRow & { [PAGE_TOTAL]: number }> };
+    const values = query.offset === 0 ? { workspaceId } : { workspaceId, offset: query.offset };
+    const { rows } = (await prepared(instantsAsText(allLeadsPage(db, values, query)))) as { rows: Array<LeadPageRow & { [PAGE_TOTAL]: number }> };
     // A page past the end has no row to carry the total.
     const total = rows[0]?.[PAGE_TOTAL] ?? (await contactTotalQuery(db, workspaceId).first()).total;
     return { rows: serializeLeadsWithTags(rows), total: Number(total) };

@@ -69,6 +69,14 @@ describe('compiledOnce', () => {
     expect(await read(0, 'asc')).toEqual([1, 2, 3, 4, 5]);
   });
 
+  it('keeps apart the texts of calls that give different values (an OFFSET knex writes only when not 0)', async () => {
+    const series = compiledOnce((db, v: { offset?: number }) => db.from(db.raw('generate_series(1, 5) AS n')).select('n').orderBy('n').offset(v.offset ?? 0));
+    const read = async (values: { offset?: number }) => ((await series(api.db, values)) as unknown as { rows: { n: number }[] }).rows.map((r) => r.n);
+    expect(await read({})).toEqual([1, 2, 3, 4, 5]);
+    expect(await read({ offset: 3 })).toEqual([4, 5]);
+    expect(await read({})).toEqual([1, 2, 3, 4, 5]);
+  });
+
   it('refuses a statement whose text would depend on a value', () => {
     const written = compiledOnce((db, v: { n: number }) => db('contacts').select('id').limit(v.n, { skipBinding: true }));
     expect(() => written(api.db, { n: 5 })).toThrow(/did not become a binding/);
