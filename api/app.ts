@@ -181,7 +181,7 @@ async function codecCors(ctx: Context, next: Next): Promise<void> {
 function benchBaseline(deps: AppDeps) {
   const floors: Record<string, (parts: string[], query: URLSearchParams) => Promise<unknown>> = {
     leads: async ([workspaceId], query) => {
-      const filters = { limit: 25, offset: 0, sort: 'createdAt' as const, order: 'desc' as const, ...Object.fromEntries(query) };
+      const filters = { sort: 'createdAt' as const, order: 'desc' as const, ...Object.fromEntries(query), limit: Number(query.get('limit') ?? 25), offset: Number(query.get('offset') ?? 0) };
       const { rows, total } = await listLeads(deps.db, workspaceId, filters as never);
       return listEnvelope(rows, total, filters);
     },
