@@ -101,6 +101,28 @@ describe('client IPs', () => {
   });
 });
 
+describe('a busy key whose cached entry went stale', () => {
+  it('is read again by one statement however many requests arrive meanwhile, each still answered and counted', async () => {
+    const w = await createWorkspace(api, { scopes: ['leads:read'], rateLimitPerMinute: 1000 });
+    expect((await api.request('GET', '/api/v1/leads', { key: w.key })).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    let reads = 0;
+    const listener = (query: { sql?: string }) => {
+      if (query.sql?.includes('FROM api_keys k JOIN workspaces w')) reads += 1;
+    };
+    api.db.on('query', listener);
+    try {
+      const answers = await Promise.all(Array.from({ length: 24 }, () => api.request('GET', '/api/v1/leads', { key: w.key })));
+      expect(answers.map((a) => a.status)).toEqual(Array(24).fill(200));
+      // Each one counted: the key's remaining count went down by the 24 (and the warm-up request).
+      expect(Math.min(...answers.map((a) => Number(a.headers.get('x-ratelimit-remaining'))))).toBe(1000 - 25);
+    } finally {
+      api.db.removeListener('query', listener);
+    }
+    expect(reads).toBe(1);
+  });
+});
+
 describe('routing by path group', () => {
   it('still matches paths case-insensitively, as @koa/router does', async () => {
     const w = await createWorkspace(api, { scopes: ['pipelines:read'] });

@@ -21,9 +21,10 @@ function bearer(ctx: Context): string | undefined {
  * 401 UNAUTHORIZED, 429 RATE_LIMITED, 402 SUBSCRIPTION_INACTIVE / API_ACCESS_DISABLED, 403 INSUFFICIENT_SCOPE.
  *
  * A key read in the last second whose buckets all have large limits (a high-rate integration)
- * needs no statement: the key comes from the process's cache and the request is counted in memory
- * (domain/rate-limit LocalCounts). Anything else (an unknown, revoked, expired or stale key, a small
- * limit) takes the one exact statement that reads the key and counts the request.
+ * needs no statement: the key comes from the process's cache (or from the read another request
+ * has under way when the entry went stale) and the request is counted in memory (domain/rate-limit
+ * LocalCounts). Anything else (an unknown, revoked, expired or stale key, a small limit) takes the
+ * one exact statement that reads the key and counts the request.
  */
 export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?: IpProfile) {
   return async (ctx: Context, next: Next): Promise<void> => {
@@ -39,24 +40,43 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
     const scaledIp = scaled(ctx, ip);
     const bucketsOf = (key: KeyRow) => scaled(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile));
     const now = Date.now();
-    const cached = ctx.limits.keys.get(hash, now);
-    const cachedBuckets = cached ? [...scaledIp, ...bucketsOf(cached)] : [];
+    // A key that needs no statement: read in the last second, usable, every bucket's limit large.
+    const inMemory = (candidate: KeyRow | undefined) => {
+      if (!candidate || candidate.revoked_at || (candidate.expires_at && candidate.expires_at.getTime() <= now)) return undefined;
+      const buckets = [...scaledIp, ...bucketsOf(candidate)];
+      return buckets.every((b) => shardsFor(b.limit) > 1) ? buckets : undefined;
+    };
+    // The key from the cache; when its entry went stale, from the exact read another request of
+    // this process has under way, if the key was one that needs no statement (a small limit's
+    // requests never wait for one another's reads).
+    let cached = ctx.limits.keys.get(hash, now);
+    let buckets = inMemory(cached);
+    if (!buckets && !cached && inMemory(ctx.limits.keys.last(hash))) {
+      cached = await ctx.limits.keys.pending(hash);
+      buckets = inMemory(cached);
+    }
     let key: KeyRow;
-    if (cached && !cached.revoked_at && (!cached.expires_at || cached.expires_at.getTime() > now) && cachedBuckets.every((b) => shardsFor(b.limit) > 1)) {
+    if (cached && buckets) {
       key = cached;
       setAuth(ctx, key);
       // The IP's states first: when both are exhausted, the IP's answers, as on the exact path.
-      record(ctx, ctx.limits.counts.take(cachedBuckets, now));
+      record(ctx, ctx.limits.counts.take(buckets, now));
     } else {
-      // One round trip: the IP's count, the key, and the key's counts when the key is usable.
-      const found = await authenticateAndCount(ctx.deps.db, hash, scaledIp[0] ? { name: scaledIp[0].name, limit: scaledIp[0].limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale);
-      // The statement decided whether the key is usable (not revoked, not expired by the database's clock): its buckets were counted.
-      const usable = found.key !== undefined && found.counted.some((row) => row.bucket === `key:${found.key!.id}`);
+      // One round trip: the IP's count, the key, and the key's counts when the key is usable. The
+      // statement decides whether the key is usable (not revoked, not expired by the database's
+      // clock): then its buckets were counted.
+      const usableKey = (found: Awaited<ReturnType<typeof authenticateAndCount>>) =>
+        found.key && found.counted.some((row) => row.bucket === `key:${found.key!.id}`) ? found.key : undefined;
+      const found = await ctx.limits.keys.read(
+        hash,
+        now,
+        authenticateAndCount(ctx.deps.db, hash, scaledIp[0] ? { name: scaledIp[0].name, limit: scaledIp[0].limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale),
+        usableKey,
+      );
       if (ip.length) record(ctx, bucketStates(scaledIp, found.counted));
       if (!found.key || found.key.revoked_at) throw new ApiError('UNAUTHORIZED', 'Invalid API key');
-      if (!usable) throw new ApiError('UNAUTHORIZED', 'API key expired');
+      if (!usableKey(found)) throw new ApiError('UNAUTHORIZED', 'API key expired');
       key = found.key;
-      ctx.limits.keys.set(hash, key, now);
       setAuth(ctx, key);
       record(ctx, bucketStates(bucketsOf(key), found.counted));
     }
