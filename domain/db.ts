@@ -93,10 +93,10 @@ export function prepared<T extends Knex.QueryBuilder | Knex.Raw>(statement: T): 
  * builder (building and compiling the deal activities statement took a fifth of that request's CPU
  * under load). `build` is given a placeholder for each value (a marked string, or for a number one
  * no caller passes), and each must reach the statement as one whole binding: checked when it is
- * built, so a value that would change the text (written into it, or into part of a binding) fails
- * at once. What does change the text goes in `shape`, named by `shapeKey`, or in which values are
- * given; it must have few variants (each is a text kept for the process's life). Runs as a raw statement: it resolves to
- * pg's result (`rows`).
+ * built, so a value that would change the text (written into it, into part of a binding, or
+ * computed on) fails at once. What does change the text goes in `shape`, named by `shapeKey`, or
+ * in which values are given; it must have few variants (each is a text kept for the process's
+ * life). Runs as a raw statement: it resolves to pg's result (`rows`).
  */
 export function compiledOnce<V extends Record<string, string | number>, S = void>(
   build: (db: Db, values: V, shape: S) => Knex.QueryBuilder | Knex.Raw,
@@ -106,11 +106,12 @@ export function compiledOnce<V extends Record<string, string | number>, S = void
   const texts = new WeakMap<Db, Map<string, Text>>();
   const compile = (db: Db, values: V, shape: S): Text => {
     const names = Object.keys(values) as (keyof V)[];
-    const placeholders = names.map((name, i) => (typeof values[name] === 'number' ? PLACEHOLDER_NUMBER + i : `\u0000${String(name)}\u0000`));
+    const placeholders = names.map((name, i) => (typeof values[name] === 'number' ? PLACEHOLDER_NUMBER + i * PLACEHOLDER_STEP : `\u0000${String(name)}\u0000`));
     const { sql, bindings } = build(db, Object.fromEntries(names.map((name, i) => [name, placeholders[i]])) as V, shape).toSQL() as Knex.Sql;
     const slots = bindings.map((b) => {
       const i = placeholders.indexOf(b as string | number);
       if (i === -1 && typeof b === 'string' && b.includes('\u0000')) throw new Error(`compiledOnce: a value is part of a binding (${b.replace(/\u0000/g, '')}), not the whole of it`);
+      if (i === -1 && typeof b === 'number' && b > PLACEHOLDER_NUMBER - PLACEHOLDER_STEP && b < PLACEHOLDER_NUMBER + names.length * PLACEHOLDER_STEP) throw new Error(`compiledOnce: a number value was computed on (${b}), not bound as given`);
       return i === -1 ? { constant: b } : { value: names[i] };
     });
     const missing = names.filter((n) => !slots.some((slot) => 'value' in slot && slot.value === n));
@@ -128,7 +129,9 @@ export function compiledOnce<V extends Record<string, string | number>, S = void
     return db.raw(text.sql, text.bindings.map((slot) => ('value' in slot ? values[slot.value] : slot.constant)) as Knex.RawBinding[]);
   };
 }
+/** Number placeholders: far apart, so a value computed on (`offset + 1`) is recognised as such, not taken for another. */
 const PLACEHOLDER_NUMBER = 2_000_000_000;
+const PLACEHOLDER_STEP = 1_000_000;
 
 /**
  * PostgreSQL's text of a timestamptz in a UTC session (`2026-11-26 00:56:35.80407+00`) as ISO
