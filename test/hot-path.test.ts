@@ -1,5 +1,6 @@
 import { Client, types } from 'pg';
 import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/db';
+import { leadListQuery, listLeads } from '../domain/lead-list';
 import { ipClient } from '../domain/rate-limit';
 import { iso } from '../domain/time';
 import { createWorkspace, expectError, startApi, TestApi } from './helpers';
@@ -82,6 +83,8 @@ describe('compiledOnce', () => {
     expect(() => written(api.db, { n: 5 })).toThrow(/did not become a binding/);
     const partOf = compiledOnce((db, v: { name: string }) => db('contacts').select('id').where('name', 'like', `%${v.name}%`));
     expect(() => partOf(api.db, { name: 'x' })).toThrow(/part of a binding/);
+    const computed = compiledOnce((db, v: { offset: number; limit: number }) => db('contacts').select('id').limit(v.limit).offset(v.offset + 1));
+    expect(() => computed(api.db, { offset: 0, limit: 10 })).toThrow(/computed on/);
   });
 });
 
@@ -120,6 +123,30 @@ describe('a busy key whose cached entry went stale', () => {
       api.db.removeListener('query', listener);
     }
     expect(reads).toBe(1);
+  });
+});
+
+describe('a first search asked by many requests at once', () => {
+  it('is counted once, and each request gets the exact total', async () => {
+    const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
+    for (let i = 0; i < 12; i++) {
+      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: `5521987${String(600000 + i * 7 + (process.pid % 7))}`, name: i % 3 === 0 ? `Herd Quixote ${i}` : `Other ${i}` } });
+      expect(res.status).toBe(201);
+    }
+    let counts = 0;
+    const listener = (query: { sql?: string }) => {
+      if (query.sql?.includes('search_changes') && query.sql.includes('count(*)')) counts += 1;
+    };
+    api.db.on('query', listener);
+    try {
+      // The lead list itself, called together: each reads its page, then needs the search's total.
+      const query = leadListQuery.parse({ q: 'quixote', limit: '2' });
+      const answers = await Promise.all(Array.from({ length: 16 }, () => listLeads(api.db, w.id, query)));
+      expect(answers.map((a) => [a.total, a.rows.length])).toEqual(Array(16).fill([4, 2]));
+    } finally {
+      api.db.removeListener('query', listener);
+    }
+    expect(counts).toBe(1);
   });
 });
 
