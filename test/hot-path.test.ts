@@ -6,8 +6,9 @@ import { iso } from '../domain/time';
 import { createWorkspace, expectError, startApi, TestApi } from './helpers';
 
 /**
- * What the request path does to save CPU must not change an answer: instants read as text, the
- * router choosing among a group of routes, a statement compiled once, remembered IPv6 clients.
+ * What the request path does to save CPU must not change an answer: instants read as text, a
+ * statement compiled once, remembered IPv6 clients, one read of a busy key and one count of a
+ * search for the requests that want it at once, the router choosing among a group of routes.
  */
 let api: TestApi;
 beforeAll(async () => {
