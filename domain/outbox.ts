@@ -47,8 +47,16 @@ export type OutboxRecord = { event: WebhookEvent; fields: Record<string, unknown
  */
 export async function recordOutbox(trx: Writer, workspaceId: string, records: OutboxRecord[], cause: Cause = DIRECT): Promise<void> {
   if (records.length === 0) return;
+  await outboxInsert(trx, workspaceId, records, cause);
+}
+
+/**
+ * recordOutbox's statement, not run: for a change that writes its records in its own statement
+ * (a data-modifying WITH), one round trip fewer. `records` must not be empty.
+ */
+export function outboxInsert(trx: Writer, workspaceId: string, records: OutboxRecord[], cause: Cause = DIRECT): Knex.QueryBuilder {
   const timestamp = new Date().toISOString();
-  await trx('outbox_events').insert(
+  return trx('outbox_events').insert(
     records.map((r) => ({
       workspace_id: workspaceId,
       ...('event' in r

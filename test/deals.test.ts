@@ -214,6 +214,34 @@ describe('PATCH /api/v1/deals/{id}', () => {
     expect(records[0].payload).toMatchObject({ from_stage_id: pipeline.stages[0].id, to_stage_id: pipeline.stages[2].id });
   });
 
+  it('changes nothing and records nothing for the current stage named in capitals', async () => {
+    const before = (await api.request('GET', `/api/v1/deals/${dealId}`, { key: ws.key })).body.data;
+    const res = await patch(dealId, { stageId: pipeline.stages[0].id.toUpperCase() });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual(before);
+    expect((await outbox(api, ws.id, 'card.moved')).filter((e) => e.payload.card_id === dealId)).toHaveLength(0);
+    expect(await api.db('deal_activities').where({ deal_id: dealId }).count('* as n').first()).toEqual({ n: 0 });
+  });
+
+  it('writes a stage move in four statements and a move that also wins in five, each record as the answer shows the deal', async () => {
+    // Begin, the deal locked with both stages, one write with its history and records, commit.
+    let moved: any;
+    expect(await countQueries(api, async () => (moved = await patch(dealId, { stageId: pipeline.stages[1].id })))).toBe(4);
+    expect(moved.body.data.stageId).toBe(pipeline.stages[1].id);
+    // card.won reads what PostgreSQL wrote: closedAt, and the value as numeric(14, 2) keeps it.
+    let won: any;
+    expect(await countQueries(api, async () => (won = await patch(dealId, { stageId: pipeline.stages[2].id, status: 'won', value: 10.005 })))).toBe(5);
+    expect(won.body.data).toMatchObject({ stageId: pipeline.stages[2].id, status: 'won', value: 10.01 });
+    const records = await api.db('outbox_events').where({ workspace_id: ws.id }).whereRaw(`coalesce(payload->>'card_id', payload->>'dealId') = ?`, [dealId]).orderBy('seq').select('name', 'payload');
+    expect(records.map((r: { name: string }) => r.name)).toEqual(['card.created', 'card_created', 'card.moved', 'stage_changed', 'card.moved', 'stage_changed', 'card.won', 'deal_won']);
+    expect(records[6].payload).toMatchObject({ stage_id: pipeline.stages[2].id, value: 10.01, closed_at: won.body.data.closedAt });
+    const history = await api.request('GET', `/api/v1/deals/${dealId}/activities`, { key: ws.key });
+    expect(history.body.data.map((a: { meta: unknown }) => a.meta)).toEqual([
+      { from: 'Qualified', to: 'Proposal' },
+      { from: 'New', to: 'Qualified' },
+    ]);
+  });
+
   it('exposes only outcome, attemptNo, from and to in activity meta, null when none remain', async () => {
     await api.db('deal_activities').insert([
       { workspace_id: ws.id, deal_id: dealId, type: 'call_logged', actor_name: 'Ana', meta: JSON.stringify({ outcome: 'no_answer', attemptNo: 2, memberId: 'secret', phone: '55' }), created_at: new Date(Date.now() - 2000) },

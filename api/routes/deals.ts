@@ -13,7 +13,7 @@ import {
   findDeal,
   listDealActivities,
   listDeals,
-  serializeDeals,
+  serializeDeal,
   syncDeals,
   updateDeal,
 } from '../../domain/deals';
@@ -207,7 +207,7 @@ export const dealRoutes = [
     handler: async (ctx, { params }) => {
       const workspaceId = ctx.state.auth!.workspaceId;
       const row = await findDeal(ctx.deps.db, workspaceId, params.id);
-      return { data: (await serializeDeals(ctx.deps.db, workspaceId, [row]))[0] };
+      return { data: serializeDeal(row, row.assignee_name) };
     },
   }),
   route({
