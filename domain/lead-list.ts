@@ -48,17 +48,28 @@ function tagIdQuery(db: Db, workspaceId: string, tag: string): Knex.QueryBuilder
   return q.where((w) => w.where('tags.id', tag).orWhereRaw('lower(tags.name) = lower(?)', [tag])).orderByRaw('tags.id = ? DESC', [tag]);
 }
 
+/** What `q` searches: its term lower-cased and, for a phone typed with separators ("+55 (11) 9..."), its digits. */
+interface LeadSearch {
+  term: string;
+  digits?: string;
+}
+
+function leadSearch(q: string): LeadSearch {
+  const term = q.trim().toLowerCase();
+  const digits = /^[\d\s()+-]+$/.test(term) ? term.replace(/\D/g, '') : '';
+  return digits && digits !== term ? { term, digits } : { term };
+}
+
 /**
+ * `search`: what `f.q` searches (leadSearch), given when its values are placeholders (compiledOnce).
  * `perRow`: the tag and deal tests as a probe per row (a sublink the planner cannot turn into a
  * join), for a bounded prefix of the sort order, where hashing every contact of the tag (or deal
  * of the stage) first costs more than a few hundred index probes; over every match, the join is
  * the better plan. The search, likewise, as a test per row rather than an index condition.
  */
-function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters, options: { perRow?: boolean } = {}): Knex.QueryBuilder {
+function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters, options: { perRow?: boolean; search?: LeadSearch } = {}): Knex.QueryBuilder {
   if (f.q) {
-    const term = f.q.trim().toLowerCase();
-    // A phone typed with separators ("+55 (11) 9...") searches its digits.
-    const digits = /^[\d\s()+-]+$/.test(term) ? term.replace(/\D/g, '') : '';
+    const { term, digits } = options.search ?? leadSearch(f.q);
     const searched = `(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), ''))`;
     q.where((w) => {
       if (options.perRow) {
@@ -66,10 +77,10 @@ function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: 
         // but one the planner prices alike for every term: the prepared prefix keeps its generic
         // plan, where a LIKE's estimate follows its pattern and is planned again each time (0.45 ms).
         w.whereRaw(`strpos(${searched}, ?) > 0`, [term]);
-        if (digits && digits !== term) w.orWhereRaw('strpos(contacts.phone, ?) > 0', [digits]);
+        if (digits) w.orWhereRaw('strpos(contacts.phone, ?) > 0', [digits]);
       } else {
         w.whereRaw(`${searched} LIKE ?`, [likeContains(term)]);
-        if (digits && digits !== term) w.orWhere('contacts.phone', 'like', `%${digits}%`);
+        if (digits) w.orWhere('contacts.phone', 'like', `%${digits}%`);
       }
     });
   }
@@ -176,7 +187,7 @@ const LEAD_ROW_COLUMNS = CONTACT_ROW_COLUMNS.map((c) => `contacts.${c}`);
  * bounded by construction. A filtered page over every
  * match is planned for its values each time: its plan follows the filter's selectivity.
  */
-export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters) {
+export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters, search?: LeadSearch) {
   const order = `${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`;
   const visible = () => canonical(db('contacts').where('contacts.workspace_id', workspaceId));
   // LIMITs written into the text, columns named: the page and the prefix may run prepared (see `prepared`).
@@ -184,23 +195,25 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters)
   // The tags are read for the page's rows only: under the Limit, the subquery would run for every
   // row an offset skips (seconds at offset 20,000, a statement timeout at 100,000).
   const page = (source: Knex.QueryBuilder) => {
-    const rows = applyLeadFilters(db, source, workspaceId, query).orderByRaw(order).select(LEAD_ROW_COLUMNS).limit(query.limit, limit).offset(query.offset);
+    const rows = applyLeadFilters(db, source, workspaceId, query, { search }).orderByRaw(order).select(LEAD_ROW_COLUMNS).limit(query.limit, limit).offset(query.offset);
     return db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
   // The prefix carries only the columns the sort and the filters read (for a date sort with tag or
-  // deal filters, an index-only scan); the page's rows are read in full only once found.
+  // deal filters, an index-only scan); the page's rows are read in full only once found. A search
+  // reads each prefix row from the heap anyway: its prefix carries the rows in full, and the page
+  // is what it found (reading the found rows again by key cost a tenth of the statement).
   const columns = new Set<string>(['contacts.id', LEAD_SORT_COLUMN[query.sort]]);
-  if (query.q) for (const c of ['contacts.name', 'contacts.phone', 'contacts.email']) columns.add(c);
   if (query.createdAfter || query.createdBefore) columns.add('contacts.created_at');
   if (query.updatedAfter) columns.add('contacts.updated_at');
-  const probePage = (rows: number) => {
-    const prefixRows = visible().orderByRaw(order).limit(rows, limit).select([...columns]).as('contacts');
-    const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true }).orderByRaw(order).limit(query.limit, limit).offset(query.offset).select('contacts.id');
-    return db('contacts').join(found.as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+  const probePage = (rows: number): Knex.QueryBuilder => {
+    const prefixRows = visible().orderByRaw(order).limit(rows, limit).select(query.q ? LEAD_ROW_COLUMNS : [...columns]).as('contacts');
+    const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true, search }).orderByRaw(order).limit(query.limit, limit).offset(query.offset);
+    if (query.q) return db.from(found.select(LEAD_ROW_COLUMNS).as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+    return db('contacts').join(found.select('contacts.id').as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
-  const count = applyLeadFilters(db, visible(), workspaceId, query).count<{ total: number }[]>({ total: '*' });
+  const count = applyLeadFilters(db, visible(), workspaceId, query, { search }).count<{ total: number }[]>({ total: '*' });
   const maintained = maintainedTotalQuery(db, workspaceId, query);
   const walk = membershipWalk(db, workspaceId, query);
   if (walk) {
@@ -233,7 +246,7 @@ const SEARCH_VERSION = '__search_version';
 function searchTotalKey(workspaceId: string, f: LeadFilters): string | undefined {
   if (!f.q || LEAD_FILTERS.some((name) => f[name] !== undefined && !SEARCH_VERSIONED.includes(name))) return undefined;
   // The search applyLeadFilters runs: its term lower-cased.
-  return JSON.stringify([workspaceId, f.q.trim().toLowerCase(), f.createdAfter ?? null, f.createdBefore ?? null]);
+  return JSON.stringify([workspaceId, leadSearch(f.q).term, f.createdAfter ?? null, f.createdBefore ?? null]);
 }
 
 /** The workspace's search version: the sum of its contact_counts shards' search_changes (migration count_contact_search_changes). */
@@ -298,9 +311,9 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
     const total = rows[0]?.[PAGE_TOTAL] ?? (await contactTotalQuery(db, workspaceId).first()).total;
     return { rows: serializeLeadsWithTags(rows), total: Number(total) };
   }
-  const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
   const searchKey = searchTotalKey(workspaceId, query);
-  if (searchKey) return listSearch(db, workspaceId, query, searchKey, { page, probe, count });
+  if (searchKey) return listSearch(db, workspaceId, query, searchKey);
+  const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
   type Row = LeadPageRow & { [PAGE_TOTAL]?: string | number | null };
   const read = async (q: Knex.QueryBuilder, total: Knex.QueryBuilder | undefined, prepare: boolean): Promise<Row[]> => {
     const statement = instantsAsText(total ? q.select({ [PAGE_TOTAL]: total }) : q);
@@ -317,20 +330,43 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
 }
 
 /**
+ * A search's first page from the sort order's prefix (leadListQueries' probe) with the workspace's
+ * search version: one text per sort, order, page size and whether the term is a phone's digits,
+ * compiled once (building the lead list's statements and compiling this one was about a fifth of
+ * a search's CPU in the API).
+ */
+type SearchValues = { workspaceId: string; term: string } | { workspaceId: string; term: string; digits: string };
+const searchFirstPage = compiledOnce(
+  (db, v: SearchValues, shape: Pick<LeadFilters, 'sort' | 'order' | 'limit'>) => {
+    const filters = { sort: shape.sort, order: shape.order, limit: shape.limit, offset: 0, q: v.term } as LeadFilters;
+    const { probe } = leadListQueries(db, v.workspaceId, filters, { term: v.term, digits: 'digits' in v ? v.digits : undefined });
+    return probe!.select({ [SEARCH_VERSION]: searchVersionQuery(db, v.workspaceId) });
+  },
+  (shape) => `${shape.sort} ${shape.order} ${shape.limit}`,
+);
+
+/**
  * A search's page carries the workspace's search version; its total is the remembered one if
  * counted at that version, else counted now with the version in one statement (one snapshot). A
  * search with no remembered total at all counts in the page's statement when the page is read
  * over every match (the prefix does not: a count there would be paid twice if it falls short).
  */
-async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: string, q: Pick<ReturnType<typeof leadListQueries>, 'page' | 'probe' | 'count'>) {
+async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: string) {
   type Row = LeadPageRow & { [SEARCH_VERSION]?: string | number; [PAGE_TOTAL]?: string | number };
+  const search = leadSearch(query.q!);
+  let built: ReturnType<typeof leadListQueries> | undefined;
+  const q = () => (built ??= leadListQueries(db, workspaceId, query, search));
   const read = async (source: Knex.QueryBuilder, options: { withCount?: boolean; prepare?: boolean }): Promise<Row[]> => {
-    const statement = instantsAsText(source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q.count } : {}) }));
+    const statement = instantsAsText(source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q().count } : {}) }));
     return options.prepare ? prepared(statement) : statement;
   };
   // The prefix runs prepared (see leadListQueries); a search's page over every match does not.
-  let rows = q.probe ? await read(q.probe, { prepare: true }) : [];
-  if (rows.length < query.limit) rows = await read(q.page, { withCount: !searchTotals.has(key) });
+  let rows: Row[] = [];
+  if (query.offset === 0 && query.createdAfter === undefined && query.createdBefore === undefined) {
+    const values: SearchValues = search.digits === undefined ? { workspaceId, term: search.term } : { workspaceId, term: search.term, digits: search.digits };
+    rows = ((await prepared(instantsAsText(searchFirstPage(db, values, query)))) as { rows: Row[] }).rows;
+  } else if (q().probe) rows = await read(q().probe!, { prepare: true });
+  if (rows.length < query.limit) rows = await read(q().page, { withCount: !searchTotals.has(key) });
   const first = rows[0];
   let total: number | undefined;
   if (first?.[PAGE_TOTAL] !== undefined) {
@@ -339,7 +375,7 @@ async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: 
   } else if (first) total = rememberedSearchTotal(key, first[SEARCH_VERSION]);
   if (total === undefined) {
     const countNow = async () => {
-      const counted = await db.select({ version: searchVersionQuery(db, workspaceId), total: q.count.clone() }).first();
+      const counted = await db.select({ version: searchVersionQuery(db, workspaceId), total: q().count.clone() }).first();
       return { version: Number(counted.version), total: Number(counted.total) };
     };
     // Requests of one search arriving together (a client's 32 connections, a dashboard opened by

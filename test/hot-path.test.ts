@@ -7,7 +7,7 @@ import { createWorkspace, expectError, startApi, TestApi } from './helpers';
 
 /**
  * What the request path does to save CPU must not change an answer: instants read as text, a
- * statement compiled once, remembered IPv6 clients, one read of a busy key and one count of a
+ * statement compiled once (a search's first page among them), remembered IPv6 clients, one read of a busy key and one count of a
  * search for the requests that want it at once, the router choosing among a group of routes.
  */
 let api: TestApi;
@@ -148,6 +148,31 @@ describe('a first search asked by many requests at once', () => {
       api.db.removeListener('query', listener);
     }
     expect(counts).toBe(1);
+  });
+});
+
+describe("a search's first page, compiled once", () => {
+  it('answers each term, sort and page size as the statement built for it does', async () => {
+    const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
+    const names = ['Ana Lopes', 'Bruno Lopes', 'Carla Dias', 'Ana Dias', 'Davi Lopes', 'Lopes Filho'];
+    for (let i = 0; i < names.length; i++) {
+      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: `5521986${String(300000 + i * 11 + (process.pid % 7))}`, name: names[i] } });
+      expect(res.status).toBe(201);
+    }
+    const phone = (await api.db('contacts').where({ workspace_id: w.id, name: 'Carla Dias' }).first('phone')).phone as string;
+    // A creation date in the far past changes no answer, but takes the search off the compiled first page.
+    const built = { createdAfter: '2000-01-01T00:00:00.000Z' };
+    const terms = ['lopes', 'DIAS', 'ana', 'nobody', `+${phone.slice(0, 2)} (${phone.slice(2, 4)}) ${phone.slice(4)}`];
+    for (const q of terms) {
+      for (const shape of [{}, { limit: '2' }, { sort: 'name', order: 'asc' }]) {
+        const compiled = await listLeads(api.db, w.id, leadListQuery.parse({ q, ...shape }));
+        const reference = await listLeads(api.db, w.id, leadListQuery.parse({ q, ...shape, ...built }));
+        expect({ q, shape, ids: compiled.rows.map((r) => r.id), total: compiled.total }).toEqual({ q, shape, ids: reference.rows.map((r) => r.id), total: reference.total });
+      }
+    }
+    const byPhone = await listLeads(api.db, w.id, leadListQuery.parse({ q: terms[4] }));
+    expect(byPhone.rows.map((r) => r.name)).toEqual(['Carla Dias']);
+    expect((await listLeads(api.db, w.id, leadListQuery.parse({ q: 'lopes' }))).total).toBe(4);
   });
 });
 
