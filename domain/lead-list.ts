@@ -42,9 +42,9 @@ const LEAD_FILTERS = ['q', 'tag', 'pipelineId', 'stageId', 'status', 'createdAft
  * The workspace's tag a `tag=` value names: its id, else its name (case-insensitive; names are
  * unique per workspace). One tag, so the filter and its maintained count agree.
  */
-function tagIdQuery(db: Db, workspaceId: string, tag: string): Knex.QueryBuilder {
+function tagIdQuery(db: Db, workspaceId: string, tag: string, given: Given = {}): Knex.QueryBuilder {
   const q = db('tags').where('tags.workspace_id', workspaceId).select('tags.id').limit(1, { skipBinding: true });
-  if (!isUuid(tag)) return q.whereRaw('lower(tags.name) = lower(?)', [tag]);
+  if (!(given.tagIsId ?? isUuid(tag))) return q.whereRaw('lower(tags.name) = lower(?)', [tag]);
   return q.where((w) => w.where('tags.id', tag).orWhereRaw('lower(tags.name) = lower(?)', [tag])).orderByRaw('tags.id = ? DESC', [tag]);
 }
 
@@ -52,6 +52,15 @@ function tagIdQuery(db: Db, workspaceId: string, tag: string): Knex.QueryBuilder
 interface LeadSearch {
   term: string;
   digits?: string;
+}
+
+/**
+ * What the statements would otherwise learn from the filters' values, given when those values are
+ * placeholders (compiledOnce): what `q` searches, and whether `tag` is an id.
+ */
+interface Given {
+  search?: LeadSearch;
+  tagIsId?: boolean;
 }
 
 function leadSearch(q: string): LeadSearch {
@@ -67,7 +76,7 @@ function leadSearch(q: string): LeadSearch {
  * of the stage) first costs more than a few hundred index probes; over every match, the join is
  * the better plan. The search, likewise, as a test per row rather than an index condition.
  */
-function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters, options: { perRow?: boolean; search?: LeadSearch } = {}): Knex.QueryBuilder {
+function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters, options: { perRow?: boolean } & Given = {}): Knex.QueryBuilder {
   if (f.q) {
     const { term, digits } = options.search ?? leadSearch(f.q);
     const searched = `(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), ''))`;
@@ -85,7 +94,7 @@ function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: 
     });
   }
   if (f.tag) {
-    const tagged = db('contact_tags as ct').whereRaw('ct.contact_id = contacts.id').where('ct.tag_id', tagIdQuery(db, workspaceId, f.tag.trim()));
+    const tagged = db('contact_tags as ct').whereRaw('ct.contact_id = contacts.id').where('ct.tag_id', tagIdQuery(db, workspaceId, f.tag.trim(), options));
     if (options.perRow) q.whereRaw('coalesce((?), false)', [tagged.select(db.raw('true')).limit(1, { skipBinding: true })]);
     else q.whereExists(tagged.select(db.raw('1')));
   }
@@ -134,13 +143,13 @@ function dealFacetKey(db: Db, f: LeadFilters): Knex.Raw {
  * (the workspace's contact count), or a maintainedFilter (NULL for a facet with no key). Other
  * filters have none: they count.
  */
-function maintainedTotalQuery(db: Db, workspaceId: string, f: LeadFilters): Knex.QueryBuilder | undefined {
+function maintainedTotalQuery(db: Db, workspaceId: string, f: LeadFilters, given: Given = {}): Knex.QueryBuilder | undefined {
   if (LEAD_FILTERS.every((name) => f[name] === undefined)) return contactTotalQuery(db, workspaceId);
   const kind = maintainedFilter(f);
   if (kind === 'tag') {
     return db('tag_contact_counts')
       .where('workspace_id', workspaceId)
-      .where('tag_id', tagIdQuery(db, workspaceId, f.tag!.trim()))
+      .where('tag_id', tagIdQuery(db, workspaceId, f.tag!.trim(), given))
       .select(db.raw('coalesce(sum(contacts), 0)::bigint AS total'));
   }
   if (kind === 'facet') {
@@ -168,12 +177,18 @@ const PROBE = { min: 1000, perRow: 40, max: 20000 };
  * the filter's share of the leads. Undefined for any other filter or sort, and for pipelineId with
  * stageId (no facet: that combination counts).
  */
-function membershipWalk(db: Db, workspaceId: string, f: LeadFilters): { table: string; where: (q: Knex.QueryBuilder) => Knex.QueryBuilder } | undefined {
+function membershipWalk(db: Db, workspaceId: string, f: LeadFilters, given: Given = {}): { table: string; where: (q: Knex.QueryBuilder) => Knex.QueryBuilder } | undefined {
+  const kind = walkedFilter(f);
+  if (kind === 'tag') return { table: 'contact_tags', where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim(), given)) };
+  if (kind === 'facet') return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).where('m.facet', dealFacetKey(db, f)) };
+  return undefined;
+}
+
+/** The maintainedFilter a page walks in its own index (membershipWalk), if any. */
+function walkedFilter(f: LeadFilters): 'tag' | 'facet' | undefined {
   if (f.sort !== 'createdAt') return undefined;
   const kind = maintainedFilter(f);
-  if (kind === 'tag') return { table: 'contact_tags', where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim())) };
-  if (kind === 'facet' && !(f.pipelineId && f.stageId)) return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).where('m.facet', dealFacetKey(db, f)) };
-  return undefined;
+  return kind === 'facet' && f.pipelineId && f.stageId ? undefined : kind;
 }
 
 /** A lead page's row columns, named (a prepared `SELECT *` breaks when a migration adds a column). */
@@ -187,7 +202,7 @@ const LEAD_ROW_COLUMNS = CONTACT_ROW_COLUMNS.map((c) => `contacts.${c}`);
  * bounded by construction. A filtered page over every
  * match is planned for its values each time: its plan follows the filter's selectivity.
  */
-export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters, search?: LeadSearch) {
+export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters, given: Given = {}) {
   const order = `${LEAD_SORT[query.sort]} ${query.order}, contacts.id ${query.order}`;
   const visible = () => canonical(db('contacts').where('contacts.workspace_id', workspaceId));
   // LIMITs written into the text, columns named: the page and the prefix may run prepared (see `prepared`).
@@ -195,7 +210,7 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
   // The tags are read for the page's rows only: under the Limit, the subquery would run for every
   // row an offset skips (seconds at offset 20,000, a statement timeout at 100,000).
   const page = (source: Knex.QueryBuilder) => {
-    const rows = applyLeadFilters(db, source, workspaceId, query, { search }).orderByRaw(order).select(LEAD_ROW_COLUMNS).limit(query.limit, limit).offset(query.offset);
+    const rows = applyLeadFilters(db, source, workspaceId, query, given).orderByRaw(order).select(LEAD_ROW_COLUMNS).limit(query.limit, limit).offset(query.offset);
     return db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
@@ -208,14 +223,14 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
   if (query.updatedAfter) columns.add('contacts.updated_at');
   const probePage = (rows: number): Knex.QueryBuilder => {
     const prefixRows = visible().orderByRaw(order).limit(rows, limit).select(query.q ? LEAD_ROW_COLUMNS : [...columns]).as('contacts');
-    const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true, search }).orderByRaw(order).limit(query.limit, limit).offset(query.offset);
+    const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true, ...given }).orderByRaw(order).limit(query.limit, limit).offset(query.offset);
     if (query.q) return db.from(found.select(LEAD_ROW_COLUMNS).as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
     return db('contacts').join(found.select('contacts.id').as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
-  const count = applyLeadFilters(db, visible(), workspaceId, query, { search }).count<{ total: number }[]>({ total: '*' });
-  const maintained = maintainedTotalQuery(db, workspaceId, query);
-  const walk = membershipWalk(db, workspaceId, query);
+  const count = applyLeadFilters(db, visible(), workspaceId, query, given).count<{ total: number }[]>({ total: '*' });
+  const maintained = maintainedTotalQuery(db, workspaceId, query, given);
+  const walk = membershipWalk(db, workspaceId, query, given);
   if (walk) {
     // Each entry checked canonical by the contact's key; the tags read for the page's rows only. The
     // workspace is a condition on the walked table (its foreign key ties the contact to the same
@@ -302,6 +317,21 @@ const allLeadsPage = compiledOnce(
   (shape) => `${shape.sort} ${shape.order} ${shape.limit}`,
 );
 
+/**
+ * A page walked in its filter's own index (membershipWalk) with its maintained total: the
+ * leadListQueries statement, one text per order, page size, whether the tag is named by id, and
+ * which filters and whether an offset are given, compiled once (like allLeadsPage).
+ */
+const WALKED_FILTERS = ['tag', 'pipelineId', 'stageId', 'status'] as const;
+const walkedPage = compiledOnce(
+  (db, v: Record<string, string | number>, shape: Pick<LeadFilters, 'order' | 'limit'> & { tagIsId: boolean }) => {
+    const filters = { sort: 'createdAt', order: shape.order, limit: shape.limit, offset: v.offset ?? 0, ...Object.fromEntries(WALKED_FILTERS.map((name) => [name, v[name]])) } as LeadFilters;
+    const { page, maintained } = leadListQueries(db, v.workspaceId as string, filters, { tagIsId: shape.tagIsId });
+    return page.select({ [PAGE_TOTAL]: maintained! });
+  },
+  (shape) => `${shape.order} ${shape.limit} ${shape.tagIsId}`,
+);
+
 /** One page of leads with their tags and the exact total: usually one statement, whatever the filters. */
 export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
   if (LEAD_FILTERS.every((name) => query[name] === undefined)) {
@@ -313,6 +343,16 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
   }
   const searchKey = searchTotalKey(workspaceId, query);
   if (searchKey) return listSearch(db, workspaceId, query, searchKey);
+  if (walkedFilter(query)) {
+    const values: Record<string, string | number> = { workspaceId };
+    for (const name of WALKED_FILTERS) if (query[name] !== undefined) values[name] = query[name]!.trim();
+    if (query.offset !== 0) values.offset = query.offset;
+    const shape = { order: query.order, limit: query.limit, tagIsId: query.tag !== undefined && isUuid(query.tag.trim()) };
+    const { rows } = (await prepared(instantsAsText(walkedPage(db, values, shape)))) as { rows: Array<LeadPageRow & { [PAGE_TOTAL]: number }> };
+    // A page past the end has no row to carry the total.
+    const total = rows[0]?.[PAGE_TOTAL] ?? (await maintainedTotalQuery(db, workspaceId, query)!.first()).total;
+    return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+  }
   const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
   type Row = LeadPageRow & { [PAGE_TOTAL]?: string | number | null };
   const read = async (q: Knex.QueryBuilder, total: Knex.QueryBuilder | undefined, prepare: boolean): Promise<Row[]> => {
@@ -339,7 +379,7 @@ type SearchValues = { workspaceId: string; term: string } | { workspaceId: strin
 const searchFirstPage = compiledOnce(
   (db, v: SearchValues, shape: Pick<LeadFilters, 'sort' | 'order' | 'limit'>) => {
     const filters = { sort: shape.sort, order: shape.order, limit: shape.limit, offset: 0, q: v.term } as LeadFilters;
-    const { probe } = leadListQueries(db, v.workspaceId, filters, { term: v.term, digits: 'digits' in v ? v.digits : undefined });
+    const { probe } = leadListQueries(db, v.workspaceId, filters, { search: { term: v.term, digits: 'digits' in v ? v.digits : undefined } });
     return probe!.select({ [SEARCH_VERSION]: searchVersionQuery(db, v.workspaceId) });
   },
   (shape) => `${shape.sort} ${shape.order} ${shape.limit}`,
@@ -355,7 +395,7 @@ async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: 
   type Row = LeadPageRow & { [SEARCH_VERSION]?: string | number; [PAGE_TOTAL]?: string | number };
   const search = leadSearch(query.q!);
   let built: ReturnType<typeof leadListQueries> | undefined;
-  const q = () => (built ??= leadListQueries(db, workspaceId, query, search));
+  const q = () => (built ??= leadListQueries(db, workspaceId, query, { search }));
   const read = async (source: Knex.QueryBuilder, options: { withCount?: boolean; prepare?: boolean }): Promise<Row[]> => {
     const statement = instantsAsText(source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q().count } : {}) }));
     return options.prepare ? prepared(statement) : statement;
