@@ -8,7 +8,7 @@ import { createWorkspace, expectError, seedPipeline, startApi, TestApi } from '.
 /**
  * What the request path does to save CPU must not change an answer: instants read as text, a
  * statement compiled once (a search's first page and a page walked in its filter's index among
- * them), remembered IPv6 clients, one read of a busy key and one count of a
+ * them), a repeated search's page read again by key, remembered IPv6 clients, one read of a busy key and one count of a
  * search for the requests that want it at once, the router choosing among a group of routes.
  */
 let api: TestApi;
@@ -174,6 +174,47 @@ describe("a search's first page, compiled once", () => {
     const byPhone = await listLeads(api.db, w.id, leadListQuery.parse({ q: terms[4] }));
     expect(byPhone.rows.map((r) => r.name)).toEqual(['Carla Dias']);
     expect((await listLeads(api.db, w.id, leadListQuery.parse({ q: 'lopes' }))).total).toBe(4);
+  });
+});
+
+describe("a repeated search's page", () => {
+  it('is read again by key while nothing a search reads has changed, fresh, and searched again after any such change', async () => {
+    const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: `5521984${String(500000 + i * 17 + (process.pid % 7))}`, name: i === 4 ? 'Someone Else' : `Repeat Lopes ${i}` } });
+      expect(res.status).toBe(201);
+      ids.push(res.body.data.id);
+    }
+    const byKey: string[] = [];
+    const listener = (query: { sql?: string }) => {
+      if (query.sql?.includes('= ANY(')) byKey.push(query.sql);
+    };
+    const search = async (extra: Record<string, string> = {}) => {
+      const { rows, total } = await listLeads(api.db, w.id, leadListQuery.parse({ q: 'lopes', limit: '3', ...extra }));
+      return { names: rows.map((r) => r.name), notes: rows.map((r) => r.notes), total };
+    };
+    api.db.on('query', listener);
+    try {
+      expect(await search()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', '', ''], total: 4 });
+      expect(byKey).toHaveLength(0);
+      // A change a search does not read: the same contacts, read again by key, as they are now.
+      await api.db('contacts').where({ id: ids[2] }).update({ notes: 'called' });
+      expect(await search()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', 'called', ''], total: 4 });
+      expect(byKey).toHaveLength(1);
+      // A name that now matches, a contact deleted, a creation instant changed by hand: each is searched again.
+      await api.request('PATCH', `/api/v1/leads/${ids[4]}`, { key: w.key, body: { name: 'Newest Lopes' } });
+      expect((await search()).names).toEqual(['Newest Lopes', 'Repeat Lopes 3', 'Repeat Lopes 2']);
+      await api.request('DELETE', `/api/v1/leads/${ids[3]}`, { key: w.key });
+      expect(await search()).toMatchObject({ names: ['Newest Lopes', 'Repeat Lopes 2', 'Repeat Lopes 1'], total: 4 });
+      await api.db('contacts').where({ id: ids[0] }).update({ created_at: new Date(Date.now() + 60_000) });
+      expect((await search()).names).toEqual(['Repeat Lopes 0', 'Newest Lopes', 'Repeat Lopes 2']);
+      // Each order, size and offset is its own page.
+      expect((await search({ order: 'asc' })).names).toEqual(['Repeat Lopes 1', 'Repeat Lopes 2', 'Newest Lopes']);
+      expect((await search({ offset: '3' })).names).toEqual(['Repeat Lopes 1']);
+    } finally {
+      api.db.removeListener('query', listener);
+    }
   });
 });
 
