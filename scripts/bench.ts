@@ -696,18 +696,24 @@ async function main(): Promise<void> {
     const moving = (await db('deals').where({ workspace_id: seeded.big.id, status: 'open' }).orderBy('created_at', 'asc').limit(5000).select('id', 'stage_id')) as { id: string; stage_id: string }[];
     const stageIndex = new Map(moving.map((d) => [d.id, seeded.big.stageIds.indexOf(d.stage_id)]));
     let m = 0;
-    const moves = await load({
-      url: base,
-      connections: 16,
-      method: 'PATCH',
-      headers: auth(bigKey),
-      next: () => {
-        const deal = moving[m++ % moving.length];
-        const next = (stageIndex.get(deal.id)! + 1) % seeded.big.stageIds.length;
-        stageIndex.set(deal.id, next);
-        return { path: `/api/v1/deals/${deal.id}`, body: JSON.stringify({ stageId: seeded.big.stageIds[next] }) };
-      },
-    });
+    const moveLoad = (duration?: number) =>
+      load({
+        url: base,
+        connections: 16,
+        duration,
+        method: 'PATCH',
+        headers: auth(bigKey),
+        next: () => {
+          const deal = moving[m++ % moving.length];
+          const next = (stageIndex.get(deal.id)! + 1) % seeded.big.stageIds.length;
+          stageIndex.set(deal.id, next);
+          return { path: `/api/v1/deals/${deal.id}`, body: JSON.stringify({ stageId: seeded.big.stageIds[next] }) };
+        },
+      });
+    // Warm like the read rows (a second, unmeasured): each pooled connection's first move prepares
+    // its statements and compiles the facet trigger, a cost the measured reads no longer carry.
+    await moveLoad(1);
+    const moves = await moveLoad();
     // A write's tail against the reads': at most twice the unfiltered lead list's p99 (40 ms when that row did not run).
     const movesP99Max = unfilteredP99 !== undefined ? 2 * unfilteredP99 : 40;
     results.push({
