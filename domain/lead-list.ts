@@ -253,8 +253,15 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
  * exact: paging through a search, or repeating it, counts its matches once. Per process, bounded,
  * least recently used out first.
  */
-const SEARCH_TOTALS_MAX = 5000;
 const searchTotals = new Map<string, { version: number; total: number }>();
+const SEARCH_TOTALS_MAX = 5000;
+
+/** `entry` kept under `key` as the most recently used; past `max` entries, the least recently used leaves. */
+function remember<T>(memo: Map<string, T>, max: number, key: string, entry: T): void {
+  memo.delete(key);
+  memo.set(key, entry);
+  if (memo.size > max) memo.delete(memo.keys().next().value!);
+}
 const SEARCH_VERSIONED: readonly (typeof LEAD_FILTERS)[number][] = ['q', 'createdAfter', 'createdBefore'];
 const SEARCH_VERSION = '__search_version';
 
@@ -270,9 +277,7 @@ function searchVersionQuery(db: Db, workspaceId: string): Knex.QueryBuilder {
 }
 
 function rememberSearchTotal(key: string, entry: { version: number; total: number }): void {
-  searchTotals.delete(key);
-  searchTotals.set(key, entry);
-  if (searchTotals.size > SEARCH_TOTALS_MAX) searchTotals.delete(searchTotals.keys().next().value!);
+  remember(searchTotals, SEARCH_TOTALS_MAX, key, entry);
 }
 
 /** Search counts under way in this process, by search (searchTotalKey). */
@@ -332,14 +337,19 @@ const walkedPage = compiledOnce(
   (shape) => `${shape.order} ${shape.limit} ${shape.tagIsId}`,
 );
 
+/** A compiled page (allLeadsPage, walkedPage) and the maintained total it carries. */
+async function compiledPageWithTotal(db: Db, workspaceId: string, query: LeadFilters, statement: Knex.Raw) {
+  const { rows } = (await prepared(instantsAsText(statement))) as { rows: Array<LeadPageRow & { [PAGE_TOTAL]: number }> };
+  // A page past the end has no row to carry the total.
+  const total = rows[0]?.[PAGE_TOTAL] ?? (await maintainedTotalQuery(db, workspaceId, query)!.first()).total;
+  return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+}
+
 /** One page of leads with their tags and the exact total: usually one statement, whatever the filters. */
 export async function listLeads(db: Db, workspaceId: string, query: LeadFilters) {
   if (LEAD_FILTERS.every((name) => query[name] === undefined)) {
     const values = query.offset === 0 ? { workspaceId } : { workspaceId, offset: query.offset };
-    const { rows } = (await prepared(instantsAsText(allLeadsPage(db, values, query)))) as { rows: Array<LeadPageRow & { [PAGE_TOTAL]: number }> };
-    // A page past the end has no row to carry the total.
-    const total = rows[0]?.[PAGE_TOTAL] ?? (await contactTotalQuery(db, workspaceId).first()).total;
-    return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+    return compiledPageWithTotal(db, workspaceId, query, allLeadsPage(db, values, query));
   }
   const searchKey = searchTotalKey(workspaceId, query);
   if (searchKey) return listSearch(db, workspaceId, query, searchKey);
@@ -348,10 +358,7 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters)
     for (const name of WALKED_FILTERS) if (query[name] !== undefined) values[name] = query[name]!.trim();
     if (query.offset !== 0) values.offset = query.offset;
     const shape = { order: query.order, limit: query.limit, tagIsId: query.tag !== undefined && isUuid(query.tag.trim()) };
-    const { rows } = (await prepared(instantsAsText(walkedPage(db, values, shape)))) as { rows: Array<LeadPageRow & { [PAGE_TOTAL]: number }> };
-    // A page past the end has no row to carry the total.
-    const total = rows[0]?.[PAGE_TOTAL] ?? (await maintainedTotalQuery(db, workspaceId, query)!.first()).total;
-    return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+    return compiledPageWithTotal(db, workspaceId, query, walkedPage(db, values, shape));
   }
   const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
   type Row = LeadPageRow & { [PAGE_TOTAL]?: string | number | null };
@@ -407,9 +414,7 @@ const searchPageByIds = compiledOnce(
 );
 
 function rememberSearchPage(pageKey: string, page: { version: number; ids: string[] }): void {
-  searchPages.delete(pageKey);
-  searchPages.set(pageKey, page);
-  if (searchPages.size > SEARCH_PAGES_MAX) searchPages.delete(searchPages.keys().next().value!);
+  remember(searchPages, SEARCH_PAGES_MAX, pageKey, page);
 }
 
 /** The remembered page (searchPages) read again by key, if the search version still reads the same; else undefined. */

@@ -174,13 +174,15 @@ export async function seedMember(api: TestApi, workspaceId: string, name: string
   return res.body.data;
 }
 
-/** Counts the SQL statements the API's own pool runs while `fn` runs (for N+1 checks). */
-export async function countQueries(api: TestApi, fn: () => Promise<unknown>): Promise<number> {
+/**
+ * Counts the SQL statements the API's own pool runs while `fn` runs (for N+1 checks), or those of
+ * them `counted` picks. By default data queries only: authentication and rate limits take a
+ * statement or none (a high-rate key is served from the process, its counts flushed in the background).
+ */
+export async function countQueries(api: TestApi, fn: () => Promise<unknown>, counted: (sql: string) => boolean = (sql) => !sql.includes('rate_limit_counters')): Promise<number> {
   let count = 0;
-  // Data queries only: authentication and rate limits take a statement or none (a high-rate key is
-  // served from the process, its counts flushed in the background).
   const listener = (query: { sql?: string }): void => {
-    if (!query.sql?.includes('rate_limit_counters')) count += 1;
+    if (counted(query.sql ?? '')) count += 1;
   };
   api.db.on('query', listener);
   try {

@@ -3,7 +3,7 @@ import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/db';
 import { leadListQuery, listLeads } from '../domain/lead-list';
 import { ipClient } from '../domain/rate-limit';
 import { iso } from '../domain/time';
-import { createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
+import { countQueries, createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
 
 /**
  * What the request path does to save CPU must not change an answer: instants read as text, a
@@ -111,19 +111,15 @@ describe('a busy key whose cached entry went stale', () => {
     const w = await createWorkspace(api, { scopes: ['leads:read'], rateLimitPerMinute: 1000 });
     expect((await api.request('GET', '/api/v1/leads', { key: w.key })).status).toBe(200);
     await new Promise((resolve) => setTimeout(resolve, 1100));
-    let reads = 0;
-    const listener = (query: { sql?: string }) => {
-      if (query.sql?.includes('FROM api_keys k JOIN workspaces w')) reads += 1;
-    };
-    api.db.on('query', listener);
-    try {
-      const answers = await Promise.all(Array.from({ length: 24 }, () => api.request('GET', '/api/v1/leads', { key: w.key })));
-      expect(answers.map((a) => a.status)).toEqual(Array(24).fill(200));
-      // Each one counted: the key's remaining count went down by the 24 (and the warm-up request).
-      expect(Math.min(...answers.map((a) => Number(a.headers.get('x-ratelimit-remaining'))))).toBe(1000 - 25);
-    } finally {
-      api.db.removeListener('query', listener);
-    }
+    let answers: Awaited<ReturnType<typeof api.request>>[] = [];
+    const reads = await countQueries(
+      api,
+      async () => (answers = await Promise.all(Array.from({ length: 24 }, () => api.request('GET', '/api/v1/leads', { key: w.key })))),
+      (sql) => sql.includes('FROM api_keys k JOIN workspaces w'),
+    );
+    expect(answers.map((a) => a.status)).toEqual(Array(24).fill(200));
+    // Each one counted: the key's remaining count went down by the 24 (and the warm-up request).
+    expect(Math.min(...answers.map((a) => Number(a.headers.get('x-ratelimit-remaining'))))).toBe(1000 - 25);
     expect(reads).toBe(1);
   });
 });
@@ -135,19 +131,15 @@ describe('a first search asked by many requests at once', () => {
       const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: `5521987${String(600000 + i * 7 + (process.pid % 7))}`, name: i % 3 === 0 ? `Herd Quixote ${i}` : `Other ${i}` } });
       expect(res.status).toBe(201);
     }
-    let counts = 0;
-    const listener = (query: { sql?: string }) => {
-      if (query.sql?.includes('search_changes') && query.sql.includes('count(*)')) counts += 1;
-    };
-    api.db.on('query', listener);
-    try {
-      // The lead list itself, called together: each reads its page, then needs the search's total.
-      const query = leadListQuery.parse({ q: 'quixote', limit: '2' });
-      const answers = await Promise.all(Array.from({ length: 16 }, () => listLeads(api.db, w.id, query)));
-      expect(answers.map((a) => [a.total, a.rows.length])).toEqual(Array(16).fill([4, 2]));
-    } finally {
-      api.db.removeListener('query', listener);
-    }
+    // The lead list itself, called together: each reads its page, then needs the search's total.
+    const query = leadListQuery.parse({ q: 'quixote', limit: '2' });
+    let answers: Awaited<ReturnType<typeof listLeads>>[] = [];
+    const counts = await countQueries(
+      api,
+      async () => (answers = await Promise.all(Array.from({ length: 16 }, () => listLeads(api.db, w.id, query)))),
+      (sql) => sql.includes('search_changes') && sql.includes('count(*)'),
+    );
+    expect(answers.map((a) => [a.total, a.rows.length])).toEqual(Array(16).fill([4, 2]));
     expect(counts).toBe(1);
   });
 });
@@ -186,35 +178,30 @@ describe("a repeated search's page", () => {
       expect(res.status).toBe(201);
       ids.push(res.body.data.id);
     }
-    const byKey: string[] = [];
-    const listener = (query: { sql?: string }) => {
-      if (query.sql?.includes('= ANY(')) byKey.push(query.sql);
-    };
     const search = async (extra: Record<string, string> = {}) => {
       const { rows, total } = await listLeads(api.db, w.id, leadListQuery.parse({ q: 'lopes', limit: '3', ...extra }));
       return { names: rows.map((r) => r.name), notes: rows.map((r) => r.notes), total };
     };
-    api.db.on('query', listener);
-    try {
-      expect(await search()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', '', ''], total: 4 });
-      expect(byKey).toHaveLength(0);
-      // A change a search does not read: the same contacts, read again by key, as they are now.
-      await api.db('contacts').where({ id: ids[2] }).update({ notes: 'called' });
-      expect(await search()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', 'called', ''], total: 4 });
-      expect(byKey).toHaveLength(1);
-      // A name that now matches, a contact deleted, a creation instant changed by hand: each is searched again.
-      await api.request('PATCH', `/api/v1/leads/${ids[4]}`, { key: w.key, body: { name: 'Newest Lopes' } });
-      expect((await search()).names).toEqual(['Newest Lopes', 'Repeat Lopes 3', 'Repeat Lopes 2']);
-      await api.request('DELETE', `/api/v1/leads/${ids[3]}`, { key: w.key });
-      expect(await search()).toMatchObject({ names: ['Newest Lopes', 'Repeat Lopes 2', 'Repeat Lopes 1'], total: 4 });
-      await api.db('contacts').where({ id: ids[0] }).update({ created_at: new Date(Date.now() + 60_000) });
-      expect((await search()).names).toEqual(['Repeat Lopes 0', 'Newest Lopes', 'Repeat Lopes 2']);
-      // Each order, size and offset is its own page.
-      expect((await search({ order: 'asc' })).names).toEqual(['Repeat Lopes 1', 'Repeat Lopes 2', 'Newest Lopes']);
-      expect((await search({ offset: '3' })).names).toEqual(['Repeat Lopes 1']);
-    } finally {
-      api.db.removeListener('query', listener);
-    }
+    // The search, and how many of its statements read contacts by key.
+    const searchByKey = async () => {
+      let answer: Awaited<ReturnType<typeof search>> | undefined;
+      const byKey = await countQueries(api, async () => (answer = await search()), (sql) => sql.includes('= ANY('));
+      return { ...answer!, byKey };
+    };
+    expect(await searchByKey()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', '', ''], total: 4, byKey: 0 });
+    // A change a search does not read: the same contacts, read again by key, as they are now.
+    await api.db('contacts').where({ id: ids[2] }).update({ notes: 'called' });
+    expect(await searchByKey()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', 'called', ''], total: 4, byKey: 1 });
+    // A name that now matches, a contact deleted, a creation instant changed by hand: each is searched again.
+    await api.request('PATCH', `/api/v1/leads/${ids[4]}`, { key: w.key, body: { name: 'Newest Lopes' } });
+    expect((await search()).names).toEqual(['Newest Lopes', 'Repeat Lopes 3', 'Repeat Lopes 2']);
+    await api.request('DELETE', `/api/v1/leads/${ids[3]}`, { key: w.key });
+    expect(await search()).toMatchObject({ names: ['Newest Lopes', 'Repeat Lopes 2', 'Repeat Lopes 1'], total: 4 });
+    await api.db('contacts').where({ id: ids[0] }).update({ created_at: new Date(Date.now() + 60_000) });
+    expect((await search()).names).toEqual(['Repeat Lopes 0', 'Newest Lopes', 'Repeat Lopes 2']);
+    // Each order, size and offset is its own page.
+    expect((await search({ order: 'asc' })).names).toEqual(['Repeat Lopes 1', 'Repeat Lopes 2', 'Newest Lopes']);
+    expect((await search({ offset: '3' })).names).toEqual(['Repeat Lopes 1']);
   });
 });
 
