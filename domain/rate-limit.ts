@@ -200,6 +200,22 @@ export class LocalCounts {
     });
   }
 
+  /**
+   * A bucket's total as an exact statement of this process just counted it (authentication when a
+   * key's entry went stale): the requests counted here afterwards start from it rather than from
+   * the last flush, which did not include that request. Never lowers what is known; only buckets
+   * counted in memory (large limits) are kept.
+   */
+  learn(states: BucketState[], now = Date.now()): void {
+    const window = Math.floor(now / 60_000) * 60_000;
+    for (const state of states) {
+      if (shardsFor(state.limit) <= 1) continue;
+      const local = this.buckets.get(state.name);
+      if (!local) this.buckets.set(state.name, { window, base: state.count, pending: 0 });
+      else if (local.window === window) local.base = Math.max(local.base, state.count);
+    }
+  }
+
   /** Adds the pending counts to PostgreSQL and learns each bucket's total (one statement). */
   flush(): Promise<void> {
     this.flushing ??= this.flushNow().finally(() => (this.flushing = undefined));

@@ -1,7 +1,7 @@
 import { Client, types } from 'pg';
 import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/db';
 import { leadListQuery, listLeads } from '../domain/lead-list';
-import { ipClient } from '../domain/rate-limit';
+import { ipClient, LocalCounts } from '../domain/rate-limit';
 import { iso } from '../domain/time';
 import { countQueries, createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
 
@@ -121,6 +121,22 @@ describe('a busy key whose cached entry went stale', () => {
     // Each one counted: the key's remaining count went down by the 24 (and the warm-up request).
     expect(Math.min(...answers.map((a) => Number(a.headers.get('x-ratelimit-remaining'))))).toBe(1000 - 25);
     expect(reads).toBe(1);
+  });
+});
+
+describe('requests counted in memory', () => {
+  it('count on from what an exact statement of this process last counted, never from less', () => {
+    const counts = new LocalCounts(api.db);
+    const bucket = { name: `key:learned-${process.pid}-${Date.now()}`, limit: 1000, code: 'RATE_LIMITED' };
+    const now = Date.now();
+    counts.learn([{ ...bucket, count: 7, remaining: 993, resetSeconds: 30 }], now);
+    expect(counts.take([bucket], now)[0]).toMatchObject({ count: 8, remaining: 992 });
+    counts.learn([{ ...bucket, count: 3, remaining: 997, resetSeconds: 30 }], now);
+    expect(counts.take([bucket], now)[0]).toMatchObject({ count: 9, remaining: 991 });
+    // A small limit stays exact in PostgreSQL: nothing of it is kept here.
+    const small = { name: `key:small-${process.pid}-${Date.now()}`, limit: 100, code: 'RATE_LIMITED' };
+    counts.learn([{ ...small, count: 50, remaining: 50, resetSeconds: 30 }], now);
+    expect(counts.take([small], now)[0].count).toBe(1);
   });
 });
 

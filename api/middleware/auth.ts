@@ -73,12 +73,16 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
         authenticateAndCount(ctx.deps.db, hash, scaledIp[0] ? { name: scaledIp[0].name, limit: scaledIp[0].limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale),
         usableKey,
       );
-      if (ip.length) record(ctx, bucketStates(scaledIp, found.counted));
+      const ipStates = bucketStates(scaledIp, found.counted);
+      if (ip.length) record(ctx, ipStates);
       if (!found.key || found.key.revoked_at) throw new ApiError('UNAUTHORIZED', 'Invalid API key');
       if (!usableKey(found)) throw new ApiError('UNAUTHORIZED', 'API key expired');
       key = found.key;
       setAuth(ctx, key);
-      record(ctx, bucketStates(bucketsOf(key), found.counted));
+      const keyStates = bucketStates(bucketsOf(key), found.counted);
+      // What this request's statement counted, for the requests of a usable key counted in memory next.
+      ctx.limits.counts.learn([...ipStates, ...keyStates], now);
+      record(ctx, keyStates);
     }
     const suspended = suspension(key, 'api');
     if (suspended) throw suspended;
