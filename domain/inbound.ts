@@ -2,6 +2,7 @@ import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Db } from './db';
+import { ApiError } from './errors';
 import { InstanceRow, openInstanceConfig } from './instances';
 import type { KeyRing } from './encryption';
 import { findOrCreateContact, findOrCreateConversation } from './messaging';
@@ -24,7 +25,9 @@ import { MEDIA_TYPES } from '../types/messaging';
  *
  * Parsing (`parseCloudWebhook`) is pure and lenient: anything it does not understand is skipped
  * with a reason, never an error, because a non-2xx answer only makes Meta retry the same bytes.
- * Applying (`applyProviderWebhook`) runs in one transaction.
+ * The one refusal is size: a delivery of more items than any provider sends (MAX_DELIVERY_ITEMS).
+ * Applying (`applyProviderWebhook`) runs in transactions of at most ITEMS_PER_TRANSACTION items,
+ * so a large delivery never holds one transaction (and every tenant's sync horizon) open for long.
  *
  * The web gateway (Evolution-API-like) posts its `messages.upsert` events to
  * `/webhooks/web/{instanceId}` with the instance's API key in the body (`apikey`); parsed by
@@ -134,6 +137,11 @@ export interface ParsedWebhook {
   messages: InboundMessage[];
   statuses: StatusUpdate[];
   skipped: Skipped[];
+  /**
+   * The items the delivery carries, whatever became of them: for the Cloud API the messages,
+   * statuses and contacts of every change of every entry; for the web gateway the messages of `data`.
+   */
+  items: number;
 }
 
 type Json = Record<string, unknown>;
@@ -185,7 +193,7 @@ function content(message: Json): { type: InboundType; body: string; mediaRef: st
  * (echoes) and not a group.
  */
 export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstance, 'config'>, now = new Date()): ParsedWebhook {
-  const result: ParsedWebhook = { messages: [], statuses: [], skipped: [] };
+  const result: ParsedWebhook = { messages: [], statuses: [], skipped: [], items: 0 };
   const root = obj(payload);
   if (!root || root.object !== 'whatsapp_business_account') {
     result.skipped.push({ reason: 'not a whatsapp_business_account notification' });
@@ -195,6 +203,8 @@ export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstan
     for (const change of arr(obj(entry)?.changes)) {
       const c = obj(change);
       const value = obj(c?.value);
+      // Counted before any is skipped: the cap bounds what a delivery carries, not what we keep of it.
+      result.items += arr(value?.messages).length + arr(value?.statuses).length + arr(value?.contacts).length;
       if (!c || !value || (c.field !== undefined && c.field !== 'messages')) {
         result.skipped.push({ reason: `change field ${String(c?.field ?? 'missing')} is not handled` });
         continue;
@@ -300,14 +310,16 @@ const WEB_KINDS: Record<string, InboundType> = {
  * not groups) counts; `data` may be one message or a list. Same leniency as the Cloud parser.
  */
 export function parseWebGatewayWebhook(payload: unknown, now = new Date()): ParsedWebhook {
-  const result: ParsedWebhook = { messages: [], statuses: [], skipped: [] };
+  const result: ParsedWebhook = { messages: [], statuses: [], skipped: [], items: 0 };
   const root = obj(payload);
   const event = str(root?.event)?.toLowerCase().replace('_', '.');
   if (!root || event !== 'messages.upsert') {
     result.skipped.push({ reason: `event ${String(root?.event ?? 'missing')} is not handled` });
     return result;
   }
-  for (const item of Array.isArray(root.data) ? root.data : [root.data]) {
+  const items: unknown[] = Array.isArray(root.data) ? root.data : [root.data];
+  result.items = items.length;
+  for (const item of items) {
     const data = obj(item);
     const key = obj(data?.key);
     const id = str(key?.id);
@@ -377,56 +389,103 @@ export interface WebhookOutcome {
 }
 
 /**
- * Records a parsed webhook in one transaction: for each new message the contact and conversation
- * (found or created), the message row (`in`, `received`, deduplicated on the provider message id),
- * the conversation's window (`last_inbound_at`) and `last_message_at`, and the events
- * `contact.created` (new contact) and `message.received`; then the status moves.
+ * The most items (messages, statuses and contacts, as ParsedWebhook.items counts them) one
+ * provider delivery may carry. No real delivery comes near it: Meta batches at most 1,000 updates
+ * in one webhook notification, each a message with its sender's contact or a status, so about
+ * 2,000 items at most; the web gateway posts one message per event. Anything larger is refused
+ * whole, before anything is written.
+ */
+export const MAX_DELIVERY_ITEMS = 5_000;
+
+/**
+ * The most messages and statuses one transaction records. A delivery's transactions are short, so
+ * none holds back the settled horizon every tenant's sync reads up to (domain/cursor.ts), or a
+ * connection, for the length of the whole delivery.
+ */
+export const ITEMS_PER_TRANSACTION = 50;
+
+/**
+ * Refuses a delivery carrying more than MAX_DELIVERY_ITEMS with 413 PAYLOAD_TOO_LARGE, logged for
+ * the operator (such a delivery is a provider fault or forged by whoever holds the secret).
+ */
+export function refuseOversizedDelivery(instance: WebhookInstance, parsed: ParsedWebhook, log?: Logger): void {
+  if (parsed.items <= MAX_DELIVERY_ITEMS) return;
+  log?.warn({ instanceId: instance.id, workspaceId: instance.workspace_id, items: parsed.items, limit: MAX_DELIVERY_ITEMS }, 'inbound webhook refused: more items than one provider delivery carries');
+  throw new ApiError('PAYLOAD_TOO_LARGE', `The delivery carries ${parsed.items} items; at most ${MAX_DELIVERY_ITEMS} are taken`, {
+    hint: `Messages, statuses and contacts over all entries and changes count; send at most ${MAX_DELIVERY_ITEMS} per delivery. Nothing was recorded.`,
+  });
+}
+
+type WorkItem = { message: InboundMessage } | { status: StatusUpdate };
+
+/**
+ * Records a parsed webhook: for each new message the contact and conversation (found or created),
+ * the message row (`in`, `received`, deduplicated on the provider message id), the conversation's
+ * window (`last_inbound_at`) and `last_message_at`, and the events `contact.created` (new contact)
+ * and `message.received`; then the status moves. In transactions of at most ITEMS_PER_TRANSACTION
+ * items, each message with its events in one. A delivery cut off between two of them (a crash, a
+ * lost connection) is sent again whole by the provider, and then records only the rest: a message
+ * already recorded is a duplicate, a contact or conversation is found instead of created, and a
+ * status moves only forward, so one applied again changes nothing.
  */
 export async function applyProviderWebhook(db: Db, instance: WebhookInstance, parsed: ParsedWebhook, log?: Logger): Promise<WebhookOutcome> {
+  refuseOversizedDelivery(instance, parsed, log);
   const outcome: WebhookOutcome = { received: 0, duplicates: 0, statuses: 0, ignored: parsed.skipped.length };
   const workspaceId = instance.workspace_id;
-  await db.transaction(async (trx) => {
-    // One lock order for every delivery (by phone key; stable, so one contact's messages keep theirs):
-    // two deliveries creating the same two contacts in opposite orders cannot deadlock.
-    const ordered = [...parsed.messages].sort((a, b) => (a.phone.key < b.phone.key ? -1 : a.phone.key > b.phone.key ? 1 : 0));
-    for (const message of ordered) {
-      const recorded = await recordInbound(trx, instance, message);
-      if (recorded) outcome.received += 1;
-      else outcome.duplicates += 1;
-    }
-    for (const status of parsed.statuses) {
-      // Reconciliation first: a callback for a send whose provider call was interrupted records
-      // the provider's answer on the attempt, so the waiting send continues with it and never
-      // calls the provider again (workflows/send-message.ts). Any status proves the message was
-      // accepted: it has a provider message id.
-      const reconciled = status.reference ? await reconcileAttempt(trx, workspaceId, status) : false;
-      if (FROM[status.status].length === 0) {
-        if (reconciled) outcome.statuses += 1;
-        else outcome.ignored += 1;
-        continue;
+  // One lock order for every delivery (by phone key; stable, so one contact's messages keep theirs,
+  // across transactions too, as they run one after the other): two deliveries creating the same two
+  // contacts in opposite orders cannot deadlock. The statuses come after the messages, as they did
+  // in one transaction.
+  const ordered = [...parsed.messages].sort((a, b) => (a.phone.key < b.phone.key ? -1 : a.phone.key > b.phone.key ? 1 : 0));
+  const work: WorkItem[] = [...ordered.map((message) => ({ message })), ...parsed.statuses.map((status) => ({ status }))];
+  for (let start = 0; start < work.length; start += ITEMS_PER_TRANSACTION) {
+    const chunk = work.slice(start, start + ITEMS_PER_TRANSACTION);
+    // Counted once committed: a transaction that fails leaves the outcome as it was (the delivery then fails anyway).
+    const counted: WebhookOutcome = { received: 0, duplicates: 0, statuses: 0, ignored: 0 };
+    await db.transaction(async (trx) => {
+      for (const item of chunk) {
+        if ('message' in item) {
+          if (await recordInbound(trx, instance, item.message)) counted.received += 1;
+          else counted.duplicates += 1;
+        } else if (await applyStatus(trx, instance, item.status)) counted.statuses += 1;
+        else counted.ignored += 1;
       }
-      // The attempt first: it is the row recordSent locks, so a status arriving while the message
-      // is being recorded waits for it, and one arriving before is kept there and applied by it.
-      const kept = await trx('send_attempts')
-        .where({ workspace_id: workspaceId, provider_message_id: status.providerMessageId, state: 'sent' })
-        .whereRaw(`coalesce(provider_status, 'sent') = ANY(?::text[])`, [FROM[status.status]])
-        .update({ provider_status: status.status, updated_at: trx.fn.now() });
-      const moved = await trx.raw(
-        `UPDATE messages AS m SET status = ?
-           FROM conversations AS c
-          WHERE m.workspace_id = ? AND m.provider_message_id = ? AND m.direction = 'out'
-            AND m.status = ANY(?::text[])
-            AND c.workspace_id = m.workspace_id AND c.id = m.conversation_id AND c.instance_id = ?`,
-        [status.status, workspaceId, status.providerMessageId, FROM[status.status], instance.id],
-      );
-      if (moved.rowCount > 0 || kept > 0 || reconciled) outcome.statuses += 1;
-      else outcome.ignored += 1;
-    }
-  });
+    });
+    outcome.received += counted.received;
+    outcome.duplicates += counted.duplicates;
+    outcome.statuses += counted.statuses;
+    outcome.ignored += counted.ignored;
+  }
   if (parsed.skipped.length > 0) {
     log?.info({ instanceId: instance.id, workspaceId, skipped: parsed.skipped.slice(0, 20) }, 'inbound webhook: items skipped');
   }
   return outcome;
+}
+
+/** One status callback; false when it moved nothing (unknown id, stale or repeated status). */
+async function applyStatus(trx: Knex.Transaction, instance: WebhookInstance, status: StatusUpdate): Promise<boolean> {
+  const workspaceId = instance.workspace_id;
+  // Reconciliation first: a callback for a send whose provider call was interrupted records
+  // the provider's answer on the attempt, so the waiting send continues with it and never
+  // calls the provider again (workflows/send-message.ts). Any status proves the message was
+  // accepted: it has a provider message id.
+  const reconciled = status.reference ? await reconcileAttempt(trx, workspaceId, status) : false;
+  if (FROM[status.status].length === 0) return reconciled;
+  // The attempt first: it is the row recordSent locks, so a status arriving while the message
+  // is being recorded waits for it, and one arriving before is kept there and applied by it.
+  const kept = await trx('send_attempts')
+    .where({ workspace_id: workspaceId, provider_message_id: status.providerMessageId, state: 'sent' })
+    .whereRaw(`coalesce(provider_status, 'sent') = ANY(?::text[])`, [FROM[status.status]])
+    .update({ provider_status: status.status, updated_at: trx.fn.now() });
+  const moved = await trx.raw(
+    `UPDATE messages AS m SET status = ?
+       FROM conversations AS c
+      WHERE m.workspace_id = ? AND m.provider_message_id = ? AND m.direction = 'out'
+        AND m.status = ANY(?::text[])
+        AND c.workspace_id = m.workspace_id AND c.id = m.conversation_id AND c.instance_id = ?`,
+    [status.status, workspaceId, status.providerMessageId, FROM[status.status], instance.id],
+  );
+  return moved.rowCount > 0 || kept > 0 || reconciled;
 }
 
 /**

@@ -9,8 +9,11 @@ import {
   applyProviderWebhook,
   expectedVerifyToken,
   findWebhookInstance,
+  ITEMS_PER_TRANSACTION,
+  MAX_DELIVERY_ITEMS,
   parseCloudWebhook,
   parseWebGatewayWebhook,
+  refuseOversizedDelivery,
   sameToken,
   validSignature,
   type ParsedWebhook,
@@ -44,8 +47,12 @@ function rawBody(ctx: Context): string {
   return typeof legacy === 'string' ? legacy : '';
 }
 
-/** Records a parsed delivery; an archived instance's is acknowledged (so the sender stops retrying) and records nothing. */
+/**
+ * Records a parsed delivery; an archived instance's is acknowledged (so the sender stops retrying)
+ * and records nothing. One over the item cap is refused first, whatever the instance's state.
+ */
 async function apply(ctx: Context, instance: WebhookInstance, parsed: ParsedWebhook): Promise<WebhookOutcome> {
+  refuseOversizedDelivery(instance, parsed, ctx.state.log);
   if (instance.archived) {
     const ignored = parsed.messages.length + parsed.statuses.length + parsed.skipped.length;
     ctx.state.log.info({ instanceId: instance.id, workspaceId: instance.workspace_id, ignored }, 'inbound webhook for an archived instance: nothing recorded');
@@ -67,8 +74,16 @@ const Outcome = z
 const inboundDelivery = {
   params: InstanceParams,
   response: z.object({ data: Outcome }),
-  errors: ['UNAUTHORIZED', 'NOT_FOUND'] as ErrorCode[],
+  errors: ['UNAUTHORIZED', 'NOT_FOUND', 'PAYLOAD_TOO_LARGE'] as ErrorCode[],
 };
+
+/** What both inbound delivery routes say about the size of a delivery and its transactions. */
+const BOUNDS =
+  `A delivery carrying more than ${MAX_DELIVERY_ITEMS.toLocaleString('en')} items (counted before any is skipped) is 413 \`PAYLOAD_TOO_LARGE\` and records ` +
+  'nothing; no real provider delivery comes near it. Below that, a delivery is recorded in transactions of at most ' +
+  `${ITEMS_PER_TRANSACTION} messages and statuses (messages first, each with its events in the same transaction; a contact's ` +
+  'messages in the order delivered). A delivery cut off between two of them and sent again records only what the first ' +
+  'did not: messages are deduplicated by provider message id, and a status already applied moves nothing.';
 
 export const providerWebhookRoutes: AnyRoute[] = [
   route({
@@ -116,12 +131,14 @@ export const providerWebhookRoutes: AnyRoute[] = [
       'The Cloud API notification body as Meta sends it (`object: whatsapp_business_account`, `entry[].changes[].value` ' +
       'with `messages`, `contacts` and `statuses`). Header `X-Hub-Signature-256: sha256=<hex>`: HMAC-SHA256 of the raw ' +
       'body with the instance\'s app secret; missing or wrong is 401 `UNAUTHORIZED` and nothing changes.\n\n' +
-      'Everything a delivery carries is recorded in one transaction. An inbound message from a contact creates the ' +
+      'An inbound message from a contact creates the ' +
       'contact and the conversation when new, is stored as direction `in`, status `received`, opens the 24-hour window ' +
       'and emits `contact.created` (new contact) and `message.received`. The same provider message id delivered again ' +
       'records nothing. Group messages, echoes of our own number, senders outside Brazil and unsupported types are ' +
       'skipped. Status callbacks move our outbound messages forward (`sent` → `delivered` → `read`; `failed` only from ' +
-      '`sent`); unknown ids are ignored. An archived instance answers 200 and records nothing.',
+      '`sent`); unknown ids are ignored. An archived instance answers 200 and records nothing.\n\n' +
+      'Items: the `messages`, `statuses` and `contacts` of every change of every entry. ' +
+      BOUNDS,
     ...inboundDelivery,
     handler: async (ctx, { params }) => {
       const instance = await requireInstance(ctx, params.instanceId);
@@ -149,7 +166,9 @@ export const providerWebhookRoutes: AnyRoute[] = [
       'missing or wrong is 401 `UNAUTHORIZED` and nothing changes. A message from a person is recorded as for the Cloud API ' +
       '(contact and conversation when new, direction `in`, `contact.created`, `message.received`; a text that is only STOP ' +
       'or START sets the opt-out); our own sends (`fromMe`), groups and other events are skipped. An archived instance ' +
-      'answers 200 and records nothing.',
+      'answers 200 and records nothing.\n\n' +
+      'Items: the messages of `data`. ' +
+      BOUNDS,
     ...inboundDelivery,
     handler: async (ctx, { params }) => {
       const instance = await requireInstance(ctx, params.instanceId, 'web');
