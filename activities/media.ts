@@ -2,8 +2,8 @@ import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
 import { sendRequestOf } from '../domain/send-requests';
 import { ApiError } from '../domain/errors';
-import { refusalsAsFailures } from '../domain/failures';
-import { safeRequest, SafeHttpError, type SafeResponse } from '../domain/safe-http';
+import { refusalsAsFailures, toFailure } from '../domain/failures';
+import { safeRequest, safeStream, SafeHttpError, type SafeResponse, type SafeStreamResponse } from '../domain/safe-http';
 import { checkMediaSize, MEDIA_LIMITS } from '../domain/sending';
 import type { UrlPolicy } from '../domain/url-safety';
 import type { MediaFile } from './providers/types';
@@ -18,26 +18,44 @@ import type { MediaFile } from './providers/types';
 /** How long the download of a media file for a web gateway may take (documents reach 100 MB). */
 export const MEDIA_DOWNLOAD_TIMEOUT_MS = 60_000;
 
-async function requestMedia(url: string, method: 'HEAD' | 'GET', policy: UrlPolicy, limits: { timeoutMs: number; maxBodyBytes: number }): Promise<SafeResponse> {
-  const res = await safeRequest(url, { method, policy, field: 'mediaUrl', ...limits });
-  if (res.status >= 300 && res.status < 400) {
-    throw new ApiError('INVALID_URL', `Invalid mediaUrl: it answered with a redirect (HTTP ${res.status}), and redirects are never followed`, {
+/** A redirect is 400 INVALID_URL: the URL must serve the file itself. */
+function refuseRedirect(status: number): void {
+  if (status >= 300 && status < 400) {
+    throw new ApiError('INVALID_URL', `Invalid mediaUrl: it answered with a redirect (HTTP ${status}), and redirects are never followed`, {
       hint: 'Give the URL that serves the file itself (a 2xx answer), not one that redirects to it.',
     });
   }
+}
+
+async function requestMedia(url: string, method: 'HEAD' | 'GET', policy: UrlPolicy, limits: { timeoutMs: number; maxBodyBytes: number }): Promise<SafeResponse> {
+  const res = await safeRequest(url, { method, policy, field: 'mediaUrl', ...limits });
+  refuseRedirect(res.status);
   return res;
+}
+
+/** A media file being downloaded: its chunks as they arrive (read once), and how to stop early. */
+export interface MediaDownload extends MediaFile {
+  data: AsyncIterable<Buffer>;
+  /** Stops the download (harmless once it ended): the sender calls it whatever happened. */
+  close(): void;
+  /** The activity failure `data` threw, if it did: the send's failure, whatever the upload made of it. */
+  readonly failure?: unknown;
 }
 
 /**
  * The file behind a media URL, for a provider that is given the bytes instead of the URL (a web
- * gateway fetches URLs from its own network, where our checks do not reach). At most one byte
- * past the type's size limit (MEDIA_LIMITS) is read: a larger file is 422 MEDIA_TOO_LARGE however
- * its Content-Length lied. A file that cannot be downloaded is 422 MEDIA_TOO_LARGE too, the code
- * the Cloud API's "media could not be fetched" (131053) already has; no answer, a 5xx or a 429
- * (and a temporary DNS failure, DNS_UNAVAILABLE) are retried by the caller's retry policy first.
- * Throws the activity failure (domain/failures.ts).
+ * gateway fetches URLs from its own network, where our checks do not reach), streamed: this
+ * resolves at the answer's headers, and `data` yields the file as it arrives, so the caller passes
+ * it on without holding it (at most one chunk at a time). Past the type's size limit
+ * (MEDIA_LIMITS) the file is 422 MEDIA_TOO_LARGE, from a Content-Length above it at once, else as
+ * soon as the bytes counted go past it, whatever Content-Length said: `data` throws and reads no
+ * further. A file that cannot be downloaded is 422 MEDIA_TOO_LARGE too, the code the Cloud API's
+ * "media could not be fetched" (131053) already has; no answer, a 5xx or a 429, an answer cut off
+ * or not finished within MEDIA_DOWNLOAD_TIMEOUT_MS (and a temporary DNS failure, DNS_UNAVAILABLE)
+ * are retried by the caller's retry policy first, which downloads again. Throws (and `data`
+ * throws) the activity failure (domain/failures.ts).
  */
-export async function downloadMedia(url: string, type: string, policy: UrlPolicy): Promise<MediaFile> {
+export async function downloadMedia(url: string, type: string, policy: UrlPolicy): Promise<MediaDownload> {
   const limit = MEDIA_LIMITS[type];
   if (limit === undefined) throw new Error(`No size limit for media type "${type}"`);
   let transient = false;
@@ -47,22 +65,57 @@ export async function downloadMedia(url: string, type: string, policy: UrlPolicy
       hint: 'Check that mediaUrl answers a GET with the file (2xx, no redirect) from the public internet.',
     });
   };
-  return refusalsAsFailures(
+  const retryable = (err: ApiError): boolean => err.code === 'DNS_UNAVAILABLE' || transient;
+  const res = await refusalsAsFailures(
     async () => {
-      let res: SafeResponse;
+      let res: SafeStreamResponse;
       try {
-        res = await requestMedia(url, 'GET', policy, { timeoutMs: MEDIA_DOWNLOAD_TIMEOUT_MS, maxBodyBytes: limit + 1 });
+        res = await safeStream(url, { method: 'GET', policy, field: 'mediaUrl', timeoutMs: MEDIA_DOWNLOAD_TIMEOUT_MS });
       } catch (err) {
         if (err instanceof SafeHttpError) throw failed(err.message, true);
         throw err;
       }
-      if (res.status < 200 || res.status >= 300) throw failed(`it answered HTTP ${res.status}`, res.status >= 500 || res.status === 429);
-      checkMediaSize(type, res.bytes.length, { atLeast: res.bytes.length > limit });
-      const declared = /^[\w.+-]+\/[\w.+-]+/.exec(String(res.headers['content-type'] ?? ''))?.[0].toLowerCase();
-      return { data: res.bytes, mimetype: declared ?? 'application/octet-stream' };
+      try {
+        refuseRedirect(res.status);
+        if (res.status < 200 || res.status >= 300) throw failed(`it answered HTTP ${res.status}`, res.status >= 500 || res.status === 429);
+        const length = Number(res.headers['content-length']);
+        if (Number.isFinite(length)) checkMediaSize(type, length);
+      } catch (err) {
+        res.cancel(); // the body of a refused answer is never read
+        throw err;
+      }
+      return res;
     },
-    { retryable: (err) => err.code === 'DNS_UNAVAILABLE' || transient },
+    { retryable },
   );
+
+  let failure: unknown;
+  async function* data(): AsyncGenerator<Buffer> {
+    let bytes = 0;
+    try {
+      for await (const chunk of res.body) {
+        bytes += chunk.length;
+        // Counted, not declared: a Content-Length that lied is caught here, before the chunk goes on.
+        checkMediaSize(type, bytes, { atLeast: true });
+        yield chunk;
+      }
+    } catch (err) {
+      failure = err instanceof SafeHttpError ? failed(err.message, true) : err;
+      if (failure instanceof ApiError) failure = toFailure(failure, { retryable: retryable(failure) });
+      throw failure;
+    } finally {
+      res.cancel();
+    }
+  }
+  const declared = /^[\w.+-]+\/[\w.+-]+/.exec(String(res.headers['content-type'] ?? ''))?.[0].toLowerCase();
+  return {
+    data: data(),
+    mimetype: declared ?? 'application/octet-stream',
+    close: res.cancel,
+    get failure() {
+      return failure;
+    },
+  };
 }
 
 /**

@@ -14,7 +14,7 @@ import { openInstanceConfig } from '../domain/instances';
 import type { Config } from '../domain/config';
 import { adapterFor, sendThroughProvider } from './providers';
 import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
-import { downloadMedia } from './media';
+import { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from './media';
 import { PROVIDER_RETRYABLE } from '../types/messaging';
 import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../types/messaging';
 
@@ -209,9 +209,11 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * (reconcileSend), which records the provider's answer on the row (domain/inbound.ts). A call
      * that got no answer (timeout, connection lost) may have been accepted too: same path.
      * Heartbeats while it runs (PROVIDER_SEND.heartbeatTimeout) so a dead worker is noticed fast.
-     * For a provider given media as bytes (a web gateway), the claimed attempt first downloads the
-     * file here (downloadMedia): the bytes go straight to the provider, never into the workflow's
-     * history, and a failed download marks the attempt failed (nothing was sent).
+     * For a provider given media as bytes (a web gateway), the claimed attempt downloads the file
+     * here (downloadMedia) while it uploads it, chunk by chunk: the bytes go straight to the
+     * provider, never whole into memory nor into the workflow's history, and a failed download
+     * (before or during the upload, which it then aborts) marks the attempt failed (nothing was
+     * sent). A retry downloads again.
      */
     async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string } & ContentRef): Promise<ProviderSendResult> {
       return withHeartbeat(async () => {
@@ -232,12 +234,18 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
         const { message } = await sendRequestOf(db, input);
         const outbound: OutboundMessage = { ...message, to: input.to, reference: input.reference };
         let sent: SentMessage;
+        let download: MediaDownload | undefined;
         try {
           if (outbound.mediaUrl && adapterFor(instance.provider).wantsMediaBytes) {
-            outbound.mediaFile = await downloadMedia(outbound.mediaUrl, outbound.type, { allowPrivate: config.allowPrivateUrls });
+            download = await downloadMedia(outbound.mediaUrl, outbound.type, { allowPrivate: config.allowPrivateUrls });
+            outbound.mediaFile = download;
           }
-          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(config.encryptionKeys!, instance.config) }, outbound, outbound.mediaFile ? { timeoutMs: MEDIA_SEND_TIMEOUT_MS } : {});
-        } catch (err) {
+          // A streamed file is downloaded while it is uploaded: the upload's deadline spans both.
+          const options = download ? { timeoutMs: MEDIA_DOWNLOAD_TIMEOUT_MS + MEDIA_SEND_TIMEOUT_MS } : {};
+          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(config.encryptionKeys!, instance.config) }, outbound, options);
+        } catch (thrown) {
+          // A download that failed mid-upload aborted it: the download's failure is the send's.
+          const err = download?.failure ?? thrown;
           const message = err instanceof Error ? err.message : String(err);
           if (mayHaveReachedProvider(err)) {
             // Stays `in_flight`: only the provider's status callback (or the window passing) settles it.
@@ -248,6 +256,8 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           if (!(err instanceof ProviderError)) throw err;
           if (err.retryable) throw ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);
           throw toFailure(new ApiError(FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message));
+        } finally {
+          download?.close();
         }
         // If this write fails the activity fails: the row stays `in_flight`, so the retry does not
         // call again and the status callback carrying the same message id settles it.

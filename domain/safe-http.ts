@@ -8,7 +8,8 @@ import { assertPublicUrl, isNeverAllowedAddress, LookupFn, UrlPolicy } from './u
  * SSRF: the URL passes assertPublicUrl, and the connection goes to the addresses that check
  * approved, never to a second DNS answer (a rebinding name cannot swap in 127.0.0.1 between the
  * check and the connect). Redirects are never followed: a 3xx is returned like any other status.
- * The whole exchange has one deadline; at most `maxBodyBytes` of the answer are kept.
+ * The whole exchange has one deadline; at most `maxBodyBytes` of the answer are kept (safeStream:
+ * the body read as it arrives, for a file too large to hold).
  *
  * Throws ApiError INVALID_URL (retrying cannot help) or DNS_UNAVAILABLE (it can) from the check,
  * and SafeHttpError for a request that got no complete answer.
@@ -112,14 +113,60 @@ const guardedLookup = lookupFrom(async (host) => {
 });
 
 export async function safeRequest(raw: string, request: SafeRequest): Promise<SafeResponse> {
+  const maxBodyBytes = request.maxBodyBytes ?? 4096;
+  const res = await safeStream(raw, request);
+  const chunks: Buffer[] = [];
+  let kept = 0;
+  try {
+    for await (const chunk of res.body) {
+      const part = chunk.subarray(0, maxBodyBytes - kept);
+      chunks.push(part);
+      kept += part.length;
+      // Enough to report: the rest is not read (a huge answer must not hold the worker).
+      if (kept >= maxBodyBytes && chunk.length > 0) break;
+    }
+  } finally {
+    res.cancel();
+  }
+  const bytes = Buffer.concat(chunks);
+  return {
+    status: res.status,
+    headers: res.headers,
+    bytes,
+    get body() {
+      return bytes.toString('utf8');
+    },
+  };
+}
+
+/** An answer whose body is read as it arrives (safeStream). */
+export interface SafeStreamResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  /**
+   * The body's chunks as they arrive, to read once: the server is read only as fast as they are
+   * taken. Throws SafeHttpError when the answer is cut off or the request's deadline passes.
+   */
+  body: AsyncIterable<Buffer>;
+  /** Stops reading (the rest is not downloaded; the connection closes). Harmless after the end. */
+  cancel(): void;
+}
+
+/**
+ * safeRequest for an answer too large to hold (a media file): the same check, pinned addresses,
+ * no redirects and one deadline for the whole exchange, the body included; it resolves at the
+ * answer's headers and the caller reads the body (`body`) or drops it (`cancel`).
+ */
+export async function safeStream(raw: string, request: Omit<SafeRequest, 'maxBodyBytes'>): Promise<SafeStreamResponse> {
   const { url, addresses } = await assertPublicUrl(raw, request.policy, { field: request.field, lookup: request.lookup });
   const protocol = url.protocol as 'http:' | 'https:';
-  const maxBodyBytes = request.maxBodyBytes ?? 4096;
   const transport = protocol === 'https:' ? https : http;
   const literal = url.hostname.startsWith('[') || /^\d+\.\d+\.\d+\.\d+$/.test(url.hostname);
+  const seconds = request.timeoutMs / 1000;
 
-  return new Promise<SafeResponse>((resolve, reject) => {
+  return new Promise<SafeStreamResponse>((resolve, reject) => {
     let written = false;
+    let answer: http.IncomingMessage | undefined;
     let settled = false;
     const fail = (err: SafeHttpError) => {
       if (settled) return;
@@ -135,43 +182,47 @@ export async function safeRequest(raw: string, request: SafeRequest): Promise<Sa
       // ALLOW_PRIVATE_URLS a name that did not resolve at check time is resolved now, guarded.
       ...(literal ? {} : { lookup: (addresses.length ? pinnedLookup(addresses) : guardedLookup) as unknown as typeof import('node:dns').lookup }),
     });
+    // One deadline for the whole exchange: before the answer it fails the request, after it the body.
     const timer = setTimeout(() => {
-      fail(new SafeHttpError(`no answer within ${request.timeoutMs / 1000} s`, { mayHaveArrived: written, code: 'TIMEOUT' }));
+      if (answer) {
+        answer.destroy(new SafeHttpError(`the answer did not finish within ${seconds} s`, { mayHaveArrived: true, code: 'TIMEOUT' }));
+        return;
+      }
+      fail(new SafeHttpError(`no answer within ${seconds} s`, { mayHaveArrived: written, code: 'TIMEOUT' }));
       req.destroy();
     }, request.timeoutMs);
     req.on('error', (err: NodeJS.ErrnoException) => {
+      // After the answer began, a broken connection surfaces in the body instead.
       const code = err.code;
       const words = (code && NETWORK_WORDS[code]) ?? err.message;
       fail(new SafeHttpError(code ? `${words} (${code})` : words, { mayHaveArrived: written && code !== 'ECONNREFUSED', code }));
     });
     req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      let kept = 0;
-      const done = () => {
-        if (settled) return;
-        settled = true;
+      if (settled) {
+        res.destroy();
+        return;
+      }
+      settled = true;
+      answer = res;
+      // Errors are kept for whoever reads the body; unread, they must not be unhandled.
+      res.on('error', () => undefined);
+      res.on('close', () => clearTimeout(timer));
+      const cancel = (): void => {
         clearTimeout(timer);
-        const bytes = Buffer.concat(chunks);
-        resolve({
-          status: res.statusCode ?? 0,
-          headers: res.headers,
-          bytes,
-          get body() {
-            return bytes.toString('utf8');
-          },
-        });
+        if (!res.complete) res.destroy();
       };
-      res.on('data', (chunk: Buffer) => {
-        chunks.push(chunk.subarray(0, maxBodyBytes - kept));
-        kept += Math.min(chunk.length, maxBodyBytes - kept);
-        if (kept >= maxBodyBytes && chunk.length > 0) {
-          // Enough to report: the rest is not read (a huge answer must not hold the worker).
-          done();
-          res.destroy();
+      async function* body(): AsyncGenerator<Buffer> {
+        try {
+          for await (const chunk of res as AsyncIterable<Buffer>) yield chunk;
+        } catch (err) {
+          if (err instanceof SafeHttpError) throw err;
+          const code = (err as NodeJS.ErrnoException).code;
+          throw new SafeHttpError(`the answer was cut off (${code ?? (err as Error).message})`, { mayHaveArrived: true, code });
+        } finally {
+          cancel();
         }
-      });
-      res.on('end', done);
-      res.on('error', (err: NodeJS.ErrnoException) => fail(new SafeHttpError(`the answer was cut off (${err.code ?? err.message})`, { mayHaveArrived: true, code: err.code })));
+      }
+      resolve({ status: res.statusCode ?? 0, headers: res.headers, body: body(), cancel });
     });
     req.on('finish', () => {
       written = true;

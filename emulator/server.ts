@@ -1,6 +1,7 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Server } from 'node:http';
 import { Readable } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
 import Koa from 'koa';
 import { koaBody } from 'koa-body';
 
@@ -14,7 +15,8 @@ import { koaBody } from 'koa-body';
  *   API enough to catch adapter bugs (error code 100 otherwise).
  * - "web" gateway (Evolution-API-like): `POST /message/sendText/{instance}` and
  *   `POST /message/sendMedia/{instance}` (header `apikey`); `media` is a URL or the file in
- *   base64 (raw or a `data:` URI), up to a 100 MB document's.
+ *   base64 (raw or a `data:` URI), up to a 100 MB document's, read as the body streams in: a
+ *   long base64 `media` is decoded, counted and hashed as it arrives, never held (readMediaBody).
  *
  * Control routes (state lives in this process; tests run files in parallel, so scripts are keyed
  * by recipient number and every test uses its own numbers)
@@ -264,7 +266,7 @@ function validateCloudBody(body: unknown): string | undefined {
   }
 }
 
-function validateWebBody(kind: 'sendText' | 'sendMedia', body: unknown): string[] {
+function validateWebBody(kind: 'sendText' | 'sendMedia', body: unknown, streamed?: StreamedMedia): string[] {
   if (!isObject(body)) return ['body must be a JSON object'];
   const problems: string[] = [];
   if (typeof body.number !== 'string' || !/^\d{8,20}$/.test(body.number)) problems.push('number must be the digits of a phone number');
@@ -272,7 +274,8 @@ function validateWebBody(kind: 'sendText' | 'sendMedia', body: unknown): string[
     if (!isText(body.text)) problems.push('text is required');
   } else {
     if (!['image', 'video', 'audio', 'document'].includes(String(body.mediatype))) problems.push('mediatype must be one of image, video, audio, document');
-    if (!isText(body.media) || (!/^https?:\/\//i.test(body.media) && base64Of(body.media) === undefined)) problems.push('Owned media must be a url or base64');
+    const mediaOk = streamed ? streamed.base64 : isText(body.media) && (/^https?:\/\//i.test(body.media) || base64Of(body.media) !== undefined);
+    if (!mediaOk) problems.push('Owned media must be a url or base64');
     if (body.mimetype !== undefined && typeof body.mimetype !== 'string') problems.push('mimetype must be a string');
     if (body.caption !== undefined && typeof body.caption !== 'string') problems.push('caption must be a string');
     if (body.fileName !== undefined && typeof body.fileName !== 'string') problems.push('fileName must be a string');
@@ -288,7 +291,12 @@ function base64Of(media: string): Buffer | undefined {
 }
 
 /** What a web sendMedia body carries as `media`, and the body as recorded (never the file itself). */
-function receivedMedia(body: unknown): { media?: EmulatorMedia; recorded: unknown } {
+function receivedMedia(body: unknown, streamed?: StreamedMedia): { media?: EmulatorMedia; recorded: unknown } {
+  if (streamed && isObject(body)) {
+    if (!streamed.base64) return { recorded: { ...body, media: '[not base64]' } };
+    const media: EmulatorMedia = { kind: 'base64', bytes: streamed.bytes, sha256: streamed.sha256, ...(typeof body.mimetype === 'string' ? { mimetype: body.mimetype } : {}) };
+    return { media, recorded: { ...body, media: `[base64, ${streamed.bytes} bytes]` } };
+  }
   if (!isObject(body) || !isText(body.media)) return { recorded: body };
   if (/^https?:\/\//i.test(body.media)) return { media: { kind: 'url', url: body.media }, recorded: body };
   const bytes = base64Of(body.media);
@@ -300,6 +308,175 @@ function receivedMedia(body: unknown): { media?: EmulatorMedia; recorded: unknow
     ...(typeof body.mimetype === 'string' ? { mimetype: body.mimetype } : {}),
   };
   return { media, recorded: { ...body, media: `[base64, ${bytes.length} bytes]` } };
+}
+
+/** A sendMedia `media` too long to hold, as it was read: not base64, or its decoded size and SHA-256. */
+interface StreamedMedia {
+  base64: boolean;
+  bytes: number;
+  sha256: string;
+}
+
+/** A `media` string up to this long is kept and parsed as it is; a longer one is streamed (StreamedMedia). */
+const MEDIA_HELD_CHARS = 64 * 1024;
+/** The rest of a sendMedia body (number, caption, ...) is small. */
+const MAX_SKELETON_CHARS = 1024 * 1024;
+
+/** Decodes base64 text as it arrives (any split), counting and hashing the bytes, never holding them. */
+class Base64Digest {
+  private readonly hash = createHash('sha256');
+  private pending = '';
+  private chars = 0;
+  private padding = 0;
+  bytes = 0;
+  valid = true;
+
+  feed(text: string): void {
+    if (!this.valid || text.length === 0) return;
+    let body = text;
+    if (this.padding > 0) body = '';
+    const eq = body.indexOf('=');
+    if (eq !== -1) body = body.slice(0, eq);
+    const pad = text.slice(body.length);
+    if (/[^A-Za-z0-9+/]/.test(body) || /[^=]/.test(pad) || this.padding + pad.length > 2) {
+      this.valid = false;
+      return;
+    }
+    this.padding += pad.length;
+    this.chars += body.length;
+    const all = this.pending + body;
+    const whole = all.length - (all.length % 4);
+    if (whole > 0) this.take(Buffer.from(all.slice(0, whole), 'base64'));
+    this.pending = all.slice(whole);
+  }
+
+  /** The result once the text ended: base64 only if its length (padding included) is a multiple of 4. */
+  end(): StreamedMedia {
+    if (this.valid && this.pending) this.take(Buffer.from(this.pending, 'base64'));
+    const base64 = this.valid && this.chars > 0 && (this.chars + this.padding) % 4 === 0;
+    return { base64, bytes: this.bytes, sha256: this.hash.digest('hex') };
+  }
+
+  private take(bytes: Buffer): void {
+    this.hash.update(bytes);
+    this.bytes += bytes.length;
+  }
+}
+
+/**
+ * Reads a sendMedia JSON body as it arrives, the way a gateway that stores uploads would: every
+ * member as JSON.parse gives it, except a long top-level `media` string (a file in base64, 134 MB
+ * for a 100 MB document), which is decoded, counted and hashed as it streams by and never held.
+ * Its place in the body then says `[streamed]`. Throws a 400 for a body that is not JSON.
+ */
+async function readMediaBody(req: AsyncIterable<Buffer>): Promise<{ body: unknown; streamed?: StreamedMedia }> {
+  const decoder = new StringDecoder('utf8');
+  let skeleton = '';
+  let depth = 0;
+  let inString = false;
+  let escaped = false;
+  let keyExpected = false;
+  let stringIsKey = false;
+  let key = '';
+  let lastKey = '';
+  // The `media` value: held while short (raw, for JSON.parse), then digested.
+  let inMedia = false;
+  let mediaEscaped = false;
+  let heldRaw = '';
+  let heldText = '';
+  let digest: Base64Digest | undefined;
+  let streamed: StreamedMedia | undefined;
+
+  const mediaText = (text: string, raw: string): void => {
+    if (digest) {
+      digest.feed(text);
+      return;
+    }
+    heldRaw += raw;
+    heldText += text;
+    if (heldRaw.length > MEDIA_HELD_CHARS) {
+      digest = new Base64Digest();
+      digest.feed(heldText.replace(/^data:[^,;]*;base64,/, ''));
+      heldRaw = heldText = '';
+    }
+  };
+  const endMedia = (): void => {
+    inMedia = false;
+    if (digest) {
+      streamed = digest.end();
+      skeleton += '"[streamed]"';
+    } else {
+      skeleton += `"${heldRaw}"`;
+    }
+  };
+
+  const scan = (text: string): void => {
+    let i = 0;
+    while (i < text.length) {
+      if (inMedia) {
+        if (mediaEscaped) {
+          const c = text[i];
+          mediaEscaped = false;
+          // Only `\/` can occur in base64; any other escape makes it not base64 (held text parses it).
+          mediaText(c === '/' ? '/' : '\u0000', `\\${c}`);
+          i += 1;
+          continue;
+        }
+        const quote = text.indexOf('"', i);
+        const backslash = text.indexOf('\\', i);
+        const stop = Math.min(quote === -1 ? text.length : quote, backslash === -1 ? text.length : backslash);
+        const part = text.slice(i, stop);
+        mediaText(part, part);
+        if (stop === text.length) return;
+        i = stop + 1;
+        if (stop === backslash) mediaEscaped = true;
+        else endMedia();
+        continue;
+      }
+      const c = text[i];
+      i += 1;
+      if (inString) {
+        skeleton += c;
+        if (escaped) escaped = false;
+        else if (c === '\\') escaped = true;
+        else if (c === '"') {
+          inString = false;
+          if (stringIsKey) lastKey = key;
+        } else if (stringIsKey && key.length < 64) key += c;
+        continue;
+      }
+      if (c === '"' && depth === 1 && !keyExpected && lastKey === 'media') {
+        inMedia = true;
+        continue;
+      }
+      skeleton += c;
+      if (skeleton.length > MAX_SKELETON_CHARS) throw Object.assign(new Error('request entity too large'), { status: 413 });
+      if (c === '"') {
+        inString = true;
+        stringIsKey = depth === 1 && keyExpected;
+        key = '';
+      } else if (c === '{' || c === '[') {
+        depth += 1;
+        keyExpected = depth === 1 && c === '{';
+      } else if (c === '}' || c === ']') {
+        depth -= 1;
+      } else if (depth === 1 && c === ':') {
+        keyExpected = false;
+      } else if (depth === 1 && c === ',') {
+        keyExpected = true;
+        lastKey = '';
+      }
+    }
+  };
+
+  for await (const chunk of req) scan(decoder.write(chunk));
+  scan(decoder.end());
+  try {
+    const body = JSON.parse(skeleton) as unknown;
+    return { body, ...(streamed ? { streamed } : {}) };
+  } catch {
+    throw Object.assign(new Error('invalid JSON, only supports object and array'), { status: 400 });
+  }
 }
 
 function fbtraceId(): string {
@@ -529,8 +706,18 @@ export function createEmulator(): Emulator {
     inboxes.set(name, list);
     ctx.body = { received: true };
   });
-  // A 100 MB document (WhatsApp's largest media) in base64 to sendMedia is about 134 MB of JSON.
-  app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: '140mb' }));
+  // A 100 MB document (WhatsApp's largest media) in base64 to sendMedia is about 134 MB of JSON:
+  // read as a stream, its file counted and hashed, never held (readMediaBody).
+  const jsonBody = koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: '1mb' });
+  app.use(async (ctx, next) => {
+    if (ctx.method === 'POST' && /^\/message\/sendMedia\/[^/]+$/.test(ctx.path) && ctx.is('json')) {
+      const { body, streamed } = await readMediaBody(ctx.req);
+      (ctx.request as { body?: unknown }).body = body;
+      ctx.state.streamedMedia = streamed;
+      return next();
+    }
+    return jsonBody(ctx, next);
+  });
 
   // Control routes.
   app.use(async (ctx, next) => {
@@ -783,7 +970,8 @@ export function createEmulator(): Emulator {
     const to = isObject(body) ? digitsOf(body.number) : '';
     const type = kind === 'sendText' ? 'text' : isObject(body) && typeof body.mediatype === 'string' ? body.mediatype : undefined;
     const auth = ctx.get('apikey') ? 'apikey' : 'none';
-    const { media, recorded } = kind === 'sendMedia' ? receivedMedia(body) : { media: undefined, recorded: body };
+    const streamed = ctx.state.streamedMedia as StreamedMedia | undefined;
+    const { media, recorded } = kind === 'sendMedia' ? receivedMedia(body, streamed) : { media: undefined, recorded: body };
     const base = { api: 'web' as const, phoneNumberId: instance, to, type, body: recorded, auth, ...(media ? { media } : {}) } as const;
     const gatewayError = (status: number, message: unknown[]): void => {
       ctx.status = status;
@@ -797,7 +985,7 @@ export function createEmulator(): Emulator {
       gatewayError(401, ['Unauthorized']);
       return;
     }
-    const problems = validateWebBody(kind, body);
+    const problems = validateWebBody(kind, body, streamed);
     if (problems.length > 0) {
       record({ ...base, status: 400, outcome: 'invalid' });
       gatewayError(400, problems);

@@ -3,16 +3,19 @@
  * error mapping, the "web" gateway style, and the emulator's control API. Every test uses its own
  * recipient numbers (other files run in parallel against the same emulator).
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import fc from 'fast-check';
 import {
+  MAX_ANSWER_BYTES,
   OutboundMessage,
   ProviderConnection,
   ProviderError,
   adapterFor,
   classifyCloudError,
   cloudAdapter,
+  excerpt,
   sendThroughProvider,
   webAdapter,
 } from '../activities/providers';
@@ -473,6 +476,128 @@ describe('web gateway adapter', () => {
     const eb = await failure(webAdapter.send(web, msg(b)));
     expect([eb.failure, eb.retryable]).toEqual(['REJECTED', false]);
     expect(await callsTo(b)).toHaveLength(1);
+  });
+});
+
+describe('bounded answers and streamed media', () => {
+  /** A provider at a local address; `answer` writes every answer. */
+  async function provider(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<{ url: string; closed: () => number; close: () => Promise<void> }> {
+    let closed = 0;
+    const server = http.createServer((req, res) => {
+      res.on('close', () => (closed += 1));
+      req.resume();
+      req.on('end', () => answer(req, res));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      closed: () => closed,
+      close: async () => {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      },
+    };
+  }
+
+  /** The excerpt as it was (a regex), the reference for what an excerpt says. */
+  const regexExcerpt = (text: string, max = 200): string => {
+    const flat = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
+    return flat.length > max ? `${flat.slice(0, max)}…` : flat;
+  };
+
+  test('excerpt: an HTML page\'s words in one line, the same as the regex it replaced', () => {
+    expect(excerpt('<html><body><h1>502 Bad Gateway</h1>\n  <p>nginx</p></body></html>')).toBe('502 Bad Gateway nginx');
+    expect(excerpt('a < b and c > d')).toBe('a d');
+    expect(excerpt('x <<< y')).toBe('x <<< y');
+    expect(excerpt('é'.repeat(300))).toBe(`${'é'.repeat(200)}…`);
+    fc.assert(
+      fc.property(fc.string({ unit: fc.constantFrom('<', '>', 'a', 'b', ' ', '\n', '\t'), maxLength: 300 }), fc.integer({ min: 1, max: 250 }), (text, max) => {
+        expect(excerpt(text, max)).toBe(regexExcerpt(text, max));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('excerpt: linear time on text full of `<` without `>` (milliseconds for a megabyte)', () => {
+    // Quadratic, 20 000 characters took the regex seconds: checked first, so the old code fails here instead of hanging.
+    let started = performance.now();
+    expect(excerpt('<'.repeat(20_000))).toBe(`${'<'.repeat(200)}…`);
+    expect(performance.now() - started).toBeLessThan(50);
+    started = performance.now();
+    expect(excerpt(`${'<a'.repeat(500_000)}`)).toHaveLength(201);
+    expect(excerpt(`${' '.repeat(1_000_000)}<`)).toBe('<');
+    expect(performance.now() - started).toBeLessThan(200);
+  });
+
+  test(`an endless answer: at most ${MAX_ANSWER_BYTES / 1024} KiB read, the connection closed, the error still says what the provider answered`, async () => {
+    // A 400 whose body never ends: only a capped reader returns before the send's timeout.
+    const hostile = await provider((_req, res) => {
+      res.writeHead(400, { 'content-type': 'text/html' });
+      const chunk = '<'.repeat(16 * 1024);
+      const pump = (): void => {
+        while (res.write(chunk));
+        res.once('drain', pump);
+      };
+      pump();
+    });
+    try {
+      const started = Date.now();
+      const err = await failure(cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: hostile.url } }, msg(phone()), { timeoutMs: 5000 }));
+      expect(Date.now() - started).toBeLessThan(2000);
+      expect([err.failure, err.retryable, err.httpStatus]).toEqual(['REJECTED', false, 400]);
+      expect(err.message).toContain(`WhatsApp said (HTTP 400): ${'<'.repeat(200)}…`);
+      // The reader stopped and closed the connection while the provider was still writing.
+      for (const deadline = Date.now() + 5000; hostile.closed() === 0 && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(hostile.closed()).toBe(1);
+    } finally {
+      await hostile.close();
+    }
+  });
+
+  test('a JSON error is cut short in the message, after the token was redacted from it', async () => {
+    const long = await provider((req, res) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: `${'x'.repeat(498)}${String(req.headers.authorization)}`, code: 100 } }));
+    });
+    try {
+      const err = await failure(cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: long.url } }, msg(phone())));
+      expect(err.message).toContain(`${'x'.repeat(498)}Be…`);
+      expect(err.message.length).toBeLessThan(1000);
+    } finally {
+      await long.close();
+    }
+  });
+
+  test('media as it arrives: base64 across chunks of any size, the whole file at the gateway', async () => {
+    const to = phone();
+    const file = randomBytes(200_003);
+    // Chunk sizes 1..7 then larger: every offset modulo 3 crosses a chunk boundary.
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      let at = 0;
+      for (let size = 1; at < file.length; size = size < 7 ? size + 1 : 65_537) {
+        yield new Uint8Array(file.subarray(at, at + size));
+        at += size;
+      }
+    }
+    const result = await webAdapter.send(web, { type: 'document', to, reference: 'w', mediaUrl: 'https://cdn.example.com/a.bin', fileName: 'a.bin', mediaFile: { data: chunks(), mimetype: 'application/octet-stream' } });
+    const [call] = await callsTo(to);
+    expect(call).toMatchObject({ status: 201, media: { kind: 'base64', bytes: file.length, sha256: createHash('sha256').update(file).digest('hex') } });
+    expect(call.body).toEqual({ number: to, mediatype: 'document', mimetype: 'application/octet-stream', fileName: 'a.bin', media: `[base64, ${file.length} bytes]` });
+    expect(result.providerMessageId).toBe(call.messageId);
+  });
+
+  test('a file whose download fails mid-upload: the upload is aborted, final, nothing sent, the download\'s error as the cause', async () => {
+    const to = phone();
+    const broken = new Error('the download broke');
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      yield randomBytes(100_000);
+      throw broken;
+    }
+    const err = await failure(webAdapter.send(web, { type: 'image', to, reference: 'w', mediaUrl: 'https://cdn.example.com/a.png', mediaFile: { data: chunks(), mimetype: 'image/png' } }));
+    expect([err.failure, err.retryable, err.mayHaveReached]).toEqual(['REJECTED', false, false]);
+    expect(err.cause).toBe(broken);
+    expect(err.message).toMatch(/nothing was sent.*the download broke/);
+    expect(await callsTo(to)).toHaveLength(0);
   });
 });
 

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { safeRequest, SafeHttpError } from '../domain/safe-http';
+import { safeRequest, safeStream, SafeHttpError } from '../domain/safe-http';
 import type { LookupFn } from '../domain/url-safety';
 
 /** A real local server; every request it sees is recorded. */
@@ -18,6 +18,18 @@ beforeAll(async () => {
         res.writeHead(302, { location: 'http://127.0.0.1:1/elsewhere' }).end();
       } else if (req.url === '/big') {
         res.writeHead(200, { 'content-type': 'text/plain' }).end('x'.repeat(100_000));
+      } else if (req.url === '/endless') {
+        // Headers and a first chunk at once, then more for as long as anyone reads.
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        const chunk = Buffer.alloc(64 * 1024);
+        const pump = (): void => {
+          while (res.write(chunk));
+          res.once('drain', pump);
+        };
+        res.on('close', () => seen.push({ method: 'closed', url: req.url, body: '' }));
+        pump();
+      } else if (req.url === '/stalls') {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' }).write('first part');
       } else if (req.url === '/slow') {
         const timer = setTimeout(() => res.writeHead(200).end('late'), 2000);
         res.on('close', () => clearTimeout(timer));
@@ -87,5 +99,39 @@ describe('safeRequest', () => {
     const err = await safeRequest(`http://127.0.0.1:${freePort}/`, { method: 'POST', body: '{}', timeoutMs: 2000, policy: DEV, field: 'url' }).catch((e) => e);
     expect(err).toBeInstanceOf(SafeHttpError);
     expect(err).toMatchObject({ code: 'ECONNREFUSED', mayHaveArrived: false });
+  });
+});
+
+describe('safeStream', () => {
+  it('the same checks: a name that resolves to a private address is refused before connecting (strict policy)', async () => {
+    const lookup: LookupFn = async () => [{ address: '127.0.0.1', family: 4 }];
+    await expect(safeStream(`https://looks-public.example.com:${port}/endless`, { method: 'GET', timeoutMs: 5000, policy: STRICT, field: 'mediaUrl', lookup })).rejects.toMatchObject({
+      code: 'INVALID_URL',
+    });
+    expect(seen).toHaveLength(0);
+  });
+
+  it('answers at the headers; the body is read as it is taken, and cancel closes the connection', async () => {
+    const res = await safeStream(`http://127.0.0.1:${port}/endless`, { method: 'GET', timeoutMs: 5000, policy: DEV, field: 'mediaUrl' });
+    expect(res.status).toBe(200);
+    let read = 0;
+    for await (const chunk of res.body) {
+      read += chunk.length;
+      if (read >= 256 * 1024) break;
+    }
+    res.cancel();
+    for (const deadline = Date.now() + 5000; !seen.some((s) => s.method === 'closed') && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(seen.map((s) => s.method)).toEqual(['GET', 'closed']);
+  });
+
+  it('one deadline for the whole exchange: a body that stops arriving fails the read with TIMEOUT', async () => {
+    const res = await safeStream(`http://127.0.0.1:${port}/stalls`, { method: 'GET', timeoutMs: 500, policy: DEV, field: 'mediaUrl' });
+    const parts: string[] = [];
+    const err = await (async () => {
+      for await (const chunk of res.body) parts.push(chunk.toString());
+    })().catch((e) => e);
+    expect(parts).toEqual(['first part']);
+    expect(err).toBeInstanceOf(SafeHttpError);
+    expect(err).toMatchObject({ code: 'TIMEOUT', message: 'the answer did not finish within 0.5 s' });
   });
 });

@@ -27,8 +27,10 @@ export const PROVIDER_SEND: ActivityOptions = {
 
 /**
  * The provider call of a media message: PROVIDER_SEND with room for a web gateway's share of it,
- * the download of the file (60 s, MEDIA_DOWNLOAD_TIMEOUT_MS) and its upload to the gateway (60 s,
- * MEDIA_SEND_TIMEOUT_MS). Same heartbeat, so a dead worker is still noticed within seconds.
+ * the download of the file (60 s, MEDIA_DOWNLOAD_TIMEOUT_MS) streamed into its upload to the
+ * gateway as it arrives (the upload's deadline, the sum of MEDIA_DOWNLOAD_TIMEOUT_MS and
+ * MEDIA_SEND_TIMEOUT_MS: 120 s, covers both). Same
+ * heartbeat, so a dead worker is still noticed within seconds.
  */
 export const PROVIDER_SEND_MEDIA: ActivityOptions = { ...PROVIDER_SEND, startToCloseTimeout: '150 seconds' };
 

@@ -6,6 +6,7 @@ import {
   ProviderFailure,
   SendOptions,
   SendResult,
+  clip,
   excerpt,
   postJson,
   redactSecrets,
@@ -127,7 +128,8 @@ function buildBody(message: OutboundMessage): Record<string, unknown> {
   return body;
 }
 
-function failureMessage(failure: ProviderFailure, status: number, error: GraphError | undefined, rawText: string): string {
+/** `scrub` redacts the secrets from the provider's words before they are cut short (a cut secret would escape redaction). */
+function failureMessage(failure: ProviderFailure, status: number, error: GraphError | undefined, rawText: string, scrub: (text: string) => string): string {
   const code = asCode(error?.code);
   const subcode = asCode(error?.error_subcode);
   let explanation = EXPLANATION[failure];
@@ -144,10 +146,10 @@ function failureMessage(failure: ProviderFailure, status: number, error: GraphEr
   if (code !== undefined) parts.push(`code ${code}${subcode !== undefined ? `/${subcode}` : ''}`);
   parts.push(`HTTP ${status}`);
   let said = '';
-  if (error && typeof error.message === 'string') said = error.message;
-  else if (rawText) said = excerpt(rawText);
-  const details = typeof error?.error_data?.details === 'string' ? error.error_data.details : '';
-  const trace = typeof error?.fbtrace_id === 'string' ? ` [fbtrace_id ${error.fbtrace_id}]` : '';
+  if (error && typeof error.message === 'string') said = clip(scrub(error.message));
+  else if (rawText) said = excerpt(scrub(rawText));
+  const details = typeof error?.error_data?.details === 'string' ? clip(scrub(error.error_data.details)) : '';
+  const trace = typeof error?.fbtrace_id === 'string' ? ` [fbtrace_id ${clip(scrub(error.fbtrace_id), 100)}]` : '';
   const provider = [said, details].filter(Boolean).join(' — ');
   return `Send failed: ${explanation}. WhatsApp said (${parts.join(', ')})${provider ? `: ${provider}` : ''}${trace}`;
 }
@@ -163,6 +165,7 @@ export const cloudAdapter: ProviderAdapter = {
       throw new ProviderError('REJECTED', `The Cloud API instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`);
     }
     const secrets = [accessToken];
+    const scrub = (text: string): string => redactSecrets(text, secrets);
     const url = `${baseUrl!.replace(/\/+$/, '')}/${encodeURIComponent(apiVersion)}/${encodeURIComponent(phoneNumberId!)}/messages`;
     const body = buildBody(message);
     const answer = await postJson(url, {
@@ -180,7 +183,7 @@ export const cloudAdapter: ProviderAdapter = {
         // The message may have gone out: not retryable, so it cannot be sent twice.
         throw new ProviderError(
           'REJECTED',
-          redactSecrets(`The WhatsApp Cloud API answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(answer.text)}`, secrets),
+          redactSecrets(`The WhatsApp Cloud API answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`, secrets),
           { retryable: false, httpStatus: answer.status },
         );
       }
@@ -191,7 +194,7 @@ export const cloudAdapter: ProviderAdapter = {
     const error = (answer.json as { error?: GraphError } | undefined)?.error;
     const code = asCode(error?.code);
     const failure = classifyCloudError(answer.status, code);
-    throw new ProviderError(failure, redactSecrets(failureMessage(failure, answer.status, error, answer.text), secrets), {
+    throw new ProviderError(failure, redactSecrets(failureMessage(failure, answer.status, error, answer.text, scrub), secrets), {
       providerCode: code,
       httpStatus: answer.status,
     });

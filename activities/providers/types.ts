@@ -1,3 +1,5 @@
+import http from 'node:http';
+import https from 'node:https';
 import { NETWORK_WORDS } from '../../domain/safe-http';
 import type { MessageContent } from '../../types/messaging';
 /**
@@ -21,7 +23,11 @@ export interface OutboundMessage extends MessageContent {
 }
 
 export interface MediaFile {
-  data: Buffer;
+  /**
+   * The file: whole, or its chunks as they are downloaded (activities/media.ts), which the
+   * adapter passes on as they arrive and can read only once (a retried send downloads again).
+   */
+  data: Buffer | AsyncIterable<Uint8Array>;
   /** From the answer's Content-Type (`type/subtype` only), else application/octet-stream. */
   mimetype: string;
 }
@@ -73,9 +79,9 @@ export class ProviderError extends Error {
   constructor(
     failure: ProviderFailure,
     message: string,
-    options: { retryable?: boolean; providerCode?: number; httpStatus?: number; mayHaveReached?: boolean } = {},
+    options: { retryable?: boolean; providerCode?: number; httpStatus?: number; mayHaveReached?: boolean; cause?: unknown } = {},
   ) {
-    super(message);
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'ProviderError';
     this.failure = failure;
     this.retryable = options.retryable ?? (failure === 'THROTTLED' || failure === 'UNAVAILABLE');
@@ -89,6 +95,14 @@ export class ProviderError extends Error {
 export const DEFAULT_SEND_TIMEOUT_MS = 10_000;
 /** The same for a send that carries the file itself (base64: a 100 MB document is a 134 MB body). */
 export const MEDIA_SEND_TIMEOUT_MS = 60_000;
+
+/**
+ * How much of a provider's answer is read. Real answers are far smaller (a Cloud API error or a
+ * gateway's answer to sendMedia is under 2 KiB), and 64 KiB still holds any HTML error page's
+ * first words; a hostile or broken provider's megabytes stop here, the connection closed, so an
+ * answer costs the worker at most 64 KiB and well under a millisecond to parse.
+ */
+export const MAX_ANSWER_BYTES = 64 * 1024;
 
 export interface SendOptions {
   /** Abort the HTTP call after this many milliseconds (default DEFAULT_SEND_TIMEOUT_MS). */
@@ -125,11 +139,112 @@ export function redactSecrets(text: string, secrets: Array<string | undefined>):
 
 export interface HttpAnswer {
   status: number;
+  /** The answer's first MAX_ANSWER_BYTES, as text. */
   text: string;
-  /** The parsed body when it is JSON, else undefined. */
+  /** The parsed body when it is JSON (and whole), else undefined. */
   json: unknown;
+  /** The answer was longer than MAX_ANSWER_BYTES: the rest was not read. */
+  truncated: boolean;
 }
 
+/**
+ * A JSON body sent as it is produced, for one too large to hold (a file in base64): its encoded
+ * parts in order. A part that throws aborts the request: postJson throws a final ProviderError
+ * (the provider got an incomplete body, so nothing was sent) whose `cause` is that error.
+ */
+export interface JsonStream {
+  parts: AsyncIterable<Uint8Array>;
+}
+
+/**
+ * Reads at most `max` bytes of a body, then stops (leaving the loop cancels a web stream and
+ * destroys a Node one, so the rest is never downloaded).
+ */
+async function readCapped(body: AsyncIterable<Uint8Array> | null, max: number): Promise<{ bytes: Buffer; truncated: boolean }> {
+  const chunks: Uint8Array[] = [];
+  let kept = 0;
+  let truncated = false;
+  for await (const chunk of body ?? []) {
+    if (chunk.length > max - kept) {
+      chunks.push(chunk.subarray(0, max - kept));
+      kept = max;
+      truncated = true;
+      break;
+    }
+    chunks.push(chunk);
+    kept += chunk.length;
+  }
+  return { bytes: Buffer.concat(chunks, kept), truncated };
+}
+
+/** An answer's status and headers, its body still to read (at most MAX_ANSWER_BYTES) or drop. */
+interface Exchange {
+  status: number;
+  location: string | null;
+  body: AsyncIterable<Uint8Array> | null;
+  cancel(): void;
+}
+
+/**
+ * A POST whose body is written as `parts` yields it, one part at a time as the connection takes
+ * it (so a slow provider slows the source too). Node's http, not fetch: fetch (undici 6) kept
+ * every part of a streamed request body until the request was collected, a 100 MB file's worth.
+ * `on.failed` gets a part's error (the request is then destroyed), `on.ended` says the whole
+ * body was handed to the connection. Never follows a redirect (http.request does not).
+ */
+function streamedPost(
+  url: URL,
+  headers: Record<string, string>,
+  parts: AsyncIterator<Uint8Array>,
+  signal: AbortSignal,
+  on: { failed: (err: unknown) => void; ended: () => void },
+): Promise<Exchange> {
+  return new Promise<Exchange>((resolve, reject) => {
+    const transport = url.protocol === 'https:' ? https : http;
+    const req = transport.request(url, { method: 'POST', headers, signal });
+    req.on('error', reject); // once answered, a broken connection surfaces in the body instead
+    req.on('response', (res) => {
+      res.on('error', () => undefined); // kept for whoever reads the body
+      resolve({ status: res.statusCode ?? 0, location: res.headers.location ?? null, body: res, cancel: () => res.destroy() });
+    });
+    const writable = (): Promise<void> =>
+      new Promise((done) => {
+        const go = (): void => {
+          req.off('drain', go);
+          req.off('close', go);
+          done();
+        };
+        req.on('drain', go);
+        req.on('close', go);
+      });
+    void (async () => {
+      try {
+        for (;;) {
+          if (req.destroyed) return;
+          const next = await parts.next();
+          if (next.done) break;
+          if (!req.write(next.value)) await writable();
+        }
+        on.ended();
+        req.end();
+      } catch (err) {
+        on.failed(err);
+        req.destroy();
+      }
+    })();
+  });
+}
+
+/** The same exchange through fetch, for a body held whole. */
+async function fetchedPost(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<Exchange> {
+  const res = await fetch(url, { method: 'POST', headers, body, redirect: 'manual', signal });
+  return {
+    status: res.status,
+    location: res.headers.get('location'),
+    body: res.body as AsyncIterable<Uint8Array> | null,
+    cancel: () => void res.body?.cancel().catch(() => undefined),
+  };
+}
 
 function networkErrorCode(err: unknown): string | undefined {
   return (err as { cause?: { code?: string } })?.cause?.code ?? (err as { code?: string })?.code;
@@ -147,14 +262,15 @@ function describeNetworkError(err: unknown): string {
 }
 
 /**
- * POSTs a JSON body. Never follows a redirect (it would carry the credentials elsewhere and
- * hides a misconfigured base URL): a 3xx is REJECTED. Timeouts (the whole exchange, body
- * included) and network errors are UNAVAILABLE. Any other status is returned for the adapter
- * to classify.
+ * POSTs a JSON body (`body`, or `stream` for one sent as it is produced). Never follows a redirect
+ * (it would carry the credentials elsewhere and hides a misconfigured base URL): a 3xx is
+ * REJECTED. Timeouts (the whole exchange, body included) and network errors are UNAVAILABLE.
+ * Reads at most MAX_ANSWER_BYTES of the answer. Any other status is returned for the adapter to
+ * classify.
  */
 export async function postJson(
   url: string,
-  init: { headers: Record<string, string>; body: unknown; timeoutMs?: number; service: string; secrets: Array<string | undefined> },
+  init: { headers: Record<string, string>; body?: unknown; stream?: JsonStream; timeoutMs?: number; service: string; secrets: Array<string | undefined> },
 ): Promise<HttpAnswer> {
   let parsed: URL;
   try {
@@ -174,26 +290,36 @@ export async function postJson(
     controller.abort();
   }, timeoutMs);
   const scrub = (text: string): string => redactSecrets(text, init.secrets);
+  // A streamed body whose source failed: that failure is the send's (the provider got half a body).
+  let sourceFailure: { error: unknown } | undefined;
+  // Until the whole body is written, the provider cannot have accepted anything.
+  let bodyWhole = !init.stream;
+  const parts = init.stream?.parts[Symbol.asyncIterator]();
+  const headers = { 'content-type': 'application/json', accept: 'application/json', ...init.headers };
+  let exchange: Exchange | undefined;
   try {
-    const res = await fetch(parsed, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json', ...init.headers },
-      body: JSON.stringify(init.body),
-      redirect: 'manual',
-      signal: controller.signal,
-    });
+    const res = (exchange = parts
+      ? await streamedPost(parsed, headers, parts, controller.signal, {
+          failed: (error) => {
+            sourceFailure = { error };
+            controller.abort();
+          },
+          ended: () => {
+            bodyWhole = true;
+          },
+        })
+      : await fetchedPost(parsed, headers, JSON.stringify(init.body), controller.signal));
     if (res.status >= 300 && res.status < 400) {
-      const location = res.headers.get('location');
       let target = '';
-      if (location) {
+      if (res.location) {
         try {
-          const to = new URL(location, parsed);
+          const to = new URL(res.location, parsed);
           target = ` to ${to.host}${to.pathname}`;
         } catch {
           target = '';
         }
       }
-      await res.body?.cancel().catch(() => undefined);
+      res.cancel();
       throw new ProviderError(
         'REJECTED',
         scrub(
@@ -202,37 +328,79 @@ export async function postJson(
         { httpStatus: res.status },
       );
     }
-    const text = await res.text();
+    const { bytes, truncated } = await readCapped(res.body, MAX_ANSWER_BYTES);
+    const text = bytes.toString('utf8');
     let json: unknown;
     try {
-      json = text ? JSON.parse(text) : undefined;
+      json = text && !truncated ? JSON.parse(text) : undefined;
     } catch {
       json = undefined;
     }
-    return { status: res.status, text, json };
+    return { status: res.status, text, json, truncated };
   } catch (err) {
+    if (sourceFailure) {
+      const cause = sourceFailure.error;
+      throw new ProviderError('REJECTED', scrub(`The body for ${init.service} at ${where} could not be produced, so the request was aborted (nothing was sent): ${cause instanceof Error ? cause.message : String(cause)}`), {
+        retryable: false,
+        cause,
+      });
+    }
     if (err instanceof ProviderError) throw err;
     if (timedOut) {
       throw new ProviderError(
         'UNAVAILABLE',
         `${init.service} at ${where} did not answer within ${(timeoutMs / 1000).toLocaleString('en-US')} s (temporary; trying again can help)`,
-        { mayHaveReached: true },
+        { mayHaveReached: bodyWhole },
       );
     }
     const code = networkErrorCode(err);
     throw new ProviderError('UNAVAILABLE', scrub(`Could not reach ${init.service} at ${where}: ${describeNetworkError(err)} (temporary; trying again can help)`), {
-      mayHaveReached: !(code && NEVER_CONNECTED.has(code)),
+      mayHaveReached: bodyWhole && !(code && NEVER_CONNECTED.has(code)),
     });
   } finally {
     clearTimeout(timer);
+    // Whatever happened, a streamed body not written whole (an early answer, a failure) stops:
+    // the connection closes and the source (a download) is told to stop, not awaited (a source
+    // waiting for its network gives up on its own deadline).
+    if (parts && !bodyWhole) {
+      exchange?.cancel();
+      void parts.return?.()?.catch(() => undefined);
+    }
   }
 }
 
-/** A short, single-line excerpt of a non-JSON answer, for error messages. */
+/**
+ * A short, single-line excerpt of a non-JSON answer, for error messages: an HTML error page's
+ * words (its tags dropped), whitespace collapsed, at most `max` characters. One pass over the
+ * text, stopping once `max` characters are out: linear whatever the text (a `<` never closed
+ * stays as it is, as it did when this was a regex, which took quadratic time on such text).
+ */
 export function excerpt(text: string, max = 200): string {
-  const flat = text
-    .replace(/<[^>]*>/g, ' ') // an HTML error page: keep its words
-    .replace(/\s+/g, ' ')
-    .trim();
-  return flat.length > max ? `${flat.slice(0, max)}…` : flat;
+  let out = '';
+  let gap = false; // whitespace or a tag since the last character kept
+  let close = -2; // the next `>` at or after the current `<` (-1: there is none left)
+  for (let i = 0; i < text.length && out.length <= max; i++) {
+    const c = text[i];
+    if (c === '<' && close !== -1) {
+      if (close < i) close = text.indexOf('>', i);
+      if (close !== -1) {
+        gap = true;
+        i = close;
+        continue;
+      }
+    }
+    if (/\s/.test(c)) {
+      gap = true;
+      continue;
+    }
+    if (gap && out) out += ' ';
+    gap = false;
+    out += c;
+  }
+  return out.length > max ? `${out.slice(0, max)}…` : out;
+}
+
+/** A provider's own words (a JSON error's message), cut to `max` characters for an error message. */
+export function clip(text: string, max = 500): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
 }

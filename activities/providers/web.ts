@@ -1,10 +1,12 @@
 import {
+  JsonStream,
   OutboundMessage,
   ProviderAdapter,
   ProviderConnection,
   ProviderError,
   SendOptions,
   SendResult,
+  clip,
   excerpt,
   postJson,
   redactSecrets,
@@ -19,7 +21,8 @@ import { digitsOfPersonJid } from '../../domain/phone';
  * - `POST {baseUrl}/message/sendMedia/{instanceName}` `{ number, mediatype, mimetype, media, caption?, fileName? }`,
  *   `media` being the file in base64: the gateway accepts a URL too, but it would fetch that URL
  *   from its own network (internal addresses, no rebinding defence), so it is only ever given the
- *   bytes the worker downloaded through the pinned client (`mediaFile`).
+ *   bytes the worker downloads through the pinned client (`mediaFile`), streamed into the body
+ *   as they arrive (mediaBody).
  * - header `apikey: <accessToken>`; answer `{ key: { id, remoteJid } }`.
  *
  * No 24-hour window and no templates (a web session cannot send WhatsApp Business templates).
@@ -29,8 +32,11 @@ const SERVICE = 'WhatsApp web gateway';
 
 type GatewayError = { status?: unknown; error?: unknown; message?: unknown; response?: { message?: unknown } };
 
-/** Flattens the gateway's `response.message` (a string, or an array of strings/objects). */
-function gatewaySaid(json: unknown, text: string): { said: string; notOnWhatsApp: boolean } {
+/**
+ * Flattens the gateway's `response.message` (a string, or an array of strings/objects), cut short
+ * after `scrub` redacted the secrets (a cut secret would escape redaction).
+ */
+function gatewaySaid(json: unknown, text: string, scrub: (text: string) => string): { said: string; notOnWhatsApp: boolean } {
   const body = json as GatewayError | undefined;
   const raw = body?.response?.message ?? body?.message ?? body?.error;
   const items = Array.isArray(raw) ? raw : raw === undefined ? [] : [raw];
@@ -47,8 +53,30 @@ function gatewaySaid(json: unknown, text: string): { said: string; notOnWhatsApp
     }
     return String(item);
   });
-  const said = words.join('; ') || (json === undefined ? excerpt(text) : '');
+  const said = clip(scrub(words.join('; '))) || (json === undefined ? excerpt(scrub(text)) : '');
   return { said, notOnWhatsApp };
+}
+
+/**
+ * The sendMedia body as a stream: the JSON of `fields` with `media` last, the file's base64
+ * written as its chunks arrive (3 bytes make 4 characters, so a chunk's last 1 or 2 bytes wait
+ * for the next), so a 100 MB document never sits whole in memory, raw or encoded.
+ */
+function mediaBody(fields: Record<string, unknown>, data: Buffer | AsyncIterable<Uint8Array>): JsonStream {
+  const json = JSON.stringify({ ...fields, media: '' }); // ends with "media":""}
+  async function* parts(): AsyncGenerator<Uint8Array> {
+    yield Buffer.from(json.slice(0, -2));
+    let carry = Buffer.alloc(0);
+    for await (const chunk of Buffer.isBuffer(data) ? [data] : data) {
+      const bytes = carry.length > 0 ? Buffer.concat([carry, chunk]) : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+      const whole = bytes.length - (bytes.length % 3);
+      if (whole > 0) yield Buffer.from(bytes.subarray(0, whole).toString('base64'), 'latin1');
+      carry = Buffer.from(bytes.subarray(whole)); // a copy: the chunk itself is not kept
+    }
+    if (carry.length > 0) yield Buffer.from(carry.toString('base64'), 'latin1');
+    yield Buffer.from('"}');
+  }
+  return { parts: parts() };
 }
 
 /** A document's name when none was given: the URL path's last segment (what the gateway took from a URL). */
@@ -83,7 +111,8 @@ export const webAdapter: ProviderAdapter = {
     if (!number) throw new ProviderError('REJECTED', `"${message.to}" is not a phone number (nothing was sent)`);
 
     let path: string;
-    let body: Record<string, unknown>;
+    let body: Record<string, unknown> | undefined;
+    let stream: JsonStream | undefined;
     if (message.type === 'text') {
       if (!message.text) throw new ProviderError('REJECTED', 'Cannot send a text message without its text (nothing was sent)');
       path = 'sendText';
@@ -95,26 +124,29 @@ export const webAdapter: ProviderAdapter = {
       }
       const fileName = message.type === 'document' ? (message.fileName ?? fileNameOf(message.mediaUrl)) : undefined;
       path = 'sendMedia';
-      body = {
-        number,
-        mediatype: message.type,
-        mimetype: message.mediaFile.mimetype,
-        media: message.mediaFile.data.toString('base64'),
-        ...(message.caption && message.type !== 'audio' ? { caption: message.caption } : {}),
-        ...(fileName ? { fileName } : {}),
-      };
+      stream = mediaBody(
+        {
+          number,
+          mediatype: message.type,
+          mimetype: message.mediaFile.mimetype,
+          ...(message.caption && message.type !== 'audio' ? { caption: message.caption } : {}),
+          ...(fileName ? { fileName } : {}),
+        },
+        message.mediaFile.data,
+      );
     }
 
     const secrets = [accessToken];
+    const scrub = (text: string): string => redactSecrets(text, secrets);
     const url = `${baseUrl!.replace(/\/+$/, '')}/message/${path}/${encodeURIComponent(instanceName!)}`;
-    const answer = await postJson(url, { headers: { apikey: accessToken! }, body, timeoutMs: options.timeoutMs, service: SERVICE, secrets });
+    const answer = await postJson(url, { headers: { apikey: accessToken! }, body, stream, timeoutMs: options.timeoutMs, service: SERVICE, secrets });
 
     if (answer.status >= 200 && answer.status < 300) {
       const key = (answer.json as { key?: { id?: unknown; remoteJid?: unknown } } | undefined)?.key;
       if (typeof key?.id !== 'string' || !key.id) {
         throw new ProviderError(
           'REJECTED',
-          redactSecrets(`The web gateway answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(answer.text)}`, secrets),
+          redactSecrets(`The web gateway answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`, secrets),
           { retryable: false, httpStatus: answer.status },
         );
       }
@@ -122,7 +154,7 @@ export const webAdapter: ProviderAdapter = {
       return { providerMessageId: key.id, ...(waId ? { waId } : {}) };
     }
 
-    const { said, notOnWhatsApp } = gatewaySaid(answer.json, answer.text);
+    const { said, notOnWhatsApp } = gatewaySaid(answer.json, answer.text, scrub);
     const suffix = `The gateway said (HTTP ${answer.status})${said ? `: ${said}` : ''}`;
     let failure: ProviderError['failure'];
     let explanation: string;
