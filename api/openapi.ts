@@ -14,7 +14,7 @@ const ERROR_TEXT: Partial<Record<ErrorCode, string>> = {
   INSUFFICIENT_SCOPE: 'Valid key without the required scope.',
   API_ACCESS_DISABLED: 'API access is not available on the plan.',
   SUBSCRIPTION_INACTIVE: 'The subscription is inactive.',
-  RATE_LIMITED: "The key's per-minute limit is reached (see Retry-After).",
+  RATE_LIMITED: "The key's per-minute limit is reached (a batch: its items do not fit in what is left); on the inbound automation receiver, the plan's automation runs per minute (see Retry-After).",
   IP_RATE_LIMITED: 'The per-IP limit of this operation profile is reached (see Retry-After).',
   VALIDATION: 'Body or parameters invalid; the hint names the field.',
   NOT_FOUND: 'Record not found in the workspace.',
@@ -183,6 +183,11 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     const limits = [
       def.ipProfile ? `Per-IP profile \`${def.ipProfile}\`: ${IP_PROFILES[def.ipProfile]}/min.` : '',
       def.keyProfile ? `Per-key profile \`${def.keyProfile}\`: ${KEY_PROFILES[def.keyProfile]}/min.` : '',
+      def.batch
+        ? "Each item counts as one request against the key's per-minute limit (a batch of N items counts N; the per-IP profile counts the request once), " +
+          'and the `X-RateLimit-*` headers report the key after its items are counted. A batch larger than what the key has left this minute is ' +
+          'refused whole before any item runs: 429 `RATE_LIMITED` with `Retry-After`, its items not counted.'
+        : '',
     ].join(' ');
     registry.registerPath({
       method: def.method,

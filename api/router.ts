@@ -6,7 +6,7 @@ import { ApiError, validationError } from '../domain/errors';
 import { unstorableReason } from '../domain/text';
 import { adminAuth, apiKeyAuth } from './middleware/auth';
 import { requestBody } from './middleware/body';
-import { enforce, ipBucket } from './middleware/rate-limit';
+import { countBatchItems, enforce, ipBucket } from './middleware/rate-limit';
 import { BATCH_MAX } from '../domain/batch';
 import { AnyObject, AnyRoute, BatchItem, koaPath } from './route';
 import { IdempotencyHeaders } from './send';
@@ -88,6 +88,8 @@ function handle(def: AnyRoute): Middleware {
     const body = def.batch ? undefined : parse(def.body, requestBody(ctx) ?? {}, 'body');
     // A header sent empty (or blank: Node trims it) is checked too: it is not a missing one.
     if (def.idempotent) parse(IdempotencyHeaders, { 'Idempotency-Key': ctx.headers['idempotency-key'] === undefined ? undefined : ctx.get('idempotency-key') }, 'headers');
+    // A batch's items count against the key's limit once the body says how many, before any item runs.
+    if (def.batch && ctx.state.auth) await countBatchItems(ctx, items.length);
     ctx.status = def.status ?? 200;
     const result = await def.handler(ctx, { params, query, body, items });
     if (result !== undefined) ctx.body = result;

@@ -6,6 +6,7 @@ import type { Db } from './db';
 import { ApiError, notFound } from './errors';
 import { MESSAGE_CONTENT_FIELDS } from './sending';
 import { Page, pageWithTotal } from './pagination';
+import { consume } from './rate-limit';
 import { isUuid } from './refs';
 import { grants, Scope } from './scopes';
 import { cut, storable } from './text';
@@ -299,10 +300,13 @@ async function takeInboundUnit(trx: Db, workspaceId: string, exceptId?: string):
   }
 }
 
-/** Takes a unit of the plan's automation cap: the workspace row lock makes concurrent creations count one by one. */
+/**
+ * Takes a unit of the plan's automation cap (always set: default 100): the workspace row lock
+ * makes concurrent creations count one by one.
+ */
 async function takeAutomationUnit(trx: Db, workspaceId: string): Promise<void> {
-  const plan = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('automation_limit');
-  if (plan?.automation_limit === null || plan?.automation_limit === undefined) return;
+  const plan: { automation_limit: number } | undefined = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('automation_limit');
+  if (!plan) return;
   const { count } = await trx('automations').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
   if (count >= plan.automation_limit) {
     throw new ApiError('AUTOMATION_LIMIT_REACHED', `The plan allows ${plan.automation_limit} automations`, { hint: 'Delete one to free a unit, or upgrade the plan.' });
@@ -412,6 +416,42 @@ export async function removeToken(db: Db, workspaceId: string, id: string, view:
 /* ------------------------------------------------------------------------------------------------
  * Runs
  * ---------------------------------------------------------------------------------------------- */
+
+/** Takes up to `wanted` runs from the workspace's runs-per-minute budget (bucket `runs:<workspaceId>`, the current minute); returns how many of them may start, 0..wanted. The refused ones are counted too. */
+export async function takeRunBudget(db: Db, workspaceId: string, limit: number, wanted: number): Promise<number> {
+  return (await takeRuns(db, workspaceId, limit, wanted)).allowed;
+}
+
+/** takeRunBudget, with the seconds until the budget's minute ends (a refusal's Retry-After). */
+async function takeRuns(db: Db, workspaceId: string, limit: number, wanted: number): Promise<{ allowed: number; resetSeconds: number }> {
+  if (wanted <= 0) return { allowed: 0, resetSeconds: 60 };
+  const [state] = await consume(db, [{ name: `runs:${workspaceId}`, limit, code: 'RATE_LIMITED', n: wanted }]);
+  // What the minute had before these: the ones that still fit under the limit may start.
+  const before = state.count - wanted;
+  return { allowed: Math.max(0, Math.min(wanted, limit - before)), resetSeconds: state.resetSeconds };
+}
+
+/**
+ * One run started by the inbound receiver takes one from the same budget as triggered runs. Over
+ * it, the call is refused (429 RATE_LIMITED with Retry-After, nothing recorded) rather than
+ * recorded as a failed run: the sender keeps the call and sends it again when the minute turns,
+ * where a 202 for a run that never ran would lose it.
+ */
+export async function takeInboundRun(db: Db, workspaceId: string, limit: number): Promise<void> {
+  const { allowed, resetSeconds } = await takeRuns(db, workspaceId, limit, 1);
+  if (allowed === 1) return;
+  throw new ApiError('RATE_LIMITED', 'Too many automation runs', {
+    hint: `The workspace's plan allows ${limit} automation runs a minute (triggered and inbound together); retry after ${resetSeconds} s.`,
+    headers: { 'Retry-After': String(resetSeconds) },
+  });
+}
+
+/** Why a run `depth` deep in a chain that has already `used` runs must not start (loop protection), or null: the trigger handler's rules and words. */
+export function loopRefusal(depth: number, used: number): string | null {
+  if (depth >= MAX_CHAIN_DEPTH) return `Loop protection: this event comes from a chain of automations ${depth} deep; the limit is ${MAX_CHAIN_DEPTH}`;
+  if (used >= CHAIN_RUN_BUDGET) return `Loop protection: the event that began this chain of automations has caused ${used} runs; the limit is ${CHAIN_RUN_BUDGET}`;
+  return null;
+}
 
 export type RunStatus = 'running' | 'completed' | 'failed' | 'filtered' | 'duplicate';
 

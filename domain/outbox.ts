@@ -86,7 +86,14 @@ export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger
 /**
  * A run the inbound receiver accepted (its `running` row written in the same transaction): the
  * worker's dispatcher starts its workflow, so a 202 never waits on Temporal, nor fails with it.
+ * `depth` and `chain` place the run in its chain of automations (a root call: 0 and its own run
+ * id; a call one of our own webhook deliveries made: below the event it carried), in the payload
+ * the dispatcher starts the run from and in the row's own depth and chain_id.
  */
-export function recordAcceptedRun(trx: Writer, workspaceId: string, run: { runId: string; automationId: string; externalId?: string }): Promise<void> {
-  return recordTrigger(trx, workspaceId, 'webhook_received', run);
+export function recordAcceptedRun(
+  trx: Writer,
+  workspaceId: string,
+  run: { runId: string; automationId: string; externalId?: string; depth: number; chain: string },
+): Promise<void> {
+  return recordTrigger(trx, workspaceId, 'webhook_received', run, { depth: run.depth, chain: run.chain });
 }

@@ -62,6 +62,8 @@ export interface Bucket {
   limit: number;
   /** The 429 code this bucket answers with when exhausted. */
   code: string;
+  /** How many units this request takes from the bucket (a batch of N items takes N); 1 when unset. */
+  n?: number;
 }
 
 export interface BucketState extends Bucket {
@@ -116,13 +118,47 @@ export interface CountedRow {
   reset: string | number;
 }
 
+/** Adds each bucket's `n` (1 when unset) to its count in the current minute and returns the buckets' states (one statement). */
 export async function consume(db: Db, buckets: Bucket[]): Promise<BucketState[]> {
   if (buckets.length === 0) return [];
   const result = await db.raw<{ rows: CountedRow[] }>(
-    `WITH ${COUNT_BUCKETS_CTES(`SELECT unnest(?::text[]) AS name, unnest(?::int[]) AS shards, 1 AS n, ${THIS_MINUTE} AS window_start`)} SELECT bucket, count, reset FROM counted`,
-    [buckets.map((b) => b.name), buckets.map((b) => shardsFor(b.limit))],
+    `WITH ${COUNT_BUCKETS_CTES(`SELECT unnest(?::text[]) AS name, unnest(?::int[]) AS shards, unnest(?::int[]) AS n, ${THIS_MINUTE} AS window_start`)} SELECT bucket, count, reset FROM counted`,
+    [buckets.map((b) => b.name), buckets.map((b) => shardsFor(b.limit)), buckets.map((b) => b.n ?? 1)],
   );
   return bucketStates(buckets, result.rows);
+}
+
+/**
+ * Takes `n` more from a bucket only if they all fit under its limit, in one statement: a batch's
+ * items beyond the request itself (api/middleware/rate-limit.ts countBatchItems), on the same rows
+ * as consume. The upsert's row lock makes concurrent takers on this row count one after another
+ * against its latest count, so a bucket on one row (limits under SHARDED_LIMIT) holds its limit
+ * exactly; a sharded one reads the other rows as of its statement's start, consume's overshoot
+ * bound. Taken or not, the state is the bucket's count afterwards (refused: as last seen).
+ */
+export async function consumeIfRoom(db: Db, bucket: Bucket & { n: number }): Promise<{ state: BucketState; taken: boolean }> {
+  const { rows } = await db.raw<{ rows: { taken: boolean; count: number; reset: string | number }[] }>(
+    `WITH others AS (
+       SELECT coalesce(sum(o.count), 0) AS count FROM rate_limit_counters o
+        WHERE o.bucket = CAST(:name AS text) AND o.window_start = ${THIS_MINUTE} AND o.shard <> pg_backend_pid() % CAST(:shards AS int)
+     ), own AS (
+       SELECT coalesce(sum(r.count), 0) AS count FROM rate_limit_counters r
+        WHERE r.bucket = CAST(:name AS text) AND r.window_start = ${THIS_MINUTE} AND r.shard = pg_backend_pid() % CAST(:shards AS int)
+     ), taken AS (
+       INSERT INTO rate_limit_counters AS c (bucket, window_start, shard, count)
+       SELECT CAST(:name AS text), ${THIS_MINUTE}, CAST(pg_backend_pid() % CAST(:shards AS int) AS smallint), CAST(:n AS int)
+         FROM others WHERE others.count + CAST(:n AS int) <= CAST(:limit AS int)
+       ON CONFLICT (bucket, window_start, shard) DO UPDATE SET count = c.count + EXCLUDED.count
+        WHERE c.count + EXCLUDED.count + (SELECT count FROM others) <= CAST(:limit AS int)
+       RETURNING count
+     )
+     SELECT EXISTS (SELECT 1 FROM taken) AS taken,
+            CAST(coalesce((SELECT count FROM taken), (SELECT count FROM own)) + (SELECT count FROM others) AS int) AS count,
+            ceil(extract(epoch FROM (${THIS_MINUTE} + interval '1 minute' - now()))) AS reset`,
+    { name: bucket.name, n: bucket.n, limit: bucket.limit, shards: shardsFor(bucket.limit) },
+  );
+  const [state] = bucketStates([bucket], [{ bucket: bucket.name, count: rows[0].count, reset: rows[0].reset }]);
+  return { state, taken: rows[0].taken };
 }
 
 /** The buckets' states from the counted rows (a bucket not counted is reported as untouched). */
@@ -185,19 +221,41 @@ export class LocalCounts {
 
   /** Counts one request in each bucket and returns their states (no statement). */
   take(buckets: Bucket[], now = Date.now()): BucketState[] {
-    const window = Math.floor(now / 60_000) * 60_000;
-    const resetSeconds = Math.max(1, Math.ceil((window + 60_000 - now) / 1000));
     return buckets.map((bucket) => {
-      let local = this.buckets.get(bucket.name);
-      if (!local || local.window !== window) {
-        if (local && local.pending > 0) this.buckets.set(`${bucket.name}\u0000${local.window}`, local); // flushed into its own minute
-        local = { window, base: 0, pending: 0 };
-        this.buckets.set(bucket.name, local);
-      }
+      const local = this.current(bucket, now);
       local.pending += 1;
-      const count = local.base + local.pending;
-      return { ...bucket, count, remaining: Math.max(0, bucket.limit - count), resetSeconds };
+      return this.state(bucket, local, now);
     });
+  }
+
+  /**
+   * Takes `n` more from the bucket only if they all fit under its limit as this process knows it
+   * (no statement): a batch's items beyond the request itself. Its overshoot bound is take's, in
+   * items: what other processes admitted since the last flush.
+   */
+  takeIfRoom(bucket: Bucket & { n: number }, now = Date.now()): { state: BucketState; taken: boolean } {
+    const local = this.current(bucket, now);
+    const taken = local.base + local.pending + bucket.n <= bucket.limit;
+    if (taken) local.pending += bucket.n;
+    return { state: this.state(bucket, local, now), taken };
+  }
+
+  /** The bucket's entry for the minute of `now`; an entry of an earlier minute with counts still to flush is kept apart for the flush. */
+  private current(bucket: Bucket, now: number): LocalBucket {
+    const window = Math.floor(now / 60_000) * 60_000;
+    let local = this.buckets.get(bucket.name);
+    if (!local || local.window !== window) {
+      if (local && local.pending > 0) this.buckets.set(`${bucket.name}\u0000${local.window}`, local); // flushed into its own minute
+      local = { window, base: 0, pending: 0 };
+      this.buckets.set(bucket.name, local);
+    }
+    return local;
+  }
+
+  private state(bucket: Bucket, local: LocalBucket, now: number): BucketState {
+    const count = local.base + local.pending;
+    const resetSeconds = Math.max(1, Math.ceil((local.window + 60_000 - now) / 1000));
+    return { ...bucket, count, remaining: Math.max(0, bucket.limit - count), resetSeconds };
   }
 
   /**

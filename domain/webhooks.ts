@@ -159,15 +159,13 @@ export async function createSubscription(db: Db, ring: KeyRing, workspaceId: str
   const events = normaliseEvents(input.events);
   const secret = generateWebhookSecret();
   const row: SubscriptionRow = await db.transaction(async (trx) => {
-    // The workspace row lock makes concurrent creations count one by one against the plan.
-    const plan = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('webhook_quota');
-    if (plan?.webhook_quota !== null && plan?.webhook_quota !== undefined) {
-      const { count } = await trx('webhook_subscriptions').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
-      if (count >= plan.webhook_quota) {
-        throw new ApiError('WEBHOOK_LIMIT_REACHED', `The plan allows ${plan.webhook_quota} webhook subscriptions`, {
-          hint: 'Delete a subscription you no longer use, or upgrade the plan.',
-        });
-      }
+    // The plan's quota is always set (default 10): the workspace row lock makes concurrent creations count one by one against it.
+    const plan: { webhook_quota: number } | undefined = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('webhook_quota');
+    const { count } = await trx('webhook_subscriptions').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
+    if (plan && count >= plan.webhook_quota) {
+      throw new ApiError('WEBHOOK_LIMIT_REACHED', `The plan allows ${plan.webhook_quota} webhook subscriptions`, {
+        hint: 'Delete a subscription you no longer use, or upgrade the plan.',
+      });
     }
     const [created] = await trx('webhook_subscriptions')
       .insert({ workspace_id: workspaceId, url: input.url, events, secret: sealText(ring, secret), active: input.active ?? true })

@@ -3,19 +3,42 @@ import type { Db } from './db';
 import { ApiError, notFound } from './errors';
 import { iso } from './time';
 
-/** A plan limit: what the `integer` column holds (a larger one is 400 VALIDATION, not a database error); null is unlimited. */
-const limit = z.number().int().min(0).max(2_147_483_647).nullable();
+/** What the `integer` columns hold: a larger value is 400 VALIDATION, not a database error. */
+const INT_MAX = 2_147_483_647;
 
-/** Plan limits of a workspace; null (or absent) means unlimited. */
+/** A plan limit the operator may leave unlimited (null). */
+const limit = z.number().int().min(0).max(INT_MAX).nullable();
+
+/**
+ * Defaults of the plan limits on counts a tenant controls itself (how many automations and
+ * webhook subscriptions it makes, how many runs they start): such a limit always has a value,
+ * never unlimited, since one tenant's unbounded count slows every other tenant's dispatch
+ * (docs/reliability.md). The migration 20261126200100_plan_limit_defaults sets the same column defaults.
+ */
+export const PLAN_DEFAULTS = { automationLimit: 100, webhookQuota: 10, automationRunsPerMinute: 600 } as const;
+
+/** A limit on a count the tenant controls: a number (null, unlimited, is 400 VALIDATION); absent on creation, its default. */
+const boundedLimit = (field: keyof typeof PLAN_DEFAULTS) =>
+  z
+    .number({ error: (issue) => (issue.input === null ? `must be a number (this limit is never unlimited; default ${PLAN_DEFAULTS[field]})` : undefined) })
+    .int()
+    .min(0)
+    .max(INT_MAX)
+    .meta({ description: `Never unlimited: null is refused (400 VALIDATION). Default ${PLAN_DEFAULTS[field]}.`, default: PLAN_DEFAULTS[field] });
+
+/**
+ * Plan limits of a workspace. Absent: the default (the limits below) or unlimited (the others);
+ * null means unlimited where the operator may choose it.
+ */
 export const planSchema = z
   .object({
     dealLimit: limit,
     dailyMessageQuota: limit,
     broadcastLimit: limit,
     inboundWebhookQuota: limit,
-    webhookQuota: limit,
-    automationLimit: limit,
-    automationRunsPerMinute: limit,
+    webhookQuota: boundedLimit('webhookQuota'),
+    automationLimit: boundedLimit('automationLimit'),
+    automationRunsPerMinute: boundedLimit('automationRunsPerMinute'),
     apiAccess: z.boolean(),
     active: z.boolean(),
   })
@@ -41,9 +64,9 @@ export interface WorkspaceRow {
   daily_message_quota: number | null;
   broadcast_limit: number | null;
   inbound_webhook_quota: number | null;
-  webhook_quota: number | null;
-  automation_limit: number | null;
-  automation_runs_per_minute: number | null;
+  webhook_quota: number;
+  automation_limit: number;
+  automation_runs_per_minute: number;
   api_access: boolean;
   active: boolean;
   created_at: Date;

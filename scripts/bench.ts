@@ -194,7 +194,18 @@ async function must<T = any>(what: string, call: Promise<{ status: number; body:
   return res.body;
 }
 
-const UNLIMITED = { dealLimit: null, dailyMessageQuota: null, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: null };
+// Limits on counts a tenant controls are never unlimited (webhookQuota default 10, automationLimit 100,
+// automationRunsPerMinute 600): numbers far above what the bench makes (the inbound scenario alone
+// starts 500+ runs a second).
+const UNLIMITED = {
+  dealLimit: null,
+  dailyMessageQuota: null,
+  broadcastLimit: null,
+  inboundWebhookQuota: null,
+  webhookQuota: 1000,
+  automationLimit: 1000,
+  automationRunsPerMinute: 1_000_000_000,
+};
 
 async function newWorkspace(api: Client, name: string): Promise<string> {
   return (await must('create workspace', api('POST', '/admin/v1/workspaces', { admin: true, body: { name, plan: UNLIMITED } }))).data.id;

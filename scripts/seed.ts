@@ -26,6 +26,7 @@ export interface DemoState extends DemoSeed {
 }
 
 const DEMO_NAME = 'Demo workspace';
+const DEMO_PLAN = { dealLimit: 1000, dailyMessageQuota: 1000, broadcastLimit: 2000, webhookQuota: 1000, automationLimit: 1000 };
 
 /**
  * Seeds, once, a demo workspace: a pipeline with stages and custom fields, a member, a connected
@@ -37,6 +38,14 @@ export async function seedDemo(
   opts: { stateFile: string; emulatorUrl: string; apiUrl: string; ring: KeyRing },
 ): Promise<DemoState & { created: boolean }> {
   const seed = await seedDemoWorkspace(db, opts);
+  // Every run of the README tour adds a webhook subscription and an automation: the demo's plan
+  // holds far more than the defaults (10 and 100), also for a demo seeded before they existed.
+  await db('workspaces')
+    .where({ id: seed.workspaceId })
+    .update({
+      webhook_quota: db.raw('greatest(webhook_quota, ?)', [DEMO_PLAN.webhookQuota]),
+      automation_limit: db.raw('greatest(automation_limit, ?)', [DEMO_PLAN.automationLimit]),
+    });
   const instance = await db('instances')
     .where({ workspace_id: seed.workspaceId, provider: 'cloud', archived: false })
     .orderBy('created_at')
@@ -62,7 +71,7 @@ async function seedDemoWorkspace(db: Db, opts: { stateFile: string; emulatorUrl:
     if (key) return { workspaceId: saved.workspaceId, apiKey: saved.apiKey, created: false };
   }
   const existing = await db('workspaces').where({ name: DEMO_NAME }).first('id');
-  const workspaceId: string = existing?.id ?? (await createWorkspace(db, DEMO_NAME, { dealLimit: 1000, dailyMessageQuota: 1000, broadcastLimit: 2000 })).id;
+  const workspaceId: string = existing?.id ?? (await createWorkspace(db, DEMO_NAME, DEMO_PLAN)).id;
   if (!existing) {
     await createPipeline(db, workspaceId, {
       name: 'Sales',

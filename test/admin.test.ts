@@ -13,7 +13,7 @@ describe('admin API', () => {
     expect(created.status).toBe(201);
     expect(created.body.data).toMatchObject({
       name: 'Acme',
-      plan: { dealLimit: 10, dailyMessageQuota: 500, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: null, automationLimit: null, automationRunsPerMinute: 600, apiAccess: true, active: true },
+      plan: { dealLimit: 10, dailyMessageQuota: 500, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: 10, automationLimit: 100, automationRunsPerMinute: 600, apiAccess: true, active: true },
     });
     const id = created.body.data.id;
     const patched = await api.admin('PATCH', `/admin/v1/workspaces/${id}`, { name: 'Acme Ltda', plan: { dealLimit: null, webhookQuota: 3 } });

@@ -5,7 +5,7 @@ import { ApiError } from '../../domain/errors';
 import { bucketStates, IpProfile, KeyProfile, shardsFor } from '../../domain/rate-limit';
 import { grants, satisfying, Scope } from '../../domain/scopes';
 import { suspension } from '../../domain/workspaces';
-import { enforce, ipBucket, keyBuckets, record, scaled } from './rate-limit';
+import { enforce, ipBucket, keyBuckets, markCountedInMemory, record, scaled } from './rate-limit';
 import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, validCodecSession } from '../../domain/codec-session';
 
 /** Who is calling: API keys (with scopes and the plan) for /api/v1, the admin token for /admin/v1. */
@@ -59,6 +59,7 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
     if (cached && buckets) {
       key = cached;
       setAuth(ctx, key);
+      markCountedInMemory(ctx);
       // The IP's states first: when both are exhausted, the IP's answers, as on the exact path.
       record(ctx, ctx.limits.counts.take(buckets, now));
     } else {

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { ApiError } from '../../domain/errors';
-import { Bucket, BucketState, consume, IP_PROFILES, ipClient, IpProfile, KEY_PROFILES, KeyProfile, tightest } from '../../domain/rate-limit';
+import { Bucket, BucketState, consume, consumeIfRoom, IP_PROFILES, ipClient, IpProfile, KEY_PROFILES, KeyProfile, tightest } from '../../domain/rate-limit';
 
 /**
  * Rate limits of a request: its buckets counted in PostgreSQL (domain/rate-limit.ts), the
@@ -41,6 +41,52 @@ export function record(ctx: Context, states: BucketState[]): void {
     throw new ApiError(exceeded.code as never, 'Too many requests', {
       hint: `Limit of ${exceeded.limit} requests per minute reached; retry after ${exceeded.resetSeconds} s.`,
       headers: { 'Retry-After': String(exceeded.resetSeconds) },
+    });
+  }
+}
+
+/** Requests whose key authentication counted in memory (LocalCounts), not with a statement. */
+const countedInMemory = new WeakSet<Context>();
+
+/** Authentication counted this request in memory: a batch's items are counted there too. */
+export function markCountedInMemory(ctx: Context): void {
+  countedInMemory.add(ctx);
+}
+
+/**
+ * A batch of N items counts N against the key's own per-minute limit: authentication counted the
+ * request (one), this takes the other N - 1, before any item runs, only if they all fit; else the
+ * whole batch is 429 RATE_LIMITED, its items not counted (the request stays counted, as any
+ * refused request). Per-IP limits count the request once. The items are counted where
+ * authentication counted the request: with one statement (consumeIfRoom; exact for limits under
+ * 600), or in memory when it needed none (every limit large: LocalCounts); so a batch route, whose
+ * `write` IP profile is small, takes one statement more than a single call.
+ */
+export async function countBatchItems(ctx: Context, items: number): Promise<void> {
+  const auth = ctx.state.auth!;
+  const extra = items - 1;
+  if (extra <= 0) return;
+  const [key] = scaled(ctx, keyBuckets(auth.keyId, auth.rateLimitPerMinute));
+  const bucket = { ...key, n: extra };
+  let result: { state: BucketState; taken: boolean };
+  if (countedInMemory.has(ctx)) {
+    result = ctx.limits.counts.takeIfRoom(bucket);
+  } else {
+    result = await consumeIfRoom(ctx.deps.db, bucket);
+    // The requests of this key counted in memory next start from it.
+    ctx.limits.counts.learn([result.state]);
+  }
+  const { state, taken } = result;
+  // The key's state after the items replaces the one authentication counted, for the headers.
+  const { n: _n, ...counted } = state as BucketState & { n?: number };
+  ctx.state.rateLimit = [...(ctx.state.rateLimit ?? []).filter((s) => s.name !== counted.name), counted];
+  setRateLimitHeaders(ctx, ctx.state.rateLimit);
+  if (!taken) {
+    throw new ApiError('RATE_LIMITED', 'Too many requests', {
+      hint:
+        `A batch counts one request per item: ${items} items, and the key has ${counted.remaining} of its ${counted.limit} requests a minute left ` +
+        `(this request counted as one). ${counted.remaining > 0 ? `Send at most ${counted.remaining} items, or retry` : 'Retry'} after ${counted.resetSeconds} s.`,
+      headers: { 'Retry-After': String(counted.resetSeconds) },
     });
   }
 }

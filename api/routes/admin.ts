@@ -8,7 +8,7 @@ import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/api
 import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/pipelines';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { setInsight } from '../../domain/insights';
-import { createWorkspace, getWorkspace, planSchema, requireWorkspace, serializeWorkspace, updateWorkspace } from '../../domain/workspaces';
+import { createWorkspace, getWorkspace, PLAN_DEFAULTS, planSchema, requireWorkspace, serializeWorkspace, updateWorkspace } from '../../domain/workspaces';
 import { createInstance, instanceConfigSchema, updateInstance } from '../../domain/instances';
 import { addMember, requireMember } from '../../domain/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
@@ -45,6 +45,14 @@ function workspaceRoute<P extends z.ZodObject<{ id: z.ZodUUID }>, B extends z.Zo
   });
 }
 const ws = z.object({ id: z.uuid() });
+
+/** The plan's fields as the workspace routes describe them. */
+const PLAN_DOC =
+  `Limits on counts the tenant controls always hold a number, never unlimited: \`automationLimit\` (default ${PLAN_DEFAULTS.automationLimit}; ` +
+  `creating one more automation is 402 \`AUTOMATION_LIMIT_REACHED\`), \`webhookQuota\` (webhook subscriptions, default ${PLAN_DEFAULTS.webhookQuota}; ` +
+  `402 \`WEBHOOK_LIMIT_REACHED\`) and \`automationRunsPerMinute\` (runs started by triggers and by the inbound receiver, default ` +
+  `${PLAN_DEFAULTS.automationRunsPerMinute}); null for them is 400 \`VALIDATION\`. Lowering one below what the workspace has refuses only new ones. ` +
+  'The other limits (`dealLimit`, `dailyMessageQuota`, `broadcastLimit`, `inboundWebhookQuota`) are unlimited when null or absent.';
 const wsAnd = <K extends string>(key: K) => z.object({ id: z.uuid(), [key]: z.uuid() } as { id: z.ZodUUID } & Record<K, z.ZodUUID>);
 
 /**
@@ -129,6 +137,7 @@ export const adminRoutes: AnyRoute[] = [
     path: '/admin/v1/workspaces',
     operationId: 'createWorkspace',
     summary: 'Create a workspace with its plan',
+    description: PLAN_DOC,
     status: 201,
     body: z.object({ name: trimmedText(200), plan: planSchema.optional() }),
     handler: async (ctx, { body }) => ({ data: serializeWorkspace(await createWorkspace(ctx.deps.db, body.name, body.plan)) }),
@@ -146,6 +155,7 @@ export const adminRoutes: AnyRoute[] = [
     path: '/admin/v1/workspaces/{id}',
     operationId: 'updateWorkspace',
     summary: 'Change the name or plan of a workspace',
+    description: `Plan fields not given keep their values. ${PLAN_DOC}`,
     params: ws,
     body: z.object({ name: trimmedText(200).optional(), plan: planSchema.optional() }),
     handler: async (ctx, { params, body }) => {

@@ -4,6 +4,7 @@ import {
   ActionSchema,
   assertActionMediaUrls,
   AutomationBody,
+  CHAIN_RUN_BUDGET,
   createAutomation,
   deleteAutomation,
   getAutomationRow,
@@ -18,7 +19,7 @@ import {
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
 } from '../../domain/automations';
-import { findInboundAutomation, receiveInboundWebhook } from '../../domain/automation-receiver';
+import { deliveryChain, findInboundAutomation, receiveInboundWebhook } from '../../domain/automation-receiver';
 import { ApiError } from '../../domain/errors';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
 import { requestBody } from '../middleware/body';
@@ -217,13 +218,17 @@ export const automationRoutes = [
     description:
       'Authenticated only by the token in the URL. Any JSON object up to 256 KiB, whatever the Content-Type label (larger: 413 ' +
       '`PAYLOAD_TOO_LARGE`; not a JSON object: 400 `VALIDATION`). Unknown or revoked token: 404. Rate limits per IP (`IP_RATE_LIMITED`) and per token ' +
-      '(`TOKEN_RATE_LIMITED`), with `Retry-After`. Answers 202 `{ data: { runId, status } }`: `accepted` (the run started), `filtered` ' +
-      '(the eventFilter did not match; nothing runs), `duplicate` (the mapped externalId already ran for this automation).',
+      "(`TOKEN_RATE_LIMITED`), with `Retry-After`; a run to start takes one from the plan's `automationRunsPerMinute`, shared with triggered runs " +
+      '(over it: 429 `RATE_LIMITED` with `Retry-After`, nothing recorded; send the call again then). Answers 202 `{ data: { runId, status } }`: ' +
+      '`accepted` (the run started), `filtered` (nothing runs: the eventFilter did not match or the automation is inactive; or loop protection ' +
+      'stopped a call made by one of our own webhook deliveries, and the run log shows it `failed` with the reason), `duplicate` (the mapped ' +
+      `externalId already ran for this automation). A call carrying our \`X-Service-Delivery\` and a valid \`X-Service-Signature\` continues the chain of ` +
+      `the event that delivery carried: at most ${MAX_CHAIN_DEPTH} deep and ${CHAIN_RUN_BUDGET} runs per chain, as for triggers.`,
     params: z.object({ token: z.string().min(1).max(200) }),
     documentedBody: z.looseObject({}).meta({ additionalProperties: true, description: 'Any JSON object (up to 256 KiB), under any Content-Type.' }),
     status: 202,
     response: single(z.object({ runId: z.string(), status: z.enum(['accepted', 'filtered', 'duplicate']) })),
-    errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED', 'SUBSCRIPTION_INACTIVE'],
+    errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED', 'RATE_LIMITED', 'SUBSCRIPTION_INACTIVE'],
     handler: async (ctx, { params }) => {
       const { db, config } = ctx.deps;
       const raw = (ctx.request as { rawBody?: string }).rawBody ?? '';
@@ -234,7 +239,10 @@ export const automationRoutes = [
       }
       const automation = await findInboundAutomation(db, params.token);
       await enforce(ctx, [{ name: `token:${automation.id}`, limit: config.inboundTokenLimit, code: 'TOKEN_RATE_LIMITED' }]);
-      return { data: await receiveInboundWebhook(db, automation, body) };
+      // A call one of our own webhook deliveries made continues that delivery's chain (loop protection across the inbound edge).
+      const delivery = ctx.get('x-service-delivery');
+      const parent = delivery ? await deliveryChain(db, config.encryptionKeys!, { deliveryId: delivery, signature: ctx.get('x-service-signature'), rawBody: raw }) : null;
+      return { data: await receiveInboundWebhook(db, automation, body, parent) };
     },
   }),
 ];

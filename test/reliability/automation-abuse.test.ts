@@ -95,7 +95,7 @@ describe('automation fan-out', () => {
     const all = await settled(ws, 4);
     expect(all.filter((r) => r.status === 'completed')).toHaveLength(2);
     const limited = all.filter((r) => r.status === 'failed');
-    expect(limited.map((r) => r.error)).toEqual(Array(2).fill('Rate limit: the plan allows 2 triggered runs a minute; this one was not started'));
+    expect(limited.map((r) => r.error)).toEqual(Array(2).fill('Rate limit: the plan allows 2 automation runs a minute; this one was not started'));
     expect(await api.db('notes').where({ workspace_id: ws.id }).count({ n: '*' }).first()).toEqual({ n: 2 });
   });
 

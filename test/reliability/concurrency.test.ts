@@ -7,7 +7,8 @@ import { ALL_SCOPES } from '../../domain/scopes';
 import { createWorkspace, eventually, Receiver, seedContact, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, uniqueIp, Workspace } from '../helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
-const UNLIMITED = { dealLimit: null, dailyMessageQuota: null, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: null };
+// Subscriptions are never unlimited (a number, default 10): a quota far above what this file makes.
+const UNLIMITED = { dealLimit: null, dailyMessageQuota: null, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: 1000 };
 const report = (message: string): void => console.log(`[concurrency] ${message}`);
 
 let api: TestApi;

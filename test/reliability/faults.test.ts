@@ -30,7 +30,8 @@ const STACK_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.en
 const LOG_DIR = path.join(STACK_DIR, 'logs');
 const TASK_QUEUE = 'crm-faults';
 const report = (message: string): void => console.log(`[faults] ${message}`);
-const UNLIMITED = { dealLimit: null, dailyMessageQuota: null, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: null };
+// Subscriptions are never unlimited (a number, default 10): a quota far above what this file makes.
+const UNLIMITED = { dealLimit: null, dailyMessageQuota: null, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: 1000 };
 
 let pg: Child;
 const adminUrl = (): string => `postgres://postgres:postgres@127.0.0.1:${pgPort}/postgres`;
