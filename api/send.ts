@@ -5,7 +5,7 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdRe
 import { ApiError } from '../domain/errors';
 import { fromFailure, fromRefusal } from '../domain/failures';
 import { fingerprint } from '../domain/idempotency';
-import { isTemporalUnreachable } from '../domain/temporal';
+import { isTemporalUnreachable, workspacePriority } from '../domain/temporal';
 import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/send-requests';
 import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
@@ -130,6 +130,7 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
       // The reconciliation window travels in the input: the workflow's waits depend only on its history.
       args: [{ ...sendInputFor(workspaceId, requestId, content), reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
       workflowIdReusePolicy: reusePolicy,
+      priority: workspacePriority(workspaceId),
       memo: { request },
       searchAttributes: {
         WorkspaceId: [input.workspaceId],

@@ -10,6 +10,12 @@ export interface Config {
   temporalAddress: string;
   temporalNamespace: string;
   taskQueue: string;
+  /**
+   * Task queue of webhook delivery workflows (TEMPORAL_WEBHOOK_TASK_QUEUE, default `<taskQueue>-webhooks`):
+   * a worker serves it with slots of its own, so subscribers that answer slowly hold only webhook
+   * slots, never those of sends and automation runs.
+   */
+  webhookTaskQueue: string;
   adminToken: string;
   publicBaseUrl: string;
   allowPrivateUrls: boolean;
@@ -65,6 +71,8 @@ export interface Config {
      * holds a V8 context, so a bounded cache keeps the worker's memory bounded.
      */
     maxCachedWorkflows: number;
+    /** Tests only (WORKER_LOOP_STATS_FILE): where the worker appends its event-loop lag and memory every 100 ms. */
+    loopStatsFile: string | null;
   };
 }
 
@@ -118,6 +126,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     temporalAddress: env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
     temporalNamespace: env.TEMPORAL_NAMESPACE ?? 'default',
     taskQueue: env.TEMPORAL_TASK_QUEUE ?? 'crm',
+    webhookTaskQueue: env.TEMPORAL_WEBHOOK_TASK_QUEUE ?? `${env.TEMPORAL_TASK_QUEUE ?? 'crm'}-webhooks`,
     adminToken: env.ADMIN_TOKEN ?? '',
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),
     allowPrivateUrls: bool(env.ALLOW_PRIVATE_URLS, false),
@@ -142,6 +151,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxWorkflowTasks: count('WORKER_MAX_WORKFLOW_TASKS', env.WORKER_MAX_WORKFLOW_TASKS, 100),
       maxLocalActivities: count('WORKER_MAX_LOCAL_ACTIVITIES', env.WORKER_MAX_LOCAL_ACTIVITIES, 500),
       maxCachedWorkflows: count('WORKER_MAX_CACHED_WORKFLOWS', env.WORKER_MAX_CACHED_WORKFLOWS, 250),
+      loopStatsFile: env.WORKER_LOOP_STATS_FILE || null,
     },
   };
 }

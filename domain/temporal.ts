@@ -13,6 +13,16 @@ export const SEARCH_ATTRIBUTES = {
 } as const;
 
 /**
+ * The priority every workflow of a workspace starts with (its activities inherit it): the
+ * workspace is its fairness key, so where the Temporal server has task queue fairness on (the dev
+ * server and docker-compose's do: `matching.enableFairness`), a task queue's backlog is dispatched
+ * round-robin across workspaces instead of first in, first out. Without it the key is ignored.
+ */
+export function workspacePriority(workspaceId: string): { fairnessKey: string } {
+  return { fairnessKey: workspaceId };
+}
+
+/**
  * A lazily connected, shared Temporal client. A failed connection is forgotten so the next call
  * retries: the API keeps serving reads while Temporal is down and recovers by itself.
  */

@@ -16,6 +16,7 @@ import { newKeyRingValue } from '../domain/encryption';
 import { createDb } from '../domain/db';
 import { SEARCH_ATTRIBUTES } from '../domain/temporal';
 import { migrationConfig } from '../knexfile';
+import YAML from 'yaml';
 
 export const ROOT = path.resolve(__dirname, '..');
 export const TOOLS_DIR = path.join(ROOT, '.tools');
@@ -402,6 +403,15 @@ export function nodeTs(entry: string): { command: string; args: string[] } {
   return { command: process.execPath, args: ['--import', 'tsx', path.join(ROOT, entry)] };
 }
 
+/**
+ * The Temporal server's dynamic configuration, one file for docker-compose's server and the dev
+ * server (as `--dynamic-config-value` flags): each key's first value.
+ */
+export function temporalDynamicConfig(): Record<string, unknown> {
+  const file = YAML.parse(fs.readFileSync(path.join(ROOT, 'deploy', 'temporal-dynamic-config.yaml'), 'utf8')) as Record<string, { value: unknown }[]>;
+  return Object.fromEntries(Object.entries(file).map(([key, values]) => [key, values[0].value]));
+}
+
 export async function startTemporalDevServer(
   cli: string,
   /** dbFile: the dev server's SQLite file; without it the server keeps everything in memory. */
@@ -420,6 +430,10 @@ export async function startTemporalDevServer(
     '--log-level',
     'warn',
     ...Object.entries(SEARCH_ATTRIBUTES).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
+    // Task queue fairness: the service starts every workflow with its workspace as fairness key, and
+    // the server then dispatches the tasks of a task queue round-robin across workspaces, so one
+    // workspace's burst of runs or sends cannot make another's wait behind it.
+    ...Object.entries(temporalDynamicConfig()).flatMap(([name, value]) => ['--dynamic-config-value', `${name}=${JSON.stringify(value)}`]),
     ...(opts.uiPort ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
   ];
   const child = startChild({ name: 'temporal', command: cli, args, logFile: opts.logFile });

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
+import { temporalDynamicConfig } from '../scripts/stack';
 
 /** No Docker engine runs here: this checks the production topology file instead of running it. */
 const root = path.resolve(__dirname, '..');
@@ -12,6 +13,13 @@ describe('docker-compose.yml', () => {
     for (const name of ['postgres', 'temporal', 'temporal-ui', 'api', 'worker', 'migrate']) expect(compose.services).toHaveProperty(name);
     expect(compose.services.temporal.environment).toMatchObject({ DB: 'postgres12', POSTGRES_SEEDS: 'postgres' });
     expect(compose.services['temporal-ui'].environment.TEMPORAL_ADDRESS).toBe('temporal:7233');
+  });
+
+  it("runs Temporal with task queue fairness, from the same file the dev server's flags come from", () => {
+    const temporal = compose.services.temporal;
+    expect(temporal.volumes).toContain('./deploy/temporal-dynamic-config.yaml:/etc/temporal/config/dynamicconfig/crm.yaml:ro');
+    expect(temporal.environment.DYNAMIC_CONFIG_FILE_PATH).toBe('config/dynamicconfig/crm.yaml');
+    expect(temporalDynamicConfig()).toMatchObject({ 'matching.useNewMatcher': true, 'matching.enableFairness': true });
   });
 
   it('builds the API, the worker and the migration job from the one Dockerfile', () => {

@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { createWebhookActivities } from '../activities/webhooks';
@@ -11,20 +13,57 @@ import { createTriggerHandler } from './automation-triggers';
 import { createOutboxDispatcher } from './outbox-dispatcher';
 import { bundleWorkflowsApart } from './workflow-bundle';
 
+/**
+ * A readout for tests (test/reliability/provider-bounds.test.ts), on only when
+ * WORKER_LOOP_STATS_FILE names a file: every 100 ms one JSON line `{ t, lagMaxMs, rssBytes }`, the
+ * event loop's worst delay since the line before and the resident memory, so a test can see from
+ * outside a worker that stalls (a gap between lines says the same while it lasts).
+ */
+function writeLoopStats(file: string): void {
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
+  const timer = setInterval(() => {
+    fs.appendFileSync(file, `${JSON.stringify({ t: Date.now(), lagMaxMs: Math.round(delay.max / 1e5) / 10, rssBytes: process.memoryUsage.rss() })}\n`);
+    delay.reset();
+  }, 100);
+  timer.unref();
+}
+
+/** Activities of the webhook worker run outside a delivery's workflow task only to mark one failed: few. */
+const WEBHOOK_WORKER_ACTIVITIES = 20;
+
 /** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
 async function main(): Promise<void> {
   const config = loadConfig();
+  if (config.worker.loopStatsFile) writeLoopStats(config.worker.loopStatsFile);
   const logger = createLogger('worker', config.logLevel);
   const db = createServiceDb(config);
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
+  const workflowBundle = await bundleWorkflowsApart();
   const worker = await Worker.create({
     connection,
     namespace: config.temporalNamespace,
     taskQueue: config.taskQueue,
-    workflowBundle: await bundleWorkflowsApart(),
+    workflowBundle,
     dataConverter: dataConverterFor(config),
     activities: createActivities({ db, config }),
     maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
+    maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
+    maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
+    maxCachedWorkflows: config.worker.maxCachedWorkflows,
+  });
+  // Webhook deliveries have a worker of their own on the same connection: a subscriber that answers
+  // only after seconds holds a delivery's attempt (a local activity, inside its workflow task) that
+  // long, and with one shared worker enough of them would hold every workflow task slot that sends
+  // and automation runs need. Here they hold only this worker's.
+  const webhookWorker = await Worker.create({
+    connection,
+    namespace: config.temporalNamespace,
+    taskQueue: config.webhookTaskQueue,
+    workflowBundle,
+    dataConverter: dataConverterFor(config),
+    activities: createWebhookActivities({ db, config }),
+    maxConcurrentActivityTaskExecutions: WEBHOOK_WORKER_ACTIVITIES,
     maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
     maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
     maxCachedWorkflows: config.worker.maxCachedWorkflows,
@@ -33,11 +72,11 @@ async function main(): Promise<void> {
   const dispatcher = createOutboxDispatcher({
     db,
     temporal: temporal.get,
-    taskQueue: config.taskQueue,
+    taskQueue: config.webhookTaskQueue,
     retryScale: config.webhookRetryScale,
     pollMs: config.outboxPollMs,
     logger,
-    onTriggers: createTriggerHandler({ db, temporal: temporal.get, taskQueue: config.taskQueue, waitScale: config.automationWaitScale }),
+    onTriggers: createTriggerHandler({ db, temporal: temporal.get, taskQueue: config.taskQueue, waitScale: config.automationWaitScale, logger }),
     attempt: createWebhookActivities({ db, config }).attemptWebhookDelivery,
     sweepMs: config.deliverySweepMs,
   });
@@ -55,9 +94,9 @@ async function main(): Promise<void> {
   void prune();
   const pruner = setInterval(prune, PRUNE_EVERY_MS);
   pruner.unref();
-  logger.info({ taskQueue: config.taskQueue }, 'worker ready');
-  // The Temporal runtime turns SIGINT/SIGTERM into a graceful worker shutdown.
-  await worker.run();
+  logger.info({ taskQueue: config.taskQueue, webhookTaskQueue: config.webhookTaskQueue }, 'worker ready');
+  // The Temporal runtime turns SIGINT/SIGTERM into a graceful shutdown of both workers.
+  await Promise.all([worker.run(), webhookWorker.run()]);
   clearInterval(pruner);
   await dispatcher.stop();
   await Promise.allSettled([connection.close(), temporal.close(), db.destroy()]);

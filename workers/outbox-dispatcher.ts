@@ -3,17 +3,25 @@ import type { Logger } from 'pino';
 import { isDatabaseUnavailable, type Db } from '../domain/db';
 import { deliveryWorkflowId } from '../domain/webhooks';
 import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../types/webhooks';
-import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline } from '../domain/temporal';
+import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/temporal';
 import { webhookDeliveryWorkflow } from '../workflows/webhook-delivery';
 
 /**
  * Turns committed outbox rows into durable work. Business transactions only write the outbox
- * (domain/outbox.ts); this loop, in the worker process, leases undispatched rows in `seq` order,
- * creates one delivery per (event, matching active subscription), starts one Temporal workflow per
- * delivery, and only then marks the rows dispatched. Every step is idempotent, so a crash at any
- * point (API or worker) loses nothing and doubles nothing: the lease expires, the next pass takes
- * the rows again, the delivery insert finds the existing rows (unique on subscription and event),
- * and a workflow id that already exists is not started twice (`REJECT_DUPLICATE`).
+ * (domain/outbox.ts); this loop, in the worker process, leases undispatched rows, creates one
+ * delivery per (event, matching active subscription), starts one Temporal workflow per delivery
+ * (or makes its first attempt here), starts the automation runs the triggers call for, and only
+ * then marks the rows dispatched. Every step is idempotent, so a crash at any point (API or
+ * worker) loses nothing and doubles nothing: the lease expires, the next pass takes the rows
+ * again, the delivery insert finds the existing rows (unique on subscription and event), and a
+ * workflow id that already exists is not started twice (`REJECT_DUPLICATE`).
+ *
+ * Every tenant shares this loop, so it is fair by construction: rows are claimed per workspace (at
+ * most ROWS_PER_WORKSPACE of one workspace's oldest, in `seq` order), the workspaces taken in turn
+ * (round-robin from the last one served), and each workspace's rows are dispatched in a lane of
+ * their own, beside the others (at most LANES at once). A workspace whose rows are slow to
+ * dispatch (many automations, a backlog) holds only its own lane: another workspace's event is
+ * claimed on the next pass, at most `pollMs` after its commit, whatever the first one does.
  */
 export interface DispatcherOptions {
   db: Db;
@@ -21,8 +29,8 @@ export interface DispatcherOptions {
   taskQueue: string;
   retryScale: number;
   logger: Logger;
-  /** Rows per pass (default 500). */
-  batchSize?: number;
+  /** Rows one workspace's lane takes per pass (default ROWS_PER_WORKSPACE). */
+  rowsPerWorkspace?: number;
   /** Wait between passes when the outbox is empty (default 100 ms). */
   pollMs?: number;
   /** How long a pass owns its rows before another may take them (default 60 s). */
@@ -41,6 +49,8 @@ export interface DispatcherOptions {
 
 export interface OutboxRow {
   id: string;
+  /** The row's place in the outbox (bigint, as text): a workspace's rows are dispatched in this order. */
+  seq: string;
   workspace_id: string;
   kind: 'webhook' | 'trigger';
   name: string;
@@ -60,10 +70,17 @@ interface NewDelivery {
 }
 
 const START_CONCURRENCY = 64;
+/** Workspaces whose rows are being dispatched at once in this process, each in its own lane. */
+export const LANES = 8;
+/** Rows one lane takes per pass: a lane's work is bounded, and the workspace is taken again next turn. */
+export const ROWS_PER_WORKSPACE = 50;
 /** First attempts in flight at once in this process; beyond it, new deliveries go to workflows. */
 const FIRST_ATTEMPT_SLOTS = 128;
-/** How long a pass waits for a free first-attempt slot before handing a delivery to a workflow. */
-const SLOT_WAIT_MS = 1_000;
+/**
+ * First attempts in flight at once for one workspace: a subscriber that answers slowly holds at
+ * most these, never every slot; its workspace's other new deliveries go to workflows at once.
+ */
+export const FIRST_ATTEMPT_SLOTS_PER_WORKSPACE = 16;
 /** A pending delivery untouched this long (not created, not attempted) is checked for a workflow. */
 const ORPHAN_AFTER_SECONDS = 60;
 
@@ -72,30 +89,62 @@ const isOutage = (err: unknown): boolean => isDatabaseUnavailable(err) || isTemp
 
 export function createOutboxDispatcher(options: DispatcherOptions) {
   const { db, logger } = options;
-  const batchSize = options.batchSize ?? 500;
+  const rowsPerWorkspace = options.rowsPerWorkspace ?? ROWS_PER_WORKSPACE;
   const pollMs = options.pollMs ?? 100;
   const leaseSeconds = options.leaseSeconds ?? 60;
   let running = false;
   let loop: Promise<void> | undefined;
   let wake: (() => void) | undefined;
+  /** The lanes under way, by workspace: a workspace is never in two lanes of this process. */
+  const lanes = new Map<string, Promise<void>>();
+  /** The last workspace given a lane: the next claim starts after it (round-robin). */
+  let lastServed = '00000000-0000-0000-0000-000000000000';
+  /** Set by a lane that met an outage (PostgreSQL or Temporal away): the loop backs off. */
+  let outage: unknown;
 
-  async function claim(): Promise<OutboxRow[]> {
-    const { rows } = await db.raw(
-      `UPDATE outbox_events SET claimed_until = now() + make_interval(secs => ?)
-        WHERE id IN (
-          SELECT id FROM outbox_events
-           WHERE dispatched_at IS NULL AND (claimed_until IS NULL OR claimed_until < now())
-           ORDER BY seq
-           LIMIT ?
-           FOR UPDATE SKIP LOCKED)
-        RETURNING id, workspace_id, kind, name, payload, depth, chain_id`,
-      [leaseSeconds, batchSize],
+  /**
+   * Up to `workspaces` workspaces with claimable rows, none of those in `busy`, each with at most
+   * `rowsPerWorkspace` of its oldest rows, leased. The workspaces with pending rows are found by a
+   * skip scan of outbox_events_pending_workspace_idx (one probe per workspace, however large a
+   * backlog is) and taken in turn from the one after the last served, so a busy workspace can
+   * never keep another waiting for more than one turn.
+   */
+  async function claim(busy: string[], workspaces: number): Promise<Map<string, OutboxRow[]>> {
+    const { rows } = await db.raw<{ rows: OutboxRow[] }>(
+      `WITH RECURSIVE pending AS (
+         (SELECT workspace_id FROM outbox_events WHERE dispatched_at IS NULL ORDER BY workspace_id LIMIT 1)
+         UNION ALL
+         SELECT (SELECT e.workspace_id FROM outbox_events e
+                  WHERE e.dispatched_at IS NULL AND e.workspace_id > p.workspace_id ORDER BY e.workspace_id LIMIT 1)
+           FROM pending p WHERE p.workspace_id IS NOT NULL
+       ), chosen AS (
+         SELECT p.workspace_id FROM pending p
+          WHERE p.workspace_id IS NOT NULL AND p.workspace_id <> ALL(?::uuid[])
+            AND EXISTS (SELECT 1 FROM outbox_events e
+                         WHERE e.workspace_id = p.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now()))
+          ORDER BY p.workspace_id <= ?::uuid, p.workspace_id
+          LIMIT ?
+       )
+       UPDATE outbox_events SET claimed_until = now() + make_interval(secs => ?)
+        WHERE id IN (SELECT r.id FROM chosen c CROSS JOIN LATERAL (
+                SELECT e.id FROM outbox_events e
+                 WHERE e.workspace_id = c.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now())
+                 ORDER BY e.seq LIMIT ? FOR UPDATE SKIP LOCKED) r)
+          AND dispatched_at IS NULL AND (claimed_until IS NULL OR claimed_until < now())
+        RETURNING id, seq, workspace_id, kind, name, payload, depth, chain_id`,
+      [busy, lastServed, workspaces, leaseSeconds, rowsPerWorkspace],
     );
-    return rows;
+    const byWorkspace = new Map<string, OutboxRow[]>();
+    for (const row of rows.sort((a, b) => Number(a.seq) - Number(b.seq))) {
+      const group = byWorkspace.get(row.workspace_id);
+      if (group) group.push(row);
+      else byWorkspace.set(row.workspace_id, [row]);
+    }
+    return byWorkspace;
   }
 
   /** One delivery per (event, active subscription taking it); existing ones are returned as they are. */
-  async function createDeliveries(eventIds: string[]): Promise<NewDelivery[]> {
+  async function createDeliveries(workspaceId: string, eventIds: string[]): Promise<NewDelivery[]> {
     if (eventIds.length === 0) return [];
     const { rows } = await db.raw(
       `INSERT INTO webhook_deliveries (workspace_id, subscription_id, event_id, event, payload)
@@ -103,11 +152,11 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
          FROM outbox_events e
          JOIN webhook_subscriptions s
            ON s.workspace_id = e.workspace_id AND s.active AND (s.events @> ARRAY[e.name] OR s.events @> ARRAY['*'])
-        WHERE e.id = ANY(?::uuid[])
+        WHERE e.workspace_id = ? AND e.id = ANY(?::uuid[])
         ORDER BY e.seq
        ON CONFLICT (subscription_id, event_id) WHERE event_id IS NOT NULL DO UPDATE SET event = EXCLUDED.event
        RETURNING id, workspace_id, subscription_id, event_id, status, attempts`,
-      [eventIds],
+      [workspaceId, eventIds],
     );
     return rows;
   }
@@ -123,6 +172,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
           taskQueue: options.taskQueue,
           args: [input],
           workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+          priority: workspacePriority(d.workspace_id),
           searchAttributes: { WorkspaceId: [d.workspace_id] },
         }),
       );
@@ -135,27 +185,15 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   /** Deliveries whose first attempt is under way here: a pass that meets them again (rows given back after a failure) leaves them alone. */
   const attempting = new Set<string>();
   let firstAttemptsInFlight = 0;
-  const slotWaiters: (() => void)[] = [];
+  const firstAttemptsByWorkspace = new Map<string, number>();
 
   /**
-   * A first-attempt slot, waiting up to SLOT_WAIT_MS for one to free: healthy receivers answer in
-   * milliseconds, so a burst waits a moment instead of spilling into workflows; receivers slow
-   * enough to hold every slot that long push the rest to workflows (no pass waits longer).
+   * Whether a first attempt may start now, without waiting: a free slot in this process and in
+   * the workspace's share of them. No pass ever waits for a slot; a delivery without one goes to
+   * its workflow at once.
    */
-  async function firstAttemptSlot(): Promise<boolean> {
-    const deadline = Date.now() + SLOT_WAIT_MS;
-    while (firstAttemptsInFlight >= FIRST_ATTEMPT_SLOTS) {
-      const left = deadline - Date.now();
-      if (left <= 0) return false;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left);
-        slotWaiters.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
-    return true;
+  function firstAttemptSlot(workspaceId: string): boolean {
+    return firstAttemptsInFlight < FIRST_ATTEMPT_SLOTS && (firstAttemptsByWorkspace.get(workspaceId) ?? 0) < FIRST_ATTEMPT_SLOTS_PER_WORKSPACE;
   }
 
   /**
@@ -167,6 +205,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
    */
   function attemptFirst(d: NewDelivery): void {
     firstAttemptsInFlight += 1;
+    firstAttemptsByWorkspace.set(d.workspace_id, (firstAttemptsByWorkspace.get(d.workspace_id) ?? 0) + 1);
     attempting.add(d.id);
     const firstWaitMs = retryWaitMs(1, options.retryScale, Math.random());
     const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -185,29 +224,36 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
       )
       .finally(() => {
         firstAttemptsInFlight -= 1;
+        const left = (firstAttemptsByWorkspace.get(d.workspace_id) ?? 1) - 1;
+        if (left > 0) firstAttemptsByWorkspace.set(d.workspace_id, left);
+        else firstAttemptsByWorkspace.delete(d.workspace_id);
         attempting.delete(d.id);
         firstAttempts.delete(attempt);
-        slotWaiters.shift()?.();
       });
     firstAttempts.add(attempt);
   }
 
   /** Subscriptions with a delivery being retried: their new deliveries go straight to workflows. */
-  async function retryingSubscriptions(deliveries: NewDelivery[]): Promise<Set<string>> {
+  async function retryingSubscriptions(workspaceId: string, deliveries: NewDelivery[]): Promise<Set<string>> {
     if (!options.attempt || deliveries.length === 0) return new Set();
     const ids = [...new Set(deliveries.map((d) => d.subscription_id))];
-    const rows: { subscription_id: string }[] = await db('webhook_deliveries').distinct('subscription_id').whereIn('subscription_id', ids).where('status', 'pending').where('attempts', '>', 0);
+    const rows: { subscription_id: string }[] = await db('webhook_deliveries')
+      .distinct('subscription_id')
+      .where('workspace_id', workspaceId)
+      .whereIn('subscription_id', ids)
+      .where('status', 'pending')
+      .where('attempts', '>', 0);
     return new Set(rows.map((r) => r.subscription_id));
   }
 
-  async function startDeliveries(deliveries: NewDelivery[]): Promise<void> {
+  async function startDeliveries(workspaceId: string, deliveries: NewDelivery[]): Promise<void> {
     // A delivery that has already run (an earlier pass crashed before marking its rows), or whose
     // first attempt is under way, is left alone.
     const fresh = deliveries.filter((d) => d.status === 'pending' && d.attempts === 0 && !attempting.has(d.id));
-    const retrying = await retryingSubscriptions(fresh);
+    const retrying = await retryingSubscriptions(workspaceId, fresh);
     const toWorkflows: NewDelivery[] = [];
     for (const d of fresh) {
-      if (options.attempt && !retrying.has(d.subscription_id) && (await firstAttemptSlot())) attemptFirst(d);
+      if (options.attempt && !retrying.has(d.subscription_id) && firstAttemptSlot(d.workspace_id)) attemptFirst(d);
       else toWorkflows.push(d);
     }
     for (let i = 0; i < toWorkflows.length; i += START_CONCURRENCY) {
@@ -239,13 +285,13 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     return rows.length;
   }
 
-  /** Hands rows over (deliveries and their workflows, automation runs) and marks them dispatched. */
-  async function dispatch(rows: OutboxRow[]): Promise<void> {
-    const deliveries = await createDeliveries(rows.filter((r) => r.kind === 'webhook').map((r) => r.id));
-    await startDeliveries(deliveries);
+  /** Hands one workspace's rows over (deliveries and their workflows, automation runs) and marks them dispatched. */
+  async function dispatch(workspaceId: string, rows: OutboxRow[]): Promise<void> {
+    const deliveries = await createDeliveries(workspaceId, rows.filter((r) => r.kind === 'webhook').map((r) => r.id));
+    await startDeliveries(workspaceId, deliveries);
     const triggers = rows.filter((r) => r.kind === 'trigger');
     if (triggers.length > 0 && options.onTriggers) await options.onTriggers(triggers);
-    await db('outbox_events').whereIn('id', rows.map((r) => r.id)).update({ dispatched_at: db.fn.now(), claimed_until: null });
+    await db('outbox_events').where('workspace_id', workspaceId).whereIn('id', rows.map((r) => r.id)).update({ dispatched_at: db.fn.now(), claimed_until: null });
   }
 
   /** Gives rows back at once: the next pass (after the error backoff) takes them again. */
@@ -254,17 +300,15 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   }
 
   /**
-   * One pass: returns how many outbox rows it dispatched. When the batch fails for a reason that
-   * is not an outage (PostgreSQL or Temporal away: the whole batch waits), each row is tried on
-   * its own, and one that still fails is set aside with its error and retried with a growing
-   * backoff (up to an hour), so one bad row never holds back the other rows or tenants.
+   * One lane: one workspace's claimed rows, dispatched together. When that fails for a reason
+   * that is not an outage (PostgreSQL or Temporal away: the rows are given back and the loop backs
+   * off), each row is tried on its own, and one that still fails is set aside with its error and
+   * retried with a growing backoff (up to an hour), so one bad row never holds back the others.
    */
-  async function dispatchOnce(): Promise<number> {
-    const rows = await claim();
-    if (rows.length === 0) return 0;
+  async function dispatchLane(workspaceId: string, rows: OutboxRow[]): Promise<void> {
     try {
-      await dispatch(rows);
-      return rows.length;
+      await dispatch(workspaceId, rows);
+      return;
     } catch (err) {
       if (isOutage(err)) {
         await release(rows);
@@ -272,14 +316,12 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
       }
       if (rows.length === 1) {
         await setAside(rows[0], err);
-        return 0;
+        return;
       }
     }
-    let dispatched = 0;
     for (const [i, row] of rows.entries()) {
       try {
-        await dispatch([row]);
-        dispatched += 1;
+        await dispatch(workspaceId, [row]);
       } catch (err) {
         if (isOutage(err)) {
           await release(rows.slice(i));
@@ -288,7 +330,6 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
         await setAside(row, err);
       }
     }
-    return dispatched;
   }
 
   async function setAside(row: OutboxRow, err: unknown): Promise<void> {
@@ -304,6 +345,19 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     logger.error({ outboxEventId: row.id, workspaceId: row.workspace_id, event: row.name, failures, err: message }, 'outbox row set aside after a failed dispatch; it will be retried');
   }
 
+  function startLane(workspaceId: string, rows: OutboxRow[]): void {
+    const lane = dispatchLane(workspaceId, rows)
+      .catch((err) => {
+        outage = err;
+      })
+      .finally(() => {
+        lanes.delete(workspaceId);
+        // A free lane: the loop claims again at once (this workspace's next rows, or another's).
+        wake?.();
+      });
+    lanes.set(workspaceId, lane);
+  }
+
   function pause(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const timer = setTimeout(resolve, ms);
@@ -312,6 +366,22 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
         resolve();
       };
     });
+  }
+
+  /**
+   * One turn of the loop: claims rows for as many workspaces as there are free lanes, and starts
+   * their lanes. Returns how many lanes it started.
+   */
+  async function claimLanes(): Promise<number> {
+    const free = LANES - lanes.size;
+    if (free <= 0) return 0;
+    const claimed = await claim([...lanes.keys()], free);
+    for (const [workspaceId, rows] of claimed) startLane(workspaceId, rows);
+    // The turn ends at the last workspace in claim's order: those after lastServed, then the wrapped ones.
+    const ids = [...claimed.keys()].sort();
+    const wrapped = ids.filter((id) => id <= lastServed);
+    if (ids.length > 0) lastServed = (wrapped.length > 0 ? wrapped : ids).at(-1)!;
+    return claimed.size;
   }
 
   async function run(): Promise<void> {
@@ -324,9 +394,15 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
           const swept = await sweepOrphans();
           if (swept > 0) logger.warn({ deliveries: swept }, 'pending deliveries without an attempt under way were handed to workflows');
         }
-        const dispatched = await dispatchOnce();
+        if (outage !== undefined) {
+          const err = outage;
+          outage = undefined;
+          throw err;
+        }
+        const started = await claimLanes();
         failures = 0;
-        if (dispatched < batchSize) await pause(pollMs);
+        // Nothing more to claim now (or every lane busy): wait for new rows, or for a lane to end.
+        if (started === 0 || lanes.size >= LANES) await pause(pollMs);
       } catch (err) {
         failures += 1;
         const backoff = Math.min(pollMs * 2 ** failures, 5000);
@@ -339,18 +415,18 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   }
 
   return {
-    dispatchOnce,
     sweepOrphans,
     start(): void {
       if (running) return;
       running = true;
       loop = run();
-      logger.info({ pollMs, batchSize }, 'outbox dispatcher started');
+      logger.info({ pollMs, lanes: LANES, rowsPerWorkspace }, 'outbox dispatcher started');
     },
     async stop(): Promise<void> {
       running = false;
       wake?.();
       await loop;
+      await Promise.allSettled([...lanes.values()]);
       // First attempts under way finish and record (each is bounded by the 10 s webhook timeout).
       await Promise.allSettled([...firstAttempts]);
     },

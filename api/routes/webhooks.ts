@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { ApiError } from '../../domain/errors';
 import { WEBHOOK_EVENTS } from '../../domain/outbox';
 import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { workspacePriority } from '../../domain/temporal';
 import {
   ALL_EVENTS,
   createSubscription,
@@ -256,9 +257,10 @@ export const webhookRoutes = [
       try {
         handle = await withTemporal(ctx, service, (client) => client.workflow.start(webhookDeliveryWorkflow, {
           workflowId,
-          taskQueue: config.taskQueue,
+          taskQueue: config.webhookTaskQueue,
           args: [input],
           workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+          priority: workspacePriority(workspaceId),
           searchAttributes: { WorkspaceId: [workspaceId] },
         }));
       } catch (err) {
