@@ -10,6 +10,7 @@ import { createMessagingActivities } from '../../activities/messaging';
 import { createDeal } from '../../domain/deals';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { CHAIN_RUN_BUDGET } from '../../domain/automations';
+import { REFUSALS_LISTED_PER_EVENT } from '../../workers/automation-triggers';
 import { awayFromMinuteBoundary, createKey, createWorkspace, eventually, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from '../helpers';
 
 let api: TestApi;
@@ -69,6 +70,23 @@ describe('automation fan-out', () => {
     expect(all.some((r) => r.status === 'failed' && /^Loop protection: the event that began this chain of automations has caused \d+ runs; the limit is 25$/.test(r.error ?? ''))).toBe(true);
     const deals = await api.db('deals').where({ workspace_id: ws.id }).count({ n: '*' }).first();
     expect(Number(deals!.n)).toBeLessThanOrEqual(1 + CHAIN_RUN_BUDGET);
+  });
+
+  it(`an event matching ${CHAIN_RUN_BUDGET + REFUSALS_LISTED_PER_EVENT + 30} automations costs a bounded number of run rows: ${CHAIN_RUN_BUDGET} started, ${REFUSALS_LISTED_PER_EVENT} refusals listed, the rest only counted`, async () => {
+    const matching = CHAIN_RUN_BUDGET + REFUSALS_LISTED_PER_EVENT + 30;
+    const ws = await workspace({ automationLimit: matching });
+    const pipeline = await seedPipeline(api, ws.id, { name: 'Wide', stages: ['New'] });
+    for (let i = 0; i < matching; i++) await automation(ws, { trigger: { type: 'card_created' }, actions: [{ type: 'wait', seconds: 1 }] });
+    await dealIn(ws, pipeline.id);
+    const all = await settled(ws, CHAIN_RUN_BUDGET + REFUSALS_LISTED_PER_EVENT);
+    // One row per automation would be 80: only the started runs and the listed refusals are rows.
+    expect(all).toHaveLength(CHAIN_RUN_BUDGET + REFUSALS_LISTED_PER_EVENT);
+    expect(all.filter((r) => r.status === 'completed')).toHaveLength(CHAIN_RUN_BUDGET);
+    const refused = all.filter((r) => r.status === 'failed');
+    expect(refused).toHaveLength(REFUSALS_LISTED_PER_EVENT);
+    for (const r of refused) expect(r.error).toBe(`Loop protection: the event that began this chain of automations has caused ${CHAIN_RUN_BUDGET} runs; the limit is ${CHAIN_RUN_BUDGET}`);
+    // The oldest automations run; each run or refusal belongs to a different automation.
+    expect(new Set(all.map((r) => r.automation_id)).size).toBe(all.length);
   });
 
   it('an automation does not run again on the record it already ran on in the same chain', async () => {
