@@ -1,13 +1,15 @@
-import { Action, ActionSchema, applyMapping, render, TriggerConfig, webhookVariables } from '../domain/automations';
+import { Action, ActionSchema, applyMapping, PersonalData, render, TriggerConfig, webhookVariables, withoutPersonalData } from '../domain/automations';
 import { addTag, removeTag, updateContact, upsertLead } from '../domain/contacts';
 import type { Db } from '../domain/db';
 import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/deals';
 import { ApiError } from '../domain/errors';
 import { toFailure } from '../domain/failures';
+import { withoutPhoneNumbers } from '../domain/temporal';
 import { addNote } from '../domain/notes';
 import { messageContent, missingFields, requiredFields } from '../domain/sending';
 import { isUuid, requireContact } from '../domain/refs';
 import { createTask } from '../domain/tasks';
+import { suspension } from '../domain/workspaces';
 import { saveSendRequest, sendInputFor } from '../domain/send-requests';
 import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../types/automations';
 
@@ -22,10 +24,6 @@ function triggerOf(recorded: Record<string, unknown>): NonNullable<RunInput['tri
   };
 }
 
-/** A refusal retrying cannot fix, named by its action: "Action 2 (move_deal): Stage "X" not found". */
-function actionFailure(index: number, type: string, err: ApiError) {
-  return toFailure(err, { message: `Action ${index + 1} (${type}): ${err.message}` });
-}
 
 /** String params are rendered from the run's variables; other values pass as they are. */
 function renderParams<T extends Record<string, unknown>>(params: T, vars: Record<string, string>): T {
@@ -63,6 +61,35 @@ export function createAutomationActivities({ db }: { db: Db }) {
     return vars;
   }
 
+  /**
+   * A failed run's error without the data of its contact (`automations:read` reads it): the
+   * contact the run acted on or its trigger named, and what the inbound body mapped to one (an
+   * intake that failed has no contact yet). Read before finishRun clears the run's state.
+   */
+  /**
+   * A refusal retrying cannot fix, named by its action ("Action 2 (move_deal): Stage "X" not
+   * found"), its message shown in the Temporal UI as in the run's error: without the contact's data,
+   * nor any other number.
+   */
+  async function actionFailure(input: { workspaceId: string; runId: string }, what: string, err: ApiError) {
+    return toFailure(err, { message: withoutPhoneNumbers(await withoutContactData(input.workspaceId, input.runId, `${what}: ${err.message}`)) });
+  }
+
+  async function withoutContactData(workspaceId: string, runId: string, error: string): Promise<string> {
+    const run = await db('automation_runs as r')
+      .leftJoin('automations as a', function () {
+        this.on('a.workspace_id', 'r.workspace_id').andOn('a.id', 'r.automation_id');
+      })
+      .where({ 'r.workspace_id': workspaceId, 'r.id': runId })
+      .first('r.context', 'r.trigger', 'r.webhook_body', 'a.trigger as automation_trigger');
+    if (!run) return error;
+    const people: PersonalData[] = [];
+    if (run.webhook_body !== null && run.automation_trigger?.mapping) people.push(applyMapping((run.automation_trigger as TriggerConfig).mapping, run.webhook_body).contact);
+    const ids = [run.context?.contactId, run.trigger?.contactId].filter((id): id is string => typeof id === 'string' && isUuid(id));
+    if (ids.length > 0) people.push(...(await db('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids).select('name', 'email', 'phone')));
+    return withoutPersonalData(error, people);
+  }
+
   return {
     /**
      * The run's plan: the automation's actions as they are now (the run keeps this snapshot), and
@@ -88,7 +115,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
             const { lead } = await upsertLead(db, input.workspaceId, { phone: mapped.contact.phone, name: mapped.contact.name, email: mapped.contact.email }, { origin: 'automation', cause: { depth: input.depth + 1, chain: input.chain ?? null } });
             context.contactId = lead.id;
           } catch (err) {
-            if (err instanceof ApiError) throw toFailure(err, { message: `Lead intake: ${err.message}` });
+            if (err instanceof ApiError) throw await actionFailure(input, 'Lead intake', err);
             throw err;
           }
         }
@@ -127,8 +154,14 @@ export function createAutomationActivities({ db }: { db: Db }) {
       const where = { workspace_id: workspaceId, id: input.runId };
       let type = input.action?.type ?? input.actionType ?? 'action';
       try {
-        const automation = await db('automations').where({ workspace_id: workspaceId, id: input.automationId }).first('active', 'name');
+        const automation = await db('automations as a')
+          .join('workspaces as w', 'w.id', 'a.workspace_id')
+          .where({ 'a.workspace_id': workspaceId, 'a.id': input.automationId })
+          .first('a.active', 'a.name', 'w.active as workspace_active', 'w.api_access');
         if (!automation?.active) throw new ApiError('CONFLICT', 'The automation was deleted or deactivated during the run');
+        // A workspace suspended while the run was under way (during a wait, say): no further action.
+        const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'automationRun');
+        if (suspended) throw suspended;
         // What the run carries (older runs), else its row: the action as snapshotted and the context so far.
         const carried = input.action && input.context ? { action: input.action, context: input.context } : undefined;
         let stored: StoredAction;
@@ -171,11 +204,12 @@ export function createAutomationActivities({ db }: { db: Db }) {
           return answer(result);
         });
       } catch (err) {
-        if (err instanceof ApiError) throw actionFailure(index, type, err);
+        if (err instanceof ApiError) throw await actionFailure(input, `Action ${index + 1} (${type})`, err);
         // Bad data or a broken constraint: the same values would fail again.
         const code = (err as { code?: unknown })?.code;
         if (typeof code === 'string' && /^(22|23)/.test(code) && code !== '23505') {
-          throw actionFailure(index, type, new ApiError('VALIDATION', `The database refused the values (${(err as Error).message.slice(0, 300)})`));
+          // The SQLSTATE only: the database's message can quote the value (a contact's data).
+          throw await actionFailure(input, `Action ${index + 1} (${type})`, new ApiError('VALIDATION', `The database refused the values (SQLSTATE ${code})`));
         }
         throw err;
       }
@@ -183,10 +217,11 @@ export function createAutomationActivities({ db }: { db: Db }) {
 
     /** Records how the run ended (only a running run changes: a repeat of this activity is harmless). */
     async finishRun(input: { workspaceId: string; runId: string } & RunResult): Promise<void> {
+      const error = input.error ? (await withoutContactData(input.workspaceId, input.runId, input.error)).slice(0, 2000) : null;
       // The run's private state is only needed while it runs.
       await db('automation_runs')
         .where({ workspace_id: input.workspaceId, id: input.runId, status: 'running' })
-        .update({ status: input.status, error: input.error ? input.error.slice(0, 2000) : null, finished_at: db.fn.now(), webhook_body: null, actions: null, context: null });
+        .update({ status: input.status, error, finished_at: db.fn.now(), webhook_body: null, actions: null, context: null });
     },
   };
 
@@ -225,7 +260,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
             let value: number | undefined;
             if (action.value !== undefined && action.value !== '') {
               value = Number(String(action.value).replace(',', '.'));
-              if (!Number.isFinite(value) || value < 0) throw new ApiError('VALIDATION', `Invalid value "${action.value}": expected a number >= 0`);
+              if (!Number.isFinite(value) || value < 0) throw new ApiError('VALIDATION', 'Invalid value: expected a number >= 0');
             }
             const deal = await createDeal(db, workspaceId, { contactId: needContact(), pipeline: action.pipeline, stage: action.stage, name: action.name, value, source: 'automation' }, { cause: options.cause });
             return { context: { ...context, dealId: deal.id } };

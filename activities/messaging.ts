@@ -9,6 +9,7 @@ import { visibleConversations } from '../domain/conversations';
 import { findOrCreateContact, findOrCreateConversation, giveBackDaily, takeDaily } from '../domain/messaging';
 import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
 import { suspension } from '../domain/workspaces';
+import { searchHash, withoutPhoneNumbers } from '../domain/temporal';
 import { sendRequestOf } from '../domain/send-requests';
 import { openInstanceConfig } from '../domain/instances';
 import type { Config } from '../domain/config';
@@ -17,6 +18,13 @@ import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure 
 import { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from './media';
 import { PROVIDER_RETRYABLE } from '../types/messaging';
 import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../types/messaging';
+
+/**
+ * A preparation with the recipient's keyed hash, which the workflow sets as its PhoneHash search
+ * attribute (domain/temporal.ts searchHash; the workflow cannot compute it, it has no keys).
+ * Absent in preparations made before it.
+ */
+export type PreparedWithHash = PreparedSend & { phoneHash?: string };
 
 /** What names a send's content: its send_requests row, or (a send started before that table) the message itself. */
 type ContentRef = { requestId: string; message?: undefined } | { requestId?: undefined; message: NonNullable<SendInput['message']> };
@@ -75,6 +83,28 @@ async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * What stops a send's later provider call although prepare let it through: the workspace
+ * suspended (SUBSCRIPTION_INACTIVE) or the contact opted out (OPTED_OUT) since. The contact is the
+ * one prepare chose (its row in send_preparations, by the attempt's reference).
+ */
+async function refusalSincePrepare(db: Db, workspaceId: string, reference: string): Promise<ApiError | null> {
+  const { rows } = await db.raw<{ rows: { active: boolean; api_access: boolean; opted_out: boolean | null }[] }>(
+    `SELECT w.active, w.api_access, c.opted_out
+       FROM workspaces w
+       LEFT JOIN send_preparations p ON p.workspace_id = w.id AND p.reference = ?
+       LEFT JOIN contacts c ON c.workspace_id = w.id AND c.id = (p.prepared->>'contactId')::uuid
+      WHERE w.id = ?`,
+    [reference, workspaceId],
+  );
+  const standing = rows[0];
+  if (!standing) return null;
+  const suspended = suspension(standing, 'send');
+  if (suspended) return suspended;
+  if (standing.opted_out) return new ApiError('OPTED_OUT', 'The contact opted out of messages');
+  return null;
+}
+
 /** `config.allowPrivateUrls`: the media download's URL policy (strict when not given). */
 export function createMessagingActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
   return {
@@ -83,14 +113,14 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * instance, contact and conversation (found or created), opt-out, the 24-hour window and the
      * template, the daily cold slot (new conversations only) and the daily message quota.
      */
-    async prepareSend(input: SendInput): Promise<PreparedSend> {
+    async prepareSend(input: SendInput): Promise<PreparedWithHash> {
       const execution = Context.current().info.workflowExecution!;
       const reference = `${execution.workflowId}/${execution.runId}`;
       return refusalsAsFailures(() =>
         db.transaction(async (trx) => {
           // Retried after its commit: the first run's result, not a second quota unit.
           const done = await trx('send_preparations').where({ reference, workspace_id: input.workspaceId }).first('prepared');
-          if (done) return done.prepared as PreparedSend;
+          if (done) return done.prepared as PreparedWithHash;
           const now = new Date();
           const day = saoPauloDay(now);
           const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit', 'active', 'api_access');
@@ -142,7 +172,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           for (const unit of dailyUnits(workspace, createdConversation)) {
             if (!(await takeDaily(trx, input.workspaceId, unit.counter, day, unit.cap))) throw unit.refusal();
           }
-          const prepared: PreparedSend = {
+          const prepared: PreparedWithHash = {
             reference,
             workspaceId: input.workspaceId,
             instanceId: instance.id,
@@ -155,6 +185,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
             createdConversation,
             day,
             tookCold,
+            phoneHash: searchHash(config.encryptionKeys!, 'phone', input.workspaceId, contact.phone),
           };
           // A concurrent duplicate of this activity conflicts here and rolls back; its retry reads the row.
           await trx('send_preparations').insert({ reference, workspace_id: input.workspaceId, prepared: JSON.stringify(prepared) });
@@ -220,16 +251,26 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
         // The instance first: one that vanished is a refusal, before any attempt is claimed.
         const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId, archived: false }).first('id', 'provider', 'config');
         if (!instance) throw toFailure(new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists'));
+        // `fresh`: the first call of the send (a new row); a retry or a later round re-claims a failed one.
         const claimed = await db.raw(
           `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
            ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
-           RETURNING reference`,
+           RETURNING reference, (xmax = 0) AS fresh`,
           [input.reference, input.workspaceId],
         );
         if (claimed.rows.length === 0) {
           const previous = await db('send_attempts').where({ reference: input.reference }).first();
           if (previous?.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id, waId: previous.wa_id ?? undefined } };
           return unconfirmed(instance.provider, 'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider');
+        }
+        // Prepare checked the workspace and the contact; a retry may come seconds or minutes later,
+        // after a suspension or an opt-out, which stop it as they would have stopped the send.
+        if (!claimed.rows[0].fresh) {
+          const refusal = await refusalSincePrepare(db, input.workspaceId, input.reference);
+          if (refusal) {
+            await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ state: 'failed', error: refusal.message, updated_at: db.fn.now() });
+            throw toFailure(refusal);
+          }
         }
         const { message } = await sendRequestOf(db, input);
         const outbound: OutboundMessage = { ...message, to: input.to, reference: input.reference };
@@ -242,18 +283,20 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           }
           // A streamed file is downloaded while it is uploaded: the upload's deadline spans both.
           const options = download ? { timeoutMs: MEDIA_DOWNLOAD_TIMEOUT_MS + MEDIA_SEND_TIMEOUT_MS } : {};
-          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(config.encryptionKeys!, instance.config) }, outbound, options);
+          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(config.encryptionKeys!, instance.config, input.workspaceId) }, outbound, options);
         } catch (thrown) {
           // A download that failed mid-upload aborted it: the download's failure is the send's.
           const err = download?.failure ?? thrown;
-          const message = err instanceof Error ? err.message : String(err);
+          const full = err instanceof Error ? err.message : String(err);
+          // The row keeps the provider's words; what Temporal shows (failures, results) has no number in it.
+          const message = withoutPhoneNumbers(full);
           if (mayHaveReachedProvider(err)) {
             // Stays `in_flight`: only the provider's status callback (or the window passing) settles it.
-            await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ error: message.slice(0, 1000), updated_at: db.fn.now() });
+            await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ error: full.slice(0, 1000), updated_at: db.fn.now() });
             return unconfirmed(instance.provider, `The provider call got no answer, so it may have been accepted: ${message}`);
           }
-          await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ state: 'failed', error: message.slice(0, 1000), updated_at: db.fn.now() });
-          if (!(err instanceof ProviderError)) throw err;
+          await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ state: 'failed', error: full.slice(0, 1000), updated_at: db.fn.now() });
+          if (!(err instanceof ProviderError)) throw message === full ? err : new Error(message);
           if (err.retryable) throw ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);
           throw toFailure(new ApiError(FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message));
         } finally {

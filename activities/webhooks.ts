@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { openText } from '../domain/encryption';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
-import { deliveryBody, postWebhook } from '../domain/webhooks';
+import { deliveryBody, postWebhook, webhookSecretBinding } from '../domain/webhooks';
 import type { AttemptInput, AttemptResult } from '../types/webhooks';
 
 /**
@@ -30,7 +30,7 @@ export function createWebhookActivities({ db, config }: { db: Db; config: Pick<C
       const outcome = delivery.active
         ? await postWebhook({
             url: delivery.url,
-            secret: openText(config.encryptionKeys!, delivery.secret),
+            secret: openText(config.encryptionKeys!, delivery.secret, webhookSecretBinding(input.workspaceId)),
             event: delivery.event,
             deliveryId: delivery.id,
             eventId: delivery.event_id,

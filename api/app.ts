@@ -12,7 +12,7 @@ import { listPipelines } from '../domain/pipelines';
 import { ApiError } from '../domain/errors';
 import { jsonBody, readsAnyContentType, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
-import { enforce, ipBucket } from './middleware/rate-limit';
+import { countIpInMemory, enforce, ipBucket, record } from './middleware/rate-limit';
 import { buildOpenApi } from './openapi';
 import { AnyRoute } from './route';
 import { buildRouter } from './router';
@@ -83,6 +83,9 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   const openapiDocument = async (ctx: Context, next: Next) => {
     if (!READ_METHODS.has(ctx.method)) return next();
     if (ctx.path === '/api/v1/openapi.json') {
+      // An /api/v1 answer like the others: the IP's `read` bucket, counted in memory (a static
+      // document needs no statement), its headers, and 429 when it is exhausted.
+      record(ctx, countIpInMemory(ctx));
       openapi ??= buildOpenApi(routes, deps.config.publicBaseUrl);
       ctx.body = openapi;
       return;
@@ -156,14 +159,19 @@ async function codecCors(ctx: Context, next: Next): Promise<void> {
     return;
   }
   if (!ctx.path.startsWith(`${CODEC_SESSION_PATH}/`)) return next();
+  // Only the Temporal UI's page (TEMPORAL_UI_ORIGIN) may call with the session cookie: an answer
+  // naming any other origin with credentials would let every site the operator visits decode.
   const origin = ctx.get('origin');
-  ctx.set('Access-Control-Allow-Origin', origin || '*');
-  // The UI sends the session cookie only with credentials, which needs the origin named, never `*`.
-  if (origin) ctx.set('Access-Control-Allow-Credentials', 'true');
   ctx.set('Vary', 'Origin');
+  if (origin && origin === ctx.deps.config.temporalUiOrigin) {
+    ctx.set('Access-Control-Allow-Origin', origin);
+    ctx.set('Access-Control-Allow-Credentials', 'true');
+  }
   if (ctx.method === 'OPTIONS') {
-    ctx.set('Access-Control-Allow-Methods', 'POST');
-    ctx.set('Access-Control-Allow-Headers', 'authorization, content-type, x-namespace');
+    if (ctx.response.get('Access-Control-Allow-Origin')) {
+      ctx.set('Access-Control-Allow-Methods', 'POST');
+      ctx.set('Access-Control-Allow-Headers', 'authorization, content-type, x-namespace');
+    }
     ctx.status = 204;
     return;
   }

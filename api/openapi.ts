@@ -3,8 +3,9 @@ import { z } from 'zod';
 import { ERROR_CODES, ErrorCode } from '../domain/errors';
 import type { AnyRoute } from './route';
 import { satisfying } from '../domain/scopes';
-import { IP_PROFILES, KEY_PROFILES } from '../domain/rate-limit';
+import { IN_MEMORY_IP_PROFILES, IP_PROFILES, KEY_PROFILES } from '../domain/rate-limit';
 import { BODY_METHODS, readsAnyContentType } from './middleware/body';
+import { isApiPath } from './middleware/rate-limit';
 import { IdempotencyHeaders } from './send';
 
 extendZodWithOpenApi(z);
@@ -65,7 +66,7 @@ function errorsOf(def: AnyRoute): ErrorCode[] {
   }
   codes.add('INTERNAL');
   // Authentication and rate limits read PostgreSQL: when it is unreachable the answer is 503.
-  if (def.auth !== 'none' || def.ipProfile) codes.add('UNAVAILABLE');
+  if (def.auth !== 'none' || (def.ipProfile && !IN_MEMORY_IP_PROFILES.has(def.ipProfile))) codes.add('UNAVAILABLE');
   return [...codes];
 }
 
@@ -88,16 +89,18 @@ type HeaderName = keyof typeof RESPONSE_HEADERS;
 
 /**
  * The headers a response of `def` with `status` carries (api/middleware): the request id always;
- * the rate-limit headers on every answer given after the route's counters ran (required where they
+ * the rate-limit headers on every /api/v1 answer, and elsewhere on every answer given after the route's counters ran (required where they
  * always did: a success, a 429; optional where the answer may come before them: a 413 refused from
  * its Content-Length, a 500, a 503 of an unreachable database; a 401 when only the key is counted);
  * Retry-After on a 429 of a counter and on a 503; the idempotent routes' own.
  */
 function responseHeaders(def: AnyRoute, status: number, codes: ErrorCode[]): Record<string, HeaderObject> {
   const headers: Partial<Record<HeaderName, boolean>> = { 'X-Request-Id': true };
-  const counted = def.auth === 'apiKey' || def.ipProfile !== undefined;
+  // Every /api/v1 answer carries them (the IP's bucket when no counter ran: api/middleware/errors.ts).
+  const api = isApiPath(def.path);
+  const counted = api || def.auth === 'apiKey' || def.ipProfile !== undefined;
   if (counted) {
-    const always = status < 400 || status === 429 || ![401, 413, 500, 503].includes(status) || (status === 401 && def.ipProfile !== undefined);
+    const always = api || status < 400 || status === 429 || ![401, 413, 500, 503].includes(status) || (status === 401 && def.ipProfile !== undefined);
     for (const name of ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'] as const) headers[name] = always;
   }
   if (status === 429) headers['Retry-After'] = codes.every((c) => BUCKET_CODES.has(c));

@@ -6,7 +6,8 @@ import { ApiError, validationError } from '../domain/errors';
 import { unstorableReason } from '../domain/text';
 import { adminAuth, apiKeyAuth } from './middleware/auth';
 import { requestBody } from './middleware/body';
-import { countBatchItems, enforce, ipBucket } from './middleware/rate-limit';
+import { countBatchItems, enforce, ipBucket, record, scaled } from './middleware/rate-limit';
+import { IN_MEMORY_IP_PROFILES } from '../domain/rate-limit';
 import { BATCH_MAX } from '../domain/batch';
 import { AnyObject, AnyRoute, BatchItem, koaPath } from './route';
 import { IdempotencyHeaders } from './send';
@@ -142,7 +143,12 @@ function mountRoutes(routes: AnyRoute[], body: Middleware): Router {
     const chain: Middleware[] = [];
     const profile = def.ipProfile;
     // API-key routes count the IP in the same statement that reads the key (apiKeyAuth).
-    if (profile && def.auth !== 'apiKey') {
+    if (profile && def.auth !== 'apiKey' && IN_MEMORY_IP_PROFILES.has(profile)) {
+      chain.push(async (ctx: Context, next: Next) => {
+        record(ctx, ctx.limits.counts.take(scaled(ctx, [ipBucket(ctx, profile)])));
+        await next();
+      });
+    } else if (profile && def.auth !== 'apiKey') {
       chain.push(async (ctx: Context, next: Next) => {
         await enforce(ctx, [ipBucket(ctx, profile)]);
         await next();

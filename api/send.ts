@@ -5,7 +5,7 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdRe
 import { ApiError } from '../domain/errors';
 import { fromFailure, fromRefusal } from '../domain/failures';
 import { fingerprint } from '../domain/idempotency';
-import { isTemporalUnreachable, workspacePriority } from '../domain/temporal';
+import { isTemporalUnreachable, searchHash, workspacePriority } from '../domain/temporal';
 import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/send-requests';
 import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
@@ -17,14 +17,15 @@ export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
 const WAIT_MS = 30_000;
 
 /**
- * The `Idempotency-Key` request header of the sends and batches: 1 to 255 visible ASCII characters.
- * The router validates it for every `idempotent` route (400 VALIDATION naming the header) and the
- * OpenAPI document declares it from the same schema.
+ * The `Idempotency-Key` request header of the sends and batches: 1 to 255 printable ASCII
+ * characters, spaces included (an order number like "order 42" is a key; HTTP itself drops the
+ * spaces around a header's value). The router validates it for every `idempotent` route (400
+ * VALIDATION naming the header) and the OpenAPI document declares it from the same schema.
  */
 export const IdempotencyHeaders = z.object({
   'Idempotency-Key': z
     .string()
-    .regex(/^[\x21-\x7e]{1,255}$/, '1 to 255 visible ASCII characters')
+    .regex(/^[\x20-\x7e]{1,255}$/, '1 to 255 printable ASCII characters (spaces included)')
     .optional()
     .meta({ description: 'Names this request in the workspace: a repeat replays (or joins) it instead of doing it twice (see the operation).' }),
 });
@@ -135,7 +136,8 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
       searchAttributes: {
         WorkspaceId: [input.workspaceId],
         IdempotencyKey: [key],
-        ...(options.phone ? { Phone: [options.phone] } : {}),
+        // Shown in clear by Temporal: the number's keyed hash (the workflow sets it again once prepared).
+        ...(options.phone ? { PhoneHash: [searchHash(ctx.deps.config.encryptionKeys!, 'phone', input.workspaceId, options.phone)] } : {}),
         ...(input.instanceId ? { InstanceId: [input.instanceId] } : {}),
       },
     }));

@@ -1,6 +1,6 @@
 import type { Server } from 'node:http';
 import { createApp } from './app';
-import { loadConfig } from '../domain/config';
+import { assertAdminToken, loadConfig } from '../domain/config';
 import { createServiceDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { pruneCounters } from '../domain/rate-limit';
@@ -9,6 +9,7 @@ import { temporalClientFactory } from '../domain/temporal';
 /** API process entry point: `tsx api/server.ts`. */
 async function main(): Promise<void> {
   const config = loadConfig();
+  assertAdminToken(config.adminToken);
   const logger = createLogger('api', config.logLevel);
   const db = createServiceDb(config);
   const temporal = temporalClientFactory(config);

@@ -7,6 +7,7 @@ import { recordAcceptedRun } from './outbox';
 import { isUuid } from './refs';
 import { storableJson } from './text';
 import { verifyWebhookSignature } from './webhook-signature';
+import { webhookSecretBinding } from './webhooks';
 import { suspension } from './workspaces';
 
 /**
@@ -58,8 +59,8 @@ export async function findInboundAutomation(db: Db, token: string): Promise<Inbo
  */
 export async function deliveryChain(db: Db, ring: KeyRing, request: { deliveryId: string; signature: string; rawBody: string }): Promise<ChainPosition | null> {
   if (!isUuid(request.deliveryId) || !request.signature) return null;
-  const { rows } = await db.raw<{ rows: { event_id: string | null; secret: string; depth: number | null; chain_id: string | null }[] }>(
-    `SELECT d.event_id, s.secret, e.depth, e.chain_id
+  const { rows } = await db.raw<{ rows: { workspace_id: string; event_id: string | null; secret: string; depth: number | null; chain_id: string | null }[] }>(
+    `SELECT d.workspace_id, d.event_id, s.secret, e.depth, e.chain_id
        FROM webhook_deliveries d
        JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
        LEFT JOIN outbox_events e ON e.workspace_id = d.workspace_id AND e.id = d.event_id
@@ -67,7 +68,7 @@ export async function deliveryChain(db: Db, ring: KeyRing, request: { deliveryId
     [request.deliveryId],
   );
   const delivery = rows[0];
-  if (!delivery?.event_id || !verifyWebhookSignature(openText(ring, delivery.secret), request.signature, request.rawBody)) return null;
+  if (!delivery?.event_id || !verifyWebhookSignature(openText(ring, delivery.secret, webhookSecretBinding(delivery.workspace_id)), request.signature, request.rawBody)) return null;
   // The event row outlives any delivery attempt (retention); were it gone, its id still names the chain.
   return { depth: (delivery.depth ?? 0) + 1, chain: delivery.chain_id ?? delivery.event_id };
 }
@@ -76,7 +77,8 @@ export async function deliveryChain(db: Db, ring: KeyRing, request: { deliveryId
  * Records one call of an automation's inbound URL as a run in the automation's workspace:
  * `filtered` (inactive, or the eventFilter did not match: nothing runs; or loop protection
  * refused a call our own webhook delivery made, `parent`: the run is recorded `failed` with the
- * reason), `duplicate` (the mapped externalId already ran) or `accepted` (running, its start
+ * reason), `duplicate` (a run of the mapped externalId is running or completed; a failed one
+ * does not count, so a sender's retry runs again) or `accepted` (running, its start
  * handed to the outbox). A run about to start takes one from the plan's automationRunsPerMinute
  * first: over it, 429 RATE_LIMITED and nothing is recorded.
  */
@@ -150,11 +152,14 @@ export async function receiveInboundWebhook(db: Db, automation: InboundAutomatio
     // the worker's dispatcher starts the workflow (Temporal away only delays it).
     run = await db.transaction(async (trx) => {
       const [row] = await record(trx, 'running');
-      await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, ...(externalId ? { externalId } : {}), depth, chain: parent?.chain ?? row.id });
+      // No externalId in the start: the workflow is named by the run, so a retry after a failed
+      // run starts a new one; the index below is what refuses a repeat of a running or completed run.
+      await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, depth, chain: parent?.chain ?? row.id });
       return row;
     });
   } catch (err) {
-    // The externalId already ran (index automation_runs_external_id_uq, which outlives Temporal's retention).
+    // The externalId is running or completed (index automation_runs_external_id_uq, which outlives
+    // Temporal's retention); a failed run gave it up, so the sender's retry got here as a new run.
     if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
     const [duplicate] = await record(db, 'duplicate');
     return { runId: duplicate.id, status: 'duplicate' };

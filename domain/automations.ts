@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { KeyRing, openText, sealText } from './encryption';
+import { KeyRing, openText, SealBinding, sealText } from './encryption';
 import { z } from 'zod';
 import { isMediaType, MESSAGE_TYPES } from '../types/messaging';
 import type { Db } from './db';
@@ -115,7 +115,12 @@ const TRIGGER_ONLY = {
 export const TriggerSchema = onlyWith(
   z.object({
     type: z.enum(TRIGGER_TYPES),
-    pipelineId: z.uuid().optional(),
+    // Omitted, null or "": any pipeline (stored as omitted).
+    pipelineId: z
+      .union([z.uuid(), z.literal(''), z.null()])
+      .optional()
+      .transform((id) => id || undefined)
+      .meta({ description: 'Only deals created in this pipeline; omitted, null or "" for any pipeline.' }),
     fields: z.array(z.enum(CONTACT_FIELDS)).min(1).max(CONTACT_FIELDS.length).optional(),
     eventFilter: z.object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) }).optional(),
     mapping: MappingSchema.optional(),
@@ -226,6 +231,49 @@ export function applyMapping(mapping: TriggerConfig['mapping'], body: unknown): 
   };
 }
 
+/** What a run knows of a contact: the contact's record, or the values an inbound body mapped to it. */
+export interface PersonalData {
+  name?: string | null;
+  email?: string | null;
+  phone?: string | null;
+}
+
+const escapeRegExp = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** The ways a phone may be written in a message: as given, digits only, with +, and without the country code (and the ninth digit). */
+function phoneForms(phone: string): string[] {
+  const digits = phone.replace(/\D/g, '');
+  const forms = [phone.trim()];
+  if (digits.length >= 8) {
+    forms.push(digits, `+${digits}`);
+    const national = digits.startsWith('55') && digits.length >= 12 ? digits.slice(2) : undefined;
+    if (national) forms.push(national);
+    // A Brazilian mobile without its ninth digit (the other form of the same number).
+    if (national?.length === 11 && national[2] === '9') forms.push(`55${national.slice(0, 2)}${national.slice(3)}`, `${national.slice(0, 2)}${national.slice(3)}`);
+  }
+  return forms;
+}
+
+/**
+ * A run's error as `automations:read` sees it: the contact's phone, email and name replaced by
+ * `[phone]`, `[email]`, `[name]`. Messages name what failed; a value rendered from a variable
+ * (`Pipeline "{{contact.name}}" not found`) or echoed by the database must not carry the contact.
+ */
+export function withoutPersonalData(text: string, people: readonly PersonalData[]): string {
+  const replacements: [string, string][] = [];
+  for (const person of people) {
+    if (person.email?.trim()) replacements.push([person.email.trim(), '[email]']);
+    if (person.phone?.trim()) for (const form of phoneForms(person.phone)) replacements.push([form, '[phone]']);
+    // A one-letter name would blank out every such letter.
+    if (person.name && person.name.trim().length >= 2) replacements.push([person.name.trim(), '[name]']);
+  }
+  if (replacements.length === 0) return text;
+  // One pass, longest first (an email holding the name, a phone holding its national form): a mask is never read again.
+  replacements.sort((a, b) => b[0].length - a[0].length);
+  const masks = new Map(replacements.map(([value, mask]) => [value.toLowerCase(), mask] as const));
+  return text.replace(new RegExp(replacements.map(([value]) => escapeRegExp(value)).join('|'), 'gi'), (found) => masks.get(found.toLowerCase()) ?? found);
+}
+
 /** `{{name}}` replaced from `vars` in one pass (a replaced value is never read again); unknown names become empty. */
 export function render(template: string, vars: Record<string, string>): string {
   return template.replace(/\{\{\s*([\w.-]+)\s*\}\}/g, (_m, name: string) => (Object.hasOwn(vars, name) ? vars[name] : ''));
@@ -237,6 +285,7 @@ export function render(template: string, vars: Record<string, string>): string {
 
 interface AutomationRow {
   id: string;
+  workspace_id: string;
   name: string;
   active: boolean;
   trigger_type: TriggerType;
@@ -259,10 +308,13 @@ export function tokenHash(token: string): string {
 }
 
 /** A new inbound token (192 random bits, URL-safe), as stored: sealed, and its hash for the lookup. */
-function newToken(ring: KeyRing): { webhook_token: string; webhook_token_hash: string } {
+function newToken(ring: KeyRing, workspaceId: string): { webhook_token: string; webhook_token_hash: string } {
   const token = randomBytes(24).toString('base64url');
-  return { webhook_token: sealText(ring, token), webhook_token_hash: tokenHash(token) };
+  return { webhook_token: sealText(ring, token, webhookTokenBinding(workspaceId)), webhook_token_hash: tokenHash(token) };
 }
+
+/** What an inbound token at rest is bound to: a ciphertext copied to another workspace's row does not open. */
+const webhookTokenBinding = (workspaceId: string): SealBinding => ({ workspaceId, purpose: 'automation.webhookToken' });
 
 export function webhookUrl(baseUrl: string, token: string): string {
   return `${baseUrl}/api/automations/webhook-in/${token}`;
@@ -275,7 +327,7 @@ export function serializeAutomation(row: AutomationRow, view: AutomationView) {
     active: row.active,
     trigger: { ...row.trigger, type: row.trigger_type },
     actions: row.actions,
-    webhookUrl: row.webhook_token ? webhookUrl(view.baseUrl, openText(view.ring, row.webhook_token)) : null,
+    webhookUrl: row.webhook_token ? webhookUrl(view.baseUrl, openText(view.ring, row.webhook_token, webhookTokenBinding(row.workspace_id))) : null,
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
   };
@@ -328,7 +380,7 @@ export async function createAutomation(db: Db, workspaceId: string, input: z.inf
         trigger_type: type,
         trigger: JSON.stringify(trigger),
         actions: JSON.stringify(input.actions),
-        ...(inbound ? newToken(view.ring) : {}),
+        ...(inbound ? newToken(view.ring, workspaceId) : {}),
       })
       .returning('*');
     return created;
@@ -399,7 +451,7 @@ export async function regenerateToken(db: Db, workspaceId: string, id: string, v
       throw new ApiError('VALIDATION', 'Only an automation with the webhook_received trigger has an inbound URL');
     }
     if (!before.webhook_token) await takeInboundUnit(trx as unknown as Db, workspaceId, id);
-    const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update({ ...newToken(view.ring), updated_at: trx.fn.now() }).returning('*');
+    const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update({ ...newToken(view.ring, workspaceId), updated_at: trx.fn.now() }).returning('*');
     return serializeAutomation(row, view);
   });
 }
@@ -498,7 +550,11 @@ export async function listRuns(db: Db, workspaceId: string, automationId: string
  */
 const MAX_ENCODED_EXTERNAL_ID = 900;
 
-/** The run workflow's id: per business event (exactly once per event), per externalId (dedupe), or per run. */
+/**
+ * The run workflow's id: per business event (exactly once per event), or per run (an inbound run:
+ * its externalId is deduplicated by automation_runs_external_id_uq, which frees it when the run
+ * fails). The externalId form names runs accepted before that (their outbox rows carry it).
+ */
 export function runWorkflowId(workspaceId: string, automationId: string, key: { eventId: string } | { externalId: string } | { runId: string }): string {
   if ('eventId' in key) return `automation/${workspaceId}/${automationId}/event/${key.eventId}`;
   if ('externalId' in key) {

@@ -17,6 +17,11 @@ export interface Config {
    */
   webhookTaskQueue: string;
   adminToken: string;
+  /**
+   * The one origin allowed to call the Temporal codec endpoint from a browser with credentials
+   * (TEMPORAL_UI_ORIGIN, default the local Temporal UI `http://localhost:8233`): the UI's page.
+   */
+  temporalUiOrigin: string;
   publicBaseUrl: string;
   allowPrivateUrls: boolean;
   webhookRetryScale: number;
@@ -118,6 +123,37 @@ function benchBaseline(env: NodeJS.ProcessEnv): boolean {
   return env.BENCH_BASELINE === '1';
 }
 
+/** The local Temporal UI's address (the dev server's default UI port). */
+export const DEFAULT_TEMPORAL_UI_ORIGIN = 'http://localhost:8233';
+
+/** An origin as browsers send it: scheme, host and port, no path, no trailing slash. */
+function origin(name: string, value: string | undefined, fallback: string): string {
+  if (value === undefined || value === '') return fallback;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error(`${name} must be an origin such as https://temporal.example.com, got "${value}"`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`${name} must be an http(s) origin, got "${value}"`);
+  return url.origin;
+}
+
+/**
+ * The admin token opens every workspace: one shorter than this is refused at start (npm start,
+ * the API, the worker). Empty still means the admin API is disabled.
+ */
+export const ADMIN_TOKEN_MIN_LENGTH = 32;
+
+/** Throws a message for the operator when ADMIN_TOKEN is set but too short to be a secret. */
+export function assertAdminToken(adminToken: string): void {
+  if (adminToken !== '' && adminToken.length < ADMIN_TOKEN_MIN_LENGTH) {
+    throw new Error(
+      `ADMIN_TOKEN is ${adminToken.length} characters; it must be at least ${ADMIN_TOKEN_MIN_LENGTH} (for example: openssl rand -base64 32), or empty to disable the admin API`,
+    );
+  }
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const port = number('PORT', env.PORT, 3000);
   return {
@@ -128,6 +164,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     taskQueue: env.TEMPORAL_TASK_QUEUE ?? 'crm',
     webhookTaskQueue: env.TEMPORAL_WEBHOOK_TASK_QUEUE ?? `${env.TEMPORAL_TASK_QUEUE ?? 'crm'}-webhooks`,
     adminToken: env.ADMIN_TOKEN ?? '',
+    temporalUiOrigin: origin('TEMPORAL_UI_ORIGIN', env.TEMPORAL_UI_ORIGIN, DEFAULT_TEMPORAL_UI_ORIGIN),
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),
     allowPrivateUrls: bool(env.ALLOW_PRIVATE_URLS, false),
     webhookRetryScale: positive('WEBHOOK_RETRY_SCALE', number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1)),

@@ -306,7 +306,7 @@ export interface LeadInput {
 /**
  * Lead upsert by phone: the phone is canonicalised like messaging (a mobile with and
  * without its ninth digit is one contact). A new phone creates the contact and records
- * lead.created; a known one is updated (given fields only; tags are added, unknown tag names
+ * lead.created (through the lead API; contact.created for an automation's intake); a known one is updated (given fields only; tags are added, unknown tag names
  * created). One INSERT ... ON CONFLICT decides, so concurrent upserts of one phone make one contact.
  */
 export async function upsertLead(db: Db, workspaceId: string, input: LeadInput, options: ChangeOptions) {
@@ -367,6 +367,9 @@ export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input:
       ).rows
     : [];
   const created = new Map(inserted.map((row) => [row.phone_key, row]));
+  // lead.created is the lead API's event only (POST /api/v1/leads and its batch); a contact an
+  // automation's lead intake creates is contact.created, like any other way in.
+  const creationEvent = options.origin === 'api' ? ('lead.created' as const) : ('contact.created' as const);
   const newLeads = fresh.filter((i) => created.has(leads[i].phone.key));
   for (const i of newLeads) results[i] = { created: true, row: created.get(leads[i].phone.key)! };
   await recordEvents(
@@ -374,7 +377,7 @@ export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input:
     workspaceId,
     newLeads.map((i) => {
       const row = created.get(leads[i].phone.key)!;
-      return { event: 'lead.created' as const, fields: { contact_id: row.id, name: row.name, phone: row.phone, email: row.email } };
+      return { event: creationEvent, fields: { contact_id: row.id, name: row.name, phone: row.phone, email: row.email } };
     }),
     options.cause,
   );

@@ -39,45 +39,102 @@ export function newKeyRingValue(id = `k${Date.now().toString(36)}`): string {
   return `${id}:${randomBytes(32).toString('base64')}`;
 }
 
-/** iv (12 bytes) | tag (16) | ciphertext, with the current key. */
-export function seal(ring: KeyRing, plaintext: Buffer): { keyId: string; data: Buffer } {
+/**
+ * iv (12 bytes) | tag (16) | ciphertext, with the current key. `associated` (AES-GCM associated
+ * data) is authenticated, not encrypted: opening needs the same bytes.
+ */
+export function seal(ring: KeyRing, plaintext: Buffer, associated?: Buffer): { keyId: string; data: Buffer } {
   const iv = randomBytes(12);
   const cipher = createCipheriv('aes-256-gcm', ring.current.key, iv);
+  if (associated) cipher.setAAD(associated);
   const body = Buffer.concat([cipher.update(plaintext), cipher.final()]);
   return { keyId: ring.current.id, data: Buffer.concat([iv, cipher.getAuthTag(), body]) };
 }
 
-export function unseal(ring: KeyRing, keyId: string, data: Buffer): Buffer {
+export function unseal(ring: KeyRing, keyId: string, data: Buffer, associated?: Buffer): Buffer {
   const key = ring.byId.get(keyId);
   if (!key) throw new Error(`Encrypted with key "${keyId}", which ENCRYPTION_KEYS does not list`);
   const decipher = createDecipheriv('aes-256-gcm', key, data.subarray(0, 12));
+  if (associated) decipher.setAAD(associated);
   decipher.setAuthTag(data.subarray(12, 28));
   return Buffer.concat([decipher.update(data.subarray(28)), decipher.final()]);
 }
 
-/** A text at rest: `enc:v1:<keyId>:<base64>`. */
-const TEXT_PREFIX = 'enc:v1:';
+/**
+ * What a secret at rest is bound to: its workspace and its purpose (which column or field holds
+ * it). A value sealed for one binding does not open for another, so a sealed value copied into
+ * another tenant's row (or into another field) is refused instead of used.
+ */
+export interface SealBinding {
+  workspaceId: string;
+  purpose: SecretPurpose;
+}
+export type SecretPurpose = 'instance.accessToken' | 'instance.appSecret' | 'instance.verifyToken' | 'webhook.secret' | 'automation.webhookToken';
 
-export function sealText(ring: KeyRing, text: string): string {
-  const { keyId, data } = seal(ring, Buffer.from(text, 'utf8'));
-  return `${TEXT_PREFIX}${keyId}:${data.toString('base64')}`;
+/**
+ * A text at rest. `enc:v2:<keyId>:<purpose>:<workspaceId>:<base64>`: bound; the header (all before
+ * the body) is the associated data, so the binding cannot be changed without the value failing to
+ * open, and an opener that says which binding it expects refuses any other. `enc:v1:<keyId>:<base64>`:
+ * sealed before bindings (no associated data); it still opens, and the worker's pass at start
+ * (domain/secrets-at-rest.ts) re-seals it bound. No prefix: written before encryption, read as it is.
+ */
+const V1 = 'enc:v1:';
+const V2 = 'enc:v2:';
+
+/** Sealed without a binding (v1) only for callers not yet passing one; the worker's pass binds it later. */
+export function sealText(ring: KeyRing, text: string, binding?: SealBinding): string {
+  if (!binding) return `${V1}${ring.current.id}:${seal(ring, Buffer.from(text, 'utf8')).data.toString('base64')}`;
+  const header = `${V2}${ring.current.id}:${binding.purpose}:${binding.workspaceId}:`;
+  const { data } = seal(ring, Buffer.from(text, 'utf8'), Buffer.from(header, 'utf8'));
+  return `${header}${data.toString('base64')}`;
 }
 
-/** A sealed value's key id and body; null for a value written before encryption (no prefix). */
-function parseSealed(value: string): { keyId: string; body: string } | null {
-  if (!value.startsWith(TEXT_PREFIX)) return null;
-  const rest = value.slice(TEXT_PREFIX.length);
-  const at = rest.indexOf(':');
-  return { keyId: rest.slice(0, at), body: rest.slice(at + 1) };
+interface Sealed {
+  keyId: string;
+  body: string;
+  /** v2: the header authenticated with the body, and the binding it names. */
+  header?: string;
+  binding?: { purpose: string; workspaceId: string };
 }
 
-/** The text behind a sealed value; a value written before encryption (no prefix) is read as it is. */
-export function openText(ring: KeyRing, value: string): string {
+/** A sealed value's parts; null for a value written before encryption (no prefix). */
+function parseSealed(value: string): Sealed | null {
+  if (value.startsWith(V1)) {
+    const rest = value.slice(V1.length);
+    const at = rest.indexOf(':');
+    return { keyId: rest.slice(0, at), body: rest.slice(at + 1) };
+  }
+  if (value.startsWith(V2)) {
+    const parts = value.slice(V2.length).split(':');
+    if (parts.length !== 4) throw new Error('A sealed value (enc:v2) is malformed');
+    const [keyId, purpose, workspaceId, body] = parts;
+    return { keyId, body, header: value.slice(0, value.length - body.length), binding: { purpose, workspaceId } };
+  }
+  return null;
+}
+
+/**
+ * The text behind a sealed value. With `expected`, a bound value sealed for another workspace or
+ * purpose is refused (an error naming neither value). A value sealed before bindings (v1) or
+ * written before encryption (no prefix) opens as it is, whatever `expected` says: the worker's pass
+ * binds it at its next start.
+ */
+export function openText(ring: KeyRing, value: string, expected?: SealBinding): string {
   const sealed = parseSealed(value);
-  return sealed ? unseal(ring, sealed.keyId, Buffer.from(sealed.body, 'base64')).toString('utf8') : value;
+  if (!sealed) return value;
+  if (sealed.binding && expected && (sealed.binding.purpose !== expected.purpose || sealed.binding.workspaceId !== expected.workspaceId)) {
+    throw new Error(`A sealed ${expected.purpose} belongs to another workspace or purpose: refused`);
+  }
+  const associated = sealed.header === undefined ? undefined : Buffer.from(sealed.header, 'utf8');
+  return unseal(ring, sealed.keyId, Buffer.from(sealed.body, 'base64'), associated).toString('utf8');
 }
 
 /** The id of the key a sealed value names (rotation: what still uses an old key), or null. */
 export function sealedWith(value: string): string | null {
   return parseSealed(value)?.keyId ?? null;
+}
+
+/** Whether a value is sealed with the current key and bound as `binding` says (nothing left for the pass to do). */
+export function sealedAs(ring: KeyRing, value: string, binding: SealBinding): boolean {
+  return value.startsWith(`${V2}${ring.current.id}:${binding.purpose}:${binding.workspaceId}:`);
 }

@@ -1,5 +1,6 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { ApiError, ERROR_CODES, type ErrorCode } from './errors';
+import { dailyLimitRefusal, isDailyLimitCode } from './sending';
 
 /**
  * The one boundary between domain errors and Temporal failures, both ways. An activity that
@@ -43,6 +44,8 @@ export async function refusalsAsFailures<T>(work: () => Promise<T>, options: { r
  */
 /** The ApiError of a refusal a send workflow completed with (types/messaging.ts SendRefusal); an unknown code is SEND_FAILED. */
 export function fromRefusal(refused: { code: string; message: string; hint?: string }): ApiError {
+  // A daily cap's Retry-After counts from now, when the refusal is answered.
+  if (isDailyLimitCode(refused.code)) return dailyLimitRefusal(refused.code, new Date(), refused.message, refused.hint);
   return new ApiError(refused.code in ERROR_CODES ? (refused.code as ErrorCode) : 'SEND_FAILED', refused.message, { hint: refused.hint });
 }
 
@@ -51,5 +54,6 @@ export function fromFailure(err: unknown, fallback: () => ApiError): ApiError {
   while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES)) cause = (cause as { cause?: unknown }).cause;
   if (!(cause instanceof ApplicationFailure)) return fallback();
   const details = (cause.details?.[0] ?? {}) as { hint?: string };
+  if (cause.type && isDailyLimitCode(cause.type)) return dailyLimitRefusal(cause.type, new Date(), cause.message, details.hint);
   return new ApiError(cause.type as ErrorCode, cause.message, { hint: details.hint });
 }

@@ -43,7 +43,7 @@ export type WebhookInstance = Pick<InstanceRow, 'id' | 'workspace_id' | 'channel
 export async function findWebhookInstance(db: Db, ring: KeyRing, instanceId: string, provider: 'cloud' | 'web'): Promise<WebhookInstance | undefined> {
   if (!isUuid(instanceId)) return undefined;
   const row: WebhookInstance | undefined = await db('instances').where({ id: instanceId, channel: 'whatsapp', provider }).first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
-  return row && { ...row, config: openInstanceConfig(ring, row.config) };
+  return row && { ...row, config: openInstanceConfig(ring, row.config, row.workspace_id) };
 }
 
 const SIGNATURE = /^sha256=([0-9a-f]{64})$/i;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { Page, pageWithTotal } from './pagination';
-import { KeyRing, openText, sealText } from './encryption';
+import { KeyRing, openText, SealBinding, sealText } from './encryption';
 import { iso } from './time';
 import { HTTP_URL } from './input-rules';
 
@@ -26,14 +26,24 @@ export type InstanceConfig = z.infer<typeof instanceConfigSchema>;
 export const INSTANCE_SECRETS = ['accessToken', 'appSecret', 'verifyToken'] as const;
 
 /** The configuration with `change` applied to each secret it holds. */
-export function mapInstanceSecrets(config: InstanceConfig, change: (value: string) => string): InstanceConfig {
+export function mapInstanceSecrets(config: InstanceConfig, change: (value: string, field: InstanceSecret) => string): InstanceConfig {
   const out = { ...config };
-  for (const field of INSTANCE_SECRETS) if (typeof out[field] === 'string') out[field] = change(out[field]);
+  for (const field of INSTANCE_SECRETS) if (typeof out[field] === 'string') out[field] = change(out[field], field);
   return out;
 }
+export type InstanceSecret = (typeof INSTANCE_SECRETS)[number];
 
-export const sealInstanceConfig = (ring: KeyRing, config: InstanceConfig): InstanceConfig => mapInstanceSecrets(config, (value) => sealText(ring, value));
-export const openInstanceConfig = (ring: KeyRing, config: InstanceConfig): InstanceConfig => mapInstanceSecrets(config, (value) => openText(ring, value));
+/** Each secret is bound to the instance's workspace and to its field (domain/encryption.ts SealBinding). */
+export const instanceSecretBinding = (workspaceId: string, field: InstanceSecret): SealBinding => ({ workspaceId, purpose: `instance.${field}` });
+
+/**
+ * `workspaceId`: the instance row's. Sealing without it writes the unbound form (the worker's pass
+ * binds it); opening with it refuses a secret sealed for another workspace or field.
+ */
+export const sealInstanceConfig = (ring: KeyRing, config: InstanceConfig, workspaceId?: string): InstanceConfig =>
+  mapInstanceSecrets(config, (value, field) => sealText(ring, value, workspaceId ? instanceSecretBinding(workspaceId, field) : undefined));
+export const openInstanceConfig = (ring: KeyRing, config: InstanceConfig, workspaceId?: string): InstanceConfig =>
+  mapInstanceSecrets(config, (value, field) => openText(ring, value, workspaceId ? instanceSecretBinding(workspaceId, field) : undefined));
 
 export interface InstanceRow {
   id: string;
@@ -89,7 +99,7 @@ export interface InstanceInput {
 /** The operator creates a connection; the answer hides its secrets. */
 export async function createInstance(db: Db, ring: KeyRing, workspaceId: string, input: InstanceInput) {
   const [row]: InstanceRow[] = await db('instances')
-    .insert({ workspace_id: workspaceId, ...input, config: JSON.stringify(sealInstanceConfig(ring, input.config)) })
+    .insert({ workspace_id: workspaceId, ...input, config: JSON.stringify(sealInstanceConfig(ring, input.config, workspaceId)) })
     .returning('*');
   return serializeInstanceForAdmin(row);
 }
@@ -101,7 +111,7 @@ export async function updateInstance(db: Db, ring: KeyRing, workspaceId: string,
     .update({
       ...(patch.connected !== undefined ? { connected: patch.connected } : {}),
       ...(patch.archived !== undefined ? { archived: patch.archived } : {}),
-      ...(patch.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(sealInstanceConfig(ring, patch.config))]) } : {}),
+      ...(patch.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(sealInstanceConfig(ring, patch.config, workspaceId))]) } : {}),
       updated_at: db.fn.now(),
     })
     .returning('*');

@@ -1,6 +1,20 @@
+import type { Knex } from 'knex';
+import { z } from 'zod';
 import { prepared, type Db } from './db';
+import { ApiError } from './errors';
+import { trimmedText } from './input-rules';
 
 export const CUSTOM_FIELD_TYPES = ['text', 'number', 'date', 'boolean', 'select', 'multiselect', 'url', 'email', 'phone'] as const;
+
+/** A custom field as the admin API takes it, a pipeline's or a global one. */
+export const customFieldSchema = z.object({
+  key: z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/, 'letters, digits and _, starting with a letter'),
+  label: trimmedText(200),
+  type: z.enum(CUSTOM_FIELD_TYPES),
+});
+
+/** The most custom fields a pipeline is created with, and the most global fields a workspace holds. */
+export const MAX_CUSTOM_FIELDS = 200;
 
 export interface PipelineInput {
   name: string;
@@ -11,8 +25,9 @@ export interface PipelineInput {
 /** Creates a pipeline at the end of the display order, its stages in funnel order and its custom fields. */
 export async function createPipeline(db: Db, workspaceId: string, input: PipelineInput): Promise<string> {
   return db.transaction(async (trx) => {
-    // Serialise position allocation per workspace.
-    await trx.raw('SELECT pg_advisory_xact_lock(hashtext(?))', [`pipelines:${workspaceId}`]);
+    // Serialise position allocation per workspace, and custom field keys against global fields.
+    await lockFields(trx, workspaceId);
+    await refuseTakenKeys(trx, workspaceId, input.customFields.map((f) => f.key), 'global');
     const { next } = await trx('pipelines').where({ workspace_id: workspaceId }).first(trx.raw('coalesce(max(position) + 1, 0)::int AS next'));
     const [pipeline] = await trx('pipelines').insert({ workspace_id: workspaceId, name: input.name, position: next }).returning('id');
     if (input.stages.length) {
@@ -26,6 +41,54 @@ export async function createPipeline(db: Db, workspaceId: string, input: Pipelin
       );
     }
     return pipeline.id as string;
+  });
+}
+
+type Trx = Knex.Transaction;
+
+/** One lock per workspace for pipelines and custom fields: a key is checked and inserted under it. */
+function lockFields(trx: Trx, workspaceId: string) {
+  return trx.raw('SELECT pg_advisory_xact_lock(hashtext(?))', [`pipelines:${workspaceId}`]);
+}
+
+/**
+ * A key names one field on every pipeline it reaches (a deal's customValues are keyed by it), so a
+ * pipeline's own field and a global one never share a key: 409 CONFLICT, whichever comes second.
+ * `among`: the global fields (a new pipeline's keys), or every field (a new global key).
+ */
+async function refuseTakenKeys(trx: Trx, workspaceId: string, keys: string[], among: 'global' | 'all'): Promise<void> {
+  if (keys.length === 0) return;
+  const taken = await trx('custom_fields')
+    .where({ workspace_id: workspaceId })
+    .whereIn('key', keys)
+    .modify((q) => (among === 'global' ? q.whereNull('pipeline_id') : q))
+    .first('key', 'pipeline_id');
+  if (!taken) return;
+  throw new ApiError('CONFLICT', `A custom field with the key "${taken.key}" already exists`, {
+    hint: taken.pipeline_id ? `Pipeline ${taken.pipeline_id} has it; a global field's key must differ from every pipeline's own keys.` : 'A global field has it, and global fields apply to every pipeline.',
+  });
+}
+
+/**
+ * A global custom field: accepted in every pipeline's `customFields` (those created later too) and
+ * in every deal's `customValues`. Its key is unique among all the workspace's fields (see
+ * refuseTakenKeys); a workspace holds at most MAX_CUSTOM_FIELDS global fields (400 VALIDATION).
+ */
+export async function createGlobalCustomField(db: Db, workspaceId: string, input: z.infer<typeof customFieldSchema>) {
+  return db.transaction(async (trx) => {
+    await lockFields(trx, workspaceId);
+    await refuseTakenKeys(trx, workspaceId, [input.key], 'all');
+    const { count, next } = await trx('custom_fields')
+      .where({ workspace_id: workspaceId })
+      .whereNull('pipeline_id')
+      .first(trx.raw('count(*)::int AS count'), trx.raw('coalesce(max(position) + 1, 0)::int AS next'));
+    if (count >= MAX_CUSTOM_FIELDS) {
+      throw new ApiError('VALIDATION', `A workspace holds at most ${MAX_CUSTOM_FIELDS} global custom fields`);
+    }
+    const [field] = await trx('custom_fields')
+      .insert({ workspace_id: workspaceId, pipeline_id: null, key: input.key, label: input.label, type: input.type, position: next })
+      .returning(['id', 'key', 'label', 'type']);
+    return { id: field.id as string, key: field.key as string, label: field.label as string, type: field.type as string };
   });
 }
 

@@ -16,8 +16,16 @@ export const IP_PROFILES = {
   coldSend: 60,
   webhookIn: 600,
   admin: 600,
+  ready: 120, // GET /ready: a probe every few seconds from each checker, far from it; each call pings PostgreSQL and Temporal
 } as const;
 export type IpProfile = keyof typeof IP_PROFILES;
+
+/**
+ * Profiles counted in memory (LocalCounts), never with a statement of their own: `/ready` must
+ * answer its own 503 body when PostgreSQL is down, not fail on counting. Shared across replicas by
+ * the flush, like the large limits.
+ */
+export const IN_MEMORY_IP_PROFILES: ReadonlySet<IpProfile> = new Set<IpProfile>(['ready']);
 
 /** Per-key limits that hold even when the key's own limit is higher. */
 export const KEY_PROFILES = {
@@ -302,13 +310,17 @@ export class LocalCounts {
   }
 }
 
-/** API keys as authentication last read them, for at most KEY_CACHE_MS: a revoked or expired key is refused within that. */
+/**
+ * API keys as authentication last read them, for at most KEY_CACHE_MS counted from when the read
+ * began (its statement's snapshot is no older): a revoked or expired key is refused within that on
+ * every replica, however long a read or a flush takes.
+ */
 export const KEY_CACHE_MS = 1000;
 
 export class KeyCache<K> {
   private readonly entries = new Map<string, { key: K; at: number }>();
   /** The exact statement each key's entry is being read with, so requests meanwhile wait for it. */
-  private readonly reading = new Map<string, Promise<K | undefined>>();
+  private readonly reading = new Map<string, { key: Promise<K | undefined>; at: number }>();
   /** Moves on clear(): a read begun before a change to keys or plans is not kept after it. */
   private generation = 0;
 
@@ -343,7 +355,12 @@ export class KeyCache<K> {
    * requests a second, all writing the same counter rows, which made the p99 of the cheapest reads.
    */
   async pending(hash: string): Promise<K | undefined> {
-    return this.reading.get(hash)?.catch(() => undefined);
+    const read = this.reading.get(hash);
+    if (!read) return undefined;
+    const key = await read.key.catch(() => undefined);
+    // A read that stalled (its statement waited for a lock on the counter rows, as a stalled flush
+    // holds) found the key as it was when it began: past KEY_CACHE_MS, too old to authenticate with.
+    return Date.now() - read.at < KEY_CACHE_MS ? key : undefined;
   }
 
   /** Reads the key with `read` (the exact statement), keeps it (read from `now`) and lets others wait for it. */
@@ -354,12 +371,13 @@ export class KeyCache<K> {
       if (usable !== undefined) this.set(hash, usable, now, generation);
       return usable;
     });
-    this.reading.set(hash, key);
+    const entry = { key, at: now };
+    this.reading.set(hash, entry);
     try {
       return await read;
     } finally {
       void key.finally(() => {
-        if (this.reading.get(hash) === key) this.reading.delete(hash);
+        if (this.reading.get(hash) === entry) this.reading.delete(hash);
       }).catch(() => undefined);
     }
   }

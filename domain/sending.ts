@@ -238,6 +238,39 @@ export function saoPauloDay(now: Date): string {
   return SAO_PAULO_DAY.format(now);
 }
 
+const RESETS = 'It resets at midnight (America/Sao_Paulo).';
+
+const SAO_PAULO_CLOCK = new Intl.DateTimeFormat('en-GB', { timeZone: 'America/Sao_Paulo', hourCycle: 'h23', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+
+/** Whole seconds until the daily counters reset (the next midnight in America/Sao_Paulo), at least 1: a refusal's Retry-After. */
+export function secondsUntilSaoPauloMidnight(now: Date): number {
+  const [hour, minute, second] = SAO_PAULO_CLOCK.format(now).split(':').map(Number);
+  // Brazil keeps no daylight saving time (since 2019): every São Paulo day is 86 400 s long.
+  const elapsed = hour * 3600 + minute * 60 + second + (now.getTime() % 1000) / 1000;
+  return Math.max(1, Math.ceil(86_400 - elapsed));
+}
+
+/** Daily caps: their refusals say when they reset (Retry-After, seconds to the next São Paulo midnight). */
+export const DAILY_LIMIT_CODES = ['COLD_LIMIT_REACHED', 'MESSAGE_LIMIT_REACHED'] as const;
+type DailyLimitCode = (typeof DAILY_LIMIT_CODES)[number];
+
+const DAILY_LIMIT_MESSAGES: Record<DailyLimitCode, string> = {
+  COLD_LIMIT_REACHED: 'The daily cap of new numbers is reached',
+  MESSAGE_LIMIT_REACHED: "The plan's daily message quota is reached",
+};
+
+export function isDailyLimitCode(code: string): code is DailyLimitCode {
+  return (DAILY_LIMIT_CODES as readonly string[]).includes(code);
+}
+
+/**
+ * The 429 of a reached daily cap, Retry-After counted from `now`: built where the refusal is
+ * answered (the send's refusal crosses Temporal without headers, domain/failures.ts fromRefusal).
+ */
+export function dailyLimitRefusal(code: DailyLimitCode, now = new Date(), message = DAILY_LIMIT_MESSAGES[code], hint = RESETS): ApiError {
+  return new ApiError(code, message, { hint, headers: { 'Retry-After': String(secondsUntilSaoPauloMidnight(now)) } });
+}
+
 /** New conversations a workspace may open per day: max(200, ceil(0.1 × broadcast limit)). */
 export function coldCap(broadcastLimit: number | null): number {
   return Math.max(200, Math.ceil(0.1 * (broadcastLimit ?? 0)));
@@ -251,7 +284,6 @@ export interface DailyUnit {
   refusal: () => ApiError;
 }
 
-const RESETS = 'It resets at midnight (America/Sao_Paulo).';
 
 /**
  * The daily units a send takes, in order: a slot of the cold cap when it opens a new
@@ -261,8 +293,8 @@ const RESETS = 'It resets at midnight (America/Sao_Paulo).';
 export function dailyUnits(plan: { daily_message_quota: number | null; broadcast_limit: number | null }, opensConversation: boolean): DailyUnit[] {
   const units: DailyUnit[] = [];
   if (opensConversation) {
-    units.push({ counter: 'cold_conversations', cap: coldCap(plan.broadcast_limit), refusal: () => new ApiError('COLD_LIMIT_REACHED', 'The daily cap of new numbers is reached', { hint: RESETS }) });
+    units.push({ counter: 'cold_conversations', cap: coldCap(plan.broadcast_limit), refusal: () => dailyLimitRefusal('COLD_LIMIT_REACHED') });
   }
-  units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => new ApiError('MESSAGE_LIMIT_REACHED', "The plan's daily message quota is reached", { hint: RESETS }) });
+  units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => dailyLimitRefusal('MESSAGE_LIMIT_REACHED') });
   return units;
 }

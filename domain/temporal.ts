@@ -1,16 +1,61 @@
+import { createHmac, hkdfSync } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
 import type { Config } from './config';
+import type { KeyRing } from './encryption';
 import { EncryptionCodec } from './payload-codec';
 
-/** Custom search attributes our workflows set, so operators can find a send or a run in the UI. */
+/**
+ * Custom search attributes our workflows set, so operators can find a send or a run in the UI.
+ * Search attributes are stored and shown in clear (the codec does not see them), so they hold ids
+ * and, for the recipient, a keyed hash (`PhoneHash`, see searchHash), never a number. `Phone`, set
+ * by earlier versions, stays registered on existing namespaces and is no longer written.
+ */
 export const SEARCH_ATTRIBUTES = {
   WorkspaceId: 'Keyword',
-  Phone: 'Keyword',
+  PhoneHash: 'Keyword',
   InstanceId: 'Keyword',
   IdempotencyKey: 'Keyword',
   AutomationId: 'Keyword',
 } as const;
+
+/** What a keyed hash stands for: it is part of the hashed text, so a phone's hash never equals an externalId's. */
+export type SearchHashPurpose = 'phone' | 'external-id';
+
+/** The HMAC key of searchHash for one encryption key: derived (HKDF), never the encryption key itself. */
+function searchHashKey(key: Buffer): Buffer {
+  return Buffer.from(hkdfSync('sha256', key, Buffer.alloc(0), 'temporal-search-hash', 32));
+}
+
+/**
+ * A value Temporal shows in clear (a search attribute, a workflow id) that must not be readable
+ * there: HMAC-SHA256 of the purpose, the workspace and the value, with a key derived from the
+ * current ENCRYPTION_KEYS key, as `<keyId>.<32 hex>`. Without the keys it reveals nothing (a
+ * phone number's few billion candidates cannot be tried), and the same number in two workspaces
+ * hashes differently. An operator computes it with `npx tsx scripts/search-hash.ts <workspaceId> <phone>`.
+ */
+export function searchHash(ring: KeyRing, purpose: SearchHashPurpose, workspaceId: string, value: string): string {
+  return hashWith(ring.current.id, ring.current.key, purpose, workspaceId, value);
+}
+
+/** The value's hash under every listed key, current first: what to search for across a rotation. */
+export function searchHashes(ring: KeyRing, purpose: SearchHashPurpose, workspaceId: string, value: string): string[] {
+  return [...new Set([ring.current.id, ...ring.byId.keys()])].map((id) => hashWith(id, ring.byId.get(id)!, purpose, workspaceId, value));
+}
+
+function hashWith(keyId: string, key: Buffer, purpose: SearchHashPurpose, workspaceId: string, value: string): string {
+  const mac = createHmac('sha256', searchHashKey(key)).update(`${purpose}\0${workspaceId}\0${value}`).digest('hex');
+  return `${keyId}.${mac.slice(0, 32)}`;
+}
+
+/**
+ * A failure message as Temporal may show it: runs of 8 or more digits (a phone number as a
+ * provider quotes it, with or without +, spaces, dots, dashes or parentheses) become `[number]`.
+ * Error codes and HTTP statuses (131056, 429) are shorter and stay.
+ */
+export function withoutPhoneNumbers(text: string): string {
+  return text.replace(/\+?\d(?:[\s().-]{0,2}\d){7,}/g, '[number]');
+}
 
 /**
  * The priority every workflow of a workspace starts with (its activities inherit it): the

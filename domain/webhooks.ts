@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { KeyRing, openText, sealText } from './encryption';
+import { KeyRing, openText, SealBinding, sealText } from './encryption';
 import type { Db } from './db';
 import { ApiError, notFound } from './errors';
 import { WEBHOOK_EVENTS } from './outbox';
@@ -153,6 +153,9 @@ async function checkSubscriberUrl(url: string, policy: UrlPolicy): Promise<void>
 
 const webhookNotFound = () => notFound('Webhook');
 
+/** A signing secret is sealed bound to its subscription's workspace (domain/encryption.ts SealBinding). */
+export const webhookSecretBinding = (workspaceId: string): SealBinding => ({ workspaceId, purpose: 'webhook.secret' });
+
 /** The secret is stored sealed (domain/encryption.ts) and shown once, in this answer. */
 export async function createSubscription(db: Db, ring: KeyRing, workspaceId: string, input: { url: string; events: string[]; active?: boolean }, policy: UrlPolicy) {
   await checkSubscriberUrl(input.url, policy);
@@ -168,7 +171,7 @@ export async function createSubscription(db: Db, ring: KeyRing, workspaceId: str
       });
     }
     const [created] = await trx('webhook_subscriptions')
-      .insert({ workspace_id: workspaceId, url: input.url, events, secret: sealText(ring, secret), active: input.active ?? true })
+      .insert({ workspace_id: workspaceId, url: input.url, events, secret: sealText(ring, secret, webhookSecretBinding(workspaceId)), active: input.active ?? true })
       .returning(SUBSCRIPTION_COLUMNS);
     return created;
   });
@@ -223,7 +226,7 @@ export async function subscriptionTarget(db: Db, ring: KeyRing, workspaceId: str
   if (!isUuid(id)) throw webhookNotFound();
   const row = await db('webhook_subscriptions').where({ workspace_id: workspaceId, id }).first('id', 'url', 'secret', 'active');
   if (!row) throw webhookNotFound();
-  return { ...row, secret: openText(ring, row.secret) };
+  return { ...row, secret: openText(ring, row.secret, webhookSecretBinding(workspaceId)) };
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ const DEAL_CHUNK = 2000;
 const SIZES = QUICK
   ? { big: 20_000, bigDeals: 10_000, others: 1_000, growth: [1_000, 10_000, 100_000] }
   : { big: 200_000, bigDeals: 100_000, others: 10_000, growth: [10_000, 100_000, 1_000_000] };
-const ADMIN_TOKEN = 'bench-admin-token';
+const ADMIN_TOKEN = 'bench-admin-token-of-32-characters';
 const ENCRYPTION_KEYS = newKeyRingValue('bench');
 const STAGES = ['New', 'Contacted', 'Qualified', 'Proposal', 'Negotiation'];
 const FIRST = ['Ana', 'Bruno', 'Carla', 'Diego', 'Elisa', 'Fabio', 'Gabriela', 'Heitor', 'Isabela', 'Joao', 'Karina', 'Lucas', 'Mariana', 'Nuno', 'Olivia', 'Pedro', 'Quiteria', 'Rafael', 'Sofia', 'Tiago'];

@@ -50,7 +50,7 @@ export async function seedDemo(
     .where({ workspace_id: seed.workspaceId, provider: 'cloud', archived: false })
     .orderBy('created_at')
     .first('id', 'config');
-  const config = instance ? openInstanceConfig(opts.ring, instance.config) : undefined;
+  const config = instance ? openInstanceConfig(opts.ring, instance.config, seed.workspaceId) : undefined;
   const state: DemoState = {
     workspaceId: seed.workspaceId,
     apiKey: seed.apiKey,
@@ -97,7 +97,7 @@ async function seedDemoWorkspace(db: Db, opts: { stateFile: string; emulatorUrl:
             phoneNumberId: '100000000000001',
             accessToken: 'demo-access-token',
             appSecret: 'demo-app-secret',
-          }),
+          }, workspaceId),
         ),
       })
       .returning('id');
@@ -126,12 +126,12 @@ export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: strin
       if (opts.workspaceId) q.where({ workspace_id: opts.workspaceId });
     })
     .whereRaw(`config->>'baseUrl' = ?`, [opts.emulatorUrl])
-    .select('id', 'config');
+    .select('id', 'workspace_id', 'config');
   for (const instance of instances) {
     const res = await fetch(`${opts.emulatorUrl}/__emulator/webhook`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ phoneNumberId: instance.config.phoneNumberId, url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`, appSecret: openInstanceConfig(opts.ring, instance.config).appSecret }),
+      body: JSON.stringify({ phoneNumberId: instance.config.phoneNumberId, url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`, appSecret: openInstanceConfig(opts.ring, instance.config, instance.workspace_id).appSecret }),
     });
     if (!res.ok) throw new Error(`emulator refused the webhook of instance ${instance.id}: HTTP ${res.status}`);
   }

@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { assertAdminToken } from '../domain/config';
 import { createDb } from '../domain/db';
 import { parseKeyRing } from '../domain/encryption';
 import { ensureSearchAttributes } from '../domain/temporal';
@@ -94,6 +95,8 @@ async function main(): Promise<void> {
   });
 
   try {
+    // Before anything starts: a short ADMIN_TOKEN would stop the API and the worker anyway.
+    assertAdminToken(process.env.ADMIN_TOKEN ?? '');
     const port = Number(process.env.PORT ?? 3000);
     const emulatorPort = Number(process.env.EMULATOR_PORT ?? 3100);
     const uiPort = Number(process.env.TEMPORAL_UI_PORT ?? 8233);
@@ -153,6 +156,9 @@ async function main(): Promise<void> {
       TEMPORAL_ADDRESS: temporalAddress,
       TEMPORAL_NAMESPACE: namespace,
       ADMIN_TOKEN: adminToken,
+      // The codec endpoint answers credentialed calls from this UI only: our own dev server's (on
+      // uiPort), or the origin of TEMPORAL_UI_URL for your own cluster's.
+      TEMPORAL_UI_ORIGIN: process.env.TEMPORAL_UI_ORIGIN ?? (ownTemporal ? `http://localhost:${uiPort}` : (/^https?:\/\//.test(temporalUi) && URL.canParse(temporalUi) ? new URL(temporalUi).origin : '')),
       ENCRYPTION_KEYS: process.env.ENCRYPTION_KEYS ?? stackEncryptionKeys(DATA_DIR),
       PORT: String(port),
       PUBLIC_BASE_URL: process.env.PUBLIC_BASE_URL ?? `http://localhost:${port}`,

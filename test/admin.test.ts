@@ -110,7 +110,7 @@ describe('admin API', () => {
     expect(patched.body.data).toMatchObject({ connected: false, config: { phoneNumberId: '456', accessTokenSet: true } });
     const stored = await api.db('instances').where({ id }).first();
     // Kept sealed: the merge of a PATCH keeps the stored token, which opens to what was sent.
-    expect(stored.config.accessToken).toMatch(/^enc:v1:/);
+    expect(stored.config.accessToken).toMatch(/^enc:v2:/);
     expect(openText(api.config.encryptionKeys!, stored.config.accessToken)).toBe('EAAG-super-secret');
     await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${id}`, { archived: true });
     expect((await api.request('GET', '/api/v1/instances', { key: ws.key })).body.pagination.total).toBe(0);

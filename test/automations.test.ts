@@ -175,6 +175,33 @@ describe('the inbound receiver', () => {
     expect((await hook(flow.webhookUrl!, { id: 'ext-42', phone: number })).body.data.status).toBe('duplicate');
   });
 
+  it('frees the externalId of a failed run: the sender\'s retry runs again, and once completed it is a duplicate', async () => {
+    const ws = await workspace();
+    // The tag comes from the body: the first call carries none, so its run fails.
+    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone', externalId: 'id' } }, actions: [{ type: 'add_tag', tag: '{{webhook.tag}}' }] });
+    const number = phone();
+    expect((await hook(flow.webhookUrl!, { id: 'order-7', phone: number })).body.data.status).toBe('accepted');
+    expect((await settledRuns(ws, flow.id, 1)).map((r) => r.status)).toEqual(['failed']);
+    const retry = await hook(flow.webhookUrl!, { id: 'order-7', phone: number, tag: 'paid' });
+    expect(retry.body.data.status).toBe('accepted');
+    const settled = await settledRuns(ws, flow.id, 2);
+    expect(settled.find((r) => r.id === retry.body.data.runId)).toMatchObject({ status: 'completed', externalId: 'order-7' });
+    const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
+    expect(await tagsOf(ws, contact.id)).toEqual(['paid']);
+    expect((await hook(flow.webhookUrl!, { id: 'order-7', phone: number, tag: 'again' })).body.data.status).toBe('duplicate');
+    expect(await tagsOf(ws, contact.id)).toEqual(['paid']);
+  });
+
+  it('records contact.created, not lead.created, for a contact its lead intake creates', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone', name: 'name' } }, actions: [{ type: 'add_tag', tag: 'hooked' }] });
+    await hook(flow.webhookUrl!, { phone: phone(), name: 'Intake' });
+    await settledRuns(ws, flow.id, 1);
+    const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
+    expect((await outbox(api, ws.id, 'contact.created')).map((e) => e.payload.contact_id)).toEqual([contact.id]);
+    expect(await outbox(api, ws.id, 'lead.created')).toEqual([]);
+  });
+
   it('reads JSON whatever its label; answers 400 to non-JSON and non-object bodies, 413 above 256 KiB, 404 to unknown tokens', async () => {
     const ws = await workspace();
     const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
@@ -255,6 +282,26 @@ describe('internal triggers', () => {
     expect(await runs(ws, created.id)).toHaveLength(1); // not for the other pipeline
     expect(await runs(ws, emailChanged.id)).toHaveLength(1); // not for the name change
     expect(await tagsOf(ws, contact.id)).toEqual(['in-sales-' + sales.id, 'lost', 'moved'].sort());
+  });
+
+  it('card_created with pipelineId null or "" fires for a deal in any pipeline, like an omitted one', async () => {
+    const ws = await workspace();
+    const sales = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['A'] });
+    const other = await seedPipeline(api, ws.id, { name: 'Other', stages: ['X'] });
+    const flows = [
+      await automation(ws, { trigger: { type: 'card_created', pipelineId: null }, actions: [{ type: 'add_tag', tag: 'null' }] }),
+      await automation(ws, { trigger: { type: 'card_created', pipelineId: '' }, actions: [{ type: 'add_tag', tag: 'empty' }] }),
+      await automation(ws, { trigger: { type: 'card_created' }, actions: [{ type: 'add_tag', tag: 'omitted' }] }),
+    ];
+    for (const flow of flows) expect(flow.trigger).toEqual({ type: 'card_created' });
+    const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Any' });
+    for (const p of [sales, other]) expect((await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: p.id } })).status).toBe(201);
+    for (const flow of flows) expect((await settledRuns(ws, flow.id, 2)).map((r) => r.status)).toEqual(['completed', 'completed']);
+    expect(await tagsOf(ws, contact.id)).toEqual(['empty', 'null', 'omitted']);
+    // And on a change of trigger.
+    const patched = await api.request('PATCH', `/api/v1/automations/${flows[2].id}`, { key: ws.key, body: { trigger: { type: 'card_created', pipelineId: '' } } });
+    expect(patched.status).toBe(200);
+    expect(patched.body.data.trigger).toEqual({ type: 'card_created' });
   });
 
   it('update_contact emits no contact.updated webhook; its tag events say automation', async () => {
@@ -425,6 +472,45 @@ describe('durable actions', () => {
     expect(run.status).toBe('failed');
     expect(run.error).toBe('Action 3 (add_tag): The automation was deleted or deactivated during the run');
     expect(await tagsOf(ws, contactId)).toEqual(['first']);
+  });
+
+  it('stops a run whose workspace is suspended during a wait: no further action', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
+      // 300 000 s scaled by the test stack's 0.00001: 3 s.
+      actions: [{ type: 'add_tag', tag: 'first' }, { type: 'wait', seconds: 300_000 }, { type: 'add_tag', tag: 'second' }],
+    });
+    await hook(flow.webhookUrl!, { phone: phone() });
+    const contactId = await eventually('the first action', async () => {
+      const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
+      return contact && (await tagsOf(ws, contact.id)).includes('first') && (contact.id as string);
+    });
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}`, { plan: { active: false } })).status).toBe(200);
+    // The API answers a suspended workspace 402: the run and the tags are read in the database.
+    const run = await eventually('the run finished', async () => {
+      const row = await api.db('automation_runs').where({ workspace_id: ws.id, automation_id: flow.id }).first('status', 'error');
+      return row && row.status !== 'running' && row;
+    });
+    expect(run).toEqual({ status: 'failed', error: 'Action 3 (add_tag): The workspace subscription is inactive' });
+    const tags = await api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').where({ 'ct.workspace_id': ws.id, 'ct.contact_id': contactId }).pluck('t.name');
+    expect(tags).toEqual(['first']);
+  });
+
+  it('keeps the contact\'s phone, email and name out of a run\'s error (automations:read reads it)', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'customer.phone', name: 'customer.name', email: 'customer.email' } },
+      // The pipeline reference is rendered from the contact: the refusal quotes it.
+      actions: [{ type: 'create_deal', pipeline: '{{contact.name}} {{contact.phone}} {{contact.email}} {{webhook.customer.phone}}' }],
+    });
+    const number = phone();
+    const written = `+${number.slice(0, 2)} (${number.slice(2, 4)}) ${number.slice(4, 9)}-${number.slice(9)}`;
+    await hook(flow.webhookUrl!, { customer: { phone: written, name: 'Carla Dias', email: 'carla.dias@example.com' } });
+    const [run] = await settledRuns(ws, flow.id, 1);
+    expect(run.status).toBe('failed');
+    expect(run.error).toBe('Action 1 (create_deal): Pipeline "[name] [phone] [email] [phone]" not found');
+    for (const personal of [number, number.slice(2), written, 'Carla', 'carla.dias']) expect(run.error).not.toContain(personal);
   });
 
   it('closes a run recorded by a pass whose start failed, even when the automation was deactivated before the next pass', async () => {

@@ -333,3 +333,34 @@ describe('GET /api/v1/deals', () => {
     expect(large).toBe(small);
   });
 });
+
+describe('global custom fields', () => {
+  it('POST /admin/v1/workspaces/{id}/custom-fields: every pipeline lists the field and every deal takes it; a key already used is 409 CONFLICT', async () => {
+    const own = await createWorkspace(api, { scopes: ['deals:read', 'deals:write', 'pipelines:read'] });
+    const before = await seedPipeline(api, own.id, { name: 'Before', stages: ['A'], customFields: [{ key: 'budget', label: 'Budget', type: 'number' }] });
+    const created = await api.admin('POST', `/admin/v1/workspaces/${own.id}/custom-fields`, { key: 'source', label: 'Source', type: 'text' });
+    expect(created.status).toBe(201);
+    expect(created.body.data).toEqual({ id: expect.any(String), key: 'source', label: 'Source', type: 'text' });
+    const after = await seedPipeline(api, own.id, { name: 'After', stages: ['B'] });
+    const listed = (await api.request('GET', '/api/v1/pipelines', { key: own.key })).body.pipelines as { id: string; customFields: unknown[] }[];
+    expect(listed.map((p) => p.id)).toEqual([before.id, after.id]);
+    for (const p of listed) expect(p.customFields).toContainEqual(created.body.data);
+    const buyer = await seedContact(api, own.id, { phone: newPhone(), name: 'Global' });
+    for (const p of [before, after]) {
+      const deal = await api.request('POST', '/api/v1/deals', { key: own.key, body: { contactId: buyer.id, pipeline: p.id, customValues: { source: 'ads', budget: 3 } } });
+      expect(deal.status).toBe(201);
+      // budget is Before's own field: After drops it.
+      expect(deal.body.data.customValues).toEqual(p.id === before.id ? { source: 'ads', budget: 3 } : { source: 'ads' });
+    }
+    const path = `/admin/v1/workspaces/${own.id}/custom-fields`;
+    // One key, one field wherever it applies: another global, a pipeline's own key, a new pipeline reusing a global key.
+    expectError(await api.admin('POST', path, { key: 'source', label: 'Again', type: 'text' }), 409, 'CONFLICT');
+    expectError(await api.admin('POST', path, { key: 'budget', label: 'Budget', type: 'number' }), 409, 'CONFLICT');
+    expectError(await api.admin('POST', `/admin/v1/workspaces/${own.id}/pipelines`, { name: 'Clash', stages: [], customFields: [{ key: 'source', label: 'S', type: 'text' }] }), 409, 'CONFLICT');
+    expectError(await api.admin('POST', path, { key: '1source', label: 'Bad key', type: 'text' }), 400, 'VALIDATION');
+    expectError(await api.admin('POST', path, { key: 'money', label: 'Money', type: 'currency' }), 400, 'VALIDATION');
+    expectError(await api.admin('POST', path, { key: 'nolabel', label: '', type: 'text' }), 400, 'VALIDATION');
+    expectError(await api.admin('POST', '/admin/v1/workspaces/00000000-0000-4000-8000-000000000000/custom-fields', { key: 'x', label: 'X', type: 'text' }), 404, 'NOT_FOUND');
+    expect((await api.request('GET', '/api/v1/pipelines', { key: own.key })).body.pipelines.map((p: { name: string }) => p.name)).toEqual(['Before', 'After']);
+  });
+});

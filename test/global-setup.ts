@@ -79,7 +79,7 @@ export default async function globalSetup(): Promise<void> {
     TEMPORAL_ADDRESS: temporal.address,
     TEMPORAL_NAMESPACE: 'default',
     TEMPORAL_TASK_QUEUE: 'crm-test',
-    ADMIN_TOKEN: 'test-admin-token',
+    ADMIN_TOKEN: 'test-admin-token-of-32-characters',
     ENCRYPTION_KEYS: stackEncryptionKeys(TEST_DIR),
     ALLOW_PRIVATE_URLS: 'true',
     WEBHOOK_RETRY_SCALE: '0.001',

@@ -4,7 +4,7 @@
  * the Cloud API wire format. Cold sends are limited to 5/min per key, so tests spread
  * requests over keys of one workspace where they need more.
  */
-import { createKey, createWorkspace, expectError, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
+import { ApiResponse, createKey, createWorkspace, eventually, expectError, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
@@ -195,6 +195,30 @@ describe('POST /api/v1/messages', () => {
     expect((await send(s.keys[1], template(phone))).status).toBe(201);
   });
 
+  it('stops a send whose provider call is retried after the contact opted out or the workspace was suspended: refused, compensated, never sent', async () => {
+    const s = await setup({ keys: 2 });
+    const leads = (await createKey(api, s.ws.id, ['leads:write'])).key;
+    const quiet = mobile();
+    // The provider is down for the first call, which answers slowly: the opt-out lands while it is in flight.
+    await emulator('/__emulator/script', { to: quiet, behaviour: 'ok', down: true, times: 1, delayMs: 3000 });
+    const pending = send(s.keys[0], template(quiet));
+    await eventually('the first provider call', async () => (await callsTo(quiet)).length === 1);
+    const contact = await api.db('contacts').where({ workspace_id: s.ws.id, phone: quiet }).first('id');
+    expect((await api.request('PATCH', `/api/v1/leads/${contact.id}`, { key: leads, body: { optedOut: true } })).status).toBe(200);
+    expectError(await pending, 403, 'OPTED_OUT');
+    expect((await callsTo(quiet)).map((c) => c.outcome)).toEqual(['down']);
+    expect(await leftovers(s.ws.id)).toMatchObject({ counted: 0 });
+
+    const phone = mobile();
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', down: true, times: 1, delayMs: 3000 });
+    const suspended = send(s.keys[1], template(phone));
+    await eventually('the first provider call', async () => (await callsTo(phone)).length === 1);
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${s.ws.id}`, { plan: { active: false } })).status).toBe(200);
+    expectError(await suspended, 402, 'SUBSCRIPTION_INACTIVE');
+    expect((await callsTo(phone)).map((c) => c.outcome)).toEqual(['down']);
+    expect(await leftovers(s.ws.id)).toMatchObject({ counted: 0 });
+  }, 60_000);
+
   it('enforces the daily cap of new numbers and the daily message quota, and returns them when a send fails', async () => {
     const s = await setup({ plan: { dailyMessageQuota: 2 }, keys: 2 });
     const day = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
@@ -207,6 +231,34 @@ describe('POST /api/v1/messages', () => {
     expectError(await send(s.keys[1], template(phone)), 429, 'MESSAGE_LIMIT_REACHED');
     const counters = await api.db('daily_counters').where({ workspace_id: s.ws.id }).select('kind', 'count');
     expect(Object.fromEntries(counters.map((c) => [c.kind, c.count]))).toEqual({ cold_conversations: 1, messages: 2 });
+  });
+
+  it('answers a reached daily cap with Retry-After: the whole seconds to the next midnight in São Paulo (cold send and conversation send)', async () => {
+    const s = await setup({ plan: { dailyMessageQuota: 1 }, keys: 2 });
+    // São Paulo keeps UTC-3 all year: its next midnight is the next 03:00 UTC.
+    const untilMidnight = (at: number) => {
+      const local = new Date(at - 3 * 3_600_000);
+      return Math.max(1, Math.ceil((Date.UTC(local.getUTCFullYear(), local.getUTCMonth(), local.getUTCDate() + 1) + 3 * 3_600_000 - at) / 1000));
+    };
+    const expectRetryAfter = async (request: () => Promise<ApiResponse>, code: string) => {
+      const before = Date.now();
+      const res = await request();
+      const after = Date.now();
+      expectError(res, 429, code);
+      const seconds = Number(res.headers.get('retry-after'));
+      expect(Number.isInteger(seconds)).toBe(true);
+      expect(seconds).toBeGreaterThanOrEqual(untilMidnight(after));
+      expect(seconds).toBeLessThanOrEqual(untilMidnight(before));
+    };
+    const day = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
+    await api.db('daily_counters').insert({ workspace_id: s.ws.id, day, kind: 'cold_conversations', count: 200 });
+    await expectRetryAfter(() => send(s.keys[0], template(mobile())), 'COLD_LIMIT_REACHED');
+    await api.db('daily_counters').where({ workspace_id: s.ws.id, kind: 'cold_conversations' }).update({ count: 0 });
+    const first = await send(s.keys[0], template(mobile()));
+    expect(first.status).toBe(201);
+    const conversationId = first.body.data.conversationId;
+    await api.db('conversations').where({ id: conversationId }).update({ last_inbound_at: new Date() });
+    await expectRetryAfter(() => api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: s.keys[1], body: { text: 'hi' } }), 'MESSAGE_LIMIT_REACHED');
   });
 
   it('validates the body: PHONE_REQUIRED, INVALID_PHONE, bounds naming the field, INVALID_URL', async () => {
@@ -284,6 +336,21 @@ describe('idempotency', () => {
     // Keys are scoped to the workspace: another workspace's identical key is its own send.
     const other = await setup();
     expect((await send(other.ws.key, template(mobile()), { 'Idempotency-Key': 'retry-me' })).status).toBe(201);
+  });
+
+  it('takes any printable key of 1 to 255 characters, spaces included, and refuses a longer one naming the header', async () => {
+    const s = await setup({ keys: 2 });
+    const phone = mobile();
+    const key = `order 42 / Ana's #${seq} (retry: 1)`;
+    const first = await send(s.keys[0], template(phone), { 'Idempotency-Key': key });
+    expect(first.status).toBe(201);
+    expect(first.headers.get('idempotency-key')).toBe(key);
+    const again = await send(s.keys[1], template(phone), { 'Idempotency-Key': key });
+    expect({ status: again.status, replayed: again.headers.get('idempotent-replayed'), body: again.body }).toEqual({ status: 200, replayed: 'true', body: first.body });
+    expect(await callsTo(phone)).toHaveLength(1);
+    const long = await send(s.keys[0], template(mobile()), { 'Idempotency-Key': `k ${'x'.repeat(254)}` });
+    expectError(long, 400, 'VALIDATION');
+    expect(JSON.stringify(long.body)).toContain('Idempotency-Key');
   });
   it('binds a key to its request: another body or the other send endpoint is 422 IDEMPOTENCY_KEY_REUSED, the same body replays', async () => {
     const s = await setup({ keys: 3 });

@@ -2,7 +2,7 @@ import path from 'node:path';
 import { route } from '../api/route';
 import { FLUSH_MS, KEY_CACHE_MS } from '../domain/rate-limit';
 import { freePort, nodeTs, ROOT, startChild, waitForHttp } from '../scripts/stack';
-import { ApiResponse, createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary, uniqueIp } from './helpers';
+import { ApiResponse, createWorkspace, eventually, expectError, startApi, TestApi, awayFromMinuteBoundary, uniqueIp } from './helpers';
 
 const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
 
@@ -179,6 +179,30 @@ describe('rate limits', () => {
     expect(limitHeaders(responses[0]).limit).toBe(1000);
   });
 
+  it('puts them on the OpenAPI document and on the answers given before any counter ran (413 from Content-Length, 503 of an unreachable database), from the IP bucket', async () => {
+    const ip = uniqueIp();
+    const doc = await api.request('GET', '/api/v1/openapi.json', { headers: { 'x-forwarded-for': ip } });
+    expect(doc.status).toBe(200);
+    expect(limitHeaders(doc)).toEqual({ limit: 600, remaining: expect.any(Number), reset: expect.any(Number) });
+    expect(limitHeaders(doc).remaining).toBeLessThan(600);
+    expect(limitHeaders(doc).reset).toBeGreaterThanOrEqual(1);
+
+    const ws = await createWorkspace(api, { scopes: ['leads:write'] });
+    const tooLarge = await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: '5511999990000', pad: 'a'.repeat(1024 * 1024 + 10) } });
+    expectError(tooLarge, 413, 'PAYLOAD_TOO_LARGE');
+    expect(limitHeaders(tooLarge).limit).toBeGreaterThan(0);
+    expect(limitHeaders(tooLarge).reset).toBeGreaterThanOrEqual(1);
+
+    const down = await startApi({ config: { databaseUrl: 'postgres://postgres@127.0.0.1:1/none' } });
+    try {
+      const unavailable = await down.request('GET', '/api/v1/tags', { key: ws.key });
+      expectError(unavailable, 503, 'UNAVAILABLE');
+      expect(limitHeaders(unavailable)).toEqual({ limit: 600, remaining: 599, reset: expect.any(Number) });
+    } finally {
+      await down.close();
+    }
+  });
+
   it('holds a large limit across two API processes on one database, counted in memory and on several rows, within the documented overshoot', async () => {
     await awayFromMinuteBoundary();
     const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 1000 });
@@ -254,4 +278,41 @@ describe('rate limits', () => {
     await new Promise((r) => setTimeout(r, Math.max(0, expiresAt - Date.now())));
     expect(await refusedWithin(key, expiresAt)).toBeLessThanOrEqual(KEY_CACHE_MS + 300);
   });
+
+  it('refuses a revoked high-rate key on the other process more than a second after its revocation, even while its counter rows are locked (reads and flushes stall)', async () => {
+    await awayFromMinuteBoundary();
+    const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 1000 });
+    for (let i = 0; i < 3; i++) expect((await second.get('/api/v1/tags', ws.key)).status).toBe(200); // cached there, counted in memory
+    // What stalls a flush for real: another transaction holding the key's counter rows (every shard,
+    // this minute and the next). The second process's flush and its exact reads of the key wait on it.
+    const lock = await api.db.transaction();
+    try {
+      const [{ pid }] = (await lock.raw('SELECT pg_backend_pid() AS pid')).rows;
+      await lock.raw(
+        `INSERT INTO rate_limit_counters AS c (bucket, window_start, shard, count)
+         SELECT ?, date_trunc('minute', now()) + m * interval '1 minute', s, 0 FROM generate_series(0, 1) m, generate_series(0, 7) s
+         ON CONFLICT (bucket, window_start, shard) DO UPDATE SET count = c.count`,
+        [`key:${ws.keyId}`],
+      );
+      const waiting = async (): Promise<number> =>
+        (await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ? = ANY(pg_blocking_pids(pid))`, [pid])).rows[0].n;
+      // The cached entry goes stale; the next request reads the key again, and that read waits.
+      await new Promise((r) => setTimeout(r, KEY_CACHE_MS + 100));
+      const already = await waiting();
+      const before = second.get('/api/v1/tags', ws.key);
+      await eventually('the read of the key waiting on the lock', async () => (await waiting()) > already);
+      expect((await api.admin('DELETE', `/admin/v1/workspaces/${ws.id}/api-keys/${ws.keyId}`)).status).toBe(200);
+      await new Promise((r) => setTimeout(r, KEY_CACHE_MS + 100));
+      // More than a second after the revocation: must not be answered with the key the stalled read found.
+      const after = second.get('/api/v1/tags', ws.key);
+      // Its own read waits on the lock too (with the fix); give it time to reach the process either way.
+      await new Promise((r) => setTimeout(r, 1000));
+      await lock.rollback();
+      expect([200, 401]).toContain((await before).status); // begun before the revocation: either
+      expectError(await after, 401, 'UNAUTHORIZED');
+      expectError(await second.get('/api/v1/tags', ws.key), 401, 'UNAUTHORIZED');
+    } finally {
+      if (!lock.isCompleted()) await lock.rollback();
+    }
+  }, 60_000);
 });

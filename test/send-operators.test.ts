@@ -2,7 +2,7 @@
  * What an operator sees of a send in Temporal, and the send profile of the conversation endpoint.
  */
 import { loadConfig } from '../domain/config';
-import { temporalClientFactory } from '../domain/temporal';
+import { searchHash, temporalClientFactory } from '../domain/temporal';
 import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
@@ -52,7 +52,7 @@ it('shows a stuck send in Temporal: found by its search attributes, the provider
   }
   expect(failure).toContain('131056');
   expect(failure).not.toContain('super-secret-token-xyz');
-  expect(attributes).toMatchObject({ WorkspaceId: [ws.id], IdempotencyKey: [key], Phone: [phone], InstanceId: [instanceId] });
+  expect(attributes).toMatchObject({ WorkspaceId: [ws.id], IdempotencyKey: [key], PhoneHash: [searchHash(api.config.encryptionKeys!, 'phone', ws.id, phone)], InstanceId: [instanceId] });
 
   // While it retries, the same key is 409 IN_PROGRESS naming the workflow; then it completes.
   const again = await api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' }, headers: { 'Idempotency-Key': key } });

@@ -3,7 +3,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { createWebhookActivities } from '../activities/webhooks';
-import { loadConfig } from '../domain/config';
+import { assertAdminToken, loadConfig } from '../domain/config';
 import { createServiceDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { pruneRetention, PRUNE_EVERY_MS } from '../domain/retention';
@@ -35,6 +35,7 @@ const WEBHOOK_WORKER_ACTIVITIES = 20;
 /** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
 async function main(): Promise<void> {
   const config = loadConfig();
+  assertAdminToken(config.adminToken);
   if (config.worker.loopStatsFile) writeLoopStats(config.worker.loopStatsFile);
   const logger = createLogger('worker', config.logLevel);
   const db = createServiceDb(config);
@@ -83,6 +84,8 @@ async function main(): Promise<void> {
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
   const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
   if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens > 0) logger.info({ sealed }, 'secrets at rest: sealed with the current key');
+  // A value bound to another workspace than its row's was copied there: left as it is (it does not open).
+  if (sealed.refused > 0) logger.warn({ refused: sealed.refused }, 'secrets at rest: values bound to another workspace than their row were left sealed as they are');
   // A worker dedicated to its task queue (OUTBOX_DISPATCHER=false) leaves the outbox to the others:
   // a dispatcher starts automation runs on its own task queue and leases the rows it claims.
   if (config.outboxDispatcher) dispatcher.start();

@@ -47,7 +47,9 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
     if (hasMedia(input)) await media.checkMedia(input.requestId ? { workspaceId: input.workspaceId, requestId: input.requestId } : { url: input.message!.mediaUrl!, type: input.message!.type });
     const prepared = await prepare.prepareSend(input);
     compensations.push(() => compensate.undoPrepare(prepared));
-    upsertSearchAttributes({ InstanceId: [prepared.instanceId], Phone: [prepared.phone] });
+    // Search attributes are shown in clear: the number's keyed hash, never the number (domain/temporal.ts).
+    // A preparation made before the hash sets no phone attribute; the command is the same either way.
+    upsertSearchAttributes({ InstanceId: [prepared.instanceId], ...(prepared.phoneHash ? { PhoneHash: [prepared.phoneHash] } : {}) });
 
     const sent = await sendOnce(input, prepared, `${workflowId}/${runId}`).catch((err) => {
       if (!outcomeUnknown(err)) throw err;

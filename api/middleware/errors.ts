@@ -5,6 +5,7 @@ import { ZodError } from 'zod';
 import { isDatabaseUnavailable } from '../../domain/db';
 import { ApiError, constraintConflict, isPgError, validationError } from '../../domain/errors';
 import { JSON_BODY_LIMIT_HINT } from './body';
+import { countIpInMemory, isApiPath } from './rate-limit';
 
 /**
  * The outermost layer of every request: its id, one structured log line, and the flat error body
@@ -13,9 +14,13 @@ import { JSON_BODY_LIMIT_HINT } from './body';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
-/** Paths that carry a secret in the URL are logged with the secret masked. */
+/**
+ * Paths that carry a secret in the URL are logged with the secret masked, in any letter case:
+ * the router matches paths case-insensitively, so `/API/AUTOMATIONS/WEBHOOK-IN/<token>` reaches
+ * the receiver too.
+ */
 export function loggablePath(path: string): string {
-  return path.replace(/(\/webhook-in\/)[^/?]+/, '$1[redacted]');
+  return path.replace(/(\/webhook-in\/)[^/?]+/gi, '$1[redacted]');
 }
 
 /** Request id, one structured log line per request, and the flat error body for every failure. */
@@ -34,6 +39,9 @@ export async function requestContext(ctx: Context, next: Next): Promise<void> {
   } catch (err) {
     renderError(ctx, err);
   } finally {
+    // Every /api/v1 answer carries the rate-limit headers; one given before any counter ran (or
+    // while PostgreSQL is unreachable) reports the IP's bucket, counted in memory.
+    if (isApiPath(ctx.path) && !ctx.response.get('X-RateLimit-Limit') && ctx.limits) countIpInMemory(ctx);
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
     // Fields the service chose (the path with its secrets masked): nothing here to redact.
     const line = {

@@ -91,6 +91,24 @@ export async function countBatchItems(ctx: Context, items: number): Promise<void
   }
 }
 
+/** A path of the public API, whose every answer carries the rate-limit headers (matched as the router does: in any case). */
+export function isApiPath(path: string): boolean {
+  const lower = path.toLowerCase();
+  return lower === '/api/v1' || lower.startsWith('/api/v1/');
+}
+
+/**
+ * Counts the request against the IP's profile in memory (LocalCounts: no statement, so it works
+ * while PostgreSQL is unreachable) and sets the headers from it. For /api/v1 answers no counter
+ * reached: the OpenAPI document (which `record` then limits), and the answers given before any
+ * counter ran (413 from a declared Content-Length, a 503 of an unreachable database).
+ */
+export function countIpInMemory(ctx: Context, profile: IpProfile = 'read'): BucketState[] {
+  const states = ctx.limits.counts.take(scaled(ctx, [ipBucket(ctx, profile)]));
+  setRateLimitHeaders(ctx, states);
+  return states;
+}
+
 export function ipBucket(ctx: Context, profile: IpProfile): Bucket {
   return { name: `ip:${profile}:${ipClient(ctx.ip)}`, limit: IP_PROFILES[profile], code: 'IP_RATE_LIMITED' };
 }

@@ -5,7 +5,7 @@ import { ApiError } from '../../domain/errors';
 import { AnyObject, AnyRoute, route, RouteDef } from '../route';
 import { single } from '../schemas';
 import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/api-keys';
-import { createPipeline, CUSTOM_FIELD_TYPES, listPipelines } from '../../domain/pipelines';
+import { createGlobalCustomField, createPipeline, customFieldSchema, listPipelines, MAX_CUSTOM_FIELDS } from '../../domain/pipelines';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { setInsight } from '../../domain/insights';
 import { createWorkspace, getWorkspace, PLAN_DEFAULTS, planSchema, requireWorkspace, serializeWorkspace, updateWorkspace } from '../../domain/workspaces';
@@ -14,7 +14,7 @@ import { addMember, requireMember } from '../../domain/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { mergeContacts, panelCreateContact, panelUpdateContact } from '../../domain/contacts';
-import { CODEC_SESSION_COOKIE, CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, issueCodecSession } from '../../domain/codec-session';
+import { CODEC_SESSION_COOKIE, CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, codecSessionSecure, issueCodecSession } from '../../domain/codec-session';
 import { emailAddress, trimmedText } from '../../domain/input-rules';
 import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
 
@@ -124,7 +124,8 @@ export const adminRoutes: AnyRoute[] = [
     response: single(z.object({ expiresAt: z.iso.datetime() })),
     handler: async (ctx) => {
       const session = issueCodecSession(ctx.deps.config.adminToken!, Date.now());
-      const secure = ctx.protocol === 'https' ? '; Secure' : '';
+      // Secure unless the API and the request are both on loopback over http (domain/codec-session.ts).
+      const secure = codecSessionSecure(ctx.deps.config.publicBaseUrl, { protocol: ctx.protocol, hostname: ctx.hostname }) ? '; Secure' : '';
       ctx.append(
         'Set-Cookie',
         `${CODEC_SESSION_COOKIE}=${session.value}; Path=${CODEC_SESSION_PATH}; Max-Age=${Math.floor(CODEC_SESSION_TTL_MS / 1000)}; HttpOnly; SameSite=Strict${secure}`,
@@ -229,22 +230,29 @@ export const adminRoutes: AnyRoute[] = [
     body: z.object({
       name: trimmedText(200),
       stages: z.array(z.object({ name: trimmedText(200) })).max(100).default([]),
-      customFields: z
-        .array(
-          z.object({
-            key: z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/, 'letters, digits and _, starting with a letter'),
-            label: trimmedText(200),
-            type: z.enum(CUSTOM_FIELD_TYPES),
-          }),
-        )
-        .max(200)
-        .default([]),
+      customFields: z.array(customFieldSchema).max(MAX_CUSTOM_FIELDS).default([]),
     }),
     handler: async (ctx, { params, body }) => {
       const id = await createPipeline(ctx.deps.db, params.id, body);
       const pipeline = (await listPipelines(ctx.deps.db, params.id)).find((p) => p.id === id);
       return { data: pipeline };
     },
+  }),
+  workspaceRoute({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/custom-fields',
+    operationId: 'createGlobalCustomField',
+    summary: 'Create a global custom field (on every pipeline)',
+    description:
+      'A field with no pipeline: listed in every pipeline\'s `customFields` (pipelines created later too) and accepted in every deal\'s ' +
+      `\`customValues\`. Same key, label and type rules as a pipeline's fields; a workspace holds at most ${MAX_CUSTOM_FIELDS} global fields ` +
+      '(400 `VALIDATION`). A key names one field wherever it applies: a key already used by a global field or by any pipeline\'s own field ' +
+      'is 409 `CONFLICT` (and a new pipeline whose fields reuse a global key is 409 `CONFLICT` too).',
+    status: 201,
+    params: ws,
+    errors: ['CONFLICT'],
+    body: customFieldSchema,
+    handler: async (ctx, { params, body }) => ({ data: await createGlobalCustomField(ctx.deps.db, params.id, body) }),
   }),
   workspaceRoute({
     method: 'post',

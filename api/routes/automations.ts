@@ -27,6 +27,7 @@ import { enforce } from '../middleware/rate-limit';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 import { atLeastOne, trimmedText } from '../../domain/input-rules';
+import { grants } from '../../domain/scopes';
 
 const Automation = z
   .object({
@@ -35,7 +36,10 @@ const Automation = z
     active: z.boolean(),
     trigger: z.record(z.string(), z.unknown()),
     actions: z.array(z.record(z.string(), z.unknown())),
-    webhookUrl: z.string().nullable(),
+    webhookUrl: z.string().nullable().meta({
+      description: 'The inbound webhook URL, a bearer credential: shown only to a key holding `automations:write`; `null` for any other key, and when the automation has no token.',
+    }),
+    webhookToken: z.boolean().meta({ description: 'Whether the automation has an inbound webhook token (whatever the key may see of it).' }),
     createdAt: z.string(),
     updatedAt: z.string(),
   })
@@ -54,6 +58,17 @@ const Run = z
   .openapi('AutomationRun');
 
 const view = (ctx: Context): AutomationView => ({ baseUrl: ctx.deps.config.publicBaseUrl, ring: ctx.deps.config.encryptionKeys! });
+
+/**
+ * The automation as this key may see it: the inbound URL is a bearer credential (it creates leads
+ * and sends messages), so only a key that may change automations (`automations:write`) sees it;
+ * any other key learns only whether a token exists.
+ */
+function forKey<T extends { webhookUrl: string | null }>(ctx: Context, automation: T): T & { webhookToken: boolean } {
+  const webhookToken = automation.webhookUrl !== null;
+  const sees = grants(ctx.state.auth?.scopes ?? [], ['automations:write']);
+  return { ...automation, webhookUrl: sees ? automation.webhookUrl : null, webhookToken };
+}
 
 const ACTIONS_DOC =
   'Actions run in order: `add_tag {tag}`, `remove_tag {tag}`, `update_contact {fields: {name?, email?, phone?, notes?}}`, ' +
@@ -85,7 +100,7 @@ export const automationRoutes = [
     errors: ['INBOUND_WEBHOOK_LIMIT_REACHED', 'AUTOMATION_LIMIT_REACHED', 'INVALID_URL'],
     handler: async (ctx, { body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, view(ctx), ctx.state.auth!.scopes) };
+      return { data: forKey(ctx, await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, view(ctx), ctx.state.auth!.scopes)) };
     },
   }),
   route({
@@ -102,7 +117,7 @@ export const automationRoutes = [
     response: listOf(Automation),
     handler: async (ctx, { query }) => {
       const { rows, total } = await listAutomations(ctx.deps.db, ctx.state.auth!.workspaceId, query, view(ctx));
-      return listEnvelope(rows, total, query);
+      return listEnvelope(rows.map((row) => forKey(ctx, row)), total, query);
     },
   }),
   route({
@@ -117,7 +132,7 @@ export const automationRoutes = [
     summary: 'Get an automation',
     params: IdParams,
     response: single(Automation),
-    handler: async (ctx, { params }) => ({ data: serializeAutomation(await getAutomationRow(ctx.deps.db, ctx.state.auth!.workspaceId, params.id), view(ctx)) }),
+    handler: async (ctx, { params }) => ({ data: forKey(ctx, serializeAutomation(await getAutomationRow(ctx.deps.db, ctx.state.auth!.workspaceId, params.id), view(ctx))) }),
   }),
   route({
     method: 'patch',
@@ -138,7 +153,7 @@ export const automationRoutes = [
     errors: ['INVALID_URL'],
     handler: async (ctx, { params, body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, view(ctx), ctx.state.auth!.scopes) };
+      return { data: forKey(ctx, await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, view(ctx), ctx.state.auth!.scopes)) };
     },
   }),
   route({
@@ -169,7 +184,7 @@ export const automationRoutes = [
     params: IdParams,
     response: single(Automation),
     errors: ['INBOUND_WEBHOOK_LIMIT_REACHED'],
-    handler: async (ctx, { params }) => ({ data: await regenerateToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx)) }),
+    handler: async (ctx, { params }) => ({ data: forKey(ctx, await regenerateToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx))) }),
   }),
   route({
     method: 'delete',
@@ -184,7 +199,7 @@ export const automationRoutes = [
     description: 'The URL answers 404 at once and the inbound-webhook quota unit is returned.',
     params: IdParams,
     response: single(Automation),
-    handler: async (ctx, { params }) => ({ data: await removeToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx)) }),
+    handler: async (ctx, { params }) => ({ data: forKey(ctx, await removeToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx))) }),
   }),
   route({
     method: 'get',

@@ -45,7 +45,8 @@ export const eventRoutes = [
       'Every event of the workspace the outbound webhooks carry (same names, same bodies in `payload`), with the delivery state ' +
       'per subscription; kept for RETENTION_DAYS (30 by default) after it happened. Newest first, or `order=asc` to replay in order. ' +
       'Paged by cursor: pass `pagination.nextCursor` back as `cursor` with the same filters; `nextCursor` is given on every ' +
-      'page, so a catch-up job stores it and resumes there next time. The newest events appear once every transaction that ' +
+      'page (opaque, valid only in the workspace it was issued to: another workspace\'s or a malformed cursor is 400 `VALIDATION`), ' +
+      'so a catch-up job stores it and resumes there next time. The newest events appear once every transaction that ' +
       'started before them has ended, so a cursor never skips an event that commits late.',
     query: eventListQuery,
     response: cursorListOf(Event),
@@ -54,7 +55,7 @@ export const eventRoutes = [
       if (ctx.query.offset !== undefined) {
         throw new ApiError('VALIDATION', 'Invalid query.offset: the events feed pages by cursor', { hint: 'query.offset: pass pagination.nextCursor as cursor.' });
       }
-      return listEvents(ctx.deps.db, ctx.state.auth!.workspaceId, query);
+      return listEvents(ctx.deps.db, ctx.deps.config.encryptionKeys!, ctx.state.auth!.workspaceId, query);
     },
   }),
 ];

@@ -37,6 +37,8 @@ export const systemRoutes = [
     operationId: 'getReadiness',
     tag: 'System',
     auth: 'none',
+    // Each call pings PostgreSQL and Temporal: an unauthenticated caller may not make them without bound.
+    ipProfile: 'ready',
     summary: 'Readiness: PostgreSQL and Temporal are reachable (503 otherwise)',
     alsoStatus: [503],
     description: `Each check is \`ok\` or \`unavailable\` (an error, or no answer within ${READY_TIMEOUT_MS / 1000} s); why is logged, not returned.`,

@@ -368,6 +368,7 @@ const EXAMPLES: Record<string, Example> = {
     stages: [{ name: 'One' }, { name: 'Two' }],
     customFields: [{ key: 'score', label: 'Score', type: 'number' }],
   }),
+  'post /admin/v1/workspaces/{id}/custom-fields': (n) => ({ key: `global${n}`, label: `Global ${n}`, type: n % 2 ? 'text' : 'date' }),
   'post /admin/v1/workspaces/{id}/instances': (n) => ({
     name: `Instance ${n}`,
     channel: 'whatsapp',

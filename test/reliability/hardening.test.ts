@@ -3,12 +3,16 @@
  * unauthenticated or ordinary caller can learn or reach that it should not.
  */
 import { once } from 'node:events';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { freePort, nodeTs, startChild, waitForHttp } from '../../scripts/stack';
 import { z } from 'zod';
 import { ROUTES } from '../../api/app';
 import { loadConfig } from '../../domain/config';
+import { IP_PROFILES } from '../../domain/rate-limit';
 import { awayFromMinuteBoundary, createWorkspace, startApi, TestApi, uniqueIp } from '../helpers';
 import { firstLeadDelivery } from './workspace-fixture';
 
@@ -284,4 +288,96 @@ describe('per-IP limits count an IPv6 client by its /64', () => {
     expect(await remainingAfter(`::ffff:${v4}`)).toBe(v4First - 1);
     expect(await remainingAfter(uniqueIp())).toBe(v4First);
   });
+});
+
+describe('GET /ready is limited per IP', () => {
+  let api: TestApi;
+  beforeAll(async () => {
+    api = await startApi();
+  });
+  afterAll(async () => {
+    await api?.close();
+  });
+
+  it(`answers 429 IP_RATE_LIMITED past ${IP_PROFILES.ready} calls a minute from one client, with the headers, and other clients are not affected`, async () => {
+    await awayFromMinuteBoundary();
+    const ip = uniqueIp();
+    const statuses: number[] = [];
+    for (let i = 0; i < IP_PROFILES.ready; i++) statuses.push((await api.request('GET', '/ready', { headers: { 'x-forwarded-for': ip } })).status);
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    const over = await api.request<{ code: string }>('GET', '/ready', { headers: { 'x-forwarded-for': ip } });
+    expect(over.status).toBe(429);
+    expect(over.body.code).toBe('IP_RATE_LIMITED');
+    expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(over.headers.get('x-ratelimit-limit')).toBe(String(IP_PROFILES.ready));
+    expect((await api.request('GET', '/ready', { headers: { 'x-forwarded-for': uniqueIp() } })).status).toBe(200);
+  }, 60_000);
+});
+
+describe('request paths in logs', () => {
+  it('mask the inbound webhook token in any letter case', async () => {
+    const api = await startApi();
+    try {
+      for (const path of ['/API/AUTOMATIONS/WEBHOOK-IN/tok_UPPER_secret_1', '/api/automations/Webhook-In/tok_mixed_secret_2', '/api/automations/webhook-in/tok_lower_secret_3']) {
+        await api.request('POST', path, { body: {} });
+      }
+      const all = api.logs.join('\n');
+      for (const token of ['tok_UPPER_secret_1', 'tok_mixed_secret_2', 'tok_lower_secret_3']) expect(all).not.toContain(token);
+      expect(all.match(/\/webhook-in\/\[redacted\]/gi)).toHaveLength(3);
+    } finally {
+      await api.close();
+    }
+  });
+});
+
+describe('ADMIN_TOKEN shorter than 32 characters', () => {
+  const short = 'a-token-of-thirty-one-character';
+  const exitOf = async (entry: string, env: Record<string, string>) => {
+    const child = startChild({ name: `short-token-${path.basename(entry)}`, ...nodeTs(entry), env, logFile: path.join(os.tmpdir(), `short-token-${process.pid}.log`) });
+    try {
+      const exit = once(child.process, 'exit').then(([code]) => code as number);
+      const code = await Promise.race([exit, new Promise((resolve) => setTimeout(() => resolve('still running after 30 s'), 30_000).unref())]);
+      return { code, output: child.output() };
+    } finally {
+      await child.stop();
+    }
+  };
+
+  it('stops the API, the worker and npm start with a message naming it; 32 characters start', async () => {
+    expect(short).toHaveLength(31);
+    const port = await freePort();
+    const env = { ADMIN_TOKEN: short, PORT: String(port), LOG_LEVEL: 'warn' };
+    for (const entry of ['api/server.ts', 'workers/main.ts']) {
+      const { code, output } = await exitOf(entry, env);
+      expect(code).toBe(1);
+      expect(output).toMatch(/ADMIN_TOKEN is 31 characters; it must be at least 32/);
+    }
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'short-token-start-'));
+    try {
+      const { code, output } = await exitOf('scripts/start.ts', {
+        ...env,
+        STACK_DATA_DIR: dataDir,
+        // Were it to start anything, nothing of the suite's: its own ports, its own database.
+        DATABASE_URL: '',
+        TEMPORAL_ADDRESS: '',
+        EMULATOR_PORT: String(await freePort()),
+        EMBEDDED_PG_PORT: String(await freePort()),
+        TEMPORAL_PORT: String(await freePort()),
+        TEMPORAL_UI_PORT: String(await freePort()),
+      });
+      expect(code).toBe(1);
+      expect(output).toMatch(/ADMIN_TOKEN is 31 characters; it must be at least 32/);
+      // Nothing was started: no database directory was made.
+      expect(fs.existsSync(path.join(dataDir, 'postgres'))).toBe(false);
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+    // Control: the refusal is the length's.
+    const started = startChild({ name: 'long-token-api', ...nodeTs('api/server.ts'), env: { ...env, ADMIN_TOKEN: `${short}x` } });
+    try {
+      await waitForHttp(`http://127.0.0.1:${port}/health`, started, 30_000);
+    } finally {
+      await started.stop();
+    }
+  }, 120_000);
 });

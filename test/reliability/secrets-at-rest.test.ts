@@ -5,7 +5,8 @@
  * and a key rotates by listing the new key first.
  */
 import { randomUUID } from 'node:crypto';
-import { newKeyRingValue, openText, parseKeyRing, sealedWith } from '../../domain/encryption';
+import { newKeyRingValue, openText, parseKeyRing, sealedWith, sealText } from '../../domain/encryption';
+import { openInstanceConfig } from '../../domain/instances';
 import { createDb } from '../../domain/db';
 import { sealStoredSecrets } from '../../domain/secrets-at-rest';
 import { migrationConfig } from '../../knexfile';
@@ -80,6 +81,63 @@ it('seals rows written in plain text and re-seals with a new key after a rotatio
     expect([sealedWith(moved.token), sealedWith(moved.secret)]).toEqual(['rotated', 'rotated']);
     expect([openText(rotated, moved.token), openText(rotated, moved.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
     expect(() => openText(old, moved.token)).toThrow(/key "rotated", which ENCRYPTION_KEYS does not list/);
+  } finally {
+    await db.destroy();
+  }
+});
+
+it('binds each secret to its workspace and purpose: a value copied into another tenant\'s row is refused, and the pass binds values sealed before', async () => {
+  const ring = api.config.encryptionKeys!;
+  // Written through the API: bound at once.
+  const ws = await createWorkspace(api, { scopes: ['webhooks:write'] });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'Bound', channel: 'whatsapp', provider: 'cloud', connected: false, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN-bound', accessToken: 'tok-bound' },
+  });
+  const subscription = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://hooks.example.com/bound', events: ['*'], active: false } });
+  const stored = (await api.db('instances').where({ id: instance.body.data.id }).first('config')).config;
+  const secret = (await api.db('webhook_subscriptions').where({ id: subscription.body.data.id }).first('secret')).secret;
+  expect(stored.accessToken.startsWith(`enc:v2:${ring.current.id}:instance.accessToken:${ws.id}:`)).toBe(true);
+  expect(secret.startsWith(`enc:v2:${ring.current.id}:webhook.secret:${ws.id}:`)).toBe(true);
+  expect(openInstanceConfig(ring, stored, ws.id).accessToken).toBe('tok-bound');
+  const other = randomUUID();
+  expect(() => openInstanceConfig(ring, stored, other)).toThrow(/another workspace or purpose/);
+  expect(() => openText(ring, secret, { workspaceId: other, purpose: 'webhook.secret' })).toThrow(/another workspace or purpose/);
+  // Another field of the same row is another purpose.
+  expect(() => openText(ring, stored.accessToken, { workspaceId: ws.id, purpose: 'instance.appSecret' })).toThrow(/another workspace or purpose/);
+  // The binding is authenticated: rewriting it in the value breaks the value.
+  const rebound = stored.accessToken.replace(ws.id, other);
+  expect(() => openText(ring, rebound, { workspaceId: other, purpose: 'instance.accessToken' })).toThrow();
+
+  // The worker's pass, on its own database (it rewrites every row it finds).
+  const url = await ensureDatabase(process.env.TEST_ADMIN_DATABASE_URL!, 'crm_secrets_binding_test', true);
+  const db = createDb(url, { max: 2 });
+  try {
+    await db.migrate.latest(migrationConfig);
+    const [a] = await db('workspaces').insert({ name: 'Tenant A' }).returning('id');
+    const [b] = await db('workspaces').insert({ name: 'Tenant B' }).returning('id');
+    // Sealed before bindings (enc:v1): still opens, and the pass binds it.
+    const legacy = { phoneNumberId: 'PN-a', accessToken: sealText(ring, 'token-a'), appSecret: sealText(ring, 'app-a') };
+    expect(legacy.accessToken.startsWith('enc:v1:')).toBe(true);
+    const [instanceA] = await db('instances').insert({ workspace_id: a.id, name: 'A', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify(legacy) }).returning('id');
+    const [subA] = await db('webhook_subscriptions').insert({ workspace_id: a.id, url: 'https://hooks.example.com/a', events: ['*'], secret: sealText(ring, 'whsec_a') }).returning('id');
+    expect((await sealStoredSecrets(db, ring))).toMatchObject({ instances: 1, webhookSubscriptions: 1, refused: 0 });
+    const configA = (await db('instances').where({ id: instanceA.id }).first('config')).config;
+    const secretA = (await db('webhook_subscriptions').where({ id: subA.id }).first('secret')).secret;
+    expect([configA.accessToken, configA.appSecret, secretA].map((v: string) => v.split(':').slice(0, 5).join(':'))).toEqual([
+      `enc:v2:${ring.current.id}:instance.accessToken:${a.id}`,
+      `enc:v2:${ring.current.id}:instance.appSecret:${a.id}`,
+      `enc:v2:${ring.current.id}:webhook.secret:${a.id}`,
+    ]);
+    expect(openInstanceConfig(ring, configA, a.id)).toMatchObject({ accessToken: 'token-a', appSecret: 'app-a' });
+    expect(openText(ring, secretA, { workspaceId: a.id, purpose: 'webhook.secret' })).toBe('whsec_a');
+
+    // Tenant A's sealed token and secret copied into tenant B's rows: B cannot use them, and the pass does not launder them.
+    const [instanceB] = await db('instances').insert({ workspace_id: b.id, name: 'B', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify({ phoneNumberId: 'PN-b', accessToken: configA.accessToken }) }).returning('id');
+    const [subB] = await db('webhook_subscriptions').insert({ workspace_id: b.id, url: 'https://hooks.example.com/b', events: ['*'], secret: secretA }).returning('id');
+    expect(() => openInstanceConfig(ring, { accessToken: configA.accessToken }, b.id)).toThrow(/another workspace or purpose/);
+    expect(await sealStoredSecrets(db, ring)).toEqual({ instances: 0, webhookSubscriptions: 0, automationTokens: 0, refused: 2 });
+    expect((await db('instances').where({ id: instanceB.id }).first('config')).config.accessToken).toBe(configA.accessToken);
+    expect((await db('webhook_subscriptions').where({ id: subB.id }).first('secret')).secret).toBe(secretA);
   } finally {
     await db.destroy();
   }

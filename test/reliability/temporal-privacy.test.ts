@@ -4,10 +4,16 @@
  * encrypted with ENCRYPTION_KEYS (domain/payload-codec.ts); operators decode through the admin
  * codec endpoint, behind the admin token.
  */
-import { randomUUID } from 'node:crypto';
+import { createHmac, randomUUID } from 'node:crypto';
+import http from 'node:http';
 import { Client, Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { ALL_SCOPES } from '../../domain/scopes';
+import { seal } from '../../domain/encryption';
+import { EncryptionCodec } from '../../domain/payload-codec';
+import { saveSendRequest } from '../../domain/send-requests';
+import { searchHash, withoutPhoneNumbers } from '../../domain/temporal';
+import { searchQuery } from '../../scripts/search-hash';
 import { createWorkspace, eventually, expectError, historyPayloads, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
 
 let api: TestApi;
@@ -199,4 +205,150 @@ it('opens a codec session for the Temporal UI: a cookie, issued for the admin to
   expect(other.status).toBe(401);
   const another = await fetch(`${api.url}/admin/v1/temporal-codec/session`, { method: 'POST', headers: { ...ip, cookie } });
   expect(another.status).toBe(401);
+});
+
+it("shows the recipient in Temporal's visible fields only as a keyed hash an operator can compute, and keeps numbers out of failure messages", async () => {
+  const ws = await workspaceWithTemplate();
+  const phone = uniquePhone();
+  const sent = await api.request('POST', '/api/v1/messages', {
+    key: ws.key,
+    body: { phone: `+${phone.slice(0, 2)} (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['x'] },
+  });
+  expect(sent.status).toBe(201);
+  await workflowsOf(ws, 1);
+  // What an operator runs for the number, in any form, gives the query that finds the send.
+  const query = searchQuery([...api.config.encryptionKeys!.byId].map(([id, key]) => `${id}:${key.toString('base64')}`).join(','), ws.id, `+55 ${phone.slice(2)}`);
+  expect(query).toBe(`WorkspaceId = "${ws.id}" AND PhoneHash IN ("${searchHash(api.config.encryptionKeys!, 'phone', ws.id, phone)}")`);
+  const { executions } = await connection.workflowService.listWorkflowExecutions({ namespace: api.config.temporalNamespace, query });
+  expect(executions).toHaveLength(1);
+  // Every visible field of the execution: no number in it, no Phone attribute.
+  const visible = Buffer.from(temporal.api.workflow.v1.WorkflowExecutionInfo.encode(executions[0]).finish());
+  const attributes = Object.fromEntries(Object.entries(executions[0].searchAttributes?.indexedFields ?? {}).map(([k, v]) => [k, JSON.parse(Buffer.from(v.data ?? []).toString())]));
+  // Ours (Temporal adds its own: BuildIds, TemporalChangeVersion): no Phone.
+  expect(Object.keys(attributes).filter((k) => !/^(BuildIds|Temporal)/.test(k)).sort()).toEqual(['IdempotencyKey', 'InstanceId', 'PhoneHash', 'WorkspaceId']);
+  expect(JSON.stringify(attributes)).not.toContain(phone.slice(-8));
+  expect(visible.includes(Buffer.from(phone.slice(-8)))).toBe(false);
+  // The same number in another workspace hashes differently: Temporal cannot correlate tenants' contacts.
+  expect(searchHash(api.config.encryptionKeys!, 'phone', randomUUID(), phone)).not.toBe(attributes.PhoneHash[0]);
+
+  // A provider's failure quoting the number reaches Temporal without it (the attempt's row keeps the words).
+  expect(withoutPhoneNumbers(`(#131026) Message Undeliverable: +55 11 98765-4321 / 5511987654321 is not on WhatsApp (HTTP 400)`)).toBe('(#131026) Message Undeliverable: [number] / [number] is not on WhatsApp (HTTP 400)');
+});
+
+it('binds each encrypted payload to the workspace it names: relabelled or moved into another workspace\'s workflow, it does not decode; older payloads still do', async () => {
+  const ws = await workspaceWithTemplate();
+  const sent = await api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone: uniquePhone(), type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['x'] } });
+  expect(sent.status).toBe(201);
+  const [workflowId] = await workflowsOf(ws, 1);
+  const { input } = await history(workflowId);
+  const meta = (p: WirePayload, k: string) => Buffer.from(p.metadata[k] ?? '', 'base64').toString();
+  expect([meta(input[0], 'encryption-format'), meta(input[0], 'workspace-id')]).toEqual(['v2', ws.id]);
+
+  const ring = api.config.encryptionKeys!;
+  const codec = new EncryptionCodec(ring);
+  const asPayload = (p: WirePayload) => ({ metadata: Object.fromEntries(Object.entries(p.metadata).map(([k, v]) => [k, Buffer.from(v, 'base64')])), data: Buffer.from(p.data, 'base64') });
+  const stored = asPayload(input[0]);
+  const own = { type: 'workflow' as const, namespace: api.config.temporalNamespace, workflowId };
+  expect(JSON.parse(Buffer.from((await codec.decode([stored], own))[0].data!).toString())).toMatchObject({ workspaceId: ws.id });
+  // Copied into another tenant's workflow: refused where the worker and clients decode.
+  const other = randomUUID();
+  await expect(codec.decode([stored], { ...own, workflowId: `send/${other}/key/copied` })).rejects.toThrow(/another workspace/);
+  // Relabelled to match it: the associated data no longer matches, it does not decode anywhere.
+  const relabelled = { ...stored, metadata: { ...stored.metadata, 'workspace-id': Buffer.from(other) } };
+  await expect(codec.decode([relabelled])).rejects.toThrow();
+  const downgraded = { ...stored, metadata: { encoding: stored.metadata.encoding, 'encryption-key-id': stored.metadata['encryption-key-id'] } };
+  await expect(codec.decode([downgraded])).rejects.toThrow();
+  // A payload encrypted before the binding (no format, no associated data) still decodes.
+  const inner = temporal.api.common.v1.Payload.encode({ metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from(JSON.stringify({ workspaceId: ws.id, legacy: true })) }).finish();
+  const { keyId, data } = seal(ring, Buffer.from(inner));
+  const legacy = { metadata: { encoding: Buffer.from('binary/encrypted'), 'encryption-key-id': Buffer.from(keyId) }, data };
+  expect(JSON.parse(Buffer.from((await codec.decode([legacy], own))[0].data!).toString())).toEqual({ workspaceId: ws.id, legacy: true });
+});
+
+it('refuses a plain workflow input in a shape only encrypting clients write: a send forged without the keys never runs', async () => {
+  const ws = await workspaceWithTemplate();
+  const phone = uniquePhone();
+  const requestId = randomUUID();
+  await saveSendRequest(api.db, ws.id, requestId, { phone, message: { type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['forged'] } });
+  // Someone who can reach Temporal but holds no ENCRYPTION_KEYS starts a send in plain JSON.
+  const workflowId = `send/${ws.id}/key/forged-${randomUUID()}`;
+  const handle = await raw.workflow.start('sendMessageWorkflow', { taskQueue: api.config.taskQueue, workflowId, args: [{ workspaceId: ws.id, requestId, kind: 'cold', hasMedia: false }] });
+  try {
+    const refused = await eventually('the workflow task refused', async () => {
+      const events = (await handle.fetchHistory()).events ?? [];
+      return events.find((e) => e.workflowTaskFailedEventAttributes)?.workflowTaskFailedEventAttributes?.failure?.message;
+    }, 30_000, 200);
+    expect(refused).toMatch(/plain \(unencrypted\) payload/);
+    const calls = (await (await fetch(`${process.env.EMULATOR_URL}/__emulator/calls?to=${phone}`)).json()) as { calls: unknown[] };
+    expect(calls.calls).toHaveLength(0);
+    expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
+    // The codec endpoint refuses it too; a legacy (inline) plain input is still read as it is.
+    const plain = (value: unknown) => ({ metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify(value)).toString('base64') });
+    const codec = new EncryptionCodec(api.config.encryptionKeys!);
+    await expect(codec.decode([{ metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from(JSON.stringify({ workspaceId: ws.id, requestId })) }])).rejects.toThrow(/plain \(unencrypted\)/);
+    expect((await api.admin('POST', '/admin/v1/temporal-codec/decode', { payloads: [plain({ workspaceId: ws.id, requestId })] })).status).toBeGreaterThanOrEqual(400);
+    const legacy = await api.admin('POST', '/admin/v1/temporal-codec/decode', { payloads: [plain({ workspaceId: ws.id, phone, message: { type: 'text', text: 'old' } })] });
+    expect(legacy.status).toBe(200);
+  } finally {
+    await handle.terminate('test: forged plain input').catch(() => undefined);
+  }
+});
+
+it('answers the codec endpoint with credentials only to TEMPORAL_UI_ORIGIN, keys the session MAC by a key derived from the admin token, and marks the cookie Secure off loopback', async () => {
+  const ip = { 'x-forwarded-for': uniqueIp() };
+  const uiOrigin = api.config.temporalUiOrigin;
+  expect(uiOrigin).toBe('http://localhost:8233');
+  const preflight = (origin: string) =>
+    fetch(`${api.url}/admin/v1/temporal-codec/decode`, { method: 'OPTIONS', headers: { ...ip, origin, 'access-control-request-method': 'POST' } });
+  const fromUi = await preflight(uiOrigin);
+  expect(fromUi.headers.get('access-control-allow-origin')).toBe(uiOrigin);
+  expect(fromUi.headers.get('access-control-allow-credentials')).toBe('true');
+  // Any other page the operator's browser opens is not allowed to read the answers.
+  for (const origin of ['https://evil.example', 'http://localhost:8234', 'null']) {
+    const other = await preflight(origin);
+    expect(other.headers.get('access-control-allow-origin')).toBeNull();
+    expect(other.headers.get('access-control-allow-credentials')).toBeNull();
+  }
+  const opened = await api.admin('POST', '/admin/v1/temporal-codec/session');
+  const cookie = opened.headers.get('set-cookie')!.split(';')[0];
+  const decode = (origin: string, sessionCookie: string) =>
+    fetch(`${api.url}/admin/v1/temporal-codec/decode`, {
+      method: 'POST',
+      headers: { ...ip, 'content-type': 'application/json', origin, cookie: sessionCookie },
+      body: JSON.stringify({ payloads: [] }),
+    });
+  const evil = await decode('https://evil.example', cookie);
+  expect(evil.headers.get('access-control-allow-origin')).toBeNull();
+  expect(evil.headers.get('access-control-allow-credentials')).toBeNull();
+  expect((await decode(uiOrigin, cookie)).headers.get('access-control-allow-origin')).toBe(uiOrigin);
+
+  // A session MACed with the admin token itself (the token as the HMAC key) opens nothing.
+  const expires = Date.now() + 3600_000;
+  const keyedByToken = createHmac('sha256', api.config.adminToken).update(`temporal-codec-session:v1:${expires}`).digest('base64url');
+  expect(cookie).not.toContain(keyedByToken);
+  expect((await decode(uiOrigin, `crm_codec_session=v1.${expires}.${keyedByToken}`)).status).toBe(401);
+
+  // Secure: an API whose PUBLIC_BASE_URL is not loopback, or a request to a host that is not.
+  const remote = await startApi({ config: { publicBaseUrl: 'https://crm.example.com' } });
+  try {
+    const remoteCookie = (await remote.admin('POST', '/admin/v1/temporal-codec/session')).headers.get('set-cookie')!;
+    expect(remoteCookie).toMatch(/; Secure$/);
+  } finally {
+    await remote.close();
+  }
+  const byHost = await new Promise<string>((resolve, reject) => {
+    const url = new URL(`${api.url}/admin/v1/temporal-codec/session`);
+    const req = http.request(
+      { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { ...ip, host: 'crm.example.com', authorization: `Bearer ${api.config.adminToken}` } },
+      (res) => {
+        res.resume();
+        resolve(String(res.headers['set-cookie'] ?? ''));
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+  expect(byHost).toMatch(/^crm_codec_session=.*; Secure$/);
+  // The local stack's own session (API and request on loopback, plain http) stays usable without https.
+  expect(opened.headers.get('set-cookie')).not.toMatch(/Secure/);
 });

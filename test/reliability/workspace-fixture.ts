@@ -164,6 +164,7 @@ export const BODIES: Record<string, (f: Fixture, receiverUrl: string) => unknown
   'patch /admin/v1/workspaces/{id}/api-keys/{keyId}': () => ({ rateLimitPerMinute: 1 }),
   'post /admin/v1/workspaces/{id}/members': () => ({ name: 'sneaked in', email: `sneak.${Date.now()}@example.com` }),
   'post /admin/v1/workspaces/{id}/pipelines': () => ({ name: 'sneaked in', stages: [{ name: 'S' }] }),
+  'post /admin/v1/workspaces/{id}/custom-fields': () => ({ key: `sneaked_${Date.now()}`, label: 'Sneaked in', type: 'text' }),
   'post /admin/v1/workspaces/{id}/instances': () => ({ name: 'sneaked in', channel: 'whatsapp', provider: 'cloud' }),
   'patch /admin/v1/workspaces/{id}/instances/{instanceId}': () => ({ connected: false, archived: true }),
   'post /admin/v1/workspaces/{id}/templates': (f) => ({ instanceId: f.instance.id, name: 'sneaked_in', language: 'pt_BR' }),
