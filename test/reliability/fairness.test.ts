@@ -11,16 +11,18 @@
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { runWorkflowId } from '../../domain/automations';
-import { Child, ensureDatabase, migrateLatest, nodeTs, ROOT, startChild, waitForWorker } from '../../scripts/stack';
+import { Child, ensureDatabase, ensureTemporalCli, freePort, migrateLatest, nodeTs, ROOT, startChild, startTemporalDevServer, waitForWorker } from '../../scripts/stack';
 import { createKey, createWorkspace, eventually, Receiver, startApi, startReceiver, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 
-// A database, a worker (dispatcher included) and task queues of this file's own: the flood it
-// makes would otherwise land on the worker every other test file shares.
+// A database, a Temporal dev server and a worker (dispatcher included) of this file's own: the
+// flood it makes would otherwise land on the worker and the Temporal server every other test file
+// shares, and their load on this file's measurements.
 const TASK_QUEUE = 'crm-fairness';
 const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
 
 let api: TestApi;
+let temporalServer: Child & { address: string };
 let worker: Child;
 let receiver: Receiver;
 let connection: Connection;
@@ -28,11 +30,12 @@ let temporal: Client;
 beforeAll(async () => {
   const databaseUrl = await ensureDatabase(process.env.TEST_ADMIN_DATABASE_URL!, 'crm_fairness', true);
   await migrateLatest(databaseUrl, () => undefined);
+  temporalServer = await startTemporalDevServer(await ensureTemporalCli(() => undefined), { port: await freePort(), logFile: path.join(LOG_DIR, 'temporal-fairness.log'), log: () => undefined });
   const queues = { TEMPORAL_TASK_QUEUE: TASK_QUEUE, TEMPORAL_WEBHOOK_TASK_QUEUE: `${TASK_QUEUE}-webhooks` };
-  worker = startChild({ name: 'fairness-worker', ...nodeTs('workers/main.ts'), env: { DATABASE_URL: databaseUrl, ...queues }, logFile: path.join(LOG_DIR, 'worker-fairness.log') });
-  api = await startApi({ config: { databaseUrl, taskQueue: TASK_QUEUE, webhookTaskQueue: queues.TEMPORAL_WEBHOOK_TASK_QUEUE } });
+  worker = startChild({ name: 'fairness-worker', ...nodeTs('workers/main.ts'), env: { DATABASE_URL: databaseUrl, TEMPORAL_ADDRESS: temporalServer.address, ...queues }, logFile: path.join(LOG_DIR, 'worker-fairness.log') });
+  api = await startApi({ config: { databaseUrl, temporalAddress: temporalServer.address, taskQueue: TASK_QUEUE, webhookTaskQueue: queues.TEMPORAL_WEBHOOK_TASK_QUEUE } });
   receiver = await startReceiver();
-  connection = await Connection.connect({ address: api.config.temporalAddress });
+  connection = await Connection.connect({ address: temporalServer.address });
   temporal = new Client({ connection, namespace: api.config.temporalNamespace });
   await waitForWorker(worker);
 }, 180_000);
@@ -41,6 +44,7 @@ afterAll(async () => {
   await api?.close();
   await receiver?.close();
   await connection?.close();
+  await temporalServer?.stop();
 });
 
 const ATTACKER_AUTOMATIONS = 3_000;
