@@ -21,8 +21,6 @@ export function createActivities({ db, config }: ActivityDeps) {
       const { rows } = await db.raw<{ rows: { now: Date }[] }>('SELECT now() AS now');
       return rows[0].now.toISOString();
     },
-    /** Does nothing: the bench's Temporal floor (workflows/floor.ts). */
-    async floorNoop(): Promise<void> {},
     ...createMessagingActivities({ db, config }),
     ...createMediaActivities({ db, config }),
     ...createWebhookActivities({ db, config }),

@@ -3,12 +3,7 @@ import compose from 'koa-compose';
 import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
 import type { KeyRow } from '../domain/api-keys';
-import { baselineContact } from '../domain/bench';
 import { KeyCache, LocalCounts } from '../domain/rate-limit';
-import { listDealActivities } from '../domain/deals';
-import { listLeads } from '../domain/lead-list';
-import { listEnvelope } from '../domain/pagination';
-import { listPipelines } from '../domain/pipelines';
 import { ApiError } from '../domain/errors';
 import { jsonBody, readsAnyContentType, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
@@ -74,7 +69,6 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   app.context.requestLog = deps.logger.child({}, { redact: [] });
   // Koa's own error printing is replaced by our request logger.
   app.silent = true;
-  if (deps.config.benchBaseline) app.use(benchBaseline(deps));
 
   const routes = [...ROUTES, ...(options.extraRoutes ?? [])];
   let openapi: object | undefined;
@@ -176,41 +170,4 @@ async function codecCors(ctx: Context, next: Next): Promise<void> {
     return;
   }
   await next();
-}
-
-/**
- * The benchmark's yardsticks (`npm run bench` only, never in production), first middleware, with
- * no auth, limits, logging or validation:
- * - `/__bench/baseline/<contactId>`: one contact by primary key through the same pool, what this
- *   machine does at best;
- * - `/__bench/floor/...`: each measured read's own domain call (the same SQL and the same JSON)
- *   with nothing around it, so a row's cost splits into what the data costs and what our layers add.
- */
-function benchBaseline(deps: AppDeps) {
-  const floors: Record<string, (parts: string[], query: URLSearchParams) => Promise<unknown>> = {
-    leads: async ([workspaceId], query) => {
-      const filters = { sort: 'createdAt' as const, order: 'desc' as const, ...Object.fromEntries(query), limit: Number(query.get('limit') ?? 25), offset: Number(query.get('offset') ?? 0) };
-      const { rows, total } = await listLeads(deps.db, workspaceId, filters as never);
-      return listEnvelope(rows, total, filters);
-    },
-    pipelines: async ([workspaceId]) => ({ pipelines: await listPipelines(deps.db, workspaceId) }),
-    activities: async ([workspaceId, dealId]) => {
-      const page = { limit: 25, offset: 0 };
-      const { rows, total } = await listDealActivities(deps.db, workspaceId, dealId, page);
-      return listEnvelope(rows, total, page);
-    },
-  };
-  return async (ctx: Context, next: Next): Promise<void> => {
-    if (ctx.method !== 'GET' || !ctx.path.startsWith('/__bench/')) return next();
-    const [kind, ...parts] = ctx.path.slice('/__bench/'.length).split('/');
-    if (kind === 'baseline') {
-      const row = await baselineContact(deps.db, parts[0]);
-      ctx.status = row ? 200 : 404;
-      ctx.body = { data: row ?? null };
-      return;
-    }
-    const floor = kind === 'floor' ? floors[parts[0]] : undefined;
-    if (!floor) return next();
-    ctx.body = await floor(parts.slice(1), new URLSearchParams(ctx.querystring));
-  };
 }

@@ -60,11 +60,6 @@ export interface Config {
   dbRandomPageCost: number;
   /** Days dispatched outbox rows, finished webhook deliveries and finished automation runs are kept (domain/retention.ts). */
   retentionDays: number;
-  /**
-   * Benchmarks only: mount the bare, unauthenticated baseline routes the bench compares against.
-   * Refused under NODE_ENV=production (which the Docker image sets): see benchBaseline below.
-   */
-  benchBaseline: boolean;
   /** Worker concurrency and memory bounds. */
   worker: {
     maxActivities: number;
@@ -108,19 +103,6 @@ function count(name: string, value: string | undefined, fallback: number): numbe
   const parsed = positive(name, number(name, value, fallback));
   if (!Number.isInteger(parsed)) throw new Error(`${name} must be a whole number, got ${parsed}`);
   return parsed;
-}
-
-/**
- * BENCH_BASELINE=1 mounts `/__bench/...`, which read any workspace's records with no
- * authentication. A process with NODE_ENV=production (the Docker image's) refuses to start with
- * BENCH_BASELINE set to anything, so a copied environment cannot expose them; `npm run bench`
- * runs from the checkout, where NODE_ENV is not production.
- */
-function benchBaseline(env: NodeJS.ProcessEnv): boolean {
-  if (env.BENCH_BASELINE && env.NODE_ENV === 'production') {
-    throw new Error('BENCH_BASELINE mounts unauthenticated benchmark routes: unset it, or run the benchmark outside NODE_ENV=production');
-  }
-  return env.BENCH_BASELINE === '1';
 }
 
 /** The local Temporal UI's address (the dev server's default UI port). */
@@ -182,7 +164,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),
     dbRandomPageCost: positive('DB_RANDOM_PAGE_COST', number('DB_RANDOM_PAGE_COST', env.DB_RANDOM_PAGE_COST, 1.1)),
     retentionDays: count('RETENTION_DAYS', env.RETENTION_DAYS, 30),
-    benchBaseline: benchBaseline(env),
     worker: {
       maxActivities: count('WORKER_MAX_ACTIVITIES', env.WORKER_MAX_ACTIVITIES, 200),
       maxWorkflowTasks: count('WORKER_MAX_WORKFLOW_TASKS', env.WORKER_MAX_WORKFLOW_TASKS, 100),

@@ -3,9 +3,12 @@ import { dataConverterFor } from '../domain/temporal';
 /**
  * `npm run bench [-- --quick]`: starts the stack (embedded PostgreSQL whose seeded data is kept in
  * .data/bench for the next run, a fresh Temporal dev server, the worker, the emulator and the API
- * as separate processes), seeds once, loads every scenario of docs/performance.md with autocannon and prints
- * each figure beside a baseline measured in the same run: a bare Koa route in the API process
- * that reads one contact by primary key through the same pool. Results also go to bench-results/.
+ * as separate processes; the API and the worker through the bench's own entry points,
+ * scripts/bench/api.ts and scripts/bench/worker.ts: the service's app and worker with the bench's
+ * pieces added), seeds once, loads every scenario of docs/performance.md with autocannon and prints
+ * each figure beside a baseline measured in the same run: a bare Koa route in the bench's API
+ * process (scripts/bench/routes.ts) that reads one contact by primary key through the same pool.
+ * Results also go to bench-results/.
  */
 import autocannon from 'autocannon';
 import fs from 'node:fs';
@@ -18,7 +21,7 @@ import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/lead-l
 import { encodeCursor, microsOf, settledHorizon } from '../domain/cursor';
 import { MAX_OFFSET } from '../domain/pagination';
 import { BEGINNING, syncPageQuery, type Position } from '../domain/sync';
-import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from '../workflows/floor';
+import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './bench/floor';
 import { createDb, type Db } from '../domain/db';
 import { loadConfig } from '../domain/config';
 import { ALL_SCOPES } from '../domain/scopes';
@@ -162,10 +165,10 @@ async function startStack(running: Running[]) {
     if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
     return command;
   };
-  const worker = startChild({ name: 'worker', ...profiled('worker', nodeTs('workers/main.ts')), env, logFile: logFile('worker') });
+  const worker = startChild({ name: 'worker', ...profiled('worker', nodeTs('scripts/bench/worker.ts')), env, logFile: logFile('worker') });
   running.push(worker);
-  const apiCommand = profiled('api', nodeTs('api/server.ts'));
-  const api = startChild({ name: 'api', ...apiCommand, env: { ...env, BENCH_BASELINE: '1' }, logFile: logFile('api') });
+  const apiCommand = profiled('api', nodeTs('scripts/bench/api.ts'));
+  const api = startChild({ name: 'api', ...apiCommand, env, logFile: logFile('api') });
   running.push(api);
   await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker), waitForHttp(`http://127.0.0.1:${apiPort}/health`, api)]);
   log(`emulator, worker and API ready (${seconds(started)}; logs in ${path.relative(ROOT, path.join(BENCH_DIR, 'logs'))})`);
@@ -856,7 +859,7 @@ function pick(r: LoadResult) {
 const SEND_CONCURRENCY = 8;
 
 /**
- * Starts and awaits each floor workflow (workflows/floor.ts) from SEND_CONCURRENCY loops for the
+ * Starts and awaits each floor workflow (scripts/bench/floor.ts) from SEND_CONCURRENCY loops for the
  * row's duration, through the same Temporal server and worker the sends use.
  */
 async function temporalFloors(address: string, concurrency: number): Promise<{ rows: Measured[]; activity: LoadResult }> {

@@ -32,22 +32,30 @@ function writeLoopStats(file: string): void {
 /** Activities of the webhook worker run outside a delivery's workflow task only to mark one failed: few. */
 const WEBHOOK_WORKER_ACTIVITIES = 20;
 
+/** What a worker runs beyond the service's own workflows and activities (scripts/bench/worker.ts adds the bench's floors). */
+export interface WorkerAdditions {
+  /** The workflows module to bundle, which must export the service's (workflows/index.ts, the default). */
+  workflowsPath?: string;
+  /** Activities registered beside the service's on the main task queue. */
+  activities?: Record<string, (...args: never[]) => Promise<unknown>>;
+}
+
 /** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
-async function main(): Promise<void> {
+export async function runWorker(additions: WorkerAdditions = {}): Promise<void> {
   const config = loadConfig();
   assertAdminToken(config.adminToken);
   if (config.worker.loopStatsFile) writeLoopStats(config.worker.loopStatsFile);
   const logger = createLogger('worker', config.logLevel);
   const db = createServiceDb(config);
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
-  const workflowBundle = await bundleWorkflowsApart();
+  const workflowBundle = await bundleWorkflowsApart(additions.workflowsPath);
   const worker = await Worker.create({
     connection,
     namespace: config.temporalNamespace,
     taskQueue: config.taskQueue,
     workflowBundle,
     dataConverter: dataConverterFor(config),
-    activities: createActivities({ db, config }),
+    activities: { ...createActivities({ db, config }), ...additions.activities },
     maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
     maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
     maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
@@ -106,7 +114,9 @@ async function main(): Promise<void> {
   logger.info('worker stopped');
 }
 
-main().catch((err) => {
-  console.error('worker failed:', err);
-  process.exit(1);
-});
+if (require.main === module) {
+  runWorker().catch((err) => {
+    console.error('worker failed:', err);
+    process.exit(1);
+  });
+}

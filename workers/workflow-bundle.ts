@@ -7,9 +7,9 @@ import { bundleWorkflowCode } from '@temporalio/worker';
  * apart, the long-running worker holds only the bundle's text (about 2 MB). Built at every start
  * from the current sources, so it can never be stale.
  */
-export function bundleWorkflowsApart(): Promise<{ code: string }> {
+export function bundleWorkflowsApart(workflowsPath: string = require.resolve('../workflows')): Promise<{ code: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', __filename], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', __filename, workflowsPath], { stdio: ['ignore', 'pipe', 'inherit'] });
     // A worker stopped while it bundles does not leave the bundler behind.
     const stop = () => child.kill();
     process.once('exit', stop);
@@ -24,19 +24,19 @@ export function bundleWorkflowsApart(): Promise<{ code: string }> {
   });
 }
 
-/** The child: the bundle's code on stdout, the bundler's warnings and errors on stderr. */
-async function printBundle(): Promise<void> {
+/** The child: the bundle of `workflowsPath` on stdout, the bundler's warnings and errors on stderr. */
+async function printBundle(workflowsPath: string): Promise<void> {
   const toStderr = (level: string) => (message: string) => process.stderr.write(`[workflow bundle] ${level}: ${message}\n`);
   const quiet = () => undefined;
   const { code } = await bundleWorkflowCode({
-    workflowsPath: require.resolve('../workflows'),
+    workflowsPath,
     logger: { log: quiet, trace: quiet, debug: quiet, info: quiet, warn: toStderr('warn'), error: toStderr('error') },
   });
   process.stdout.write(code);
 }
 
 if (require.main === module) {
-  printBundle().catch((err) => {
+  printBundle(process.argv[2]).catch((err) => {
     process.stderr.write(`[workflow bundle] ${err instanceof Error ? err.stack : String(err)}\n`);
     process.exit(1);
   });

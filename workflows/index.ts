@@ -13,4 +13,3 @@ export async function systemCheckWorkflow(): Promise<{ databaseTime: string }> {
 export { sendMessageWorkflow } from './send-message';
 export { webhookDeliveryWorkflow } from './webhook-delivery';
 export { automationRunWorkflow } from './automation-run';
-export { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './floor';

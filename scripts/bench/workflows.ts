@@ -1,0 +1,3 @@
+/** The bench worker's workflow bundle: every workflow of the service, and the bench's Temporal floors. */
+export * from '../../workflows';
+export { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './floor';
