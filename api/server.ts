@@ -1,19 +1,29 @@
 import type { Server } from 'node:http';
+import type { Middleware } from 'koa';
 import { createApp } from './app';
+import type { AppDeps } from './context';
 import { assertAdminToken, loadConfig } from '../domain/config';
 import { createServiceDb } from '../domain/db';
 import { createLogger } from '../domain/logger';
 import { pruneCounters } from '../domain/rate-limit';
 import { temporalClientFactory } from '../domain/temporal';
 
+/** What an API process serves beyond the service's own app (scripts/bench/api.ts adds the bench's yardsticks). */
+export interface ApiAdditions {
+  /** Middleware put before the app's first, so it pays for none of the app's layers. */
+  front?: (deps: AppDeps) => Middleware;
+}
+
 /** API process entry point: `tsx api/server.ts`. */
-async function main(): Promise<void> {
+export async function runApi(additions: ApiAdditions = {}): Promise<void> {
   const config = loadConfig();
   assertAdminToken(config.adminToken);
   const logger = createLogger('api', config.logLevel);
   const db = createServiceDb(config);
   const temporal = temporalClientFactory(config);
-  const app = createApp({ config, db, logger, temporal: temporal.get });
+  const deps: AppDeps = { config, db, logger, temporal: temporal.get };
+  const app = createApp(deps);
+  if (additions.front) app.middleware.unshift(additions.front(deps));
 
   const server: Server = app.listen(config.port, () => logger.info({ port: config.port }, 'API listening'));
   server.keepAliveTimeout = 65_000;
@@ -34,7 +44,9 @@ async function main(): Promise<void> {
   process.once('SIGTERM', () => void shutdown('SIGTERM'));
 }
 
-main().catch((err) => {
-  console.error('API failed to start:', err);
-  process.exit(1);
-});
+if (require.main === module) {
+  runApi().catch((err) => {
+    console.error('API failed to start:', err);
+    process.exit(1);
+  });
+}
