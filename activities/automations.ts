@@ -1,4 +1,5 @@
-import { Action, ActionSchema, applyMapping, PersonalData, render, TriggerConfig, webhookVariables, withoutPersonalData } from '../domain/automations';
+import { Action, ActionSchema, applyMapping, getAutomationStanding, getAutomationToRun, render, TriggerConfig, webhookVariables } from '../domain/automations';
+import { applyActionOnce, findTagByRef, finishRun, getRunState, getRunTrigger, runVariables, saveRunContext, saveRunPlan, withoutRunContactData } from '../domain/automation-runs';
 import { addTag, removeTag, updateContact, upsertLead } from '../domain/contacts';
 import type { Db } from '../domain/db';
 import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/deals';
@@ -7,7 +8,7 @@ import { toFailure } from '../domain/failures';
 import { withoutPhoneNumbers } from '../domain/temporal';
 import { addNote } from '../domain/notes';
 import { messageContent, missingFields, requiredFields } from '../domain/sending';
-import { isUuid, requireContact } from '../domain/refs';
+import { requireContact } from '../domain/refs';
 import { createTask } from '../domain/tasks';
 import { suspension } from '../domain/workspaces';
 import { saveSendRequest, sendInputFor } from '../domain/send-requests';
@@ -38,56 +39,13 @@ function renderParams<T extends Record<string, unknown>>(params: T, vars: Record
 }
 
 export function createAutomationActivities({ db }: { db: Db }) {
-  /** Variables of the contact and deal as they are now (rendered at the moment the action runs). */
-  async function currentVars(workspaceId: string, context: RunContext): Promise<Record<string, string>> {
-    const vars = { ...context.vars };
-    if (context.contactId) {
-      const contact = await db('contacts').where({ workspace_id: workspaceId, id: context.contactId }).first('id', 'name', 'email', 'phone');
-      if (contact) Object.assign(vars, { 'contact.id': contact.id, 'contact.name': contact.name ?? '', 'contact.email': contact.email ?? '', 'contact.phone': contact.phone ?? '' });
-    }
-    if (context.dealId) {
-      const deal = await db('deals').where({ workspace_id: workspaceId, id: context.dealId }).first('id', 'name', 'value', 'status', 'stage_id', 'pipeline_id');
-      if (deal) {
-        Object.assign(vars, {
-          'deal.id': deal.id,
-          'deal.name': deal.name,
-          'deal.value': deal.value === null ? '' : String(Number(deal.value)),
-          'deal.status': deal.status,
-          'deal.stageId': deal.stage_id,
-          'deal.pipelineId': deal.pipeline_id,
-        });
-      }
-    }
-    return vars;
-  }
-
-  /**
-   * A failed run's error without the data of its contact (`automations:read` reads it): the
-   * contact the run acted on or its trigger named, and what the inbound body mapped to one (an
-   * intake that failed has no contact yet). Read before finishRun clears the run's state.
-   */
   /**
    * A refusal retrying cannot fix, named by its action ("Action 2 (move_deal): Stage "X" not
    * found"), its message shown in the Temporal UI as in the run's error: without the contact's data,
    * nor any other number.
    */
   async function actionFailure(input: { workspaceId: string; runId: string }, what: string, err: ApiError) {
-    return toFailure(err, { message: withoutPhoneNumbers(await withoutContactData(input.workspaceId, input.runId, `${what}: ${err.message}`)) });
-  }
-
-  async function withoutContactData(workspaceId: string, runId: string, error: string): Promise<string> {
-    const run = await db('automation_runs as r')
-      .leftJoin('automations as a', function () {
-        this.on('a.workspace_id', 'r.workspace_id').andOn('a.id', 'r.automation_id');
-      })
-      .where({ 'r.workspace_id': workspaceId, 'r.id': runId })
-      .first('r.context', 'r.trigger', 'r.webhook_body', 'a.trigger as automation_trigger');
-    if (!run) return error;
-    const people: PersonalData[] = [];
-    if (run.webhook_body !== null && run.automation_trigger?.mapping) people.push(applyMapping((run.automation_trigger as TriggerConfig).mapping, run.webhook_body).contact);
-    const ids = [run.context?.contactId, run.trigger?.contactId].filter((id): id is string => typeof id === 'string' && isUuid(id));
-    if (ids.length > 0) people.push(...(await db('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids).select('name', 'email', 'phone')));
-    return withoutPersonalData(error, people);
+    return toFailure(err, { message: withoutPhoneNumbers(await withoutRunContactData(db, input.workspaceId, input.runId, `${what}: ${err.message}`)) });
   }
 
   return {
@@ -97,13 +55,13 @@ export function createAutomationActivities({ db }: { db: Db }) {
      * contact (same canonicalisation as messaging; origin `automation`).
      */
     async startRun(input: RunInput): Promise<RunPlan> {
-      const automation = await db('automations').where({ workspace_id: input.workspaceId, id: input.automationId }).first('name', 'active', 'trigger', 'actions');
+      const automation = await getAutomationToRun(db, input.workspaceId, input.automationId);
       if (!automation || !automation.active) return { proceed: false, automationName: automation?.name ?? '', actions: [], context: { vars: {} } };
       // A run started now finds its trigger and inbound body on its row; an older one carries them.
-      const run = input.trigger ? undefined : await db('automation_runs').where({ workspace_id: input.workspaceId, id: input.runId }).first('trigger', 'webhook_body');
+      const run = input.trigger ? undefined : await getRunTrigger(db, input.workspaceId, input.runId);
       if (!input.trigger && !run) throw toFailure(new ApiError('NOT_FOUND', 'The run was removed before it began'));
-      const trigger = input.trigger ?? triggerOf(run.trigger);
-      const webhookBody = input.trigger ? input.webhookBody : run.webhook_body;
+      const trigger = input.trigger ?? triggerOf(run!.trigger);
+      const webhookBody = input.trigger ? input.webhookBody : run!.webhook_body;
       const context: RunContext = { contactId: trigger.contactId, dealId: trigger.dealId, vars: { ...trigger.variables } };
       if (trigger.type === 'webhook_received') {
         Object.assign(context.vars, webhookVariables(webhookBody));
@@ -122,9 +80,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
       }
       const actions = automation.actions as StoredAction[];
       if (input.trigger) return { proceed: true, automationName: automation.name, actions, context };
-      await db('automation_runs')
-        .where({ workspace_id: input.workspaceId, id: input.runId })
-        .update({ actions: JSON.stringify(actions), context: JSON.stringify(context) });
+      await saveRunPlan(db, input.workspaceId, input.runId, actions, context);
       // The workflow orders the steps; what they say stays on the row.
       return { proceed: true, automationName: automation.name, actions: actions.map((a) => (a.type === 'wait' ? { type: 'wait', seconds: a.seconds } : { type: a.type })) };
     },
@@ -151,13 +107,9 @@ export function createAutomationActivities({ db }: { db: Db }) {
       context?: RunContext;
     }): Promise<ActionResult> {
       const { workspaceId, index } = input;
-      const where = { workspace_id: workspaceId, id: input.runId };
       let type = input.action?.type ?? input.actionType ?? 'action';
       try {
-        const automation = await db('automations as a')
-          .join('workspaces as w', 'w.id', 'a.workspace_id')
-          .where({ 'a.workspace_id': workspaceId, 'a.id': input.automationId })
-          .first('a.active', 'a.name', 'w.active as workspace_active', 'w.api_access');
+        const automation = await getAutomationStanding(db, workspaceId, input.automationId);
         if (!automation?.active) throw new ApiError('CONFLICT', 'The automation was deleted or deactivated during the run');
         // A workspace suspended while the run was under way (during a wait, say): no further action.
         const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'automationRun');
@@ -169,7 +121,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
         if (carried) {
           ({ action: stored, context } = carried);
         } else {
-          const state = await db('automation_runs').where(where).first('actions', 'context');
+          const state = await getRunState(db, workspaceId, input.runId);
           if (!state?.actions) throw new ApiError('NOT_FOUND', 'The run lost its state (it was removed or had already finished)');
           stored = state.actions[index];
           context = input.sentMessageId ? { ...state.context, vars: { ...state.context.vars, 'message.id': input.sentMessageId } } : state.context;
@@ -177,9 +129,8 @@ export function createAutomationActivities({ db }: { db: Db }) {
         type = stored.type;
         /** The result the workflow gets: the context only for a run that carries it; the row keeps it otherwise. */
         const answer = (result: ActionResult): ActionResult => (carried ? result : { ...(result.send ? { send: result.send } : {}) });
-        const saveContext = (trx: Db, next: RunContext) => (carried ? undefined : trx('automation_runs').where(where).update({ context: JSON.stringify(next) }));
 
-        const rendered = ActionSchema.safeParse(renderParams(stored, await currentVars(workspaceId, context)));
+        const rendered = ActionSchema.safeParse(renderParams(stored, await runVariables(db, workspaceId, context)));
         if (!rendered.success) {
           const issue = rendered.error.issues[0];
           throw new ApiError('VALIDATION', `After filling in the variables, ${issue.path.join('.') || 'the action'} is invalid: ${issue.message}`);
@@ -188,21 +139,10 @@ export function createAutomationActivities({ db }: { db: Db }) {
         const run = { workspaceId, runId: input.runId, index, depth: input.depth, chain: input.chain, automationName: input.automationName ?? automation.name, context };
         if (action.type === 'send_message') {
           const result = await perform(db, action, run);
-          await saveContext(db, result.context);
+          if (!carried) await saveRunContext(db, workspaceId, input.runId, result.context);
           return answer(result);
         }
-        return await db.transaction(async (trx) => {
-          const effect = { run_id: input.runId, action_index: index };
-          const claimed = await trx('automation_action_effects').insert(effect).onConflict(['run_id', 'action_index']).ignore().returning('run_id');
-          if (claimed.length === 0) {
-            const done = await trx('automation_action_effects').where(effect).first('context');
-            return answer({ context: done.context as RunContext });
-          }
-          const result = await perform(trx, action, run);
-          await trx('automation_action_effects').where(effect).update({ context: JSON.stringify(result.context) });
-          await saveContext(trx, result.context);
-          return answer(result);
-        });
+        return answer(await applyActionOnce(db, workspaceId, input.runId, index, !carried, (trx) => perform(trx, action, run)));
       } catch (err) {
         if (err instanceof ApiError) throw await actionFailure(input, `Action ${index + 1} (${type})`, err);
         // Bad data or a broken constraint: the same values would fail again.
@@ -217,11 +157,8 @@ export function createAutomationActivities({ db }: { db: Db }) {
 
     /** Records how the run ended (only a running run changes: a repeat of this activity is harmless). */
     async finishRun(input: { workspaceId: string; runId: string } & RunResult): Promise<void> {
-      const error = input.error ? (await withoutContactData(input.workspaceId, input.runId, input.error)).slice(0, 2000) : null;
-      // The run's private state is only needed while it runs.
-      await db('automation_runs')
-        .where({ workspace_id: input.workspaceId, id: input.runId, status: 'running' })
-        .update({ status: input.status, error, finished_at: db.fn.now(), webhook_body: null, actions: null, context: null });
+      const error = input.error ? (await withoutRunContactData(db, input.workspaceId, input.runId, input.error)).slice(0, 2000) : null;
+      await finishRun(db, input.workspaceId, input.runId, input.status, error);
     },
   };
 
@@ -246,10 +183,7 @@ export function createAutomationActivities({ db }: { db: Db }) {
             return { context };
           case 'remove_tag': {
             const contactId = needContact();
-            const tag = await db('tags')
-              .where({ workspace_id: workspaceId })
-              .where((q) => (isUuid(action.tag) ? q.where({ id: action.tag }).orWhereRaw('lower(name) = lower(?)', [action.tag]) : q.whereRaw('lower(name) = lower(?)', [action.tag])))
-              .first('id');
+            const tag = await findTagByRef(db, workspaceId, action.tag);
             if (tag) await removeTag(db, workspaceId, contactId, tag.id, options);
             return { context };
           }

@@ -3,15 +3,29 @@ import type { Db } from '../domain/db';
 import { ApiError } from '../domain/errors';
 import { outcomeUnknown } from '../domain/sending';
 import { refusalsAsFailures, toFailure } from '../domain/failures';
-import { recordEvent } from '../domain/outbox';
-import { requirePhone } from '../domain/contacts';
-import { visibleConversations } from '../domain/conversations';
-import { findOrCreateContact, findOrCreateConversation, giveBackDaily, takeDaily } from '../domain/messaging';
+import { deleteUnusedContact, recordContactCreated, recordWaId, requirePhone } from '../domain/contacts';
+import { conversationForSend, deleteEmptyConversation, lockConversation, touchConversation } from '../domain/conversations';
+import { findOrCreateContact, findOrCreateConversation, giveBackDaily, recordOutboundMessage, sendingPlan, takeDaily } from '../domain/messaging';
+import {
+  attemptOf,
+  claimAttempt,
+  claimUndo,
+  failAttempt,
+  findPreparation,
+  lockAttemptStatus,
+  markAttemptSent,
+  noteAttemptError,
+  readAttempt,
+  recordPreparation,
+  standingSincePrepare,
+  type SendAttemptRow,
+} from '../domain/send-attempts';
+import { approvedTemplate } from '../domain/templates';
 import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
 import { suspension } from '../domain/workspaces';
 import { searchHash, withoutPhoneNumbers } from '../domain/temporal';
 import { sendRequestOf } from '../domain/send-requests';
-import { openInstanceConfig } from '../domain/instances';
+import { instanceChannel, liveInstanceConfig, openInstanceConfig, sendCandidates } from '../domain/instances';
 import type { Config } from '../domain/config';
 import { adapterFor, sendThroughProvider } from './providers';
 import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
@@ -89,15 +103,7 @@ async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
  * one prepare chose (its row in send_preparations, by the attempt's reference).
  */
 async function refusalSincePrepare(db: Db, workspaceId: string, reference: string): Promise<ApiError | null> {
-  const { rows } = await db.raw<{ rows: { active: boolean; api_access: boolean; opted_out: boolean | null }[] }>(
-    `SELECT w.active, w.api_access, c.opted_out
-       FROM workspaces w
-       LEFT JOIN send_preparations p ON p.workspace_id = w.id AND p.reference = ?
-       LEFT JOIN contacts c ON c.workspace_id = w.id AND c.id = (p.prepared->>'contactId')::uuid
-      WHERE w.id = ?`,
-    [reference, workspaceId],
-  );
-  const standing = rows[0];
+  const standing = await standingSincePrepare(db, workspaceId, reference);
   if (!standing) return null;
   const suspended = suspension(standing, 'send');
   if (suspended) return suspended;
@@ -119,11 +125,11 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
       return refusalsAsFailures(() =>
         db.transaction(async (trx) => {
           // Retried after its commit: the first run's result, not a second quota unit.
-          const done = await trx('send_preparations').where({ reference, workspace_id: input.workspaceId }).first('prepared');
-          if (done) return done.prepared as PreparedWithHash;
+          const done = await findPreparation<PreparedWithHash>(trx, input.workspaceId, reference);
+          if (done) return done;
           const now = new Date();
           const day = saoPauloDay(now);
-          const workspace = await trx('workspaces').where({ id: input.workspaceId }).first('daily_message_quota', 'broadcast_limit', 'active', 'api_access');
+          const workspace = await sendingPlan(trx, input.workspaceId);
           const suspended = workspace && suspension(workspace, 'send');
           if (suspended) throw suspended;
           const request = await sendRequestOf(trx, input);
@@ -135,10 +141,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           let createdConversation = false;
 
           if (request.conversationId) {
-            const row = await visibleConversations(trx, input.workspaceId)
-              .where('c.id', request.conversationId)
-              .forUpdate('c')
-              .first('c.id', 'c.last_inbound_at', 'c.contact_id', 'i.id as instance_id', 'i.channel', 'i.provider', 'i.connected', 'ct.name', 'ct.phone', 'ct.opted_out', 'ct.wa_id');
+            const row = await conversationForSend(trx, input.workspaceId, request.conversationId);
             if (!row) throw new ApiError('NOT_FOUND', 'Conversation not found');
             instance = { id: row.instance_id, channel: row.channel, provider: row.provider, connected: row.connected };
             contact = { id: row.contact_id, name: row.name, phone: row.phone, opted_out: row.opted_out, wa_id: row.wa_id };
@@ -146,10 +149,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           } else {
             const phone = requirePhone(request.phone);
             // A named instance of another channel is found, then refused as unsupported; the default is the WhatsApp one.
-            const live = trx('instances').where({ workspace_id: input.workspaceId, archived: false });
-            const candidates: SendInstance[] = request.instanceId
-              ? await live.clone().where({ id: request.instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
-              : await live.clone().where({ channel: 'whatsapp' }).orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
+            const candidates: SendInstance[] = await sendCandidates(trx, input.workspaceId, request.instanceId);
             instance = chooseInstance(candidates, request.instanceId);
             const found = await findOrCreateContact(trx, input.workspaceId, phone);
             contact = found.contact;
@@ -162,14 +162,12 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           const message = request.message;
           const template =
             message.type === 'template'
-              ? await trx('templates')
-                  .where({ workspace_id: input.workspaceId, instance_id: instance.id, name: message.templateName, language: message.templateLanguage, status: 'approved' })
-                  .first('variable_count')
+              ? await approvedTemplate(trx, input.workspaceId, instance.id, message.templateName, message.templateLanguage)
               : undefined;
           refuseUnsendable({ instance, contact, conversation, message, template, now });
 
           const tookCold = createdConversation;
-          for (const unit of dailyUnits(workspace, createdConversation)) {
+          for (const unit of dailyUnits(workspace!, createdConversation)) {
             if (!(await takeDaily(trx, input.workspaceId, unit.counter, day, unit.cap))) throw unit.refusal();
           }
           const prepared: PreparedWithHash = {
@@ -188,7 +186,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
             phoneHash: searchHash(config.encryptionKeys!, 'phone', input.workspaceId, contact.phone),
           };
           // A concurrent duplicate of this activity conflicts here and rolls back; its retry reads the row.
-          await trx('send_preparations').insert({ reference, workspace_id: input.workspaceId, prepared: JSON.stringify(prepared) });
+          await recordPreparation(trx, input.workspaceId, reference, prepared);
           return prepared;
         }),
       );
@@ -199,37 +197,12 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
       const workspaceId = prepared.workspaceId;
       await db.transaction(async (trx) => {
         // Once only, even when this compensation is retried after its commit.
-        const claimed = await trx('send_preparations')
-          .where({ reference: prepared.reference, workspace_id: workspaceId })
-          .whereNull('undone_at')
-          .update({ undone_at: trx.fn.now() });
-        if (claimed === 0) return;
+        if (!(await claimUndo(trx, workspaceId, prepared.reference))) return;
         await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
         if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
-        if (prepared.createdConversation) {
-          await trx('conversations')
-            .where({ workspace_id: workspaceId, id: prepared.conversationId })
-            .whereNotExists(trx('messages').whereRaw('messages.conversation_id = conversations.id').select(trx.raw('1')))
-            .delete();
-        }
-        if (prepared.createdContact) {
-          // Only if nothing else started using the contact meanwhile (another send, a deal, a note...).
-          const unused = (table: string) => trx(table).whereRaw(`${table}.contact_id = contacts.id`).select(trx.raw('1'));
-          await trx.raw('SAVEPOINT undo_contact');
-          try {
-            await trx('contacts')
-              .where({ workspace_id: workspaceId, id: prepared.contactId })
-              .whereNotExists(unused('conversations'))
-              .whereNotExists(unused('notes'))
-              .whereNotExists(unused('contact_tags'))
-              .whereNotExists(unused('list_members'))
-              .delete();
-            await trx.raw('RELEASE SAVEPOINT undo_contact');
-          } catch {
-            // Referenced by a deal or a task created in between: it is someone's contact now.
-            await trx.raw('ROLLBACK TO SAVEPOINT undo_contact');
-          }
-        }
+        if (prepared.createdConversation) await deleteEmptyConversation(trx, workspaceId, prepared.conversationId);
+        // Only if nothing else started using the contact meanwhile (another send, a deal, a note...).
+        if (prepared.createdContact) await deleteUnusedContact(trx, workspaceId, prepared.contactId);
       });
     },
 
@@ -249,26 +222,21 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
     async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string } & ContentRef): Promise<ProviderSendResult> {
       return withHeartbeat(async () => {
         // The instance first: one that vanished is a refusal, before any attempt is claimed.
-        const instance = await db('instances').where({ workspace_id: input.workspaceId, id: input.instanceId, archived: false }).first('id', 'provider', 'config');
+        const instance = await liveInstanceConfig(db, input.workspaceId, input.instanceId);
         if (!instance) throw toFailure(new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists'));
         // `fresh`: the first call of the send (a new row); a retry or a later round re-claims a failed one.
-        const claimed = await db.raw(
-          `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
-           ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
-           RETURNING reference, (xmax = 0) AS fresh`,
-          [input.reference, input.workspaceId],
-        );
-        if (claimed.rows.length === 0) {
-          const previous = await db('send_attempts').where({ reference: input.reference }).first();
-          if (previous?.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id, waId: previous.wa_id ?? undefined } };
+        const claimed = await claimAttempt(db, input.workspaceId, input.reference);
+        if (!claimed) {
+          const previous = await attemptOf(db, input.reference);
+          if (previous?.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id!, waId: previous.wa_id ?? undefined } };
           return unconfirmed(instance.provider, 'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider');
         }
         // Prepare checked the workspace and the contact; a retry may come seconds or minutes later,
         // after a suspension or an opt-out, which stop it as they would have stopped the send.
-        if (!claimed.rows[0].fresh) {
+        if (!claimed.fresh) {
           const refusal = await refusalSincePrepare(db, input.workspaceId, input.reference);
           if (refusal) {
-            await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ state: 'failed', error: refusal.message, updated_at: db.fn.now() });
+            await failAttempt(db, input.reference, refusal.message);
             throw toFailure(refusal);
           }
         }
@@ -292,10 +260,10 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           const message = withoutPhoneNumbers(full);
           if (mayHaveReachedProvider(err)) {
             // Stays `in_flight`: only the provider's status callback (or the window passing) settles it.
-            await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ error: full.slice(0, 1000), updated_at: db.fn.now() });
+            await noteAttemptError(db, input.reference, full.slice(0, 1000));
             return unconfirmed(instance.provider, `The provider call got no answer, so it may have been accepted: ${message}`);
           }
-          await db('send_attempts').where({ reference: input.reference, state: 'in_flight' }).update({ state: 'failed', error: full.slice(0, 1000), updated_at: db.fn.now() });
+          await failAttempt(db, input.reference, full.slice(0, 1000));
           if (!(err instanceof ProviderError)) throw message === full ? err : new Error(message);
           if (err.retryable) throw ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);
           throw toFailure(new ApiError(FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message));
@@ -304,9 +272,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
         }
         // If this write fails the activity fails: the row stays `in_flight`, so the retry does not
         // call again and the status callback carrying the same message id settles it.
-        await db('send_attempts')
-          .where({ reference: input.reference })
-          .update({ state: 'sent', provider_message_id: sent.providerMessageId, wa_id: sent.waId ?? null, error: null, updated_at: db.fn.now() });
+        await markAttemptSent(db, input.reference, sent);
         return { outcome: 'sent', sent };
       });
     },
@@ -320,8 +286,8 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * (inbound) updates are conditional on the row's state, so exactly one of them wins.
      */
     async reconcileSend(input: { workspaceId: string; reference: string; deadline: string }): Promise<ReconcileResult> {
-      const read = () => db('send_attempts').where({ reference: input.reference, workspace_id: input.workspaceId }).first('state', 'provider_message_id', 'wa_id', 'error');
-      const settled = (row: { state: string; provider_message_id: string | null; wa_id: string | null; error: string | null } | undefined): ReconcileResult | undefined => {
+      const read = () => readAttempt(db, input.workspaceId, input.reference);
+      const settled = (row: SendAttemptRow | undefined): ReconcileResult | undefined => {
         if (!row) return { outcome: 'failed', reason: 'The send was never claimed, so it never reached the provider' };
         if (row.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: row.provider_message_id!, ...(row.wa_id ? { waId: row.wa_id } : {}) } };
         if (row.state === 'failed') return { outcome: 'failed', reason: row.error ?? 'The earlier attempt failed' };
@@ -338,9 +304,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
         );
       }
       const reason = `No status callback from the provider until ${deadline.toISOString()}: the interrupted attempt was not accepted`;
-      const marked = await db('send_attempts')
-        .where({ reference: input.reference, workspace_id: input.workspaceId, state: 'in_flight' })
-        .update({ state: 'failed', error: reason, updated_at: db.fn.now() });
+      const marked = await failAttempt(db, input.reference, reason, input.workspaceId);
       if (marked > 0) return { outcome: 'failed', reason };
       // The callback won the race between the read and the update.
       return settled(await read()) ?? { outcome: 'failed', reason };
@@ -357,31 +321,28 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
         // A concurrent send to the same new number that failed may have compensated away the
         // contact or conversation this send found: the message exists, so they come back.
         let prepared = input.prepared;
-        const live = await trx('conversations').where({ workspace_id: workspaceId, id: prepared.conversationId }).forUpdate().first('id');
+        const live = await lockConversation(trx, workspaceId, prepared.conversationId);
         if (!live) {
-          const instance = await trx('instances').where({ workspace_id: workspaceId, id: prepared.instanceId }).first('id', 'channel');
+          const instance = await instanceChannel(trx, workspaceId, prepared.instanceId);
           const { contact } = await findOrCreateContact(trx, workspaceId, requirePhone(prepared.phone));
           const { conversation } = await findOrCreateConversation(trx, workspaceId, contact.id, instance);
           prepared = { ...prepared, contactId: contact.id, conversationId: conversation.id };
         }
         // A status callback that beat us here is kept on the attempt (domain/inbound.ts); the lock
         // makes one arriving now wait until the message row exists.
-        const attempt = await trx('send_attempts').where({ workspace_id: workspaceId, provider_message_id: sent.providerMessageId }).forUpdate().first('provider_status');
-        const inserted = await trx.raw(
-          `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_url, status, provider_message_id)
-           VALUES (?, ?, 'out', ?, ?, ?, ?, ?)
-           ON CONFLICT (workspace_id, provider_message_id) WHERE provider_message_id IS NOT NULL DO NOTHING
-           RETURNING id, timestamp`,
-          [workspaceId, prepared.conversationId, message.type, message.text ?? message.caption ?? (message.templateName ? `[template] ${message.templateName}` : ''), message.mediaUrl ?? null, attempt?.provider_status ?? 'sent', sent.providerMessageId],
-        );
-        const row = inserted.rows[0] ?? (await trx('messages').where({ workspace_id: workspaceId, provider_message_id: sent.providerMessageId }).first('id', 'timestamp'));
-        if (inserted.rows[0]) {
-          await trx('conversations').where({ workspace_id: workspaceId, id: prepared.conversationId }).update({ last_message_at: row.timestamp, updated_at: trx.fn.now() });
-          if (sent.waId) await trx('contacts').where({ workspace_id: workspaceId, id: prepared.contactId }).whereRaw('wa_id IS DISTINCT FROM ?', [sent.waId]).update({ wa_id: sent.waId });
-          if (prepared.createdContact) {
-            const contact = await trx('contacts').where({ workspace_id: workspaceId, id: prepared.contactId }).first('id', 'name', 'phone', 'email');
-            await recordEvent(trx, workspaceId, 'contact.created', { contact_id: contact.id, name: contact.name, phone: contact.phone, email: contact.email });
-          }
+        const attempt = await lockAttemptStatus(trx, workspaceId, sent.providerMessageId);
+        const row = await recordOutboundMessage(trx, workspaceId, {
+          conversationId: prepared.conversationId,
+          type: message.type,
+          body: message.text ?? message.caption ?? (message.templateName ? `[template] ${message.templateName}` : ''),
+          mediaUrl: message.mediaUrl ?? null,
+          status: attempt?.provider_status ?? 'sent',
+          providerMessageId: sent.providerMessageId,
+        });
+        if (row.inserted) {
+          await touchConversation(trx, workspaceId, prepared.conversationId, row.timestamp);
+          if (sent.waId) await recordWaId(trx, workspaceId, prepared.contactId, sent.waId);
+          if (prepared.createdContact) await recordContactCreated(trx, workspaceId, prepared.contactId);
         }
         const outcome: SendOutcome = { id: row.id, status: 'sent', type: message.type, conversationId: prepared.conversationId, contactId: prepared.contactId };
         if (input.mode === 'cold') outcome.created = { contact: prepared.createdContact, conversation: prepared.createdConversation };

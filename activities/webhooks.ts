@@ -1,8 +1,7 @@
-import type { Knex } from 'knex';
 import { openText } from '../domain/encryption';
 import type { Config } from '../domain/config';
 import type { Db } from '../domain/db';
-import { deliveryBody, postWebhook, webhookSecretBinding } from '../domain/webhooks';
+import { deliveryBody, getDeliveryToAttempt, postWebhook, recordDeliveryAttempt, recordDeliveryFailed, webhookSecretBinding } from '../domain/webhooks';
 import type { AttemptInput, AttemptResult } from '../types/webhooks';
 
 /**
@@ -15,14 +14,7 @@ import type { AttemptInput, AttemptResult } from '../types/webhooks';
 export function createWebhookActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
   return {
     async attemptWebhookDelivery(input: AttemptInput): Promise<AttemptResult> {
-      const { rows } = await db.raw(
-        `SELECT d.id, d.event_id, d.event, d.payload, d.status, s.id AS subscription_id, s.url, s.secret, s.active
-           FROM webhook_deliveries d
-           JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
-          WHERE d.workspace_id = ? AND d.id = ?`,
-        [input.workspaceId, input.deliveryId],
-      );
-      const delivery = rows[0];
+      const delivery = await getDeliveryToAttempt(db, input.workspaceId, input.deliveryId);
       if (!delivery) return { status: 'stopped', statusCode: null, error: 'The delivery or its subscription was deleted' };
       // Already settled (a repeat of an attempt that was recorded): never post twice for it.
       if (delivery.status !== 'pending') return { status: delivery.status, statusCode: null, error: null };
@@ -41,38 +33,18 @@ export function createWebhookActivities({ db, config }: { db: Db; config: Pick<C
 
       const status: AttemptResult['status'] = outcome.ok ? 'succeeded' : input.final || outcome.gone ? 'failed' : 'pending';
       const error = outcome.gone && delivery.active ? `${outcome.error}; the subscription is disabled` : outcome.error;
-      const recordAttempt = async (trx: Db | Knex.Transaction) => {
-        await trx('webhook_deliveries')
-          .where({ workspace_id: input.workspaceId, id: input.deliveryId, status: 'pending' })
-          .update({
-            attempts: delivery.active ? trx.raw('attempts + 1') : trx.raw('attempts'),
-            status,
-            last_status_code: outcome.statusCode,
-            last_error: error ? error.slice(0, 1000) : null,
-            last_attempt_at: delivery.active ? trx.fn.now() : trx.raw('last_attempt_at'),
-            next_attempt_at: status === 'pending' && input.nextAttemptInMs !== null ? trx.raw(`now() + make_interval(secs => ?)`, [input.nextAttemptInMs / 1000]) : null,
-            delivered_at: outcome.ok ? trx.fn.now() : null,
-          });
-      };
-      if (outcome.gone && delivery.active) {
-        // 410: the subscription is disabled with the attempt, atomically.
-        await db.transaction(async (trx) => {
-          await trx('webhook_subscriptions')
-            .where({ workspace_id: input.workspaceId, id: delivery.subscription_id, active: true })
-            .update({ active: false, disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`, updated_at: trx.fn.now() });
-          await recordAttempt(trx);
-        });
-      } else {
-        await recordAttempt(db); // one statement, no transaction round trips
-      }
+      await recordDeliveryAttempt(
+        db,
+        input.workspaceId,
+        { id: input.deliveryId, subscriptionId: delivery.subscription_id },
+        { posted: delivery.active, gone: outcome.gone && delivery.active, status, statusCode: outcome.statusCode, error, nextAttemptInMs: input.nextAttemptInMs, delivered: outcome.ok },
+      );
       return { status, statusCode: outcome.statusCode, error };
     },
 
     /** The last attempt could not even run (database down through its retries): the log says so once it can. */
     async markDeliveryFailed(input: { workspaceId: string; deliveryId: string; error: string }): Promise<void> {
-      await db('webhook_deliveries')
-        .where({ workspace_id: input.workspaceId, id: input.deliveryId, status: 'pending' })
-        .update({ status: 'failed', last_error: input.error.slice(0, 1000), next_attempt_at: null });
+      await recordDeliveryFailed(db, input.workspaceId, input.deliveryId, input.error);
     },
   };
 }

@@ -115,11 +115,11 @@ const TRIGGER_ONLY = {
 export const TriggerSchema = onlyWith(
   z.object({
     type: z.enum(TRIGGER_TYPES),
-    // Omitted, null or "": any pipeline (stored as omitted).
+    // Omitted, null or "": any pipeline (stored as omitted: storedTrigger). Like any card_created
+    // option, it is refused on another trigger type, "" and null included, as the document says.
     pipelineId: z
       .union([z.uuid(), z.literal(''), z.null()])
       .optional()
-      .transform((id) => id || undefined)
       .meta({ description: 'Only deals created in this pipeline; omitted, null or "" for any pipeline.' }),
     fields: z.array(z.enum(CONTACT_FIELDS)).min(1).max(CONTACT_FIELDS.length).optional(),
     eventFilter: z.object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) }).optional(),
@@ -130,6 +130,12 @@ export const TriggerSchema = onlyWith(
   'trigger',
 );
 export type TriggerConfig = z.infer<typeof TriggerSchema>;
+
+/** A trigger's options as stored: a pipelineId of null or "" (any pipeline) is stored as omitted. */
+function storedTrigger(trigger: Omit<TriggerConfig, 'type'>): string {
+  const { pipelineId, ...rest } = trigger;
+  return JSON.stringify(pipelineId ? { ...rest, pipelineId } : rest);
+}
 
 /**
  * A send_message action's literal media URL passes, when the automation is saved, the same check
@@ -378,7 +384,7 @@ export async function createAutomation(db: Db, workspaceId: string, input: z.inf
         name: input.name,
         active: input.active,
         trigger_type: type,
-        trigger: JSON.stringify(trigger),
+        trigger: storedTrigger(trigger),
         actions: JSON.stringify(input.actions),
         ...(inbound ? newToken(view.ring, workspaceId) : {}),
       })
@@ -401,6 +407,23 @@ export async function getAutomationRow(db: Db, workspaceId: string, id: string, 
   const row = await q.first();
   if (!row) throw automationNotFound();
   return row;
+}
+
+/** The automation as a run begins it: its name, whether it is active, its trigger and its actions as they are now. */
+export async function getAutomationToRun(db: Db, workspaceId: string, id: string): Promise<{ name: string; active: boolean; trigger: unknown; actions: unknown } | undefined> {
+  return db('automations').where({ workspace_id: workspaceId, id }).first('name', 'active', 'trigger', 'actions');
+}
+
+/** Before each action: whether the automation is still active, and its workspace's standing (one suspended during a wait stops the run). */
+export async function getAutomationStanding(
+  db: Db,
+  workspaceId: string,
+  id: string,
+): Promise<{ active: boolean; name: string; workspace_active: boolean; api_access: boolean } | undefined> {
+  return db('automations as a')
+    .join('workspaces as w', 'w.id', 'a.workspace_id')
+    .where({ 'a.workspace_id': workspaceId, 'a.id': id })
+    .first('a.active', 'a.name', 'w.active as workspace_active', 'w.api_access');
 }
 
 /** The trigger type cannot change (its token and quota unit belong to the webhook trigger). */
@@ -428,7 +451,7 @@ export async function updateAutomation(
       if (type !== before.trigger_type) {
         throw new ApiError('VALIDATION', 'Invalid body.trigger.type: the trigger type of an automation cannot change', { hint: 'Create a new automation instead.' });
       }
-      changes.trigger = JSON.stringify(trigger);
+      changes.trigger = storedTrigger(trigger);
     }
     const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update(changes).returning('*');
     return serializeAutomation(row, view);

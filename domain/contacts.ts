@@ -602,3 +602,36 @@ export async function panelCreateContact(db: Db, workspaceId: string, input: Lea
 export function panelUpdateContact(db: Db, workspaceId: string, contactId: string, input: ContactChanges) {
   return updateContact(db, workspaceId, contactId, input, { origin: 'panel' });
 }
+
+/**
+ * Deletes a contact a send created, only if nothing else started using it meanwhile (another
+ * send, a note, a tag, a list). One referenced by a deal or a task created in between fails its
+ * foreign key: rolled back to a savepoint, it stays (it is someone's contact now).
+ */
+export async function deleteUnusedContact(trx: Trx, workspaceId: string, contactId: string): Promise<void> {
+  const unused = (table: string) => trx(table).whereRaw(`${table}.contact_id = contacts.id`).select(trx.raw('1'));
+  await trx.raw('SAVEPOINT undo_contact');
+  try {
+    await trx('contacts')
+      .where({ workspace_id: workspaceId, id: contactId })
+      .whereNotExists(unused('conversations'))
+      .whereNotExists(unused('notes'))
+      .whereNotExists(unused('contact_tags'))
+      .whereNotExists(unused('list_members'))
+      .delete();
+    await trx.raw('RELEASE SAVEPOINT undo_contact');
+  } catch {
+    await trx.raw('ROLLBACK TO SAVEPOINT undo_contact');
+  }
+}
+
+/** Keeps the provider's identity of the contact's number (Cloud API wa_id), when it changed. */
+export async function recordWaId(trx: Trx, workspaceId: string, contactId: string, waId: string): Promise<void> {
+  await trx('contacts').where({ workspace_id: workspaceId, id: contactId }).whereRaw('wa_id IS DISTINCT FROM ?', [waId]).update({ wa_id: waId });
+}
+
+/** The contact.created event of a contact made by a send (recorded once the provider accepted it). */
+export async function recordContactCreated(trx: Trx, workspaceId: string, contactId: string): Promise<void> {
+  const contact = await trx('contacts').where({ workspace_id: workspaceId, id: contactId }).first('id', 'name', 'phone', 'email');
+  await recordEvent(trx, workspaceId, 'contact.created', { contact_id: contact.id, name: contact.name, phone: contact.phone, email: contact.email });
+}

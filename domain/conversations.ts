@@ -187,3 +187,29 @@ export async function updateConversationStatus(db: Db, workspaceId: string, id: 
   if (updated.length === 0) throw new ApiError('NOT_FOUND', 'Conversation not found');
   return requireConversation(db, workspaceId, id);
 }
+
+/** A visible conversation with its instance and contact, locked for a send into it. */
+export async function conversationForSend(trx: Knex.Transaction, workspaceId: string, conversationId: string) {
+  return visibleConversations(trx, workspaceId)
+    .where('c.id', conversationId)
+    .forUpdate('c')
+    .first('c.id', 'c.last_inbound_at', 'c.contact_id', 'i.id as instance_id', 'i.channel', 'i.provider', 'i.connected', 'ct.name', 'ct.phone', 'ct.opted_out', 'ct.wa_id');
+}
+
+/** Locks the conversation if it still exists (a failed concurrent send may have compensated it away). */
+export async function lockConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string): Promise<{ id: string } | undefined> {
+  return trx('conversations').where({ workspace_id: workspaceId, id: conversationId }).forUpdate().first('id');
+}
+
+/** The conversation's clock moves to its newest message. */
+export async function touchConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string, lastMessageAt: Date): Promise<void> {
+  await trx('conversations').where({ workspace_id: workspaceId, id: conversationId }).update({ last_message_at: lastMessageAt, updated_at: trx.fn.now() });
+}
+
+/** Deletes the conversation unless it holds a message (a send's compensation). */
+export async function deleteEmptyConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string): Promise<void> {
+  await trx('conversations')
+    .where({ workspace_id: workspaceId, id: conversationId })
+    .whereNotExists(trx('messages').whereRaw('messages.conversation_id = conversations.id').select(trx.raw('1')))
+    .delete();
+}

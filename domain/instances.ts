@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { Page, pageWithTotal } from './pagination';
@@ -117,4 +118,26 @@ export async function updateInstance(db: Db, ring: KeyRing, workspaceId: string,
     .returning('*');
   if (!row) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found');
   return serializeInstanceForAdmin(row);
+}
+
+/**
+ * The live instances a send may use: the named one (found whatever its channel, so another
+ * channel is refused as unsupported), or the oldest two WhatsApp ones (two, so a choice between
+ * several is refused: domain/sending.ts chooseInstance).
+ */
+export async function sendCandidates(trx: Db | Knex.Transaction, workspaceId: string, instanceId: string | undefined): Promise<Pick<InstanceRow, 'id' | 'channel' | 'provider' | 'connected'>[]> {
+  const live = trx('instances').where({ workspace_id: workspaceId, archived: false });
+  return instanceId
+    ? live.clone().where({ id: instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
+    : live.clone().where({ channel: 'whatsapp' }).orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
+}
+
+/** A live instance with its (sealed) configuration, for a provider call. */
+export async function liveInstanceConfig(db: Db, workspaceId: string, instanceId: string): Promise<Pick<InstanceRow, 'id' | 'provider' | 'config'> | undefined> {
+  return db('instances').where({ workspace_id: workspaceId, id: instanceId, archived: false }).first('id', 'provider', 'config');
+}
+
+/** An instance's id and channel, archived or not (a send already prepared on it). */
+export async function instanceChannel(trx: Db | Knex.Transaction, workspaceId: string, instanceId: string): Promise<{ id: string; channel: string }> {
+  return trx('instances').where({ workspace_id: workspaceId, id: instanceId }).first('id', 'channel');
 }

@@ -83,3 +83,32 @@ export async function takeDaily(trx: Writer, workspaceId: string, kind: DailyCou
 export async function giveBackDaily(trx: Writer, workspaceId: string, kind: DailyCounter, day: string): Promise<void> {
   await trx('daily_counters').where({ workspace_id: workspaceId, day, kind }).where('count', '>', 0).decrement('count', 1);
 }
+
+/** What a send looks at on its workspace: the daily plan and the standing (domain/workspaces.ts suspension). */
+export async function sendingPlan(
+  trx: Writer,
+  workspaceId: string,
+): Promise<{ daily_message_quota: number | null; broadcast_limit: number | null; active: boolean; api_access: boolean } | undefined> {
+  return trx('workspaces').where({ id: workspaceId }).first('daily_message_quota', 'broadcast_limit', 'active', 'api_access');
+}
+
+/**
+ * Records an outbound message the provider accepted, once per provider message id. `inserted`:
+ * this call made the row (a retry finds the one its earlier run made).
+ */
+export async function recordOutboundMessage(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  message: { conversationId: string; type: string; body: string; mediaUrl: string | null; status: string; providerMessageId: string },
+): Promise<{ id: string; timestamp: Date; inserted: boolean }> {
+  const inserted = await trx.raw(
+    `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_url, status, provider_message_id)
+     VALUES (?, ?, 'out', ?, ?, ?, ?, ?)
+     ON CONFLICT (workspace_id, provider_message_id) WHERE provider_message_id IS NOT NULL DO NOTHING
+     RETURNING id, timestamp`,
+    [workspaceId, message.conversationId, message.type, message.body, message.mediaUrl, message.status, message.providerMessageId],
+  );
+  if (inserted.rows[0]) return { ...inserted.rows[0], inserted: true };
+  const row = await trx('messages').where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId }).first('id', 'timestamp');
+  return { ...row, inserted: false };
+}

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import type { Db } from './db';
 
 /**
  * Business events and automation triggers are written to the outbox in the same transaction as
@@ -96,4 +97,92 @@ export function recordAcceptedRun(
   run: { runId: string; automationId: string; externalId?: string; depth: number; chain: string },
 ): Promise<void> {
   return recordTrigger(trx, workspaceId, 'webhook_received', run, { depth: run.depth, chain: run.chain });
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The dispatcher's side (workers/outbox-dispatcher.ts): claiming rows fairly, marking them.
+ * ---------------------------------------------------------------------------------------------- */
+
+/** An outbox row as the dispatcher takes it. */
+export interface OutboxRow {
+  id: string;
+  /** The row's place in the outbox (bigint, as text): a workspace's rows are dispatched in this order. */
+  seq: string;
+  workspace_id: string;
+  kind: 'webhook' | 'trigger';
+  name: string;
+  payload: Record<string, unknown>;
+  depth: number;
+  /** The automation chain the event belongs to (its root event's id), or null for a root event. */
+  chain_id: string | null;
+}
+
+/**
+ * Up to `workspaces` workspaces with claimable rows, none of those in `busy`, each with at most
+ * `rowsPerWorkspace` of its oldest rows, leased for `leaseSeconds`; by workspace, in `seq` order.
+ * The workspaces with pending rows are found by a skip scan of outbox_events_pending_workspace_idx
+ * (one probe per workspace, however large a backlog is) and taken in turn from the one after
+ * `after`, so a busy workspace can never keep another waiting for more than one turn.
+ */
+export async function claimPendingFairly(
+  db: Db,
+  options: { busy: string[]; after: string; workspaces: number; rowsPerWorkspace: number; leaseSeconds: number },
+): Promise<Map<string, OutboxRow[]>> {
+  const { rows } = await db.raw<{ rows: OutboxRow[] }>(
+    `WITH RECURSIVE pending AS (
+       (SELECT workspace_id FROM outbox_events WHERE dispatched_at IS NULL ORDER BY workspace_id LIMIT 1)
+       UNION ALL
+       SELECT (SELECT e.workspace_id FROM outbox_events e
+                WHERE e.dispatched_at IS NULL AND e.workspace_id > p.workspace_id ORDER BY e.workspace_id LIMIT 1)
+         FROM pending p WHERE p.workspace_id IS NOT NULL
+     ), chosen AS (
+       SELECT p.workspace_id FROM pending p
+        WHERE p.workspace_id IS NOT NULL AND p.workspace_id <> ALL(?::uuid[])
+          AND EXISTS (SELECT 1 FROM outbox_events e
+                       WHERE e.workspace_id = p.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now()))
+        ORDER BY p.workspace_id <= ?::uuid, p.workspace_id
+        LIMIT ?
+     )
+     UPDATE outbox_events SET claimed_until = now() + make_interval(secs => ?)
+      WHERE id IN (SELECT r.id FROM chosen c CROSS JOIN LATERAL (
+              SELECT e.id FROM outbox_events e
+               WHERE e.workspace_id = c.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now())
+               ORDER BY e.seq LIMIT ? FOR UPDATE SKIP LOCKED) r)
+        AND dispatched_at IS NULL AND (claimed_until IS NULL OR claimed_until < now())
+      RETURNING id, seq, workspace_id, kind, name, payload, depth, chain_id`,
+    [options.busy, options.after, options.workspaces, options.leaseSeconds, options.rowsPerWorkspace],
+  );
+  const byWorkspace = new Map<string, OutboxRow[]>();
+  for (const row of rows.sort((a, b) => Number(a.seq) - Number(b.seq))) {
+    const group = byWorkspace.get(row.workspace_id);
+    if (group) group.push(row);
+    else byWorkspace.set(row.workspace_id, [row]);
+  }
+  return byWorkspace;
+}
+
+/** A workspace's rows handed over: dispatched, their lease dropped. */
+export async function markDispatched(db: Db, workspaceId: string, ids: string[]): Promise<void> {
+  await db('outbox_events').where('workspace_id', workspaceId).whereIn('id', ids).update({ dispatched_at: db.fn.now(), claimed_until: null });
+}
+
+/** Rows given back at once (their lease dropped), unless dispatched meanwhile. */
+export async function releaseClaims(db: Db, ids: string[]): Promise<void> {
+  await db('outbox_events').whereIn('id', ids).whereNull('dispatched_at').update({ claimed_until: null });
+}
+
+/**
+ * A row that failed to dispatch, set aside with its error and leased for a growing backoff (2^n
+ * seconds, an hour at most), so it never holds back the rows behind it. Returns its failures so far.
+ */
+export async function setAside(db: Db, id: string, error: string): Promise<number> {
+  const [{ dispatch_failures: failures }] = await db('outbox_events')
+    .where({ id })
+    .update({
+      dispatch_failures: db.raw('dispatch_failures + 1'),
+      last_dispatch_error: error.slice(0, 1000),
+      claimed_until: db.raw(`now() + least(interval '1 hour', interval '1 second' * power(2, dispatch_failures))`),
+    })
+    .returning('dispatch_failures');
+  return failures;
 }

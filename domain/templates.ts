@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { Db } from './db';
 import { ApiError } from './errors';
 import { iso } from './time';
@@ -35,4 +36,15 @@ export async function createTemplate(db: Db, workspaceId: string, input: Templat
     status: row.status,
     createdAt: iso(row.created_at),
   };
+}
+
+/** The approved template of this name and language on the instance, if any (what a template send needs). */
+export async function approvedTemplate(
+  trx: Db | Knex.Transaction,
+  workspaceId: string,
+  instanceId: string,
+  name: string | undefined,
+  language: string | undefined,
+): Promise<{ variable_count: number } | undefined> {
+  return trx('templates').where({ workspace_id: workspaceId, instance_id: instanceId, name, language, status: 'approved' }).first('variable_count');
 }

@@ -319,6 +319,72 @@ export async function restoreDelivery(db: Db, workspaceId: string, before: Pick<
     .update({ status: before.status, delivered_at: before.delivered_at, next_attempt_at: before.next_attempt_at });
 }
 
+/** A delivery as its attempt reads it, with its subscription's current URL, sealed secret and state (a PATCH between retries takes effect). */
+export interface DeliveryToAttempt {
+  id: string;
+  event_id: string;
+  event: string;
+  payload: Record<string, unknown>;
+  status: DeliveryStatus;
+  subscription_id: string;
+  url: string;
+  secret: string;
+  active: boolean;
+}
+
+/** One query: the delivery and its subscription (none when either was deleted). */
+export async function getDeliveryToAttempt(db: Db, workspaceId: string, deliveryId: string): Promise<DeliveryToAttempt | undefined> {
+  const { rows } = await db.raw(
+    `SELECT d.id, d.event_id, d.event, d.payload, d.status, s.id AS subscription_id, s.url, s.secret, s.active
+       FROM webhook_deliveries d
+       JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
+      WHERE d.workspace_id = ? AND d.id = ?`,
+    [workspaceId, deliveryId],
+  );
+  return rows[0];
+}
+
+/**
+ * Records an attempt on a still-pending delivery. `posted`: the request was made (an attempt of a
+ * disabled subscription's delivery is not counted and keeps its last attempt time). `gone`: the
+ * receiver answered 410, so the subscription is disabled with the attempt, atomically; otherwise
+ * one statement, no transaction round trips.
+ */
+export async function recordDeliveryAttempt(
+  db: Db,
+  workspaceId: string,
+  delivery: { id: string; subscriptionId: string },
+  attempt: { posted: boolean; gone: boolean; status: DeliveryStatus; statusCode: number | null; error: string | null; nextAttemptInMs: number | null; delivered: boolean },
+): Promise<void> {
+  const record = async (trx: Db) => {
+    await trx('webhook_deliveries')
+      .where({ workspace_id: workspaceId, id: delivery.id, status: 'pending' })
+      .update({
+        attempts: attempt.posted ? trx.raw('attempts + 1') : trx.raw('attempts'),
+        status: attempt.status,
+        last_status_code: attempt.statusCode,
+        last_error: attempt.error ? attempt.error.slice(0, 1000) : null,
+        last_attempt_at: attempt.posted ? trx.fn.now() : trx.raw('last_attempt_at'),
+        next_attempt_at: attempt.status === 'pending' && attempt.nextAttemptInMs !== null ? trx.raw(`now() + make_interval(secs => ?)`, [attempt.nextAttemptInMs / 1000]) : null,
+        delivered_at: attempt.delivered ? trx.fn.now() : null,
+      });
+  };
+  if (!attempt.gone) return record(db);
+  await db.transaction(async (trx) => {
+    await trx('webhook_subscriptions')
+      .where({ workspace_id: workspaceId, id: delivery.subscriptionId, active: true })
+      .update({ active: false, disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`, updated_at: trx.fn.now() });
+    await record(trx);
+  });
+}
+
+/** A delivery whose last attempt could not even run (database down through its retries) is failed, with the reason. */
+export async function recordDeliveryFailed(db: Db, workspaceId: string, deliveryId: string, error: string): Promise<void> {
+  await db('webhook_deliveries')
+    .where({ workspace_id: workspaceId, id: deliveryId, status: 'pending' })
+    .update({ status: 'failed', last_error: error.slice(0, 1000), next_attempt_at: null });
+}
+
 /** The delivery workflow's id: one per (event, subscription), so a re-dispatch cannot start a second. */
 export function deliveryWorkflowId(workspaceId: string, subscriptionId: string, eventId: string): string {
   return `webhook/${workspaceId}/${subscriptionId}/${eventId}`;

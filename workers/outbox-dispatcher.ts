@@ -1,6 +1,8 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Logger } from 'pino';
 import { isDatabaseUnavailable, type Db } from '../domain/db';
+import { claimPendingFairly, markDispatched, releaseClaims, setAside as setAsideRow, type OutboxRow } from '../domain/outbox';
+import { createDeliveries, orphanedDeliveries, subscriptionsBeingRetried, type NewDelivery } from '../domain/webhook-deliveries';
 import { deliveryWorkflowId } from '../domain/webhooks';
 import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../types/webhooks';
 import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/temporal';
@@ -47,27 +49,6 @@ export interface DispatcherOptions {
   sweepMs?: number;
 }
 
-export interface OutboxRow {
-  id: string;
-  /** The row's place in the outbox (bigint, as text): a workspace's rows are dispatched in this order. */
-  seq: string;
-  workspace_id: string;
-  kind: 'webhook' | 'trigger';
-  name: string;
-  payload: Record<string, unknown>;
-  depth: number;
-  /** The automation chain the event belongs to (its root event's id), or null for a root event. */
-  chain_id: string | null;
-}
-
-interface NewDelivery {
-  id: string;
-  workspace_id: string;
-  subscription_id: string;
-  event_id: string;
-  status: string;
-  attempts: number;
-}
 
 const START_CONCURRENCY = 64;
 /** Workspaces whose rows are being dispatched at once in this process, each in its own lane. */
@@ -102,63 +83,9 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   /** Set by a lane that met an outage (PostgreSQL or Temporal away): the loop backs off. */
   let outage: unknown;
 
-  /**
-   * Up to `workspaces` workspaces with claimable rows, none of those in `busy`, each with at most
-   * `rowsPerWorkspace` of its oldest rows, leased. The workspaces with pending rows are found by a
-   * skip scan of outbox_events_pending_workspace_idx (one probe per workspace, however large a
-   * backlog is) and taken in turn from the one after the last served, so a busy workspace can
-   * never keep another waiting for more than one turn.
-   */
-  async function claim(busy: string[], workspaces: number): Promise<Map<string, OutboxRow[]>> {
-    const { rows } = await db.raw<{ rows: OutboxRow[] }>(
-      `WITH RECURSIVE pending AS (
-         (SELECT workspace_id FROM outbox_events WHERE dispatched_at IS NULL ORDER BY workspace_id LIMIT 1)
-         UNION ALL
-         SELECT (SELECT e.workspace_id FROM outbox_events e
-                  WHERE e.dispatched_at IS NULL AND e.workspace_id > p.workspace_id ORDER BY e.workspace_id LIMIT 1)
-           FROM pending p WHERE p.workspace_id IS NOT NULL
-       ), chosen AS (
-         SELECT p.workspace_id FROM pending p
-          WHERE p.workspace_id IS NOT NULL AND p.workspace_id <> ALL(?::uuid[])
-            AND EXISTS (SELECT 1 FROM outbox_events e
-                         WHERE e.workspace_id = p.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now()))
-          ORDER BY p.workspace_id <= ?::uuid, p.workspace_id
-          LIMIT ?
-       )
-       UPDATE outbox_events SET claimed_until = now() + make_interval(secs => ?)
-        WHERE id IN (SELECT r.id FROM chosen c CROSS JOIN LATERAL (
-                SELECT e.id FROM outbox_events e
-                 WHERE e.workspace_id = c.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now())
-                 ORDER BY e.seq LIMIT ? FOR UPDATE SKIP LOCKED) r)
-          AND dispatched_at IS NULL AND (claimed_until IS NULL OR claimed_until < now())
-        RETURNING id, seq, workspace_id, kind, name, payload, depth, chain_id`,
-      [busy, lastServed, workspaces, leaseSeconds, rowsPerWorkspace],
-    );
-    const byWorkspace = new Map<string, OutboxRow[]>();
-    for (const row of rows.sort((a, b) => Number(a.seq) - Number(b.seq))) {
-      const group = byWorkspace.get(row.workspace_id);
-      if (group) group.push(row);
-      else byWorkspace.set(row.workspace_id, [row]);
-    }
-    return byWorkspace;
-  }
-
-  /** One delivery per (event, active subscription taking it); existing ones are returned as they are. */
-  async function createDeliveries(workspaceId: string, eventIds: string[]): Promise<NewDelivery[]> {
-    if (eventIds.length === 0) return [];
-    const { rows } = await db.raw(
-      `INSERT INTO webhook_deliveries (workspace_id, subscription_id, event_id, event, payload)
-       SELECT e.workspace_id, s.id, e.id, e.name, e.payload
-         FROM outbox_events e
-         JOIN webhook_subscriptions s
-           ON s.workspace_id = e.workspace_id AND s.active AND (s.events @> ARRAY[e.name] OR s.events @> ARRAY['*'])
-        WHERE e.workspace_id = ? AND e.id = ANY(?::uuid[])
-        ORDER BY e.seq
-       ON CONFLICT (subscription_id, event_id) WHERE event_id IS NOT NULL DO UPDATE SET event = EXCLUDED.event
-       RETURNING id, workspace_id, subscription_id, event_id, status, attempts`,
-      [workspaceId, eventIds],
-    );
-    return rows;
+  /** Rows for up to `workspaces` more workspaces, none of those in a lane now (domain/outbox.ts claimPendingFairly). */
+  function claim(busy: string[], workspaces: number): Promise<Map<string, OutboxRow[]>> {
+    return claimPendingFairly(db, { busy, after: lastServed, workspaces, rowsPerWorkspace, leaseSeconds });
   }
 
   /** The delivery's workflow (REJECT_DUPLICATE: one that exists already is left alone). */
@@ -236,14 +163,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   /** Subscriptions with a delivery being retried: their new deliveries go straight to workflows. */
   async function retryingSubscriptions(workspaceId: string, deliveries: NewDelivery[]): Promise<Set<string>> {
     if (!options.attempt || deliveries.length === 0) return new Set();
-    const ids = [...new Set(deliveries.map((d) => d.subscription_id))];
-    const rows: { subscription_id: string }[] = await db('webhook_deliveries')
-      .distinct('subscription_id')
-      .where('workspace_id', workspaceId)
-      .whereIn('subscription_id', ids)
-      .where('status', 'pending')
-      .where('attempts', '>', 0);
-    return new Set(rows.map((r) => r.subscription_id));
+    return subscriptionsBeingRetried(db, workspaceId, [...new Set(deliveries.map((d) => d.subscription_id))]);
   }
 
   async function startDeliveries(workspaceId: string, deliveries: NewDelivery[]): Promise<void> {
@@ -269,34 +189,23 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
    * workflow). Starting their workflow is harmless when one exists (REJECT_DUPLICATE).
    */
   async function sweepOrphans(): Promise<number> {
-    const { rows } = await db.raw<{ rows: (NewDelivery & { wait_ms: number })[] }>(
-      `SELECT id, workspace_id, subscription_id, event_id, status, attempts,
-              greatest(0, extract(epoch FROM (next_attempt_at - now())) * 1000)::int AS wait_ms
-         FROM webhook_deliveries
-        WHERE status = 'pending' AND event_id IS NOT NULL
-          AND created_at < now() - make_interval(secs => ?)
-          AND (last_attempt_at IS NULL OR last_attempt_at < now() - make_interval(secs => ?))
-          AND (next_attempt_at IS NULL OR next_attempt_at < now() - make_interval(secs => ?))
-        ORDER BY created_at
-        LIMIT 500`,
-      [ORPHAN_AFTER_SECONDS, ORPHAN_AFTER_SECONDS, ORPHAN_AFTER_SECONDS],
-    );
+    const rows = await orphanedDeliveries(db, ORPHAN_AFTER_SECONDS);
     for (const d of rows) await startWorkflow(d, d.attempts > 0 ? { attemptsDone: d.attempts, firstWaitMs: Math.max(1, d.wait_ms) } : {});
     return rows.length;
   }
 
   /** Hands one workspace's rows over (deliveries and their workflows, automation runs) and marks them dispatched. */
   async function dispatch(workspaceId: string, rows: OutboxRow[]): Promise<void> {
-    const deliveries = await createDeliveries(workspaceId, rows.filter((r) => r.kind === 'webhook').map((r) => r.id));
+    const deliveries = await createDeliveries(db, workspaceId, rows.filter((r) => r.kind === 'webhook').map((r) => r.id));
     await startDeliveries(workspaceId, deliveries);
     const triggers = rows.filter((r) => r.kind === 'trigger');
     if (triggers.length > 0 && options.onTriggers) await options.onTriggers(triggers);
-    await db('outbox_events').where('workspace_id', workspaceId).whereIn('id', rows.map((r) => r.id)).update({ dispatched_at: db.fn.now(), claimed_until: null });
+    await markDispatched(db, workspaceId, rows.map((r) => r.id));
   }
 
   /** Gives rows back at once: the next pass (after the error backoff) takes them again. */
   async function release(rows: OutboxRow[]): Promise<void> {
-    await db('outbox_events').whereIn('id', rows.map((r) => r.id)).whereNull('dispatched_at').update({ claimed_until: null }).catch(() => undefined);
+    await releaseClaims(db, rows.map((r) => r.id)).catch(() => undefined);
   }
 
   /**
@@ -334,14 +243,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
 
   async function setAside(row: OutboxRow, err: unknown): Promise<void> {
     const message = err instanceof Error ? err.message : String(err);
-    const [{ dispatch_failures: failures }] = await db('outbox_events')
-      .where({ id: row.id })
-      .update({
-        dispatch_failures: db.raw('dispatch_failures + 1'),
-        last_dispatch_error: message.slice(0, 1000),
-        claimed_until: db.raw(`now() + least(interval '1 hour', interval '1 second' * power(2, dispatch_failures))`),
-      })
-      .returning('dispatch_failures');
+    const failures = await setAsideRow(db, row.id, message);
     logger.error({ outboxEventId: row.id, workspaceId: row.workspace_id, event: row.name, failures, err: message }, 'outbox row set aside after a failed dispatch; it will be retried');
   }
 

@@ -48,6 +48,19 @@ describe('GET /ready', () => {
   });
 });
 
+const root = path.join(__dirname, '..', '..');
+
+/** The files under these folders of the checkout (relative paths) whose names match. */
+function sourcesUnder(dirs: string[], name: RegExp): string[] {
+  const walk = (dir: string): string[] =>
+    fs.readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) => {
+      const relative = path.join(dir, entry.name);
+      if (entry.isDirectory()) return walk(relative);
+      return name.test(entry.name) ? [relative] : [];
+    });
+  return dirs.flatMap(walk);
+}
+
 describe('the bench stays out of the production tree (unauthenticated /__bench routes)', () => {
   let api: TestApi;
   beforeAll(async () => {
@@ -67,16 +80,25 @@ describe('the bench stays out of the production tree (unauthenticated /__bench r
   });
 
   it('no production source names the bench routes, reads a BENCH_ variable or imports scripts/', () => {
-    const root = path.join(__dirname, '..', '..');
-    const sources = (dir: string): string[] =>
-      fs.readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) => {
-        const relative = path.join(dir, entry.name);
-        if (entry.isDirectory()) return sources(relative);
-        return /\.(ts|js|mjs|cjs|json)$/.test(entry.name) ? [relative] : [];
-      });
-    const files = ['api', 'workflows', 'activities', 'workers', 'domain'].flatMap(sources);
+    const files = sourcesUnder(['api', 'workflows', 'activities', 'workers', 'domain'], /\.(ts|js|mjs|cjs|json)$/);
     expect(files.length).toBeGreaterThan(50);
     const offending = files.filter((file) => /__bench|BENCH_|from '(\.\.\/)+scripts\//.test(fs.readFileSync(path.join(root, file), 'utf8')));
+    expect(offending).toEqual([]);
+  });
+});
+
+describe('activities and workers are thin adapters', () => {
+  it('no file in activities/ or workers/ calls a table: every query is in domain/, in the area that owns it', () => {
+    const files = sourcesUnder(['activities', 'workers'], /\.ts$/);
+    expect(files.length).toBeGreaterThan(5);
+    // A table named to the query builder (db('contacts'), trx('...')) or SQL text of its own (.raw).
+    const tableCall = /\b(db|trx)\(['"`]|\.raw\(/;
+    const offending = files.flatMap((file) =>
+      fs
+        .readFileSync(path.join(root, file), 'utf8')
+        .split('\n')
+        .flatMap((line, i) => (tableCall.test(line) ? [`${file}:${i + 1}: ${line.trim()}`] : [])),
+    );
     expect(offending).toEqual([]);
   });
 });
