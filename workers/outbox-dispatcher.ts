@@ -28,6 +28,7 @@ import { webhookDeliveryWorkflow } from '../workflows/webhook-delivery';
 export interface DispatcherOptions {
   db: Db;
   temporal: () => Promise<Client>;
+  /** Task queue of the delivery workflows it starts (TEMPORAL_WEBHOOK_TASK_QUEUE). */
   taskQueue: string;
   retryScale: number;
   logger: Logger;
@@ -48,7 +49,6 @@ export interface DispatcherOptions {
   /** How often to look for pending deliveries that lost their attempt (default 10 s). */
   sweepMs?: number;
 }
-
 
 const START_CONCURRENCY = 64;
 /** Workspaces whose rows are being dispatched at once in this process, each in its own lane. */
