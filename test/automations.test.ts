@@ -455,7 +455,8 @@ describe('durable actions', () => {
     expect(render('[{{constructor}}] [{{toString}}]', {})).toBe('[] []');
   });
 
-  it('stops a run whose automation is deactivated during a wait', async () => {
+  /** A run that tagged its contact `first` and now waits (3 s on the test stack) before tagging it `second`. */
+  async function runWaitingAfterItsFirstAction() {
     const ws = await workspace();
     const flow = await automation(ws, {
       trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
@@ -467,6 +468,11 @@ describe('durable actions', () => {
       const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
       return contact && (await tagsOf(ws, contact.id)).includes('first') && (contact.id as string);
     });
+    return { ws, flow, contactId };
+  }
+
+  it('stops a run whose automation is deactivated during a wait', async () => {
+    const { ws, flow, contactId } = await runWaitingAfterItsFirstAction();
     expect((await api.request('PATCH', `/api/v1/automations/${flow.id}`, { key: ws.key, body: { active: false } })).status).toBe(200);
     const [run] = await settledRuns(ws, flow.id, 1);
     expect(run.status).toBe('failed');
@@ -475,17 +481,7 @@ describe('durable actions', () => {
   });
 
   it('stops a run whose workspace is suspended during a wait: no further action', async () => {
-    const ws = await workspace();
-    const flow = await automation(ws, {
-      trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
-      // 300 000 s scaled by the test stack's 0.00001: 3 s.
-      actions: [{ type: 'add_tag', tag: 'first' }, { type: 'wait', seconds: 300_000 }, { type: 'add_tag', tag: 'second' }],
-    });
-    await hook(flow.webhookUrl!, { phone: phone() });
-    const contactId = await eventually('the first action', async () => {
-      const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
-      return contact && (await tagsOf(ws, contact.id)).includes('first') && (contact.id as string);
-    });
+    const { ws, flow, contactId } = await runWaitingAfterItsFirstAction();
     expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}`, { plan: { active: false } })).status).toBe(200);
     // The API answers a suspended workspace 402: the run and the tags are read in the database.
     const run = await eventually('the run finished', async () => {

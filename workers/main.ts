@@ -49,33 +49,32 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   const db = createServiceDb(config);
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
   const workflowBundle = await bundleWorkflowsApart(additions.workflowsPath);
-  const worker = await Worker.create({
+  // What both workers share: the connection, the bundle, the codec and the workflow slots.
+  const common = {
     connection,
     namespace: config.temporalNamespace,
-    taskQueue: config.taskQueue,
     workflowBundle,
     dataConverter: dataConverterFor(config),
-    activities: { ...createActivities({ db, config }), ...additions.activities },
-    maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
     maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
     maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
     maxCachedWorkflows: config.worker.maxCachedWorkflows,
+  };
+  const worker = await Worker.create({
+    ...common,
+    taskQueue: config.taskQueue,
+    activities: { ...createActivities({ db, config }), ...additions.activities },
+    maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
   });
   // Webhook deliveries have a worker of their own on the same connection: a subscriber that answers
   // only after seconds holds a delivery's attempt (a local activity, inside its workflow task) that
   // long, and with one shared worker enough of them would hold every workflow task slot that sends
   // and automation runs need. Here they hold only this worker's.
+  const webhookActivities = createWebhookActivities({ db, config });
   const webhookWorker = await Worker.create({
-    connection,
-    namespace: config.temporalNamespace,
+    ...common,
     taskQueue: config.webhookTaskQueue,
-    workflowBundle,
-    dataConverter: dataConverterFor(config),
-    activities: createWebhookActivities({ db, config }),
+    activities: webhookActivities,
     maxConcurrentActivityTaskExecutions: WEBHOOK_WORKER_ACTIVITIES,
-    maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
-    maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
-    maxCachedWorkflows: config.worker.maxCachedWorkflows,
   });
   const temporal = temporalClientFactory(config);
   const dispatcher = createOutboxDispatcher({
@@ -86,7 +85,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
     pollMs: config.outboxPollMs,
     logger,
     onTriggers: createTriggerHandler({ db, temporal: temporal.get, taskQueue: config.taskQueue, waitScale: config.automationWaitScale, logger }),
-    attempt: createWebhookActivities({ db, config }).attemptWebhookDelivery,
+    attempt: webhookActivities.attemptWebhookDelivery,
     sweepMs: config.deliverySweepMs,
   });
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
