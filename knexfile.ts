@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Knex } from 'knex';
-import { loadConfig } from './domain/config';
+import { loadConfig } from './domain/platform/config';
 
 /** Migrations are the only way the schema changes: dated names, one change per file, reversible. */
 export const migrationConfig: Knex.MigratorConfig = {

@@ -1,17 +1,17 @@
-import { Action, ActionSchema, applyMapping, getAutomationStanding, getAutomationToRun, render, TriggerConfig, webhookVariables } from '../domain/automations';
-import { applyActionOnce, findTagByRef, finishRun, getRunState, getRunTrigger, runVariables, saveRunContext, saveRunPlan, withoutRunContactData } from '../domain/automation-runs';
-import { addTag, removeTag, updateContact, upsertLead } from '../domain/contacts';
-import type { Db } from '../domain/db';
-import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/deals';
-import { ApiError } from '../domain/errors';
-import { toFailure } from '../domain/failures';
-import { withoutPhoneNumbers } from '../domain/temporal';
-import { addNote } from '../domain/notes';
-import { messageContent, missingFields, requiredFields } from '../domain/sending';
-import { requireContact } from '../domain/refs';
-import { createTask } from '../domain/tasks';
-import { suspension } from '../domain/workspaces';
-import { saveSendRequest, sendInputFor } from '../domain/send-requests';
+import { Action, ActionSchema, applyMapping, getAutomationStanding, getAutomationToRun, render, TriggerConfig, webhookVariables } from '../domain/automations/automations';
+import { applyActionOnce, findTagByRef, finishRun, getRunState, getRunTrigger, runVariables, saveRunContext, saveRunPlan, withoutRunContactData } from '../domain/automations/automation-runs';
+import { addTag, removeTag, updateContact, upsertLead } from '../domain/leads/contacts';
+import type { Db } from '../domain/platform/db';
+import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/sales/deals';
+import { ApiError } from '../domain/kernel/errors';
+import { toFailure } from '../domain/messaging/failures';
+import { withoutPhoneNumbers } from '../domain/platform/temporal';
+import { addNote } from '../domain/leads/notes';
+import { messageContent, missingFields, requiredFields } from '../domain/messaging/sending';
+import { requireContact } from '../domain/leads/contact-refs';
+import { createTask } from '../domain/sales/tasks';
+import { suspension } from '../domain/access/workspaces';
+import { saveSendRequest, sendInputFor } from '../domain/messaging/send-requests';
 import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../types/automations';
 
 /** A run's trigger as its row records it (`{ type, ...variables }`): variables as text, the contact and deal it names. */

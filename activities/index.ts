@@ -1,5 +1,5 @@
-import type { Config } from '../domain/config';
-import type { Db } from '../domain/db';
+import type { Config } from '../domain/platform/config';
+import type { Db } from '../domain/platform/db';
 import { createAutomationActivities } from './automations';
 import { createMediaActivities } from './media';
 import { createMessagingActivities } from './messaging';

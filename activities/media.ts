@@ -1,11 +1,11 @@
-import type { Config } from '../domain/config';
-import type { Db } from '../domain/db';
-import { sendRequestOf } from '../domain/send-requests';
-import { ApiError } from '../domain/errors';
-import { refusalsAsFailures, toFailure } from '../domain/failures';
-import { safeRequest, safeStream, SafeHttpError, type SafeResponse, type SafeStreamResponse } from '../domain/safe-http';
-import { checkMediaSize, MEDIA_LIMITS } from '../domain/sending';
-import type { UrlPolicy } from '../domain/url-safety';
+import type { Config } from '../domain/platform/config';
+import type { Db } from '../domain/platform/db';
+import { sendRequestOf } from '../domain/messaging/send-requests';
+import { ApiError } from '../domain/kernel/errors';
+import { refusalsAsFailures, toFailure } from '../domain/messaging/failures';
+import { safeRequest, safeStream, SafeHttpError, type SafeResponse, type SafeStreamResponse } from '../domain/platform/safe-http';
+import { checkMediaSize, MEDIA_LIMITS } from '../domain/messaging/sending';
+import type { UrlPolicy } from '../domain/platform/url-safety';
 import type { MediaFile } from './providers/types';
 
 /**
@@ -53,7 +53,7 @@ export interface MediaDownload extends MediaFile {
  * "media could not be fetched" (131053) already has; no answer, a 5xx or a 429, an answer cut off
  * or not finished within MEDIA_DOWNLOAD_TIMEOUT_MS (and a temporary DNS failure, DNS_UNAVAILABLE)
  * are retried by the caller's retry policy first, which downloads again. Throws (and `data`
- * throws) the activity failure (domain/failures.ts).
+ * throws) the activity failure (domain/messaging/failures.ts).
  */
 export async function downloadMedia(url: string, type: string, policy: UrlPolicy): Promise<MediaDownload> {
   const limit = MEDIA_LIMITS[type];

@@ -1,11 +1,11 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import type { Db } from '../domain/db';
-import { ApiError } from '../domain/errors';
-import { outcomeUnknown } from '../domain/sending';
-import { refusalsAsFailures, toFailure } from '../domain/failures';
-import { deleteUnusedContact, recordContactCreated, recordWaId, requirePhone } from '../domain/contacts';
-import { conversationForSend, deleteEmptyConversation, lockConversation, touchConversation } from '../domain/conversations';
-import { findOrCreateContact, findOrCreateConversation, giveBackDaily, recordOutboundMessage, sendingPlan, takeDaily } from '../domain/messaging';
+import type { Db } from '../domain/platform/db';
+import { ApiError } from '../domain/kernel/errors';
+import { outcomeUnknown, chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/messaging/sending';
+import { refusalsAsFailures, toFailure } from '../domain/messaging/failures';
+import { deleteUnusedContact, recordContactCreated, recordWaId, requirePhone } from '../domain/leads/contacts';
+import { conversationForSend, deleteEmptyConversation, lockConversation, touchConversation } from '../domain/messaging/conversations';
+import { findOrCreateContact, findOrCreateConversation, giveBackDaily, recordOutboundMessage, sendingPlan, takeDaily } from '../domain/messaging/messaging';
 import {
   attemptOf,
   claimAttempt,
@@ -19,23 +19,21 @@ import {
   recordPreparation,
   standingSincePrepare,
   type SendAttemptRow,
-} from '../domain/send-attempts';
-import { approvedTemplate } from '../domain/templates';
-import { chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/sending';
-import { suspension } from '../domain/workspaces';
-import { searchHash, withoutPhoneNumbers } from '../domain/temporal';
-import { sendRequestOf } from '../domain/send-requests';
-import { instanceChannel, liveInstanceConfig, openInstanceConfig, sendCandidates } from '../domain/instances';
-import type { Config } from '../domain/config';
+} from '../domain/messaging/send-attempts';
+import { approvedTemplate } from '../domain/messaging/templates';
+import { suspension } from '../domain/access/workspaces';
+import { searchHash, withoutPhoneNumbers } from '../domain/platform/temporal';
+import { sendRequestOf } from '../domain/messaging/send-requests';
+import { instanceChannel, liveInstanceConfig, openInstanceConfig, sendCandidates } from '../domain/messaging/instances';
+import type { Config } from '../domain/platform/config';
 import { adapterFor, sendThroughProvider } from './providers';
 import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
 import { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from './media';
-import { PROVIDER_RETRYABLE } from '../types/messaging';
-import type { SendInput, PreparedSend, ProviderSendResult, ReconcileResult, SentMessage, SendOutcome } from '../types/messaging';
+import { PROVIDER_RETRYABLE, type SendInput, type PreparedSend, type ProviderSendResult, type ReconcileResult, type SentMessage, type SendOutcome } from '../types/messaging';
 
 /**
  * A preparation with the recipient's keyed hash, which the workflow sets as its PhoneHash search
- * attribute (domain/temporal.ts searchHash; the workflow cannot compute it, it has no keys).
+ * attribute (domain/platform/temporal.ts searchHash; the workflow cannot compute it, it has no keys).
  * Absent in preparations made before it.
  */
 export type PreparedWithHash = PreparedSend & { phoneHash?: string };
@@ -45,8 +43,8 @@ type ContentRef = { requestId: string; message?: undefined } | { requestId?: und
 
 /**
  * The steps of a send (the workflow in workflows/send-message.ts orders them and compensates).
- * The rules are domain/sending.ts; these activities load what the rules look at, and record.
- * Refusals become final failures whose `type` is the API's error code (domain/failures.ts).
+ * The rules are domain/messaging/sending.ts; these activities load what the rules look at, and record.
+ * Refusals become final failures whose `type` is the API's error code (domain/messaging/failures.ts).
  */
 
 /** Provider refusals the API reports under their own code; anything else final is SEND_FAILED. */
@@ -210,7 +208,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * The provider call, at most once per reference: the attempt is claimed (`in_flight`) before
      * the call. A retry that finds it `in_flight` (an earlier attempt died mid-call) does not call
      * again: it answers `unconfirmed` and the workflow waits for the provider's status callback
-     * (reconcileSend), which records the provider's answer on the row (domain/inbound.ts). A call
+     * (reconcileSend), which records the provider's answer on the row (domain/messaging/inbound.ts). A call
      * that got no answer (timeout, connection lost) may have been accepted too: same path.
      * Heartbeats while it runs (PROVIDER_SEND.heartbeatTimeout) so a dead worker is noticed fast.
      * For a provider given media as bytes (a web gateway), the claimed attempt downloads the file
@@ -328,7 +326,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           const { conversation } = await findOrCreateConversation(trx, workspaceId, contact.id, instance);
           prepared = { ...prepared, contactId: contact.id, conversationId: conversation.id };
         }
-        // A status callback that beat us here is kept on the attempt (domain/inbound.ts); the lock
+        // A status callback that beat us here is kept on the attempt (domain/messaging/inbound.ts); the lock
         // makes one arriving now wait until the message row exists.
         const attempt = await lockAttemptStatus(trx, workspaceId, sent.providerMessageId);
         const row = await recordOutboundMessage(trx, workspaceId, {

@@ -1,7 +1,7 @@
-import { openText } from '../domain/encryption';
-import type { Config } from '../domain/config';
-import type { Db } from '../domain/db';
-import { deliveryBody, getDeliveryToAttempt, postWebhook, recordDeliveryAttempt, recordDeliveryFailed, webhookSecretBinding } from '../domain/webhooks';
+import { openText } from '../domain/platform/encryption';
+import type { Config } from '../domain/platform/config';
+import type { Db } from '../domain/platform/db';
+import { deliveryBody, getDeliveryToAttempt, postWebhook, recordDeliveryAttempt, recordDeliveryFailed, webhookSecretBinding } from '../domain/webhooks/webhooks';
 import type { AttemptInput, AttemptResult } from '../types/webhooks';
 
 /**

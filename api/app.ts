@@ -2,9 +2,9 @@ import Koa from 'koa';
 import compose from 'koa-compose';
 import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
-import type { KeyRow } from '../domain/api-keys';
-import { KeyCache, LocalCounts } from '../domain/rate-limit';
-import { ApiError } from '../domain/errors';
+import type { KeyRow } from '../domain/access/api-keys';
+import { KeyCache, LocalCounts } from '../domain/access/rate-limit';
+import { ApiError } from '../domain/kernel/errors';
 import { jsonBody, readsAnyContentType, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
 import { countIpInMemory, enforce, ipBucket, record } from './middleware/rate-limit';
@@ -29,7 +29,7 @@ import { providerWebhookRoutes } from './routes/provider-webhooks';
 import { webhookRoutes } from './routes/webhooks';
 import { eventRoutes } from './routes/events';
 import { automationRoutes } from './routes/automations';
-import { CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH } from '../domain/codec-session';
+import { CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH } from '../domain/platform/codec-session';
 
 /** Every endpoint of the service, in documentation order. */
 export const ROUTES: AnyRoute[] = [
@@ -124,7 +124,7 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
  * The codec endpoint is called from the Temporal UI's page, another origin. With the admin token
  * in a header, a browser never adds it by itself; with the codec session cookie, SameSite=Strict
  * keeps it to same-site pages (the UI beside the API), and it opens only decode and encode, which
- * change nothing (domain/codec-session.ts).
+ * change nothing (domain/platform/codec-session.ts).
  */
 const CODEC_SESSION_PAGE = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Temporal codec session</title>

@@ -1,9 +1,9 @@
 import type { Context } from 'koa';
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { BATCH_MAX, BatchInput, ItemAnswer, refused, runInChunks } from '../domain/batch';
-import { ERROR_CODES, ErrorCode } from '../domain/errors';
-import { claimKey, completeKey, fingerprint, recordProgress, releaseKey, STORED_ANSWER_HOURS } from '../domain/idempotency';
+import { BATCH_MAX, BatchInput, ItemAnswer, refused, runInChunks } from '../domain/platform/batch';
+import { ERROR_CODES, ErrorCode } from '../domain/kernel/errors';
+import { claimKey, completeKey, fingerprint, recordProgress, releaseKey, STORED_ANSWER_HOURS } from '../domain/platform/idempotency';
 import type { BatchItem } from './route';
 import { idempotencyKey } from './send';
 
@@ -36,8 +36,8 @@ export function batchAnswer(name: string, data: z.ZodType, codes: ErrorCode[]) {
 
 /**
  * Answers a batch: items that failed validation answer for themselves, the others run in chunks
- * (domain/batch.ts runInChunks with `runChunk`), and the answers come back in request order. With
- * an `Idempotency-Key` the key is claimed before any work (domain/idempotency.ts): a repeat is
+ * (domain/platform/batch.ts runInChunks with `runChunk`), and the answers come back in request order. With
+ * an `Idempotency-Key` the key is claimed before any work (domain/platform/idempotency.ts): a repeat is
  * replayed (200, `Idempotent-Replayed: true`), a concurrent one is 409 IN_PROGRESS, another body
  * 422 IDEMPOTENCY_KEY_REUSED; each chunk records its answers in its own transaction, so a request
  * taking over a dead one resumes where it stopped and never does an item twice.

@@ -1,12 +1,12 @@
 import type { Client } from '@temporalio/client';
 import type { Context } from 'koa';
-import { ApiError } from '../domain/errors';
-import { isTemporalUnreachable, withDeadline } from '../domain/temporal';
+import { ApiError } from '../domain/kernel/errors';
+import { isTemporalUnreachable, withDeadline } from '../domain/platform/temporal';
 import type { Logger } from 'pino';
-import type { Config } from '../domain/config';
-import type { Db } from '../domain/db';
-import type { KeyRow } from '../domain/api-keys';
-import type { BucketState, KeyCache, LocalCounts } from '../domain/rate-limit';
+import type { Config } from '../domain/platform/config';
+import type { Db } from '../domain/platform/db';
+import type { KeyRow } from '../domain/access/api-keys';
+import type { BucketState, KeyCache, LocalCounts } from '../domain/access/rate-limit';
 
 /** What every request handler can reach: built once per process in `createApp`. */
 export interface AppDeps {

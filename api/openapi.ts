@@ -1,9 +1,9 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31, extendZodWithOpenApi } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
-import { ERROR_CODES, ErrorCode } from '../domain/errors';
+import { ERROR_CODES, ErrorCode } from '../domain/kernel/errors';
 import type { AnyRoute } from './route';
-import { satisfying } from '../domain/scopes';
-import { IN_MEMORY_IP_PROFILES, IP_PROFILES, KEY_PROFILES } from '../domain/rate-limit';
+import { satisfying } from '../domain/access/scopes';
+import { IN_MEMORY_IP_PROFILES, IP_PROFILES, KEY_PROFILES } from '../domain/access/rate-limit';
 import { BODY_METHODS, readsAnyContentType } from './middleware/body';
 import { isApiPath } from './middleware/rate-limit';
 import { IdempotencyHeaders } from './send';
@@ -43,7 +43,7 @@ export const TAGS: { name: string; description: string }[] = [
   { name: 'Provider webhooks', description: 'Callbacks of the messaging providers (signed by them).' },
 ];
 
-/** The 429 codes of the counters in domain/rate-limit: they come with Retry-After (the daily caps do not). */
+/** The 429 codes of the counters in domain/access/rate-limit: they come with Retry-After (the daily caps do not). */
 const BUCKET_CODES = new Set<ErrorCode>(['RATE_LIMITED', 'IP_RATE_LIMITED', 'SEND_RATE_LIMITED', 'COLD_SEND_RATE_LIMITED', 'TOKEN_RATE_LIMITED']);
 
 function errorsOf(def: AnyRoute): ErrorCode[] {

@@ -1,8 +1,8 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import type { ApiError, ErrorCode } from '../domain/errors';
-import type { IpProfile, KeyProfile } from '../domain/rate-limit';
-import type { Scope } from '../domain/scopes';
+import type { ApiError, ErrorCode } from '../domain/kernel/errors';
+import type { IpProfile, KeyProfile } from '../domain/access/rate-limit';
+import type { Scope } from '../domain/access/scopes';
 
 /**
  * One declaration per endpoint drives the router, the zod validation and the OpenAPI document,
@@ -35,7 +35,7 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
   tag: string;
   /** `apiKey`: Bearer vg_live_ key; `admin`: Bearer ADMIN_TOKEN; `none`: public. */
   auth: 'apiKey' | 'admin' | 'none';
-  /** Any one of these scopes is enough (implied scopes count; see domain/scopes). */
+  /** Any one of these scopes is enough (implied scopes count; see domain/access/scopes). */
   scopes?: Scope[];
   /** Per-IP profile applied before authentication. */
   ipProfile?: IpProfile;

@@ -2,18 +2,18 @@ import { METHODS } from 'node:http';
 import Router from '@koa/router';
 import type { Context, Middleware, Next } from 'koa';
 import { z, ZodError } from 'zod';
-import { ApiError, validationError } from '../domain/errors';
-import { unstorableReason } from '../domain/text';
+import { ApiError, validationError } from '../domain/kernel/errors';
+import { unstorableReason } from '../domain/kernel/text';
 import { adminAuth, apiKeyAuth } from './middleware/auth';
 import { requestBody } from './middleware/body';
 import { countBatchItems, enforce, ipBucket, record, scaled } from './middleware/rate-limit';
-import { IN_MEMORY_IP_PROFILES } from '../domain/rate-limit';
-import { BATCH_MAX } from '../domain/batch';
+import { IN_MEMORY_IP_PROFILES } from '../domain/access/rate-limit';
+import { BATCH_MAX } from '../domain/platform/batch';
 import { AnyObject, AnyRoute, BatchItem, koaPath } from './route';
 import { IdempotencyHeaders } from './send';
 
 /**
- * Where a validated input holds text PostgreSQL cannot store (domain/text), in a string or a key,
+ * Where a validated input holds text PostgreSQL cannot store (domain/kernel/text), in a string or a key,
  * and why; undefined when all is well. Refused here, naming the field, instead of failing in the
  * database. Iterative: any nesting depth.
  */

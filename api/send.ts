@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
-import { ApiError } from '../domain/errors';
-import { fromFailure, fromRefusal } from '../domain/failures';
-import { fingerprint } from '../domain/idempotency';
-import { isTemporalUnreachable, searchHash, workspacePriority } from '../domain/temporal';
-import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/send-requests';
+import { ApiError } from '../domain/kernel/errors';
+import { fromFailure, fromRefusal } from '../domain/messaging/failures';
+import { fingerprint } from '../domain/platform/idempotency';
+import { isTemporalUnreachable, searchHash, workspacePriority } from '../domain/platform/temporal';
+import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/messaging/send-requests';
 import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
 import { temporalClient, withTemporal } from './context';
@@ -112,7 +112,7 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
   const { reusePolicy } = decision;
   const replaces = 'replaces' in decision ? decision.replaces : undefined;
 
-  // The recipient and content stay in the database; the workflow gets the row's id (domain/send-requests.ts).
+  // The recipient and content stay in the database; the workflow gets the row's id (domain/messaging/send-requests.ts).
   const { workspaceId, ...content } = input;
   const requestId = randomUUID();
   try {

@@ -2,11 +2,11 @@ import type { Server } from 'node:http';
 import type { Middleware } from 'koa';
 import { createApp } from './app';
 import type { AppDeps } from './context';
-import { assertAdminToken, loadConfig } from '../domain/config';
-import { createServiceDb } from '../domain/db';
-import { createLogger } from '../domain/logger';
-import { pruneCounters } from '../domain/rate-limit';
-import { temporalClientFactory } from '../domain/temporal';
+import { assertAdminToken, loadConfig } from '../domain/platform/config';
+import { createServiceDb } from '../domain/platform/db';
+import { createLogger } from '../domain/platform/logger';
+import { pruneCounters } from '../domain/access/rate-limit';
+import { temporalClientFactory } from '../domain/platform/temporal';
 
 /** What an API process serves beyond the service's own app (scripts/bench/api.ts adds the bench's yardsticks). */
 export interface ApiAdditions {

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 
-// The retention job (domain/retention.ts) deletes dispatched outbox rows, finished webhook
+// The retention job (domain/maintenance/retention.ts) deletes dispatched outbox rows, finished webhook
 // deliveries and finished automation runs older than RETENTION_DAYS, oldest first, in batches:
 // each table needs its creation time indexed for that walk.
 export async function up(knex: Knex): Promise<void> {

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 // An automation's inbound token is looked up by its SHA-256 (this column, unique) and stored
-// sealed (domain/encryption.ts) in webhook_token, which the worker's pass seals at start: the
+// sealed (domain/platform/encryption.ts) in webhook_token, which the worker's pass seals at start: the
 // plain token, a credential, is no longer kept at rest. Existing tokens get their hash here.
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`

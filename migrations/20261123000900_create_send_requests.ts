@@ -5,7 +5,7 @@ import type { Knex } from 'knex';
 // The id is the workflow's handle on the row; an automation's send uses `<run id>/<action index>`
 // so a retried action finds its own row. `replaces`: the run of the same Idempotency-Key whose
 // refusal this request retries; unique, so two retries racing after one refusal start one send.
-// Pruned after RETENTION_DAYS (domain/retention.ts).
+// Pruned after RETENTION_DAYS (domain/maintenance/retention.ts).
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`
 CREATE TABLE send_requests (

@@ -6,7 +6,7 @@ import type { Knex } from 'knex';
 // transaction as every change that can alter any search's matches (a canonical contact created or
 // removed, one becoming or ceasing to be canonical, or its name, phone or e-mail changing). A
 // total counted in the same snapshot as the shards' sum is exact for as long as the sum reads the
-// same (domain/lead-list.ts). Each shard's search_changes only grows, so an equal sum means no
+// same (domain/leads/lead-list.ts). Each shard's search_changes only grows, so an equal sum means no
 // change. Creations and removals already upsert a shard row (contact_counts_add) and bump it in the
 // same statement; an update bumps it from a row trigger that fires only on a searchable change.
 const SHARDS = 32;

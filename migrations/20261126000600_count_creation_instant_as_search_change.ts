@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 // A search's pages in creation order are remembered by id with the search version they were read
-// at (domain/lead-list.ts): which contacts a page holds, and in which order, depends on what a
+// at (domain/leads/lead-list.ts): which contacts a page holds, and in which order, depends on what a
 // search reads and on each contact's creation instant. The service never changes created_at, but
 // an operator's fix might; it now counts as a search change too, so such a fix cannot leave a
 // remembered page in the wrong order. The trigger is restated whole; down restates it as it was.

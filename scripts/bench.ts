@@ -1,5 +1,5 @@
-import { newKeyRingValue, parseKeyRing } from '../domain/encryption';
-import { dataConverterFor } from '../domain/temporal';
+import { newKeyRingValue, parseKeyRing } from '../domain/platform/encryption';
+import { dataConverterFor } from '../domain/platform/temporal';
 /**
  * `npm run bench [-- --quick]`: starts the stack (embedded PostgreSQL whose seeded data is kept in
  * .data/bench for the next run, a fresh Temporal dev server, the worker, the emulator and the API
@@ -17,14 +17,14 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
-import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/lead-list';
-import { encodeCursor, microsOf, settledHorizon } from '../domain/cursor';
-import { MAX_OFFSET } from '../domain/pagination';
-import { BEGINNING, syncPageQuery, type Position } from '../domain/sync';
+import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/leads/lead-list';
+import { encodeCursor, microsOf, settledHorizon } from '../domain/platform/cursor';
+import { MAX_OFFSET } from '../domain/kernel/pagination';
+import { BEGINNING, syncPageQuery, type Position } from '../domain/platform/sync';
 import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './bench/floor';
-import { createDb, type Db } from '../domain/db';
-import { loadConfig } from '../domain/config';
-import { ALL_SCOPES } from '../domain/scopes';
+import { createDb, type Db } from '../domain/platform/db';
+import { loadConfig } from '../domain/platform/config';
+import { ALL_SCOPES } from '../domain/access/scopes';
 import {
   Child,
   ROOT,
@@ -454,7 +454,7 @@ async function statementMeter(db: Db) {
 async function explainLeadList(db: Db, workspaceId: string, requestPath: string): Promise<Record<string, string[]>> {
   const query = leadListQuery.parse(Object.fromEntries(new URL(requestPath, 'http://x').searchParams));
   const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
-  // A page with a fixed plan and no prefix is the sort order itself, or a filter's own index walked (domain/lead-list.ts).
+  // A page with a fixed plan and no prefix is the sort order itself, or a filter's own index walked (domain/leads/lead-list.ts).
   const pageLabel = !probe && pagePlanFixed ? 'page' : 'page over every match';
   const statements: Record<string, string> = { ...(probe ? { 'page from the sort prefix': probe.toString() } : {}), [pageLabel]: page.toString() };
   statements[maintained ? 'maintained total' : 'count'] = (maintained ?? count).toString();
@@ -623,7 +623,7 @@ async function main(): Promise<void> {
     let unfilteredRps: number | undefined;
     let unfilteredP99: number | undefined;
     // The q= row repeats one search, whose total is counted once and then reused while the
-    // workspace's search version stands (domain/lead-list.ts). For contrast, the same search with
+    // workspace's search version stands (domain/leads/lead-list.ts). For contrast, the same search with
     // a creation bound that differs on every request (matching every lead): each total is counted.
     const firstSearches = async (p: string, baseline: number): Promise<Measured> => {
       let n = 0;

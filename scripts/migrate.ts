@@ -1,6 +1,6 @@
 /** `npm run migrate` / `npm run migrate:rollback`: applies or reverts migrations on DATABASE_URL. */
-import { loadConfig } from '../domain/config';
-import { createDb } from '../domain/db';
+import { loadConfig } from '../domain/platform/config';
+import { createDb } from '../domain/platform/db';
 import { migrationConfig } from '../knexfile';
 
 async function main(): Promise<void> {

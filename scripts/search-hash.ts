@@ -1,6 +1,6 @@
 /**
  * What to type in the Temporal UI to find a workspace's sends to one number: Temporal shows the
- * recipient only as a keyed hash (`PhoneHash`, domain/temporal.ts searchHash), which only the
+ * recipient only as a keyed hash (`PhoneHash`, domain/platform/temporal.ts searchHash), which only the
  * holder of ENCRYPTION_KEYS can compute.
  *
  *   npx tsx scripts/search-hash.ts <workspaceId> <phone in any form>
@@ -10,9 +10,9 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseKeyRing } from '../domain/encryption';
-import { parsePhone } from '../domain/phone';
-import { searchHashes } from '../domain/temporal';
+import { parseKeyRing } from '../domain/platform/encryption';
+import { parsePhone } from '../domain/leads/phone';
+import { searchHashes } from '../domain/platform/temporal';
 
 export function searchQuery(keys: string, workspaceId: string, value: string): string {
   const ring = parseKeyRing(keys);

@@ -1,11 +1,11 @@
 import fs from 'node:fs';
-import type { Db } from '../domain/db';
-import { generateApiKey, hashApiKey } from '../domain/api-keys';
-import { createPipeline } from '../domain/pipelines';
-import { ALL_SCOPES } from '../domain/scopes';
-import { createWorkspace } from '../domain/workspaces';
-import type { KeyRing } from '../domain/encryption';
-import { openInstanceConfig, sealInstanceConfig } from '../domain/instances';
+import type { Db } from '../domain/platform/db';
+import { generateApiKey, hashApiKey } from '../domain/access/api-keys';
+import { createPipeline } from '../domain/sales/pipelines';
+import { ALL_SCOPES } from '../domain/access/scopes';
+import { createWorkspace } from '../domain/access/workspaces';
+import type { KeyRing } from '../domain/platform/encryption';
+import { openInstanceConfig, sealInstanceConfig } from '../domain/messaging/instances';
 
 export interface DemoSeed {
   workspaceId: string;

@@ -1,4 +1,4 @@
-import { openText } from '../domain/encryption';
+import { openText } from '../domain/platform/encryption';
 import { createWorkspace, expectError, startApi, TestApi } from './helpers';
 
 let api: TestApi;

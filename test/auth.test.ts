@@ -1,4 +1,4 @@
-import { hashApiKey } from '../domain/api-keys';
+import { hashApiKey } from '../domain/access/api-keys';
 import { createKey, createWorkspace, expectError, startApi, TestApi } from './helpers';
 
 let api: TestApi;

@@ -4,8 +4,8 @@
  * with AUTOMATION_WAIT_SCALE=0.00001 (a day's wait takes under a second).
  */
 import { randomUUID } from 'node:crypto';
-import { ALL_SCOPES } from '../domain/scopes';
-import { MAX_CHAIN_DEPTH, render } from '../domain/automations';
+import { ALL_SCOPES } from '../domain/access/scopes';
+import { MAX_CHAIN_DEPTH, render } from '../domain/automations/automations';
 import { createAutomationActivities } from '../activities/automations';
 import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
 

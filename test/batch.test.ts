@@ -3,10 +3,10 @@
  * each item as its single call would, emit events and take quotas per record, hold at most one
  * chunk's locks at a time, and do a batch once per Idempotency-Key.
  */
-import { ALL_SCOPES } from '../domain/scopes';
-import { BATCH_CHUNK } from '../domain/batch';
-import { fingerprint, STORED_ANSWER_HOURS } from '../domain/idempotency';
-import { pruneRetention } from '../domain/retention';
+import { ALL_SCOPES } from '../domain/access/scopes';
+import { BATCH_CHUNK } from '../domain/platform/batch';
+import { fingerprint, STORED_ANSWER_HOURS } from '../domain/platform/idempotency';
+import { pruneRetention } from '../domain/maintenance/retention';
 import {
   createKey,
   createWorkspace,

@@ -62,7 +62,7 @@ describe('docker-compose.yml', () => {
 
   it('is described in the README, service by service, and every variable the config reads is documented', () => {
     for (const name of ['postgres', 'temporal', 'temporal-ui', 'api', 'worker', 'migrate']) expect(readme).toContain(`\`${name}\``);
-    const configSource = fs.readFileSync(path.join(root, 'domain/config.ts'), 'utf8');
+    const configSource = fs.readFileSync(path.join(root, 'domain/platform/config.ts'), 'utf8');
     const read = [...configSource.matchAll(/env\.([A-Z_]+)/g)].map((m) => m[1]);
     expect(read.length).toBeGreaterThan(5);
     for (const variable of new Set(read)) expect(readme).toContain(`\`${variable}\``);

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { z } from 'zod';
-import { ApiError } from '../domain/errors';
+import { ApiError } from '../domain/kernel/errors';
 import { route } from '../api/route';
 import { createWorkspace, expectError, startApi, TestApi } from './helpers';
 

@@ -3,9 +3,9 @@
  * the suite's worker to a real receiver, read back by cursor; and the two events that tell a
  * synced system a lead left: contact.deleted and contact.merged (the panel's merge).
  */
-import { recordEvent } from '../domain/outbox';
-import { pruneRetention } from '../domain/retention';
-import { ALL_SCOPES } from '../domain/scopes';
+import { recordEvent } from '../domain/webhooks/outbox';
+import { pruneRetention } from '../domain/maintenance/retention';
+import { ALL_SCOPES } from '../domain/access/scopes';
 import { createKey, createWorkspace, eventually, expectError, Receiver, seedContact, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, Workspace } from './helpers';
 
 let api: TestApi;

@@ -9,11 +9,11 @@ import type { temporal } from '@temporalio/proto';
 import pino from 'pino';
 import { createApp } from '../api/app';
 import type { AnyRoute } from '../api/route';
-import { loadConfig, Config } from '../domain/config';
-import { createServiceDb, Db } from '../domain/db';
-import { REDACT_PATHS } from '../domain/logger';
-import { temporalClientFactory } from '../domain/temporal';
-import type { Scope } from '../domain/scopes';
+import { loadConfig, Config } from '../domain/platform/config';
+import { createServiceDb, Db } from '../domain/platform/db';
+import { REDACT_PATHS } from '../domain/platform/logger';
+import { temporalClientFactory } from '../domain/platform/temporal';
+import type { Scope } from '../domain/access/scopes';
 
 export interface ApiResponse<T = any> {
   status: number;

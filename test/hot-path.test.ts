@@ -1,8 +1,8 @@
 import { Client, types } from 'pg';
-import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/db';
-import { leadListQuery, listLeads } from '../domain/lead-list';
-import { ipClient, LocalCounts } from '../domain/rate-limit';
-import { iso } from '../domain/time';
+import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/platform/db';
+import { leadListQuery, listLeads } from '../domain/leads/lead-list';
+import { ipClient, LocalCounts } from '../domain/access/rate-limit';
+import { iso } from '../domain/kernel/time';
 import { countQueries, createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
 
 /**

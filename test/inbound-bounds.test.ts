@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import path from 'node:path';
-import { settledHorizon } from '../domain/cursor';
-import { ITEMS_PER_TRANSACTION, MAX_DELIVERY_ITEMS } from '../domain/inbound';
+import { settledHorizon } from '../domain/platform/cursor';
+import { ITEMS_PER_TRANSACTION, MAX_DELIVERY_ITEMS } from '../domain/messaging/inbound';
 import { freePort, nodeTs, ROOT, startChild, waitForHttp } from '../scripts/stack';
 import { ApiResponse, createWorkspace, eventually, expectError, startApi, TestApi, Workspace } from './helpers';
 

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { countQueries, createWorkspace, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
-import type { Scope } from '../domain/scopes';
+import type { Scope } from '../domain/access/scopes';
 
 let api: TestApi;
 let ws: Workspace;

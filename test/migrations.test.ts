@@ -1,4 +1,4 @@
-import { createDb } from '../domain/db';
+import { createDb } from '../domain/platform/db';
 import { migrationConfig } from '../knexfile';
 import { ensureDatabase } from '../scripts/stack';
 

@@ -1,6 +1,6 @@
 import { ROUTES } from '../api/app';
 import { TAGS } from '../api/openapi';
-import { NON_BLANK } from '../domain/input-rules';
+import { NON_BLANK } from '../domain/kernel/input-rules';
 import { startApi } from './helpers';
 
 describe('OpenAPI document', () => {

@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { parsePhone, PHONE_INTEGER_SCHEMA, PHONE_PATTERN } from '../domain/phone';
+import { parsePhone, PHONE_INTEGER_SCHEMA, PHONE_PATTERN } from '../domain/leads/phone';
 
 describe('phone canonicalisation', () => {
   it.each([

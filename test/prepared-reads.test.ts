@@ -2,7 +2,7 @@ import { ensureDatabase, migrateLatest } from '../scripts/stack';
 import { createWorkspace, seedContact, seedPipeline, startApi, TestApi } from './helpers';
 
 /**
- * The hot reads run as named prepared statements (domain/db.ts `prepared`): deal activities,
+ * The hot reads run as named prepared statements (domain/platform/db.ts `prepared`): deal activities,
  * pipelines, the unfiltered lead page and a filtered list's prefix (tag, deal and search filters). What a client must never
  * notice: a migration adding a column while the API serves, or a client asking for many list
  * shapes (each a statement text of its own).

@@ -1,5 +1,5 @@
 import { countQueries, createWorkspace, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
-import { parsePrice } from '../domain/products';
+import { parsePrice } from '../domain/sales/products';
 
 let api: TestApi;
 let ws: Workspace;

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { route } from '../api/route';
-import { FLUSH_MS, KEY_CACHE_MS } from '../domain/rate-limit';
+import { FLUSH_MS, KEY_CACHE_MS } from '../domain/access/rate-limit';
 import { freePort, nodeTs, ROOT, startChild, waitForHttp } from '../scripts/stack';
 import { ApiResponse, createWorkspace, eventually, expectError, startApi, TestApi, awayFromMinuteBoundary, uniqueIp } from './helpers';
 
@@ -229,7 +229,7 @@ describe('rate limits', () => {
     expect(statuses).toHaveLength(TOTAL);
     expect(statuses.filter((s) => s !== 200 && s !== 429)).toEqual([]);
     expect(allowed).toBeGreaterThanOrEqual(LIMIT);
-    // The documented bound (domain/rate-limit LocalCounts): the requests in flight, plus what the
+    // The documented bound (domain/access/rate-limit LocalCounts): the requests in flight, plus what the
     // other process admitted before its counts reached this one (a flush interval, twice for the phase).
     const otherProcessRate = TOTAL / seconds / 2;
     expect(allowed).toBeLessThanOrEqual(LIMIT + IN_FLIGHT + Math.ceil((otherProcessRate * 2 * FLUSH_MS) / 1000));

@@ -9,8 +9,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createDb, Db } from '../domain/db';
-import { parseKeyRing } from '../domain/encryption';
+import { createDb, Db } from '../domain/platform/db';
+import { parseKeyRing } from '../domain/platform/encryption';
 import { connectEmulatorWebhooks, seedDemo } from '../scripts/seed';
 import { Child, ROOT, freePort, nodeTs, startChild, waitForHttp } from '../scripts/stack';
 

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { safeRequest, safeStream, SafeHttpError } from '../domain/safe-http';
-import type { LookupFn } from '../domain/url-safety';
+import { safeRequest, safeStream, SafeHttpError } from '../domain/platform/safe-http';
+import type { LookupFn } from '../domain/platform/url-safety';
 
 /** A real local server; every request it sees is recorded. */
 let server: http.Server;

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ROUTES } from '../api/app';
-import { ALL_SCOPES } from '../domain/scopes';
+import { ALL_SCOPES } from '../domain/access/scopes';
 import { ensureSchemathesis } from '../scripts/stack';
 import { createWorkspace, Receiver, seedMember, startApi, startReceiver, TestApi, uniqueIp } from './helpers';
 

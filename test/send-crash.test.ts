@@ -6,8 +6,8 @@
  * to that API's webhook URL, as Meta would to the app's configured callback URL.
  */
 import path from 'node:path';
-import { loadConfig } from '../domain/config';
-import { temporalClientFactory } from '../domain/temporal';
+import { loadConfig } from '../domain/platform/config';
+import { temporalClientFactory } from '../domain/platform/temporal';
 import { Child, ROOT, nodeTs, startChild, waitFor, waitForWorker } from '../scripts/stack';
 import { createWorkspace, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
 

@@ -1,8 +1,8 @@
 /**
  * What an operator sees of a send in Temporal, and the send profile of the conversation endpoint.
  */
-import { loadConfig } from '../domain/config';
-import { searchHash, temporalClientFactory } from '../domain/temporal';
+import { loadConfig } from '../domain/platform/config';
+import { searchHash, temporalClientFactory } from '../domain/platform/temporal';
 import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;

@@ -10,9 +10,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { temporal as proto } from '@temporalio/proto';
-import { loadConfig } from '../domain/config';
-import { EncryptionCodec } from '../domain/payload-codec';
-import { temporalClientFactory } from '../domain/temporal';
+import { loadConfig } from '../domain/platform/config';
+import { EncryptionCodec } from '../domain/platform/payload-codec';
+import { temporalClientFactory } from '../domain/platform/temporal';
 import { nodeTs } from '../scripts/stack';
 import { createWorkspace, historyPayloads, startApi, TestApi, Workspace } from './helpers';
 

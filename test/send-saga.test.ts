@@ -5,7 +5,7 @@
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createMessagingActivities } from '../activities/messaging';
-import { saveSendRequest, sendInputFor } from '../domain/send-requests';
+import { saveSendRequest, sendInputFor } from '../domain/messaging/send-requests';
 import type { PreparedSend, SendOutcome } from '../types/messaging';
 import { createWorkspace, startApi, TestApi } from './helpers';
 

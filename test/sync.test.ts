@@ -1,5 +1,5 @@
-import type { Scope } from '../domain/scopes';
-import { settledHorizon } from '../domain/cursor';
+import type { Scope } from '../domain/access/scopes';
+import { settledHorizon } from '../domain/platform/cursor';
 import { ApiResponse, createKey, createWorkspace, eventually, expectError, seedPipeline, startApi, TestApi, Workspace } from './helpers';
 
 /**
@@ -28,7 +28,7 @@ const get = (w: Workspace, path: string): Promise<ApiResponse> => api.request('G
 
 /**
  * Waits until every transaction open on the database when called has ended (the settled horizon of
- * domain/cursor.ts has passed that moment). Test files run side by side on one database, and a
+ * domain/platform/cursor.ts has passed that moment). Test files run side by side on one database, and a
  * transaction of another file holds back what a sync reads here, by design: a page read at once
  * could end before this test's own last write.
  */

@@ -1,5 +1,5 @@
 import { countQueries, createKey, createWorkspace, expectError, seedContact, seedMember, seedPipeline, startApi, TestApi, Workspace } from './helpers';
-import { createTask } from '../domain/tasks';
+import { createTask } from '../domain/sales/tasks';
 
 let api: TestApi;
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;

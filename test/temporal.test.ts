@@ -1,5 +1,5 @@
-import { loadConfig } from '../domain/config';
-import { temporalClientFactory, SEARCH_ATTRIBUTES } from '../domain/temporal';
+import { loadConfig } from '../domain/platform/config';
+import { temporalClientFactory, SEARCH_ATTRIBUTES } from '../domain/platform/temporal';
 import { startApi } from './helpers';
 
 describe('Temporal', () => {

@@ -1,5 +1,5 @@
-import { ApiError } from '../domain/errors';
-import { assertPublicUrl, assertSafeUrlSyntax, isForbiddenAddress, LookupFn } from '../domain/url-safety';
+import { ApiError } from '../domain/kernel/errors';
+import { assertPublicUrl, assertSafeUrlSyntax, isForbiddenAddress, LookupFn } from '../domain/platform/url-safety';
 
 const STRICT = { allowPrivate: false };
 const DEV = { allowPrivate: true };

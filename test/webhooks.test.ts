@@ -4,13 +4,13 @@
  * The suite's worker runs with WEBHOOK_RETRY_SCALE=0.001 (5 s → 5 ms, 5 min → 0.3 s).
  */
 import type { Payload } from '@temporalio/common';
-import { EncryptionCodec } from '../domain/payload-codec';
-import { dataConverterFor } from '../domain/temporal';
+import { EncryptionCodec } from '../domain/platform/payload-codec';
+import { dataConverterFor } from '../domain/platform/temporal';
 import { createHmac } from 'node:crypto';
 import { Connection, Client, WorkflowNotFoundError } from '@temporalio/client';
-import { ALL_SCOPES } from '../domain/scopes';
-import { verifyWebhookSignature } from '../domain/webhook-signature';
-import { deliveryWorkflowId } from '../domain/webhooks';
+import { ALL_SCOPES } from '../domain/access/scopes';
+import { verifyWebhookSignature } from '../domain/webhooks/webhook-signature';
+import { deliveryWorkflowId } from '../domain/webhooks/webhooks';
 import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput, type DeliveryResult } from '../types/webhooks';
 import {
   createWorkspace,

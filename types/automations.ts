@@ -33,7 +33,7 @@ export interface RunContext {
   vars: Record<string, string>;
 }
 
-/** An action as stored (validated by domain/automations.ts ActionSchema). */
+/** An action as stored (validated by domain/automations/automations.ts ActionSchema). */
 export type StoredAction = { type: string; [param: string]: unknown };
 
 /**

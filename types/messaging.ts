@@ -29,7 +29,7 @@ export interface MessageContent {
 /**
  * Where a send goes and what it says, as the API (or an automation's send_message action) asked.
  * Kept in the database (send_requests), never in the send workflow's history: an operator who
- * can read Temporal reads ids, not messages (domain/send-requests.ts).
+ * can read Temporal reads ids, not messages (domain/messaging/send-requests.ts).
  */
 export interface SendRequest {
   /** Cold send: a phone number, found or created; conversation send: an existing conversation. */

@@ -1,10 +1,10 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { keepWebhookBodyOnRun, REFUSALS_LISTED_PER_EVENT, runsForEvents } from '../domain/automation-triggers';
-import { runWorkflowId } from '../domain/automations';
-import type { Db } from '../domain/db';
-import type { OutboxRow } from '../domain/outbox';
-import { START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/temporal';
+import { keepWebhookBodyOnRun, REFUSALS_LISTED_PER_EVENT, runsForEvents } from '../domain/automations/automation-triggers';
+import { runWorkflowId } from '../domain/automations/automations';
+import type { Db } from '../domain/platform/db';
+import type { OutboxRow } from '../domain/webhooks/outbox';
+import { START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/platform/temporal';
 import type { RunInput } from '../types/automations';
 import { automationRunWorkflow } from '../workflows/automation-run';
 
@@ -13,7 +13,7 @@ const START_CONCURRENCY = 32;
 
 /**
  * The outbox dispatcher's handler for internal triggers: the runs the events start
- * (domain/automation-triggers.ts decides and records them), each started as its workflow. The run
+ * (domain/automations/automation-triggers.ts decides and records them), each started as its workflow. The run
  * workflow's id derives from the event (`REJECT_DUPLICATE`), so a dispatcher taking a row again
  * after a crash neither records nor starts a second run.
  */

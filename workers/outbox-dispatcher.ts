@@ -1,16 +1,16 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { isDatabaseUnavailable, type Db } from '../domain/db';
-import { claimPendingFairly, markDispatched, releaseClaims, setAside as setAsideRow, type OutboxRow } from '../domain/outbox';
-import { createDeliveries, orphanedDeliveries, subscriptionsBeingRetried, type NewDelivery } from '../domain/webhook-deliveries';
-import { deliveryWorkflowId } from '../domain/webhooks';
+import { isDatabaseUnavailable, type Db } from '../domain/platform/db';
+import { claimPendingFairly, markDispatched, releaseClaims, setAside as setAsideRow, type OutboxRow } from '../domain/webhooks/outbox';
+import { createDeliveries, orphanedDeliveries, subscriptionsBeingRetried, type NewDelivery } from '../domain/webhooks/webhook-deliveries';
+import { deliveryWorkflowId } from '../domain/webhooks/webhooks';
 import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../types/webhooks';
-import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/temporal';
+import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/platform/temporal';
 import { webhookDeliveryWorkflow } from '../workflows/webhook-delivery';
 
 /**
  * Turns committed outbox rows into durable work. Business transactions only write the outbox
- * (domain/outbox.ts); this loop, in the worker process, leases undispatched rows, creates one
+ * (domain/webhooks/outbox.ts); this loop, in the worker process, leases undispatched rows, creates one
  * delivery per (event, matching active subscription), starts one Temporal workflow per delivery
  * (or makes its first attempt here), starts the automation runs the triggers call for, and only
  * then marks the rows dispatched. Every step is idempotent, so a crash at any point (API or
@@ -83,7 +83,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   /** Set by a lane that met an outage (PostgreSQL or Temporal away): the loop backs off. */
   let outage: unknown;
 
-  /** Rows for up to `workspaces` more workspaces, none of those in a lane now (domain/outbox.ts claimPendingFairly). */
+  /** Rows for up to `workspaces` more workspaces, none of those in a lane now (domain/webhooks/outbox.ts claimPendingFairly). */
   function claim(busy: string[], workspaces: number): Promise<Map<string, OutboxRow[]>> {
     return claimPendingFairly(db, { busy, after: lastServed, workspaces, rowsPerWorkspace, leaseSeconds });
   }

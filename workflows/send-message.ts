@@ -2,8 +2,7 @@ import { ActivityFailure, ApplicationFailure, TimeoutFailure, patched, proxyActi
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
 import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_PROVIDER_FIRST_CALL, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_FIRST_RETRY_WAIT, PROVIDER_SEND, PROVIDER_SEND_MEDIA, PROVIDER_SEND_RETRY, RECONCILE, RECORD } from './profiles';
-import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN } from '../types/messaging';
-import type { PreparedSend, ReconcileResult, SendInput, SendRefusal, SendResult, SentMessage } from '../types/messaging';
+import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN, type PreparedSend, type ReconcileResult, type SendInput, type SendRefusal, type SendResult, type SentMessage } from '../types/messaging';
 
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
 /** A media message's provider call may download the file first (a web gateway is given bytes, not the URL). */
@@ -47,7 +46,7 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
     if (hasMedia(input)) await media.checkMedia(input.requestId ? { workspaceId: input.workspaceId, requestId: input.requestId } : { url: input.message!.mediaUrl!, type: input.message!.type });
     const prepared = await prepare.prepareSend(input);
     compensations.push(() => compensate.undoPrepare(prepared));
-    // Search attributes are shown in clear: the number's keyed hash, never the number (domain/temporal.ts).
+    // Search attributes are shown in clear: the number's keyed hash, never the number (domain/platform/temporal.ts).
     // A preparation made before the hash sets no phone attribute; the command is the same either way.
     upsertSearchAttributes({ InstanceId: [prepared.instanceId], ...(prepared.phoneHash ? { PhoneHash: [prepared.phoneHash] } : {}) });
 
@@ -168,7 +167,7 @@ function failureCause(err: unknown): unknown {
   return err instanceof ActivityFailure ? err.cause : err;
 }
 
-/** The failure of a send the provider may have accepted (the activities raise the same through domain/sending.ts). */
+/** The failure of a send the provider may have accepted (the activities raise the same through domain/messaging/sending.ts). */
 function unknownOutcome(reason: string): ApplicationFailure {
   return ApplicationFailure.create({
     type: SEND_OUTCOME_UNKNOWN,

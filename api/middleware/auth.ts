@@ -1,12 +1,12 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context, Next } from 'koa';
-import { authenticateAndCount, hashApiKey, looksLikeApiKey, type KeyRow } from '../../domain/api-keys';
-import { ApiError } from '../../domain/errors';
-import { bucketStates, IpProfile, KeyProfile, shardsFor } from '../../domain/rate-limit';
-import { grants, satisfying, Scope } from '../../domain/scopes';
-import { suspension } from '../../domain/workspaces';
+import { authenticateAndCount, hashApiKey, looksLikeApiKey, type KeyRow } from '../../domain/access/api-keys';
+import { ApiError } from '../../domain/kernel/errors';
+import { bucketStates, IpProfile, KeyProfile, shardsFor } from '../../domain/access/rate-limit';
+import { grants, satisfying, Scope } from '../../domain/access/scopes';
+import { suspension } from '../../domain/access/workspaces';
 import { enforce, ipBucket, keyBuckets, markCountedInMemory, record, scaled } from './rate-limit';
-import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, validCodecSession } from '../../domain/codec-session';
+import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, validCodecSession } from '../../domain/platform/codec-session';
 
 /** Who is calling: API keys (with scopes and the plan) for /api/v1, the admin token for /admin/v1. */
 
@@ -22,7 +22,7 @@ function bearer(ctx: Context): string | undefined {
  *
  * A key read in the last second whose buckets all have large limits (a high-rate integration)
  * needs no statement: the key comes from the process's cache (or from the read another request
- * has under way when the entry went stale) and the request is counted in memory (domain/rate-limit
+ * has under way when the entry went stale) and the request is counted in memory (domain/access/rate-limit
  * LocalCounts). Anything else (an unknown, revoked, expired or stale key, a small limit) takes the
  * one exact statement that reads the key and counts the request.
  */

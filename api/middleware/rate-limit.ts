@@ -1,9 +1,9 @@
 import type { Context } from 'koa';
-import { ApiError } from '../../domain/errors';
-import { Bucket, BucketState, consume, consumeIfRoom, IP_PROFILES, ipClient, IpProfile, KEY_PROFILES, KeyProfile, tightest } from '../../domain/rate-limit';
+import { ApiError } from '../../domain/kernel/errors';
+import { Bucket, BucketState, consume, consumeIfRoom, IP_PROFILES, ipClient, IpProfile, KEY_PROFILES, KeyProfile, tightest } from '../../domain/access/rate-limit';
 
 /**
- * Rate limits of a request: its buckets counted in PostgreSQL (domain/rate-limit.ts), the
+ * Rate limits of a request: its buckets counted in PostgreSQL (domain/access/rate-limit.ts), the
  * `X-RateLimit-*` headers, and 429 with `Retry-After` and the bucket's code when one is exhausted.
  */
 

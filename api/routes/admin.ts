@@ -1,22 +1,22 @@
 import type { Payload } from '@temporalio/common';
 import { z } from 'zod';
-import { EncryptionCodec } from '../../domain/payload-codec';
-import { ApiError } from '../../domain/errors';
+import { EncryptionCodec } from '../../domain/platform/payload-codec';
+import { ApiError } from '../../domain/kernel/errors';
 import { AnyObject, AnyRoute, route, RouteDef } from '../route';
 import { single } from '../schemas';
-import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/api-keys';
-import { createGlobalCustomField, createPipeline, customFieldSchema, listPipelines, MAX_CUSTOM_FIELDS } from '../../domain/pipelines';
-import { ALL_SCOPES } from '../../domain/scopes';
-import { setInsight } from '../../domain/insights';
-import { createWorkspace, getWorkspace, PLAN_DEFAULTS, planSchema, requireWorkspace, serializeWorkspace, updateWorkspace } from '../../domain/workspaces';
-import { createInstance, instanceConfigSchema, updateInstance } from '../../domain/instances';
-import { addMember, requireMember } from '../../domain/members';
-import { createTemplate, TEMPLATE_STATUSES } from '../../domain/templates';
-import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
-import { mergeContacts, panelCreateContact, panelUpdateContact } from '../../domain/contacts';
-import { CODEC_SESSION_COOKIE, CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, codecSessionSecure, issueCodecSession } from '../../domain/codec-session';
-import { emailAddress, trimmedText } from '../../domain/input-rules';
-import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
+import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/access/api-keys';
+import { createGlobalCustomField, createPipeline, customFieldSchema, listPipelines, MAX_CUSTOM_FIELDS } from '../../domain/sales/pipelines';
+import { ALL_SCOPES } from '../../domain/access/scopes';
+import { setInsight } from '../../domain/leads/insights';
+import { createWorkspace, getWorkspace, PLAN_DEFAULTS, planSchema, requireWorkspace, serializeWorkspace, updateWorkspace } from '../../domain/access/workspaces';
+import { createInstance, instanceConfigSchema, updateInstance } from '../../domain/messaging/instances';
+import { addMember, requireMember } from '../../domain/access/members';
+import { createTemplate, TEMPLATE_STATUSES } from '../../domain/messaging/templates';
+import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts/broadcasts';
+import { mergeContacts, panelCreateContact, panelUpdateContact } from '../../domain/leads/contacts';
+import { CODEC_SESSION_COOKIE, CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, codecSessionSecure, issueCodecSession } from '../../domain/platform/codec-session';
+import { emailAddress, trimmedText } from '../../domain/kernel/input-rules';
+import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/leads/phone';
 
 /**
  * The operator API (what the CRM panel would do), behind ADMIN_TOKEN: docs/api-conventions.md.
@@ -124,7 +124,7 @@ export const adminRoutes: AnyRoute[] = [
     response: single(z.object({ expiresAt: z.iso.datetime() })),
     handler: async (ctx) => {
       const session = issueCodecSession(ctx.deps.config.adminToken!, Date.now());
-      // Secure unless the API and the request are both on loopback over http (domain/codec-session.ts).
+      // Secure unless the API and the request are both on loopback over http (domain/platform/codec-session.ts).
       const secure = codecSessionSecure(ctx.deps.config.publicBaseUrl, { protocol: ctx.protocol, hostname: ctx.hostname }) ? '; Secure' : '';
       ctx.append(
         'Set-Cookie',

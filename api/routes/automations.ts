@@ -18,16 +18,16 @@ import {
   TriggerSchema,
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
-} from '../../domain/automations';
-import { deliveryChain, findInboundAutomation, receiveInboundWebhook } from '../../domain/automation-receiver';
-import { ApiError } from '../../domain/errors';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
+} from '../../domain/automations/automations';
+import { deliveryChain, findInboundAutomation, receiveInboundWebhook } from '../../domain/automations/automation-receiver';
+import { ApiError } from '../../domain/kernel/errors';
+import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
 import { requestBody } from '../middleware/body';
 import { enforce } from '../middleware/rate-limit';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
-import { atLeastOne, trimmedText } from '../../domain/input-rules';
-import { grants } from '../../domain/scopes';
+import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
+import { grants } from '../../domain/access/scopes';
 
 const Automation = z
   .object({

@@ -8,9 +8,9 @@ import {
   MESSAGE_STATUSES,
   syncConversations,
   updateConversationStatus,
-} from '../../domain/conversations';
-import { pageQuery } from '../../domain/pagination';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/sync';
+} from '../../domain/messaging/conversations';
+import { pageQuery } from '../../domain/kernel/pagination';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
 
 const Message = z
   .object({

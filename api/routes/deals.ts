@@ -2,7 +2,7 @@ import type { Context } from 'koa';
 import { z } from 'zod';
 import { route } from '../route';
 import { IdParams, listOf, listOrSyncOf, single } from '../schemas';
-import type { Actor } from '../../domain/refs';
+import type { Actor } from '../../domain/access/members';
 import {
   createDeal,
   customValuesSchema,
@@ -16,11 +16,11 @@ import {
   serializeDeal,
   syncDeals,
   updateDeal,
-} from '../../domain/deals';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/sync';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
-import { trimmedText } from '../../domain/input-rules';
-import { BATCH_CHUNK, BATCH_MAX } from '../../domain/batch';
+} from '../../domain/sales/deals';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
+import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+import { trimmedText } from '../../domain/kernel/input-rules';
+import { BATCH_CHUNK, BATCH_MAX } from '../../domain/platform/batch';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
 
 const Deal = z

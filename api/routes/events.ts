@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { ApiError } from '../../domain/errors';
-import { eventListQuery, listEvents } from '../../domain/events';
-import { WEBHOOK_EVENTS } from '../../domain/outbox';
+import { ApiError } from '../../domain/kernel/errors';
+import { eventListQuery, listEvents } from '../../domain/webhooks/events';
+import { WEBHOOK_EVENTS } from '../../domain/webhooks/outbox';
 import { route } from '../route';
 import { cursorListOf } from '../schemas';
 

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { listOf } from '../schemas';
-import { listInstances } from '../../domain/instances';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { listInstances } from '../../domain/messaging/instances';
+import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
 
 const Instance = z
   .object({

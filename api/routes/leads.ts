@@ -1,16 +1,16 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, Lead, LeadTombstone, listOrSyncOf, single, Tag } from '../schemas';
-import { addTag, LeadInput, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead, upsertLeadChunk } from '../../domain/contacts';
-import { BATCH_CHUNK, BATCH_MAX } from '../../domain/batch';
+import { addTag, LeadInput, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead, upsertLeadChunk } from '../../domain/leads/contacts';
+import { BATCH_CHUNK, BATCH_MAX } from '../../domain/platform/batch';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
-import { leadListQuery, listLeads, syncLeads } from '../../domain/lead-list';
-import { syncDescription, syncRead } from '../../domain/sync';
-import { listEnvelope } from '../../domain/pagination';
-import { requireContact } from '../../domain/refs';
-import { getInsight } from '../../domain/insights';
-import { PHONE_INTEGER_SCHEMA, PHONE_TEXT_SCHEMA } from '../../domain/phone';
-import { atLeastOne, emailAddress, trimmedText } from '../../domain/input-rules';
+import { leadListQuery, listLeads, syncLeads } from '../../domain/leads/lead-list';
+import { syncDescription, syncRead } from '../../domain/platform/sync';
+import { listEnvelope } from '../../domain/kernel/pagination';
+import { requireContact } from '../../domain/leads/contact-refs';
+import { getInsight } from '../../domain/leads/insights';
+import { PHONE_INTEGER_SCHEMA, PHONE_TEXT_SCHEMA } from '../../domain/leads/phone';
+import { atLeastOne, emailAddress, trimmedText } from '../../domain/kernel/input-rules';
 
 const Insight = z
   .object({

@@ -11,9 +11,9 @@ import {
   MAX_LIST_ADD,
   removeContactFromList,
   renameList,
-} from '../../domain/lists';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
-import { trimmedText } from '../../domain/input-rules';
+} from '../../domain/leads/lists';
+import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+import { trimmedText } from '../../domain/kernel/input-rules';
 
 const List = z
   .object({ id: z.string(), name: z.string(), contactCount: z.number(), createdAt: z.string(), updatedAt: z.string() })

@@ -3,16 +3,15 @@ import { z } from 'zod';
 import { route } from '../route';
 import { single } from '../schemas';
 import { runSend } from '../send';
-import { MESSAGE_TYPES } from '../../types/messaging';
-import { requirePhone } from '../../domain/contacts';
-import { ApiError } from '../../domain/errors';
-import { MESSAGE_CONTENT_FIELDS, messageContent, messageRequirements, missingFields } from '../../domain/sending';
-import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/phone';
-import { isUuid } from '../../domain/refs';
-import { assertSafeUrlSyntax } from '../../domain/url-safety';
-import type { MessageContent } from '../../types/messaging';
+import { MESSAGE_TYPES, type MessageContent } from '../../types/messaging';
+import { requirePhone } from '../../domain/leads/contacts';
+import { ApiError } from '../../domain/kernel/errors';
+import { MESSAGE_CONTENT_FIELDS, messageContent, messageRequirements, missingFields } from '../../domain/messaging/sending';
+import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/leads/phone';
+import { isUuid } from '../../domain/kernel/ids';
+import { assertSafeUrlSyntax } from '../../domain/platform/url-safety';
 
-/** The message fields of both send endpoints (the rule of each type: domain/sending.ts). */
+/** The message fields of both send endpoints (the rule of each type: domain/messaging/sending.ts). */
 const content = {
   type: z.enum(MESSAGE_TYPES).default('text'),
   ...MESSAGE_CONTENT_FIELDS,

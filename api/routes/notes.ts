@@ -1,9 +1,9 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { NON_BLANK } from '../../domain/input-rules';
+import { NON_BLANK } from '../../domain/kernel/input-rules';
 import { Deleted, listOf, single } from '../schemas';
-import { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from '../../domain/notes';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
+import { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from '../../domain/leads/notes';
+import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
 
 const Note = z
   .object({ id: z.string(), body: z.string(), authorName: z.string(), createdAt: z.string(), updatedAt: z.string() })

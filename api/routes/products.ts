@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
-import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/pagination';
-import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, syncProducts, updateProduct } from '../../domain/products';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/sync';
-import { atLeastOne, ECMA_WHITESPACE, trimmedText } from '../../domain/input-rules';
+import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/kernel/pagination';
+import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, syncProducts, updateProduct } from '../../domain/sales/products';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
+import { atLeastOne, ECMA_WHITESPACE, trimmedText } from '../../domain/kernel/input-rules';
 
 const Product = z
   .object({
@@ -24,7 +24,7 @@ const price = z
   .unknown()
   .optional()
   .openapi({
-    // The shapes parsePrice (domain/products) accepts; a number's digits are those of String(n).
+    // The shapes parsePrice (domain/sales/products) accepts; a number's digits are those of String(n).
     anyOf: [
       { type: 'string', pattern: `^[${ECMA_WHITESPACE}]*[0-9]{1,12}(\\.[0-9]{0,2})?[${ECMA_WHITESPACE}]*$` },
       { type: 'number', minimum: 0, maximum: 999_999_999_999.99, multipleOf: 0.01 },

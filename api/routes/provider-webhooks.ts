@@ -4,7 +4,7 @@ import { AnyRoute, route } from '../route';
 // Side effect: zod's .openapi() (registered by the shared schemas module).
 import '../schemas';
 import { requestBody } from '../middleware/body';
-import { ApiError, type ErrorCode } from '../../domain/errors';
+import { ApiError, type ErrorCode } from '../../domain/kernel/errors';
 import {
   applyProviderWebhook,
   expectedVerifyToken,
@@ -19,7 +19,7 @@ import {
   type ParsedWebhook,
   type WebhookInstance,
   type WebhookOutcome,
-} from '../../domain/inbound';
+} from '../../domain/messaging/inbound';
 
 /**
  * Provider → service traffic (docs/messaging.md, inbound provider webhooks): Meta's WhatsApp Cloud API

@@ -1,9 +1,9 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
-import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/tags';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
-import { atLeastOne, trimmedText } from '../../domain/input-rules';
+import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/leads/tags';
+import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
 
 const TagRecord = Tag.extend({ createdAt: z.string() });
 const name = trimmedText(100);

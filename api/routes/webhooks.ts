@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { z } from 'zod';
-import { ApiError } from '../../domain/errors';
-import { WEBHOOK_EVENTS } from '../../domain/outbox';
-import { listEnvelope, pageQuery } from '../../domain/pagination';
-import { workspacePriority } from '../../domain/temporal';
+import { ApiError } from '../../domain/kernel/errors';
+import { WEBHOOK_EVENTS } from '../../domain/webhooks/outbox';
+import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+import { workspacePriority } from '../../domain/platform/temporal';
 import {
   ALL_EVENTS,
   createSubscription,
@@ -22,13 +22,13 @@ import {
   SUBSCRIBABLE_EVENTS,
   subscriptionTarget,
   updateSubscription,
-} from '../../domain/webhooks';
+} from '../../domain/webhooks/webhooks';
 import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput } from '../../types/webhooks';
 import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
-import { atLeastOne, HTTP_URL } from '../../domain/input-rules';
+import { atLeastOne, HTTP_URL } from '../../domain/kernel/input-rules';
 
 const Subscription = z
   .object({
@@ -62,7 +62,7 @@ const events = z
   .array(z.enum(SUBSCRIBABLE_EVENTS))
   .min(1)
   .max(SUBSCRIBABLE_EVENTS.length)
-  // `"*"` (every event) stands alone (domain/webhooks).
+  // `"*"` (every event) stands alone (domain/webhooks/webhooks).
   .meta({ anyOf: [{ maxItems: 1 }, { items: { not: { const: ALL_EVENTS } } }] });
 const DeliveryParams = z.object({ id: z.uuid(), deliveryId: z.uuid() });
 

@@ -1,10 +1,10 @@
 import type { Context, Next } from 'koa';
 import type { AppDeps } from '../../api/context';
-import type { Db } from '../../domain/db';
-import { listDealActivities } from '../../domain/deals';
-import { listLeads } from '../../domain/lead-list';
-import { listEnvelope } from '../../domain/pagination';
-import { listPipelines } from '../../domain/pipelines';
+import type { Db } from '../../domain/platform/db';
+import { listDealActivities } from '../../domain/sales/deals';
+import { listLeads } from '../../domain/leads/lead-list';
+import { listEnvelope } from '../../domain/kernel/pagination';
+import { listPipelines } from '../../domain/sales/pipelines';
 
 /**
  * The benchmark's yardstick query: one contact by primary key, the least work a read can do

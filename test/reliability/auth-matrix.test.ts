@@ -9,7 +9,7 @@
  */
 import { ROUTES } from '../../api/app';
 import type { AnyRoute } from '../../api/route';
-import { ALL_SCOPES, grants, satisfying, Scope } from '../../domain/scopes';
+import { ALL_SCOPES, grants, satisfying, Scope } from '../../domain/access/scopes';
 import { ApiResponse, createKey, expectError, Receiver, startApi, startReceiver, TestApi } from '../helpers';
 import { BODIES, buildFixture, Fixture, inBatches, routeKey, snapshot, withIds } from './workspace-fixture';
 
@@ -125,7 +125,7 @@ describe('auth matrix: API-key endpoints', () => {
       const required = r.scopes ?? [];
       const wrongScopes = ALL_SCOPES.filter((s) => !grants([s], required));
       const rightScopes = ALL_SCOPES.filter((s) => grants([s], required));
-      // The scopes that do satisfy it are exactly the documented ones (domain/scopes `satisfying`).
+      // The scopes that do satisfy it are exactly the documented ones (domain/access/scopes `satisfying`).
       expect(rightScopes.sort()).toEqual([...new Set(required.flatMap(satisfying))].sort());
 
       const unauthorized = await inBatches(bad, 6, async ([label, header]) => ({ label, res: await send(r, header) }));

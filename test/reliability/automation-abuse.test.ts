@@ -7,10 +7,10 @@
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createMessagingActivities } from '../../activities/messaging';
-import { createDeal } from '../../domain/deals';
-import { ALL_SCOPES } from '../../domain/scopes';
-import { CHAIN_RUN_BUDGET } from '../../domain/automations';
-import { REFUSALS_LISTED_PER_EVENT } from '../../domain/automation-triggers';
+import { createDeal } from '../../domain/sales/deals';
+import { ALL_SCOPES } from '../../domain/access/scopes';
+import { CHAIN_RUN_BUDGET } from '../../domain/automations/automations';
+import { REFUSALS_LISTED_PER_EVENT } from '../../domain/automations/automation-triggers';
 import { awayFromMinuteBoundary, createKey, createWorkspace, eventually, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from '../helpers';
 
 let api: TestApi;

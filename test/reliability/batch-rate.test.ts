@@ -5,7 +5,7 @@
  * X-RateLimit-* headers report the key after its items are counted. Both ways a key is counted:
  * exactly in PostgreSQL (limits under 600) and in the API process's memory (larger limits).
  */
-import { ALL_SCOPES } from '../../domain/scopes';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 

@@ -3,7 +3,7 @@
  * X-Forwarded-For (TRUST_PROXY = how many proxies we run), never an entry the client wrote itself.
  */
 import { randomInt } from 'node:crypto';
-import { IP_PROFILES } from '../../domain/rate-limit';
+import { IP_PROFILES } from '../../domain/access/rate-limit';
 import { awayFromMinuteBoundary, expectError, startApi, TestApi } from '../helpers';
 
 const apis: TestApi[] = [];

@@ -3,7 +3,7 @@
  * receiver, the provider emulator and the run log see afterwards, not only what the API answered.
  * The figures are the issue's (50 PATCHes, 50 moves, 20 sends, 20 inbound, 20 upserts).
  */
-import { ALL_SCOPES } from '../../domain/scopes';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { createWorkspace, eventually, Receiver, seedContact, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, uniqueIp, Workspace } from '../helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;

@@ -3,7 +3,7 @@
  * credential (it creates leads and sends messages), so a key that may only read automations never
  * sees it, only whether a token exists.
  */
-import { ALL_SCOPES } from '../../domain/scopes';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { createKey, createWorkspace, startApi, TestApi } from '../helpers';
 
 let api: TestApi;

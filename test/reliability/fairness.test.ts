@@ -10,7 +10,7 @@
  */
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { runWorkflowId } from '../../domain/automations';
+import { runWorkflowId } from '../../domain/automations/automations';
 import { Child, ensureDatabase, ensureTemporalCli, freePort, migrateLatest, nodeTs, ROOT, startChild, startTemporalDevServer, waitForWorker } from '../../scripts/stack';
 import { createKey, createWorkspace, eventually, Receiver, startApi, startReceiver, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';

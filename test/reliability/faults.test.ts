@@ -22,7 +22,7 @@ import {
   waitForHttp,
   waitForWorker,
 } from '../../scripts/stack';
-import { ALL_SCOPES } from '../../domain/scopes';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { createWorkspace, eventually, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;

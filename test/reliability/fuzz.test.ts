@@ -7,7 +7,7 @@
  * back must hold:
  *   - never a 5xx (nor a 3xx);
  *   - every 4xx is the flat error body `{ error, code, hint? }` with a code of the
- *     contract's list (domain/errors ERROR_CODES) whose status is the one answered;
+ *     contract's list (domain/kernel/errors ERROR_CODES) whose status is the one answered;
  *   - every 2xx validates against the route's `response` zod schema when it has one.
  * After the run (once before the destructive endpoints, once after) every record of the fixture
  * workspace is listed back through the API and validated with the routes' response schemas, so
@@ -37,9 +37,9 @@ import path from 'node:path';
 import fc from 'fast-check';
 import { ROUTES } from '../../api/app';
 import type { AnyRoute } from '../../api/route';
-import { ERROR_CODES } from '../../domain/errors';
-import { ALL_SCOPES } from '../../domain/scopes';
-import { openText } from '../../domain/encryption';
+import { ERROR_CODES } from '../../domain/kernel/errors';
+import { ALL_SCOPES } from '../../domain/access/scopes';
+import { openText } from '../../domain/platform/encryption';
 import { createKey, createWorkspace, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, uniqueIp, Workspace } from '../helpers';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 424242);

@@ -11,8 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { freePort, nodeTs, startChild, waitForHttp } from '../../scripts/stack';
 import { z } from 'zod';
 import { ROUTES } from '../../api/app';
-import { loadConfig } from '../../domain/config';
-import { IP_PROFILES } from '../../domain/rate-limit';
+import { loadConfig } from '../../domain/platform/config';
+import { IP_PROFILES } from '../../domain/access/rate-limit';
 import { awayFromMinuteBoundary, createWorkspace, expectError, startApi, TestApi, uniqueIp } from '../helpers';
 import { firstLeadDelivery } from './workspace-fixture';
 

@@ -6,8 +6,8 @@
  * receiver starts count against the plan's automationRunsPerMinute, as triggered runs do. All
  * through the real API, outbox dispatcher, worker and Temporal.
  */
-import { CHAIN_RUN_BUDGET, MAX_CHAIN_DEPTH } from '../../domain/automations';
-import { ALL_SCOPES } from '../../domain/scopes';
+import { CHAIN_RUN_BUDGET, MAX_CHAIN_DEPTH } from '../../domain/automations/automations';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, Receiver, settleOutbox, startApi, startReceiver, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 

@@ -4,8 +4,8 @@
  * (402 WEBHOOK_LIMIT_REACHED) and starts 600 runs a minute; the admin API refuses null for them;
  * the migration gives existing unlimited workspaces the defaults.
  */
-import { createDb } from '../../domain/db';
-import { ALL_SCOPES } from '../../domain/scopes';
+import { createDb } from '../../domain/platform/db';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { migrationConfig } from '../../knexfile';
 import { ensureDatabase } from '../../scripts/stack';
 import { createWorkspace, expectError, startApi, TestApi } from '../helpers';

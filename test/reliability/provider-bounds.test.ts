@@ -16,7 +16,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { Child, ROOT, nodeTs, startChild, waitForWorker } from '../../scripts/stack';
-import { MEDIA_LIMITS } from '../../domain/sending';
+import { MEDIA_LIMITS } from '../../domain/messaging/sending';
 import { createKey, createWorkspace, eventually, expectError, seedContact, startApi, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 

@@ -5,9 +5,9 @@
  * service only needs for a while (dispatched outbox rows, finished deliveries and runs) is pruned.
  */
 import { route } from '../../api/route';
-import { IP_PROFILES } from '../../domain/rate-limit';
-import { MAX_OFFSET } from '../../domain/pagination';
-import { pruneRetention } from '../../domain/retention';
+import { IP_PROFILES } from '../../domain/access/rate-limit';
+import { MAX_OFFSET } from '../../domain/kernel/pagination';
+import { pruneRetention } from '../../domain/maintenance/retention';
 import { awayFromMinuteBoundary, createWorkspace, expectError, startApi, TestApi } from '../helpers';
 
 let api: TestApi;

@@ -5,10 +5,10 @@
  * and a key rotates by listing the new key first.
  */
 import { randomUUID } from 'node:crypto';
-import { newKeyRingValue, openText, parseKeyRing, sealedWith, sealText } from '../../domain/encryption';
-import { openInstanceConfig } from '../../domain/instances';
-import { createDb } from '../../domain/db';
-import { sealStoredSecrets } from '../../domain/secrets-at-rest';
+import { newKeyRingValue, openText, parseKeyRing, sealedWith, sealText } from '../../domain/platform/encryption';
+import { openInstanceConfig } from '../../domain/messaging/instances';
+import { createDb } from '../../domain/platform/db';
+import { sealStoredSecrets } from '../../domain/maintenance/secrets-at-rest';
 import { migrationConfig } from '../../knexfile';
 import { ensureDatabase } from '../../scripts/stack';
 import { createWorkspace, expectError, startApi, TestApi } from '../helpers';

@@ -16,8 +16,8 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ROOT } from '../../scripts/stack';
-import { signBody } from '../../domain/inbound';
-import { ALL_SCOPES } from '../../domain/scopes';
+import { signBody } from '../../domain/messaging/inbound';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { ApiResponse, createWorkspace, eventually, expectError, Receiver, RequestOptions, settleOutbox, startApi, startReceiver, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 

@@ -25,8 +25,8 @@ import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import { createMediaActivities } from '../../activities/media';
 import { ROUTES } from '../../api/app';
-import { requirePhone } from '../../domain/contacts';
-import { postWebhook } from '../../domain/webhooks';
+import { requirePhone } from '../../domain/leads/contacts';
+import { postWebhook } from '../../domain/webhooks/webhooks';
 import { createKey, createWorkspace, eventually, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
 import { firstLeadDelivery, uniquePhone } from './workspace-fixture';
 

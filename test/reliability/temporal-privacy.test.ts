@@ -1,18 +1,18 @@
 /**
  * Temporal's history holds no tenant data: workflow inputs and activity arguments and results are
  * ids and flags (the content lives in send_requests and on the run's row), and every payload is
- * encrypted with ENCRYPTION_KEYS (domain/payload-codec.ts); operators decode through the admin
+ * encrypted with ENCRYPTION_KEYS (domain/platform/payload-codec.ts); operators decode through the admin
  * codec endpoint, behind the admin token.
  */
 import { createHmac, randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { Client, Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
-import { ALL_SCOPES } from '../../domain/scopes';
-import { seal } from '../../domain/encryption';
-import { EncryptionCodec } from '../../domain/payload-codec';
-import { saveSendRequest } from '../../domain/send-requests';
-import { searchHash, withoutPhoneNumbers } from '../../domain/temporal';
+import { ALL_SCOPES } from '../../domain/access/scopes';
+import { seal } from '../../domain/platform/encryption';
+import { EncryptionCodec } from '../../domain/platform/payload-codec';
+import { saveSendRequest } from '../../domain/messaging/send-requests';
+import { searchHash, withoutPhoneNumbers } from '../../domain/platform/temporal';
 import { searchQuery } from '../../scripts/search-hash';
 import { createWorkspace, eventually, expectError, historyPayloads, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
 

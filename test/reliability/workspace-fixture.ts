@@ -4,7 +4,7 @@
  * helpers that put real ids into path parameters and give every write a body that would succeed.
  */
 import type { AnyRoute } from '../../api/route';
-import { ALL_SCOPES } from '../../domain/scopes';
+import { ALL_SCOPES } from '../../domain/access/scopes';
 import { ApiResponse, createWorkspace, eventually, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, TestApi, Workspace } from '../helpers';
 
 export interface Fixture {

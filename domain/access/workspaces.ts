@@ -1,0 +1,145 @@
+import { z } from 'zod';
+import type { Db } from '../platform';
+import { ApiError, notFound, iso } from '../kernel';
+
+/** What the `integer` columns hold: a larger value is 400 VALIDATION, not a database error. */
+const INT_MAX = 2_147_483_647;
+
+/** A plan limit the operator may leave unlimited (null). */
+const limit = z.number().int().min(0).max(INT_MAX).nullable();
+
+/**
+ * Defaults of the plan limits on counts a tenant controls itself (how many automations and
+ * webhook subscriptions it makes, how many runs they start): such a limit always has a value,
+ * never unlimited, since one tenant's unbounded count slows every other tenant's dispatch
+ * (docs/reliability.md). The migration 20261126200100_plan_limit_defaults sets the same column defaults.
+ */
+export const PLAN_DEFAULTS = { automationLimit: 100, webhookQuota: 10, automationRunsPerMinute: 600 } as const;
+
+/** A limit on a count the tenant controls: a number (null, unlimited, is 400 VALIDATION); absent on creation, its default. */
+const boundedLimit = (field: keyof typeof PLAN_DEFAULTS) =>
+  z
+    .number({ error: (issue) => (issue.input === null ? `must be a number (this limit is never unlimited; default ${PLAN_DEFAULTS[field]})` : undefined) })
+    .int()
+    .min(0)
+    .max(INT_MAX)
+    .meta({ description: `Never unlimited: null is refused (400 VALIDATION). Default ${PLAN_DEFAULTS[field]}.`, default: PLAN_DEFAULTS[field] });
+
+/**
+ * Plan limits of a workspace. Absent: the default (the limits below) or unlimited (the others);
+ * null means unlimited where the operator may choose it.
+ */
+export const planSchema = z
+  .object({
+    dealLimit: limit,
+    dailyMessageQuota: limit,
+    broadcastLimit: limit,
+    inboundWebhookQuota: limit,
+    webhookQuota: boundedLimit('webhookQuota'),
+    automationLimit: boundedLimit('automationLimit'),
+    automationRunsPerMinute: boundedLimit('automationRunsPerMinute'),
+    apiAccess: z.boolean(),
+    active: z.boolean(),
+  })
+  .partial();
+export type PlanInput = z.infer<typeof planSchema>;
+
+const PLAN_COLUMNS = {
+  dealLimit: 'deal_limit',
+  dailyMessageQuota: 'daily_message_quota',
+  broadcastLimit: 'broadcast_limit',
+  inboundWebhookQuota: 'inbound_webhook_quota',
+  webhookQuota: 'webhook_quota',
+  automationLimit: 'automation_limit',
+  automationRunsPerMinute: 'automation_runs_per_minute',
+  apiAccess: 'api_access',
+  active: 'active',
+} as const;
+
+export interface WorkspaceRow {
+  id: string;
+  name: string;
+  deal_limit: number | null;
+  daily_message_quota: number | null;
+  broadcast_limit: number | null;
+  inbound_webhook_quota: number | null;
+  webhook_quota: number;
+  automation_limit: number;
+  automation_runs_per_minute: number;
+  api_access: boolean;
+  active: boolean;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export function planColumns(plan: PlanInput = {}): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [field, column] of Object.entries(PLAN_COLUMNS)) {
+    const value = plan[field as keyof PlanInput];
+    if (value !== undefined) out[column] = value;
+  }
+  return out;
+}
+
+export function serializeWorkspace(row: WorkspaceRow) {
+  return {
+    id: row.id,
+    name: row.name,
+    plan: {
+      dealLimit: row.deal_limit,
+      dailyMessageQuota: row.daily_message_quota,
+      broadcastLimit: row.broadcast_limit,
+      inboundWebhookQuota: row.inbound_webhook_quota,
+      webhookQuota: row.webhook_quota,
+      automationLimit: row.automation_limit,
+      automationRunsPerMinute: row.automation_runs_per_minute,
+      apiAccess: row.api_access,
+      active: row.active,
+    },
+    createdAt: iso(row.created_at),
+    updatedAt: iso(row.updated_at),
+  };
+}
+
+export async function createWorkspace(db: Db, name: string, plan: PlanInput = {}): Promise<WorkspaceRow> {
+  const [row] = await db('workspaces').insert({ name, ...planColumns(plan) }).returning('*');
+  return row;
+}
+
+/** Admin routes name their workspace in the path: an unknown one is 404 NOT_FOUND before anything is written. */
+export async function requireWorkspace(db: Db, workspaceId: string): Promise<void> {
+  const found = await db('workspaces').where({ id: workspaceId }).first('id');
+  if (!found) throw notFound('Workspace');
+}
+
+export async function getWorkspace(db: Db, workspaceId: string) {
+  const row: WorkspaceRow | undefined = await db('workspaces').where({ id: workspaceId }).first();
+  if (!row) throw notFound('Workspace');
+  return serializeWorkspace(row);
+}
+
+/** Changes the name and the plan fields given; the others keep their values. */
+export async function updateWorkspace(db: Db, workspaceId: string, input: { name?: string; plan?: PlanInput }) {
+  const changes = { ...(input.name ? { name: input.name } : {}), ...planColumns(input.plan) };
+  const [row]: WorkspaceRow[] = await db('workspaces')
+    .where({ id: workspaceId })
+    .update({ ...changes, updated_at: db.fn.now() })
+    .returning('*');
+  if (!row) throw notFound('Workspace');
+  return serializeWorkspace(row);
+}
+
+/**
+ * What a suspended workspace still does, for every path that acts for it. An inactive
+ * subscription stops everything that acts: the REST API, the inbound automation receiver,
+ * automation runs and sends (an automation's too). API access off stops only the REST API. What
+ * the workspace's customers send is still recorded (provider webhooks), so no message is lost
+ * while it is suspended; its events are still delivered to its webhook subscriptions.
+ */
+export type WorkspacePath = 'api' | 'inboundWebhook' | 'automationRun' | 'send';
+
+export function suspension(standing: { active: boolean; api_access: boolean }, path: WorkspacePath): ApiError | null {
+  if (!standing.active) return new ApiError('SUBSCRIPTION_INACTIVE', 'The workspace subscription is inactive');
+  if (path === 'api' && !standing.api_access) return new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
+  return null;
+}

@@ -1,0 +1,163 @@
+import type { Knex } from 'knex';
+import { applyMapping, loopRefusal, passesFilter, takeInboundRun, tokenHash, TriggerConfig } from './automations';
+import { type Db, KeyRing, openText } from '../platform';
+import { ApiError, isUuid, storableJson } from '../kernel';
+import { recordAcceptedRun, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
+import { suspension } from '../access';
+
+/**
+ * The inbound webhook receiver (POST /api/automations/webhook-in/{token}): the URL's token names
+ * the automation, and so its workspace; every call is recorded as a run of it.
+ */
+
+export interface InboundAutomation {
+  id: string;
+  workspace_id: string;
+  active: boolean;
+  trigger: TriggerConfig;
+  /** The workspace plan's automationRunsPerMinute, which inbound runs take from too. */
+  runs_per_minute: number;
+}
+
+/** Where a run sits in a chain of automations: its depth, and the chain's id (the root event's, or the root inbound run's). */
+export interface ChainPosition {
+  depth: number;
+  chain: string;
+}
+
+export type InboundStatus = 'accepted' | 'filtered' | 'duplicate';
+
+/** The automation behind an inbound webhook URL; an unknown or revoked token is 404 NOT_FOUND. */
+export async function findInboundAutomation(db: Db, token: string): Promise<InboundAutomation> {
+  const automation = await db('automations as a')
+    .join('workspaces as w', 'w.id', 'a.workspace_id')
+    .where({ 'a.webhook_token_hash': tokenHash(token) })
+    .first('a.id', 'a.workspace_id', 'a.active', 'a.trigger', 'w.active as workspace_active', 'w.api_access', 'w.automation_runs_per_minute');
+  if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
+  const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'inboundWebhook');
+  if (suspended) throw suspended;
+  return { id: automation.id, workspace_id: automation.workspace_id, active: automation.active, trigger: automation.trigger, runs_per_minute: automation.automation_runs_per_minute };
+}
+
+/**
+ * The chain position of a call made by one of this service's own webhook deliveries (an outbound
+ * subscription pointed at an inbound URL, ours or another workspace's): one step below the event
+ * the delivery carries (its depth + 1), in that event's chain. Without it, each such call began a
+ * new chain with a fresh budget, and a subscription to what the automation's own actions cause
+ * looped for ever. Null for any other call: no `X-Service-Delivery`, an unknown delivery, or a
+ * signature that is not the delivery's subscription's (anyone can send the header; only we, or
+ * the subscription's owner, can sign with its secret).
+ *
+ * Not scoped by workspace on purpose: a delivery of another workspace continues its chain too (a
+ * loop across two tenants). It reads only the delivery's chain position, never answered or shown,
+ * and only once the caller has proved it holds the delivery's signed request.
+ */
+export async function deliveryChain(db: Db, ring: KeyRing, request: { deliveryId: string; signature: string; rawBody: string }): Promise<ChainPosition | null> {
+  if (!isUuid(request.deliveryId) || !request.signature) return null;
+  const { rows } = await db.raw<{ rows: { workspace_id: string; event_id: string | null; secret: string; depth: number | null; chain_id: string | null }[] }>(
+    `SELECT d.workspace_id, d.event_id, s.secret, e.depth, e.chain_id
+       FROM webhook_deliveries d
+       JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
+       LEFT JOIN outbox_events e ON e.workspace_id = d.workspace_id AND e.id = d.event_id
+      WHERE d.id = ?`,
+    [request.deliveryId],
+  );
+  const delivery = rows[0];
+  if (!delivery?.event_id || !verifyWebhookSignature(openText(ring, delivery.secret, webhookSecretBinding(delivery.workspace_id)), request.signature, request.rawBody)) return null;
+  // The event row outlives any delivery attempt (retention); were it gone, its id still names the chain.
+  return { depth: (delivery.depth ?? 0) + 1, chain: delivery.chain_id ?? delivery.event_id };
+}
+
+/**
+ * Records one call of an automation's inbound URL as a run in the automation's workspace:
+ * `filtered` (inactive, or the eventFilter did not match: nothing runs; or loop protection
+ * refused a call our own webhook delivery made, `parent`: the run is recorded `failed` with the
+ * reason), `duplicate` (a run of the mapped externalId is running or completed; a failed one
+ * does not count, so a sender's retry runs again) or `accepted` (running, its start
+ * handed to the outbox). A run about to start takes one from the plan's automationRunsPerMinute
+ * first: over it, 429 RATE_LIMITED and nothing is recorded.
+ */
+export async function receiveInboundWebhook(db: Db, automation: InboundAutomation, body: object, parent: ChainPosition | null = null): Promise<{ runId: string; status: InboundStatus }> {
+  const workspaceId = automation.workspace_id;
+  const trigger = automation.trigger;
+  const { externalId } = applyMapping(trigger.mapping, body);
+  const summary = { type: 'webhook_received', ...(externalId ? { externalId } : {}) };
+  const depth = parent?.depth ?? 0;
+
+  if (!automation.active || !passesFilter(trigger.eventFilter, body)) {
+    const [run] = await db('automation_runs')
+      .insert({
+        workspace_id: workspaceId,
+        automation_id: automation.id,
+        status: 'filtered',
+        trigger: JSON.stringify(summary),
+        external_id: externalId ?? null,
+        error: automation.active ? null : 'The automation is inactive',
+        finished_at: db.fn.now(),
+      })
+      .returning('id');
+    return { runId: run.id, status: 'filtered' };
+  }
+
+  if (parent) {
+    // The trigger handler's loop protection (workers/automation-triggers.ts), for a run one of our
+    // own deliveries started: as deep as its chain allows, and within the chain's run budget.
+    const { used } = await db('automation_runs').where({ workspace_id: workspaceId, chain_id: parent.chain }).first(db.raw('count(*)::int AS used'));
+    const refused = loopRefusal(depth, used);
+    if (refused) {
+      // Failed, in the chain (it counts in its budget); the externalId stays free, as nothing ran.
+      const [run] = await db('automation_runs')
+        .insert({
+          workspace_id: workspaceId,
+          automation_id: automation.id,
+          status: 'failed',
+          trigger: JSON.stringify(summary),
+          depth,
+          chain_id: parent.chain,
+          error: refused,
+          finished_at: db.fn.now(),
+        })
+        .returning('id');
+      // 2xx: the delivery that made the call is done (a 4xx or 5xx would only make it retry).
+      return { runId: run.id, status: 'filtered' };
+    }
+  }
+  await takeInboundRun(db, workspaceId, automation.runs_per_minute);
+
+  const record = (trx: Db | Knex.Transaction, status: 'running' | 'duplicate') =>
+    trx('automation_runs')
+      .insert({
+        workspace_id: workspaceId,
+        automation_id: automation.id,
+        status,
+        trigger: JSON.stringify(summary),
+        external_id: externalId ?? null,
+        // A root call's run keeps chain_id empty, as before: its chain is named by its own id, which
+        // the outbox row carries to the runs it causes.
+        depth,
+        chain_id: parent?.chain ?? null,
+        // Kept on the run until it finishes (its workflow's input names only the run). Text
+        // PostgreSQL cannot store is made storable (domain/kernel/text).
+        ...(status === 'running' ? { webhook_body: JSON.stringify(storableJson(body)) } : { finished_at: db.fn.now() }),
+      })
+      .returning('id');
+  let run: { id: string };
+  try {
+    // Accepted means recorded: the run and the outbox row that starts it commit together, and
+    // the worker's dispatcher starts the workflow (Temporal away only delays it).
+    run = await db.transaction(async (trx) => {
+      const [row] = await record(trx, 'running');
+      // No externalId in the start: the workflow is named by the run, so a retry after a failed
+      // run starts a new one; the index below is what refuses a repeat of a running or completed run.
+      await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, depth, chain: parent?.chain ?? row.id });
+      return row;
+    });
+  } catch (err) {
+    // The externalId is running or completed (index automation_runs_external_id_uq, which outlives
+    // Temporal's retention); a failed run gave it up, so the sender's retry got here as a new run.
+    if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
+    const [duplicate] = await record(db, 'duplicate');
+    return { runId: duplicate.id, status: 'duplicate' };
+  }
+  return { runId: run.id, status: 'accepted' };
+}

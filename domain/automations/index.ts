@@ -1,0 +1,4 @@
+export * from './automation-receiver';
+export * from './automation-runs';
+export * from './automation-triggers';
+export * from './automations';

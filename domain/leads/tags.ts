@@ -1,0 +1,99 @@
+import type { Knex } from 'knex';
+import type { Db } from '../platform';
+import { ApiError, notFound, Page, pageWithTotal, likeContains, isUuid, iso } from '../kernel';
+
+type Writer = Db | Knex.Transaction;
+
+export const DEFAULT_TAG_COLOR = '#6b7280';
+/** `#rrggbb`; stored and returned in lower case. */
+export const TAG_COLOR = /^#[0-9a-fA-F]{6}$/;
+
+export interface TagRow {
+  id: string;
+  workspace_id: string;
+  name: string;
+  color: string;
+  created_at: Date;
+}
+
+export function serializeTag(row: TagRow) {
+  return { id: row.id, name: row.name, color: row.color, createdAt: iso(row.created_at) };
+}
+
+
+const isUniqueViolation = (err: unknown): boolean => (err as { code?: string })?.code === '23505';
+const nameTaken = (name: string) =>
+  new ApiError('CONFLICT', `A tag named "${name}" already exists in this workspace`, { hint: 'Tag names are unique regardless of case.' });
+
+/** Tags of the workspace ordered by name (case-insensitive) then id; `q` matches part of the name. */
+export async function listTags(db: Db, workspaceId: string, input: Page & { q?: string }) {
+  const scope = db('tags').where({ workspace_id: workspaceId });
+  if (input.q) scope.whereRaw(`lower(name) LIKE ? ESCAPE '\\'`, [likeContains(input.q)]);
+  const { rows, total } = await pageWithTotal<TagRow>(scope, input, (q) => q.orderByRaw('lower(name), id').select('*'));
+  return { rows: rows.map(serializeTag), total };
+}
+
+export async function getTag(db: Writer, workspaceId: string, tagId: string) {
+  if (!isUuid(tagId)) throw notFound('Tag');
+  const row: TagRow | undefined = await db('tags').where({ workspace_id: workspaceId, id: tagId }).first();
+  if (!row) throw notFound('Tag');
+  return serializeTag(row);
+}
+
+/** A new tag; a name already used in the workspace (any case) is 409 CONFLICT, also under concurrency. */
+export async function createTag(db: Writer, workspaceId: string, input: { name: string; color?: string }) {
+  const { rows } = await db.raw(
+    `INSERT INTO tags (workspace_id, name, color) VALUES (?, ?, ?)
+     ON CONFLICT (workspace_id, lower(name)) DO NOTHING RETURNING *`,
+    [workspaceId, input.name, (input.color ?? DEFAULT_TAG_COLOR).toLowerCase()],
+  );
+  if (rows.length === 0) throw nameTaken(input.name);
+  return serializeTag(rows[0]);
+}
+
+export async function updateTag(db: Writer, workspaceId: string, tagId: string, input: { name?: string; color?: string }) {
+  if (!isUuid(tagId)) throw notFound('Tag');
+  const changes: Record<string, string> = {};
+  if (input.name !== undefined) changes.name = input.name;
+  if (input.color !== undefined) changes.color = input.color.toLowerCase();
+  let rows: TagRow[];
+  try {
+    rows = await db('tags').where({ workspace_id: workspaceId, id: tagId }).update(changes).returning('*');
+  } catch (err) {
+    if (isUniqueViolation(err)) throw nameTaken(input.name ?? '');
+    throw err;
+  }
+  if (rows.length === 0) throw notFound('Tag');
+  return serializeTag(rows[0]);
+}
+
+/**
+ * Deletes a tag unless a broadcast in progress uses it (409 TAG_IN_USE). The tag row is locked
+ * first (which blocks a concurrent insert of a broadcast_tags row referencing it: the foreign-key
+ * check needs a share lock on the tag), then the broadcasts using it are share-locked, so a
+ * broadcast being switched to `in_progress` concurrently is either seen as in progress or waits
+ * until the tag is gone. Contact assignments go with the tag (ON DELETE CASCADE) without
+ * `contact.tag_removed` events: deleting a tag is not a per-contact removal.
+ */
+export async function deleteTag(db: Db, workspaceId: string, tagId: string): Promise<{ id: string; deleted: true }> {
+  if (!isUuid(tagId)) throw notFound('Tag');
+  return db.transaction(async (trx) => {
+    const tag = await trx('tags').where({ workspace_id: workspaceId, id: tagId }).forUpdate().first('id');
+    if (!tag) throw notFound('Tag');
+    const { rows } = await trx.raw(
+      `SELECT b.id, b.status FROM broadcasts b
+         JOIN broadcast_tags bt ON bt.broadcast_id = b.id
+        WHERE bt.workspace_id = ? AND bt.tag_id = ?
+        FOR SHARE OF b`,
+      [workspaceId, tagId],
+    );
+    const inProgress = (rows as { id: string; status: string }[]).filter((b) => b.status === 'in_progress');
+    if (inProgress.length) {
+      throw new ApiError('TAG_IN_USE', 'The tag is used by a broadcast in progress', {
+        hint: `Broadcast${inProgress.length > 1 ? 's' : ''} ${inProgress.slice(0, 5).map((b) => b.id).join(', ')}; retry when finished.`,
+      });
+    }
+    await trx('tags').where({ workspace_id: workspaceId, id: tagId }).delete();
+    return { id: tagId, deleted: true as const };
+  });
+}

@@ -1,0 +1,42 @@
+import { type Db, STORED_ANSWER_HOURS } from '../platform';
+
+/**
+ * How long the service keeps what it only needs for a while, and the job that forgets the rest:
+ * outbox rows once dispatched, webhook deliveries once delivered or given up, automation runs once
+ * finished, send requests (a send's recipient and content), each after RETENTION_DAYS; a batch's
+ * Idempotency-Key and its answer after their own window (`hours`). What is still pending or
+ * running is never removed. An inbound automation call's `externalId` is recognised as a
+ * duplicate for as long as its run is kept.
+ */
+export const RETENTION_TABLES: Record<string, { done: string; hours?: number }> = {
+  outbox_events: { done: 'dispatched_at IS NOT NULL' },
+  webhook_deliveries: { done: "status <> 'pending'" },
+  automation_runs: { done: "status <> 'running'" },
+  // A send's content, kept for its workflow (which ends within a day: the reconcile window's bound).
+  send_requests: { done: 'true' },
+  // Replayed for STORED_ANSWER_HOURS, not RETENTION_DAYS; a claim whose request still runs (its lease not lapsed) stays.
+  idempotent_requests: { done: "state = 'done' OR locked_until < now()", hours: STORED_ANSWER_HOURS },
+};
+
+/** Rows deleted per statement: short transactions, no long lock on a busy table. */
+const BATCH = 5000;
+
+/** Deletes what is past retention, oldest first, in batches; returns how many rows per table. */
+export async function pruneRetention(db: Db, days: number): Promise<Record<string, number>> {
+  const removed: Record<string, number> = {};
+  for (const [table, { done, hours }] of Object.entries(RETENTION_TABLES)) {
+    removed[table] = 0;
+    const cutoff = hours === undefined ? db.raw(`now() - make_interval(days => ?)`, [days]) : db.raw(`now() - make_interval(hours => ?)`, [hours]);
+    for (;;) {
+      const n: number = await db(table)
+        .whereIn('id', db(table).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('id'))
+        .delete();
+      removed[table] += n;
+      if (n < BATCH) break;
+    }
+  }
+  return removed;
+}
+
+/** How often the worker runs the job. */
+export const PRUNE_EVERY_MS = 60 * 60 * 1000;

@@ -1,0 +1,211 @@
+import type { Knex } from 'knex';
+import { assertSafeUrlSyntax, type Db, SyncRead, syncPage } from '../platform';
+import { ApiError, listEnvelope, Page, pageWithTotal, Pagination, isUuid, iso } from '../kernel';
+import { canonical } from '../leads';
+
+type Reader = Db | Knex.Transaction;
+
+export const CONVERSATION_STATUSES = ['open', 'waiting', 'snoozed', 'closed'] as const;
+export type ConversationStatus = (typeof CONVERSATION_STATUSES)[number];
+
+export const MESSAGE_STATUSES = ['sent', 'delivered', 'received', 'read', 'failed'] as const;
+
+/** A conversation row joined with the columns of its contact that the API shows. */
+interface ConversationRow {
+  id: string;
+  contact_id: string;
+  contact_name: string;
+  contact_phone: string;
+  instance_id: string;
+  channel: 'whatsapp' | 'instagram';
+  status: ConversationStatus;
+  last_message_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+interface MessageRow {
+  id: string;
+  direction: 'in' | 'out';
+  type: string;
+  body: string;
+  media_url: string | null;
+  timestamp: Date;
+  status: (typeof MESSAGE_STATUSES)[number];
+}
+
+/**
+ * The conversations an integration may see, in one statement with their contact: only those of
+ * the workspace whose contact is canonical (not a group chat, not merged, not soft-deleted) and
+ * whose connection is not archived (group chats and archived connections never appear).
+ * Lists, totals, single reads and updates all start from here, so they cannot disagree.
+ */
+export function visibleConversations(db: Reader, workspaceId: string): Knex.QueryBuilder {
+  const q = db('conversations as c')
+    .join('contacts as ct', function joinContact() {
+      this.on('ct.id', '=', 'c.contact_id').andOn('ct.workspace_id', '=', 'c.workspace_id');
+    })
+    .join('instances as i', function joinInstance() {
+      this.on('i.id', '=', 'c.instance_id').andOn('i.workspace_id', '=', 'c.workspace_id');
+    })
+    .where('c.workspace_id', workspaceId)
+    .where('i.archived', false);
+  return canonical(q, 'ct');
+}
+
+const COLUMNS = [
+  'c.id',
+  'c.contact_id',
+  'ct.name as contact_name',
+  'ct.phone as contact_phone',
+  'c.instance_id',
+  'c.channel',
+  'c.status',
+  'c.last_message_at',
+  'c.created_at',
+  'c.updated_at',
+];
+
+export function serializeConversation(row: ConversationRow) {
+  return {
+    id: row.id,
+    contact: { id: row.contact_id, name: row.contact_name, phone: row.contact_phone },
+    instanceId: row.instance_id,
+    channel: row.channel,
+    status: row.status,
+    lastMessageAt: iso(row.last_message_at),
+    createdAt: iso(row.created_at) as string,
+    updatedAt: iso(row.updated_at) as string,
+  };
+}
+export type Conversation = ReturnType<typeof serializeConversation>;
+
+/**
+ * A media URL is shown only when it is an external https URL: internal storage references
+ * (`media_ref`, `s3://`, relative keys, `http:`), URLs carrying credentials and URLs that point
+ * at the service's own network (localhost, private or reserved addresses) are never exposed.
+ */
+export function externalMediaUrl(value: string | null | undefined): string | undefined {
+  if (!value) return undefined;
+  try {
+    // The same rule as media URLs accepted on send (no DNS here: a stored URL is only shown or not).
+    assertSafeUrlSyntax(value, { allowPrivate: false });
+    return value;
+  } catch {
+    return undefined;
+  }
+}
+
+export function serializeMessage(row: MessageRow) {
+  const mediaUrl = externalMediaUrl(row.media_url);
+  return {
+    id: row.id,
+    direction: row.direction,
+    type: row.type,
+    body: row.body,
+    timestamp: iso(row.timestamp) as string,
+    status: row.status,
+    ...(mediaUrl ? { mediaUrl } : {}),
+  };
+}
+
+export interface ConversationFilters {
+  instanceId?: string;
+  status?: ConversationStatus;
+  contactId?: string;
+  updatedAfter?: Date;
+}
+
+/**
+ * One page of visible conversations, newest activity first (never-messaged ones last, id as
+ * the tiebreak), and the exact total under the same filters: two queries whatever the page size.
+ * An id filter that cannot name a record of the workspace (malformed, or another tenant's)
+ * simply matches nothing.
+ */
+export async function listConversations(db: Db, workspaceId: string, filters: ConversationFilters, page: Page) {
+  if ((filters.instanceId !== undefined && !isUuid(filters.instanceId)) || (filters.contactId !== undefined && !isUuid(filters.contactId))) {
+    return listEnvelope<Conversation>([], 0, page);
+  }
+  const scope = visibleConversations(db, workspaceId);
+  if (filters.instanceId !== undefined) scope.where('c.instance_id', filters.instanceId);
+  if (filters.contactId !== undefined) scope.where('c.contact_id', filters.contactId);
+  if (filters.status !== undefined) scope.where('c.status', filters.status);
+  if (filters.updatedAfter !== undefined) scope.where('c.updated_at', '>=', filters.updatedAfter);
+  const { rows, total } = await pageWithTotal<ConversationRow>(scope, page, (q) => q.orderByRaw('c.last_message_at DESC NULLS LAST, c.id ASC').select(COLUMNS));
+  return listEnvelope(rows.map(serializeConversation), total, page);
+}
+
+/** One sync page of visible conversations (a deleted lead's leave with it: its tombstone says so). */
+export async function syncConversations(db: Db, workspaceId: string, read: SyncRead) {
+  const source = { scope: visibleConversations(db, workspaceId), updatedAt: 'c.updated_at', id: 'c.id', columns: COLUMNS };
+  const { rows, pagination } = await syncPage<ConversationRow>(db, 'conversations', source, read);
+  return { data: rows.map(serializeConversation), pagination };
+}
+
+/** A visible conversation of the workspace, or 404 NOT_FOUND (foreign, group, merged, deleted, archived). */
+export async function requireConversation(db: Reader, workspaceId: string, id: string): Promise<Conversation> {
+  const row: ConversationRow | undefined = isUuid(id)
+    ? await visibleConversations(db, workspaceId).where('c.id', id).first(COLUMNS)
+    : undefined;
+  if (!row) throw new ApiError('NOT_FOUND', 'Conversation not found');
+  return serializeConversation(row);
+}
+
+/** The conversation with one page of its messages, newest first; the pagination describes the messages. */
+export async function getConversationWithMessages(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  page: Page,
+): Promise<{ data: Conversation & { messages: ReturnType<typeof serializeMessage>[] }; pagination: Pagination }> {
+  const conversation = await requireConversation(db, workspaceId, id);
+  const messages = db('messages').where({ workspace_id: workspaceId, conversation_id: conversation.id });
+  const { rows, total } = await pageWithTotal<MessageRow>(messages, page, (q) =>
+    q
+      .orderBy([
+        { column: 'timestamp', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .select('id', 'direction', 'type', 'body', 'media_url', 'timestamp', 'status'),
+  );
+  const envelope = listEnvelope(rows.map(serializeMessage), total, page);
+  return { data: { ...conversation, messages: envelope.data }, pagination: envelope.pagination };
+}
+
+/** Changes the status of a visible conversation; anything not visible is 404 and is left untouched. */
+export async function updateConversationStatus(db: Db, workspaceId: string, id: string, status: ConversationStatus): Promise<Conversation> {
+  if (!isUuid(id)) throw new ApiError('NOT_FOUND', 'Conversation not found');
+  const updated = await db('conversations')
+    .where({ workspace_id: workspaceId, id })
+    .whereIn('id', visibleConversations(db, workspaceId).where('c.id', id).select('c.id'))
+    .update({ status, updated_at: db.fn.now() })
+    .returning('id');
+  if (updated.length === 0) throw new ApiError('NOT_FOUND', 'Conversation not found');
+  return requireConversation(db, workspaceId, id);
+}
+
+/** A visible conversation with its instance and contact, locked for a send into it. */
+export async function conversationForSend(trx: Knex.Transaction, workspaceId: string, conversationId: string) {
+  return visibleConversations(trx, workspaceId)
+    .where('c.id', conversationId)
+    .forUpdate('c')
+    .first('c.id', 'c.last_inbound_at', 'c.contact_id', 'i.id as instance_id', 'i.channel', 'i.provider', 'i.connected', 'ct.name', 'ct.phone', 'ct.opted_out', 'ct.wa_id');
+}
+
+/** Locks the conversation if it still exists (a failed concurrent send may have compensated it away). */
+export async function lockConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string): Promise<{ id: string } | undefined> {
+  return trx('conversations').where({ workspace_id: workspaceId, id: conversationId }).forUpdate().first('id');
+}
+
+/** The conversation's clock moves to its newest message. */
+export async function touchConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string, lastMessageAt: Date): Promise<void> {
+  await trx('conversations').where({ workspace_id: workspaceId, id: conversationId }).update({ last_message_at: lastMessageAt, updated_at: trx.fn.now() });
+}
+
+/** Deletes the conversation unless it holds a message (a send's compensation). */
+export async function deleteEmptyConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string): Promise<void> {
+  await trx('conversations')
+    .where({ workspace_id: workspaceId, id: conversationId })
+    .whereNotExists(trx('messages').whereRaw('messages.conversation_id = conversations.id').select(trx.raw('1')))
+    .delete();
+}

@@ -1,0 +1,59 @@
+import { ApplicationFailure } from '@temporalio/common';
+import { ApiError, ERROR_CODES, type ErrorCode } from '../kernel';
+import { dailyLimitRefusal, isDailyLimitCode } from './sending';
+
+/**
+ * The one boundary between domain errors and Temporal failures, both ways. An activity that
+ * refuses (an ApiError) fails with an ApplicationFailure whose `type` is the API's error code, so
+ * an operator reads the code in the Temporal UI and the API answers a failed workflow with the same
+ * code, message and hint. A refusal is final (non-retryable) unless said otherwise.
+ */
+
+/** Extra detail an activity attaches to a failure (beside the hint), read back by the workflow. */
+export type FailureDetail = Record<string, unknown>;
+
+/** The ApplicationFailure an activity throws for `err`. */
+export function toFailure(err: ApiError, options: { message?: string; retryable?: boolean; detail?: FailureDetail } = {}): ApplicationFailure {
+  // The HTTP status tells a workflow a refusal (4xx: the request cannot be served as asked) from a failure.
+  const detail = { ...(err.hint !== undefined ? { hint: err.hint } : {}), status: err.status, ...options.detail };
+  return ApplicationFailure.create({
+    type: err.code,
+    message: options.message ?? err.message,
+    nonRetryable: !options.retryable,
+    details: Object.keys(detail).length > 0 ? [detail] : [],
+  });
+}
+
+/**
+ * Runs `work`, turning its refusals (ApiError) into failures: final, except those `retryable`
+ * names; anything else is left to the retry policy.
+ */
+export async function refusalsAsFailures<T>(work: () => Promise<T>, options: { retryable?: (err: ApiError) => boolean } = {}): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    if (err instanceof ApiError) throw toFailure(err, { retryable: options.retryable?.(err) ?? false });
+    throw err;
+  }
+}
+
+/**
+ * The ApiError a failed workflow carries: the first ApplicationFailure down the cause chain whose
+ * type is one of the API's codes (the workflow failure wraps the activity failure that wraps it);
+ * `fallback` when there is none.
+ */
+/** The ApiError of a refusal a send workflow completed with (types/messaging.ts SendRefusal); an unknown code is SEND_FAILED. */
+export function fromRefusal(refused: { code: string; message: string; hint?: string }): ApiError {
+  // A daily cap's Retry-After counts from now, when the refusal is answered.
+  if (isDailyLimitCode(refused.code)) return dailyLimitRefusal(refused.code, new Date(), refused.message, refused.hint);
+  return new ApiError(refused.code in ERROR_CODES ? (refused.code as ErrorCode) : 'SEND_FAILED', refused.message, { hint: refused.hint });
+}
+
+export function fromFailure(err: unknown, fallback: () => ApiError): ApiError {
+  let cause: unknown = err;
+  while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES)) cause = (cause as { cause?: unknown }).cause;
+  if (!(cause instanceof ApplicationFailure)) return fallback();
+  const details = (cause.details?.[0] ?? {}) as { hint?: string };
+  if (cause.type && isDailyLimitCode(cause.type)) return dailyLimitRefusal(cause.type, new Date(), cause.message, details.hint);
+  return new ApiError(cause.type as ErrorCode, cause.message, { hint: details.hint });
+}

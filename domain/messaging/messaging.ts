@@ -1,0 +1,113 @@
+import type { Knex } from 'knex';
+import type { Db } from '../platform';
+import { type Phone, canonical } from '../leads';
+
+type Writer = Db | Knex.Transaction;
+
+/**
+ * Shared by every path that meets a phone number through a channel: the cold send, the
+ * conversation send and inbound provider traffic. Each finds or creates with one
+ * INSERT ... ON CONFLICT, so concurrent arrivals of one number (in either ninth-digit form)
+ * make one contact and one conversation.
+ */
+export async function findOrCreateContact(
+  trx: Writer,
+  workspaceId: string,
+  phone: Phone,
+  options: { name?: string; waId?: string } = {},
+): Promise<{ contact: { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null }; created: boolean }> {
+  const inserted = await trx.raw(
+    `INSERT INTO contacts (workspace_id, name, phone, phone_key, wa_id)
+     VALUES (?, ?, ?, ?, ?)
+     ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
+     RETURNING id, name, phone, email, opted_out, wa_id`,
+    [workspaceId, (options.name ?? '').slice(0, 200), phone.e164, phone.key, options.waId ?? null],
+  );
+  if (inserted.rows[0]) return { contact: inserted.rows[0], created: true };
+  const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first(
+    'id',
+    'name',
+    'phone',
+    'email',
+    'opted_out',
+    'wa_id',
+  );
+  // The conflicting contact was deleted or merged between the two statements: a retry resolves it.
+  if (!existing) throw new Error('The contact changed while it was being resolved; retrying');
+  return { contact: existing, created: false };
+}
+
+export async function findOrCreateConversation(
+  trx: Writer,
+  workspaceId: string,
+  contactId: string,
+  instance: { id: string; channel: string },
+): Promise<{ conversation: { id: string; last_inbound_at: Date | null }; created: boolean }> {
+  const inserted = await trx.raw(
+    `INSERT INTO conversations (workspace_id, contact_id, instance_id, channel)
+     VALUES (?, ?, ?, ?)
+     ON CONFLICT (instance_id, contact_id) DO NOTHING
+     RETURNING id, last_inbound_at`,
+    [workspaceId, contactId, instance.id, instance.channel],
+  );
+  if (inserted.rows[0]) return { conversation: inserted.rows[0], created: true };
+  const existing = await trx('conversations').where({ workspace_id: workspaceId, instance_id: instance.id, contact_id: contactId }).first('id', 'last_inbound_at');
+  return { conversation: existing, created: false };
+}
+
+export type DailyCounter = 'messages' | 'cold_conversations';
+
+/**
+ * Takes one unit of a daily counter if it stays within `cap` (null: unlimited, still counted).
+ * One conditional upsert: concurrent takers can never overshoot the cap.
+ */
+export async function takeDaily(trx: Writer, workspaceId: string, kind: DailyCounter, day: string, cap: number | null): Promise<boolean> {
+  const result = await trx.raw(
+    `INSERT INTO daily_counters (workspace_id, day, kind, count) VALUES (?, ?, ?, 1)
+     ON CONFLICT (workspace_id, day, kind) DO UPDATE SET count = daily_counters.count + 1
+       WHERE ?::int IS NULL OR daily_counters.count < ?::int
+     RETURNING count`,
+    [workspaceId, day, kind, cap, cap],
+  );
+  if (result.rows.length === 0) return false;
+  // A first take when the cap is 0.
+  if (cap !== null && result.rows[0].count > cap) {
+    await giveBackDaily(trx, workspaceId, kind, day);
+    return false;
+  }
+  return true;
+}
+
+/** Returns a unit taken by a send that did not happen (saga compensation). */
+export async function giveBackDaily(trx: Writer, workspaceId: string, kind: DailyCounter, day: string): Promise<void> {
+  await trx('daily_counters').where({ workspace_id: workspaceId, day, kind }).where('count', '>', 0).decrement('count', 1);
+}
+
+/** What a send looks at on its workspace: the daily plan and the standing (domain/access/workspaces.ts suspension). */
+export async function sendingPlan(
+  trx: Writer,
+  workspaceId: string,
+): Promise<{ daily_message_quota: number | null; broadcast_limit: number | null; active: boolean; api_access: boolean } | undefined> {
+  return trx('workspaces').where({ id: workspaceId }).first('daily_message_quota', 'broadcast_limit', 'active', 'api_access');
+}
+
+/**
+ * Records an outbound message the provider accepted, once per provider message id. `inserted`:
+ * this call made the row (a retry finds the one its earlier run made).
+ */
+export async function recordOutboundMessage(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  message: { conversationId: string; type: string; body: string; mediaUrl: string | null; status: string; providerMessageId: string },
+): Promise<{ id: string; timestamp: Date; inserted: boolean }> {
+  const inserted = await trx.raw(
+    `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_url, status, provider_message_id)
+     VALUES (?, ?, 'out', ?, ?, ?, ?, ?)
+     ON CONFLICT (workspace_id, provider_message_id) WHERE provider_message_id IS NOT NULL DO NOTHING
+     RETURNING id, timestamp`,
+    [workspaceId, message.conversationId, message.type, message.body, message.mediaUrl, message.status, message.providerMessageId],
+  );
+  if (inserted.rows[0]) return { ...inserted.rows[0], inserted: true };
+  const row = await trx('messages').where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId }).first('id', 'timestamp');
+  return { ...row, inserted: false };
+}

@@ -1,0 +1,103 @@
+import type { Knex } from 'knex';
+import type { Db } from '../platform';
+
+type Writer = Db | Knex.Transaction;
+
+/**
+ * A send's own records, keyed by its reference (workflow id / run id): send_preparations (what
+ * prepareSend decided, so a retry after its commit returns it instead of taking a second quota
+ * unit) and send_attempts (the provider call, claimed before it so it happens at most once).
+ * The rules that read them are in activities/messaging.ts and domain/messaging/sending.ts.
+ */
+
+/** The preparation recorded for this reference, if prepare already committed. */
+export async function findPreparation<T>(trx: Writer, workspaceId: string, reference: string): Promise<T | undefined> {
+  const done = await trx('send_preparations').where({ reference, workspace_id: workspaceId }).first('prepared');
+  return done ? (done.prepared as T) : undefined;
+}
+
+/** A concurrent duplicate conflicts here (primary key) and rolls back its transaction. */
+export async function recordPreparation(trx: Writer, workspaceId: string, reference: string, prepared: object): Promise<void> {
+  await trx('send_preparations').insert({ reference, workspace_id: workspaceId, prepared: JSON.stringify(prepared) });
+}
+
+/** Marks the preparation undone; false when it already was (the compensation runs once). */
+export async function claimUndo(trx: Knex.Transaction, workspaceId: string, reference: string): Promise<boolean> {
+  const claimed = await trx('send_preparations').where({ reference, workspace_id: workspaceId }).whereNull('undone_at').update({ undone_at: trx.fn.now() });
+  return claimed > 0;
+}
+
+/**
+ * The workspace's standing and the prepared contact's opt-out now, for a retried provider call
+ * (the contact is the one prepare chose: its row in send_preparations, by the reference).
+ */
+export async function standingSincePrepare(db: Db, workspaceId: string, reference: string): Promise<{ active: boolean; api_access: boolean; opted_out: boolean | null } | undefined> {
+  const { rows } = await db.raw<{ rows: { active: boolean; api_access: boolean; opted_out: boolean | null }[] }>(
+    `SELECT w.active, w.api_access, c.opted_out
+       FROM workspaces w
+       LEFT JOIN send_preparations p ON p.workspace_id = w.id AND p.reference = ?
+       LEFT JOIN contacts c ON c.workspace_id = w.id AND c.id = (p.prepared->>'contactId')::uuid
+      WHERE w.id = ?`,
+    [reference, workspaceId],
+  );
+  return rows[0];
+}
+
+export interface SendAttemptRow {
+  state: string;
+  provider_message_id: string | null;
+  wa_id: string | null;
+  error: string | null;
+}
+
+/**
+ * Claims the attempt (`in_flight`) before the provider call: a new row, or a `failed` one taken
+ * again. Undefined when another state holds it (`in_flight` or `sent`). `fresh`: a new row, the
+ * first call of the send.
+ */
+export async function claimAttempt(db: Db, workspaceId: string, reference: string): Promise<{ fresh: boolean } | undefined> {
+  const claimed = await db.raw(
+    `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
+     ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
+     RETURNING reference, (xmax = 0) AS fresh`,
+    [reference, workspaceId],
+  );
+  return claimed.rows[0];
+}
+
+/** The attempt by its reference alone (unique), as the claim saw it. */
+export async function attemptOf(db: Db, reference: string): Promise<(SendAttemptRow & Record<string, unknown>) | undefined> {
+  return db('send_attempts').where({ reference }).first();
+}
+
+/** The attempt's outcome fields, scoped by workspace. */
+export async function readAttempt(db: Db, workspaceId: string, reference: string): Promise<SendAttemptRow | undefined> {
+  return db('send_attempts').where({ reference, workspace_id: workspaceId }).first('state', 'provider_message_id', 'wa_id', 'error');
+}
+
+/** `in_flight` → `failed` (conditional on the state, so a concurrent settle wins once); returns the rows changed. */
+export async function failAttempt(db: Db, reference: string, error: string, workspaceId?: string): Promise<number> {
+  return db('send_attempts')
+    .where({ reference, state: 'in_flight', ...(workspaceId ? { workspace_id: workspaceId } : {}) })
+    .update({ state: 'failed', error, updated_at: db.fn.now() });
+}
+
+/** Keeps the error of a call that may have reached the provider; the attempt stays `in_flight`. */
+export async function noteAttemptError(db: Db, reference: string, error: string): Promise<void> {
+  await db('send_attempts').where({ reference, state: 'in_flight' }).update({ error, updated_at: db.fn.now() });
+}
+
+/** The provider accepted the message. */
+export async function markAttemptSent(db: Db, reference: string, sent: { providerMessageId: string; waId?: string }): Promise<void> {
+  await db('send_attempts')
+    .where({ reference })
+    .update({ state: 'sent', provider_message_id: sent.providerMessageId, wa_id: sent.waId ?? null, error: null, updated_at: db.fn.now() });
+}
+
+/**
+ * The attempt's provider status recorded by a status callback that beat the message row, locked
+ * so one arriving now waits until the message row exists (domain/messaging/inbound.ts).
+ */
+export async function lockAttemptStatus(trx: Knex.Transaction, workspaceId: string, providerMessageId: string): Promise<{ provider_status: string | null } | undefined> {
+  return trx('send_attempts').where({ workspace_id: workspaceId, provider_message_id: providerMessageId }).forUpdate().first('provider_status');
+}

@@ -1,0 +1,67 @@
+import type { Knex } from 'knex';
+import type { Db } from '../platform';
+import { ApiError } from '../kernel';
+import type { SendInput, SendRequest } from '../../types/messaging';
+
+type Writer = Db | Knex.Transaction;
+
+/**
+ * A send's recipient and content live in send_requests; the send workflow is started with the
+ * row's id (sendInputFor) and each activity loads what it needs (sendRequestOf). So Temporal's
+ * history of a send holds ids and flags, never a message text, a media URL or a phone number.
+ */
+
+/**
+ * Stores the request (a repeat with the same id keeps the first: an automation's retried action).
+ * `replaces` names the refused run this request retries under the same key: a second request
+ * replacing the same run fails with a unique violation (isReplacedAlready).
+ */
+export async function saveSendRequest(db: Writer, workspaceId: string, id: string, request: SendRequest, replaces?: string): Promise<void> {
+  await db('send_requests')
+    .insert({
+      workspace_id: workspaceId,
+      id,
+      phone: request.phone ?? null,
+      instance_id: request.instanceId ?? null,
+      conversation_id: request.conversationId ?? null,
+      message: JSON.stringify(request.message),
+      replaces: replaces ?? null,
+    })
+    .onConflict(['workspace_id', 'id'])
+    .ignore();
+}
+
+export function isReplacedAlready(err: unknown): boolean {
+  return (err as { constraint?: string })?.constraint === 'send_requests_replaces_uq';
+}
+
+/** Gives up a request's claim on the refused run it meant to retry (its start did not happen). */
+export async function releaseReplaced(db: Writer, workspaceId: string, id: string): Promise<void> {
+  await db('send_requests').where({ workspace_id: workspaceId, id }).update({ replaces: null });
+}
+
+/** The workflow input of a stored request: ids and what orders the steps, nothing private. */
+export function sendInputFor(workspaceId: string, requestId: string, request: SendRequest): SendInput {
+  return {
+    workspaceId,
+    requestId,
+    kind: request.conversationId ? 'conversation' : 'cold',
+    hasMedia: Boolean(request.message.mediaUrl),
+  };
+}
+
+/** The request a send input names (or carries inline, for a send started before send_requests). */
+export async function sendRequestOf(db: Writer, input: Pick<SendInput, 'workspaceId' | 'requestId' | 'phone' | 'instanceId' | 'conversationId' | 'message'>): Promise<SendRequest> {
+  if (!input.requestId) {
+    if (!input.message) throw new Error('A send input carries neither a requestId nor a message');
+    return { phone: input.phone, instanceId: input.instanceId, conversationId: input.conversationId, message: input.message };
+  }
+  const row = await db('send_requests').where({ workspace_id: input.workspaceId, id: input.requestId }).first('phone', 'instance_id', 'conversation_id', 'message');
+  if (!row) throw new ApiError('SEND_FAILED', 'The content of this send is no longer stored (it is kept for RETENTION_DAYS)');
+  return {
+    ...(row.phone ? { phone: row.phone } : {}),
+    ...(row.instance_id ? { instanceId: row.instance_id } : {}),
+    ...(row.conversation_id ? { conversationId: row.conversation_id } : {}),
+    message: row.message,
+  };
+}

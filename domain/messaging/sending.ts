@@ -1,0 +1,299 @@
+import { z } from 'zod';
+import { ApiError, HTTP_URL } from '../kernel';
+import type { DailyCounter } from './messaging';
+import { isMediaType, MESSAGE_TYPES, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../../types/messaging';
+
+/**
+ * The rules of sending a message, in one place: what each message type needs and carries, which
+ * instance a cold send uses, what refuses a send (disconnected instance, opt-out, template, the
+ * 24-hour window) and which daily counters a send takes. Plain functions over data the caller
+ * loads: the send saga's prepare activity (activities/messaging.ts) keeps the transaction and
+ * the recording; the API and the automation `send_message` action use the same content rule.
+ * See docs/messaging.md.
+ */
+
+/* ------------------------------------------------------------------------------------------------
+ * Message content
+ * ---------------------------------------------------------------------------------------------- */
+
+/**
+ * Text the provider limits: zod's `max` counts code points, WhatsApp counts UTF-16 units (an
+ * emoji is 2), so a text zod accepts could still be refused by the provider after the saga
+ * started (502 SEND_FAILED). Both are checked here, so such a text is 400 VALIDATION up front.
+ */
+function providerText(max: number) {
+  return z
+    .string()
+    .min(1)
+    .max(max)
+    .refine((s) => s.length <= max, { message: `at most ${max} characters, counted in UTF-16 units as the provider counts them (an emoji counts 2)` });
+}
+
+/** The message fields of both send endpoints and of the automation send_message action, with their bounds. */
+export const MESSAGE_CONTENT_FIELDS = {
+  text: providerText(4096).optional(),
+  mediaUrl: z.string().min(1).max(2048).optional().meta({ pattern: HTTP_URL }),
+  caption: providerText(1024).optional(),
+  fileName: z.string().min(1).max(255).optional(),
+  templateName: z.string().min(1).max(512).optional(),
+  templateLanguage: z.string().min(2).max(15).optional(),
+  templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+};
+
+/** The fields a message of `type` cannot go without. */
+export function requiredFields(type: MessageType): (keyof MessageContent)[] {
+  if (type === 'text') return ['text'];
+  if (type === 'template') return ['templateName', 'templateLanguage'];
+  return ['mediaUrl'];
+}
+
+/**
+ * `requiredFields` as JSON Schema, for the OpenAPI document: one variant per set of types that
+ * need the same fields. `type` may be left out for the default type, so that variant does not
+ * require it; the variants exclude each other (`oneOf`).
+ */
+export function messageRequirements(typeKey: string, defaultType: MessageType = 'text'): { oneOf: object[] } {
+  const groups = new Map<string, { types: MessageType[]; fields: string[] }>();
+  for (const type of MESSAGE_TYPES) {
+    const fields = requiredFields(type);
+    const group = groups.get(fields.join()) ?? { types: [], fields };
+    group.types.push(type);
+    groups.set(fields.join(), group);
+  }
+  return {
+    oneOf: [...groups.values()].map(({ types, fields }) => ({
+      properties: { [typeKey]: { enum: types } },
+      required: types.includes(defaultType) ? fields : [typeKey, ...fields],
+    })),
+  };
+}
+
+/** The required fields of its type that `content` lacks (empty: complete). */
+export function missingFields(content: MessageContent): (keyof MessageContent)[] {
+  return requiredFields(content.type).filter((field) => content[field] === undefined);
+}
+
+/**
+ * The message as it travels on: only the fields its type carries (an audio has no caption, only
+ * a document has a file name), so nothing else shows in the workflow history or reaches the provider.
+ */
+export function messageContent(content: MessageContent): MessageContent {
+  const message: MessageContent = { type: content.type };
+  if (content.type === 'text') message.text = content.text;
+  if (isMediaType(content.type)) {
+    Object.assign(message, {
+      mediaUrl: content.mediaUrl,
+      caption: content.type === 'audio' ? undefined : content.caption,
+      fileName: content.type === 'document' ? content.fileName : undefined,
+    });
+  }
+  if (content.type === 'template') {
+    Object.assign(message, { templateName: content.templateName, templateLanguage: content.templateLanguage, templateVariables: content.templateVariables ?? [] });
+  }
+  return message;
+}
+
+/** Largest media the provider accepts per type (WhatsApp Cloud API limits). */
+export const MEDIA_LIMITS: Record<string, number> = {
+  image: 5 * 1024 * 1024,
+  video: 16 * 1024 * 1024,
+  audio: 16 * 1024 * 1024,
+  document: 100 * 1024 * 1024,
+};
+
+/**
+ * 422 MEDIA_TOO_LARGE when a media file of known size is above its type's limit. `atLeast`: the
+ * size is a lower bound (a download stopped reading past the limit).
+ */
+export function checkMediaSize(type: string, bytes: number | null, options: { atLeast?: boolean } = {}): void {
+  const limit = MEDIA_LIMITS[type];
+  if (limit !== undefined && bytes !== null && bytes > limit) {
+    const size = options.atLeast ? `more than ${limit / 1048576} MB` : `${(bytes / 1048576).toFixed(1)} MB`;
+    throw new ApiError('MEDIA_TOO_LARGE', `The ${type} is ${size}; the limit is ${limit / 1048576} MB`);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Whether a send may happen
+ * ---------------------------------------------------------------------------------------------- */
+
+export interface SendInstance {
+  id: string;
+  channel: string;
+  provider: 'cloud' | 'web';
+  connected: boolean;
+}
+
+/**
+ * The instance of a cold send: the one named (404 INSTANCE_NOT_FOUND when it is not among the
+ * workspace's live WhatsApp instances), else the workspace's only one (422 NO_INSTANCE, 422
+ * INSTANCE_REQUIRED when there are several). `candidates`: the named instance if found, else the
+ * first two live instances by creation.
+ */
+export function chooseInstance(candidates: SendInstance[], instanceId: string | undefined): SendInstance {
+  if (instanceId !== undefined) {
+    if (!candidates[0]) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
+    return candidates[0];
+  }
+  if (candidates.length === 0) throw new ApiError('NO_INSTANCE', 'The workspace has no WhatsApp connection', { hint: 'Connect an instance first.' });
+  if (candidates.length > 1) throw new ApiError('INSTANCE_REQUIRED', 'The workspace has several connections: say which one', { hint: 'Send instanceId (GET /api/v1/instances).' });
+  return candidates[0];
+}
+
+/** The 24-hour customer-service window of the Cloud API: open while the last inbound message is younger than a day. */
+export const WINDOW_MS = 24 * 60 * 60 * 1000;
+export function windowOpen(lastInboundAt: Date | null, now: Date): boolean {
+  return lastInboundAt !== null && now.getTime() - lastInboundAt.getTime() < WINDOW_MS;
+}
+
+/** The channels this service sends and receives on. Instagram instances can be recorded, but no message goes through them. */
+export const SUPPORTED_CHANNELS: readonly string[] = ['whatsapp'];
+
+/**
+ * What an instance cannot carry at all, whatever the contact: a channel we do not run (422
+ * CHANNEL_UNSUPPORTED) and, through the web gateway, templates (a Cloud API feature: 422
+ * TEMPLATE_UNSUPPORTED). Checked before anything is sent, so neither is ever a provider error.
+ */
+export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'provider'>, message: Pick<MessageContent, 'type'>): void {
+  if (!SUPPORTED_CHANNELS.includes(instance.channel)) {
+    throw new ApiError('CHANNEL_UNSUPPORTED', `Messages on ${instance.channel} are not supported: this service sends and receives through WhatsApp only`, {
+      hint: 'Send through a WhatsApp instance (GET /api/v1/instances).',
+    });
+  }
+  if (message.type === 'template' && instance.provider === 'web') {
+    throw new ApiError('TEMPLATE_UNSUPPORTED', 'Templates cannot be sent through a web gateway instance: they are a WhatsApp Cloud API feature', {
+      hint: 'Send text or media through this instance, or the template through a Cloud API instance.',
+    });
+  }
+}
+
+/**
+ * What refuses a send once its instance, contact and conversation are known: a disconnected
+ * instance, a contact who opted out, a template that is not approved on the instance or gets the
+ * wrong number of variables, and (Cloud API only) anything but a template outside the 24-hour
+ * window. `template` is the approved template of that name and language, when the message is one.
+ */
+export function refuseUnsendable(send: {
+  instance: SendInstance;
+  contact: { opted_out: boolean };
+  conversation: { last_inbound_at: Date | null };
+  message: MessageContent;
+  template?: { variable_count: number };
+  now: Date;
+}): void {
+  const { instance, message } = send;
+  refuseUnsupported(instance, message);
+  if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
+  if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
+  if (message.type === 'template') {
+    if (!send.template) throw new ApiError('TEMPLATE_INVALID', `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`);
+    const given = message.templateVariables?.length ?? 0;
+    if (given !== send.template.variable_count) throw new ApiError('TEMPLATE_INVALID', `The template takes ${send.template.variable_count} variables, ${given} given`);
+  } else if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
+    throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
+      hint: 'Send type "template" with an approved template.',
+    });
+  }
+}
+
+/**
+ * A send whose provider call may have been accepted, and we cannot tell: it is never sent again
+ * (not by a retry of the workflow, nor by a repeat of its Idempotency-Key), and the answer is not
+ * one the client should retry (409 SEND_OUTCOME_UNKNOWN, unlike 502 SEND_FAILED).
+ */
+export function outcomeUnknown(reason: string): ApiError {
+  return new ApiError(SEND_OUTCOME_UNKNOWN, outcomeUnknownMessage(reason), { hint: OUTCOME_UNKNOWN_HINT });
+}
+
+/**
+ * Opt-out by message, as people write it: a text that is only a stop word (STOP, PARAR, PARE,
+ * SAIR, CANCELAR, DESCADASTRAR) opts the contact out; only a start word (START, VOLTAR, RECEBER)
+ * opts it back in. Case, accents, spaces and trailing punctuation do not matter; a sentence that
+ * merely contains the word changes nothing.
+ */
+const STOP_WORDS = new Set(['stop', 'parar', 'pare', 'sair', 'cancelar', 'descadastrar']);
+const START_WORDS = new Set(['start', 'voltar', 'receber']);
+export function consentFromMessage(text: string): 'opt_out' | 'opt_in' | undefined {
+  const word = text
+    .normalize('NFD')
+    .replace(/\p{M}/gu, '')
+    .toLowerCase()
+    .replace(/[\s.!?]+/g, ' ')
+    .trim();
+  if (STOP_WORDS.has(word)) return 'opt_out';
+  if (START_WORDS.has(word)) return 'opt_in';
+  return undefined;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Daily counters
+ * ---------------------------------------------------------------------------------------------- */
+
+/** Built once: constructing a time-zone formatter costs more than the send's daily-counter statement (2% of a worker's CPU under load). */
+const SAO_PAULO_DAY = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo', year: 'numeric', month: '2-digit', day: '2-digit' });
+
+/** The day daily counters belong to: they reset at midnight in America/Sao_Paulo. */
+export function saoPauloDay(now: Date): string {
+  return SAO_PAULO_DAY.format(now);
+}
+
+const RESETS = 'It resets at midnight (America/Sao_Paulo).';
+
+const SAO_PAULO_CLOCK = new Intl.DateTimeFormat('en-GB', { timeZone: 'America/Sao_Paulo', hourCycle: 'h23', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+
+/** Whole seconds until the daily counters reset (the next midnight in America/Sao_Paulo), at least 1: a refusal's Retry-After. */
+export function secondsUntilSaoPauloMidnight(now: Date): number {
+  const [hour, minute, second] = SAO_PAULO_CLOCK.format(now).split(':').map(Number);
+  // Brazil keeps no daylight saving time (since 2019): every São Paulo day is 86 400 s long.
+  const elapsed = hour * 3600 + minute * 60 + second + (now.getTime() % 1000) / 1000;
+  return Math.max(1, Math.ceil(86_400 - elapsed));
+}
+
+/** Daily caps: their refusals say when they reset (Retry-After, seconds to the next São Paulo midnight). */
+export const DAILY_LIMIT_CODES = ['COLD_LIMIT_REACHED', 'MESSAGE_LIMIT_REACHED'] as const;
+type DailyLimitCode = (typeof DAILY_LIMIT_CODES)[number];
+
+const DAILY_LIMIT_MESSAGES: Record<DailyLimitCode, string> = {
+  COLD_LIMIT_REACHED: 'The daily cap of new numbers is reached',
+  MESSAGE_LIMIT_REACHED: "The plan's daily message quota is reached",
+};
+
+export function isDailyLimitCode(code: string): code is DailyLimitCode {
+  return (DAILY_LIMIT_CODES as readonly string[]).includes(code);
+}
+
+/**
+ * The 429 of a reached daily cap, Retry-After counted from `now`: built where the refusal is
+ * answered (the send's refusal crosses Temporal without headers, domain/messaging/failures.ts fromRefusal).
+ */
+export function dailyLimitRefusal(code: DailyLimitCode, now = new Date(), message = DAILY_LIMIT_MESSAGES[code], hint = RESETS): ApiError {
+  return new ApiError(code, message, { hint, headers: { 'Retry-After': String(secondsUntilSaoPauloMidnight(now)) } });
+}
+
+/** New conversations a workspace may open per day: max(200, ceil(0.1 × broadcast limit)). */
+export function coldCap(broadcastLimit: number | null): number {
+  return Math.max(200, Math.ceil(0.1 * (broadcastLimit ?? 0)));
+}
+
+export interface DailyUnit {
+  counter: DailyCounter;
+  /** null: unlimited (still counted). */
+  cap: number | null;
+  /** The refusal when the cap is reached. */
+  refusal: () => ApiError;
+}
+
+
+/**
+ * The daily units a send takes, in order: a slot of the cold cap when it opens a new
+ * conversation, then one message of the plan's daily quota. The saga gives them back when the
+ * send fails.
+ */
+export function dailyUnits(plan: { daily_message_quota: number | null; broadcast_limit: number | null }, opensConversation: boolean): DailyUnit[] {
+  const units: DailyUnit[] = [];
+  if (opensConversation) {
+    units.push({ counter: 'cold_conversations', cap: coldCap(plan.broadcast_limit), refusal: () => dailyLimitRefusal('COLD_LIMIT_REACHED') });
+  }
+  units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => dailyLimitRefusal('MESSAGE_LIMIT_REACHED') });
+  return units;
+}

@@ -1,0 +1,4 @@
+export * from './deals';
+export * from './pipelines';
+export * from './products';
+export * from './tasks';
