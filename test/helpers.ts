@@ -81,7 +81,7 @@ export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Par
     }
     const res = await fetch(url + path, { method, headers, body, redirect: 'manual' });
     const text = await res.text();
-    let parsed: unknown = undefined;
+    let parsed: unknown;
     try {
       parsed = text ? JSON.parse(text) : undefined;
     } catch {

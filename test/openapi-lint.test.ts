@@ -45,7 +45,7 @@ async function lint(args: string[]): Promise<string> {
     return (await run(process.execPath, args, { cwd: ROOT, env, maxBuffer: 64 * 1024 * 1024 })).stdout;
   } catch (err) {
     const failed = err as { stdout?: string; stderr?: string };
-    if (!failed.stdout) throw new Error(`linter failed without a report: ${failed.stderr ?? String(err)}`);
+    if (!failed.stdout) throw new Error(`linter failed without a report: ${failed.stderr ?? String(err)}`, { cause: err });
     return failed.stdout;
   }
 }

@@ -116,7 +116,7 @@ async function stopsEverything(started: Started, signal: NodeJS.Signals, target:
   }
   process.kill(target(tree), signal);
   const deadline = Date.now() + 60_000;
-  let left: [number, string][] = [];
+  let left: [number, string][];
   do {
     await new Promise((r) => setTimeout(r, 250));
     const live = processTable();

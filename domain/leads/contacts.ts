@@ -246,9 +246,12 @@ async function changeContact(
 ): Promise<ContactRow> {
   const changes: Record<string, unknown> = {};
   const changed: string[] = [];
-  if (input.name !== undefined && input.name !== before.name) (changes.name = input.name), changed.push('name');
-  if (input.email !== undefined && input.email !== before.email) (changes.email = input.email), changed.push('email');
-  if (input.notes !== undefined && input.notes !== before.notes) (changes.notes = input.notes), changed.push('notes');
+  for (const field of ['name', 'email', 'notes'] as const) {
+    if (input[field] !== undefined && input[field] !== before[field]) {
+      changes[field] = input[field];
+      changed.push(field);
+    }
+  }
   // Not one of the contact_updated trigger's fields: it changes the record, fires nothing.
   if (input.optedOut !== undefined && input.optedOut !== before.opted_out) changes.opted_out = input.optedOut;
   if (input.phone !== undefined) {

@@ -171,7 +171,6 @@ function invalid(field: string, reason: string, hint?: string): ApiError {
 // Whitespace (incl. Unicode spaces), C0/C1 control characters and DEL. The WHATWG parser silently
 // strips some of these (leading/trailing spaces, tabs and newlines anywhere); refusing them avoids
 // a second parser reading the URL differently.
-// eslint-disable-next-line no-control-regex
 const UNSAFE_CHARS = /[\s\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028\u2029\ufeff]/;
 const DNS_NAME = /^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$/;
 

@@ -27,7 +27,7 @@ import { createMediaActivities } from '../../activities/media';
 import { ROUTES } from '../../api/app';
 import { requirePhone } from '../../domain/leads/contacts';
 import { postWebhook } from '../../domain/webhooks/webhooks';
-import { createKey, createWorkspace, eventually, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
+import { createKey, createWorkspace, expectError, seedContact, settleOutbox, startApi, TestApi, Workspace } from '../helpers';
 import { firstLeadDelivery, uniquePhone } from './workspace-fixture';
 
 jest.setTimeout(120_000);

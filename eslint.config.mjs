@@ -1,0 +1,31 @@
+// ESLint over the whole tree (npm run lint, part of npm test). Formatting is Prettier's job, so no
+// stylistic rule here; these rules catch mistakes.
+import js from '@eslint/js';
+import { defineConfig } from 'eslint/config';
+import globals from 'globals';
+import tseslint from 'typescript-eslint';
+
+export default defineConfig(
+  { ignores: ['node_modules/', '.data/', '.tools/', 'dist/', 'coverage/', 'bench-results/'] },
+  js.configs.recommended,
+  tseslint.configs.recommended,
+  {
+    languageOptions: { globals: { ...globals.node } },
+    rules: {
+      // A leading underscore says "deliberately unused" (a destructured field left out, a required parameter).
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_', ignoreRestSiblings: true },
+      ],
+      // NUL and other control characters are what the storable-text rules look for, on purpose.
+      'no-control-regex': 'off',
+      // `z.ZodObject<{}>` is zod's type of an object schema without fields (no path, no query).
+      '@typescript-eslint/no-empty-object-type': ['error', { allowObjectTypes: 'always' }],
+    },
+  },
+  {
+    // Tests and the bench read JSON answers of every shape: typing each body would say nothing the assertions do not.
+    files: ['test/**', 'scripts/bench.ts', 'scripts/bench/**'],
+    rules: { '@typescript-eslint/no-explicit-any': 'off' },
+  },
+);
