@@ -1,5 +1,24 @@
-import { Action, ActionSchema, applyMapping, getAutomationStanding, getAutomationToRun, render, TriggerConfig, webhookVariables } from '../domain/automations/automations';
-import { applyActionOnce, findTagByRef, finishRun, getRunState, getRunTrigger, runVariables, saveRunContext, saveRunPlan, withoutRunContactData } from '../domain/automations/automation-runs';
+import {
+  Action,
+  ActionSchema,
+  applyMapping,
+  getAutomationStanding,
+  getAutomationToRun,
+  render,
+  TriggerConfig,
+  webhookVariables,
+} from '../domain/automations/automations';
+import {
+  applyActionOnce,
+  findTagByRef,
+  finishRun,
+  getRunState,
+  getRunTrigger,
+  runVariables,
+  saveRunContext,
+  saveRunPlan,
+  withoutRunContactData,
+} from '../domain/automations/automation-runs';
 import { addTag, removeTag, updateContact, upsertLead } from '../domain/leads/contacts';
 import type { Db } from '../domain/platform/db';
 import { createDeal, findDeal, resolveStage, updateDeal } from '../domain/sales/deals';
@@ -25,7 +44,6 @@ function triggerOf(recorded: Record<string, unknown>): NonNullable<RunInput['tri
   };
 }
 
-
 /** String params are rendered from the run's variables; other values pass as they are. */
 function renderParams<T extends Record<string, unknown>>(params: T, vars: Record<string, string>): T {
   const out: Record<string, unknown> = {};
@@ -45,7 +63,9 @@ export function createAutomationActivities({ db }: { db: Db }) {
    * nor any other number.
    */
   async function actionFailure(input: { workspaceId: string; runId: string }, what: string, err: ApiError) {
-    return toFailure(err, { message: withoutPhoneNumbers(await withoutRunContactData(db, input.workspaceId, input.runId, `${what}: ${err.message}`)) });
+    return toFailure(err, {
+      message: withoutPhoneNumbers(await withoutRunContactData(db, input.workspaceId, input.runId, `${what}: ${err.message}`)),
+    });
   }
 
   return {
@@ -56,7 +76,8 @@ export function createAutomationActivities({ db }: { db: Db }) {
      */
     async startRun(input: RunInput): Promise<RunPlan> {
       const automation = await getAutomationToRun(db, input.workspaceId, input.automationId);
-      if (!automation || !automation.active) return { proceed: false, automationName: automation?.name ?? '', actions: [], context: { vars: {} } };
+      if (!automation || !automation.active)
+        return { proceed: false, automationName: automation?.name ?? '', actions: [], context: { vars: {} } };
       // A run started now finds its trigger and inbound body on its row; an older one carries them.
       const run = input.trigger ? undefined : await getRunTrigger(db, input.workspaceId, input.runId);
       if (!input.trigger && !run) throw toFailure(new ApiError('NOT_FOUND', 'The run was removed before it began'));
@@ -70,7 +91,12 @@ export function createAutomationActivities({ db }: { db: Db }) {
         if (mapped.externalId) context.vars.externalId = mapped.externalId;
         if (mapped.contact.phone) {
           try {
-            const { lead } = await upsertLead(db, input.workspaceId, { phone: mapped.contact.phone, name: mapped.contact.name, email: mapped.contact.email }, { origin: 'automation', cause: { depth: input.depth + 1, chain: input.chain ?? null } });
+            const { lead } = await upsertLead(
+              db,
+              input.workspaceId,
+              { phone: mapped.contact.phone, name: mapped.contact.name, email: mapped.contact.email },
+              { origin: 'automation', cause: { depth: input.depth + 1, chain: input.chain ?? null } },
+            );
             context.contactId = lead.id;
           } catch (err) {
             if (err instanceof ApiError) throw await actionFailure(input, 'Lead intake', err);
@@ -82,7 +108,11 @@ export function createAutomationActivities({ db }: { db: Db }) {
       if (input.trigger) return { proceed: true, automationName: automation.name, actions, context };
       await saveRunPlan(db, input.workspaceId, input.runId, actions, context);
       // The workflow orders the steps; what they say stays on the row.
-      return { proceed: true, automationName: automation.name, actions: actions.map((a) => (a.type === 'wait' ? { type: 'wait', seconds: a.seconds } : { type: a.type })) };
+      return {
+        proceed: true,
+        automationName: automation.name,
+        actions: actions.map((a) => (a.type === 'wait' ? { type: 'wait', seconds: a.seconds } : { type: a.type })),
+      };
     },
 
     /**
@@ -124,7 +154,9 @@ export function createAutomationActivities({ db }: { db: Db }) {
           const state = await getRunState(db, workspaceId, input.runId);
           if (!state?.actions) throw new ApiError('NOT_FOUND', 'The run lost its state (it was removed or had already finished)');
           stored = state.actions[index];
-          context = input.sentMessageId ? { ...state.context, vars: { ...state.context.vars, 'message.id': input.sentMessageId } } : state.context;
+          context = input.sentMessageId
+            ? { ...state.context, vars: { ...state.context.vars, 'message.id': input.sentMessageId } }
+            : state.context;
         }
         type = stored.type;
         /** The result the workflow gets: the context only for a run that carries it; the row keeps it otherwise. */
@@ -133,10 +165,21 @@ export function createAutomationActivities({ db }: { db: Db }) {
         const rendered = ActionSchema.safeParse(renderParams(stored, await runVariables(db, workspaceId, context)));
         if (!rendered.success) {
           const issue = rendered.error.issues[0];
-          throw new ApiError('VALIDATION', `After filling in the variables, ${issue.path.join('.') || 'the action'} is invalid: ${issue.message}`);
+          throw new ApiError(
+            'VALIDATION',
+            `After filling in the variables, ${issue.path.join('.') || 'the action'} is invalid: ${issue.message}`,
+          );
         }
         const action = rendered.data;
-        const run = { workspaceId, runId: input.runId, index, depth: input.depth, chain: input.chain, automationName: input.automationName ?? automation.name, context };
+        const run = {
+          workspaceId,
+          runId: input.runId,
+          index,
+          depth: input.depth,
+          chain: input.chain,
+          automationName: input.automationName ?? automation.name,
+          context,
+        };
         if (action.type === 'send_message') {
           const result = await perform(db, action, run);
           if (!carried) await saveRunContext(db, workspaceId, input.runId, result.context);
@@ -149,7 +192,11 @@ export function createAutomationActivities({ db }: { db: Db }) {
         const code = (err as { code?: unknown })?.code;
         if (typeof code === 'string' && /^(22|23)/.test(code) && code !== '23505') {
           // The SQLSTATE only: the database's message can quote the value (a contact's data).
-          throw await actionFailure(input, `Action ${index + 1} (${type})`, new ApiError('VALIDATION', `The database refused the values (SQLSTATE ${code})`));
+          throw await actionFailure(
+            input,
+            `Action ${index + 1} (${type})`,
+            new ApiError('VALIDATION', `The database refused the values (SQLSTATE ${code})`),
+          );
         }
         throw err;
       }
@@ -163,13 +210,26 @@ export function createAutomationActivities({ db }: { db: Db }) {
   };
 
   /** The action itself, on `db` (the action's transaction, or the pool for send_message, which only prepares the child send). */
-  async function perform(db: Db, action: Action, input: { workspaceId: string; runId: string; index: number; depth: number; chain?: string; automationName: string; context: RunContext }): Promise<ActionResult & { context: RunContext }> {
+  async function perform(
+    db: Db,
+    action: Action,
+    input: {
+      workspaceId: string;
+      runId: string;
+      index: number;
+      depth: number;
+      chain?: string;
+      automationName: string;
+      context: RunContext;
+    },
+  ): Promise<ActionResult & { context: RunContext }> {
     const { workspaceId, context } = input;
     const options = { origin: 'automation' as const, cause: { depth: input.depth + 1, chain: input.chain ?? null } };
     const actor = { memberId: null, name: `Automation: ${input.automationName}`.slice(0, 200) };
     {
       const needContact = (): string => {
-        if (!context.contactId) throw new ApiError('CONTACT_NOT_FOUND', 'This run has no contact (the trigger carries none and no mapping produced one)');
+        if (!context.contactId)
+          throw new ApiError('CONTACT_NOT_FOUND', 'This run has no contact (the trigger carries none and no mapping produced one)');
         return context.contactId;
       };
       const needDeal = (): string => {
@@ -196,7 +256,12 @@ export function createAutomationActivities({ db }: { db: Db }) {
               value = Number(String(action.value).replace(',', '.'));
               if (!Number.isFinite(value) || value < 0) throw new ApiError('VALIDATION', 'Invalid value: expected a number >= 0');
             }
-            const deal = await createDeal(db, workspaceId, { contactId: needContact(), pipeline: action.pipeline, stage: action.stage, name: action.name, value, source: 'automation' }, { cause: options.cause });
+            const deal = await createDeal(
+              db,
+              workspaceId,
+              { contactId: needContact(), pipeline: action.pipeline, stage: action.stage, name: action.name, value, source: 'automation' },
+              { cause: options.cause },
+            );
             return { context: { ...context, dealId: deal.id } };
           }
           case 'move_deal': {
@@ -207,7 +272,9 @@ export function createAutomationActivities({ db }: { db: Db }) {
             return { context };
           }
           case 'set_deal_status':
-            await updateDeal(db, workspaceId, needDeal(), { status: action.status, lostReason: action.lostReason }, actor, { cause: options.cause });
+            await updateDeal(db, workspaceId, needDeal(), { status: action.status, lostReason: action.lostReason }, actor, {
+              cause: options.cause,
+            });
             return { context };
           case 'create_task':
             await createTask(
@@ -232,7 +299,8 @@ export function createAutomationActivities({ db }: { db: Db }) {
             const contact = await requireContact(db, workspaceId, needContact());
             const { type: _action, messageType, instanceId, ...content } = action;
             const message = messageContent({ ...content, type: messageType });
-            if (missingFields(message).length > 0) throw new ApiError('VALIDATION', `A ${messageType} message needs ${requiredFields(messageType).join(' and ')}`);
+            if (missingFields(message).length > 0)
+              throw new ApiError('VALIDATION', `A ${messageType} message needs ${requiredFields(messageType).join(' and ')}`);
             // Stored under the run and action, so a retry of this action finds the same request.
             const request = { phone: contact.phone, instanceId, message };
             const requestId = `${input.runId}/${input.index + 1}`;

@@ -27,7 +27,12 @@ function refuseRedirect(status: number): void {
   }
 }
 
-async function requestMedia(url: string, method: 'HEAD' | 'GET', policy: UrlPolicy, limits: { timeoutMs: number; maxBodyBytes: number }): Promise<SafeResponse> {
+async function requestMedia(
+  url: string,
+  method: 'HEAD' | 'GET',
+  policy: UrlPolicy,
+  limits: { timeoutMs: number; maxBodyBytes: number },
+): Promise<SafeResponse> {
   const res = await safeRequest(url, { method, policy, field: 'mediaUrl', ...limits });
   refuseRedirect(res.status);
   return res;
@@ -61,9 +66,13 @@ export async function downloadMedia(url: string, type: string, policy: UrlPolicy
   let transient = false;
   const failed = (reason: string, retryable: boolean): ApiError => {
     transient = retryable;
-    return new ApiError('MEDIA_TOO_LARGE', `The media file could not be downloaded from mediaUrl (${reason}); a web gateway instance is sent the file itself, so the URL must serve it`, {
-      hint: 'Check that mediaUrl answers a GET with the file (2xx, no redirect) from the public internet.',
-    });
+    return new ApiError(
+      'MEDIA_TOO_LARGE',
+      `The media file could not be downloaded from mediaUrl (${reason}); a web gateway instance is sent the file itself, so the URL must serve it`,
+      {
+        hint: 'Check that mediaUrl answers a GET with the file (2xx, no redirect) from the public internet.',
+      },
+    );
   };
   const retryable = (err: ApiError): boolean => err.code === 'DNS_UNAVAILABLE' || transient;
   const res = await refusalsAsFailures(

@@ -5,7 +5,14 @@ import { outcomeUnknown, chooseInstance, dailyUnits, refuseUnsendable, saoPauloD
 import { refusalsAsFailures, toFailure } from '../domain/messaging/failures';
 import { deleteUnusedContact, recordContactCreated, recordWaId, requirePhone } from '../domain/leads/contacts';
 import { conversationForSend, deleteEmptyConversation, lockConversation, touchConversation } from '../domain/messaging/conversations';
-import { findOrCreateContact, findOrCreateConversation, giveBackDaily, recordOutboundMessage, sendingPlan, takeDaily } from '../domain/messaging/messaging';
+import {
+  findOrCreateContact,
+  findOrCreateConversation,
+  giveBackDaily,
+  recordOutboundMessage,
+  sendingPlan,
+  takeDaily,
+} from '../domain/messaging/messaging';
 import {
   attemptOf,
   claimAttempt,
@@ -29,7 +36,15 @@ import type { Config } from '../domain/platform/config';
 import { adapterFor, sendThroughProvider } from './providers';
 import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
 import { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from './media';
-import { PROVIDER_RETRYABLE, type SendInput, type PreparedSend, type ProviderSendResult, type ReconcileResult, type SentMessage, type SendOutcome } from '../types/messaging';
+import {
+  PROVIDER_RETRYABLE,
+  type SendInput,
+  type PreparedSend,
+  type ProviderSendResult,
+  type ReconcileResult,
+  type SentMessage,
+  type SendOutcome,
+} from '../types/messaging';
 
 /**
  * A preparation with the recipient's keyed hash, which the workflow sets as its PhoneHash search
@@ -217,7 +232,9 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * (before or during the upload, which it then aborts) marks the attempt failed (nothing was
      * sent). A retry downloads again.
      */
-    async sendToProvider(input: { workspaceId: string; instanceId: string; to: string; reference: string } & ContentRef): Promise<ProviderSendResult> {
+    async sendToProvider(
+      input: { workspaceId: string; instanceId: string; to: string; reference: string } & ContentRef,
+    ): Promise<ProviderSendResult> {
       return withHeartbeat(async () => {
         // The instance first: one that vanished is a refusal, before any attempt is claimed.
         const instance = await liveInstanceConfig(db, input.workspaceId, input.instanceId);
@@ -226,8 +243,12 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
         const claimed = await claimAttempt(db, input.workspaceId, input.reference);
         if (!claimed) {
           const previous = await attemptOf(db, input.reference);
-          if (previous?.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id!, waId: previous.wa_id ?? undefined } };
-          return unconfirmed(instance.provider, 'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider');
+          if (previous?.state === 'sent')
+            return { outcome: 'sent', sent: { providerMessageId: previous.provider_message_id!, waId: previous.wa_id ?? undefined } };
+          return unconfirmed(
+            instance.provider,
+            'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider',
+          );
         }
         // Prepare checked the workspace and the contact; a retry may come seconds or minutes later,
         // after a suspension or an opt-out, which stop it as they would have stopped the send.
@@ -249,7 +270,15 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           }
           // A streamed file is downloaded while it is uploaded: the upload's deadline spans both.
           const options = download ? { timeoutMs: MEDIA_DOWNLOAD_TIMEOUT_MS + MEDIA_SEND_TIMEOUT_MS } : {};
-          sent = await sendThroughProvider({ instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(config.encryptionKeys!, instance.config, input.workspaceId) }, outbound, options);
+          sent = await sendThroughProvider(
+            {
+              instanceId: instance.id,
+              provider: instance.provider,
+              config: openInstanceConfig(config.encryptionKeys!, instance.config, input.workspaceId),
+            },
+            outbound,
+            options,
+          );
         } catch (thrown) {
           // A download that failed mid-upload aborted it: the download's failure is the send's.
           const err = download?.failure ?? thrown;
@@ -287,7 +316,8 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
       const read = () => readAttempt(db, input.workspaceId, input.reference);
       const settled = (row: SendAttemptRow | undefined): ReconcileResult | undefined => {
         if (!row) return { outcome: 'failed', reason: 'The send was never claimed, so it never reached the provider' };
-        if (row.state === 'sent') return { outcome: 'sent', sent: { providerMessageId: row.provider_message_id!, ...(row.wa_id ? { waId: row.wa_id } : {}) } };
+        if (row.state === 'sent')
+          return { outcome: 'sent', sent: { providerMessageId: row.provider_message_id!, ...(row.wa_id ? { waId: row.wa_id } : {}) } };
         if (row.state === 'failed') return { outcome: 'failed', reason: row.error ?? 'The earlier attempt failed' };
         return undefined;
       };
@@ -312,7 +342,9 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * After the provider accepted: the message (status `sent`), the conversation's clock, the
      * provider's identity of the number, and only now the business events.
      */
-    async recordSent(input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; mode: 'cold' | 'conversation' } & ContentRef): Promise<SendOutcome> {
+    async recordSent(
+      input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; mode: 'cold' | 'conversation' } & ContentRef,
+    ): Promise<SendOutcome> {
       const { workspaceId, sent } = input;
       return db.transaction(async (trx) => {
         const { message } = await sendRequestOf(trx, input);
@@ -342,7 +374,13 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           if (sent.waId) await recordWaId(trx, workspaceId, prepared.contactId, sent.waId);
           if (prepared.createdContact) await recordContactCreated(trx, workspaceId, prepared.contactId);
         }
-        const outcome: SendOutcome = { id: row.id, status: 'sent', type: message.type, conversationId: prepared.conversationId, contactId: prepared.contactId };
+        const outcome: SendOutcome = {
+          id: row.id,
+          status: 'sent',
+          type: message.type,
+          conversationId: prepared.conversationId,
+          contactId: prepared.contactId,
+        };
         if (input.mode === 'cold') outcome.created = { contact: prepared.createdContact, conversation: prepared.createdConversation };
         return outcome;
       });

@@ -1,7 +1,14 @@
 import { openText } from '../domain/platform/encryption';
 import type { Config } from '../domain/platform/config';
 import type { Db } from '../domain/platform/db';
-import { deliveryBody, getDeliveryToAttempt, postWebhook, recordDeliveryAttempt, recordDeliveryFailed, webhookSecretBinding } from '../domain/webhooks/webhooks';
+import {
+  deliveryBody,
+  getDeliveryToAttempt,
+  postWebhook,
+  recordDeliveryAttempt,
+  recordDeliveryFailed,
+  webhookSecretBinding,
+} from '../domain/webhooks/webhooks';
 import type { AttemptInput, AttemptResult } from '../types/webhooks';
 
 /**
@@ -37,7 +44,15 @@ export function createWebhookActivities({ db, config }: { db: Db; config: Pick<C
         db,
         input.workspaceId,
         { id: input.deliveryId, subscriptionId: delivery.subscription_id },
-        { posted: delivery.active, gone: outcome.gone && delivery.active, status, statusCode: outcome.statusCode, error, nextAttemptInMs: input.nextAttemptInMs, delivered: outcome.ok },
+        {
+          posted: delivery.active,
+          gone: outcome.gone && delivery.active,
+          status,
+          statusCode: outcome.statusCode,
+          error,
+          nextAttemptInMs: input.nextAttemptInMs,
+          delivered: outcome.ok,
+        },
       );
       return { status, statusCode: outcome.statusCode, error };
     },

@@ -92,7 +92,9 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   // The pages beside the endpoints (the document, the reference, the codec session), passed by every
   // other /api/v1 call in one test of its path instead of three middleware hops.
   const pages = compose([openapiDocument, serveDocs, codecCors]);
-  app.use((ctx: Context, next: Next) => (ctx.path.startsWith('/api/v1/') && ctx.path !== '/api/v1/openapi.json' ? next() : pages(ctx, next)));
+  app.use((ctx: Context, next: Next) =>
+    ctx.path.startsWith('/api/v1/') && ctx.path !== '/api/v1/openapi.json' ? next() : pages(ctx, next),
+  );
   app.use(refuseDeclaredTooLarge);
   // The body is read per route, after its limits and authentication: an unknown path, a refused
   // caller or a caller over its limit costs no parsing of up to 1 MiB.
@@ -108,7 +110,10 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
     if (ctx.status === 405 || (ctx.status === 404 && SERVED_PATHS.has(ctx.path))) {
       const allow = String(ctx.response.get('Allow') || [...READ_METHODS].join(', '));
       await enforce(ctx, [ipBucket(ctx, 'read')]);
-      throw new ApiError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}`, { hint: `Allowed: ${allow}.`, headers: { Allow: allow } });
+      throw new ApiError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}`, {
+        hint: `Allowed: ${allow}.`,
+        headers: { Allow: allow },
+      });
     }
     if (ctx.status === 404) {
       await enforce(ctx, [ipBucket(ctx, 'read')]);
@@ -148,7 +153,10 @@ async function codecCors(ctx: Context, next: Next): Promise<void> {
   if (ctx.method === 'GET' && ctx.path === CODEC_SESSION_PAGE_PATH) {
     ctx.type = 'html';
     ctx.set('Cache-Control', 'no-store');
-    ctx.set('Content-Security-Policy', "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'");
+    ctx.set(
+      'Content-Security-Policy',
+      "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'",
+    );
     ctx.body = CODEC_SESSION_PAGE;
     return;
   }

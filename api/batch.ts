@@ -13,7 +13,10 @@ export function batchBody<T extends z.ZodType>(field: string, item: T) {
 }
 
 /** One of these statuses (a union of literals: the document lists each). */
-const oneOf = (statuses: number[]) => (statuses.length === 1 ? z.literal(statuses[0]) : z.union(statuses.map((s) => z.literal(s)) as [z.ZodLiteral<number>, z.ZodLiteral<number>]));
+const oneOf = (statuses: number[]) =>
+  statuses.length === 1
+    ? z.literal(statuses[0])
+    : z.union(statuses.map((s) => z.literal(s)) as [z.ZodLiteral<number>, z.ZodLiteral<number>]);
 
 /**
  * The answer of a batch route: one entry per item in request order, with the status the single
@@ -56,7 +59,10 @@ export async function answerBatch<T>(
   if (!key) return inOrder([...invalid, ...(await runInChunks(db, valid, runChunk))]);
 
   ctx.set('Idempotency-Key', key);
-  const request = fingerprint(operation, items.map((item) => (item.error ? { invalid: item.raw } : item.input)));
+  const request = fingerprint(
+    operation,
+    items.map((item) => (item.error ? { invalid: item.raw } : item.input)),
+  );
   const claimed = await claimKey<ItemAnswer>(db, ctx.state.auth!.workspaceId, key, operation, request);
   if ('replay' in claimed) {
     ctx.set('Idempotent-Replayed', 'true');
@@ -65,7 +71,12 @@ export async function answerBatch<T>(
   const { claim } = claimed;
   try {
     const done = new Set(claim.answers.map((a) => a.index));
-    const answers = await runInChunks(db, valid.filter((item) => !done.has(item.index)), runChunk, (trx, chunk) => recordProgress(trx, claim, chunk));
+    const answers = await runInChunks(
+      db,
+      valid.filter((item) => !done.has(item.index)),
+      runChunk,
+      (trx, chunk) => recordProgress(trx, claim, chunk),
+    );
     await completeKey(db, claim, invalid);
     return inOrder([...claim.answers, ...answers, ...invalid]);
   } catch (err) {

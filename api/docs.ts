@@ -83,7 +83,8 @@ function asset(name: string, ext: string, type: string, body: Buffer): Asset {
 }
 
 /** The tab's icon: a file of ours, so the browser neither asks for /favicon.ico nor needs img-src data:. */
-const FAVICON_SVG = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#1f6feb"/><path d="M4 5h8M4 8h8M4 11h5" stroke="#fff" stroke-width="1.5" stroke-linecap="round"/></svg>';
+const FAVICON_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#1f6feb"/><path d="M4 5h8M4 8h8M4 11h5" stroke="#fff" stroke-width="1.5" stroke-linecap="round"/></svg>';
 
 interface DocsAssets {
   assets: Map<string, Asset>;

@@ -15,7 +15,8 @@ const ERROR_TEXT: Partial<Record<ErrorCode, string>> = {
   INSUFFICIENT_SCOPE: 'Valid key without the required scope.',
   API_ACCESS_DISABLED: 'API access is not available on the plan.',
   SUBSCRIPTION_INACTIVE: 'The subscription is inactive.',
-  RATE_LIMITED: "The key's per-minute limit is reached (a batch: its items do not fit in what is left); on the inbound automation receiver, the plan's automation runs per minute (see Retry-After).",
+  RATE_LIMITED:
+    "The key's per-minute limit is reached (a batch: its items do not fit in what is left); on the inbound automation receiver, the plan's automation runs per minute (see Retry-After).",
   IP_RATE_LIMITED: 'The per-IP limit of this operation profile is reached (see Retry-After).',
   VALIDATION: 'Body or parameters invalid; the hint names the field.',
   NOT_FOUND: 'Record not found in the workspace.',
@@ -44,7 +45,13 @@ export const TAGS: { name: string; description: string }[] = [
 ];
 
 /** The 429 codes of the counters in domain/access/rate-limit: they come with Retry-After (the daily caps do not). */
-const BUCKET_CODES = new Set<ErrorCode>(['RATE_LIMITED', 'IP_RATE_LIMITED', 'SEND_RATE_LIMITED', 'COLD_SEND_RATE_LIMITED', 'TOKEN_RATE_LIMITED']);
+const BUCKET_CODES = new Set<ErrorCode>([
+  'RATE_LIMITED',
+  'IP_RATE_LIMITED',
+  'SEND_RATE_LIMITED',
+  'COLD_SEND_RATE_LIMITED',
+  'TOKEN_RATE_LIMITED',
+]);
 
 function errorsOf(def: AnyRoute): ErrorCode[] {
   const codes = new Set<ErrorCode>(def.errors ?? []);
@@ -73,16 +80,26 @@ function errorsOf(def: AnyRoute): ErrorCode[] {
 type HeaderObject = { description: string; required?: boolean; schema: object };
 const integer = { type: 'integer', minimum: 0 };
 const RESPONSE_HEADERS = {
-  'X-Request-Id': { description: 'The request id (yours from `X-Request-Id` when well formed, else generated); quote it when reporting a problem.', schema: { type: 'string' } },
-  'X-RateLimit-Limit': { description: 'Requests allowed in the current one-minute window (the key\'s, or the IP\'s before authentication).', schema: integer },
+  'X-Request-Id': {
+    description: 'The request id (yours from `X-Request-Id` when well formed, else generated); quote it when reporting a problem.',
+    schema: { type: 'string' },
+  },
+  'X-RateLimit-Limit': {
+    description: "Requests allowed in the current one-minute window (the key's, or the IP's before authentication).",
+    schema: integer,
+  },
   'X-RateLimit-Remaining': { description: 'Requests left in the current window.', schema: integer },
   'X-RateLimit-Reset': { description: 'Seconds until the window turns.', schema: integer },
   'Retry-After': { description: 'Seconds to wait before retrying.', schema: integer },
   'Idempotency-Key': {
-    description: "The request's key: on a send yours, or one generated when you sent none (repeat with it to join the same send); on a batch yours, when you sent one.",
+    description:
+      "The request's key: on a send yours, or one generated when you sent none (repeat with it to join the same send); on a batch yours, when you sent one.",
     schema: { type: 'string' },
   },
-  'Idempotent-Replayed': { description: '`true`: the answer of an earlier request with the same key, replayed; nothing was done again.', schema: { type: 'string', enum: ['true'] } },
+  'Idempotent-Replayed': {
+    description: '`true`: the answer of an earlier request with the same key, replayed; nothing was done again.',
+    schema: { type: 'string', enum: ['true'] },
+  },
   'Cache-Control': { description: 'The answer carries a secret: no cache may keep it.', schema: { type: 'string', enum: ['no-store'] } },
 } satisfies Record<string, HeaderObject>;
 type HeaderName = keyof typeof RESPONSE_HEADERS;
@@ -100,7 +117,8 @@ function responseHeaders(def: AnyRoute, status: number, codes: ErrorCode[]): Rec
   const api = isApiPath(def.path);
   const counted = api || def.auth === 'apiKey' || def.ipProfile !== undefined;
   if (counted) {
-    const always = api || status < 400 || status === 429 || ![401, 413, 500, 503].includes(status) || (status === 401 && def.ipProfile !== undefined);
+    const always =
+      api || status < 400 || status === 429 || ![401, 413, 500, 503].includes(status) || (status === 401 && def.ipProfile !== undefined);
     for (const name of ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'] as const) headers[name] = always;
   }
   if (status === 429) headers['Retry-After'] = codes.every((c) => BUCKET_CODES.has(c));
@@ -113,7 +131,9 @@ function responseHeaders(def: AnyRoute, status: number, codes: ErrorCode[]): Rec
     if (status === 200) headers['Idempotent-Replayed'] = send;
   }
   if (def.noStore && status < 300) headers['Cache-Control'] = true;
-  return Object.fromEntries(Object.entries(headers).map(([name, required]) => [name, { ...RESPONSE_HEADERS[name as HeaderName], required }]));
+  return Object.fromEntries(
+    Object.entries(headers).map(([name, required]) => [name, { ...RESPONSE_HEADERS[name as HeaderName], required }]),
+  );
 }
 
 /**
@@ -180,9 +200,7 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
       };
     }
     const scopes = def.scopes ?? [];
-    const scopeText = scopes.length
-      ? `Scope: ${[...new Set(scopes.flatMap(satisfying))].map((s) => `\`${s}\``).join(' or ')}.`
-      : '';
+    const scopeText = scopes.length ? `Scope: ${[...new Set(scopes.flatMap(satisfying))].map((s) => `\`${s}\``).join(' or ')}.` : '';
     const limits = [
       def.ipProfile ? `Per-IP profile \`${def.ipProfile}\`: ${IP_PROFILES[def.ipProfile]}/min.` : '',
       def.keyProfile ? `Per-key profile \`${def.keyProfile}\`: ${KEY_PROFILES[def.keyProfile]}/min.` : '',
@@ -224,9 +242,10 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
     },
     servers: [{ url: serverUrl }],
     // Declared tags in their order; a tag missing from TAGS (a test's extra route) is still declared, without a description.
-    tags: [...TAGS, ...[...new Set(routes.map((r) => r.tag))].filter((name) => !TAGS.some((t) => t.name === name)).map((name) => ({ name }))].filter((t) =>
-      routes.some((r) => r.tag === t.name),
-    ),
+    tags: [
+      ...TAGS,
+      ...[...new Set(routes.map((r) => r.tag))].filter((name) => !TAGS.some((t) => t.name === name)).map((name) => ({ name })),
+    ].filter((t) => routes.some((r) => r.tag === t.name)),
   });
   addSuccessExamples(doc as unknown as OpenApiDoc);
   return doc;
@@ -236,7 +255,10 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type JsonSchema = Record<string, any>;
 interface OpenApiDoc {
-  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema?: JsonSchema; example?: unknown }> }> }>>;
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { content?: Record<string, { schema?: JsonSchema; example?: unknown }> }> }>
+  >;
   components?: { schemas?: Record<string, JsonSchema> };
 }
 
@@ -257,7 +279,9 @@ function exampleOf(schema: JsonSchema | undefined, doc: OpenApiDoc, key = '', de
   const type = Array.isArray(schema.type) ? schema.type.find((t: string) => t !== 'null') : schema.type;
   switch (type) {
     case 'object':
-      return Object.fromEntries(Object.entries(schema.properties ?? {}).map(([k, v]) => [k, exampleOf(v as JsonSchema, doc, k, depth + 1)]));
+      return Object.fromEntries(
+        Object.entries(schema.properties ?? {}).map(([k, v]) => [k, exampleOf(v as JsonSchema, doc, k, depth + 1)]),
+      );
     case 'array':
       return [exampleOf(schema.items, doc, key, depth + 1)];
     case 'boolean':

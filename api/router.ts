@@ -88,7 +88,12 @@ function handle(def: AnyRoute): Middleware {
     const items = def.batch ? parseBatch(def, requestBody(ctx) ?? {}) : [];
     const body = def.batch ? undefined : parse(def.body, requestBody(ctx) ?? {}, 'body');
     // A header sent empty (or blank: Node trims it) is checked too: it is not a missing one.
-    if (def.idempotent) parse(IdempotencyHeaders, { 'Idempotency-Key': ctx.headers['idempotency-key'] === undefined ? undefined : ctx.get('idempotency-key') }, 'headers');
+    if (def.idempotent)
+      parse(
+        IdempotencyHeaders,
+        { 'Idempotency-Key': ctx.headers['idempotency-key'] === undefined ? undefined : ctx.get('idempotency-key') },
+        'headers',
+      );
     // A batch's items count against the key's limit once the body says how many, before any item runs.
     if (def.batch && ctx.state.auth) await countBatchItems(ctx, items.length);
     ctx.status = def.status ?? 200;
@@ -170,22 +175,37 @@ function mountRoutes(routes: AnyRoute[], body: Middleware): Router {
  */
 function shadowedPathGuards(router: Router, routes: AnyRoute[]): void {
   const escape = (text: string) => text.replace(/[.*+?^$()|[\]\\]/g, '\\$&');
-  const templates = routes.filter((r) => r.path.includes('{')).map((r) => new RegExp(`^${r.path.split(/\{[A-Za-z0-9_]+\}/).map(escape).join('[^/]+')}$`));
+  const templates = routes
+    .filter((r) => r.path.includes('{'))
+    .map(
+      (r) =>
+        new RegExp(
+          `^${r.path
+            .split(/\{[A-Za-z0-9_]+\}/)
+            .map(escape)
+            .join('[^/]+')}$`,
+        ),
+    );
   const declared = new Map<string, Set<string>>();
-  for (const def of routes) if (!def.path.includes('{')) declared.set(def.path, (declared.get(def.path) ?? new Set()).add(def.method.toUpperCase()));
+  for (const def of routes)
+    if (!def.path.includes('{')) declared.set(def.path, (declared.get(def.path) ?? new Set()).add(def.method.toUpperCase()));
   for (const [path, methods] of declared) {
     if (!templates.some((t) => t.test(path))) continue;
     const allowed = [...methods, ...(methods.has('GET') ? ['HEAD'] : [])];
-    router.register(path, METHODS.filter((m) => !allowed.includes(m)), [
-      async (ctx: Context) => {
-        ctx.set('Allow', allowed.join(', '));
-        if (ctx.method === 'OPTIONS') {
-          ctx.status = 200;
-          ctx.body = '';
-        } else {
-          ctx.status = 405;
-        }
-      },
-    ]);
+    router.register(
+      path,
+      METHODS.filter((m) => !allowed.includes(m)),
+      [
+        async (ctx: Context) => {
+          ctx.set('Allow', allowed.join(', '));
+          if (ctx.method === 'OPTIONS') {
+            ctx.status = 200;
+            ctx.body = '';
+          } else {
+            ctx.status = 405;
+          }
+        },
+      ],
+    );
   }
 }

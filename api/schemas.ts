@@ -23,7 +23,8 @@ export const CursorPagination = z
   .openapi('CursorPagination');
 export const cursorListOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item), pagination: CursorPagination });
 /** A list that also syncs (domain/platform/sync.ts): its offset page, or with cursor paging its cursor page of `syncItem` (default: the same records). */
-export const listOrSyncOf = <T extends z.ZodType, S extends z.ZodType = T>(item: T, syncItem?: S) => z.union([listOf(item), cursorListOf(syncItem ?? item)]);
+export const listOrSyncOf = <T extends z.ZodType, S extends z.ZodType = T>(item: T, syncItem?: S) =>
+  z.union([listOf(item), cursorListOf(syncItem ?? item)]);
 export const single = <T extends z.ZodType>(item: T) => z.object({ data: item });
 
 /** `{id}` path parameter: a malformed id answers 404 like a missing record (see router). */

@@ -1,7 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { z } from 'zod';
-import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
+import {
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowFailedError,
+  WorkflowIdReusePolicy,
+  WorkflowNotFoundError,
+} from '@temporalio/client';
 import { ApiError } from '../domain/kernel/errors';
 import { fromFailure, fromRefusal } from '../domain/messaging/failures';
 import { fingerprint } from '../domain/platform/idempotency';
@@ -27,7 +32,9 @@ export const IdempotencyHeaders = z.object({
     .string()
     .regex(/^[\x20-\x7e]{1,255}$/, '1 to 255 printable ASCII characters (spaces included)')
     .optional()
-    .meta({ description: 'Names this request in the workspace: a repeat replays (or joins) it instead of doing it twice (see the operation).' }),
+    .meta({
+      description: 'Names this request in the workspace: a repeat replays (or joins) it instead of doing it twice (see the operation).',
+    }),
 });
 
 /** The request's Idempotency-Key (already validated by the router), or undefined when none was sent. */
@@ -44,7 +51,11 @@ export function idempotencyKey(ctx: Context): string | undefined {
  * completed run (ALLOW_DUPLICATE_FAILED_ONLY), so a request that found nothing cannot send again
  * after a concurrent one with the same key completed: it replays that one instead.
  */
-export async function runSend(ctx: Context, input: SendRequest & { workspaceId: string }, options: { kind: 'cold' | 'conversation'; phone?: string }): Promise<SendOutcome> {
+export async function runSend(
+  ctx: Context,
+  input: SendRequest & { workspaceId: string },
+  options: { kind: 'cold' | 'conversation'; phone?: string },
+): Promise<SendOutcome> {
   const given = idempotencyKey(ctx);
   // Without a key the send gets one, returned in the response header: a client whose request
   // outlived the API's wait (409 IN_PROGRESS) can repeat with it and join the same send.
@@ -58,7 +69,9 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
   const request = fingerprint(options.kind, { ...input, phone: options.phone ?? input.phone });
 
   /** What an earlier run with this key decides: an answer (replay or refusal), or how a new run may start. */
-  const previousRun = async (): Promise<{ answer: () => Promise<SendOutcome> } | { reusePolicy: WorkflowIdReusePolicy; replaces?: string }> => {
+  const previousRun = async (): Promise<
+    { answer: () => Promise<SendOutcome> } | { reusePolicy: WorkflowIdReusePolicy; replaces?: string }
+  > => {
     const previous = await withTemporal(ctx, service, () => handle.describe()).catch((err) => {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
@@ -125,22 +138,24 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
     throw inProgress(workflowId, key);
   }
   try {
-    await withTemporal(ctx, service, () => client.workflow.start(sendMessageWorkflow, {
-      workflowId,
-      taskQueue: ctx.deps.config.taskQueue,
-      // The reconciliation window travels in the input: the workflow's waits depend only on its history.
-      args: [{ ...sendInputFor(workspaceId, requestId, content), reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
-      workflowIdReusePolicy: reusePolicy,
-      priority: workspacePriority(workspaceId),
-      memo: { request },
-      searchAttributes: {
-        WorkspaceId: [input.workspaceId],
-        IdempotencyKey: [key],
-        // Shown in clear by Temporal: the number's keyed hash (the workflow sets it again once prepared).
-        ...(options.phone ? { PhoneHash: [searchHash(ctx.deps.config.encryptionKeys!, 'phone', input.workspaceId, options.phone)] } : {}),
-        ...(input.instanceId ? { InstanceId: [input.instanceId] } : {}),
-      },
-    }));
+    await withTemporal(ctx, service, () =>
+      client.workflow.start(sendMessageWorkflow, {
+        workflowId,
+        taskQueue: ctx.deps.config.taskQueue,
+        // The reconciliation window travels in the input: the workflow's waits depend only on its history.
+        args: [{ ...sendInputFor(workspaceId, requestId, content), reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
+        workflowIdReusePolicy: reusePolicy,
+        priority: workspacePriority(workspaceId),
+        memo: { request },
+        searchAttributes: {
+          WorkspaceId: [input.workspaceId],
+          IdempotencyKey: [key],
+          // Shown in clear by Temporal: the number's keyed hash (the workflow sets it again once prepared).
+          ...(options.phone ? { PhoneHash: [searchHash(ctx.deps.config.encryptionKeys!, 'phone', input.workspaceId, options.phone)] } : {}),
+          ...(input.instanceId ? { InstanceId: [input.instanceId] } : {}),
+        },
+      }),
+    );
   } catch (err) {
     if (!(err instanceof WorkflowExecutionAlreadyStartedError)) {
       // Not started (or not known to be): the refused run may be retried again.
@@ -155,12 +170,14 @@ export async function runSend(ctx: Context, input: SendRequest & { workspaceId: 
 
   let timer: NodeJS.Timeout | undefined;
   try {
-    return outcomeOf(await Promise.race([
-      handle.result(),
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(inProgress(workflowId, key)), WAIT_MS);
-      }),
-    ]));
+    return outcomeOf(
+      await Promise.race([
+        handle.result(),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(inProgress(workflowId, key)), WAIT_MS);
+        }),
+      ]),
+    );
   } catch (err) {
     if (err instanceof WorkflowFailedError) throw sendFailure(err);
     // The send started and is durable; Temporal went away while we waited for its result.

@@ -162,22 +162,93 @@ export function emulatedWaId(to: string): string {
 /** Graph API errors the emulator can answer, as the real API words them. */
 const CLOUD_ERRORS: Record<number, { status: number; message: string; type: string; details: string }> = {
   1: { status: 500, message: 'An unknown error occurred', type: 'OAuthException', details: 'Unknown error.' },
-  2: { status: 503, message: 'Service temporarily unavailable', type: 'OAuthException', details: 'The service is temporarily unavailable.' },
+  2: {
+    status: 503,
+    message: 'Service temporarily unavailable',
+    type: 'OAuthException',
+    details: 'The service is temporarily unavailable.',
+  },
   4: { status: 400, message: '(#4) Application request limit reached', type: 'OAuthException', details: 'Too many API calls.' },
-  10: { status: 403, message: '(#10) Permission denied', type: 'OAuthException', details: 'Permission is not granted or has been removed.' },
+  10: {
+    status: 403,
+    message: '(#10) Permission denied',
+    type: 'OAuthException',
+    details: 'Permission is not granted or has been removed.',
+  },
   100: { status: 400, message: '(#100) Invalid parameter', type: 'OAuthException', details: 'Invalid parameter.' },
-  190: { status: 401, message: 'Invalid OAuth access token - Cannot parse access token', type: 'OAuthException', details: 'The access token has expired or is invalid.' },
-  130429: { status: 400, message: '(#130429) Rate limit hit', type: 'OAuthException', details: 'Cloud API message throughput has been reached.' },
-  131000: { status: 500, message: '(#131000) Something went wrong', type: 'OAuthException', details: 'Message failed to send due to an unknown error.' },
-  131016: { status: 503, message: '(#131016) Service unavailable', type: 'OAuthException', details: 'A service is temporarily unavailable.' },
-  131026: { status: 400, message: '(#131026) Message Undeliverable', type: 'OAuthException', details: 'Unable to deliver message. The recipient may not be a WhatsApp user or cannot receive this message.' },
-  131047: { status: 400, message: '(#131047) Re-engagement message', type: 'OAuthException', details: 'Message failed to send because more than 24 hours have passed since the customer last replied to this number.' },
-  131048: { status: 400, message: '(#131048) Spam rate limit hit', type: 'OAuthException', details: 'Message failed to send because there are restrictions on how many messages can be sent from this phone number.' },
-  131053: { status: 400, message: '(#131053) Media upload error', type: 'OAuthException', details: 'Unable to upload the media used in the message: the file is larger than the maximum size for its type.' },
-  131056: { status: 400, message: '(#131056) (Business Account, Consumer Account) pair rate limit hit', type: 'OAuthException', details: 'Message failed to send because there were too many messages sent from this phone number to the same phone number in a short period of time.' },
-  132000: { status: 400, message: '(#132000) Number of parameters does not match the expected number of params', type: 'OAuthException', details: 'body: number of localizable_params does not match the expected number of params.' },
-  132001: { status: 404, message: '(#132001) Template name does not exist in the translation', type: 'OAuthException', details: 'template name does not exist in the language.' },
-  132012: { status: 400, message: '(#132012) Parameter format does not match format in the created template', type: 'OAuthException', details: 'body: Format mismatch, expected TEXT.' },
+  190: {
+    status: 401,
+    message: 'Invalid OAuth access token - Cannot parse access token',
+    type: 'OAuthException',
+    details: 'The access token has expired or is invalid.',
+  },
+  130429: {
+    status: 400,
+    message: '(#130429) Rate limit hit',
+    type: 'OAuthException',
+    details: 'Cloud API message throughput has been reached.',
+  },
+  131000: {
+    status: 500,
+    message: '(#131000) Something went wrong',
+    type: 'OAuthException',
+    details: 'Message failed to send due to an unknown error.',
+  },
+  131016: {
+    status: 503,
+    message: '(#131016) Service unavailable',
+    type: 'OAuthException',
+    details: 'A service is temporarily unavailable.',
+  },
+  131026: {
+    status: 400,
+    message: '(#131026) Message Undeliverable',
+    type: 'OAuthException',
+    details: 'Unable to deliver message. The recipient may not be a WhatsApp user or cannot receive this message.',
+  },
+  131047: {
+    status: 400,
+    message: '(#131047) Re-engagement message',
+    type: 'OAuthException',
+    details: 'Message failed to send because more than 24 hours have passed since the customer last replied to this number.',
+  },
+  131048: {
+    status: 400,
+    message: '(#131048) Spam rate limit hit',
+    type: 'OAuthException',
+    details: 'Message failed to send because there are restrictions on how many messages can be sent from this phone number.',
+  },
+  131053: {
+    status: 400,
+    message: '(#131053) Media upload error',
+    type: 'OAuthException',
+    details: 'Unable to upload the media used in the message: the file is larger than the maximum size for its type.',
+  },
+  131056: {
+    status: 400,
+    message: '(#131056) (Business Account, Consumer Account) pair rate limit hit',
+    type: 'OAuthException',
+    details:
+      'Message failed to send because there were too many messages sent from this phone number to the same phone number in a short period of time.',
+  },
+  132000: {
+    status: 400,
+    message: '(#132000) Number of parameters does not match the expected number of params',
+    type: 'OAuthException',
+    details: 'body: number of localizable_params does not match the expected number of params.',
+  },
+  132001: {
+    status: 404,
+    message: '(#132001) Template name does not exist in the translation',
+    type: 'OAuthException',
+    details: 'template name does not exist in the language.',
+  },
+  132012: {
+    status: 400,
+    message: '(#132012) Parameter format does not match format in the created template',
+    type: 'OAuthException',
+    details: 'body: Format mismatch, expected TEXT.',
+  },
 };
 
 const MEDIA_TYPES: Record<string, string> = {
@@ -199,7 +270,19 @@ const MEDIA_TYPES: Record<string, string> = {
   xlsx: 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
 };
 
-const CLOUD_OBJECTS = ['text', 'image', 'video', 'audio', 'document', 'template', 'sticker', 'location', 'contacts', 'interactive', 'reaction'];
+const CLOUD_OBJECTS = [
+  'text',
+  'image',
+  'video',
+  'audio',
+  'document',
+  'template',
+  'sticker',
+  'location',
+  'contacts',
+  'interactive',
+  'reaction',
+];
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isText = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
@@ -209,7 +292,7 @@ function validateCloudBody(body: unknown): string | undefined {
   if (!isObject(body)) return 'The request body must be a JSON object';
   if (body.messaging_product !== 'whatsapp') return "The parameter messaging_product is required and must be 'whatsapp'";
   if (body.recipient_type !== undefined && body.recipient_type !== 'individual' && body.recipient_type !== 'group') {
-    return "Param recipient_type must be one of {individual, group}";
+    return 'Param recipient_type must be one of {individual, group}';
   }
   if (!isText(body.to) || digitsOf(body.to).length < 8) return 'The parameter to is required and must be a phone number';
   const type = body.type ?? 'text';
@@ -219,25 +302,33 @@ function validateCloudBody(body: unknown): string | undefined {
   }
   const content = body[type];
   if (!isObject(content)) return `The parameter ${type} is required when type is ${type}`;
-  if (body.biz_opaque_callback_data !== undefined && (typeof body.biz_opaque_callback_data !== 'string' || body.biz_opaque_callback_data.length > 512)) {
+  if (
+    body.biz_opaque_callback_data !== undefined &&
+    (typeof body.biz_opaque_callback_data !== 'string' || body.biz_opaque_callback_data.length > 512)
+  ) {
     return 'Param biz_opaque_callback_data must be a string of at most 512 characters';
   }
   switch (type) {
     case 'text':
       if (!isText(content.body)) return "The parameter text['body'] is required";
       if (content.body.length > 4096) return "Param text['body'] must be at most 4096 characters";
-      if (content.preview_url !== undefined && typeof content.preview_url !== 'boolean') return "Param text['preview_url'] must be a boolean";
-      for (const key of Object.keys(content)) if (key !== 'body' && key !== 'preview_url') return `Param text['${key}'] is not a valid parameter`;
+      if (content.preview_url !== undefined && typeof content.preview_url !== 'boolean')
+        return "Param text['preview_url'] must be a boolean";
+      for (const key of Object.keys(content))
+        if (key !== 'body' && key !== 'preview_url') return `Param text['${key}'] is not a valid parameter`;
       return undefined;
     case 'image':
     case 'video':
     case 'audio':
     case 'document': {
       if (!isText(content.link) && !isText(content.id)) return `The parameter ${type}['link'] or ${type}['id'] is required`;
-      if (content.link !== undefined && (!isText(content.link) || !/^https?:\/\//i.test(content.link))) return `Param ${type}['link'] must be a valid URL`;
-      const allowed = type === 'audio' ? ['link', 'id'] : type === 'document' ? ['link', 'id', 'caption', 'filename'] : ['link', 'id', 'caption'];
+      if (content.link !== undefined && (!isText(content.link) || !/^https?:\/\//i.test(content.link)))
+        return `Param ${type}['link'] must be a valid URL`;
+      const allowed =
+        type === 'audio' ? ['link', 'id'] : type === 'document' ? ['link', 'id', 'caption', 'filename'] : ['link', 'id', 'caption'];
       for (const key of Object.keys(content)) if (!allowed.includes(key)) return `Param ${type}['${key}'] is not a valid parameter`;
-      if (content.caption !== undefined && (typeof content.caption !== 'string' || content.caption.length > 1024)) return `Param ${type}['caption'] must be a string of at most 1024 characters`;
+      if (content.caption !== undefined && (typeof content.caption !== 'string' || content.caption.length > 1024))
+        return `Param ${type}['caption'] must be a string of at most 1024 characters`;
       if (content.filename !== undefined && !isText(content.filename)) return `Param ${type}['filename'] must be a string`;
       return undefined;
     }
@@ -273,8 +364,11 @@ function validateWebBody(kind: 'sendText' | 'sendMedia', body: unknown, streamed
   if (kind === 'sendText') {
     if (!isText(body.text)) problems.push('text is required');
   } else {
-    if (!['image', 'video', 'audio', 'document'].includes(String(body.mediatype))) problems.push('mediatype must be one of image, video, audio, document');
-    const mediaOk = streamed ? streamed.base64 : isText(body.media) && (/^https?:\/\//i.test(body.media) || base64Of(body.media) !== undefined);
+    if (!['image', 'video', 'audio', 'document'].includes(String(body.mediatype)))
+      problems.push('mediatype must be one of image, video, audio, document');
+    const mediaOk = streamed
+      ? streamed.base64
+      : isText(body.media) && (/^https?:\/\//i.test(body.media) || base64Of(body.media) !== undefined);
     if (!mediaOk) problems.push('Owned media must be a url or base64');
     if (body.mimetype !== undefined && typeof body.mimetype !== 'string') problems.push('mimetype must be a string');
     if (body.caption !== undefined && typeof body.caption !== 'string') problems.push('caption must be a string');
@@ -294,7 +388,12 @@ function base64Of(media: string): Buffer | undefined {
 function receivedMedia(body: unknown, streamed?: StreamedMedia): { media?: EmulatorMedia; recorded: unknown } {
   if (streamed && isObject(body)) {
     if (!streamed.base64) return { recorded: { ...body, media: '[not base64]' } };
-    const media: EmulatorMedia = { kind: 'base64', bytes: streamed.bytes, sha256: streamed.sha256, ...(typeof body.mimetype === 'string' ? { mimetype: body.mimetype } : {}) };
+    const media: EmulatorMedia = {
+      kind: 'base64',
+      bytes: streamed.bytes,
+      sha256: streamed.sha256,
+      ...(typeof body.mimetype === 'string' ? { mimetype: body.mimetype } : {}),
+    };
     return { media, recorded: { ...body, media: `[base64, ${streamed.bytes} bytes]` } };
   }
   if (!isObject(body) || !isText(body.media)) return { recorded: body };
@@ -484,7 +583,12 @@ function fbtraceId(): string {
 }
 
 function graphError(code: number, details?: string): { status: number; body: unknown } {
-  const known = CLOUD_ERRORS[code] ?? { status: 400, message: `(#${code}) Emulated error ${code}`, type: 'OAuthException', details: `Emulated error ${code}.` };
+  const known = CLOUD_ERRORS[code] ?? {
+    status: 400,
+    message: `(#${code}) Emulated error ${code}`,
+    type: 'OAuthException',
+    details: `Emulated error ${code}.`,
+  };
   return {
     status: known.status,
     body: {
@@ -584,7 +688,14 @@ export function createEmulator(): Emulator {
           },
         ],
       });
-      const entry: EmulatorDelivery = { seq: ++deliverySeq, at: new Date().toISOString(), phoneNumberId, messageId: sent.messageId, status: 'sent', attempt };
+      const entry: EmulatorDelivery = {
+        seq: ++deliverySeq,
+        at: new Date().toISOString(),
+        phoneNumberId,
+        messageId: sent.messageId,
+        status: 'sent',
+        attempt,
+      };
       try {
         const res = await fetch(webhook.url, {
           method: 'POST',
@@ -612,7 +723,10 @@ export function createEmulator(): Emulator {
   };
 
   /** The script for this send, if any, without consuming it. */
-  const peek = (to: string, id: string): { map: Map<string, EmulatorScript & { left?: number }>; key: string; script: EmulatorScript & { left?: number } } | undefined => {
+  const peek = (
+    to: string,
+    id: string,
+  ): { map: Map<string, EmulatorScript & { left?: number }>; key: string; script: EmulatorScript & { left?: number } } | undefined => {
     const toKey = personKey(to);
     if (toKey && byTo.has(toKey)) return { map: byTo, key: toKey, script: byTo.get(toKey)! };
     if (id && byId.has(id)) return { map: byId, key: id, script: byId.get(id)! };
@@ -668,7 +782,15 @@ export function createEmulator(): Emulator {
       ctx.status = status;
       const message = err instanceof Error ? err.message : String(err);
       if (/^\/v\d+\.\d+\//.test(ctx.path)) {
-        ctx.body = { error: { message: `(#100) ${message}`, type: 'OAuthException', code: 100, error_data: { details: message }, fbtrace_id: fbtraceId() } };
+        ctx.body = {
+          error: {
+            message: `(#100) ${message}`,
+            type: 'OAuthException',
+            code: 100,
+            error_data: { details: message },
+            fbtrace_id: fbtraceId(),
+          },
+        };
       } else {
         ctx.body = { status, error: status >= 500 ? 'Internal Server Error' : 'Bad Request', response: { message: [message] } };
       }
@@ -730,7 +852,9 @@ export function createEmulator(): Emulator {
       const id = typeof ctx.query.phoneNumberId === 'string' ? ctx.query.phoneNumberId : undefined;
       const outcome = typeof ctx.query.outcome === 'string' ? ctx.query.outcome : undefined;
       ctx.body = {
-        calls: calls.filter((c) => (!to || personKey(c.to) === to) && (!id || c.phoneNumberId === id) && (!outcome || c.outcome === outcome)),
+        calls: calls.filter(
+          (c) => (!to || personKey(c.to) === to) && (!id || c.phoneNumberId === id) && (!outcome || c.outcome === outcome),
+        ),
       };
       return;
     }
@@ -743,11 +867,15 @@ export function createEmulator(): Emulator {
       if (!to && !id) problems.push('to (digits) or phoneNumberId is required');
       if (!['ok', 'error', 'redirect'].includes(String(behaviour))) problems.push("behaviour must be 'ok', 'error' or 'redirect'");
       for (const field of ['code', 'httpStatus', 'delayMs', 'times'] as const) {
-        if (body[field] !== undefined && (typeof body[field] !== 'number' || !Number.isInteger(body[field]) || (body[field] as number) < 0)) {
+        if (
+          body[field] !== undefined &&
+          (typeof body[field] !== 'number' || !Number.isInteger(body[field]) || (body[field] as number) < 0)
+        ) {
           problems.push(`${field} must be a non-negative integer`);
         }
       }
-      if (typeof body.httpStatus === 'number' && (body.httpStatus < 100 || body.httpStatus > 599)) problems.push('httpStatus must be 100..599');
+      if (typeof body.httpStatus === 'number' && (body.httpStatus < 100 || body.httpStatus > 599))
+        problems.push('httpStatus must be 100..599');
       if (typeof body.delayMs === 'number' && body.delayMs > MAX_DELAY_MS) problems.push(`delayMs must be at most ${MAX_DELAY_MS}`);
       if (body.down !== undefined && typeof body.down !== 'boolean') problems.push('down must be a boolean');
       if (problems.length > 0) {
@@ -774,7 +902,11 @@ export function createEmulator(): Emulator {
       // The web gateway's per-instance webhook setting (Evolution API: webhook URL, events
       // MESSAGES_UPSERT); its events carry the instance's apikey in the body.
       const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
-      if (!isText(body.instanceName) || (body.url !== null && (!isText(body.url) || !/^https?:\/\//.test(body.url))) || (body.url !== null && !isText(body.apikey))) {
+      if (
+        !isText(body.instanceName) ||
+        (body.url !== null && (!isText(body.url) || !/^https?:\/\//.test(body.url))) ||
+        (body.url !== null && !isText(body.apikey))
+      ) {
         ctx.status = 400;
         ctx.body = { error: 'instanceName, url (http(s), or null to remove) and apikey are required' };
         return;
@@ -827,9 +959,11 @@ export function createEmulator(): Emulator {
         } catch {
           url = undefined;
         }
-        if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) problems.push('url must be an http(s) URL (or null to remove the webhook)');
+        if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:'))
+          problems.push('url must be an http(s) URL (or null to remove the webhook)');
         if (!isText(body.appSecret)) problems.push('appSecret is required');
-        if (body.displayPhoneNumber !== undefined && !(isText(body.displayPhoneNumber) && /^\d{8,20}$/.test(body.displayPhoneNumber))) problems.push('displayPhoneNumber must be digits');
+        if (body.displayPhoneNumber !== undefined && !(isText(body.displayPhoneNumber) && /^\d{8,20}$/.test(body.displayPhoneNumber)))
+          problems.push('displayPhoneNumber must be digits');
         if (body.wabaId !== undefined && !isText(body.wabaId)) problems.push('wabaId must be a string');
       }
       if (problems.length > 0) {
@@ -914,7 +1048,13 @@ export function createEmulator(): Emulator {
 
     const found = peek(to, phoneNumberId);
     // An outage or a misrouting proxy answers before anything else looks at the request.
-    if (await answeredByOutage(ctx, found, base, { type: 'text/html', body: '<html><body><h1>503 Service Unavailable</h1>No server is available to handle this request.</body></html>' })) return;
+    if (
+      await answeredByOutage(ctx, found, base, {
+        type: 'text/html',
+        body: '<html><body><h1>503 Service Unavailable</h1>No server is available to handle this request.</body></html>',
+      })
+    )
+      return;
     if (auth === 'none') {
       const answer = graphError(190);
       record({ ...base, status: answer.status, outcome: 'unauthorized' });
@@ -961,7 +1101,9 @@ export function createEmulator(): Emulator {
     const match = /^\/message\/(sendText|sendMedia)\/([^/]+)$/.exec(ctx.path);
     if (ctx.method !== 'POST' || !match) {
       ctx.status = 404;
-      ctx.body = { error: { message: `Unknown path components: ${ctx.path}`, type: 'OAuthException', code: 2500, fbtrace_id: fbtraceId() } };
+      ctx.body = {
+        error: { message: `Unknown path components: ${ctx.path}`, type: 'OAuthException', code: 2500, fbtrace_id: fbtraceId() },
+      };
       return;
     }
     const kind = match[1] as 'sendText' | 'sendMedia';
@@ -975,7 +1117,11 @@ export function createEmulator(): Emulator {
     const base = { api: 'web' as const, phoneNumberId: instance, to, type, body: recorded, auth, ...(media ? { media } : {}) } as const;
     const gatewayError = (status: number, message: unknown[]): void => {
       ctx.status = status;
-      ctx.body = { status, error: status === 401 ? 'Unauthorized' : status >= 500 ? 'Internal Server Error' : 'Bad Request', response: { message } };
+      ctx.body = {
+        status,
+        error: status === 401 ? 'Unauthorized' : status >= 500 ? 'Internal Server Error' : 'Bad Request',
+        response: { message },
+      };
     };
 
     const found = peek(to, instance);
@@ -997,7 +1143,12 @@ export function createEmulator(): Emulator {
       const status = script.httpStatus ?? (script.code === 131026 ? 400 : 500);
       record({ ...base, status, outcome: 'error' });
       if (script.delayMs) await sleep(script.delayMs);
-      gatewayError(status, script.code === 131026 ? [{ jid: `${to}@s.whatsapp.net`, exists: false, number: to }] : [`Emulated error${script.code ? ` ${script.code}` : ''}`]);
+      gatewayError(
+        status,
+        script.code === 131026
+          ? [{ jid: `${to}@s.whatsapp.net`, exists: false, number: to }]
+          : [`Emulated error${script.code ? ` ${script.code}` : ''}`],
+      );
       return;
     }
     const messageId = randomBytes(10).toString('hex').toUpperCase();
@@ -1017,7 +1168,9 @@ export function createEmulator(): Emulator {
               [`${String(b.mediatype)}Message`]: {
                 // Given bytes, the gateway uploads them to WhatsApp's media servers.
                 url: media?.kind === 'url' ? media.url : `https://mmg.whatsapp.net/emulated/${messageId}`,
-                ...(media?.kind === 'base64' ? { fileLength: String(media.bytes), fileSha256: Buffer.from(media.sha256, 'hex').toString('base64') } : {}),
+                ...(media?.kind === 'base64'
+                  ? { fileLength: String(media.bytes), fileSha256: Buffer.from(media.sha256, 'hex').toString('base64') }
+                  : {}),
                 ...(b.mimetype ? { mimetype: b.mimetype } : {}),
                 ...(b.caption ? { caption: b.caption } : {}),
                 ...(b.fileName ? { fileName: b.fileName } : {}),

@@ -11,5 +11,7 @@ CREATE INDEX automation_runs_created_idx ON automation_runs (created_at);`);
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await knex.raw(`DROP INDEX outbox_events_created_idx; DROP INDEX webhook_deliveries_created_idx; DROP INDEX automation_runs_created_idx;`);
+  await knex.raw(
+    `DROP INDEX outbox_events_created_idx; DROP INDEX webhook_deliveries_created_idx; DROP INDEX automation_runs_created_idx;`,
+  );
 }

@@ -14,7 +14,9 @@ CREATE TRIGGER contact_search_changed AFTER UPDATE OF ${columns} ON contacts
   ) EXECUTE FUNCTION contact_search_changed();`;
 
 export async function up(knex: Knex): Promise<void> {
-  await knex.raw(trigger('name, phone, email, created_at, merged_into_id, deleted_at, is_group', ' OR old.created_at IS DISTINCT FROM new.created_at'));
+  await knex.raw(
+    trigger('name, phone, email, created_at, merged_into_id, deleted_at, is_group', ' OR old.created_at IS DISTINCT FROM new.created_at'),
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

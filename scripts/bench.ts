@@ -46,7 +46,10 @@ import {
 
 const QUICK = process.argv.includes('--quick');
 /** `--only=leads,webhooks`: run only these groups (baseline always runs). */
-const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
+const ONLY = process.argv
+  .find((a) => a.startsWith('--only='))
+  ?.slice('--only='.length)
+  .split(',');
 const wanted = (group: string): boolean => !ONLY || ONLY.includes(group);
 const BENCH_DIR = path.join(ROOT, '.data', 'bench');
 const PROFILE = process.argv.includes('--profile');
@@ -61,8 +64,50 @@ const SIZES = QUICK
 const ADMIN_TOKEN = 'bench-admin-token-of-32-characters';
 const ENCRYPTION_KEYS = newKeyRingValue('bench');
 const STAGES = ['New', 'Contacted', 'Qualified', 'Proposal', 'Negotiation'];
-const FIRST = ['Ana', 'Bruno', 'Carla', 'Diego', 'Elisa', 'Fabio', 'Gabriela', 'Heitor', 'Isabela', 'Joao', 'Karina', 'Lucas', 'Mariana', 'Nuno', 'Olivia', 'Pedro', 'Quiteria', 'Rafael', 'Sofia', 'Tiago'];
-const LAST = ['Silva', 'Souza', 'Costa', 'Santos', 'Oliveira', 'Pereira', 'Rodrigues', 'Almeida', 'Nascimento', 'Lima', 'Araujo', 'Fernandes', 'Carvalho', 'Gomes', 'Martins', 'Rocha', 'Ribeiro', 'Alves', 'Monteiro', 'Mendes'];
+const FIRST = [
+  'Ana',
+  'Bruno',
+  'Carla',
+  'Diego',
+  'Elisa',
+  'Fabio',
+  'Gabriela',
+  'Heitor',
+  'Isabela',
+  'Joao',
+  'Karina',
+  'Lucas',
+  'Mariana',
+  'Nuno',
+  'Olivia',
+  'Pedro',
+  'Quiteria',
+  'Rafael',
+  'Sofia',
+  'Tiago',
+];
+const LAST = [
+  'Silva',
+  'Souza',
+  'Costa',
+  'Santos',
+  'Oliveira',
+  'Pereira',
+  'Rodrigues',
+  'Almeida',
+  'Nascimento',
+  'Lima',
+  'Araujo',
+  'Fernandes',
+  'Carvalho',
+  'Gomes',
+  'Martins',
+  'Rocha',
+  'Ribeiro',
+  'Alves',
+  'Monteiro',
+  'Mendes',
+];
 
 const log = (message: string): void => console.log(`[bench] ${message}`);
 
@@ -135,7 +180,11 @@ async function startStack(running: Running[]) {
 
   // In memory: the bench needs no history across runs, and the file-backed dev server spends its
   // time syncing SQLite, which would measure the dev server's disk rather than this service.
-  const temporal = await startTemporalDevServer(await ensureTemporalCli(log), { port: await freePort(), logFile: path.join(BENCH_DIR, 'logs', 'temporal.log'), log });
+  const temporal = await startTemporalDevServer(await ensureTemporalCli(log), {
+    port: await freePort(),
+    logFile: path.join(BENCH_DIR, 'logs', 'temporal.log'),
+    log,
+  });
   running.push(temporal);
 
   const [apiPort, emulatorPort] = [await freePort(), await freePort()];
@@ -157,7 +206,12 @@ async function startStack(running: Running[]) {
   };
   const logFile = (name: string) => path.join(BENCH_DIR, 'logs', `${name}.log`);
   const started = Date.now();
-  const emulator = startChild({ name: 'emulator', ...nodeTs('emulator/server.ts'), env: { ...env, EMULATOR_PORT: String(emulatorPort) }, logFile: logFile('emulator') });
+  const emulator = startChild({
+    name: 'emulator',
+    ...nodeTs('emulator/server.ts'),
+    env: { ...env, EMULATOR_PORT: String(emulatorPort) },
+    logFile: logFile('emulator'),
+  });
   running.push(emulator);
   // `--profile`: the API and the worker run with V8's CPU profiler; the profiles are summarised after the run.
   const profiled = (name: string, command: ReturnType<typeof nodeTs>) => {
@@ -169,7 +223,11 @@ async function startStack(running: Running[]) {
   const apiCommand = profiled('api', nodeTs('scripts/bench/api.ts'));
   const api = startChild({ name: 'api', ...apiCommand, env, logFile: logFile('api') });
   running.push(api);
-  await Promise.all([waitForHttp(`${env.EMULATOR_URL}/health`, emulator), waitForWorker(worker), waitForHttp(`http://127.0.0.1:${apiPort}/health`, api)]);
+  await Promise.all([
+    waitForHttp(`${env.EMULATOR_URL}/health`, emulator),
+    waitForWorker(worker),
+    waitForHttp(`http://127.0.0.1:${apiPort}/health`, api),
+  ]);
   log(`emulator, worker and API ready (${seconds(started)}; logs in ${path.relative(ROOT, path.join(BENCH_DIR, 'logs'))})`);
   return { databaseUrl, apiUrl: `http://127.0.0.1:${apiPort}`, emulatorUrl: env.EMULATOR_URL, api, worker, temporal, emulator };
 }
@@ -178,7 +236,11 @@ async function startStack(running: Running[]) {
 // HTTP helpers
 
 function client(apiUrl: string) {
-  return async <T = any>(method: string, pathname: string, opts: { key?: string; admin?: boolean; body?: unknown } = {}): Promise<{ status: number; body: T }> => {
+  return async <T = any>(
+    method: string,
+    pathname: string,
+    opts: { key?: string; admin?: boolean; body?: unknown } = {},
+  ): Promise<{ status: number; body: T }> => {
     const headers: Record<string, string> = {};
     if (opts.key) headers.authorization = `Bearer ${opts.key}`;
     if (opts.admin) headers.authorization = `Bearer ${ADMIN_TOKEN}`;
@@ -214,7 +276,13 @@ async function newWorkspace(api: Client, name: string): Promise<string> {
 }
 
 async function newKey(api: Client, workspaceId: string): Promise<string> {
-  const body = await must('create key', api('POST', `/admin/v1/workspaces/${workspaceId}/api-keys`, { admin: true, body: { name: 'bench', scopes: [...ALL_SCOPES], rateLimitPerMinute: 1000 } }));
+  const body = await must(
+    'create key',
+    api('POST', `/admin/v1/workspaces/${workspaceId}/api-keys`, {
+      admin: true,
+      body: { name: 'bench', scopes: [...ALL_SCOPES], rateLimitPerMinute: 1000 },
+    }),
+  );
   return body.data.key;
 }
 
@@ -224,7 +292,15 @@ async function newKey(api: Client, workspaceId: string): Promise<string> {
 async function seedWorkspace(db: Db, api: Client, name: string, contacts: number, deals: number): Promise<SeededWorkspace> {
   const started = Date.now();
   const id = await newWorkspace(api, name);
-  const pipeline = (await must('create pipeline', api('POST', `/admin/v1/workspaces/${id}/pipelines`, { admin: true, body: { name: 'Sales', stages: STAGES.map((s) => ({ name: s })), customFields: [] } }))).data;
+  const pipeline = (
+    await must(
+      'create pipeline',
+      api('POST', `/admin/v1/workspaces/${id}/pipelines`, {
+        admin: true,
+        body: { name: 'Sales', stages: STAGES.map((s) => ({ name: s })), customFields: [] },
+      }),
+    )
+  ).data;
   const stageIds: string[] = pipeline.stages.map((s: { id: string }) => s.id);
   await db.raw(`INSERT INTO tags (workspace_id, name) SELECT ?, 'tag-' || g FROM generate_series(0, 19) g`, [id]);
   // Distinct mobiles: 55 11 9 + 8 digits starting with 6-9; the key is the full form.
@@ -279,7 +355,9 @@ async function seed(db: Db, api: Client): Promise<Seeded> {
     log('reusing the seeded data of an earlier run (drop database crm_bench_* to seed again)');
     return existing.seeded as Seeded;
   }
-  log(`seeding: one workspace of ${SIZES.big} contacts and ${SIZES.bigDeals} deals among ${SIZES.others.valueOf()}-contact neighbours, and growth workspaces of ${SIZES.growth.join(', ')} contacts`);
+  log(
+    `seeding: one workspace of ${SIZES.big} contacts and ${SIZES.bigDeals} deals among ${SIZES.others.valueOf()}-contact neighbours, and growth workspaces of ${SIZES.growth.join(', ')} contacts`,
+  );
   const big = await seedWorkspace(db, api, 'bench-big', SIZES.big, SIZES.bigDeals);
   const others: SeededWorkspace[] = [];
   for (let i = 0; i < 9; i++) others.push(await seedWorkspace(db, api, `bench-other-${i}`, SIZES.others, Math.floor(SIZES.others / 2)));
@@ -407,7 +485,11 @@ function cpuMeter(pids: Record<string, number>) {
     }
     return out;
   };
-  const read = (): { named: Record<string, number>; postgres: Record<string, number>; at: number } => ({ named: { ...Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ticks(pid)])), bench: ticks(process.pid) }, postgres: postgres(), at: Date.now() });
+  const read = (): { named: Record<string, number>; postgres: Record<string, number>; at: number } => ({
+    named: { ...Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ticks(pid)])), bench: ticks(process.pid) },
+    postgres: postgres(),
+    at: Date.now(),
+  });
   let last = read();
   return {
     split(): Record<string, number> {
@@ -444,7 +526,12 @@ async function statementMeter(db: Db) {
           ORDER BY total_exec_time DESC LIMIT 40`,
       );
       await db.raw('SELECT pg_stat_statements_reset()');
-      return rows.map((r) => ({ query: r.query.replace(/\s+/g, ' ').slice(0, 160), calls: Number(r.calls), meanMs: Number(r.mean.toFixed(3)), share: r.all ? Number((r.total / r.all).toFixed(2)) : 0 }));
+      return rows.map((r) => ({
+        query: r.query.replace(/\s+/g, ' ').slice(0, 160),
+        calls: Number(r.calls),
+        meanMs: Number(r.mean.toFixed(3)),
+        share: r.all ? Number((r.total / r.all).toFixed(2)) : 0,
+      }));
     },
   };
 }
@@ -455,7 +542,10 @@ async function explainLeadList(db: Db, workspaceId: string, requestPath: string)
   const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
   // A page with a fixed plan and no prefix is the sort order itself, or a filter's own index walked (domain/leads/lead-list.ts).
   const pageLabel = !probe && pagePlanFixed ? 'page' : 'page over every match';
-  const statements: Record<string, string> = { ...(probe ? { 'page from the sort prefix': probe.toString() } : {}), [pageLabel]: page.toString() };
+  const statements: Record<string, string> = {
+    ...(probe ? { 'page from the sort prefix': probe.toString() } : {}),
+    [pageLabel]: page.toString(),
+  };
   statements[maintained ? 'maintained total' : 'count'] = (maintained ?? count).toString();
   const plans: Record<string, string[]> = {};
   for (const [name, sql] of Object.entries(statements)) {
@@ -549,7 +639,12 @@ async function main(): Promise<void> {
     const seeded = await seed(db, api);
     rss = rssSampler({ api: stack.api.process.pid!, worker: stack.worker.process.pid! });
     // Where the CPU went between two rows: the profile that says which process limits a scenario.
-    const cpu = cpuMeter({ api: stack.api.process.pid!, worker: stack.worker.process.pid!, temporal: stack.temporal.process.pid!, emulator: stack.emulator.process.pid! });
+    const cpu = cpuMeter({
+      api: stack.api.process.pid!,
+      worker: stack.worker.process.pid!,
+      temporal: stack.temporal.process.pid!,
+      emulator: stack.emulator.process.pid!,
+    });
     const statements = await statementMeter(db);
     const pendingProfiles: Promise<void>[] = [];
     const push = results.push.bind(results);
@@ -566,17 +661,36 @@ async function main(): Promise<void> {
     // Warm-up: the API's first requests compile code paths and open pool connections.
     await load({ url: base, connections: 8, duration: 1, path: '/api/v1/leads', headers: auth(bigKey) });
 
-    const sampleIds: string[] = (await db('contacts').where({ workspace_id: seeded.big.id }).orderBy('created_at', 'desc').limit(1000).pluck('id')) as string[];
+    const sampleIds: string[] = (await db('contacts')
+      .where({ workspace_id: seeded.big.id })
+      .orderBy('created_at', 'desc')
+      .limit(1000)
+      .pluck('id')) as string[];
     let b = 0;
     const baselineAt = async (connections: number, duration?: number) =>
       load({ url: base, connections, duration, next: () => ({ path: `/__bench/baseline/${sampleIds[b++ % sampleIds.length]}` }) });
     const baseline32 = await baselineAt(32);
-    log(`baseline (bare Koa route, PK read, 32 connections): ${baseline32.rps.toFixed(0)} req/s, p50 ${baseline32.p50} ms, p99 ${baseline32.p99} ms`);
-    results.push({ scenario: 'baseline: bare Koa route, one PK query (32 conn)', data: 'same pool', ...pick(baseline32), baseline: baseline32.rps, ratio: 1, target: '-', pass: true });
+    log(
+      `baseline (bare Koa route, PK read, 32 connections): ${baseline32.rps.toFixed(0)} req/s, p50 ${baseline32.p50} ms, p99 ${baseline32.p99} ms`,
+    );
+    results.push({
+      scenario: 'baseline: bare Koa route, one PK query (32 conn)',
+      data: 'same pool',
+      ...pick(baseline32),
+      baseline: baseline32.rps,
+      ratio: 1,
+      target: '-',
+      pass: true,
+    });
 
     /** The same domain call behind the bare floor route, at the same load. */
     const floorOf = (floorPath: string | (() => string), duration?: number): Promise<LoadResult> =>
-      load({ url: base, connections: 32, duration, ...(typeof floorPath === 'string' ? { path: floorPath } : { next: () => ({ path: floorPath() }) }) });
+      load({
+        url: base,
+        connections: 32,
+        duration,
+        ...(typeof floorPath === 'string' ? { path: floorPath } : { next: () => ({ path: floorPath() }) }),
+      });
     /**
      * A read row, its same-SQL floor and the PK baseline measured in alternation (row, floor,
      * baseline, twice, each for half the row's time), so the machine's drift during the row
@@ -601,7 +715,12 @@ async function main(): Promise<void> {
      * A read row against both floors: the PK baseline measured beside it (what the machine does
      * at best) and the row's own same-SQL floor (what the data costs); p99 within 2x the floor's.
      */
-    const readRow = (scenario: string, data: string, m: Awaited<ReturnType<typeof alternated>>, targets: { ofBaseline?: number; ofFloor?: number; p50Max?: number }): Measured => {
+    const readRow = (
+      scenario: string,
+      data: string,
+      m: Awaited<ReturnType<typeof alternated>>,
+      targets: { ofBaseline?: number; ofFloor?: number; p50Max?: number },
+    ): Measured => {
       const { r, floor, baseline } = m;
       const ratio = r.rps / baseline.rps;
       const checks: Array<[string, boolean]> = [[`p99 <= 2 x floor p99 (${2 * floor.p99} ms)`, r.p99 <= 2 * floor.p99]];
@@ -609,7 +728,16 @@ async function main(): Promise<void> {
       if (targets.ofFloor !== undefined) checks.unshift([`>= ${targets.ofFloor * 100}% of floor`, r.rps >= targets.ofFloor * floor.rps]);
       if (targets.p50Max !== undefined) checks.unshift([`p50 <= ${targets.p50Max} ms`, r.p50 <= targets.p50Max]);
       const ok = checks.every(([, passed]) => passed) && r.errors === 0 && r.non2xx === 0;
-      return { scenario, data, ...pick(r), baseline: baseline.rps, ratio, target: checks.map(([t]) => t).join(', '), pass: ok, floor: { rps: floor.rps, p50: floor.p50, p99: floor.p99 } };
+      return {
+        scenario,
+        data,
+        ...pick(r),
+        baseline: baseline.rps,
+        ratio,
+        target: checks.map(([t]) => t).join(', '),
+        pass: ok,
+        floor: { rps: floor.rps, p50: floor.p50, p99: floor.p99 },
+      };
     };
 
     const bigData = `${seeded.big.contacts} contacts, ${seeded.big.deals} deals, 10 workspaces`;
@@ -629,7 +757,15 @@ async function main(): Promise<void> {
       const next = () => ({ path: `${p}&createdAfter=${new Date(Date.UTC(2000, 0, 1) + n++).toISOString()}` });
       const r = await load({ url: base, connections: 32, headers: auth(bigKey), next });
       log(`GET /api/v1/leads?q= (every total counted): ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms`);
-      return { scenario: 'GET /api/v1/leads?q=&createdAfter=<new each time>: every total counted (32 conn)', data: bigData, ...pick(r), baseline, ratio: r.rps / baseline, target: '- (contrast)', pass: r.errors === 0 && r.non2xx === 0 };
+      return {
+        scenario: 'GET /api/v1/leads?q=&createdAfter=<new each time>: every total counted (32 conn)',
+        data: bigData,
+        ...pick(r),
+        baseline,
+        ratio: r.rps / baseline,
+        target: '- (contrast)',
+        pass: r.errors === 0 && r.non2xx === 0,
+      };
     };
     // At 32 connections a row's p50 is mostly its queue (about 32 / its rate on two cores). For
     // contrast, the same request at 4 connections, where the machine is not saturated: about
@@ -637,7 +773,15 @@ async function main(): Promise<void> {
     const lightLoad = async (name: string, p: string, baseline: number): Promise<Measured> => {
       const r = await load({ url: base, connections: 4, path: p, headers: auth(bigKey) });
       log(`${name} at 4 connections: ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms`);
-      return { scenario: `${name} (4 conn, light load: contrast)`, data: bigData, ...pick(r), baseline, ratio: r.rps / baseline, target: '- (contrast)', pass: r.errors === 0 && r.non2xx === 0 };
+      return {
+        scenario: `${name} (4 conn, light load: contrast)`,
+        data: bigData,
+        ...pick(r),
+        baseline,
+        ratio: r.rps / baseline,
+        target: '- (contrast)',
+        pass: r.errors === 0 && r.non2xx === 0,
+      };
     };
     for (const [name, p] of wanted('leads') ? leadQueries : []) {
       const measured = await alternated(
@@ -655,7 +799,9 @@ async function main(): Promise<void> {
         row.pass = row.pass && enough;
       }
       results.push(row);
-      log(`${name}: ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms; its floor ${floor.rps.toFixed(0)} req/s, p99 ${floor.p99} ms; baseline beside it ${measured.baseline.rps.toFixed(0)} req/s`);
+      log(
+        `${name}: ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms; its floor ${floor.rps.toFixed(0)} req/s, p99 ${floor.p99} ms; baseline beside it ${measured.baseline.rps.toFixed(0)} req/s`,
+      );
       row.explain = await explainLeadList(db, seeded.big.id, p);
       if (!unfiltered) results.push(await lightLoad(name, p, measured.baseline.rps));
       if (p.includes('q=')) results.push(await firstSearches(p, measured.baseline.rps));
@@ -693,52 +839,67 @@ async function main(): Promise<void> {
     }
 
     if (wanted('activities')) {
-    const dealIds: string[] = (await db('deals').where({ workspace_id: seeded.big.id }).orderBy('created_at', 'desc').limit(200).pluck('id')) as string[];
-    let a = 0;
-    let fa = 0;
-    const measured = await alternated(
-      (duration) => load({ url: base, connections: 32, duration, headers: auth(bigKey), next: () => ({ path: `/api/v1/deals/${dealIds[a++ % dealIds.length]}/activities` }) }),
-      (duration) => floorOf(() => `/__bench/floor/activities/${seeded.big.id}/${dealIds[fa++ % dealIds.length]}`, duration),
-    );
-    results.push(readRow('GET /api/v1/deals/{id}/activities (32 conn)', `${bigData}, 20 entries each`, measured, { ofBaseline: 0.4 }));
-    log(`activities: ${measured.r.rps.toFixed(0)} req/s; baseline beside it ${measured.baseline.rps.toFixed(0)} req/s`);
+      const dealIds: string[] = (await db('deals')
+        .where({ workspace_id: seeded.big.id })
+        .orderBy('created_at', 'desc')
+        .limit(200)
+        .pluck('id')) as string[];
+      let a = 0;
+      let fa = 0;
+      const measured = await alternated(
+        (duration) =>
+          load({
+            url: base,
+            connections: 32,
+            duration,
+            headers: auth(bigKey),
+            next: () => ({ path: `/api/v1/deals/${dealIds[a++ % dealIds.length]}/activities` }),
+          }),
+        (duration) => floorOf(() => `/__bench/floor/activities/${seeded.big.id}/${dealIds[fa++ % dealIds.length]}`, duration),
+      );
+      results.push(readRow('GET /api/v1/deals/{id}/activities (32 conn)', `${bigData}, 20 entries each`, measured, { ofBaseline: 0.4 }));
+      log(`activities: ${measured.r.rps.toFixed(0)} req/s; baseline beside it ${measured.baseline.rps.toFixed(0)} req/s`);
     }
 
     if (wanted('moves')) {
-    // Stage moves over 5000 deals; each request moves a deal to a stage other than its current one.
-    const moving = (await db('deals').where({ workspace_id: seeded.big.id, status: 'open' }).orderBy('created_at', 'asc').limit(5000).select('id', 'stage_id')) as { id: string; stage_id: string }[];
-    const stageIndex = new Map(moving.map((d) => [d.id, seeded.big.stageIds.indexOf(d.stage_id)]));
-    let m = 0;
-    const moveLoad = (duration?: number) =>
-      load({
-        url: base,
-        connections: 16,
-        duration,
-        method: 'PATCH',
-        headers: auth(bigKey),
-        next: () => {
-          const deal = moving[m++ % moving.length];
-          const next = (stageIndex.get(deal.id)! + 1) % seeded.big.stageIds.length;
-          stageIndex.set(deal.id, next);
-          return { path: `/api/v1/deals/${deal.id}`, body: JSON.stringify({ stageId: seeded.big.stageIds[next] }) };
-        },
+      // Stage moves over 5000 deals; each request moves a deal to a stage other than its current one.
+      const moving = (await db('deals')
+        .where({ workspace_id: seeded.big.id, status: 'open' })
+        .orderBy('created_at', 'asc')
+        .limit(5000)
+        .select('id', 'stage_id')) as { id: string; stage_id: string }[];
+      const stageIndex = new Map(moving.map((d) => [d.id, seeded.big.stageIds.indexOf(d.stage_id)]));
+      let m = 0;
+      const moveLoad = (duration?: number) =>
+        load({
+          url: base,
+          connections: 16,
+          duration,
+          method: 'PATCH',
+          headers: auth(bigKey),
+          next: () => {
+            const deal = moving[m++ % moving.length];
+            const next = (stageIndex.get(deal.id)! + 1) % seeded.big.stageIds.length;
+            stageIndex.set(deal.id, next);
+            return { path: `/api/v1/deals/${deal.id}`, body: JSON.stringify({ stageId: seeded.big.stageIds[next] }) };
+          },
+        });
+      // Warm like the read rows (a second, unmeasured): each pooled connection's first move prepares
+      // its statements and compiles the facet trigger, a cost the measured reads no longer carry.
+      await moveLoad(1);
+      const moves = await moveLoad();
+      // A write's tail against the reads': at most twice the unfiltered lead list's p99 (40 ms when that row did not run).
+      const movesP99Max = unfilteredP99 !== undefined ? 2 * unfilteredP99 : 40;
+      results.push({
+        scenario: 'PATCH /api/v1/deals/{id} stage move (16 conn)',
+        data: bigData,
+        ...pick(moves),
+        baseline: baseline32.rps,
+        ratio: moves.rps / baseline32.rps,
+        target: unfilteredP99 !== undefined ? `p99 <= 2 x unfiltered read p99 (${movesP99Max} ms)` : 'p99 <= 40 ms',
+        pass: moves.p99 <= movesP99Max && moves.errors === 0 && moves.non2xx === 0,
       });
-    // Warm like the read rows (a second, unmeasured): each pooled connection's first move prepares
-    // its statements and compiles the facet trigger, a cost the measured reads no longer carry.
-    await moveLoad(1);
-    const moves = await moveLoad();
-    // A write's tail against the reads': at most twice the unfiltered lead list's p99 (40 ms when that row did not run).
-    const movesP99Max = unfilteredP99 !== undefined ? 2 * unfilteredP99 : 40;
-    results.push({
-      scenario: 'PATCH /api/v1/deals/{id} stage move (16 conn)',
-      data: bigData,
-      ...pick(moves),
-      baseline: baseline32.rps,
-      ratio: moves.rps / baseline32.rps,
-      target: unfilteredP99 !== undefined ? `p99 <= 2 x unfiltered read p99 (${movesP99Max} ms)` : 'p99 <= 40 ms',
-      pass: moves.p99 <= movesP99Max && moves.errors === 0 && moves.non2xx === 0,
-    });
-    log(`stage moves: ${moves.rps.toFixed(0)} req/s, p50 ${moves.p50} ms, p99 ${moves.p99} ms`);
+      log(`stage moves: ${moves.rps.toFixed(0)} req/s, p50 ${moves.p50} ms, p99 ${moves.p99} ms`);
     }
 
     if (wanted('sync')) results.push(...(await syncScenario(db, base, bigKey, seeded.big, bigData, baseline32.rps)));
@@ -774,7 +935,15 @@ async function main(): Promise<void> {
 
     // The baseline again, to show how much the machine drifted during the run.
     const baselineEnd = await baselineAt(32);
-    results.push({ scenario: 'baseline again at the end (drift check)', data: 'same pool', ...pick(baselineEnd), baseline: baseline32.rps, ratio: baselineEnd.rps / baseline32.rps, target: '-', pass: true });
+    results.push({
+      scenario: 'baseline again at the end (drift check)',
+      data: 'same pool',
+      ...pick(baselineEnd),
+      baseline: baseline32.rps,
+      ratio: baselineEnd.rps / baseline32.rps,
+      target: '-',
+      pass: true,
+    });
 
     await Promise.all(pendingProfiles);
     await db.destroy();
@@ -795,7 +964,12 @@ async function main(): Promise<void> {
 function summariseProfiles(): void {
   for (const name of ['api', 'worker']) {
     const dir = path.join(PROFILE_DIR, name);
-    const files = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.cpuprofile')).map((f) => path.join(dir, f)) : [];
+    const files = fs.existsSync(dir)
+      ? fs
+          .readdirSync(dir)
+          .filter((f) => f.endsWith('.cpuprofile'))
+          .map((f) => path.join(dir, f))
+      : [];
     if (files.length === 0) {
       log(`no CPU profile was written for the ${name}`);
       continue;
@@ -808,20 +982,36 @@ function summariseProfiles(): void {
 }
 
 function summariseProfile(name: string, file: string): void {
-  const profile = JSON.parse(fs.readFileSync(file, 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[] };
+  const profile = JSON.parse(fs.readFileSync(file, 'utf8')) as {
+    nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
+    samples: number[];
+  };
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const fn = new Map<string, number>();
   const pkg = new Map<string, number>();
   const busy = profile.samples.filter((id) => byId.get(id)!.callFrame.functionName !== '(idle)');
   for (const id of busy) {
     const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
-    const where = url.includes('node_modules/') ? url.split('node_modules/').pop()!.split('/').slice(0, url.includes('node_modules/@') ? 2 : 1).join('/') : url.startsWith('node:') || url === '' ? url || '(native)' : path.relative(ROOT, url.replace('file://', ''));
+    const where = url.includes('node_modules/')
+      ? url
+          .split('node_modules/')
+          .pop()!
+          .split('/')
+          .slice(0, url.includes('node_modules/@') ? 2 : 1)
+          .join('/')
+      : url.startsWith('node:') || url === ''
+        ? url || '(native)'
+        : path.relative(ROOT, url.replace('file://', ''));
     const key = `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}`;
     fn.set(key, (fn.get(key) ?? 0) + 1);
     pkg.set(where.split(':')[0], (pkg.get(where.split(':')[0]) ?? 0) + 1);
   }
   const total = busy.length;
-  const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, n).map(([k, v]) => `    ${((v / total) * 100).toFixed(1).padStart(5)}%  ${k}`);
+  const top = (m: Map<string, number>, n: number) =>
+    [...m.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([k, v]) => `    ${((v / total) * 100).toFixed(1).padStart(5)}%  ${k}`);
   console.log(`\n${name} CPU profile (${path.relative(ROOT, file)}, ${total} busy samples), self time by package or file:`);
   console.log(top(pkg, 15).join('\n'));
   console.log('  by function:');
@@ -833,7 +1023,10 @@ function mergeLoads(parts: LoadResult[]): LoadResult {
   const sum = (f: (r: LoadResult) => number) => parts.reduce((total, r) => total + f(r), 0);
   return {
     rps: sum((r) => r.rps),
-    p50: percentile(parts.map((r) => r.p50), 50),
+    p50: percentile(
+      parts.map((r) => r.p50),
+      50,
+    ),
     p99: Math.max(...parts.map((r) => r.p99)),
     errors: sum((r) => r.errors),
     non2xx: sum((r) => r.non2xx),
@@ -864,7 +1057,11 @@ const SEND_CONCURRENCY = 8;
 async function temporalFloors(address: string, concurrency: number): Promise<{ rows: Measured[]; activity: LoadResult }> {
   const connection = await Connection.connect({ address });
   // The same codec as the sends' clients, so the floor pays what they pay.
-  const temporal = new TemporalClient({ connection, namespace: 'default', dataConverter: dataConverterFor({ encryptionKeys: parseKeyRing(ENCRYPTION_KEYS) }) });
+  const temporal = new TemporalClient({
+    connection,
+    namespace: 'default',
+    dataConverter: dataConverterFor({ encryptionKeys: parseKeyRing(ENCRYPTION_KEYS) }),
+  });
   const measure = async (workflow: typeof floorEmptyWorkflow, name: string): Promise<LoadResult> => {
     const latencies: number[] = [];
     let errors = 0;
@@ -876,7 +1073,10 @@ async function temporalFloors(address: string, concurrency: number): Promise<{ r
         while (Date.now() < until) {
           const t0 = performance.now();
           try {
-            await temporal.workflow.execute(workflow, { taskQueue: 'crm-bench', workflowId: `floor/${name}/${process.pid}/${started}/${++n}` });
+            await temporal.workflow.execute(workflow, {
+              taskQueue: 'crm-bench',
+              workflowId: `floor/${name}/${process.pid}/${started}/${++n}`,
+            });
             latencies.push(performance.now() - t0);
           } catch {
             errors++;
@@ -885,14 +1085,31 @@ async function temporalFloors(address: string, concurrency: number): Promise<{ r
       }),
     );
     const seconds = (Date.now() - started) / 1000;
-    return { rps: latencies.length / seconds, p50: Math.round(percentile(latencies, 50)), p99: Math.round(percentile(latencies, 99)), errors, non2xx: 0, total: latencies.length + errors };
+    return {
+      rps: latencies.length / seconds,
+      p50: Math.round(percentile(latencies, 50)),
+      p99: Math.round(percentile(latencies, 99)),
+      errors,
+      non2xx: 0,
+      total: latencies.length + errors,
+    };
   };
   try {
     const empty = await measure(floorEmptyWorkflow, 'empty');
     const local = await measure(floorLocalActivityWorkflow, 'local');
     const activity = await measure(floorActivityWorkflow, 'activity');
-    log(`Temporal floor (${concurrency} concurrent): empty p50 ${empty.p50} ms, one local activity p50 ${local.p50} ms, one activity p50 ${activity.p50} ms (${activity.rps.toFixed(0)}/s)`);
-    const row = (scenario: string, r: LoadResult): Measured => ({ scenario, data: 'no-op, same server and worker', ...pick(r), baseline: null, ratio: null, target: '-', pass: r.errors === 0 });
+    log(
+      `Temporal floor (${concurrency} concurrent): empty p50 ${empty.p50} ms, one local activity p50 ${local.p50} ms, one activity p50 ${activity.p50} ms (${activity.rps.toFixed(0)}/s)`,
+    );
+    const row = (scenario: string, r: LoadResult): Measured => ({
+      scenario,
+      data: 'no-op, same server and worker',
+      ...pick(r),
+      baseline: null,
+      ratio: null,
+      target: '-',
+      pass: r.errors === 0,
+    });
     return {
       rows: [
         row(`Temporal floor: empty workflow, started and awaited (${concurrency} concurrent)`, empty),
@@ -912,22 +1129,52 @@ async function messagesScenario(api: Client, base: string, emulatorUrl: string, 
     'create instance',
     api('POST', `/admin/v1/workspaces/${ws}/instances`, {
       admin: true,
-      body: { name: 'Bench', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: emulatorUrl, phoneNumberId: `PN-bench-${ws.slice(0, 8)}`, accessToken: 'bench-token', appSecret: 'bench-secret' } },
+      body: {
+        name: 'Bench',
+        channel: 'whatsapp',
+        provider: 'cloud',
+        connected: true,
+        config: {
+          baseUrl: emulatorUrl,
+          phoneNumberId: `PN-bench-${ws.slice(0, 8)}`,
+          accessToken: 'bench-token',
+          appSecret: 'bench-secret',
+        },
+      },
     }),
   );
-  await must('create template', api('POST', `/admin/v1/workspaces/${ws}/templates`, { admin: true, body: { instanceId: instance.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' } }));
+  await must(
+    'create template',
+    api('POST', `/admin/v1/workspaces/${ws}/templates`, {
+      admin: true,
+      body: { instanceId: instance.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' },
+    }),
+  );
   const keys: string[] = [];
   for (let i = 0; i < SEND_CONCURRENCY; i++) keys.push(await newKey(api, ws));
   // New numbers every run: the workspace is new, so every number is a cold send.
   let n = 0;
   const next = () => {
     n++;
-    return { path: '/api/v1/messages', body: JSON.stringify({ phone: `55219${70000000 + n}`, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: [`Lead ${n}`] }) };
+    return {
+      path: '/api/v1/messages',
+      body: JSON.stringify({
+        phone: `55219${70000000 + n}`,
+        type: 'template',
+        templateName: 'welcome',
+        templateLanguage: 'pt_BR',
+        templateVariables: [`Lead ${n}`],
+      }),
+    };
   };
   // autocannon sends one header set per connection group: one run per key, in parallel.
-  const perKey = await Promise.all(keys.map((key) => load({ url: base, connections: 1, method: 'POST', headers: { authorization: `Bearer ${key}` }, next })));
+  const perKey = await Promise.all(
+    keys.map((key) => load({ url: base, connections: 1, method: 'POST', headers: { authorization: `Bearer ${key}` }, next })),
+  );
   const merged = mergeLoads(perKey);
-  log(`messages: ${merged.rps.toFixed(1)} sends/s, p50 ${merged.p50} ms, p99 ${merged.p99} ms, ${merged.non2xx} non-2xx of ${merged.total}`);
+  log(
+    `messages: ${merged.rps.toFixed(1)} sends/s, p50 ${merged.p50} ms, p99 ${merged.p99} ms, ${merged.non2xx} non-2xx of ${merged.total}`,
+  );
   const ok = merged.p50 <= 2 * floor.p50 && merged.p99 <= 200 && merged.rps >= 60 && merged.errors === 0 && merged.non2xx === 0;
   return {
     scenario: `POST /api/v1/messages cold template, end to end (${SEND_CONCURRENCY} keys x 1 conn)`,
@@ -968,7 +1215,9 @@ async function webhookScenario(api: Client, db: Db, baseline: number): Promise<M
     const p50 = percentile(receiver.latencies, 50);
     const p99 = percentile(receiver.latencies, 99);
     const latencyDuplicates = receiver.duplicates();
-    log(`webhooks, event -> first attempt at 200 events/s: p50 ${p50} ms, p99 ${p99} ms (${receiver.received()} delivered, ${latencyDuplicates} repeats)`);
+    log(
+      `webhooks, event -> first attempt at 200 events/s: p50 ${p50} ms, p99 ${p99} ms (${receiver.received()} delivered, ${latencyDuplicates} repeats)`,
+    );
 
     // Throughput: a burst of events recorded at once, timed until the last first attempt.
     receiver.reset();
@@ -978,7 +1227,9 @@ async function webhookScenario(api: Client, db: Db, baseline: number): Promise<M
     const complete = await until('the burst', () => receiver.received() >= burst, 180_000);
     const seconds = (Date.now() - started) / 1000;
     const rate = receiver.received() / seconds;
-    log(`webhooks, burst of ${burst}: ${rate.toFixed(0)} deliveries/s (${receiver.received()} in ${seconds.toFixed(1)} s, ${receiver.duplicates()} repeats)`);
+    log(
+      `webhooks, burst of ${burst}: ${rate.toFixed(0)} deliveries/s (${receiver.received()} in ${seconds.toFixed(1)} s, ${receiver.duplicates()} repeats)`,
+    );
     return [
       {
         scenario: 'webhooks: event -> first attempt (200 events/s)',
@@ -1046,14 +1297,23 @@ async function syncScenario(db: Db, base: string, key: string, ws: SeededWorkspa
   const first = await load({ url: base, connections: 32, path: firstPath, headers: auth });
   const deep = await load({ url: base, connections: 32, path: deepPath, headers: auth });
   // A deep offset page takes seconds: 32 of them at once would finish none within the row's time.
-  const offsetPage = await load({ url: base, connections: SYNC_OFFSET_CONNECTIONS, duration: DURATION * 2, path: offsetPath, headers: auth });
+  const offsetPage = await load({
+    url: base,
+    connections: SYNC_OFFSET_CONNECTIONS,
+    duration: DURATION * 2,
+    path: offsetPath,
+    headers: auth,
+  });
   const deepRow = (depth - 1) * SYNC_PAGE + 1;
-  log(`sync: cursor page 1 ${first.rps.toFixed(0)} req/s (p50 ${first.p50} ms, p99 ${first.p99} ms); page ${depth} (rows from ${deepRow}) ${deep.rps.toFixed(0)} req/s (p50 ${deep.p50} ms, p99 ${deep.p99} ms), ${((deep.rps / first.rps) * 100).toFixed(0)}% of page 1; offset ${offset} ${offsetPage.rps.toFixed(0)} req/s (p50 ${offsetPage.p50} ms)`);
+  log(
+    `sync: cursor page 1 ${first.rps.toFixed(0)} req/s (p50 ${first.p50} ms, p99 ${first.p99} ms); page ${depth} (rows from ${deepRow}) ${deep.rps.toFixed(0)} req/s (p50 ${deep.p50} ms, p99 ${deep.p99} ms), ${((deep.rps / first.rps) * 100).toFixed(0)}% of page 1; offset ${offset} ${offsetPage.rps.toFixed(0)} req/s (p50 ${offsetPage.p50} ms)`,
+  );
 
   // The page statements the API runs, on a quiet database: both must be an index range scan from the position.
   const horizon = await settledHorizon(db);
   const source = leadSyncSource(db, ws.id, { includeDeleted: false });
-  const plan = async (sql: string) => ((await db.raw<{ rows: Record<string, string>[] }>(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`)).rows).map((r) => r['QUERY PLAN']);
+  const plan = async (sql: string) =>
+    (await db.raw<{ rows: Record<string, string>[] }>(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`)).rows.map((r) => r['QUERY PLAN']);
   const clean = (r: LoadResult) => r.errors === 0 && r.non2xx === 0;
   const flat = deep.rps >= 0.8 * first.rps && deep.p50 <= 1.5 * Math.max(first.p50, 1);
   return [
@@ -1103,7 +1363,10 @@ async function upsertScenario(api: Client, base: string, baseline: number): Prom
   const runTag = Date.now() % 1_000_000;
   let n = 0;
   // New mobiles each run: 55 21 9 + 8 digits starting with 6-9.
-  const next = () => ({ path: '/api/v1/leads', body: JSON.stringify({ phone: `55219${60_000_000 + ((runTag * 97 + ++n) % 39_999_999)}`, name: `Upsert ${n}` }) });
+  const next = () => ({
+    path: '/api/v1/leads',
+    body: JSON.stringify({ phone: `55219${60_000_000 + ((runTag * 97 + ++n) % 39_999_999)}`, name: `Upsert ${n}` }),
+  });
   const connections = 30;
   const oneWs = await newWorkspace(api, `bench-upserts-one-${runTag}`);
   const oneKey = await newKey(api, oneWs);
@@ -1113,7 +1376,13 @@ async function upsertScenario(api: Client, base: string, baseline: number): Prom
   // weighs on both sides of the ratio alike.
   const oneRound = () => load({ url: base, connections, method: 'POST', headers: { authorization: `Bearer ${oneKey}` }, next });
   const tenRound = async () =>
-    mergeLoads(await Promise.all(keys.map((key) => load({ url: base, connections: connections / 10, method: 'POST', headers: { authorization: `Bearer ${key}` }, next }))));
+    mergeLoads(
+      await Promise.all(
+        keys.map((key) =>
+          load({ url: base, connections: connections / 10, method: 'POST', headers: { authorization: `Bearer ${key}` }, next }),
+        ),
+      ),
+    );
   const rounds: { one: LoadResult[]; ten: LoadResult[] } = { one: [], ten: [] };
   for (let round = 0; round < 2; round++) {
     rounds.one.push(await oneRound());
@@ -1121,11 +1390,21 @@ async function upsertScenario(api: Client, base: string, baseline: number): Prom
   }
   const one = sequentialLoads(rounds.one);
   const ten = sequentialLoads(rounds.ten);
-  log(`lead upserts: one workspace ${one.rps.toFixed(0)} req/s (p99 ${one.p99} ms), ten workspaces ${ten.rps.toFixed(0)} req/s (p99 ${ten.p99} ms)`);
+  log(
+    `lead upserts: one workspace ${one.rps.toFixed(0)} req/s (p99 ${one.p99} ms), ten workspaces ${ten.rps.toFixed(0)} req/s (p99 ${ten.p99} ms)`,
+  );
   const clean = (r: LoadResult) => r.errors === 0 && r.non2xx === 0;
 
   return [
-    { scenario: `POST /api/v1/leads new contacts, ten workspaces (${connections} conn)`, data: 'new numbers', ...pick(ten), baseline, ratio: ten.rps / baseline, target: '-', pass: clean(ten) },
+    {
+      scenario: `POST /api/v1/leads new contacts, ten workspaces (${connections} conn)`,
+      data: 'new numbers',
+      ...pick(ten),
+      baseline,
+      ratio: ten.rps / baseline,
+      target: '-',
+      pass: clean(ten),
+    },
     {
       scenario: `POST /api/v1/leads new contacts, one workspace (${connections} conn)`,
       data: 'new numbers',
@@ -1154,7 +1433,12 @@ async function batchUpsertScenario(api: Client, base: string, single: number): P
   let otherItems = 0;
   const nextBatch = () => ({
     path: '/api/v1/leads/batch',
-    body: JSON.stringify({ leads: Array.from({ length: BATCH }, () => ({ phone: `55319${60_000_000 + ((runTag * 97 + ++n) % 39_999_999)}`, name: `Batch ${n}` })) }),
+    body: JSON.stringify({
+      leads: Array.from({ length: BATCH }, () => ({
+        phone: `55319${60_000_000 + ((runTag * 97 + ++n) % 39_999_999)}`,
+        name: `Batch ${n}`,
+      })),
+    }),
   });
   const batched = await load({
     url: base,
@@ -1172,7 +1456,9 @@ async function batchUpsertScenario(api: Client, base: string, single: number): P
   });
   const leadsPerSecond = created / DURATION;
   const ratio = leadsPerSecond / single;
-  log(`batch upserts: ${leadsPerSecond.toFixed(0)} leads/s (${batched.rps.toFixed(1)} batches/s, p99 ${batched.p99} ms) vs ${single.toFixed(0)} single upserts/s: ${ratio.toFixed(1)}x`);
+  log(
+    `batch upserts: ${leadsPerSecond.toFixed(0)} leads/s (${batched.rps.toFixed(1)} batches/s, p99 ${batched.p99} ms) vs ${single.toFixed(0)} single upserts/s: ${ratio.toFixed(1)}x`,
+  );
   return {
     scenario: `POST /api/v1/leads/batch, ${BATCH} new leads each, one workspace (${batchConnections} conn)`,
     data: 'new numbers',
@@ -1192,7 +1478,14 @@ async function inboundScenario(api: Client, base: string, baseline: number): Pro
   const key = await newKey(api, ws);
   const automation = await must(
     'create automation',
-    api('POST', '/api/v1/automations', { key, body: { name: 'Orders', trigger: { type: 'webhook_received', mapping: { externalId: 'order.id' } }, actions: [{ type: 'create_task', title: 'Call about order {{webhook.order.id}}', dueInMinutes: 60 }] } }),
+    api('POST', '/api/v1/automations', {
+      key,
+      body: {
+        name: 'Orders',
+        trigger: { type: 'webhook_received', mapping: { externalId: 'order.id' } },
+        actions: [{ type: 'create_task', title: 'Call about order {{webhook.order.id}}', dueInMinutes: 60 }],
+      },
+    }),
   );
   const pathname = new URL(automation.data.webhookUrl).pathname;
   let n = 0;
@@ -1241,7 +1534,22 @@ function report(results: Measured[], startedAt: number): void {
     r.target,
     r.pass ? 'PASS' : 'FAIL',
   ]);
-  const header = ['scenario', 'data', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'non-2xx', 'baseline req/s', 'ratio', 'floor req/s', 'of floor', 'floor p99', 'target', 'result'];
+  const header = [
+    'scenario',
+    'data',
+    'req/s',
+    'p50 ms',
+    'p99 ms',
+    'errors',
+    'non-2xx',
+    'baseline req/s',
+    'ratio',
+    'floor req/s',
+    'of floor',
+    'floor p99',
+    'target',
+    'result',
+  ];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
   const machine = `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${os.platform()} ${os.release()}`;
@@ -1252,13 +1560,21 @@ function report(results: Measured[], startedAt: number): void {
   for (const row of rows) console.log(line(row));
   const failed = results.filter((r) => !r.pass).length;
   console.log('\nCPU while each row was measured (% of one core; 2 cores = 200):');
-  for (const r of results) if (r.cpu) console.log(`  ${r.scenario} [${r.data}]: ${Object.entries(r.cpu).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  for (const r of results)
+    if (r.cpu)
+      console.log(
+        `  ${r.scenario} [${r.data}]: ${Object.entries(r.cpu)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')}`,
+      );
   console.log('\nPlans of the lead-list and sync statements (EXPLAIN ANALYZE on a quiet database; scans and execution time):');
   for (const r of results) {
     if (!r.explain) continue;
     console.log(`  ${r.scenario}:`);
     for (const [name, plan] of Object.entries(r.explain)) {
-      const lines = plan.filter((l) => /Scan|Join|Nested Loop|Index Cond|Execution Time/.test(l)).map((l) => l.replace(/\s*\(cost=[^)]*\)/, '').trim());
+      const lines = plan
+        .filter((l) => /Scan|Join|Nested Loop|Index Cond|Execution Time/.test(l))
+        .map((l) => l.replace(/\s*\(cost=[^)]*\)/, '').trim());
       console.log(`    ${name}: ${lines.join(' | ').slice(0, 300)}`);
     }
   }
@@ -1266,12 +1582,22 @@ function report(results: Measured[], startedAt: number): void {
   for (const r of results) {
     if (!r.statements?.length) continue;
     console.log(`  ${r.scenario} [${r.data}]:`);
-    for (const s of r.statements.slice(0, 3)) console.log(`    ${String(s.calls).padStart(7)} x ${s.meanMs.toFixed(3).padStart(8)} ms ${(s.share * 100).toFixed(0).padStart(3)}%  ${s.query.slice(0, 110)}`);
+    for (const s of r.statements.slice(0, 3))
+      console.log(
+        `    ${String(s.calls).padStart(7)} x ${s.meanMs.toFixed(3).padStart(8)} ms ${(s.share * 100).toFixed(0).padStart(3)}%  ${s.query.slice(0, 110)}`,
+      );
   }
   console.log(`\n${results.length - failed} of ${results.length} rows pass; ${((Date.now() - startedAt) / 1000).toFixed(0)} s in all.`);
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
   const file = path.join(RESULTS_DIR, `bench-${QUICK ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-  fs.writeFileSync(file, JSON.stringify({ mode: QUICK ? 'quick' : 'full', machine, durationSeconds: DURATION, startedAt: new Date(startedAt).toISOString(), results }, null, 2));
+  fs.writeFileSync(
+    file,
+    JSON.stringify(
+      { mode: QUICK ? 'quick' : 'full', machine, durationSeconds: DURATION, startedAt: new Date(startedAt).toISOString(), results },
+      null,
+      2,
+    ),
+  );
   console.log(`Results: ${path.relative(ROOT, file)}`);
 }
 

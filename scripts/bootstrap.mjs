@@ -67,7 +67,12 @@ function dependenciesCurrent() {
   const lock = path.join(root, 'package-lock.json');
   const wanted = installInputs();
   const installedLock = path.join(root, 'node_modules', '.package-lock.json');
-  if (fs.existsSync(installedLock) && !fs.existsSync(stamp) && fs.existsSync(lock) && fs.statSync(installedLock).mtimeMs >= fs.statSync(lock).mtimeMs) {
+  if (
+    fs.existsSync(installedLock) &&
+    !fs.existsSync(stamp) &&
+    fs.existsSync(lock) &&
+    fs.statSync(installedLock).mtimeMs >= fs.statSync(lock).mtimeMs
+  ) {
     // Installed before the stamp existed (by an older bootstrap or by hand) and newer than the lockfile.
     fs.writeFileSync(stamp, `${wanted}\n`);
     return true;

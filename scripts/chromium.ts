@@ -108,7 +108,10 @@ export async function ensureChromium(log: Log = console.log, options: { installT
   const apt = which(['apt-get']);
   if (!apt) return { path: null, reason: `no ${CHROMIUM_NAMES.join('/')} on PATH and no apt-get to install Debian's chromium package` };
   if (typeof process.getuid === 'function' && process.getuid() !== 0) {
-    return { path: null, reason: `no ${CHROMIUM_NAMES.join('/')} on PATH and not root, so apt-get cannot install chromium (run: sudo apt-get install -y chromium)` };
+    return {
+      path: null,
+      reason: `no ${CHROMIUM_NAMES.join('/')} on PATH and not root, so apt-get cannot install chromium (run: sudo apt-get install -y chromium)`,
+    };
   }
 
   const started = Date.now();
@@ -126,7 +129,10 @@ export async function ensureChromium(log: Log = console.log, options: { installT
   }
   const seconds = Math.round((Date.now() - started) / 100) / 10;
   if (result.code !== 0) {
-    return { path: null, reason: `apt-get install -y chromium failed${result.timedOut ? ' (timed out)' : ''}: ${tail(result.stderr || result.stdout)}` };
+    return {
+      path: null,
+      reason: `apt-get install -y chromium failed${result.timedOut ? ' (timed out)' : ''}: ${tail(result.stderr || result.stdout)}`,
+    };
   }
   const installed = findChromium();
   if (!installed) return { path: null, reason: 'apt-get installed chromium but no chromium executable is on PATH' };
@@ -138,22 +144,22 @@ export async function ensureChromium(log: Log = console.log, options: { installT
  * Loads `url` in headless Chromium, lets its scripts run (virtual time) and returns the
  * serialized DOM. A throwaway profile directory keeps runs independent.
  */
-export async function dumpDom(chromium: string, url: string, options: { timeoutMs?: number; virtualTimeBudgetMs?: number } = {}): Promise<string> {
+export async function dumpDom(
+  chromium: string,
+  url: string,
+  options: { timeoutMs?: number; virtualTimeBudgetMs?: number } = {},
+): Promise<string> {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'chromium-profile-'));
   try {
     const result = await run(
       chromium,
-      [
-        ...CHROMIUM_FLAGS,
-        `--user-data-dir=${profile}`,
-        `--virtual-time-budget=${options.virtualTimeBudgetMs ?? 5000}`,
-        '--dump-dom',
-        url,
-      ],
+      [...CHROMIUM_FLAGS, `--user-data-dir=${profile}`, `--virtual-time-budget=${options.virtualTimeBudgetMs ?? 5000}`, '--dump-dom', url],
       { timeoutMs: options.timeoutMs ?? 60_000 },
     );
     if (result.code !== 0 || !result.stdout.trim()) {
-      throw new Error(`chromium --dump-dom ${url} failed (exit ${result.code}${result.timedOut ? ', timed out' : ''}): ${tail(result.stderr, 10)}`);
+      throw new Error(
+        `chromium --dump-dom ${url} failed (exit ${result.code}${result.timedOut ? ', timed out' : ''}): ${tail(result.stderr, 10)}`,
+      );
     }
     return result.stdout;
   } finally {

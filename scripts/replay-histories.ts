@@ -19,7 +19,16 @@ async function main(files: string[]): Promise<number> {
     console.error('usage: replay-histories.ts <history.json>...');
     return 2;
   }
-  Runtime.install({ logger: { log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined, warn: () => undefined, error: (m) => console.error(m) } });
+  Runtime.install({
+    logger: {
+      log: () => undefined,
+      trace: () => undefined,
+      debug: () => undefined,
+      info: () => undefined,
+      warn: () => undefined,
+      error: (m) => console.error(m),
+    },
+  });
   const histories = files.map((file) => ({
     workflowId: path.basename(file),
     history: temporal.api.history.v1.History.fromObject(JSON.parse(fs.readFileSync(file, 'utf8'))),

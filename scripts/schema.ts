@@ -108,7 +108,8 @@ async function describeTable(q: (sql: string, params?: unknown[]) => Promise<Row
 
   if (t.comment !== null) parts.push(`COMMENT ON TABLE ${quoteIdent(t.relname)} IS ${quoteLiteral(t.comment)};`);
   for (const c of columns) {
-    if (c.comment !== null) parts.push(`COMMENT ON COLUMN ${quoteIdent(t.relname)}.${quoteIdent(c.attname)} IS ${quoteLiteral(c.comment)};`);
+    if (c.comment !== null)
+      parts.push(`COMMENT ON COLUMN ${quoteIdent(t.relname)}.${quoteIdent(c.attname)} IS ${quoteLiteral(c.comment)};`);
   }
   // Indexes that back a constraint are the constraint's, printed above.
   const indexes = await q(

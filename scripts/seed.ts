@@ -64,10 +64,16 @@ export async function seedDemo(
   return { ...state, created: seed.created };
 }
 
-async function seedDemoWorkspace(db: Db, opts: { stateFile: string; emulatorUrl: string; ring: KeyRing }): Promise<DemoSeed & { created: boolean }> {
+async function seedDemoWorkspace(
+  db: Db,
+  opts: { stateFile: string; emulatorUrl: string; ring: KeyRing },
+): Promise<DemoSeed & { created: boolean }> {
   if (fs.existsSync(opts.stateFile)) {
     const saved = JSON.parse(fs.readFileSync(opts.stateFile, 'utf8')) as DemoSeed;
-    const key = await db('api_keys').where({ key_hash: hashApiKey(saved.apiKey), workspace_id: saved.workspaceId }).whereNull('revoked_at').first('id');
+    const key = await db('api_keys')
+      .where({ key_hash: hashApiKey(saved.apiKey), workspace_id: saved.workspaceId })
+      .whereNull('revoked_at')
+      .first('id');
     if (key) return { workspaceId: saved.workspaceId, apiKey: saved.apiKey, created: false };
   }
   const existing = await db('workspaces').where({ name: DEMO_NAME }).first('id');
@@ -91,17 +97,28 @@ async function seedDemoWorkspace(db: Db, opts: { stateFile: string; emulatorUrl:
         provider: 'cloud',
         connected: true,
         config: JSON.stringify(
-          sealInstanceConfig(opts.ring, {
-            baseUrl: opts.emulatorUrl,
-            apiVersion: 'v21.0',
-            phoneNumberId: '100000000000001',
-            accessToken: 'demo-access-token',
-            appSecret: 'demo-app-secret',
-          }, workspaceId),
+          sealInstanceConfig(
+            opts.ring,
+            {
+              baseUrl: opts.emulatorUrl,
+              apiVersion: 'v21.0',
+              phoneNumberId: '100000000000001',
+              accessToken: 'demo-access-token',
+              appSecret: 'demo-app-secret',
+            },
+            workspaceId,
+          ),
         ),
       })
       .returning('id');
-    await db('templates').insert({ workspace_id: workspaceId, instance_id: instance.id, name: 'welcome', language: 'pt_BR', variable_count: 1, status: 'approved' });
+    await db('templates').insert({
+      workspace_id: workspaceId,
+      instance_id: instance.id,
+      name: 'welcome',
+      language: 'pt_BR',
+      variable_count: 1,
+      status: 'approved',
+    });
     await db('tags').insert([
       { workspace_id: workspaceId, name: 'hot', color: '#dc2626' },
       { workspace_id: workspaceId, name: 'customer', color: '#16a34a' },
@@ -109,7 +126,14 @@ async function seedDemoWorkspace(db: Db, opts: { stateFile: string; emulatorUrl:
     ]);
   }
   const { key, hash, prefix } = generateApiKey();
-  await db('api_keys').insert({ workspace_id: workspaceId, name: 'Demo key (all scopes)', key_hash: hash, key_prefix: prefix, scopes: [...ALL_SCOPES], rate_limit_per_minute: 1000 });
+  await db('api_keys').insert({
+    workspace_id: workspaceId,
+    name: 'Demo key (all scopes)',
+    key_hash: hash,
+    key_prefix: prefix,
+    scopes: [...ALL_SCOPES],
+    rate_limit_per_minute: 1000,
+  });
   return { workspaceId, apiKey: key, created: !existing };
 }
 
@@ -118,7 +142,10 @@ async function seedDemoWorkspace(db: Db, opts: { stateFile: string; emulatorUrl:
  * each one's webhook URL and app secret, so the emulator delivers signed status callbacks (which
  * reconcile an interrupted send). Called on every start: the emulator keeps this in memory.
  */
-export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: string; apiUrl: string; ring: KeyRing; workspaceId?: string }): Promise<number> {
+export async function connectEmulatorWebhooks(
+  db: Db,
+  opts: { emulatorUrl: string; apiUrl: string; ring: KeyRing; workspaceId?: string },
+): Promise<number> {
   const instances = await db('instances')
     .where({ provider: 'cloud', archived: false })
     .modify((q) => {
@@ -131,7 +158,11 @@ export async function connectEmulatorWebhooks(db: Db, opts: { emulatorUrl: strin
     const res = await fetch(`${opts.emulatorUrl}/__emulator/webhook`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ phoneNumberId: instance.config.phoneNumberId, url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`, appSecret: openInstanceConfig(opts.ring, instance.config, instance.workspace_id).appSecret }),
+      body: JSON.stringify({
+        phoneNumberId: instance.config.phoneNumberId,
+        url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`,
+        appSecret: openInstanceConfig(opts.ring, instance.config, instance.workspace_id).appSecret,
+      }),
     });
     if (!res.ok) throw new Error(`emulator refused the webhook of instance ${instance.id}: HTTP ${res.status}`);
   }

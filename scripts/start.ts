@@ -100,8 +100,12 @@ async function main(): Promise<void> {
     const port = Number(process.env.PORT ?? 3000);
     const emulatorPort = Number(process.env.EMULATOR_PORT ?? 3100);
     const uiPort = Number(process.env.TEMPORAL_UI_PORT ?? 8233);
-    for (const [name, p] of [['API (PORT)', port], ['emulator (EMULATOR_PORT)', emulatorPort]] as const) {
-      if (await portInUse(p)) throw new Error(`port ${p} for the ${name} is already in use; set ${name.match(/\((.+)\)/)![1]} to another port`);
+    for (const [name, p] of [
+      ['API (PORT)', port],
+      ['emulator (EMULATOR_PORT)', emulatorPort],
+    ] as const) {
+      if (await portInUse(p))
+        throw new Error(`port ${p} for the ${name} is already in use; set ${name.match(/\((.+)\)/)![1]} to another port`);
     }
 
     // Database: the user's data, so PostgreSQL keeps its durable defaults (fsync on).
@@ -127,7 +131,8 @@ async function main(): Promise<void> {
       const cli = await ensureTemporalCli(log);
       notStopping();
       const temporalPort = Number(process.env.TEMPORAL_PORT ?? 7233);
-      if (await portInUse(temporalPort)) throw new Error(`port ${temporalPort} for Temporal is in use; set TEMPORAL_PORT or TEMPORAL_ADDRESS`);
+      if (await portInUse(temporalPort))
+        throw new Error(`port ${temporalPort} for Temporal is in use; set TEMPORAL_PORT or TEMPORAL_ADDRESS`);
       const temporal = await keep(
         await startTemporalDevServer(cli, {
           dbFile: path.join(DATA_DIR, 'temporal.sqlite'),
@@ -158,7 +163,13 @@ async function main(): Promise<void> {
       ADMIN_TOKEN: adminToken,
       // The codec endpoint answers credentialed calls from this UI only: our own dev server's (on
       // uiPort), or the origin of TEMPORAL_UI_URL for your own cluster's.
-      TEMPORAL_UI_ORIGIN: process.env.TEMPORAL_UI_ORIGIN ?? (ownTemporal ? `http://localhost:${uiPort}` : (/^https?:\/\//.test(temporalUi) && URL.canParse(temporalUi) ? new URL(temporalUi).origin : '')),
+      TEMPORAL_UI_ORIGIN:
+        process.env.TEMPORAL_UI_ORIGIN ??
+        (ownTemporal
+          ? `http://localhost:${uiPort}`
+          : /^https?:\/\//.test(temporalUi) && URL.canParse(temporalUi)
+            ? new URL(temporalUi).origin
+            : ''),
       ENCRYPTION_KEYS: process.env.ENCRYPTION_KEYS ?? stackEncryptionKeys(DATA_DIR),
       PORT: String(port),
       PUBLIC_BASE_URL: process.env.PUBLIC_BASE_URL ?? `http://localhost:${port}`,
@@ -170,7 +181,12 @@ async function main(): Promise<void> {
     const emulatorUrl = `http://127.0.0.1:${emulatorPort}`;
     let started = Date.now();
     const emulator: Child = await keep(
-      startChild({ name: 'emulator', ...nodeTs('emulator/server.ts'), env: { ...env, EMULATOR_PORT: String(emulatorPort) }, logFile: logFile('emulator') }),
+      startChild({
+        name: 'emulator',
+        ...nodeTs('emulator/server.ts'),
+        env: { ...env, EMULATOR_PORT: String(emulatorPort) },
+        logFile: logFile('emulator'),
+      }),
     );
     await waitForHttp(`${emulatorUrl}/health`, emulator);
     log(`emulator ready on ${emulatorUrl} (${seconds(started)})`);
@@ -218,7 +234,11 @@ async function main(): Promise<void> {
   Ctrl-C stops everything; data stays in ${shown(DATA_DIR)}/ for the next start.
 `);
     // Any child dying on its own takes the stack down loudly rather than leaving half of it running.
-    for (const [name, child] of [['emulator', emulator], ['worker', worker], ['api', api]] as const) {
+    for (const [name, child] of [
+      ['emulator', emulator],
+      ['worker', worker],
+      ['api', api],
+    ] as const) {
       child.process.once('exit', (code, signal) => {
         if (!stopping()) {
           const tail = child.output().trimEnd().split('\n').slice(-20).join('\n');

@@ -13,9 +13,19 @@ describe('admin contacts: the panel path', () => {
   it('creates a contact, canonicalising the phone, and records contact.created with the documented fields', async () => {
     const ws = await createWorkspace(api);
     await api.db('tags').insert({ workspace_id: ws.id, name: 'VIP', color: '#ff0000' });
-    const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { name: 'Rita', phone: '+55 (11) 98765-4321', tags: ['vip'] });
+    const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, {
+      name: 'Rita',
+      phone: '+55 (11) 98765-4321',
+      tags: ['vip'],
+    });
     expect(res.status).toBe(201);
-    expect(res.body.data).toMatchObject({ name: 'Rita', phone: '5511987654321', email: null, notes: '', tags: [{ name: 'VIP', color: '#ff0000' }] });
+    expect(res.body.data).toMatchObject({
+      name: 'Rita',
+      phone: '5511987654321',
+      email: null,
+      notes: '',
+      tags: [{ name: 'VIP', color: '#ff0000' }],
+    });
     const events = await outbox(api, ws.id);
     expect(events.map((e) => e.name)).toEqual(['contact.created', 'contact.tag_added']);
     expect(events[0].payload).toEqual({
@@ -32,7 +42,11 @@ describe('admin contacts: the panel path', () => {
     expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { phone: '551187654321' }), 409, 'CONFLICT');
     expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { phone: '11987654321' }), 400, 'INVALID_PHONE');
     expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { name: 'no phone' }), 400, 'PHONE_REQUIRED');
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { phone: '5511912345678', tags: ['nope'] }), 404, 'NOT_FOUND');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { phone: '5511912345678', tags: ['nope'] }),
+      404,
+      'NOT_FOUND',
+    );
     expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 1 });
   });
 
@@ -43,11 +57,20 @@ describe('admin contacts: the panel path', () => {
     const id = created.body.data.id;
     await api.db('outbox_events').where({ workspace_id: ws.id }).delete();
 
-    const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${id}`, { name: 'Rui Costa', email: 'rui@example.com', notes: '', tags: ['hot'] });
+    const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${id}`, {
+      name: 'Rui Costa',
+      email: 'rui@example.com',
+      notes: '',
+      tags: ['hot'],
+    });
     expect(res.status).toBe(200);
     expect(res.body.data).toMatchObject({ name: 'Rui Costa', email: 'rui@example.com', tags: [{ name: 'hot' }] });
     const events = await outbox(api, ws.id);
-    expect(events.map((e) => `${e.kind}:${e.name}`)).toEqual(['webhook:contact.tag_added', 'webhook:contact.updated', 'trigger:contact_updated']);
+    expect(events.map((e) => `${e.kind}:${e.name}`)).toEqual([
+      'webhook:contact.tag_added',
+      'webhook:contact.updated',
+      'trigger:contact_updated',
+    ]);
     expect(events[1].payload).toEqual({
       event: 'contact.updated',
       workspace_id: ws.id,
@@ -84,9 +107,21 @@ describe('admin contacts: the panel path', () => {
     const other = await createWorkspace(api);
     const a = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { phone: '5531987654321' });
     await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts`, { phone: '5531987650000' });
-    expectError(await api.admin('PATCH', `/admin/v1/workspaces/${other.id}/contacts/${a.body.data.id}`, { name: 'x' }), 404, 'CONTACT_NOT_FOUND');
-    expectError(await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${a.body.data.id}`, { phone: '553187650000' }), 409, 'CONFLICT');
+    expectError(
+      await api.admin('PATCH', `/admin/v1/workspaces/${other.id}/contacts/${a.body.data.id}`, { name: 'x' }),
+      404,
+      'CONTACT_NOT_FOUND',
+    );
+    expectError(
+      await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${a.body.data.id}`, { phone: '553187650000' }),
+      409,
+      'CONFLICT',
+    );
     const member = await api.admin('POST', `/admin/v1/workspaces/${other.id}/members`, { name: 'M', email: 'm@example.com' });
-    expectError(await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${a.body.data.id}`, { name: 'x', memberId: member.body.data.id }), 400, 'VALIDATION');
+    expectError(
+      await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${a.body.data.id}`, { name: 'x', memberId: member.body.data.id }),
+      400,
+      'VALIDATION',
+    );
   });
 });

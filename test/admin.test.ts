@@ -13,10 +13,23 @@ describe('admin API', () => {
     expect(created.status).toBe(201);
     expect(created.body.data).toMatchObject({
       name: 'Acme',
-      plan: { dealLimit: 10, dailyMessageQuota: 500, broadcastLimit: null, inboundWebhookQuota: null, webhookQuota: 10, automationLimit: 100, automationRunsPerMinute: 600, apiAccess: true, active: true },
+      plan: {
+        dealLimit: 10,
+        dailyMessageQuota: 500,
+        broadcastLimit: null,
+        inboundWebhookQuota: null,
+        webhookQuota: 10,
+        automationLimit: 100,
+        automationRunsPerMinute: 600,
+        apiAccess: true,
+        active: true,
+      },
     });
     const id = created.body.data.id;
-    const patched = await api.admin('PATCH', `/admin/v1/workspaces/${id}`, { name: 'Acme Ltda', plan: { dealLimit: null, webhookQuota: 3 } });
+    const patched = await api.admin('PATCH', `/admin/v1/workspaces/${id}`, {
+      name: 'Acme Ltda',
+      plan: { dealLimit: null, webhookQuota: 3 },
+    });
     expect(patched.body.data).toMatchObject({ name: 'Acme Ltda', plan: { dealLimit: null, dailyMessageQuota: 500, webhookQuota: 3 } });
     expect((await api.admin('GET', `/admin/v1/workspaces/${id}`)).body.data.name).toBe('Acme Ltda');
     expectError(await api.admin('GET', '/admin/v1/workspaces/00000000-0000-0000-0000-000000000000'), 404, 'NOT_FOUND');
@@ -26,7 +39,11 @@ describe('admin API', () => {
 
   it('creates API keys with validated scopes and limits, showing the key only once', async () => {
     const ws = await createWorkspace(api);
-    const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'zapier', scopes: ['leads:read'], rateLimitPerMinute: 50 });
+    const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, {
+      name: 'zapier',
+      scopes: ['leads:read'],
+      rateLimitPerMinute: 50,
+    });
     expect(res.status).toBe(201);
     expect(res.body.data).toMatchObject({ name: 'zapier', scopes: ['leads:read'], rateLimitPerMinute: 50, revokedAt: null });
     expect(res.body.data.key).toMatch(/^vg_live_/);
@@ -34,12 +51,28 @@ describe('admin API', () => {
     const patched = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/api-keys/${res.body.data.id}`, { rateLimitPerMinute: 1000 });
     expect(patched.body.data).not.toHaveProperty('key');
     expect(patched.body.data.rateLimitPerMinute).toBe(1000);
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'bad', scopes: ['everything'] }), 400, 'VALIDATION');
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'bad', scopes: [], rateLimitPerMinute: 1001 }), 400, 'VALIDATION');
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'bad', scopes: [], rateLimitPerMinute: 0 }), 400, 'VALIDATION');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'bad', scopes: ['everything'] }),
+      400,
+      'VALIDATION',
+    );
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'bad', scopes: [], rateLimitPerMinute: 1001 }),
+      400,
+      'VALIDATION',
+    );
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'bad', scopes: [], rateLimitPerMinute: 0 }),
+      400,
+      'VALIDATION',
+    );
     // Another workspace's key id under this workspace is not found.
     const other = await createWorkspace(api);
-    expectError(await api.admin('PATCH', `/admin/v1/workspaces/${other.id}/api-keys/${res.body.data.id}`, { rateLimitPerMinute: 5 }), 404, 'NOT_FOUND');
+    expectError(
+      await api.admin('PATCH', `/admin/v1/workspaces/${other.id}/api-keys/${res.body.data.id}`, { rateLimitPerMinute: 5 }),
+      404,
+      'NOT_FOUND',
+    );
     expectError(await api.admin('DELETE', `/admin/v1/workspaces/${other.id}/api-keys/${res.body.data.id}`), 404, 'NOT_FOUND');
   });
 
@@ -48,7 +81,11 @@ describe('admin API', () => {
     const member = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/members`, { name: 'Bia', email: 'bia@example.com' });
     expect(member.status).toBe(201);
     expect(member.body.data).toMatchObject({ name: 'Bia', email: 'bia@example.com' });
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/members`, { name: 'Bia 2', email: 'BIA@example.com' }), 409, 'CONFLICT');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/members`, { name: 'Bia 2', email: 'BIA@example.com' }),
+      409,
+      'CONFLICT',
+    );
     expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/members`, { name: 'x', email: 'not-an-email' }), 400, 'VALIDATION');
   });
 
@@ -64,12 +101,18 @@ describe('admin API', () => {
     await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, { name: 'Empty' });
     expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, { name: 'sales' }), 409, 'CONFLICT');
     expectError(
-      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, { name: 'Bad', customFields: [{ key: '1bad', label: 'x', type: 'text' }] }),
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, {
+        name: 'Bad',
+        customFields: [{ key: '1bad', label: 'x', type: 'text' }],
+      }),
       400,
       'VALIDATION',
     );
     expectError(
-      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, { name: 'Bad', customFields: [{ key: 'ok', label: 'x', type: 'blob' }] }),
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, {
+        name: 'Bad',
+        customFields: [{ key: 'ok', label: 'x', type: 'blob' }],
+      }),
       400,
       'VALIDATION',
     );
@@ -106,7 +149,10 @@ describe('admin API', () => {
     expect(res.text).not.toContain('app-secret-xyz');
     expect(res.body.data.config).toMatchObject({ phoneNumberId: '123', accessTokenSet: true, appSecretSet: true });
     const id = res.body.data.id;
-    const patched = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${id}`, { connected: false, config: { phoneNumberId: '456' } });
+    const patched = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${id}`, {
+      connected: false,
+      config: { phoneNumberId: '456' },
+    });
     expect(patched.body.data).toMatchObject({ connected: false, config: { phoneNumberId: '456', accessTokenSet: true } });
     const stored = await api.db('instances').where({ id }).first();
     // Kept sealed: the merge of a PATCH keeps the stored token, which opens to what was sent.
@@ -115,14 +161,26 @@ describe('admin API', () => {
     await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${id}`, { archived: true });
     expect((await api.request('GET', '/api/v1/instances', { key: ws.key })).body.pagination.total).toBe(0);
     const other = await createWorkspace(api);
-    expectError(await api.admin('PATCH', `/admin/v1/workspaces/${other.id}/instances/${id}`, { connected: true }), 404, 'INSTANCE_NOT_FOUND');
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'x', channel: 'sms', provider: 'cloud' }), 400, 'VALIDATION');
+    expectError(
+      await api.admin('PATCH', `/admin/v1/workspaces/${other.id}/instances/${id}`, { connected: true }),
+      404,
+      'INSTANCE_NOT_FOUND',
+    );
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'x', channel: 'sms', provider: 'cloud' }),
+      400,
+      'VALIDATION',
+    );
   });
 
   it('registers templates only on an instance of the same workspace', async () => {
     const ws = await createWorkspace(api);
     const other = await createWorkspace(api);
-    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'n', channel: 'whatsapp', provider: 'cloud' });
+    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+      name: 'n',
+      channel: 'whatsapp',
+      provider: 'cloud',
+    });
     const ok = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
       instanceId: instance.body.data.id,
       name: 'welcome',
@@ -133,7 +191,11 @@ describe('admin API', () => {
     expect(ok.status).toBe(201);
     expect(ok.body.data).toMatchObject({ name: 'welcome', language: 'pt_BR', variableCount: 2, status: 'approved' });
     expectError(
-      await api.admin('POST', `/admin/v1/workspaces/${other.id}/templates`, { instanceId: instance.body.data.id, name: 'x', language: 'pt_BR' }),
+      await api.admin('POST', `/admin/v1/workspaces/${other.id}/templates`, {
+        instanceId: instance.body.data.id,
+        name: 'x',
+        language: 'pt_BR',
+      }),
       404,
       'INSTANCE_NOT_FOUND',
     );
@@ -151,14 +213,28 @@ describe('admin API', () => {
     const ok = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/broadcasts`, { tagIds: [tag.id], status: 'in_progress' });
     expect(ok.status).toBe(201);
     expect(ok.body.data).toMatchObject({ status: 'in_progress', tagIds: [tag.id] });
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${other.id}/broadcasts`, { tagIds: [tag.id], status: 'in_progress' }), 404, 'NOT_FOUND');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${other.id}/broadcasts`, { tagIds: [tag.id], status: 'in_progress' }),
+      404,
+      'NOT_FOUND',
+    );
   });
 
   it("sets a contact's insight, only for a canonical contact of the workspace", async () => {
     const ws = await createWorkspace(api);
     const other = await createWorkspace(api);
-    const [contact] = await api.db('contacts').insert({ workspace_id: ws.id, name: 'Rui', phone: '5511987654321', phone_key: '5511987654321' }).returning('id');
-    const body = { interest: 'CRM', products: ['Pro'], objections: ['price'], nextStep: 'demo', qualification: { score: 80, temperature: 'hot' }, summary: 'Likes it' };
+    const [contact] = await api
+      .db('contacts')
+      .insert({ workspace_id: ws.id, name: 'Rui', phone: '5511987654321', phone_key: '5511987654321' })
+      .returning('id');
+    const body = {
+      interest: 'CRM',
+      products: ['Pro'],
+      objections: ['price'],
+      nextStep: 'demo',
+      qualification: { score: 80, temperature: 'hot' },
+      summary: 'Likes it',
+    };
     const res = await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${contact.id}/insight`, body);
     expect(res.status).toBe(200);
     expect(res.body.data).toMatchObject(body);

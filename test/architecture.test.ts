@@ -18,7 +18,13 @@ function areaMap(): Map<string, string[]> {
   for (const line of block[1].split('\n')) {
     const m = /^\s*([a-z-]+)\s*→\s*(.*)$/.exec(line);
     if (!m) continue;
-    const targets = m[2].trim() === '(nothing)' ? [] : m[2].split(',').map((s) => s.trim()).filter(Boolean);
+    const targets =
+      m[2].trim() === '(nothing)'
+        ? []
+        : m[2]
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean);
     map.set(m[1], targets);
   }
   return map;

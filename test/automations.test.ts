@@ -7,7 +7,18 @@ import { randomUUID } from 'node:crypto';
 import { ALL_SCOPES } from '../domain/access/scopes';
 import { MAX_CHAIN_DEPTH, render } from '../domain/automations/automations';
 import { createAutomationActivities } from '../activities/automations';
-import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+import {
+  awayFromMinuteBoundary,
+  createWorkspace,
+  eventually,
+  expectError,
+  outbox,
+  seedContact,
+  seedPipeline,
+  startApi,
+  TestApi,
+  Workspace,
+} from './helpers';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -31,13 +42,23 @@ async function automation(ws: Workspace, body: Record<string, unknown>) {
 /** Posts to the receiver by full URL (the token is the only credential). */
 async function hook(webhookUrl: string, body: unknown, headers: Record<string, string> = {}) {
   const path = new URL(webhookUrl).pathname;
-  return api.request('POST', path, { rawBody: typeof body === 'string' ? body : JSON.stringify(body), headers: { 'content-type': 'application/json', ...headers } });
+  return api.request('POST', path, {
+    rawBody: typeof body === 'string' ? body : JSON.stringify(body),
+    headers: { 'content-type': 'application/json', ...headers },
+  });
 }
 
 async function runs(ws: Workspace, automationId: string) {
   const res = await api.request('GET', `/api/v1/automations/${automationId}/runs?limit=100`, { key: ws.key });
   expect(res.status).toBe(200);
-  return res.body.data as Array<{ id: string; status: string; error: string | null; trigger: any; externalId: string | null; finishedAt: string | null }>;
+  return res.body.data as Array<{
+    id: string;
+    status: string;
+    error: string | null;
+    trigger: any;
+    externalId: string | null;
+    finishedAt: string | null;
+  }>;
 }
 
 async function settledRuns(ws: Workspace, automationId: string, count: number, timeoutMs = 20_000) {
@@ -62,7 +83,12 @@ describe('automations API, token and quota', () => {
     const created = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'hooked' }] });
     expect(created.webhookUrl).toMatch(/\/api\/automations\/webhook-in\/[A-Za-z0-9_-]{32}$/);
     const got = await api.request('GET', `/api/v1/automations/${created.id}`, { key: ws.key });
-    expect(got.body.data).toMatchObject({ id: created.id, active: true, trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'hooked' }] });
+    expect(got.body.data).toMatchObject({
+      id: created.id,
+      active: true,
+      trigger: { type: 'webhook_received' },
+      actions: [{ type: 'add_tag', tag: 'hooked' }],
+    });
 
     expect((await hook(created.webhookUrl!, { hello: 'world' })).status).toBe(202);
     const regenerated = await api.request('POST', `/api/v1/automations/${created.id}/token`, { key: ws.key });
@@ -80,7 +106,11 @@ describe('automations API, token and quota', () => {
     const ws = await workspace({ inboundWebhookQuota: 1 });
     const body = { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] };
     const first = await automation(ws, body);
-    expectError(await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'second', ...body } }), 402, 'INBOUND_WEBHOOK_LIMIT_REACHED');
+    expectError(
+      await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'second', ...body } }),
+      402,
+      'INBOUND_WEBHOOK_LIMIT_REACHED',
+    );
     // Other triggers do not use the quota.
     await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 'x' }] });
     await api.request('DELETE', `/api/v1/automations/${first.id}/token`, { key: ws.key });
@@ -100,11 +130,26 @@ describe('automations API, token and quota', () => {
     const action = await post({ name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'teleport' }] });
     expectError(action, 400, 'VALIDATION');
     expect(action.body.error).toMatch(/body\.actions\.0/);
-    expectError(await post({ name: 'x', trigger: { type: 'deal_won', pipelineId: '00000000-0000-4000-8000-000000000000' }, actions: [{ type: 'add_tag', tag: 't' }] }), 400, 'VALIDATION');
+    expectError(
+      await post({
+        name: 'x',
+        trigger: { type: 'deal_won', pipelineId: '00000000-0000-4000-8000-000000000000' },
+        actions: [{ type: 'add_tag', tag: 't' }],
+      }),
+      400,
+      'VALIDATION',
+    );
     expectError(await post({ name: 'x', trigger: { type: 'deal_won' }, actions: [] }), 400, 'VALIDATION');
     const created = await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 't' }] });
-    expectError(await api.request('PATCH', `/api/v1/automations/${created.id}`, { key: ws.key, body: { trigger: { type: 'deal_lost' } } }), 400, 'VALIDATION');
-    const renamed = await api.request('PATCH', `/api/v1/automations/${created.id}`, { key: ws.key, body: { name: 'renamed', active: false } });
+    expectError(
+      await api.request('PATCH', `/api/v1/automations/${created.id}`, { key: ws.key, body: { trigger: { type: 'deal_lost' } } }),
+      400,
+      'VALIDATION',
+    );
+    const renamed = await api.request('PATCH', `/api/v1/automations/${created.id}`, {
+      key: ws.key,
+      body: { name: 'renamed', active: false },
+    });
     expect(renamed.body.data).toMatchObject({ name: 'renamed', active: false });
   });
 });
@@ -113,7 +158,10 @@ describe('the inbound receiver', () => {
   it('upserts the lead by phone from the mapping, exposes webhook.<field> variables and neutralises templates', async () => {
     const ws = await workspace();
     const flow = await automation(ws, {
-      trigger: { type: 'webhook_received', mapping: { phone: 'customer.phone', name: 'customer.name', email: 'customer.email', externalId: 'order.id', value: 'order.total' } },
+      trigger: {
+        type: 'webhook_received',
+        mapping: { phone: 'customer.phone', name: 'customer.name', email: 'customer.email', externalId: 'order.id', value: 'order.total' },
+      },
       actions: [
         { type: 'add_tag', tag: 'buyer' },
         { type: 'add_note', body: 'Order {{webhook.order.id}} for {{contact.name}}: {{webhook.note}} / total {{deal.value}}' },
@@ -162,7 +210,10 @@ describe('the inbound receiver', () => {
 
   it('runs one externalId once, even for 20 concurrent deliveries', async () => {
     const ws = await workspace();
-    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone', externalId: 'id' } }, actions: [{ type: 'add_note', body: 'order {{webhook.id}}' }] });
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone', externalId: 'id' } },
+      actions: [{ type: 'add_note', body: 'order {{webhook.id}}' }],
+    });
     const number = phone();
     const results = await Promise.all(Array.from({ length: 20 }, () => hook(flow.webhookUrl!, { id: 'ext-42', phone: number })));
     for (const r of results) expect(r.status).toBe(202);
@@ -175,10 +226,13 @@ describe('the inbound receiver', () => {
     expect((await hook(flow.webhookUrl!, { id: 'ext-42', phone: number })).body.data.status).toBe('duplicate');
   });
 
-  it('frees the externalId of a failed run: the sender\'s retry runs again, and once completed it is a duplicate', async () => {
+  it("frees the externalId of a failed run: the sender's retry runs again, and once completed it is a duplicate", async () => {
     const ws = await workspace();
     // The tag comes from the body: the first call carries none, so its run fails.
-    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone', externalId: 'id' } }, actions: [{ type: 'add_tag', tag: '{{webhook.tag}}' }] });
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone', externalId: 'id' } },
+      actions: [{ type: 'add_tag', tag: '{{webhook.tag}}' }],
+    });
     const number = phone();
     expect((await hook(flow.webhookUrl!, { id: 'order-7', phone: number })).body.data.status).toBe('accepted');
     expect((await settledRuns(ws, flow.id, 1)).map((r) => r.status)).toEqual(['failed']);
@@ -194,7 +248,10 @@ describe('the inbound receiver', () => {
 
   it('records contact.created, not lead.created, for a contact its lead intake creates', async () => {
     const ws = await workspace();
-    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone', name: 'name' } }, actions: [{ type: 'add_tag', tag: 'hooked' }] });
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone', name: 'name' } },
+      actions: [{ type: 'add_tag', tag: 'hooked' }],
+    });
     await hook(flow.webhookUrl!, { phone: phone(), name: 'Intake' });
     await settledRuns(ws, flow.id, 1);
     const contact = await api.db('contacts').where({ workspace_id: ws.id }).first('id');
@@ -244,11 +301,24 @@ describe('receiver limits', () => {
 describe('internal triggers', () => {
   it('deal_won fires exactly once under 20 concurrent identical PATCH requests', async () => {
     const ws = await workspace();
-    const flow = await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 'customer' }, { type: 'add_note', body: 'Won {{deal.name}} for {{deal.value}}' }] });
+    const flow = await automation(ws, {
+      trigger: { type: 'deal_won' },
+      actions: [
+        { type: 'add_tag', tag: 'customer' },
+        { type: 'add_note', body: 'Won {{deal.name}} for {{deal.value}}' },
+      ],
+    });
     const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New', 'Done'] });
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Rui' });
-    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'Big', value: 500 } })).body.data;
-    await Promise.all(Array.from({ length: 20 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } })));
+    const deal = (
+      await api.request('POST', '/api/v1/deals', {
+        key: ws.key,
+        body: { contactId: contact.id, pipeline: pipeline.id, name: 'Big', value: 500 },
+      })
+    ).body.data;
+    await Promise.all(
+      Array.from({ length: 20 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } })),
+    );
     const [run] = await settledRuns(ws, flow.id, 1);
     expect(run).toMatchObject({ status: 'completed', trigger: expect.objectContaining({ type: 'deal_won', dealId: deal.id }) });
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -262,12 +332,19 @@ describe('internal triggers', () => {
     const ws = await workspace();
     const sales = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['A', 'B'] });
     const other = await seedPipeline(api, ws.id, { name: 'Other', stages: ['X'] });
-    const created = await automation(ws, { trigger: { type: 'card_created', pipelineId: sales.id }, actions: [{ type: 'add_tag', tag: 'in-sales-{{pipelineId}}' }] });
+    const created = await automation(ws, {
+      trigger: { type: 'card_created', pipelineId: sales.id },
+      actions: [{ type: 'add_tag', tag: 'in-sales-{{pipelineId}}' }],
+    });
     const moved = await automation(ws, { trigger: { type: 'stage_changed' }, actions: [{ type: 'add_tag', tag: 'moved' }] });
     const lost = await automation(ws, { trigger: { type: 'deal_lost' }, actions: [{ type: 'add_tag', tag: 'lost' }] });
-    const emailChanged = await automation(ws, { trigger: { type: 'contact_updated', fields: ['email'] }, actions: [{ type: 'add_note', body: 'changed: {{changedFields}}' }] });
+    const emailChanged = await automation(ws, {
+      trigger: { type: 'contact_updated', fields: ['email'] },
+      actions: [{ type: 'add_note', body: 'changed: {{changedFields}}' }],
+    });
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Eva' });
-    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: sales.id } })).body.data;
+    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: sales.id } })).body
+      .data;
     await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: other.id } });
     await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { stageId: sales.stages[1].id } });
     await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'lost', lostReason: 'price' } });
@@ -295,21 +372,35 @@ describe('internal triggers', () => {
     ];
     for (const flow of flows) expect(flow.trigger).toEqual({ type: 'card_created' });
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Any' });
-    for (const p of [sales, other]) expect((await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: p.id } })).status).toBe(201);
+    for (const p of [sales, other])
+      expect((await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: p.id } })).status).toBe(
+        201,
+      );
     for (const flow of flows) expect((await settledRuns(ws, flow.id, 2)).map((r) => r.status)).toEqual(['completed', 'completed']);
     expect(await tagsOf(ws, contact.id)).toEqual(['empty', 'null', 'omitted']);
     // And on a change of trigger.
-    const patched = await api.request('PATCH', `/api/v1/automations/${flows[2].id}`, { key: ws.key, body: { trigger: { type: 'card_created', pipelineId: '' } } });
+    const patched = await api.request('PATCH', `/api/v1/automations/${flows[2].id}`, {
+      key: ws.key,
+      body: { trigger: { type: 'card_created', pipelineId: '' } },
+    });
     expect(patched.status).toBe(200);
     expect(patched.body.data.trigger).toEqual({ type: 'card_created' });
   });
 
   it('update_contact emits no contact.updated webhook; its tag events say automation', async () => {
     const ws = await workspace();
-    const flow = await automation(ws, { trigger: { type: 'deal_won' }, actions: [{ type: 'update_contact', fields: { notes: 'VIP since {{deal.name}}' } }, { type: 'add_tag', tag: 'vip' }] });
+    const flow = await automation(ws, {
+      trigger: { type: 'deal_won' },
+      actions: [
+        { type: 'update_contact', fields: { notes: 'VIP since {{deal.name}}' } },
+        { type: 'add_tag', tag: 'vip' },
+      ],
+    });
     const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New'] });
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Lia' });
-    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'D1' } })).body.data;
+    const deal = (
+      await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'D1' } })
+    ).body.data;
     await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } });
     await settledRuns(ws, flow.id, 1);
     expect((await api.db('contacts').where({ id: contact.id }).first('notes')).notes).toBe('VIP since D1');
@@ -330,10 +421,22 @@ describe('send_message action', () => {
       channel: 'whatsapp',
       provider: 'cloud',
       connected: true,
-      config: { baseUrl: EMULATOR, phoneNumberId: `PN-${ws.id.slice(0, 8)}`, accessToken: 'token-never-logged', appSecret: 's', instanceName: `inst-${ws.id.slice(0, 8)}` },
+      config: {
+        baseUrl: EMULATOR,
+        phoneNumberId: `PN-${ws.id.slice(0, 8)}`,
+        accessToken: 'token-never-logged',
+        appSecret: 's',
+        instanceName: `inst-${ws.id.slice(0, 8)}`,
+      },
     });
     expect(instance.status).toBe(201);
-    await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+    await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+      instanceId: instance.body.data.id,
+      name: 'welcome',
+      language: 'pt_BR',
+      variableCount: 1,
+      status: 'approved',
+    });
     return instance.body.data.id;
   }
 
@@ -343,7 +446,13 @@ describe('send_message action', () => {
     const flow = await automation(ws, {
       trigger: { type: 'webhook_received', mapping: { phone: 'phone', name: 'name', externalId: 'id' } },
       actions: [
-        { type: 'send_message', messageType: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['{{contact.name}}'] },
+        {
+          type: 'send_message',
+          messageType: 'template',
+          templateName: 'welcome',
+          templateLanguage: 'pt_BR',
+          templateVariables: ['{{contact.name}}'],
+        },
         { type: 'add_note', body: 'welcome sent as {{message.id}}' },
       ],
     });
@@ -353,7 +462,10 @@ describe('send_message action', () => {
     expect(run).toMatchObject({ status: 'completed', error: null });
     const calls = await callsTo(number);
     expect(calls).toHaveLength(1);
-    expect(calls[0].body.template).toMatchObject({ name: 'welcome', components: [{ type: 'body', parameters: [{ type: 'text', text: 'Bruna' }] }] });
+    expect(calls[0].body.template).toMatchObject({
+      name: 'welcome',
+      components: [{ type: 'body', parameters: [{ type: 'text', text: 'Bruna' }] }],
+    });
     const message = await api.db('messages').where({ workspace_id: ws.id, provider_message_id: calls[0].messageId }).first('id', 'status');
     expect(message.status).toBe('sent');
     const note = await api.db('notes').where({ workspace_id: ws.id }).first('body');
@@ -385,7 +497,11 @@ describe('durable actions', () => {
     const ws = await workspace();
     const flow = await automation(ws, {
       trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
-      actions: [{ type: 'add_tag', tag: 'before' }, { type: 'wait', seconds: 86_400 }, { type: 'add_tag', tag: 'after' }],
+      actions: [
+        { type: 'add_tag', tag: 'before' },
+        { type: 'wait', seconds: 86_400 },
+        { type: 'add_tag', tag: 'after' },
+      ],
     });
     const number = phone();
     await hook(flow.webhookUrl!, { phone: number });
@@ -399,7 +515,11 @@ describe('durable actions', () => {
     const ws = await workspace();
     const flow = await automation(ws, {
       trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
-      actions: [{ type: 'add_tag', tag: 'first' }, { type: 'create_deal', pipeline: 'No such pipeline' }, { type: 'add_tag', tag: 'never' }],
+      actions: [
+        { type: 'add_tag', tag: 'first' },
+        { type: 'create_deal', pipeline: 'No such pipeline' },
+        { type: 'add_tag', tag: 'never' },
+      ],
     });
     await hook(flow.webhookUrl!, { phone: phone() });
     const [run] = await settledRuns(ws, flow.id, 1);
@@ -415,13 +535,17 @@ describe('durable actions', () => {
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Rita' });
     const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'create_deal', pipeline: pipeline.id }] });
     // A run as startRun leaves it: the actions snapshot and the context on its row.
-    const [run] = await api.db('automation_runs')
+    const [run] = await api
+      .db('automation_runs')
       .insert({
         workspace_id: ws.id,
         automation_id: flow.id,
         status: 'running',
         trigger: JSON.stringify({ type: 'test' }),
-        actions: JSON.stringify([{ type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 }, { type: 'create_deal', pipeline: pipeline.id }]),
+        actions: JSON.stringify([
+          { type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 },
+          { type: 'create_deal', pipeline: pipeline.id },
+        ]),
         context: JSON.stringify({ contactId: contact.id, vars: {} }),
       })
       .returning('id');
@@ -444,7 +568,10 @@ describe('durable actions', () => {
 
   it('checks rendered values against the action rules: a too-long tag from the payload fails at once with the reason', async () => {
     const ws = await workspace();
-    const flow = await automation(ws, { trigger: { type: 'webhook_received', mapping: { phone: 'phone' } }, actions: [{ type: 'add_tag', tag: '{{webhook.product}}' }] });
+    const flow = await automation(ws, {
+      trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
+      actions: [{ type: 'add_tag', tag: '{{webhook.product}}' }],
+    });
     const started = Date.now();
     await hook(flow.webhookUrl!, { phone: phone(), product: 'p'.repeat(300), greeting: '{{constructor}}' });
     const [run] = await settledRuns(ws, flow.id, 1);
@@ -461,7 +588,11 @@ describe('durable actions', () => {
     const flow = await automation(ws, {
       trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
       // 300 000 s scaled by the test stack's 0.00001: 3 s.
-      actions: [{ type: 'add_tag', tag: 'first' }, { type: 'wait', seconds: 300_000 }, { type: 'add_tag', tag: 'second' }],
+      actions: [
+        { type: 'add_tag', tag: 'first' },
+        { type: 'wait', seconds: 300_000 },
+        { type: 'add_tag', tag: 'second' },
+      ],
     });
     await hook(flow.webhookUrl!, { phone: phone() });
     const contactId = await eventually('the first action', async () => {
@@ -489,11 +620,15 @@ describe('durable actions', () => {
       return row && row.status !== 'running' && row;
     });
     expect(run).toEqual({ status: 'failed', error: 'Action 3 (add_tag): The workspace subscription is inactive' });
-    const tags = await api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').where({ 'ct.workspace_id': ws.id, 'ct.contact_id': contactId }).pluck('t.name');
+    const tags = await api
+      .db('contact_tags as ct')
+      .join('tags as t', 't.id', 'ct.tag_id')
+      .where({ 'ct.workspace_id': ws.id, 'ct.contact_id': contactId })
+      .pluck('t.name');
     expect(tags).toEqual(['first']);
   });
 
-  it('keeps the contact\'s phone, email and name out of a run\'s error (automations:read reads it)', async () => {
+  it("keeps the contact's phone, email and name out of a run's error (automations:read reads it)", async () => {
     const ws = await workspace();
     const flow = await automation(ws, {
       trigger: { type: 'webhook_received', mapping: { phone: 'customer.phone', name: 'customer.name', email: 'customer.email' } },
@@ -516,7 +651,14 @@ describe('durable actions', () => {
     // What the failed pass left: the trigger row (not dispatched) and its run, recorded `running`.
     const eventId = randomUUID();
     await api.db.transaction(async (trx) => {
-      await trx('automation_runs').insert({ workspace_id: ws.id, automation_id: flow.id, status: 'running', trigger: { type: 'deal_won' }, event_id: eventId, depth: 0 });
+      await trx('automation_runs').insert({
+        workspace_id: ws.id,
+        automation_id: flow.id,
+        status: 'running',
+        trigger: { type: 'deal_won' },
+        event_id: eventId,
+        depth: 0,
+      });
       await trx('outbox_events').insert({ id: eventId, workspace_id: ws.id, kind: 'trigger', name: 'deal_won', payload: {} });
     });
     const [run] = await settledRuns(ws, flow.id, 1);

@@ -52,13 +52,18 @@ const leadBatch = (leads: unknown[], options: { key?: string; idempotencyKey?: s
     headers: options.idempotencyKey ? { 'idempotency-key': options.idempotencyKey } : {},
   });
 const dealBatch = (w: Workspace, deals: unknown[], idempotencyKey?: string) =>
-  api.request('POST', '/api/v1/deals/batch', { key: w.key, body: { deals }, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
+  api.request('POST', '/api/v1/deals/batch', {
+    key: w.key,
+    body: { deals },
+    headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {},
+  });
 
 /** Each item's `status` and, for a refusal, its code: what a client reads first. */
 const outcomes = (body: { data: { index: number; status: number; error?: { code: string } }[] }) =>
   body.data.map((item) => (item.error ? `${item.index}:${item.status} ${item.error.code}` : `${item.index}:${item.status}`));
 
-const contactsWithPhones = async (workspaceId: string, phones: string[]) => api.db('contacts').where({ workspace_id: workspaceId }).whereIn('phone', phones).count<{ count: number }[]>('* as count').first();
+const contactsWithPhones = async (workspaceId: string, phones: string[]) =>
+  api.db('contacts').where({ workspace_id: workspaceId }).whereIn('phone', phones).count<{ count: number }[]>('* as count').first();
 
 describe('POST /api/v1/leads/batch', () => {
   it('answers every item as the single upsert would, in request order, and an invalid item fails alone', async () => {
@@ -73,7 +78,15 @@ describe('POST /api/v1/leads/batch', () => {
       'not an object',
     ]);
     expect(res.status).toBe(200);
-    expect(outcomes(res.body)).toEqual(['0:201', '1:400 INVALID_PHONE', '2:400 PHONE_REQUIRED', '3:400 VALIDATION', '4:404 NOT_FOUND', '5:201', '6:400 VALIDATION']);
+    expect(outcomes(res.body)).toEqual([
+      '0:201',
+      '1:400 INVALID_PHONE',
+      '2:400 PHONE_REQUIRED',
+      '3:400 VALIDATION',
+      '4:404 NOT_FOUND',
+      '5:201',
+      '6:400 VALIDATION',
+    ]);
     expect(res.body.data[0].data).toMatchObject({ name: 'Ana', phone: a, tags: [] });
     expect(res.body.data[5].data).toMatchObject({ name: 'Bia', phone: b, notes: 'second try, valid' });
     // The single call's errors, with their messages and hints.
@@ -100,16 +113,28 @@ describe('POST /api/v1/leads/batch', () => {
     expect(outcomes(res.body)).toEqual(['0:201', '1:200', '2:200', '3:200']);
     const ids = new Set([0, 1, 3].map((i) => res.body.data[i].data.id));
     expect(ids.size).toBe(1);
-    expect(res.body.data[3].data).toMatchObject({ name: 'Carla', phone, email: 'carla@example.com', notes: 'as a number', tags: [{ name: 'Repeat' }] });
+    expect(res.body.data[3].data).toMatchObject({
+      name: 'Carla',
+      phone,
+      email: 'carla@example.com',
+      notes: 'as a number',
+      tags: [{ name: 'Repeat' }],
+    });
     expect(res.body.data[2].data.tags.map((t: any) => t.name)).toEqual(['Old', 'Repeat']);
     const [id] = ids;
     expect((await outbox(api, ws.id, 'lead.created')).filter((e) => e.payload.contact_id === id)).toHaveLength(1);
     // Each update records what a single upsert would: the contact_updated trigger with its own
     // changed fields, a tag event only for a tag the lead did not have.
-    expect((await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === id).map((e) => e.payload.changedFields)).toEqual(['email,tags', 'notes']);
-    expect((await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === id).map((e) => e.payload.tag.name)).toEqual(['Repeat']);
+    expect(
+      (await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === id).map((e) => e.payload.changedFields),
+    ).toEqual(['email,tags', 'notes']);
+    expect(
+      (await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === id).map((e) => e.payload.tag.name),
+    ).toEqual(['Repeat']);
     const knownId = res.body.data[2].data.id;
-    expect((await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === knownId).map((e) => e.payload.tag.name)).toEqual(['Old', 'Repeat']);
+    expect(
+      (await outbox(api, ws.id, 'contact.tag_added')).filter((e) => e.payload.contact_id === knownId).map((e) => e.payload.tag.name),
+    ).toEqual(['Old', 'Repeat']);
   });
 
   it('creates a new tag once for all the items that name it, and records contact.tag_added per lead', async () => {
@@ -128,7 +153,10 @@ describe('POST /api/v1/leads/batch', () => {
   it('delivers one lead.created webhook per new lead', async () => {
     const w = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
     const path = `/ok/batch-leads-${process.pid}-${++seq}`;
-    expect((await api.request('POST', '/api/v1/webhooks', { key: w.key, body: { url: `${receiver.url}${path}`, events: ['lead.created'] } })).status).toBe(201);
+    expect(
+      (await api.request('POST', '/api/v1/webhooks', { key: w.key, body: { url: `${receiver.url}${path}`, events: ['lead.created'] } }))
+        .status,
+    ).toBe(201);
     const phones = [mobile(), mobile(), mobile()];
     const res = await leadBatch([...phones.map((phone) => ({ phone })), { phone: phones[0], name: 'again' }], { key: w.key });
     expect(outcomes(res.body)).toEqual(['0:201', '1:201', '2:201', '3:200']);
@@ -140,7 +168,13 @@ describe('POST /api/v1/leads/batch', () => {
 
   it('refuses a malformed envelope as a whole with 400 VALIDATION: not an object, no array, 0 or 101 items', async () => {
     const raw = (body: unknown) => api.request('POST', '/api/v1/leads/batch', { key: ws.key, body });
-    for (const body of [[{ phone: mobile() }], {}, { leads: {} }, { leads: [] }, { leads: Array.from({ length: 101 }, () => ({ phone: mobile() })) }]) {
+    for (const body of [
+      [{ phone: mobile() }],
+      {},
+      { leads: {} },
+      { leads: [] },
+      { leads: Array.from({ length: 101 }, () => ({ phone: mobile() })) },
+    ]) {
       const res = await raw(body);
       expectError(res, 400, 'VALIDATION');
       expect(res.body.error).toMatch(/^Invalid body/);
@@ -148,7 +182,7 @@ describe('POST /api/v1/leads/batch', () => {
     expect((await raw({ leads: Array.from({ length: 100 }, () => ({ phone: mobile() })) })).status).toBe(200);
   });
 
-  it('takes the single upsert\'s scope: leads:write, 403 INSUFFICIENT_SCOPE without it', async () => {
+  it("takes the single upsert's scope: leads:write, 403 INSUFFICIENT_SCOPE without it", async () => {
     const readOnly = await createKey(api, ws.id, ['leads:read']);
     expectError(await leadBatch([{ phone: mobile() }], { key: readOnly.key }), 403, 'INSUFFICIENT_SCOPE');
     const writer = await createKey(api, ws.id, ['leads:write']);
@@ -176,7 +210,10 @@ describe('bounded work per transaction', () => {
     try {
       await blocker('contacts').where({ id: heldLead.id }).forUpdate().first();
       let answered = false;
-      const batch = leadBatch([...first, ...later].map((phone) => ({ phone, name: 'from the batch' })), { key: w.key }).then((res) => {
+      const batch = leadBatch(
+        [...first, ...later].map((phone) => ({ phone, name: 'from the batch' })),
+        { key: w.key },
+      ).then((res) => {
         answered = true;
         return res;
       });
@@ -204,7 +241,16 @@ describe('concurrent batches', () => {
     const w = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
     // One chunk each, the same leads: in request order their locks would cross.
     const phones = Array.from({ length: BATCH_CHUNK }, () => mobile());
-    expect(outcomes((await leadBatch(phones.map((phone) => ({ phone })), { key: w.key })).body).every((o) => o.endsWith(':201'))).toBe(true);
+    expect(
+      outcomes(
+        (
+          await leadBatch(
+            phones.map((phone) => ({ phone })),
+            { key: w.key },
+          )
+        ).body,
+      ).every((o) => o.endsWith(':201')),
+    ).toBe(true);
     const forward = phones.map((phone, i) => ({ phone, name: `forward ${i}`, tags: ['Up', 'Down'] }));
     const backward = [...phones].reverse().map((phone, i) => ({ phone, notes: `backward ${i}`, tags: ['Down', 'Up'] }));
     const [a, b] = await Promise.all([leadBatch(forward, { key: w.key }), leadBatch(backward, { key: w.key })]);
@@ -237,7 +283,14 @@ describe('POST /api/v1/deals/batch', () => {
     // Their card.created events reach only the subscriptions of their dispatch: let them go first.
     await settleOutbox(api, w.id);
     const path = `/ok/batch-deals-${process.pid}-${++seq}`;
-    expect((await api.request('POST', '/api/v1/webhooks', { key: w.key, body: { url: `${receiver.url}${path}`, events: ['card.created', 'card.moved', 'card.won'] } })).status).toBe(201);
+    expect(
+      (
+        await api.request('POST', '/api/v1/webhooks', {
+          key: w.key,
+          body: { url: `${receiver.url}${path}`, events: ['card.created', 'card.moved', 'card.won'] },
+        })
+      ).status,
+    ).toBe(201);
     const res = await dealBatch(w, [
       { contactId: contact.id, pipeline: 'sales', name: 'new one', value: 100 },
       { id: moved.id, stageId: pipeline.stages[1].id },
@@ -249,7 +302,16 @@ describe('POST /api/v1/deals/batch', () => {
       { id: 'not-a-uuid', name: 'x' },
     ]);
     expect(res.status).toBe(200);
-    expect(outcomes(res.body)).toEqual(['0:201', '1:200', '2:200', '3:200', '4:400 VALIDATION', '5:404 PIPELINE_NOT_FOUND', '6:404 NOT_FOUND', '7:404 NOT_FOUND']);
+    expect(outcomes(res.body)).toEqual([
+      '0:201',
+      '1:200',
+      '2:200',
+      '3:200',
+      '4:400 VALIDATION',
+      '5:404 PIPELINE_NOT_FOUND',
+      '6:404 NOT_FOUND',
+      '7:404 NOT_FOUND',
+    ]);
     expect(res.body.data[0].data).toMatchObject({ name: 'new one', value: 100, stageId: pipeline.stages[0].id, status: 'open' });
     expect(res.body.data[1].data.stageId).toBe(pipeline.stages[1].id);
     expect(res.body.data[2].data).toMatchObject({ status: 'won', value: 900, closedAt: expect.any(String) });
@@ -258,7 +320,10 @@ describe('POST /api/v1/deals/batch', () => {
     // One webhook per record: the create, the move, the win; nothing for the deal already in its stage.
     await eventually('three deliveries', async () => receiver.to(path).length >= 3);
     await new Promise((resolve) => setTimeout(resolve, 500));
-    const events = receiver.to(path).map((d) => `${d.json.event} ${d.json.card_id}`).sort();
+    const events = receiver
+      .to(path)
+      .map((d) => `${d.json.event} ${d.json.card_id}`)
+      .sort();
     expect(events).toEqual([`card.created ${res.body.data[0].data.id}`, `card.moved ${moved.id}`, `card.won ${won.id}`].sort());
     const activities = await api.request('GET', `/api/v1/deals/${moved.id}/activities`, { key: w.key });
     expect(activities.body.data.map((a: any) => a.type)).toEqual(['stage_changed']);
@@ -298,7 +363,7 @@ describe('POST /api/v1/deals/batch', () => {
     expect((await api.request('GET', '/api/v1/deals', { key: other.key })).body.pagination.total).toBe(1);
   });
 
-  it('takes the single calls\' scope: deals:write, 403 INSUFFICIENT_SCOPE without it', async () => {
+  it("takes the single calls' scope: deals:write, 403 INSUFFICIENT_SCOPE without it", async () => {
     const reader = await createKey(api, w.id, ['deals:read', 'leads:write']);
     expectError(await dealBatch({ ...w, key: reader.key }, [{ contactId: contact.id, pipeline: 'Sales' }]), 403, 'INSUFFICIENT_SCOPE');
     const writer = await createKey(api, w.id, ['deals:write']);
@@ -323,11 +388,19 @@ describe('Idempotency-Key on a batch', () => {
     expect((await outbox(api, ws.id)).length).toBe(events);
     // The same key on another body or another endpoint is refused.
     expectError(await leadBatch([{ phone: phones[0], name: 'Twice' }], { idempotencyKey: key }), 422, 'IDEMPOTENCY_KEY_REUSED');
-    const d = await api.request('POST', '/api/v1/deals/batch', { key: ws.key, body: { deals: [{ contactId: unknownId, pipeline: 'x' }] }, headers: { 'idempotency-key': key } });
+    const d = await api.request('POST', '/api/v1/deals/batch', {
+      key: ws.key,
+      body: { deals: [{ contactId: unknownId, pipeline: 'x' }] },
+      headers: { 'idempotency-key': key },
+    });
     expectError(d, 422, 'IDEMPOTENCY_KEY_REUSED');
     // A key over 255 characters is the header's 400, an empty one too (it is not a missing key).
     for (const bad of [`k${'x'.repeat(255)}`, '']) {
-      const malformed = await api.request('POST', '/api/v1/leads/batch', { key: ws.key, body: { leads: body }, headers: { 'idempotency-key': bad } });
+      const malformed = await api.request('POST', '/api/v1/leads/batch', {
+        key: ws.key,
+        body: { leads: body },
+        headers: { 'idempotency-key': bad },
+      });
       expectError(malformed, 400, 'VALIDATION');
       expect(malformed.body.error).toContain('Idempotency-Key');
     }
@@ -342,7 +415,12 @@ describe('Idempotency-Key on a batch', () => {
     expect(worked).toHaveLength(1);
     for (const res of answers.filter((r) => r !== worked[0])) {
       if (res.status === 409) expectError(res, 409, 'IN_PROGRESS');
-      else expect({ status: res.status, replayed: res.headers.get('idempotent-replayed'), same: res.text === worked[0].text }).toEqual({ status: 200, replayed: 'true', same: true });
+      else
+        expect({ status: res.status, replayed: res.headers.get('idempotent-replayed'), same: res.text === worked[0].text }).toEqual({
+          status: 200,
+          replayed: 'true',
+          same: true,
+        });
     }
     expect(await contactsWithPhones(ws.id, phones)).toEqual({ count: phones.length });
     const ids = new Set(worked[0].body.data.map((item: any) => item.data.id));
@@ -356,12 +434,24 @@ describe('Idempotency-Key on a batch', () => {
     // What a request that died after committing its first item left: its claim, and that item's answer.
     const committed = { index: 0, status: 201, data: { id: 'committed before the crash' } };
     const hash = fingerprint('upsertLeadBatch', body);
-    const [row] = await api.db('idempotent_requests')
-      .insert({ workspace_id: ws.id, key, operation: 'upsertLeadBatch', request_hash: hash, claim: unknownId, results: [JSON.stringify(committed)], locked_until: api.db.raw(`now() + interval '1 hour'`) })
+    const [row] = await api
+      .db('idempotent_requests')
+      .insert({
+        workspace_id: ws.id,
+        key,
+        operation: 'upsertLeadBatch',
+        request_hash: hash,
+        claim: unknownId,
+        results: [JSON.stringify(committed)],
+        locked_until: api.db.raw(`now() + interval '1 hour'`),
+      })
       .returning('id');
     // Its lease still runs: the request may be alive.
     expectError(await leadBatch(body, { idempotencyKey: key }), 409, 'IN_PROGRESS');
-    await api.db('idempotent_requests').where({ id: row.id }).update({ locked_until: api.db.raw(`now() - interval '1 second'`) });
+    await api
+      .db('idempotent_requests')
+      .where({ id: row.id })
+      .update({ locked_until: api.db.raw(`now() - interval '1 second'`) });
     const res = await leadBatch(body, { idempotencyKey: key });
     expect(res.status).toBe(200);
     expect(res.body.data[0]).toEqual(committed);
@@ -381,7 +471,15 @@ describe('Idempotency-Key on a batch', () => {
 
     // Retention: a finished answer past the window goes; a recent one, and an old claim whose request still runs, stay.
     const other = `running-${process.pid}-${++seq}`;
-    await api.db('idempotent_requests').insert({ workspace_id: ws.id, key: other, operation: 'upsertLeadBatch', request_hash: 'x', claim: unknownId, locked_until: api.db.raw(`now() + interval '1 minute'`), created_at: api.db.raw(`now() - interval '2 days'`) });
+    await api.db('idempotent_requests').insert({
+      workspace_id: ws.id,
+      key: other,
+      operation: 'upsertLeadBatch',
+      request_hash: 'x',
+      claim: unknownId,
+      locked_until: api.db.raw(`now() + interval '1 minute'`),
+      created_at: api.db.raw(`now() - interval '2 days'`),
+    });
     await stored().update({ created_at: api.db.raw(`now() - interval '2 days'`) });
     const recent = `recent-${process.pid}-${++seq}`;
     expect((await leadBatch([{ phone: mobile() }], { idempotencyKey: recent })).status).toBe(200);
@@ -399,7 +497,10 @@ describe('Idempotency-Key on a batch', () => {
     const first = await dealBatch(w, body, key);
     const again = await dealBatch(w, body, key);
     expect(outcomes(first.body)).toEqual(['0:201']);
-    expect({ replayed: again.headers.get('idempotent-replayed'), same: again.text === first.text }).toEqual({ replayed: 'true', same: true });
+    expect({ replayed: again.headers.get('idempotent-replayed'), same: again.text === first.text }).toEqual({
+      replayed: 'true',
+      same: true,
+    });
     expect((await api.request('GET', '/api/v1/deals', { key: w.key })).body.pagination.total).toBe(1);
   });
 });

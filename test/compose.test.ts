@@ -34,7 +34,16 @@ describe('docker-compose.yml', () => {
   it('wires the API and the worker with the environment they read', () => {
     for (const name of ['api', 'worker']) {
       const env = compose.services[name].environment;
-      for (const variable of ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'ADMIN_TOKEN', 'ENCRYPTION_KEYS', 'PUBLIC_BASE_URL', 'ALLOW_PRIVATE_URLS', 'WEBHOOK_RETRY_SCALE']) {
+      for (const variable of [
+        'DATABASE_URL',
+        'TEMPORAL_ADDRESS',
+        'TEMPORAL_NAMESPACE',
+        'ADMIN_TOKEN',
+        'ENCRYPTION_KEYS',
+        'PUBLIC_BASE_URL',
+        'ALLOW_PRIVATE_URLS',
+        'WEBHOOK_RETRY_SCALE',
+      ]) {
         expect(env).toHaveProperty(variable);
       }
       expect(env.DATABASE_URL).toContain('@postgres:5432/');
@@ -45,11 +54,14 @@ describe('docker-compose.yml', () => {
 
   it('publishes nothing unauthenticated beyond the host: only the API listens on every interface', () => {
     const published: string[] = [];
-    for (const [name, service] of Object.entries<{ ports?: (string | number | { host_ip?: string; published?: unknown })[] }>(compose.services)) {
+    for (const [name, service] of Object.entries<{ ports?: (string | number | { host_ip?: string; published?: unknown })[] }>(
+      compose.services,
+    )) {
       if (name === 'api') continue;
       for (const port of service.ports ?? []) {
         // Short syntax "[HOST_IP:]HOST:CONTAINER"; the long syntax names host_ip.
-        const hostIp = typeof port === 'object' ? port.host_ip : String(port).split(':').length === 3 ? String(port).split(':')[0] : undefined;
+        const hostIp =
+          typeof port === 'object' ? port.host_ip : String(port).split(':').length === 3 ? String(port).split(':')[0] : undefined;
         published.push(`${name} ${JSON.stringify(port)} on ${hostIp ?? 'every interface'}`);
       }
     }

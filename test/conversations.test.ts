@@ -14,7 +14,10 @@ let phoneCounter = 0;
 /** A valid, distinct Brazilian mobile (55 + 11 + 9 digits starting with 9). */
 const nextPhone = (): string => `55119${String(10_000_000 + ((process.pid * 1000 + ++phoneCounter) % 89_999_999)).padStart(8, '0')}`;
 
-async function seedInstance(ws: { id: string }, input: { name?: string; archived?: boolean; channel?: 'whatsapp' | 'instagram' } = {}): Promise<string> {
+async function seedInstance(
+  ws: { id: string },
+  input: { name?: string; archived?: boolean; channel?: 'whatsapp' | 'instagram' } = {},
+): Promise<string> {
   const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
     name: input.name ?? 'Main number',
     channel: input.channel ?? 'whatsapp',
@@ -56,7 +59,15 @@ async function seedConversation(
 async function seedMessages(
   ws: { id: string },
   conversationId: string,
-  messages: { direction?: string; type?: string; body?: string; status?: string; timestamp: string; media_url?: string | null; media_ref?: string | null }[],
+  messages: {
+    direction?: string;
+    type?: string;
+    body?: string;
+    status?: string;
+    timestamp: string;
+    media_url?: string | null;
+    media_ref?: string | null;
+  }[],
 ): Promise<string[]> {
   const rows = await api
     .db('messages')
@@ -78,7 +89,11 @@ async function seedMessages(
 }
 
 /** A conversation with a fresh canonical contact on `instanceId`. */
-async function conversationWithContact(ws: Workspace, instanceId: string, input: { status?: string; lastMessageAt?: string | null; name?: string } = {}) {
+async function conversationWithContact(
+  ws: Workspace,
+  instanceId: string,
+  input: { status?: string; lastMessageAt?: string | null; name?: string } = {},
+) {
   const contact = await seedContact(api, ws.id, { phone: nextPhone(), name: input.name ?? 'Ana' });
   const id = await seedConversation(ws, contact.id, instanceId, input);
   return { id, contact };
@@ -104,9 +119,14 @@ async function workspaceWithExclusions() {
   const deleted = await conversationWithContact(ws, instanceId, { name: 'Deleted', lastMessageAt: '2026-01-04T10:00:00.000Z' });
   await api.db('contacts').where({ id: deleted.contact.id }).update({ deleted_at: new Date() });
 
-  const archived = await conversationWithContact(ws, archivedInstanceId, { name: 'On archived', lastMessageAt: '2026-01-05T10:00:00.000Z' });
+  const archived = await conversationWithContact(ws, archivedInstanceId, {
+    name: 'On archived',
+    lastMessageAt: '2026-01-05T10:00:00.000Z',
+  });
   // The visible contact also talks on the archived number: that conversation stays hidden too.
-  const archivedSameContact = await seedConversation(ws, visible.contact.id, archivedInstanceId, { lastMessageAt: '2026-01-06T10:00:00.000Z' });
+  const archivedSameContact = await seedConversation(ws, visible.contact.id, archivedInstanceId, {
+    lastMessageAt: '2026-01-06T10:00:00.000Z',
+  });
 
   await seedMessages(ws, group, [{ timestamp: '2026-01-02T10:00:00.000Z', body: 'group chatter' }]);
   return {
@@ -125,7 +145,11 @@ describe('GET /api/v1/conversations', () => {
   it('lists conversations with their contact, newest activity first, never-messaged last, id as tiebreak', async () => {
     const ws = await createWorkspace(api, { scopes: ['conversations:read'] });
     const instanceId = await seedInstance(ws);
-    const older = await conversationWithContact(ws, instanceId, { name: 'Older', lastMessageAt: '2026-03-01T08:00:00.000Z', status: 'waiting' });
+    const older = await conversationWithContact(ws, instanceId, {
+      name: 'Older',
+      lastMessageAt: '2026-03-01T08:00:00.000Z',
+      status: 'waiting',
+    });
     const never = await conversationWithContact(ws, instanceId, { name: 'Never', lastMessageAt: null });
     const newest = await conversationWithContact(ws, instanceId, { name: 'Newest', lastMessageAt: '2026-03-02T08:00:00.000Z' });
     const tieA = await conversationWithContact(ws, instanceId, { name: 'Tie A', lastMessageAt: '2026-03-01T09:00:00.000Z' });
@@ -167,7 +191,14 @@ describe('GET /api/v1/conversations', () => {
     // Bulk rows: 27 contacts and conversations.
     const contacts = await api
       .db('contacts')
-      .insert(Array.from({ length: 27 }, (_, i) => ({ workspace_id: ws.id, name: `Bulk ${i}`, phone: `5511900000${String(i).padStart(3, '0')}`, phone_key: `bulk-${i}` })))
+      .insert(
+        Array.from({ length: 27 }, (_, i) => ({
+          workspace_id: ws.id,
+          name: `Bulk ${i}`,
+          phone: `5511900000${String(i).padStart(3, '0')}`,
+          phone_key: `bulk-${i}`,
+        })),
+      )
       .returning('id');
     await api.db('conversations').insert(
       contacts.map((c: { id: string }, i: number) => ({
@@ -194,7 +225,11 @@ describe('GET /api/v1/conversations', () => {
     const insta = await seedInstance(ws, { name: 'Instagram', channel: 'instagram' });
     const a = await conversationWithContact(ws, main, { status: 'open', lastMessageAt: '2026-02-01T00:00:00.000Z' });
     const b = await conversationWithContact(ws, main, { status: 'closed', lastMessageAt: '2026-02-02T00:00:00.000Z' });
-    const c = await seedConversation(ws, a.contact.id, insta, { status: 'snoozed', channel: 'instagram', lastMessageAt: '2026-02-03T00:00:00.000Z' });
+    const c = await seedConversation(ws, a.contact.id, insta, {
+      status: 'snoozed',
+      channel: 'instagram',
+      lastMessageAt: '2026-02-03T00:00:00.000Z',
+    });
     const d = await conversationWithContact(ws, insta, { status: 'open', lastMessageAt: '2026-02-04T00:00:00.000Z' });
 
     const list = async (qs: string) => {
@@ -211,7 +246,9 @@ describe('GET /api/v1/conversations', () => {
     expect(await list(`contactId=${a.contact.id}&instanceId=${insta}`)).toEqual([c]);
     expect(await list(`contactId=${a.contact.id}&status=open`)).toEqual([a.id]);
     expect(await list(`instanceId=${insta}&status=open&limit=1`)).toEqual([d.id]);
-    expect((await api.request('GET', `/api/v1/conversations?instanceId=${insta}&status=open&limit=1`, { key: ws.key })).body.pagination).toMatchObject({
+    expect(
+      (await api.request('GET', `/api/v1/conversations?instanceId=${insta}&status=open&limit=1`, { key: ws.key })).body.pagination,
+    ).toMatchObject({
       total: 1,
       hasMore: false,
     });
@@ -242,9 +279,14 @@ describe('GET /api/v1/conversations', () => {
   it('runs a constant number of SQL queries whatever the page size', async () => {
     const ws = await createWorkspace(api, { scopes: ['conversations:read'] });
     const instanceId = await seedInstance(ws);
-    for (let i = 0; i < 12; i += 1) await conversationWithContact(ws, instanceId, { name: `C${i}`, lastMessageAt: new Date(Date.UTC(2026, 1, 1, i)).toISOString() });
-    const small = await countQueries(api, async () => expect((await api.request('GET', '/api/v1/conversations?limit=1', { key: ws.key })).body.data).toHaveLength(1));
-    const large = await countQueries(api, async () => expect((await api.request('GET', '/api/v1/conversations?limit=12', { key: ws.key })).body.data).toHaveLength(12));
+    for (let i = 0; i < 12; i += 1)
+      await conversationWithContact(ws, instanceId, { name: `C${i}`, lastMessageAt: new Date(Date.UTC(2026, 1, 1, i)).toISOString() });
+    const small = await countQueries(api, async () =>
+      expect((await api.request('GET', '/api/v1/conversations?limit=1', { key: ws.key })).body.data).toHaveLength(1),
+    );
+    const large = await countQueries(api, async () =>
+      expect((await api.request('GET', '/api/v1/conversations?limit=12', { key: ws.key })).body.data).toHaveLength(12),
+    );
     expect(small).toBeGreaterThan(0);
     expect(large).toBe(small);
 
@@ -254,7 +296,9 @@ describe('GET /api/v1/conversations', () => {
       conversation.id,
       Array.from({ length: 30 }, (_, i) => ({ timestamp: new Date(Date.UTC(2026, 1, 2, 0, i)).toISOString(), body: `m${i}` })),
     );
-    const oneMessage = await countQueries(api, () => api.request('GET', `/api/v1/conversations/${conversation.id}?limit=1`, { key: ws.key }));
+    const oneMessage = await countQueries(api, () =>
+      api.request('GET', `/api/v1/conversations/${conversation.id}?limit=1`, { key: ws.key }),
+    );
     const allMessages = await countQueries(api, () => api.request('GET', `/api/v1/conversations/${conversation.id}`, { key: ws.key }));
     expect(allMessages).toBe(oneMessage);
   });
@@ -268,16 +312,44 @@ describe('GET /api/v1/conversations/{id}', () => {
     const [m1, m2, m3] = await seedMessages(ws, id, [
       { direction: 'in', body: 'Oi', timestamp: '2026-04-01T12:00:00.000Z', status: 'received' },
       { direction: 'out', body: 'Olá! Como posso ajudar?', timestamp: '2026-04-01T12:01:00.000Z', status: 'delivered' },
-      { direction: 'in', type: 'image', body: 'foto', timestamp: '2026-04-01T12:02:00.000Z', status: 'received', media_url: 'https://cdn.example.com/a.jpg' },
+      {
+        direction: 'in',
+        type: 'image',
+        body: 'foto',
+        timestamp: '2026-04-01T12:02:00.000Z',
+        status: 'received',
+        media_url: 'https://cdn.example.com/a.jpg',
+      },
     ]);
     const res = await api.request('GET', `/api/v1/conversations/${id}`, { key: ws.key });
     expect(res.status).toBe(200);
     expect(Object.keys(res.body).sort()).toEqual(['data', 'pagination']);
     expect(res.body.pagination).toEqual({ total: 3, limit: 100, offset: 0, hasMore: false });
-    expect(res.body.data).toMatchObject({ id, contact: { id: contact.id, name: 'Bia', phone: contact.phone }, instanceId, channel: 'whatsapp', status: 'open' });
+    expect(res.body.data).toMatchObject({
+      id,
+      contact: { id: contact.id, name: 'Bia', phone: contact.phone },
+      instanceId,
+      channel: 'whatsapp',
+      status: 'open',
+    });
     expect(res.body.data.messages).toEqual([
-      { id: m3, direction: 'in', type: 'image', body: 'foto', timestamp: '2026-04-01T12:02:00.000Z', status: 'received', mediaUrl: 'https://cdn.example.com/a.jpg' },
-      { id: m2, direction: 'out', type: 'text', body: 'Olá! Como posso ajudar?', timestamp: '2026-04-01T12:01:00.000Z', status: 'delivered' },
+      {
+        id: m3,
+        direction: 'in',
+        type: 'image',
+        body: 'foto',
+        timestamp: '2026-04-01T12:02:00.000Z',
+        status: 'received',
+        mediaUrl: 'https://cdn.example.com/a.jpg',
+      },
+      {
+        id: m2,
+        direction: 'out',
+        type: 'text',
+        body: 'Olá! Como posso ajudar?',
+        timestamp: '2026-04-01T12:01:00.000Z',
+        status: 'delivered',
+      },
       { id: m1, direction: 'in', type: 'text', body: 'Oi', timestamp: '2026-04-01T12:00:00.000Z', status: 'received' },
     ]);
 
@@ -296,7 +368,12 @@ describe('GET /api/v1/conversations/{id}', () => {
     await seedMessages(
       ws,
       id,
-      Array.from({ length: 105 }, (_, i) => ({ body: `m${i}`, timestamp: new Date(base + i * 1000).toISOString(), direction: i % 2 ? 'out' : 'in', status: i % 2 ? 'sent' : 'received' })),
+      Array.from({ length: 105 }, (_, i) => ({
+        body: `m${i}`,
+        timestamp: new Date(base + i * 1000).toISOString(),
+        direction: i % 2 ? 'out' : 'in',
+        status: i % 2 ? 'sent' : 'received',
+      })),
     );
     const first = await api.request('GET', `/api/v1/conversations/${id}`, { key: ws.key });
     expect(first.body.data.messages).toHaveLength(100);
@@ -340,7 +417,12 @@ describe('GET /api/v1/conversations/{id}', () => {
     const ids = await seedMessages(
       ws,
       id,
-      cases.map((c, i) => ({ type: 'image', timestamp: new Date(Date.UTC(2026, 5, 1, 0, 0, i)).toISOString(), media_url: c.media_url, media_ref: c.media_ref })),
+      cases.map((c, i) => ({
+        type: 'image',
+        timestamp: new Date(Date.UTC(2026, 5, 1, 0, 0, i)).toISOString(),
+        media_url: c.media_url,
+        media_ref: c.media_ref,
+      })),
     );
     const res = await api.request('GET', `/api/v1/conversations/${id}`, { key: ws.key });
     const byId = new Map(res.body.data.messages.map((m: any) => [m.id, m]));
@@ -349,7 +431,8 @@ describe('GET /api/v1/conversations/{id}', () => {
       if (c.expected) expect({ i, mediaUrl: message.mediaUrl }).toEqual({ i, mediaUrl: c.expected });
       else expect({ i, has: Object.prototype.hasOwnProperty.call(message, 'mediaUrl') }).toEqual({ i, has: false });
     });
-    for (const secret of ['internal-only', 'relative-key', 's3://', 'storage/ws', 'pass@', 'minio', 'plain-http']) expect(res.text).not.toContain(secret);
+    for (const secret of ['internal-only', 'relative-key', 's3://', 'storage/ws', 'pass@', 'minio', 'plain-http'])
+      expect(res.text).not.toContain(secret);
   });
 
   it('answers 404 NOT_FOUND for group chats, merged or deleted contacts, archived connections, unknown and malformed ids', async () => {
@@ -359,7 +442,11 @@ describe('GET /api/v1/conversations/{id}', () => {
       const res = await api.request('GET', `/api/v1/conversations/${id}`, { key: s.ws.key });
       expect({ why, status: res.status, code: res.body?.code }).toEqual({ why, status: 404, code: 'NOT_FOUND' });
     }
-    expectError(await api.request('GET', '/api/v1/conversations/00000000-0000-0000-0000-000000000000', { key: s.ws.key }), 404, 'NOT_FOUND');
+    expectError(
+      await api.request('GET', '/api/v1/conversations/00000000-0000-0000-0000-000000000000', { key: s.ws.key }),
+      404,
+      'NOT_FOUND',
+    );
     expectError(await api.request('GET', '/api/v1/conversations/not-an-id', { key: s.ws.key }), 404, 'NOT_FOUND');
   });
 });
@@ -373,13 +460,24 @@ describe('PATCH /api/v1/conversations/{id}', () => {
       const res = await api.request('PATCH', `/api/v1/conversations/${id}`, { key: ws.key, body: { status } });
       expect(res.status).toBe(200);
       expect(Object.keys(res.body)).toEqual(['data']);
-      expect(res.body.data).toMatchObject({ id, status, contact: { id: contact.id, name: 'Caio', phone: contact.phone }, instanceId, lastMessageAt: '2026-01-10T00:00:00.000Z' });
+      expect(res.body.data).toMatchObject({
+        id,
+        status,
+        contact: { id: contact.id, name: 'Caio', phone: contact.phone },
+        instanceId,
+        lastMessageAt: '2026-01-10T00:00:00.000Z',
+      });
       expect(res.body.data).not.toHaveProperty('messages');
     }
     expect((await api.db('conversations').where({ id }).first()).status).toBe('closed');
-    expect((await api.request('GET', '/api/v1/conversations?status=closed', { key: ws.key })).body.data.map((c: any) => c.id)).toEqual([id]);
+    expect((await api.request('GET', '/api/v1/conversations?status=closed', { key: ws.key })).body.data.map((c: any) => c.id)).toEqual([
+      id,
+    ]);
     // An unknown body field is ignored.
-    expect((await api.request('PATCH', `/api/v1/conversations/${id}`, { key: ws.key, body: { status: 'open', channel: 'instagram' } })).body.data).toMatchObject({
+    expect(
+      (await api.request('PATCH', `/api/v1/conversations/${id}`, { key: ws.key, body: { status: 'open', channel: 'instagram' } })).body
+        .data,
+    ).toMatchObject({
       status: 'open',
       channel: 'whatsapp',
     });
@@ -394,7 +492,15 @@ describe('PATCH /api/v1/conversations/{id}', () => {
       expectError(res, 400, 'VALIDATION');
       expect(res.body.error).toContain('body.status');
     }
-    expectError(await api.request('PATCH', `/api/v1/conversations/${id}`, { key: ws.key, rawBody: '{"status":', headers: { 'content-type': 'application/json' } }), 400, 'VALIDATION');
+    expectError(
+      await api.request('PATCH', `/api/v1/conversations/${id}`, {
+        key: ws.key,
+        rawBody: '{"status":',
+        headers: { 'content-type': 'application/json' },
+      }),
+      400,
+      'VALIDATION',
+    );
     expect((await api.db('conversations').where({ id }).first()).status).toBe('waiting');
   });
 
@@ -406,7 +512,14 @@ describe('PATCH /api/v1/conversations/{id}', () => {
     }
     const statuses = await api.db('conversations').whereIn('id', Object.values(s.hidden)).pluck('status');
     expect(statuses).toEqual(Object.values(s.hidden).map(() => 'open'));
-    expectError(await api.request('PATCH', '/api/v1/conversations/00000000-0000-0000-0000-000000000000', { key: s.ws.key, body: { status: 'closed' } }), 404, 'NOT_FOUND');
+    expectError(
+      await api.request('PATCH', '/api/v1/conversations/00000000-0000-0000-0000-000000000000', {
+        key: s.ws.key,
+        body: { status: 'closed' },
+      }),
+      404,
+      'NOT_FOUND',
+    );
   });
 });
 
@@ -424,7 +537,11 @@ describe('conversation scopes', () => {
       expectError(await api.request('GET', `/api/v1/conversations/${id}`, { key }), 403, 'INSUFFICIENT_SCOPE');
     }
     for (const key of [sendOnly, ws.key, unrelated]) {
-      expectError(await api.request('PATCH', `/api/v1/conversations/${id}`, { key, body: { status: 'closed' } }), 403, 'INSUFFICIENT_SCOPE');
+      expectError(
+        await api.request('PATCH', `/api/v1/conversations/${id}`, { key, body: { status: 'closed' } }),
+        403,
+        'INSUFFICIENT_SCOPE',
+      );
     }
     expect((await api.request('PATCH', `/api/v1/conversations/${id}`, { key: writeOnly, body: { status: 'closed' } })).status).toBe(200);
     expectError(await api.request('GET', '/api/v1/conversations'), 401, 'UNAUTHORIZED');
@@ -450,7 +567,11 @@ describe('conversations across tenants', () => {
     const list = await api.request('GET', '/api/v1/conversations', { key: mine.key });
     expect(list.body.data.map((c: any) => c.id)).toEqual([my.id]);
     expect(list.body.pagination.total).toBe(1);
-    for (const qs of [`contactId=${their.contact.id}`, `instanceId=${theirInstance}`, `contactId=${their.contact.id}&instanceId=${theirInstance}`]) {
+    for (const qs of [
+      `contactId=${their.contact.id}`,
+      `instanceId=${theirInstance}`,
+      `contactId=${their.contact.id}&instanceId=${theirInstance}`,
+    ]) {
       const res = await api.request('GET', `/api/v1/conversations?${qs}`, { key: mine.key });
       expect(res.status).toBe(200);
       expect(res.body).toEqual({ data: [], pagination: { total: 0, limit: 25, offset: 0, hasMore: false } });
@@ -458,7 +579,11 @@ describe('conversations across tenants', () => {
     const read = await api.request('GET', `/api/v1/conversations/${their.id}`, { key: mine.key });
     expectError(read, 404, 'NOT_FOUND');
     expect(read.text).not.toContain('their secret message');
-    expectError(await api.request('PATCH', `/api/v1/conversations/${their.id}`, { key: mine.key, body: { status: 'closed' } }), 404, 'NOT_FOUND');
+    expectError(
+      await api.request('PATCH', `/api/v1/conversations/${their.id}`, { key: mine.key, body: { status: 'closed' } }),
+      404,
+      'NOT_FOUND',
+    );
     const stored = await api.db('conversations').where({ id: their.id }).first();
     expect(stored.status).toBe('waiting');
 
@@ -475,7 +600,9 @@ describe('conversations in the OpenAPI document', () => {
     expect(doc.paths['/api/v1/conversations'].get['x-scopes']).toEqual(['conversations:read']);
     expect(doc.paths['/api/v1/conversations/{id}'].get['x-scopes']).toEqual(['conversations:read']);
     expect(doc.paths['/api/v1/conversations/{id}'].patch['x-scopes']).toEqual(['conversations:write']);
-    expect(Object.keys(doc.paths['/api/v1/conversations/{id}'].get.responses)).toEqual(expect.arrayContaining(['200', '400', '401', '403', '404', '429']));
+    expect(Object.keys(doc.paths['/api/v1/conversations/{id}'].get.responses)).toEqual(
+      expect.arrayContaining(['200', '400', '401', '403', '404', '429']),
+    );
     expect(doc.components.schemas.Conversation.properties).toHaveProperty('contact');
     expect(doc.components.schemas.Message.properties).toHaveProperty('mediaUrl');
     expect(doc.components.schemas.Message.required).not.toContain('mediaUrl');

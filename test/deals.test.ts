@@ -1,4 +1,15 @@
-import { countQueries, createWorkspace, expectError, outbox, seedContact, seedMember, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+import {
+  countQueries,
+  createWorkspace,
+  expectError,
+  outbox,
+  seedContact,
+  seedMember,
+  seedPipeline,
+  startApi,
+  TestApi,
+  Workspace,
+} from './helpers';
 
 let api: TestApi;
 let ws: Workspace;
@@ -55,7 +66,10 @@ describe('POST /api/v1/deals', () => {
       name: 'Maria Souza',
     });
     const [trigger] = (await outbox(api, ws.id, 'card_created')).filter((e) => e.payload.dealId === deal.id);
-    expect(trigger).toMatchObject({ kind: 'trigger', payload: { trigger: 'card_created', pipelineId: pipeline.id, contactId: contact.id } });
+    expect(trigger).toMatchObject({
+      kind: 'trigger',
+      payload: { trigger: 'card_created', pipelineId: pipeline.id, contactId: contact.id },
+    });
   });
 
   it('resolves stage, product and assignee by name and keeps only defined custom fields', async () => {
@@ -167,7 +181,11 @@ describe('PATCH /api/v1/deals/{id}', () => {
     const lost = await patch(dealId, { status: 'lost', lostReason: 'Too expensive' });
     expect(lost.body.data).toMatchObject({ status: 'lost', lostReason: 'Too expensive' });
     const [event] = (await outbox(api, ws.id, 'card.lost')).filter((e) => e.payload.card_id === dealId);
-    expect(event.payload).toMatchObject({ lost_reason: 'Too expensive', closed_at: lost.body.data.closedAt, stage_id: pipeline.stages[0].id });
+    expect(event.payload).toMatchObject({
+      lost_reason: 'Too expensive',
+      closed_at: lost.body.data.closedAt,
+      stage_id: pipeline.stages[0].id,
+    });
     expect(Object.keys(event.payload).sort()).toEqual(
       ['event', 'workspace_id', 'timestamp', 'card_id', 'stage_id', 'pipeline_id', 'contact_id', 'name', 'lost_reason', 'closed_at'].sort(),
     );
@@ -199,7 +217,13 @@ describe('PATCH /api/v1/deals/{id}', () => {
     const activities = await api.request('GET', `/api/v1/deals/${dealId}/activities`, { key: ws.key });
     expect(activities.status).toBe(200);
     expect(activities.body.data).toEqual([
-      { id: expect.any(String), type: 'stage_changed', actorName: 'test key', meta: { from: 'New', to: 'Qualified' }, createdAt: expect.any(String) },
+      {
+        id: expect.any(String),
+        type: 'stage_changed',
+        actorName: 'test key',
+        meta: { from: 'New', to: 'Qualified' },
+        createdAt: expect.any(String),
+      },
     ]);
     expect(activities.body.pagination).toEqual({ total: 1, limit: 25, offset: 0, hasMore: false });
   });
@@ -209,7 +233,13 @@ describe('PATCH /api/v1/deals/{id}', () => {
     const res = await patch(deal.id, { stageId: pipeline.stages[2].id.toUpperCase() });
     expect(res.status).toBe(200);
     expect(res.body.data.stageId).toBe(pipeline.stages[2].id);
-    const records = await api.db('outbox_events').where({ workspace_id: ws.id }).whereIn('name', ['card.moved', 'stage_changed']).whereRaw(`coalesce(payload->>'card_id', payload->>'dealId') = ?`, [deal.id]).orderBy('seq').select('name', 'payload');
+    const records = await api
+      .db('outbox_events')
+      .where({ workspace_id: ws.id })
+      .whereIn('name', ['card.moved', 'stage_changed'])
+      .whereRaw(`coalesce(payload->>'card_id', payload->>'dealId') = ?`, [deal.id])
+      .orderBy('seq')
+      .select('name', 'payload');
     expect(records.map((r: { name: string }) => r.name)).toEqual(['card.moved', 'stage_changed']);
     expect(records[0].payload).toMatchObject({ from_stage_id: pipeline.stages[0].id, to_stage_id: pipeline.stages[2].id });
   });
@@ -230,10 +260,26 @@ describe('PATCH /api/v1/deals/{id}', () => {
     expect(moved.body.data.stageId).toBe(pipeline.stages[1].id);
     // card.won reads what PostgreSQL wrote: closedAt, and the value as numeric(14, 2) keeps it.
     let won: any;
-    expect(await countQueries(api, async () => (won = await patch(dealId, { stageId: pipeline.stages[2].id, status: 'won', value: 10.005 })))).toBe(5);
+    expect(
+      await countQueries(api, async () => (won = await patch(dealId, { stageId: pipeline.stages[2].id, status: 'won', value: 10.005 }))),
+    ).toBe(5);
     expect(won.body.data).toMatchObject({ stageId: pipeline.stages[2].id, status: 'won', value: 10.01 });
-    const records = await api.db('outbox_events').where({ workspace_id: ws.id }).whereRaw(`coalesce(payload->>'card_id', payload->>'dealId') = ?`, [dealId]).orderBy('seq').select('name', 'payload');
-    expect(records.map((r: { name: string }) => r.name)).toEqual(['card.created', 'card_created', 'card.moved', 'stage_changed', 'card.moved', 'stage_changed', 'card.won', 'deal_won']);
+    const records = await api
+      .db('outbox_events')
+      .where({ workspace_id: ws.id })
+      .whereRaw(`coalesce(payload->>'card_id', payload->>'dealId') = ?`, [dealId])
+      .orderBy('seq')
+      .select('name', 'payload');
+    expect(records.map((r: { name: string }) => r.name)).toEqual([
+      'card.created',
+      'card_created',
+      'card.moved',
+      'stage_changed',
+      'card.moved',
+      'stage_changed',
+      'card.won',
+      'deal_won',
+    ]);
     expect(records[6].payload).toMatchObject({ stage_id: pipeline.stages[2].id, value: 10.01, closed_at: won.body.data.closedAt });
     const history = await api.request('GET', `/api/v1/deals/${dealId}/activities`, { key: ws.key });
     expect(history.body.data.map((a: { meta: unknown }) => a.meta)).toEqual([
@@ -244,8 +290,22 @@ describe('PATCH /api/v1/deals/{id}', () => {
 
   it('exposes only outcome, attemptNo, from and to in activity meta, null when none remain', async () => {
     await api.db('deal_activities').insert([
-      { workspace_id: ws.id, deal_id: dealId, type: 'call_logged', actor_name: 'Ana', meta: JSON.stringify({ outcome: 'no_answer', attemptNo: 2, memberId: 'secret', phone: '55' }), created_at: new Date(Date.now() - 2000) },
-      { workspace_id: ws.id, deal_id: dealId, type: 'call_logged', actor_name: 'Ana', meta: JSON.stringify({ internal: 1 }), created_at: new Date(Date.now() - 1000) },
+      {
+        workspace_id: ws.id,
+        deal_id: dealId,
+        type: 'call_logged',
+        actor_name: 'Ana',
+        meta: JSON.stringify({ outcome: 'no_answer', attemptNo: 2, memberId: 'secret', phone: '55' }),
+        created_at: new Date(Date.now() - 2000),
+      },
+      {
+        workspace_id: ws.id,
+        deal_id: dealId,
+        type: 'call_logged',
+        actor_name: 'Ana',
+        meta: JSON.stringify({ internal: 1 }),
+        created_at: new Date(Date.now() - 1000),
+      },
     ]);
     const res = await api.request('GET', `/api/v1/deals/${dealId}/activities?limit=1&offset=1`, { key: ws.key });
     expect(res.body.data[0].meta).toEqual({ outcome: 'no_answer', attemptNo: 2 });
@@ -267,7 +327,12 @@ describe('PATCH /api/v1/deals/{id}', () => {
   it('changes name, value, assignee and custom values, and answers its error codes', async () => {
     const member = await seedMember(api, ws.id, 'Bruno');
     const res = await patch(dealId, { name: 'Renamed', value: null, assignedTo: member.id, customValues: { budget: 5, nope: 1 } });
-    expect(res.body.data).toMatchObject({ name: 'Renamed', value: null, assignedTo: { id: member.id, name: 'Bruno' }, customValues: { budget: 5 } });
+    expect(res.body.data).toMatchObject({
+      name: 'Renamed',
+      value: null,
+      assignedTo: { id: member.id, name: 'Bruno' },
+      customValues: { budget: 5 },
+    });
     const cleared = await patch(dealId, { assignedTo: null, customValues: { budget: null } });
     expect(cleared.body.data).toMatchObject({ assignedTo: null, customValues: {} });
     expectError(await patch(dealId, { stageId: '00000000-0000-4000-8000-000000000000' }), 404, 'STAGE_NOT_FOUND');
@@ -298,7 +363,8 @@ describe('GET /api/v1/deals', () => {
     const m = await seedMember(api, w.id, 'Carla');
     const c1 = await seedContact(api, w.id, { phone: newPhone(), name: 'One' });
     const c2 = await seedContact(api, w.id, { phone: newPhone(), name: 'Two' });
-    const mk = async (body: Record<string, unknown>) => (await api.request('POST', '/api/v1/deals', { key: w.key, body: { pipeline: 'P', ...body } })).body.data;
+    const mk = async (body: Record<string, unknown>) =>
+      (await api.request('POST', '/api/v1/deals', { key: w.key, body: { pipeline: 'P', ...body } })).body.data;
     const d1 = await mk({ contactId: c1.id });
     const d2 = await mk({ contactId: c1.id, stage: 'B', assignedTo: m.id });
     const d3 = await mk({ contactId: c2.id });
@@ -337,17 +403,31 @@ describe('GET /api/v1/deals', () => {
 describe('global custom fields', () => {
   it('POST /admin/v1/workspaces/{id}/custom-fields: every pipeline lists the field and every deal takes it; a key already used is 409 CONFLICT', async () => {
     const own = await createWorkspace(api, { scopes: ['deals:read', 'deals:write', 'pipelines:read'] });
-    const before = await seedPipeline(api, own.id, { name: 'Before', stages: ['A'], customFields: [{ key: 'budget', label: 'Budget', type: 'number' }] });
-    const created = await api.admin('POST', `/admin/v1/workspaces/${own.id}/custom-fields`, { key: 'source', label: 'Source', type: 'text' });
+    const before = await seedPipeline(api, own.id, {
+      name: 'Before',
+      stages: ['A'],
+      customFields: [{ key: 'budget', label: 'Budget', type: 'number' }],
+    });
+    const created = await api.admin('POST', `/admin/v1/workspaces/${own.id}/custom-fields`, {
+      key: 'source',
+      label: 'Source',
+      type: 'text',
+    });
     expect(created.status).toBe(201);
     expect(created.body.data).toEqual({ id: expect.any(String), key: 'source', label: 'Source', type: 'text' });
     const after = await seedPipeline(api, own.id, { name: 'After', stages: ['B'] });
-    const listed = (await api.request('GET', '/api/v1/pipelines', { key: own.key })).body.pipelines as { id: string; customFields: unknown[] }[];
+    const listed = (await api.request('GET', '/api/v1/pipelines', { key: own.key })).body.pipelines as {
+      id: string;
+      customFields: unknown[];
+    }[];
     expect(listed.map((p) => p.id)).toEqual([before.id, after.id]);
     for (const p of listed) expect(p.customFields).toContainEqual(created.body.data);
     const buyer = await seedContact(api, own.id, { phone: newPhone(), name: 'Global' });
     for (const p of [before, after]) {
-      const deal = await api.request('POST', '/api/v1/deals', { key: own.key, body: { contactId: buyer.id, pipeline: p.id, customValues: { source: 'ads', budget: 3 } } });
+      const deal = await api.request('POST', '/api/v1/deals', {
+        key: own.key,
+        body: { contactId: buyer.id, pipeline: p.id, customValues: { source: 'ads', budget: 3 } },
+      });
       expect(deal.status).toBe(201);
       // budget is Before's own field: After drops it.
       expect(deal.body.data.customValues).toEqual(p.id === before.id ? { source: 'ads', budget: 3 } : { source: 'ads' });
@@ -356,11 +436,30 @@ describe('global custom fields', () => {
     // One key, one field wherever it applies: another global, a pipeline's own key, a new pipeline reusing a global key.
     expectError(await api.admin('POST', path, { key: 'source', label: 'Again', type: 'text' }), 409, 'CONFLICT');
     expectError(await api.admin('POST', path, { key: 'budget', label: 'Budget', type: 'number' }), 409, 'CONFLICT');
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${own.id}/pipelines`, { name: 'Clash', stages: [], customFields: [{ key: 'source', label: 'S', type: 'text' }] }), 409, 'CONFLICT');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${own.id}/pipelines`, {
+        name: 'Clash',
+        stages: [],
+        customFields: [{ key: 'source', label: 'S', type: 'text' }],
+      }),
+      409,
+      'CONFLICT',
+    );
     expectError(await api.admin('POST', path, { key: '1source', label: 'Bad key', type: 'text' }), 400, 'VALIDATION');
     expectError(await api.admin('POST', path, { key: 'money', label: 'Money', type: 'currency' }), 400, 'VALIDATION');
     expectError(await api.admin('POST', path, { key: 'nolabel', label: '', type: 'text' }), 400, 'VALIDATION');
-    expectError(await api.admin('POST', '/admin/v1/workspaces/00000000-0000-4000-8000-000000000000/custom-fields', { key: 'x', label: 'X', type: 'text' }), 404, 'NOT_FOUND');
-    expect((await api.request('GET', '/api/v1/pipelines', { key: own.key })).body.pipelines.map((p: { name: string }) => p.name)).toEqual(['Before', 'After']);
+    expectError(
+      await api.admin('POST', '/admin/v1/workspaces/00000000-0000-4000-8000-000000000000/custom-fields', {
+        key: 'x',
+        label: 'X',
+        type: 'text',
+      }),
+      404,
+      'NOT_FOUND',
+    );
+    expect((await api.request('GET', '/api/v1/pipelines', { key: own.key })).body.pipelines.map((p: { name: string }) => p.name)).toEqual([
+      'Before',
+      'After',
+    ]);
   });
 });

@@ -31,13 +31,18 @@ function preflight(): string | null {
 
 const unavailable = preflight();
 if (unavailable) {
-  console.warn(`\n!!! SKIPPING the /docs browser test: ${unavailable}.\n!!! Install Chromium (apt-get install -y chromium) or set CHROMIUM_PATH to run it.\n`);
+  console.warn(
+    `\n!!! SKIPPING the /docs browser test: ${unavailable}.\n!!! Install Chromium (apt-get install -y chromium) or set CHROMIUM_PATH to run it.\n`,
+  );
 }
 const browserIt = unavailable ? it.skip : it;
 
 type JsonSchema = { $ref?: string; properties?: Record<string, JsonSchema> };
 interface OpenApi {
-  paths: Record<string, Record<string, { tags?: string[]; summary?: string; responses: Record<string, { content?: Record<string, { schema?: JsonSchema }> }> }>>;
+  paths: Record<
+    string,
+    Record<string, { tags?: string[]; summary?: string; responses: Record<string, { content?: Record<string, { schema?: JsonSchema }> }> }>
+  >;
   components?: { schemas?: Record<string, JsonSchema> };
 }
 interface Operation {
@@ -48,7 +53,11 @@ interface Operation {
 }
 
 /** The renderer's slug of a tag name, as in its anchors (`#tag/provider-webhooks/...`). */
-const tagSlug = (tag: string): string => tag.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
+const tagSlug = (tag: string): string =>
+  tag
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-|-$/g, '');
 /** An operation's anchor in the sidebar and in the page's address. */
 const anchorOf = (op: Pick<Operation, 'tag' | 'method' | 'path'>): string => `#tag/${tagSlug(op.tag)}/${op.method.toUpperCase()}${op.path}`;
 /** The id of an operation's section in the content (the document's slug is `crm`, set by the page). */
@@ -105,11 +114,15 @@ describe('/docs in a headless browser', () => {
     context.on('request', (request) => requests.push(request.url()));
     // Nothing may leave this machine even if the page asked for it: the assertion at the end reports
     // any such request (it is still seen above), and the test never waits on the network for it.
-    await context.route((url) => url.origin !== origin, (route) => route.abort('blockedbyclient'));
+    await context.route(
+      (url) => url.origin !== origin,
+      (route) => route.abort('blockedbyclient'),
+    );
     await context.exposeBinding('__cspViolation', (_source, text: string) => violations.push(text));
     // Page code as text: this project's TypeScript has no DOM types.
     await context.addInitScript({
-      content: "document.addEventListener('securitypolicyviolation', (e) => window.__cspViolation(e.violatedDirective + ' ' + e.blockedURI + ' ' + e.sample));",
+      content:
+        "document.addEventListener('securitypolicyviolation', (e) => window.__cspViolation(e.violatedDirective + ' ' + e.blockedURI + ' ' + e.sample));",
     });
   }, INSTALL_TIMEOUT_MS);
 
@@ -136,7 +149,10 @@ describe('/docs in a headless browser', () => {
 
   /** An operation's section, once rendered: the renderer lays out sections lazily, as they come into view. */
   async function renderedSection(page: Page, op: Pick<Operation, 'tag' | 'method' | 'path'>) {
-    await page.locator(byId(sectionId(op))).last().scrollIntoViewIfNeeded();
+    await page
+      .locator(byId(sectionId(op)))
+      .last()
+      .scrollIntoViewIfNeeded();
     const section = page.locator(`${byId(sectionId(op))}:not([data-placeholder])`).last();
     await section.getByRole('heading').first().waitFor();
     return section;
@@ -150,7 +166,12 @@ describe('/docs in a headless browser', () => {
     expect(docs.headers.get('cache-control')).toBe('no-cache');
     const csp = docs.headers.get('content-security-policy') ?? '';
     expect(csp).toBe(DOCS_CSP);
-    const directives = new Map(csp.split(';').map((d) => d.trim().split(/\s+/)).map(([name, ...values]) => [name, values.join(' ')]));
+    const directives = new Map(
+      csp
+        .split(';')
+        .map((d) => d.trim().split(/\s+/))
+        .map(([name, ...values]) => [name, values.join(' ')]),
+    );
     expect(Object.fromEntries(directives)).toMatchObject({
       'default-src': "'none'",
       'script-src': "'self'",
@@ -196,9 +217,11 @@ describe('/docs in a headless browser', () => {
         await waitForCount(page.locator('a[href^="#tag/"]'), tags.size + operations.length);
         await waitForCount(page.locator('[id^="crm/tag/"]'), operations.length);
         const links = new Map(
-          (await page.locator('a[href^="#tag/"]').evaluateAll((as) => as.map((a) => [a.getAttribute('href') ?? '', (a.textContent ?? '').replace(/\s+/g, ' ')]))).map(
-            ([href, text]) => [href, text] as const,
-          ),
+          (
+            await page
+              .locator('a[href^="#tag/"]')
+              .evaluateAll((as) => as.map((a) => [a.getAttribute('href') ?? '', (a.textContent ?? '').replace(/\s+/g, ' ')]))
+          ).map(([href, text]) => [href, text] as const),
         );
         // Each tag is a group of the sidebar, by its name.
         for (const tag of tags) {
@@ -268,7 +291,10 @@ describe('/docs in a headless browser', () => {
       expect(openapi.paths[target.path]?.get).toBeDefined();
       const page = await openDocs();
       try {
-        await page.getByRole('button', { name: /search/i }).first().click();
+        await page
+          .getByRole('button', { name: /search/i })
+          .first()
+          .click();
         const box = page.getByRole('combobox', { name: /search/i });
         await box.pressSequentially('insight', { delay: 20 });
         const result = page.getByRole('option').filter({ hasText: target.path });
@@ -292,12 +318,19 @@ describe('/docs in a headless browser', () => {
       const page = await openDocs(anchorOf(op));
       try {
         const section = await renderedSection(page, op);
-        await section.getByRole('button', { name: /test request/i }).first().click();
+        await section
+          .getByRole('button', { name: /test request/i })
+          .first()
+          .click();
         const answer = page.waitForResponse((r) => r.url() === `${api.url}${op.path}`);
         await page.getByRole('button', { name: /^send/i }).first().click();
         // No key was entered: the API itself answers, and the client shows it.
         expect((await answer).status()).toBe(401);
-        await page.getByRole('dialog').getByText(/401 Unauthorized/).first().waitFor();
+        await page
+          .getByRole('dialog')
+          .getByText(/401 Unauthorized/)
+          .first()
+          .waitFor();
       } finally {
         await page.close();
       }

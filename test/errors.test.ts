@@ -83,7 +83,10 @@ describe('error bodies', () => {
   });
 
   it('answers a non-JSON content type with 415 UNSUPPORTED_MEDIA_TYPE', async () => {
-    const res = await api.request('POST', '/api/v1/__test/echo', { rawBody: 'name=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const res = await api.request('POST', '/api/v1/__test/echo', {
+      rawBody: 'name=x',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     expectError(res, 415, 'UNSUPPORTED_MEDIA_TYPE');
     const plain = await api.request('POST', '/api/v1/__test/echo', { rawBody: '{"name":"x"}', headers: { 'content-type': 'text/plain' } });
     expectError(plain, 415, 'UNSUPPORTED_MEDIA_TYPE');
@@ -103,7 +106,11 @@ describe('error bodies', () => {
     }
     // fetch refuses to send TRACE: a plain HTTP request does.
     const trace = await rawRequest('TRACE', '/api/v1/leads');
-    expect({ status: trace.status, code: JSON.parse(trace.body).code, allow: trace.allow }).toEqual({ status: 405, code: 'METHOD_NOT_ALLOWED', allow: expect.stringContaining('POST') });
+    expect({ status: trace.status, code: JSON.parse(trace.body).code, allow: trace.allow }).toEqual({
+      status: 405,
+      code: 'METHOD_NOT_ALLOWED',
+      allow: expect.stringContaining('POST'),
+    });
     const withId = await api.request('POST', '/api/v1/leads/3f1c2a9e-8b7d-4c6e-9a10-5d2b7e4f8c01');
     expectError(withId, 405, 'METHOD_NOT_ALLOWED');
     expect(withId.headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'GET', 'HEAD', 'PATCH']);

@@ -6,7 +6,20 @@
 import { recordEvent } from '../domain/webhooks/outbox';
 import { pruneRetention } from '../domain/maintenance/retention';
 import { ALL_SCOPES } from '../domain/access/scopes';
-import { createKey, createWorkspace, eventually, expectError, Receiver, seedContact, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, Workspace } from './helpers';
+import {
+  createKey,
+  createWorkspace,
+  eventually,
+  expectError,
+  Receiver,
+  seedContact,
+  seedPipeline,
+  settleOutbox,
+  startApi,
+  startReceiver,
+  TestApi,
+  Workspace,
+} from './helpers';
 
 let api: TestApi;
 let receiver: Receiver;
@@ -30,7 +43,14 @@ interface FeedEvent {
   createdAt: string;
   payload: Record<string, unknown>;
   dispatchedAt: string | null;
-  deliveries: { subscriptionId: string; deliveryId: string; status: string; attempts: number; lastStatusCode: number | null; deliveredAt: string | null }[];
+  deliveries: {
+    subscriptionId: string;
+    deliveryId: string;
+    status: string;
+    attempts: number;
+    lastStatusCode: number | null;
+    deliveredAt: string | null;
+  }[];
 }
 interface FeedPage {
   data: FeedEvent[];
@@ -66,8 +86,11 @@ describe('GET /api/v1/events', () => {
     const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
     const everything = `/ok/${unique('feed-all')}`;
     const flaky = `/fail/1/${unique('feed-leads')}`;
-    const subAll = (await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: receiver.url + everything, events: ['*'] } })).body.data;
-    const subLeads = (await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: receiver.url + flaky, events: ['lead.created'] } })).body.data;
+    const subAll = (await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: receiver.url + everything, events: ['*'] } }))
+      .body.data;
+    const subLeads = (
+      await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: receiver.url + flaky, events: ['lead.created'] } })
+    ).body.data;
 
     const lead = await upsert(ws, { phone: phone(), name: 'Ana', tags: ['VIP'] });
     expect((await api.request('DELETE', `/api/v1/leads/${lead.id}`, { key: ws.key })).status).toBe(200);
@@ -94,9 +117,17 @@ describe('GET /api/v1/events', () => {
     const created = events[0];
     expect(created.dispatchedAt).not.toBeNull();
     expect(created.deliveries).toHaveLength(2);
-    expect(created.deliveries.find((d) => d.subscriptionId === subAll.id)).toMatchObject({ status: 'succeeded', attempts: 1, lastStatusCode: 200 });
+    expect(created.deliveries.find((d) => d.subscriptionId === subAll.id)).toMatchObject({
+      status: 'succeeded',
+      attempts: 1,
+      lastStatusCode: 200,
+    });
     // The flaky receiver failed once and took the retry.
-    expect(created.deliveries.find((d) => d.subscriptionId === subLeads.id)).toMatchObject({ status: 'succeeded', attempts: 2, lastStatusCode: 200 });
+    expect(created.deliveries.find((d) => d.subscriptionId === subLeads.id)).toMatchObject({
+      status: 'succeeded',
+      attempts: 2,
+      lastStatusCode: 200,
+    });
     expect(events[1].deliveries.map((d) => d.subscriptionId)).toEqual([subAll.id]);
 
     // Newest first by default.
@@ -175,7 +206,7 @@ describe('GET /api/v1/events', () => {
     expect(after.events[1].payload.contact_id).toBe(quick.id);
   });
 
-  it("shows a workspace only its own events, in cursors that reveal no outbox sequence and open in no other workspace, and needs events:read", async () => {
+  it('shows a workspace only its own events, in cursors that reveal no outbox sequence and open in no other workspace, and needs events:read', async () => {
     const a = await createWorkspace(api, { scopes: ['events:read', 'leads:write'] });
     const b = await createWorkspace(api, { scopes: ['events:read', 'leads:write'] });
     const leadA = await upsert(a, { phone: phone(), name: 'A' });
@@ -189,7 +220,10 @@ describe('GET /api/v1/events', () => {
     // their events), and opens only in the workspace it was given to.
     const start = fromA.pagination.nextCursor;
     const [{ seq: outboxSeq, micros }] = (
-      await api.db.raw(`SELECT seq::text AS seq, (floor(extract(epoch FROM created_at) * 1000000))::bigint::text AS micros FROM outbox_events WHERE id = ?`, [fromA.data[0].id])
+      await api.db.raw(
+        `SELECT seq::text AS seq, (floor(extract(epoch FROM created_at) * 1000000))::bigint::text AS micros FROM outbox_events WHERE id = ?`,
+        [fromA.data[0].id],
+      )
     ).rows;
     expect(start).not.toContain(`${micros}_${outboxSeq}`);
     expect(start).not.toContain(micros);
@@ -218,7 +252,10 @@ describe('GET /api/v1/events', () => {
     const recent = await upsert(ws, { phone: phone(), name: 'Recent' });
     await settleOutbox(api, ws.id);
     const age = async (contactId: string, days: number) =>
-      api.db.raw(`UPDATE outbox_events SET created_at = now() - make_interval(days => ?) WHERE workspace_id = ? AND payload->>'contact_id' = ?`, [days, ws.id, contactId]);
+      api.db.raw(
+        `UPDATE outbox_events SET created_at = now() - make_interval(days => ?) WHERE workspace_id = ? AND payload->>'contact_id' = ?`,
+        [days, ws.id, contactId],
+      );
     await age(old.id, 31);
     await age(recent.id, 29);
     await pruneRetention(api.db, 30);
@@ -234,33 +271,66 @@ describe('merging contacts (panel)', () => {
     const survivor = await seedContact(api, ws.id, { phone: phone(), name: '' });
     const duplicate = await seedContact(api, ws.id, { phone: phone(), name: 'Maria Souza', email: 'maria@example.com', tags: [] });
     await api.request('POST', `/api/v1/leads/${duplicate.id}/tags`, { key: ws.key, body: { tag: 'VIP' } });
-    const deal = (await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: duplicate.id, pipeline: pipeline.id, name: 'Deal' } })).body.data;
+    const deal = (
+      await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: duplicate.id, pipeline: pipeline.id, name: 'Deal' } })
+    ).body.data;
     expect((await api.request('POST', `/api/v1/leads/${duplicate.id}/notes`, { key: ws.key, body: { body: 'Called' } })).status).toBe(201);
     const totalBefore = (await api.request('GET', '/api/v1/leads', { key: ws.key })).body.pagination.total;
 
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: duplicate.id }), 400, 'VALIDATION');
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id.toUpperCase()}/merge`, { intoId: duplicate.id }), 400, 'VALIDATION');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: duplicate.id }),
+      400,
+      'VALIDATION',
+    );
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id.toUpperCase()}/merge`, { intoId: duplicate.id }),
+      400,
+      'VALIDATION',
+    );
     const other = await createWorkspace(api);
     const foreign = await seedContact(api, other.id, { phone: phone(), name: 'Elsewhere' });
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: foreign.id }), 404, 'CONTACT_NOT_FOUND');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: foreign.id }),
+      404,
+      'CONTACT_NOT_FOUND',
+    );
 
     const merged = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: survivor.id });
     expect(merged.status).toBe(200);
     // The survivor keeps its phone, fills its empty name and e-mail, and gains the tag.
-    expect(merged.body.data).toMatchObject({ id: survivor.id, phone: survivor.phone, name: 'Maria Souza', email: 'maria@example.com', tags: [expect.objectContaining({ name: 'VIP' })] });
+    expect(merged.body.data).toMatchObject({
+      id: survivor.id,
+      phone: survivor.phone,
+      name: 'Maria Souza',
+      email: 'maria@example.com',
+      tags: [expect.objectContaining({ name: 'VIP' })],
+    });
 
     expectError(await api.request('GET', `/api/v1/leads/${duplicate.id}`, { key: ws.key }), 404, 'CONTACT_NOT_FOUND');
     expect((await api.request('GET', '/api/v1/leads', { key: ws.key })).body.pagination.total).toBe(totalBefore - 1);
     expect((await api.request('GET', `/api/v1/deals/${deal.id}`, { key: ws.key })).body.data.contactId).toBe(survivor.id);
-    expect((await api.request('GET', `/api/v1/leads/${survivor.id}/notes`, { key: ws.key })).body.data.map((n: { body: string }) => n.body)).toEqual(['Called']);
-    expect((await api.request('GET', '/api/v1/leads?tag=VIP', { key: ws.key })).body.data.map((l: { id: string }) => l.id)).toEqual([survivor.id]);
+    expect(
+      (await api.request('GET', `/api/v1/leads/${survivor.id}/notes`, { key: ws.key })).body.data.map((n: { body: string }) => n.body),
+    ).toEqual(['Called']);
+    expect((await api.request('GET', '/api/v1/leads?tag=VIP', { key: ws.key })).body.data.map((l: { id: string }) => l.id)).toEqual([
+      survivor.id,
+    ]);
     // Merging the same pair again: the duplicate is gone.
-    expectError(await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: survivor.id }), 404, 'CONTACT_NOT_FOUND');
+    expectError(
+      await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${duplicate.id}/merge`, { intoId: survivor.id }),
+      404,
+      'CONTACT_NOT_FOUND',
+    );
 
     const events = await eventually('contact.merged in the feed', async () => {
       const r = await readAll(ws, 'order=asc&type=contact.merged');
       return r.events.length === 1 && r.events;
     });
-    expect(events[0].payload).toMatchObject({ contact_id: duplicate.id, contact_name: 'Maria Souza', phone: duplicate.phone, merged_into_id: survivor.id });
+    expect(events[0].payload).toMatchObject({
+      contact_id: duplicate.id,
+      contact_name: 'Maria Souza',
+      phone: duplicate.phone,
+      merged_into_id: survivor.id,
+    });
   });
 });

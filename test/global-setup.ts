@@ -96,7 +96,12 @@ export default async function globalSetup(): Promise<void> {
     logFile: path.join(TEST_DIR, 'logs', 'emulator.log'),
   });
   running.push(emulator);
-  const worker: Child = startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: path.join(TEST_DIR, 'logs', 'worker.log') });
+  const worker: Child = startChild({
+    name: 'worker',
+    ...nodeTs('workers/main.ts'),
+    env,
+    logFile: path.join(TEST_DIR, 'logs', 'worker.log'),
+  });
   running.push(worker);
   const childrenStarted = Date.now();
   await Promise.all([

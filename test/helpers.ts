@@ -179,7 +179,11 @@ export async function seedMember(api: TestApi, workspaceId: string, name: string
  * them `counted` picks. By default data queries only: authentication and rate limits take a
  * statement or none (a high-rate key is served from the process, its counts flushed in the background).
  */
-export async function countQueries(api: TestApi, fn: () => Promise<unknown>, counted: (sql: string) => boolean = (sql) => !sql.includes('rate_limit_counters')): Promise<number> {
+export async function countQueries(
+  api: TestApi,
+  fn: () => Promise<unknown>,
+  counted: (sql: string) => boolean = (sql) => !sql.includes('rate_limit_counters'),
+): Promise<number> {
   let count = 0;
   const listener = (query: { sql?: string }): void => {
     if (counted(query.sql ?? '')) count += 1;
@@ -194,14 +198,23 @@ export async function countQueries(api: TestApi, fn: () => Promise<unknown>, cou
 }
 
 /** Outbox rows of a workspace (oldest first), to prove events are recorded with the change. */
-export async function outbox(api: TestApi, workspaceId: string, name?: string): Promise<{ kind: string; name: string; payload: any; depth: number }[]> {
+export async function outbox(
+  api: TestApi,
+  workspaceId: string,
+  name?: string,
+): Promise<{ kind: string; name: string; payload: any; depth: number }[]> {
   const q = api.db('outbox_events').where({ workspace_id: workspaceId }).orderBy('seq');
   if (name) q.where({ name });
   return q.select('kind', 'name', 'payload', 'depth');
 }
 
 /** Polls `probe` until it returns a truthy value (or throws after `timeoutMs` with `what`). */
-export async function eventually<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+export async function eventually<T>(
+  what: string,
+  probe: () => Promise<T | undefined | null | false>,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
@@ -216,8 +229,16 @@ export async function settleOutbox(api: TestApi, workspaceId: string, timeoutMs 
   await eventually(
     `the outbox of ${workspaceId} to be dispatched and its deliveries settled`,
     async () => {
-      const [{ undispatched }] = (await api.db.raw(`SELECT count(*)::int AS undispatched FROM outbox_events WHERE workspace_id = ? AND dispatched_at IS NULL`, [workspaceId])).rows;
-      const [{ pending }] = (await api.db.raw(`SELECT count(*)::int AS pending FROM webhook_deliveries WHERE workspace_id = ? AND status = 'pending'`, [workspaceId])).rows;
+      const [{ undispatched }] = (
+        await api.db.raw(`SELECT count(*)::int AS undispatched FROM outbox_events WHERE workspace_id = ? AND dispatched_at IS NULL`, [
+          workspaceId,
+        ])
+      ).rows;
+      const [{ pending }] = (
+        await api.db.raw(`SELECT count(*)::int AS pending FROM webhook_deliveries WHERE workspace_id = ? AND status = 'pending'`, [
+          workspaceId,
+        ])
+      ).rows;
       return undispatched === 0 && pending === 0;
     },
     timeoutMs,

@@ -29,19 +29,24 @@ describe('instants read as text (isoFromTimestamptz)', () => {
     '9999-12-31 23:59:59.999+00',
   ];
 
-  it.each(['UTC', 'America/Sao_Paulo', 'Asia/Kolkata'])('give what a Date gives, for the text PostgreSQL writes in a %s session', async (zone) => {
-    const client = new Client({ connectionString: api.config.databaseUrl });
-    await client.connect();
-    try {
-      await client.query(`SET TimeZone = '${zone}'`);
-      // The text PostgreSQL writes for each instant in this session, and the Date pg makes of it.
-      const { rows } = await client.query<{ text: string }>(`SELECT v::timestamptz::text AS text FROM unnest($1::text[]) AS v`, [instants]);
-      const asDate = types.getTypeParser(types.builtins.TIMESTAMPTZ) as (text: string) => Date;
-      for (const { text } of rows) expect({ text, iso: isoFromTimestamptz(text) }).toEqual({ text, iso: asDate(text).toISOString() });
-    } finally {
-      await client.end();
-    }
-  });
+  it.each(['UTC', 'America/Sao_Paulo', 'Asia/Kolkata'])(
+    'give what a Date gives, for the text PostgreSQL writes in a %s session',
+    async (zone) => {
+      const client = new Client({ connectionString: api.config.databaseUrl });
+      await client.connect();
+      try {
+        await client.query(`SET TimeZone = '${zone}'`);
+        // The text PostgreSQL writes for each instant in this session, and the Date pg makes of it.
+        const { rows } = await client.query<{ text: string }>(`SELECT v::timestamptz::text AS text FROM unnest($1::text[]) AS v`, [
+          instants,
+        ]);
+        const asDate = types.getTypeParser(types.builtins.TIMESTAMPTZ) as (text: string) => Date;
+        for (const { text } of rows) expect({ text, iso: isoFromTimestamptz(text) }).toEqual({ text, iso: asDate(text).toISOString() });
+      } finally {
+        await client.end();
+      }
+    },
+  );
 
   it('leave the service unchanged: iso() keeps such text, and parses any other', () => {
     expect(iso('2026-11-26T00:56:35.804Z')).toBe('2026-11-26T00:56:35.804Z');
@@ -52,10 +57,16 @@ describe('instants read as text (isoFromTimestamptz)', () => {
 });
 
 describe('compiledOnce', () => {
-  const echo = compiledOnce((db, v: { label: string; n: number }) => db.select(db.raw('?::text AS label, ?::int AS n, ?::int AS constant', [v.label, v.n, 7])));
+  const echo = compiledOnce((db, v: { label: string; n: number }) =>
+    db.select(db.raw('?::text AS label, ?::int AS n, ?::int AS constant', [v.label, v.n, 7])),
+  );
 
   it('binds each call its own values to the one text', async () => {
-    for (const [label, n] of [['first', 1], ['second', 2], ['a ? mark', 3]] as const) {
+    for (const [label, n] of [
+      ['first', 1],
+      ['second', 2],
+      ['a ? mark', 3],
+    ] as const) {
       const { rows } = (await prepared(echo(api.db, { label, n }))) as unknown as { rows: unknown[] };
       expect(rows).toEqual([{ label, n, constant: 7 }]);
     }
@@ -63,18 +74,27 @@ describe('compiledOnce', () => {
 
   it('keeps one text per shape, and binds a number where knex wants one (an OFFSET)', async () => {
     const series = compiledOnce(
-      (db, v: { offset: number }, shape: { order: 'asc' | 'desc' }) => db.from(db.raw('generate_series(1, 5) AS n')).select('n').orderBy('n', shape.order).offset(v.offset),
+      (db, v: { offset: number }, shape: { order: 'asc' | 'desc' }) =>
+        db.from(db.raw('generate_series(1, 5) AS n')).select('n').orderBy('n', shape.order).offset(v.offset),
       (shape) => shape.order,
     );
-    const read = async (offset: number, order: 'asc' | 'desc') => ((await series(api.db, { offset }, { order })) as unknown as { rows: { n: number }[] }).rows.map((r) => r.n);
+    const read = async (offset: number, order: 'asc' | 'desc') =>
+      ((await series(api.db, { offset }, { order })) as unknown as { rows: { n: number }[] }).rows.map((r) => r.n);
     expect(await read(1, 'asc')).toEqual([2, 3, 4, 5]);
     expect(await read(3, 'desc')).toEqual([2, 1]);
     expect(await read(0, 'asc')).toEqual([1, 2, 3, 4, 5]);
   });
 
   it('keeps apart the texts of calls that give different values (an OFFSET knex writes only when not 0)', async () => {
-    const series = compiledOnce((db, v: { offset?: number }) => db.from(db.raw('generate_series(1, 5) AS n')).select('n').orderBy('n').offset(v.offset ?? 0));
-    const read = async (values: { offset?: number }) => ((await series(api.db, values)) as unknown as { rows: { n: number }[] }).rows.map((r) => r.n);
+    const series = compiledOnce((db, v: { offset?: number }) =>
+      db
+        .from(db.raw('generate_series(1, 5) AS n'))
+        .select('n')
+        .orderBy('n')
+        .offset(v.offset ?? 0),
+    );
+    const read = async (values: { offset?: number }) =>
+      ((await series(api.db, values)) as unknown as { rows: { n: number }[] }).rows.map((r) => r.n);
     expect(await read({})).toEqual([1, 2, 3, 4, 5]);
     expect(await read({ offset: 3 })).toEqual([4, 5]);
     expect(await read({})).toEqual([1, 2, 3, 4, 5]);
@@ -85,7 +105,12 @@ describe('compiledOnce', () => {
     expect(() => written(api.db, { n: 5 })).toThrow(/did not become a binding/);
     const partOf = compiledOnce((db, v: { name: string }) => db('contacts').select('id').where('name', 'like', `%${v.name}%`));
     expect(() => partOf(api.db, { name: 'x' })).toThrow(/part of a binding/);
-    const computed = compiledOnce((db, v: { offset: number; limit: number }) => db('contacts').select('id').limit(v.limit).offset(v.offset + 1));
+    const computed = compiledOnce((db, v: { offset: number; limit: number }) =>
+      db('contacts')
+        .select('id')
+        .limit(v.limit)
+        .offset(v.offset + 1),
+    );
     expect(() => computed(api.db, { offset: 0, limit: 10 })).toThrow(/computed on/);
   });
 });
@@ -144,7 +169,10 @@ describe('a first search asked by many requests at once', () => {
   it('is counted once, and each request gets the exact total', async () => {
     const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
     for (let i = 0; i < 12; i++) {
-      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: `5521987${String(600000 + i * 7 + (process.pid % 7))}`, name: i % 3 === 0 ? `Herd Quixote ${i}` : `Other ${i}` } });
+      const res = await api.request('POST', '/api/v1/leads', {
+        key: w.key,
+        body: { phone: `5521987${String(600000 + i * 7 + (process.pid % 7))}`, name: i % 3 === 0 ? `Herd Quixote ${i}` : `Other ${i}` },
+      });
       expect(res.status).toBe(201);
     }
     // The lead list itself, called together: each reads its page, then needs the search's total.
@@ -165,7 +193,10 @@ describe("a search's first page, compiled once", () => {
     const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
     const names = ['Ana Lopes', 'Bruno Lopes', 'Carla Dias', 'Ana Dias', 'Davi Lopes', 'Lopes Filho'];
     for (let i = 0; i < names.length; i++) {
-      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: `5521986${String(300000 + i * 11 + (process.pid % 7))}`, name: names[i] } });
+      const res = await api.request('POST', '/api/v1/leads', {
+        key: w.key,
+        body: { phone: `5521986${String(300000 + i * 11 + (process.pid % 7))}`, name: names[i] },
+      });
       expect(res.status).toBe(201);
     }
     const phone = (await api.db('contacts').where({ workspace_id: w.id, name: 'Carla Dias' }).first('phone')).phone as string;
@@ -176,7 +207,12 @@ describe("a search's first page, compiled once", () => {
       for (const shape of [{}, { limit: '2' }, { sort: 'name', order: 'asc' }]) {
         const compiled = await listLeads(api.db, w.id, leadListQuery.parse({ q, ...shape }));
         const reference = await listLeads(api.db, w.id, leadListQuery.parse({ q, ...shape, ...built }));
-        expect({ q, shape, ids: compiled.rows.map((r) => r.id), total: compiled.total }).toEqual({ q, shape, ids: reference.rows.map((r) => r.id), total: reference.total });
+        expect({ q, shape, ids: compiled.rows.map((r) => r.id), total: compiled.total }).toEqual({
+          q,
+          shape,
+          ids: reference.rows.map((r) => r.id),
+          total: reference.total,
+        });
       }
     }
     const byPhone = await listLeads(api.db, w.id, leadListQuery.parse({ q: terms[4] }));
@@ -190,7 +226,10 @@ describe("a repeated search's page", () => {
     const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) {
-      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: `5521984${String(500000 + i * 17 + (process.pid % 7))}`, name: i === 4 ? 'Someone Else' : `Repeat Lopes ${i}` } });
+      const res = await api.request('POST', '/api/v1/leads', {
+        key: w.key,
+        body: { phone: `5521984${String(500000 + i * 17 + (process.pid % 7))}`, name: i === 4 ? 'Someone Else' : `Repeat Lopes ${i}` },
+      });
       expect(res.status).toBe(201);
       ids.push(res.body.data.id);
     }
@@ -201,19 +240,36 @@ describe("a repeated search's page", () => {
     // The search, and how many of its statements read contacts by key.
     const searchByKey = async () => {
       let answer: Awaited<ReturnType<typeof search>> | undefined;
-      const byKey = await countQueries(api, async () => (answer = await search()), (sql) => sql.includes('= ANY('));
+      const byKey = await countQueries(
+        api,
+        async () => (answer = await search()),
+        (sql) => sql.includes('= ANY('),
+      );
       return { ...answer!, byKey };
     };
-    expect(await searchByKey()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', '', ''], total: 4, byKey: 0 });
+    expect(await searchByKey()).toEqual({
+      names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'],
+      notes: ['', '', ''],
+      total: 4,
+      byKey: 0,
+    });
     // A change a search does not read: the same contacts, read again by key, as they are now.
     await api.db('contacts').where({ id: ids[2] }).update({ notes: 'called' });
-    expect(await searchByKey()).toEqual({ names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'], notes: ['', 'called', ''], total: 4, byKey: 1 });
+    expect(await searchByKey()).toEqual({
+      names: ['Repeat Lopes 3', 'Repeat Lopes 2', 'Repeat Lopes 1'],
+      notes: ['', 'called', ''],
+      total: 4,
+      byKey: 1,
+    });
     // A name that now matches, a contact deleted, a creation instant changed by hand: each is searched again.
     await api.request('PATCH', `/api/v1/leads/${ids[4]}`, { key: w.key, body: { name: 'Newest Lopes' } });
     expect((await search()).names).toEqual(['Newest Lopes', 'Repeat Lopes 3', 'Repeat Lopes 2']);
     await api.request('DELETE', `/api/v1/leads/${ids[3]}`, { key: w.key });
     expect(await search()).toMatchObject({ names: ['Newest Lopes', 'Repeat Lopes 2', 'Repeat Lopes 1'], total: 4 });
-    await api.db('contacts').where({ id: ids[0] }).update({ created_at: new Date(Date.now() + 60_000) });
+    await api
+      .db('contacts')
+      .where({ id: ids[0] })
+      .update({ created_at: new Date(Date.now() + 60_000) });
     expect((await search()).names).toEqual(['Repeat Lopes 0', 'Newest Lopes', 'Repeat Lopes 2']);
     // Each order, size and offset is its own page.
     expect((await search({ order: 'asc' })).names).toEqual(['Repeat Lopes 1', 'Repeat Lopes 2', 'Newest Lopes']);
@@ -221,34 +277,59 @@ describe("a repeated search's page", () => {
   });
 });
 
-describe('a page walked in its filter\'s own index, compiled once', () => {
+describe("a page walked in its filter's own index, compiled once", () => {
   it('answers each tag and deal filter, order, page size and offset as the statement built for it does', async () => {
     const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:write', 'deals:write'] });
     const pipeline = await seedPipeline(api, w.id, { name: 'Walk', stages: ['One', 'Two'] });
     for (let i = 0; i < 7; i++) {
-      const body = { phone: `5521985${String(400000 + i * 13 + (process.pid % 7))}`, name: `Walker ${i}`, tags: i % 2 === 0 ? ['Even'] : ['Odd'] };
+      const body = {
+        phone: `5521985${String(400000 + i * 13 + (process.pid % 7))}`,
+        name: `Walker ${i}`,
+        tags: i % 2 === 0 ? ['Even'] : ['Odd'],
+      };
       const created = await api.request('POST', '/api/v1/leads', { key: w.key, body });
       expect(created.status).toBe(201);
       const lead = created.body.data;
       if (i % 3 !== 2) {
-        const deal = await api.request('POST', '/api/v1/deals', { key: w.key, body: { contactId: lead.id, pipeline: pipeline.id, stage: pipeline.stages[i % 2].id } });
+        const deal = await api.request('POST', '/api/v1/deals', {
+          key: w.key,
+          body: { contactId: lead.id, pipeline: pipeline.id, stage: pipeline.stages[i % 2].id },
+        });
         expect(deal.status).toBe(201);
-        if (i % 3 === 1) expect((await api.request('PATCH', `/api/v1/deals/${deal.body.data.id}`, { key: w.key, body: { status: 'won' } })).status).toBe(200);
+        if (i % 3 === 1)
+          expect((await api.request('PATCH', `/api/v1/deals/${deal.body.data.id}`, { key: w.key, body: { status: 'won' } })).status).toBe(
+            200,
+          );
       }
     }
     const even = await api.db('tags').where({ workspace_id: w.id, name: 'Even' }).first('id');
     // A creation date in the far past changes no answer, but takes the page off its own index (it counts).
     const built = { createdAfter: '2000-01-01T00:00:00.000Z' };
-    const filters = [{ tag: 'even' }, { tag: even.id.toUpperCase() }, { tag: 'none' }, { stageId: pipeline.stages[0].id, status: 'open' }, { status: 'won' }, { pipelineId: pipeline.id }];
+    const filters = [
+      { tag: 'even' },
+      { tag: even.id.toUpperCase() },
+      { tag: 'none' },
+      { stageId: pipeline.stages[0].id, status: 'open' },
+      { status: 'won' },
+      { pipelineId: pipeline.id },
+    ];
     for (const filter of filters) {
       for (const shape of [{}, { limit: '2' }, { limit: '2', offset: '1', order: 'asc' }, { offset: '50' }]) {
         const compiled = await listLeads(api.db, w.id, leadListQuery.parse({ ...filter, ...shape }));
         const reference = await listLeads(api.db, w.id, leadListQuery.parse({ ...filter, ...shape, ...built }));
-        expect({ filter, shape, ids: compiled.rows.map((r) => r.id), total: compiled.total }).toEqual({ filter, shape, ids: reference.rows.map((r) => r.id), total: reference.total });
+        expect({ filter, shape, ids: compiled.rows.map((r) => r.id), total: compiled.total }).toEqual({
+          filter,
+          shape,
+          ids: reference.rows.map((r) => r.id),
+          total: reference.total,
+        });
       }
     }
     expect((await listLeads(api.db, w.id, leadListQuery.parse({ tag: 'Even' }))).total).toBe(4);
-    expect((await listLeads(api.db, w.id, leadListQuery.parse({ status: 'won' }))).rows.map((r) => r.name)).toEqual(['Walker 4', 'Walker 1']);
+    expect((await listLeads(api.db, w.id, leadListQuery.parse({ status: 'won' }))).rows.map((r) => r.name)).toEqual([
+      'Walker 4',
+      'Walker 1',
+    ]);
   });
 });
 
@@ -267,7 +348,10 @@ describe('routing by path group', () => {
     expectError(await api.request('GET', '/api/v1/pipelinez'), 404, 'NOT_FOUND');
     expectError(await api.request('GET', '/api/v2/pipelines'), 404, 'NOT_FOUND');
     // /webhooks/whatsapp/{instanceId}: the verification handshake of an unknown instance.
-    const handshake = await api.request('GET', '/webhooks/whatsapp/00000000-0000-4000-8000-000000000000?hub.mode=subscribe&hub.verify_token=x&hub.challenge=1');
+    const handshake = await api.request(
+      'GET',
+      '/webhooks/whatsapp/00000000-0000-4000-8000-000000000000?hub.mode=subscribe&hub.verify_token=x&hub.challenge=1',
+    );
     expect(handshake.status).not.toBe(405);
     expect(String(handshake.body?.error ?? '')).not.toMatch(/^No route/);
   });

@@ -34,7 +34,10 @@ const unix = (ago: number): string => String(Math.floor(Date.now() / 1000) - ago
 
 async function cloudInstance(ws: { id: string }): Promise<string> {
   const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main number', channel: 'whatsapp', provider: 'cloud', connected: true,
+    name: 'Main number',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
     config: { appSecret: SECRET, phoneNumberId: PHONE_NUMBER_ID, accessToken: 't', baseUrl: process.env.EMULATOR_URL },
   });
   expect(res.status).toBe(201);
@@ -52,7 +55,10 @@ const change = (value: Record<string, unknown>) => ({
   field: 'messages',
   value: { messaging_product: 'whatsapp', metadata: { display_phone_number: OUR_NUMBER, phone_number_id: PHONE_NUMBER_ID }, ...value },
 });
-const notification = (entries: unknown[][]) => ({ object: 'whatsapp_business_account', entry: entries.map((changes) => ({ id: '102290129340398', changes })) });
+const notification = (entries: unknown[][]) => ({
+  object: 'whatsapp_business_account',
+  entry: entries.map((changes) => ({ id: '102290129340398', changes })),
+});
 
 /** Meta's batching: one change per message (with its sender's contact), 100 changes per entry. */
 function batched(messages: Inbound[]) {
@@ -66,10 +72,18 @@ function batched(messages: Inbound[]) {
 
 const sign = (raw: string): string => `sha256=${createHmac('sha256', SECRET).update(raw, 'utf8').digest('hex')}`;
 const headersFor = (raw: string) => ({ 'content-type': 'application/json', 'x-hub-signature-256': sign(raw) });
-const deliver = (instanceId: string, raw: string): Promise<ApiResponse> => api.request('POST', `/webhooks/whatsapp/${instanceId}`, { rawBody: raw, headers: headersFor(raw) });
+const deliver = (instanceId: string, raw: string): Promise<ApiResponse> =>
+  api.request('POST', `/webhooks/whatsapp/${instanceId}`, { rawBody: raw, headers: headersFor(raw) });
 
 const count = async (table: string, workspaceId: string, where: Record<string, unknown> = {}): Promise<number> =>
-  Number((await api.db(table).where({ workspace_id: workspaceId, ...where }).count({ n: '*' }))[0].n);
+  Number(
+    (
+      await api
+        .db(table)
+        .where({ workspace_id: workspaceId, ...where })
+        .count({ n: '*' })
+    )[0].n,
+  );
 
 /** Everything a delivery could write in a workspace. */
 async function written(workspaceId: string) {
@@ -104,13 +118,22 @@ describe('the item cap of a provider delivery', () => {
     expectError(res, 413, 'PAYLOAD_TOO_LARGE');
     expect(res.body.error).toContain('5200 items');
     expect(await written(ws.id)).toEqual({ contacts: 0, conversations: 0, messages: 0, events: 0 });
-    const logged = api.logs.slice(logsBefore).map((line) => JSON.parse(line)).find((l) => l.msg?.startsWith('inbound webhook refused'));
+    const logged = api.logs
+      .slice(logsBefore)
+      .map((line) => JSON.parse(line))
+      .find((l) => l.msg?.startsWith('inbound webhook refused'));
     expect(logged).toMatchObject({ level: 40, instanceId, workspaceId: ws.id, items: 5200, limit: MAX_DELIVERY_ITEMS });
 
     // Every kind of item counts: contacts alone, exactly at the cap, are taken (and write nothing); one more is refused.
-    const contactsOnly = (n: number) => JSON.stringify(notification([[change({ contacts: Array.from({ length: n }, (_, i) => ({ profile: { name: 'X' }, wa_id: mobile(i) })) })]]));
+    const contactsOnly = (n: number) =>
+      JSON.stringify(
+        notification([[change({ contacts: Array.from({ length: n }, (_, i) => ({ profile: { name: 'X' }, wa_id: mobile(i) })) })]]),
+      );
     const atCap = await deliver(instanceId, contactsOnly(MAX_DELIVERY_ITEMS));
-    expect({ status: atCap.status, data: atCap.body.data }).toEqual({ status: 200, data: { received: 0, duplicates: 0, statuses: 0, ignored: 0 } });
+    expect({ status: atCap.status, data: atCap.body.data }).toEqual({
+      status: 200,
+      data: { received: 0, duplicates: 0, statuses: 0, ignored: 0 },
+    });
     expectError(await deliver(instanceId, contactsOnly(MAX_DELIVERY_ITEMS + 1)), 413, 'PAYLOAD_TOO_LARGE');
     expect(await written(ws.id)).toEqual({ contacts: 0, conversations: 0, messages: 0, events: 0 });
   });
@@ -118,7 +141,10 @@ describe('the item cap of a provider delivery', () => {
   it(`refuses a web gateway delivery of more than ${MAX_DELIVERY_ITEMS} messages the same way`, async () => {
     const ws = await createWorkspace(api);
     const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-      name: 'Web', channel: 'whatsapp', provider: 'web', connected: true,
+      name: 'Web',
+      channel: 'whatsapp',
+      provider: 'web',
+      connected: true,
       config: { baseUrl: process.env.EMULATOR_URL, instanceName: `bounds-${ws.id.slice(0, 8)}`, accessToken: GATEWAY_KEY },
     });
     expect(created.status).toBe(201);
@@ -127,7 +153,9 @@ describe('the item cap of a provider delivery', () => {
       messageType: 'conversation',
       message: { conversation: 'oi' },
     }));
-    const res = await api.request('POST', `/webhooks/web/${created.body.data.id}`, { body: { event: 'messages.upsert', instance: 'x', data, apikey: GATEWAY_KEY } });
+    const res = await api.request('POST', `/webhooks/web/${created.body.data.id}`, {
+      body: { event: 'messages.upsert', instance: 'x', data, apikey: GATEWAY_KEY },
+    });
     expectError(res, 413, 'PAYLOAD_TOO_LARGE');
     expect(await written(ws.id)).toEqual({ contacts: 0, conversations: 0, messages: 0, events: 0 });
   });
@@ -142,7 +170,12 @@ describe('a large delivery below the cap', () => {
     // 940 contacts writing once, and one contact writing 60 times, interleaved through the delivery.
     const chatty = mobile(5000);
     const single = fromDistinct(940, 'bulk');
-    const chattyMessages: Inbound[] = Array.from({ length: 60 }, (_, i) => ({ from: chatty, id: wamid('chatty'), text: `Mensagem ${i}`, timestamp: unix(600 - i) }));
+    const chattyMessages: Inbound[] = Array.from({ length: 60 }, (_, i) => ({
+      from: chatty,
+      id: wamid('chatty'),
+      text: `Mensagem ${i}`,
+      timestamp: unix(600 - i),
+    }));
     const messages: Inbound[] = [];
     single.forEach((m, i) => {
       messages.push(m);
@@ -162,11 +195,17 @@ describe('a large delivery below the cap', () => {
     const delivering = deliver(instanceId, raw);
     await eventually('the first messages of the delivery to be readable', async () => (await count('messages', ws.id)) > 0, 60_000, 10);
     // The other tenant writes while the delivery goes on, and its sync must see it before the delivery ends.
-    const lead = await api.request('POST', '/api/v1/leads', { key: other.key, body: { phone: '+55 41 99876-5432', name: 'Written during the delivery' } });
+    const lead = await api.request('POST', '/api/v1/leads', {
+      key: other.key,
+      body: { phone: '+55 41 99876-5432', name: 'Written during the delivery' },
+    });
     expect(lead.status).toBe(201);
     await eventually(
       "the other workspace's lead in its sync",
-      async () => (await api.request('GET', `/api/v1/leads?cursor=${encodeURIComponent(cursor)}`, { key: other.key })).body.data?.some((l: { id: string }) => l.id === lead.body.data.id),
+      async () =>
+        (await api.request('GET', `/api/v1/leads?cursor=${encodeURIComponent(cursor)}`, { key: other.key })).body.data?.some(
+          (l: { id: string }) => l.id === lead.body.data.id,
+        ),
       60_000,
       20,
     );
@@ -174,7 +213,10 @@ describe('a large delivery below the cap', () => {
     expect(recordedWhenSeen).toBeLessThan(messages.length);
 
     const res = await delivering;
-    expect({ status: res.status, data: res.body.data }).toEqual({ status: 200, data: { received: 1000, duplicates: 0, statuses: 0, ignored: 0 } });
+    expect({ status: res.status, data: res.body.data }).toEqual({
+      status: 200,
+      data: { received: 1000, duplicates: 0, statuses: 0, ignored: 0 },
+    });
     expect(await written(ws.id)).toMatchObject({ contacts: 941, conversations: 941, messages: 1000 });
 
     // No transaction held more than ITEMS_PER_TRANSACTION messages (rows of one transaction carry its start, now()).
@@ -218,22 +260,52 @@ describe('a large delivery below the cap', () => {
     expect((await deliver(instanceId, seedRaw)).status).toBe(200);
     const conversation = await api.db('conversations').where({ workspace_id: ws.id }).first('id');
     const outbound = Array.from({ length: 10 }, () => wamid('out'));
-    await api.db('messages').insert(outbound.map((id) => ({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'out', type: 'text', body: 'Olá', status: 'sent', provider_message_id: id })));
+    await api.db('messages').insert(
+      outbound.map((id) => ({
+        workspace_id: ws.id,
+        conversation_id: conversation.id,
+        direction: 'out',
+        type: 'text',
+        body: 'Olá',
+        status: 'sent',
+        provider_message_id: id,
+      })),
+    );
     const before = await written(ws.id);
     const inboundBefore = await count('messages', ws.id, { direction: 'in' });
 
     const messages = fromDistinct(1000, 'crash');
     const payload = batched(messages);
-    payload.entry.push({ id: '102290129340398', changes: [change({ statuses: outbound.map((id) => ({ id, status: 'delivered', timestamp: unix(5), recipient_id: mobile(9000) })) })] });
+    payload.entry.push({
+      id: '102290129340398',
+      changes: [change({ statuses: outbound.map((id) => ({ id, status: 'delivered', timestamp: unix(5), recipient_id: mobile(9000) })) })],
+    });
     const raw = JSON.stringify(payload);
 
     // The delivery goes to an API process of its own, killed (SIGKILL: no shutdown) once the first messages are committed.
     const port = await freePort();
-    const child = startChild({ name: 'inbound-bounds-api', ...nodeTs('api/server.ts'), env: { PORT: String(port), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` }, logFile: path.join(LOG_DIR, 'inbound-bounds-api.log') });
+    const child = startChild({
+      name: 'inbound-bounds-api',
+      ...nodeTs('api/server.ts'),
+      env: { PORT: String(port), PUBLIC_BASE_URL: `http://127.0.0.1:${port}` },
+      logFile: path.join(LOG_DIR, 'inbound-bounds-api.log'),
+    });
     try {
       await waitForHttp(`http://127.0.0.1:${port}/health`, child);
-      const cutOff = fetch(`http://127.0.0.1:${port}/webhooks/whatsapp/${instanceId}`, { method: 'POST', headers: headersFor(raw), body: raw }).then((r) => r.status, () => 0);
-      await eventually('the first messages of the delivery to be committed', async () => (await count('messages', ws.id, { direction: 'in' })) > inboundBefore, 60_000, 5);
+      const cutOff = fetch(`http://127.0.0.1:${port}/webhooks/whatsapp/${instanceId}`, {
+        method: 'POST',
+        headers: headersFor(raw),
+        body: raw,
+      }).then(
+        (r) => r.status,
+        () => 0,
+      );
+      await eventually(
+        'the first messages of the delivery to be committed',
+        async () => (await count('messages', ws.id, { direction: 'in' })) > inboundBefore,
+        60_000,
+        5,
+      );
       child.process.kill('SIGKILL');
       expect(await cutOff).toBe(0);
     } finally {
@@ -252,9 +324,17 @@ describe('a large delivery below the cap', () => {
 
     // Meta sends the same bytes again: only the rest is recorded, and the statuses move.
     const again = await deliver(instanceId, raw);
-    expect({ status: again.status, data: again.body.data }).toEqual({ status: 200, data: { received: messages.length - recorded, duplicates: recorded, statuses: 10, ignored: 0 } });
+    expect({ status: again.status, data: again.body.data }).toEqual({
+      status: 200,
+      data: { received: messages.length - recorded, duplicates: recorded, statuses: 10, ignored: 0 },
+    });
     const after = await written(ws.id);
-    expect(after).toEqual({ contacts: before.contacts + 1000, conversations: before.conversations + 1000, messages: before.messages + 1000, events: before.events + 2000 });
+    expect(after).toEqual({
+      contacts: before.contacts + 1000,
+      conversations: before.conversations + 1000,
+      messages: before.messages + 1000,
+      events: before.events + 2000,
+    });
     const { rows: events } = await api.db.raw(
       `SELECT name, count(*)::int AS n, count(DISTINCT coalesce(payload->>'message_id', payload->>'contact_id'))::int AS distinct_items
          FROM outbox_events WHERE workspace_id = ? GROUP BY name ORDER BY name`,

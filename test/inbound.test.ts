@@ -44,7 +44,12 @@ async function seedInstance(ws: { id: string }, input: { archived?: boolean; con
 
 type CloudMessage = Record<string, unknown> & { from: string; id: string; type: string };
 
-function notification(value: { messages?: CloudMessage[]; statuses?: Record<string, unknown>[]; contacts?: unknown[]; phoneNumberId?: string }) {
+function notification(value: {
+  messages?: CloudMessage[];
+  statuses?: Record<string, unknown>[];
+  contacts?: unknown[];
+  phoneNumberId?: string;
+}) {
   return {
     object: 'whatsapp_business_account',
     entry: [
@@ -71,7 +76,15 @@ function notification(value: { messages?: CloudMessage[]; statuses?: Record<stri
 function textFrom(from: string, options: { id?: string; text?: string; name?: string; timestamp?: string } = {}) {
   return notification({
     contacts: [{ profile: { name: options.name ?? 'Maria Souza' }, wa_id: from }],
-    messages: [{ from, id: options.id ?? nextWamid(), timestamp: options.timestamp ?? unix(), type: 'text', text: { body: options.text ?? 'Oi, tudo bem?' } }],
+    messages: [
+      {
+        from,
+        id: options.id ?? nextWamid(),
+        timestamp: options.timestamp ?? unix(),
+        type: 'text',
+        text: { body: options.text ?? 'Oi, tudo bem?' },
+      },
+    ],
   });
 }
 
@@ -87,7 +100,8 @@ function deliver(instanceId: string, payload: unknown, options: { secret?: strin
 
 /** Everything inbound traffic could have changed in a workspace. */
 async function snapshot(workspaceId: string) {
-  const count = async (table: string): Promise<number> => Number((await api.db(table).where({ workspace_id: workspaceId }).count({ n: '*' }))[0].n);
+  const count = async (table: string): Promise<number> =>
+    Number((await api.db(table).where({ workspace_id: workspaceId }).count({ n: '*' }))[0].n);
   return {
     contacts: await count('contacts'),
     conversations: await count('conversations'),
@@ -107,18 +121,27 @@ describe('POST /webhooks/web/{instanceId}: the web gateway', () => {
     const ws = await createWorkspace(api, { scopes: ['conversations:read', 'conversations:send'] });
     const instanceName = `web-${ws.id.slice(0, 8)}`;
     const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-      name: 'Web', channel: 'whatsapp', provider: 'web', connected: true,
+      name: 'Web',
+      channel: 'whatsapp',
+      provider: 'web',
+      connected: true,
       config: { baseUrl: process.env.EMULATOR_URL, instanceName, accessToken: 'gateway-key' },
     });
     const instanceId = created.body.data.id;
     const emu = (path: string, body: unknown) =>
-      fetch(`${process.env.EMULATOR_URL}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }).then((r) => r.json() as Promise<any>);
+      fetch(`${process.env.EMULATOR_URL}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }).then((r) => r.json() as Promise<any>);
     await emu('/__emulator/web/webhook', { instanceName, url: `${api.url}/webhooks/web/${instanceId}`, apikey: 'gateway-key' });
     const { modern } = nextMobile();
     const delivered = await emu('/__emulator/web/inbound', { instanceName, from: modern, text: 'Oi, vi o anúncio', name: 'Joana' });
     expect(delivered).toMatchObject({ delivered: 200, answer: { data: { received: 1, duplicates: 0 } } });
     // Our own send echoed by the gateway (fromMe) is not an inbound message.
-    expect(await emu('/__emulator/web/inbound', { instanceName, from: modern, text: 'echo', fromMe: true })).toMatchObject({ answer: { data: { received: 0, ignored: 1 } } });
+    expect(await emu('/__emulator/web/inbound', { instanceName, from: modern, text: 'echo', fromMe: true })).toMatchObject({
+      answer: { data: { received: 0, ignored: 1 } },
+    });
 
     const contact = await api.db('contacts').where({ workspace_id: ws.id, phone: modern }).first();
     expect(contact.name).toBe('Joana');
@@ -129,7 +152,10 @@ describe('POST /webhooks/web/{instanceId}: the web gateway', () => {
     const received = (await outbox(api, ws.id, 'message.received')).map((e) => e.payload);
     expect(received).toEqual([expect.objectContaining({ contact_id: contact.id, type: 'text', instance_id: instanceId, phone: modern })]);
     // The reply goes back through the same gateway.
-    const reply = await api.request('POST', `/api/v1/conversations/${conversation.body.data[0].id}/messages`, { key: ws.key, body: { text: 'Olá Joana!' } });
+    const reply = await api.request('POST', `/api/v1/conversations/${conversation.body.data[0].id}/messages`, {
+      key: ws.key,
+      body: { text: 'Olá Joana!' },
+    });
     expect(reply.status).toBe(201);
 
     await emu('/__emulator/web/webhook', { instanceName, url: `${api.url}/webhooks/web/${instanceId}`, apikey: 'not-the-key' });
@@ -143,7 +169,8 @@ describe('opt-out by message', () => {
     const { ws, instanceId } = await setup();
     const { modern } = nextMobile();
     const key = (await createKey(api, ws.id, ['conversations:send', 'leads:read'])).key;
-    const optedOut = async () => (await api.db('contacts').where({ workspace_id: ws.id, phone: modern }).first('opted_out')).opted_out as boolean;
+    const optedOut = async () =>
+      (await api.db('contacts').where({ workspace_id: ws.id, phone: modern }).first('opted_out')).opted_out as boolean;
     expect((await deliver(instanceId, textFrom(modern, { text: 'Quero parar de receber? talvez' }))).status).toBe(200);
     expect(await optedOut()).toBe(false);
     expect((await deliver(instanceId, textFrom(modern, { text: '  Párar! ' }))).status).toBe(200);
@@ -209,7 +236,12 @@ describe('POST /webhooks/whatsapp/{instanceId}: signature', () => {
 
   it('rejects every delivery for an instance without an app secret', async () => {
     const ws = await createWorkspace(api);
-    const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'No secret', channel: 'whatsapp', provider: 'cloud', config: {} });
+    const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+      name: 'No secret',
+      channel: 'whatsapp',
+      provider: 'cloud',
+      config: {},
+    });
     expect(res.status).toBe(201);
     expectError(await deliver(res.body.data.id, textFrom(nextMobile().modern), { secret: '' }), 401, 'UNAUTHORIZED');
     expect((await snapshot(ws.id)).messages).toBe(0);
@@ -222,7 +254,10 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
     const { modern } = nextMobile();
     const wamid = nextWamid();
     const sentAt = unix(90);
-    const res = await deliver(instanceId, textFrom(modern, { id: wamid, name: 'Maria Souza', text: 'Quero um orçamento', timestamp: sentAt }));
+    const res = await deliver(
+      instanceId,
+      textFrom(modern, { id: wamid, name: 'Maria Souza', text: 'Quero um orçamento', timestamp: sentAt }),
+    );
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: { received: 1, duplicates: 0, statuses: 0, ignored: 0 } });
 
@@ -301,7 +336,12 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
     const events = (await outbox(api, ws.id)).slice(eventsBefore);
     expect(events.map((e) => e.name)).toEqual(['message.received', 'message.received']);
     for (const e of events) {
-      expect(e.payload).toMatchObject({ contact_id: existing.id, contact_name: 'Cliente antigo', phone: modern, conversation_id: conversations[0].id });
+      expect(e.payload).toMatchObject({
+        contact_id: existing.id,
+        contact_name: 'Cliente antigo',
+        phone: modern,
+        conversation_id: conversations[0].id,
+      });
     }
   });
 
@@ -335,7 +375,14 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
       contacts: [{ profile: { name: 'Someone' }, wa_id: modern }],
       messages: [
         { from: '120363025246125486@g.us', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'group chatter' } },
-        { from: modern, group_id: '120363025246125486@g.us', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'in a group' } },
+        {
+          from: modern,
+          group_id: '120363025246125486@g.us',
+          id: nextWamid(),
+          timestamp: unix(),
+          type: 'text',
+          text: { body: 'in a group' },
+        },
         { from: OUR_NUMBER, id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'our own echo' } },
         { from: '14155550123', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'from the US' } },
         { from: '55001234', id: nextWamid(), timestamp: unix(), type: 'text', text: { body: 'garbage' } },
@@ -351,9 +398,15 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
   it('ignores traffic of another phone number id and answers 200 for notifications it does not handle', async () => {
     const { ws, instanceId } = await setup();
     const foreign = { ...textFrom(nextMobile().modern) };
-    const res = await deliver(instanceId, notification({ ...{ phoneNumberId: 'PN-OTHER' }, messages: (foreign.entry[0].changes[0].value as any).messages }));
+    const res = await deliver(
+      instanceId,
+      notification({ ...{ phoneNumberId: 'PN-OTHER' }, messages: (foreign.entry[0].changes[0].value as any).messages }),
+    );
     expect(res.body.data).toMatchObject({ received: 0, ignored: 1 });
-    const template = { object: 'whatsapp_business_account', entry: [{ id: '1', changes: [{ field: 'message_template_status_update', value: { event: 'APPROVED' } }] }] };
+    const template = {
+      object: 'whatsapp_business_account',
+      entry: [{ id: '1', changes: [{ field: 'message_template_status_update', value: { event: 'APPROVED' } }] }],
+    };
     expect((await deliver(instanceId, template)).status).toBe(200);
     expect((await deliver(instanceId, { object: 'page', entry: [] })).status).toBe(200);
     expect((await snapshot(ws.id)).messages).toBe(0);
@@ -375,7 +428,11 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
     });
     const res = await deliver(instanceId, payload);
     expect(res.body.data).toMatchObject({ received: 5, ignored: 0 });
-    const rows = await api.db('messages').where({ workspace_id: ws.id }).orderBy('timestamp').select('id', 'type', 'body', 'media_url', 'media_ref');
+    const rows = await api
+      .db('messages')
+      .where({ workspace_id: ws.id })
+      .orderBy('timestamp')
+      .select('id', 'type', 'body', 'media_url', 'media_ref');
     expect(rows.map(({ id: _id, ...r }) => r)).toEqual([
       { type: 'image', body: 'Foto do produto', media_url: null, media_ref: 'MEDIA-IMG-1' },
       { type: 'audio', body: '', media_url: null, media_ref: 'MEDIA-AUD-1' },
@@ -401,7 +458,14 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
     // A conversation whose window closed two days ago.
     const contact = await seedContact(api, ws.id, { phone: modern, name: 'Returning' });
     const twoDaysAgo = new Date(Date.now() - 48 * 3600 * 1000);
-    await api.db('conversations').insert({ workspace_id: ws.id, contact_id: contact.id, instance_id: instanceId, channel: 'whatsapp', last_inbound_at: twoDaysAgo, last_message_at: twoDaysAgo });
+    await api.db('conversations').insert({
+      workspace_id: ws.id,
+      contact_id: contact.id,
+      instance_id: instanceId,
+      channel: 'whatsapp',
+      last_inbound_at: twoDaysAgo,
+      last_message_at: twoDaysAgo,
+    });
 
     const recent = unix(30);
     await deliver(instanceId, textFrom(modern, { timestamp: recent }));
@@ -438,7 +502,15 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks', () => {
     const outId = nextWamid();
     const [out] = await api
       .db('messages')
-      .insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'out', type: 'text', body: 'Olá!', status: 'sent', provider_message_id: outId })
+      .insert({
+        workspace_id: ws.id,
+        conversation_id: conversation.id,
+        direction: 'out',
+        type: 'text',
+        body: 'Olá!',
+        status: 'sent',
+        provider_message_id: outId,
+      })
       .returning('id');
     const eventsBefore = (await outbox(api, ws.id)).length;
     const status = (s: string) => notification({ statuses: [{ id: outId, status: s, timestamp: unix(5), recipient_id: modern }] });
@@ -478,7 +550,15 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks', () => {
     const insertOut = async (workspaceId: string) => {
       const conversation = await api.db('conversations').where({ workspace_id: workspaceId }).first('id');
       const id = nextWamid();
-      await api.db('messages').insert({ workspace_id: workspaceId, conversation_id: conversation.id, direction: 'out', type: 'text', body: 'x', status: 'sent', provider_message_id: id });
+      await api.db('messages').insert({
+        workspace_id: workspaceId,
+        conversation_id: conversation.id,
+        direction: 'out',
+        type: 'text',
+        body: 'x',
+        status: 'sent',
+        provider_message_id: id,
+      });
       return id;
     };
     const mine = await insertOut(ws.id);
@@ -487,7 +567,13 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks', () => {
       instanceId,
       notification({
         statuses: [
-          { id: mine, status: 'failed', timestamp: unix(), recipient_id: modern, errors: [{ code: 131026, title: 'Message undeliverable' }] },
+          {
+            id: mine,
+            status: 'failed',
+            timestamp: unix(),
+            recipient_id: modern,
+            errors: [{ code: 131026, title: 'Message undeliverable' }],
+          },
           { id: theirs, status: 'delivered', timestamp: unix(), recipient_id: modern },
         ],
       }),
@@ -506,13 +592,19 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
       .insert({ reference, workspace_id: workspaceId, state, provider_message_id: providerMessageId ?? null })
       .then(() => reference);
   };
-  const attemptRow = (reference: string) => api.db('send_attempts').where({ reference }).first('state', 'provider_message_id', 'wa_id', 'error');
+  const attemptRow = (reference: string) =>
+    api.db('send_attempts').where({ reference }).first('state', 'provider_message_id', 'wa_id', 'error');
 
   it("records the provider's answer on the attempt its biz_opaque_callback_data names (in_flight or failed, this workspace only)", async () => {
     const { ws, instanceId } = await setup();
     const other = await setup();
     const { modern } = nextMobile();
-    const [inFlight, failed, sent, theirs] = [await attempt(ws.id, 'in_flight'), await attempt(ws.id, 'failed'), await attempt(ws.id, 'sent', 'wamid.first'), await attempt(other.ws.id, 'in_flight')];
+    const [inFlight, failed, sent, theirs] = [
+      await attempt(ws.id, 'in_flight'),
+      await attempt(ws.id, 'failed'),
+      await attempt(ws.id, 'sent', 'wamid.first'),
+      await attempt(other.ws.id, 'in_flight'),
+    ];
     const ids = [nextWamid(), nextWamid(), nextWamid(), nextWamid()];
     const res = await deliver(
       instanceId,
@@ -534,7 +626,9 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
     expect(await attemptRow(theirs)).toMatchObject({ state: 'in_flight', provider_message_id: null });
     // A badly signed callback changes nothing.
     const forged = await attempt(ws.id, 'in_flight');
-    const body = notification({ statuses: [{ id: nextWamid(), status: 'sent', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: forged }] });
+    const body = notification({
+      statuses: [{ id: nextWamid(), status: 'sent', timestamp: unix(1), recipient_id: modern, biz_opaque_callback_data: forged }],
+    });
     expectError(await deliver(instanceId, body, { secret: 'not-the-secret' }), 401, 'UNAUTHORIZED');
     expect(await attemptRow(forged)).toMatchObject({ state: 'in_flight' });
   });
@@ -546,12 +640,33 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
     const conversation = await api.db('conversations').where({ workspace_id: ws.id }).first('id', 'contact_id');
     const wamid = nextWamid();
     await attempt(ws.id, 'sent', wamid);
-    const early = await deliver(instanceId, notification({ statuses: [{ id: wamid, status: 'delivered', timestamp: unix(1), recipient_id: modern }] }));
+    const early = await deliver(
+      instanceId,
+      notification({ statuses: [{ id: wamid, status: 'delivered', timestamp: unix(1), recipient_id: modern }] }),
+    );
     expect(early.body.data).toMatchObject({ statuses: 1, ignored: 0 });
     // The send's record step (the activity itself, as the worker runs it) now writes the message.
     const activities = createMessagingActivities({ db: api.db, config: api.config });
-    const prepared = { reference: `test/${wamid}`, workspaceId: ws.id, instanceId, contactId: conversation.contact_id, conversationId: conversation.id, to: modern, phone: modern, createdContact: false, createdConversation: false, day: '2026-01-01', tookCold: false };
-    const outcome = await activities.recordSent({ workspaceId: ws.id, prepared, sent: { providerMessageId: wamid }, message: { type: 'text', text: 'hi' }, mode: 'conversation' });
+    const prepared = {
+      reference: `test/${wamid}`,
+      workspaceId: ws.id,
+      instanceId,
+      contactId: conversation.contact_id,
+      conversationId: conversation.id,
+      to: modern,
+      phone: modern,
+      createdContact: false,
+      createdConversation: false,
+      day: '2026-01-01',
+      tookCold: false,
+    };
+    const outcome = await activities.recordSent({
+      workspaceId: ws.id,
+      prepared,
+      sent: { providerMessageId: wamid },
+      message: { type: 'text', text: 'hi' },
+      mode: 'conversation',
+    });
     expect(outcome.status).toBe('sent');
     expect((await api.db('messages').where({ id: outcome.id }).first('status')).status).toBe('delivered');
   });
@@ -562,9 +677,24 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
     const instanceId = await seedInstance(ws, { config: { phoneNumberId } });
     const emulator = process.env.EMULATOR_URL!;
     const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
-      fetch(`${emulator}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
-    const registered = await post('/__emulator/webhook', { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, appSecret: SECRET });
-    expect(await registered.json()).toEqual({ webhook: { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, displayPhoneNumber: expect.any(String), wabaId: expect.stringMatching(/^\d{15}$/) } });
+      fetch(`${emulator}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      });
+    const registered = await post('/__emulator/webhook', {
+      phoneNumberId,
+      url: `${api.url}/webhooks/whatsapp/${instanceId}`,
+      appSecret: SECRET,
+    });
+    expect(await registered.json()).toEqual({
+      webhook: {
+        phoneNumberId,
+        url: `${api.url}/webhooks/whatsapp/${instanceId}`,
+        displayPhoneNumber: expect.any(String),
+        wabaId: expect.stringMatching(/^\d{15}$/),
+      },
+    });
 
     const reference = await attempt(ws.id, 'in_flight');
     const { modern } = nextMobile();
@@ -576,9 +706,18 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks reconcile inter
     expect(sent.status).toBe(200);
     const answer = (await sent.json()) as { contacts: { wa_id: string }[]; messages: { id: string }[] };
     for (let i = 0; i < 50 && (await attemptRow(reference)).state !== 'sent'; i++) await new Promise((r) => setTimeout(r, 100));
-    expect(await attemptRow(reference)).toEqual({ state: 'sent', provider_message_id: answer.messages[0].id, wa_id: answer.contacts[0].wa_id, error: null });
-    const log = (await (await fetch(`${emulator}/__emulator/webhook?phoneNumberId=${phoneNumberId}`)).json()) as { deliveries: { httpStatus?: number; messageId: string }[] };
-    expect(log.deliveries).toEqual([expect.objectContaining({ httpStatus: 200, messageId: answer.messages[0].id, status: 'sent', attempt: 1 })]);
+    expect(await attemptRow(reference)).toEqual({
+      state: 'sent',
+      provider_message_id: answer.messages[0].id,
+      wa_id: answer.contacts[0].wa_id,
+      error: null,
+    });
+    const log = (await (await fetch(`${emulator}/__emulator/webhook?phoneNumberId=${phoneNumberId}`)).json()) as {
+      deliveries: { httpStatus?: number; messageId: string }[];
+    };
+    expect(log.deliveries).toEqual([
+      expect.objectContaining({ httpStatus: 200, messageId: answer.messages[0].id, status: 'sent', attempt: 1 }),
+    ]);
     await post('/__emulator/reset', { phoneNumberId });
   });
 });
@@ -609,17 +748,37 @@ describe('GET /webhooks/whatsapp/{instanceId}: verification', () => {
 
   it('answers 401 for a wrong token, a wrong mode or no challenge, and 404 for an unknown instance', async () => {
     const instanceId = await withVerifyToken();
-    expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': 'wrong', 'hub.challenge': '1' }), 401, 'UNAUTHORIZED');
-    expectError(await verify(instanceId, { 'hub.mode': 'unsubscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '1' }), 401, 'UNAUTHORIZED');
+    expectError(
+      await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': 'wrong', 'hub.challenge': '1' }),
+      401,
+      'UNAUTHORIZED',
+    );
+    expectError(
+      await verify(instanceId, { 'hub.mode': 'unsubscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '1' }),
+      401,
+      'UNAUTHORIZED',
+    );
     expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': VERIFY }), 401, 'UNAUTHORIZED');
     expectError(await verify(instanceId, {}), 401, 'UNAUTHORIZED');
-    expectError(await verify('00000000-0000-4000-8000-000000000000', { 'hub.mode': 'subscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '1' }), 404, 'NOT_FOUND');
+    expectError(
+      await verify('00000000-0000-4000-8000-000000000000', { 'hub.mode': 'subscribe', 'hub.verify_token': VERIFY, 'hub.challenge': '1' }),
+      404,
+      'NOT_FOUND',
+    );
   });
 
   it('never accepts the app secret as the verify token (it signs inbound traffic and must not travel in a URL)', async () => {
     const { instanceId } = await setup();
-    expectError(await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': 'abc' }), 401, 'UNAUTHORIZED');
+    expectError(
+      await verify(instanceId, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': 'abc' }),
+      401,
+      'UNAUTHORIZED',
+    );
     const withToken = await withVerifyToken();
-    expectError(await verify(withToken, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': 'abc' }), 401, 'UNAUTHORIZED');
+    expectError(
+      await verify(withToken, { 'hub.mode': 'subscribe', 'hub.verify_token': SECRET, 'hub.challenge': 'abc' }),
+      401,
+      'UNAUTHORIZED',
+    );
   });
 });

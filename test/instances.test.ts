@@ -45,7 +45,16 @@ describe('GET /api/v1/instances', () => {
       expect(item.createdAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
     }
     // No configuration, so no secrets, anywhere in the body.
-    for (const leak of [SECRETS.accessToken, SECRETS.appSecret, 'accessToken', 'appSecret', 'config', '1029384756', 'graph.example.com', 'archived']) {
+    for (const leak of [
+      SECRETS.accessToken,
+      SECRETS.appSecret,
+      'accessToken',
+      'appSecret',
+      'config',
+      '1029384756',
+      'graph.example.com',
+      'archived',
+    ]) {
       expect(res.text).not.toContain(leak);
     }
   });

@@ -23,12 +23,24 @@ const list = async (w: Workspace, qs = '') => (await api.request('GET', `/api/v1
 describe('POST /api/v1/leads (upsert by phone)', () => {
   it('creates a lead (201, lead.created) and updates it when the same number arrives without its ninth digit (200)', async () => {
     const phone = mobile();
-    const created = await upsert({ phone: `+${phone.slice(0, 2)} (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`, name: 'João', email: 'joao@example.com' });
+    const created = await upsert({
+      phone: `+${phone.slice(0, 2)} (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`,
+      name: 'João',
+      email: 'joao@example.com',
+    });
     expect(created.status).toBe(201);
     expect(created.body.data).toMatchObject({ name: 'João', phone, email: 'joao@example.com', notes: '', tags: [] });
     const events = (await outbox(api, ws.id, 'lead.created')).filter((e) => e.payload.contact_id === created.body.data.id);
     expect(events.map((e) => e.payload)).toEqual([
-      { event: 'lead.created', workspace_id: ws.id, timestamp: expect.any(String), contact_id: created.body.data.id, name: 'João', phone, email: 'joao@example.com' },
+      {
+        event: 'lead.created',
+        workspace_id: ws.id,
+        timestamp: expect.any(String),
+        contact_id: created.body.data.id,
+        name: 'João',
+        phone,
+        email: 'joao@example.com',
+      },
     ]);
     // The API is not the CRM panel: no contact.created for this lead.
     expect((await outbox(api, ws.id, 'contact.created')).filter((e) => e.payload.contact_id === created.body.data.id)).toHaveLength(0);
@@ -70,7 +82,9 @@ describe('POST /api/v1/leads (upsert by phone)', () => {
 
   it('makes one contact from 20 concurrent upserts of one number in both ninth-digit forms', async () => {
     const phone = mobile();
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => upsert({ phone: i % 2 ? phone : withoutNinth(phone), name: `N${i}` })));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => upsert({ phone: i % 2 ? phone : withoutNinth(phone), name: `N${i}` })),
+    );
     expect(results.every((r) => r.status === 200 || r.status === 201)).toBe(true);
     expect(results.filter((r) => r.status === 201)).toHaveLength(1);
     expect(new Set(results.map((r) => r.body.data.id)).size).toBe(1);
@@ -87,14 +101,23 @@ describe('GET /api/v1/leads', () => {
   beforeAll(async () => {
     w = await createWorkspace(api, { scopes: [...ALL] });
     pipeline = await seedPipeline(api, w.id, { name: 'P', stages: ['S1', 'S2'] });
-    for (const [name, email] of [['Alice Prado', 'alice@acme.com'], ['Bruno Reis', null], ['Carla Dias', 'carla@corp.io'], ['Davi Melo', null]] as const) {
+    for (const [name, email] of [
+      ['Alice Prado', 'alice@acme.com'],
+      ['Bruno Reis', null],
+      ['Carla Dias', 'carla@corp.io'],
+      ['Davi Melo', null],
+    ] as const) {
       const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: mobile(), name, email } });
       leads[name.split(' ')[0]] = res.body.data;
       await new Promise((r) => setTimeout(r, 5)); // distinct createdAt for the ordering assertions
     }
     const deal = async (contactId: string, stage: string, status?: string) => {
       const d = await api.request('POST', '/api/v1/deals', { key: w.key, body: { contactId, pipeline: 'P', stage } });
-      if (status) await api.request('PATCH', `/api/v1/deals/${d.body.data.id}`, { key: w.key, body: { status, lostReason: status === 'lost' ? 'x' : undefined } });
+      if (status)
+        await api.request('PATCH', `/api/v1/deals/${d.body.data.id}`, {
+          key: w.key,
+          body: { status, lostReason: status === 'lost' ? 'x' : undefined },
+        });
     };
     // Alice: S1 open + S2 won. Bruno: S1 won.
     await deal(leads.Alice.id, 'S1');
@@ -162,8 +185,17 @@ describe('GET /api/v1/leads', () => {
     const x = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: mobile(), name: 'Merged One' } });
     const y = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: mobile(), name: 'Deleted One' } });
     await api.db('contacts').where({ id: x.body.data.id }).update({ merged_into_id: leads.Alice.id });
-    expect((await api.request('DELETE', `/api/v1/leads/${y.body.data.id}`, { key: w.key })).body.data).toEqual({ id: y.body.data.id, deleted: true });
-    await api.db('contacts').insert({ workspace_id: w.id, name: 'Group One', phone: '120363000000000001@g.us', phone_key: '120363000000000001@g.us', is_group: true });
+    expect((await api.request('DELETE', `/api/v1/leads/${y.body.data.id}`, { key: w.key })).body.data).toEqual({
+      id: y.body.data.id,
+      deleted: true,
+    });
+    await api.db('contacts').insert({
+      workspace_id: w.id,
+      name: 'Group One',
+      phone: '120363000000000001@g.us',
+      phone_key: '120363000000000001@g.us',
+      is_group: true,
+    });
     expect((await list(w)).pagination.total).toBe(4);
     expect((await list(w, '?q=one')).data).toEqual([]);
     for (const id of [x.body.data.id, y.body.data.id]) {
@@ -175,7 +207,11 @@ describe('GET /api/v1/leads', () => {
 
   it('is a constant number of queries whatever the page size (tags included)', async () => {
     const small = await countQueries(api, () => api.request('GET', '/api/v1/leads?limit=1', { key: w.key }));
-    const large = await countQueries(api, () => api.request('GET', '/api/v1/leads?limit=100&tag=&q=', { key: w.key }).then(() => api.request('GET', '/api/v1/leads?limit=100', { key: w.key })));
+    const large = await countQueries(api, () =>
+      api
+        .request('GET', '/api/v1/leads?limit=100&tag=&q=', { key: w.key })
+        .then(() => api.request('GET', '/api/v1/leads?limit=100', { key: w.key })),
+    );
     // Two requests in the second run: exactly twice the first (validation failures run no data query).
     expect(large).toBeLessThanOrEqual(small * 2);
     const single = await countQueries(api, () => api.request('GET', '/api/v1/leads?limit=100', { key: w.key }));
@@ -188,7 +224,10 @@ describe('single lead endpoints', () => {
     const lead = (await upsert({ phone: mobile(), name: 'Edit Me' })).body.data;
     expect((await api.request('GET', `/api/v1/leads/${lead.id}`, { key: ws.key })).body.data).toEqual(lead);
     const other = mobile();
-    const patched = await api.request('PATCH', `/api/v1/leads/${lead.id}`, { key: ws.key, body: { name: 'Edited', notes: 'likes coffee', phone: other } });
+    const patched = await api.request('PATCH', `/api/v1/leads/${lead.id}`, {
+      key: ws.key,
+      body: { name: 'Edited', notes: 'likes coffee', phone: other },
+    });
     expect(patched.body.data).toMatchObject({ name: 'Edited', notes: 'likes coffee', phone: other });
     expect(Date.parse(patched.body.data.updatedAt)).toBeGreaterThanOrEqual(Date.parse(lead.updatedAt));
     const triggers = (await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === lead.id);
@@ -209,7 +248,11 @@ describe('single lead endpoints', () => {
     const lead = (await upsert({ phone: mobile(), name: 'Tagged' })).body.data;
     const add = await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: { tag: 'Newsletter' } });
     expect(add.status).toBe(200);
-    expect(add.body.data).toEqual({ contactId: lead.id, tag: { id: expect.any(String), name: 'Newsletter', color: '#6b7280' }, added: true });
+    expect(add.body.data).toEqual({
+      contactId: lead.id,
+      tag: { id: expect.any(String), name: 'Newsletter', color: '#6b7280' },
+      added: true,
+    });
     const tagId = add.body.data.tag.id;
     const again = await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: { tag: tagId } });
     expect(again.body.data.added).toBe(false);
@@ -219,15 +262,34 @@ describe('single lead endpoints', () => {
     expect(removed.body.data).toEqual({ contactId: lead.id, tagId, removed: true });
     const events = (await outbox(api, ws.id, 'contact.tag_removed')).filter((e) => e.payload.contact_id === lead.id);
     expect(events.map((e) => e.payload)).toEqual([
-      { event: 'contact.tag_removed', workspace_id: ws.id, timestamp: expect.any(String), contact_id: lead.id, contact_name: 'Tagged', phone: lead.phone, tag: { id: tagId, name: 'Newsletter' }, source: 'api' },
+      {
+        event: 'contact.tag_removed',
+        workspace_id: ws.id,
+        timestamp: expect.any(String),
+        contact_id: lead.id,
+        contact_name: 'Tagged',
+        phone: lead.phone,
+        tag: { id: tagId, name: 'Newsletter' },
+        source: 'api',
+      },
     ]);
     const twice = await api.request('DELETE', `/api/v1/leads/${lead.id}/tags/${tagId}`, { key: ws.key });
     expect(twice.body.data.removed).toBe(false);
     expect((await outbox(api, ws.id, 'contact.tag_removed')).filter((e) => e.payload.contact_id === lead.id)).toHaveLength(1);
-    expect((await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === lead.id).map((e) => e.payload.changedFields)).toEqual(['tags', 'tags']);
+    expect(
+      (await outbox(api, ws.id, 'contact_updated')).filter((e) => e.payload.contactId === lead.id).map((e) => e.payload.changedFields),
+    ).toEqual(['tags', 'tags']);
 
-    expectError(await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: { tag: '00000000-0000-4000-8000-000000000000' } }), 404, 'NOT_FOUND');
-    expectError(await api.request('DELETE', `/api/v1/leads/${lead.id}/tags/00000000-0000-4000-8000-000000000000`, { key: ws.key }), 404, 'NOT_FOUND');
+    expectError(
+      await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: { tag: '00000000-0000-4000-8000-000000000000' } }),
+      404,
+      'NOT_FOUND',
+    );
+    expectError(
+      await api.request('DELETE', `/api/v1/leads/${lead.id}/tags/00000000-0000-4000-8000-000000000000`, { key: ws.key }),
+      404,
+      'NOT_FOUND',
+    );
     expectError(await api.request('POST', `/api/v1/leads/${lead.id}/tags`, { key: ws.key, body: {} }), 400, 'VALIDATION');
   });
 
@@ -237,11 +299,22 @@ describe('single lead endpoints', () => {
     expect(none.status).toBe(200);
     expect(none.body).toEqual({ data: null });
     await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${lead.id}/insight`, {
-      interest: 'CRM', products: ['Pro'], objections: ['price'], nextStep: 'demo', qualification: { score: 80, temperature: 'hot' }, summary: 'Good fit',
+      interest: 'CRM',
+      products: ['Pro'],
+      objections: ['price'],
+      nextStep: 'demo',
+      qualification: { score: 80, temperature: 'hot' },
+      summary: 'Good fit',
     });
     const res = await api.request('GET', `/api/v1/leads/${lead.id}/insight`, { key: ws.key });
     expect(res.body.data).toEqual({
-      interest: 'CRM', products: ['Pro'], objections: ['price'], nextStep: 'demo', qualification: { score: 80, temperature: 'hot' }, summary: 'Good fit', updatedAt: expect.stringMatching(/\.\d{3}Z$/),
+      interest: 'CRM',
+      products: ['Pro'],
+      objections: ['price'],
+      nextStep: 'demo',
+      qualification: { score: 80, temperature: 'hot' },
+      summary: 'Good fit',
+      updatedAt: expect.stringMatching(/\.\d{3}Z$/),
     });
     const noScope = await createWorkspace(api, { scopes: ['leads:read'] });
     expectError(await api.request('GET', `/api/v1/leads/${lead.id}/insight`, { key: noScope.key }), 403, 'INSUFFICIENT_SCOPE');
@@ -255,19 +328,33 @@ describe('lead list totals at scale', () => {
       const unfiltered = await api.request('GET', '/api/v1/leads?limit=1', { key: ws.key });
       // A filter that keeps every lead takes the counting path.
       const counted = await api.request('GET', '/api/v1/leads?limit=1&createdAfter=2000-01-01', { key: ws.key });
-      const real = await api.db('contacts').where({ workspace_id: ws.id, is_group: false }).whereNull('merged_into_id').whereNull('deleted_at').count('* as n').first();
+      const real = await api
+        .db('contacts')
+        .where({ workspace_id: ws.id, is_group: false })
+        .whereNull('merged_into_id')
+        .whereNull('deleted_at')
+        .count('* as n')
+        .first();
       return { unfiltered: unfiltered.body.pagination.total, counted: counted.body.pagination.total, real: Number(real!.n) };
     };
     const n = 70000000 + (process.pid % 9999) * 3;
     const created = [];
-    for (let i = 0; i < 4; i++) created.push((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `55319${n + i}`, name: `L${i}` } })).body.data);
+    for (let i = 0; i < 4; i++)
+      created.push(
+        (await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `55319${n + i}`, name: `L${i}` } })).body.data,
+      );
     await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `5531${n}`, name: 'same lead, no ninth digit' } });
     expect(await totals()).toEqual({ unfiltered: 4, counted: 4, real: 4 });
     expect((await api.request('DELETE', `/api/v1/leads/${created[0].id}`, { key: ws.key })).status).toBe(200);
     await api.db('contacts').where({ id: created[1].id }).update({ merged_into_id: created[2].id });
-    await api.db('contacts').insert({ workspace_id: ws.id, phone: '120363000000000001@g.us', phone_key: '120363000000000001@g.us', is_group: true });
+    await api
+      .db('contacts')
+      .insert({ workspace_id: ws.id, phone: '120363000000000001@g.us', phone_key: '120363000000000001@g.us', is_group: true });
     expect(await totals()).toEqual({ unfiltered: 2, counted: 2, real: 2 });
-    await api.db.raw(`INSERT INTO contacts (workspace_id, phone, phone_key) SELECT ?, '55119' || (80000000 + g), '55119' || (80000000 + g) FROM generate_series(1, 50) g`, [ws.id]);
+    await api.db.raw(
+      `INSERT INTO contacts (workspace_id, phone, phone_key) SELECT ?, '55119' || (80000000 + g), '55119' || (80000000 + g) FROM generate_series(1, 50) g`,
+      [ws.id],
+    );
     await api.db('contacts').where({ id: created[1].id }).update({ merged_into_id: null });
     expect(await totals()).toEqual({ unfiltered: 53, counted: 53, real: 53 });
     // Another workspace's changes never move this one's count.
@@ -314,11 +401,31 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
        SELECT ?, 'Bulk ' || g, '55219' || (70000000 + g), '55219' || (70000000 + g), now() - g * interval '1 minute' FROM generate_series(1, 1500) g`,
       [wsx.id],
     );
-    const [rare, common] = await api.db('tags').insert([{ workspace_id: wsx.id, name: 'rare' }, { workspace_id: wsx.id, name: 'common' }]).returning('id');
-    const ordered = (await api.db('contacts').where({ workspace_id: wsx.id }).orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select('id')).map((r: { id: string }) => r.id);
+    const [rare, common] = await api
+      .db('tags')
+      .insert([
+        { workspace_id: wsx.id, name: 'rare' },
+        { workspace_id: wsx.id, name: 'common' },
+      ])
+      .returning('id');
+    const ordered = (
+      await api
+        .db('contacts')
+        .where({ workspace_id: wsx.id })
+        .orderBy([
+          { column: 'created_at', order: 'desc' },
+          { column: 'id', order: 'desc' },
+        ])
+        .select('id')
+    ).map((r: { id: string }) => r.id);
     const oldest = ordered.slice(-5);
     const everyTenth = ordered.filter((_, i) => i % 10 === 0);
-    await api.db('contact_tags').insert([...oldest.map((id) => ({ workspace_id: wsx.id, contact_id: id, tag_id: rare.id })), ...everyTenth.map((id) => ({ workspace_id: wsx.id, contact_id: id, tag_id: common.id }))]);
+    await api
+      .db('contact_tags')
+      .insert([
+        ...oldest.map((id) => ({ workspace_id: wsx.id, contact_id: id, tag_id: rare.id })),
+        ...everyTenth.map((id) => ({ workspace_id: wsx.id, contact_id: id, tag_id: common.id })),
+      ]);
     const page = async (qs: string) => {
       const body = (await api.request('GET', `/api/v1/leads?${qs}`, { key: wsx.key })).body;
       return { total: body.pagination.total, ids: body.data.map((l: { id: string }) => l.id) };
@@ -338,7 +445,9 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
        SELECT ?, 'Walk ' || g, '55419' || (70000000 + g), '55419' || (70000000 + g), now() - g * interval '1 minute' FROM generate_series(1, 1300) g`,
       [wsx.id],
     );
-    const all = (await api.db('contacts').where({ workspace_id: wsx.id }).orderBy('created_at', 'desc').select('id')).map((r: { id: string }) => r.id as string);
+    const all = (await api.db('contacts').where({ workspace_id: wsx.id }).orderBy('created_at', 'desc').select('id')).map(
+      (r: { id: string }) => r.id as string,
+    );
     return { wsx, all, oldest: all.slice(1000) };
   };
   /** Every page of `qs` in both orders, at several offsets, against `direct` (the matching ids, newest first): one statement each. */
@@ -346,12 +455,25 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     const newestFirst = await direct();
     for (const order of ['desc', 'asc'] as const) {
       const expected = order === 'desc' ? newestFirst : [...newestFirst].reverse();
-      for (const [limit, offset] of [[25, 0], [7, 3], [50, 60], [10, Math.max(0, expected.length - 4)], [10, expected.length + 5]]) {
+      for (const [limit, offset] of [
+        [25, 0],
+        [7, 3],
+        [50, 60],
+        [10, Math.max(0, expected.length - 4)],
+        [10, expected.length + 5],
+      ]) {
         let body: { data: { id: string }[]; pagination: { total: number } } | undefined;
         const statements = await countQueries(api, async () => {
           body = (await api.request('GET', `/api/v1/leads?${qs}&order=${order}&limit=${limit}&offset=${offset}`, { key: wsx.key })).body;
         });
-        expect({ qs, order, limit, offset, ids: body!.data.map((l) => l.id), total: body!.pagination.total }).toEqual({ qs, order, limit, offset, ids: expected.slice(offset, offset + limit), total: expected.length });
+        expect({ qs, order, limit, offset, ids: body!.data.map((l) => l.id), total: body!.pagination.total }).toEqual({
+          qs,
+          order,
+          limit,
+          offset,
+          ids: expected.slice(offset, offset + limit),
+          total: expected.length,
+        });
         // The page and its maintained total in one statement (a page past the end reads its total apart).
         expect(statements).toBe(offset < expected.length ? 1 : 2);
       }
@@ -363,15 +485,27 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
       .where({ 'c.workspace_id': wsx.id, 'c.is_group': false })
       .whereNull('c.merged_into_id')
       .whereNull('c.deleted_at')
-      .orderBy([{ column: 'c.created_at', order: 'desc' }, { column: 'c.id', order: 'desc' }])
+      .orderBy([
+        { column: 'c.created_at', order: 'desc' },
+        { column: 'c.id', order: 'desc' },
+      ])
       .select('c.id')
       .then((rows: { id: string }[]) => rows.map((r) => r.id));
 
   it('reads a tag in creation order from the tag itself: one statement per page, either order, any offset, through tagging, deletion, merge and a rewritten creation instant', async () => {
     const { wsx, all, oldest } = await walkWorkspace(['leads:write', 'tags:write']);
     // Every third of the 300 oldest, through the API (the tag is created by name on first use).
-    for (const id of oldest.filter((_, i) => i % 3 === 0)) expect((await api.request('POST', `/api/v1/leads/${id}/tags`, { key: wsx.key, body: { tag: 'Walked' } })).status).toBe(200);
-    const direct = () => canonicalNewestFirst(wsx, api.db('contacts as c').whereExists(api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').whereRaw('ct.contact_id = c.id').where('t.name', 'Walked')));
+    for (const id of oldest.filter((_, i) => i % 3 === 0))
+      expect((await api.request('POST', `/api/v1/leads/${id}/tags`, { key: wsx.key, body: { tag: 'Walked' } })).status).toBe(200);
+    const direct = () =>
+      canonicalNewestFirst(
+        wsx,
+        api
+          .db('contacts as c')
+          .whereExists(
+            api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').whereRaw('ct.contact_id = c.id').where('t.name', 'Walked'),
+          ),
+      );
     const tagged = await expectWalkedPages(wsx, 'tag=walked', direct);
     expect(tagged).toHaveLength(100);
     // Removed: a deleted lead, a lead merged into an untagged one (its tags move to the survivor).
@@ -379,10 +513,21 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     const untagged = all.find((id) => !tagged.includes(id))!;
     expect((await api.admin('POST', `/admin/v1/workspaces/${wsx.id}/contacts/${tagged[40]}/merge`, { intoId: untagged })).status).toBe(200);
     // A creation instant rewritten in the database moves the lead in the tag's order too.
-    await api.db('contacts').where({ id: tagged[90] }).update({ created_at: api.db.raw("now() + interval '1 day'") });
-    await api.db('contacts').where({ id: tagged[0] }).update({ created_at: api.db.raw("now() - interval '10 days'") });
+    await api
+      .db('contacts')
+      .where({ id: tagged[90] })
+      .update({ created_at: api.db.raw("now() + interval '1 day'") });
+    await api
+      .db('contacts')
+      .where({ id: tagged[0] })
+      .update({ created_at: api.db.raw("now() - interval '10 days'") });
     const after = await expectWalkedPages(wsx, 'tag=walked', direct);
-    expect([after[0], after[after.length - 1], after.includes(untagged), after.includes(tagged[5])]).toEqual([tagged[90], tagged[0], true, false]);
+    expect([after[0], after[after.length - 1], after.includes(untagged), after.includes(tagged[5])]).toEqual([
+      tagged[90],
+      tagged[0],
+      true,
+      false,
+    ]);
   });
 
   it('reads deal filters in creation order from their facet: each lead once however many of its deals match, through moves, closing, merge and a rewritten creation instant', async () => {
@@ -398,25 +543,45 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     for (const id of oldest.filter((_, i) => i % 3 === 0)) dealOf.set(id, await deal(id));
     // Two deals in the stage: still one lead.
     for (const id of oldest.slice(0, 12).filter((_, i) => i % 3 === 0)) await deal(id);
-    const direct = (deals: Record<string, string>) => () => canonicalNewestFirst(wsx, api.db('contacts as c').whereExists(api.db('deals as d').whereRaw('d.contact_id = c.id').where(deals)));
+    const direct = (deals: Record<string, string>) => () =>
+      canonicalNewestFirst(wsx, api.db('contacts as c').whereExists(api.db('deals as d').whereRaw('d.contact_id = c.id').where(deals)));
     const matching = await expectWalkedPages(wsx, `stageId=${fresh}&status=open`, direct({ 'd.stage_id': fresh, 'd.status': 'open' }));
     expect(matching).toHaveLength(100);
     // A deal moved out (its lead leaves the facet), one lost (leaves status=open), a merge (deals move to the survivor).
     const [movedLead, lostLead, mergedLead] = [matching[50], matching[60], matching[70]];
-    expect((await api.request('PATCH', `/api/v1/deals/${dealOf.get(movedLead)}`, { key: wsx.key, body: { stageId: won } })).status).toBe(200);
-    expect((await api.request('PATCH', `/api/v1/deals/${dealOf.get(lostLead)}`, { key: wsx.key, body: { status: 'lost', lostReason: 'price' } })).status).toBe(200);
+    expect((await api.request('PATCH', `/api/v1/deals/${dealOf.get(movedLead)}`, { key: wsx.key, body: { stageId: won } })).status).toBe(
+      200,
+    );
+    expect(
+      (await api.request('PATCH', `/api/v1/deals/${dealOf.get(lostLead)}`, { key: wsx.key, body: { status: 'lost', lostReason: 'price' } }))
+        .status,
+    ).toBe(200);
     const survivor = all[3];
     expect((await api.admin('POST', `/admin/v1/workspaces/${wsx.id}/contacts/${mergedLead}/merge`, { intoId: survivor })).status).toBe(200);
-    await api.db('contacts').where({ id: matching[99] }).update({ created_at: api.db.raw("now() + interval '1 day'") });
+    await api
+      .db('contacts')
+      .where({ id: matching[99] })
+      .update({ created_at: api.db.raw("now() + interval '1 day'") });
     const after = await expectWalkedPages(wsx, `stageId=${fresh}&status=open`, direct({ 'd.stage_id': fresh, 'd.status': 'open' }));
-    expect([after[0], after.includes(movedLead), after.includes(lostLead), after.includes(mergedLead), after.includes(survivor), after.length]).toEqual([matching[99], false, false, false, true, 98]);
+    expect([
+      after[0],
+      after.includes(movedLead),
+      after.includes(lostLead),
+      after.includes(mergedLead),
+      after.includes(survivor),
+      after.length,
+    ]).toEqual([matching[99], false, false, false, true, 98]);
     expect(await expectWalkedPages(wsx, `stageId=${won}`, direct({ 'd.stage_id': won }))).toEqual([movedLead]);
     expect(await expectWalkedPages(wsx, 'status=lost', direct({ 'd.status': 'lost' }))).toEqual([lostLead]);
-    expect(await expectWalkedPages(wsx, `pipelineId=${sales.id}&status=open`, direct({ 'd.pipeline_id': sales.id, 'd.status': 'open' }))).toHaveLength(99);
+    expect(
+      await expectWalkedPages(wsx, `pipelineId=${sales.id}&status=open`, direct({ 'd.pipeline_id': sales.id, 'd.status': 'open' })),
+    ).toHaveLength(99);
   });
 
   it('always equal a real count and the pages equal a direct query, through random tagging, deal moves, renames, deletions and merges', async () => {
-    const wsx = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:read', 'tags:write', 'deals:read', 'deals:write'] });
+    const wsx = await createWorkspace(api, {
+      scopes: ['leads:read', 'leads:write', 'tags:read', 'tags:write', 'deals:read', 'deals:write'],
+    });
     const sales = await seedPipeline(api, wsx.id, { name: 'Sales', stages: ['New', 'Won'] });
     const support = await seedPipeline(api, wsx.id, { name: 'Support', stages: ['Open'] });
     const stages = [...sales.stages.map((s) => ({ pipeline: sales, stage: s })), { pipeline: support, stage: support.stages[0] }];
@@ -427,14 +592,25 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     const deals: string[] = [];
     // A small deterministic generator: the same sequence every run, so a failure reproduces.
     let state = 42;
-    const pick = (n: number) => ((state = (state * 1103515245 + 12345) % 2 ** 31) % n);
+    const pick = (n: number) => (state = (state * 1103515245 + 12345) % 2 ** 31) % n;
 
     type Filter = { tag?: string; pipelineId?: string; stageId?: string; status?: string; q?: string; createdAfter?: string };
     const real = async (filter: Filter) => {
-      const q = api.db('contacts as c').where({ 'c.workspace_id': wsx.id, 'c.is_group': false }).whereNull('c.merged_into_id').whereNull('c.deleted_at');
+      const q = api
+        .db('contacts as c')
+        .where({ 'c.workspace_id': wsx.id, 'c.is_group': false })
+        .whereNull('c.merged_into_id')
+        .whereNull('c.deleted_at');
       if (filter.q) q.whereRaw(`(lower(c.name) || ' ' || c.phone || ' ' || coalesce(lower(c.email), '')) LIKE ?`, [`%${filter.q}%`]);
       if (filter.createdAfter) q.where('c.created_at', '>=', filter.createdAfter);
-      if (filter.tag) q.whereExists(api.db('contact_tags as ct').join('tags as t', 't.id', 'ct.tag_id').whereRaw('ct.contact_id = c.id').whereRaw('lower(t.name) = lower(?)', [filter.tag]));
+      if (filter.tag)
+        q.whereExists(
+          api
+            .db('contact_tags as ct')
+            .join('tags as t', 't.id', 'ct.tag_id')
+            .whereRaw('ct.contact_id = c.id')
+            .whereRaw('lower(t.name) = lower(?)', [filter.tag]),
+        );
       if (filter.pipelineId || filter.stageId || filter.status) {
         const d = api.db('deals as d').whereRaw('d.contact_id = c.id');
         if (filter.pipelineId) d.where('d.pipeline_id', filter.pipelineId);
@@ -442,7 +618,14 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
         if (filter.status) d.where('d.status', filter.status);
         q.whereExists(d);
       }
-      const ids = (await q.orderBy([{ column: 'c.created_at', order: 'desc' }, { column: 'c.id', order: 'desc' }]).select('c.id')).map((r: { id: string }) => r.id);
+      const ids = (
+        await q
+          .orderBy([
+            { column: 'c.created_at', order: 'desc' },
+            { column: 'c.id', order: 'desc' },
+          ])
+          .select('c.id')
+      ).map((r: { id: string }) => r.id);
       return ids;
     };
     const check = async () => {
@@ -454,7 +637,11 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
         { q: 'shop.io' },
         { q: 'f1', createdAfter: '2000-01-01T00:00:00.000Z' },
         ...TAGS.map((tag) => ({ tag })),
-        ...stages.flatMap(({ pipeline, stage }) => [{ stageId: stage.id }, { stageId: stage.id, status: 'open' }, { pipelineId: pipeline.id, stageId: stage.id }]),
+        ...stages.flatMap(({ pipeline, stage }) => [
+          { stageId: stage.id },
+          { stageId: stage.id, status: 'open' },
+          { pipelineId: pipeline.id, stageId: stage.id },
+        ]),
         { pipelineId: sales.id },
         { pipelineId: sales.id, status: 'won' },
         { status: 'lost' },
@@ -462,7 +649,10 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
       for (const filter of filters) {
         const expected = await real(filter);
         for (const limit of [2, 100]) {
-          const res = await call('GET', `/api/v1/leads?${new URLSearchParams({ ...(filter as Record<string, string>), limit: String(limit) })}`);
+          const res = await call(
+            'GET',
+            `/api/v1/leads?${new URLSearchParams({ ...(filter as Record<string, string>), limit: String(limit) })}`,
+          );
           expect({ filter, limit, total: res.body.pagination.total, ids: res.body.data.map((l: { id: string }) => l.id) }).toEqual({
             filter,
             limit,
@@ -477,7 +667,11 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
       const op = leads.length < 4 ? 0 : pick(10);
       const lead = leads[pick(leads.length || 1)];
       if (op === 0) {
-        const res = await call('POST', '/api/v1/leads', { phone: `55319${base + step}`, name: `F${step}`, tags: TAGS.filter(() => pick(3) === 0) });
+        const res = await call('POST', '/api/v1/leads', {
+          phone: `55319${base + step}`,
+          name: `F${step}`,
+          tags: TAGS.filter(() => pick(3) === 0),
+        });
         leads.push(res.body.data.id);
       } else if (op === 1) await call('POST', `/api/v1/leads/${lead}/tags`, { tag: TAGS[pick(TAGS.length)] });
       else if (op === 2) {
@@ -489,12 +683,18 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
         if (res.status === 201) deals.push(res.body.data.id);
       } else if (op === 5 && deals.length > 0) {
         // A deal of a deleted lead answers 404 through the API and stays as it is.
-        const deal = await api.db('deals').where({ id: deals[pick(deals.length)] }).first('id', 'pipeline_id');
+        const deal = await api
+          .db('deals')
+          .where({ id: deals[pick(deals.length)] })
+          .first('id', 'pipeline_id');
         const same = stages.filter((s) => s.pipeline.id === deal.pipeline_id);
         await call('PATCH', `/api/v1/deals/${deal.id}`, { stageId: same[pick(same.length)].stage.id });
       } else if (op === 6 && deals.length > 0) {
         const status = ['open', 'won', 'lost'][pick(3)];
-        await call('PATCH', `/api/v1/deals/${deals[pick(deals.length)]}`, { status, ...(status === 'lost' ? { lostReason: 'price' } : {}) });
+        await call('PATCH', `/api/v1/deals/${deals[pick(deals.length)]}`, {
+          status,
+          ...(status === 'lost' ? { lostReason: 'price' } : {}),
+        });
       } else if (op === 7 && pick(3) === 0) {
         await call('DELETE', `/api/v1/leads/${lead}`);
       } else if (op === 8) {
@@ -506,7 +706,11 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
         }
       } else if (op === 9) {
         // A rename or a new e-mail moves a lead into or out of a search.
-        await call('PATCH', `/api/v1/leads/${lead}`, pick(2) === 0 ? { name: `F${pick(150)}` } : { email: pick(2) === 0 ? `f${pick(50)}@shop.io` : null });
+        await call(
+          'PATCH',
+          `/api/v1/leads/${lead}`,
+          pick(2) === 0 ? { name: `F${pick(150)}` } : { email: pick(2) === 0 ? `f${pick(50)}@shop.io` : null },
+        );
       }
       if (step % 30 === 29) await check();
     }

@@ -139,11 +139,7 @@ describe('lists', () => {
       expect(res.body.hint).toContain(bad);
     }
     expect(await api.db('list_members').where({ list_id: list.id })).toEqual([]);
-    expectError(
-      await api.request('DELETE', `/api/v1/lists/${list.id}/contacts/not-a-uuid`, { key: ws.key }),
-      404,
-      'CONTACT_NOT_FOUND',
-    );
+    expectError(await api.request('DELETE', `/api/v1/lists/${list.id}/contacts/not-a-uuid`, { key: ws.key }), 404, 'CONTACT_NOT_FOUND');
   });
 
   it('counts only canonical contacts: soft-deleted and merged members drop out of contactCount and the contacts page', async () => {
@@ -174,7 +170,10 @@ describe('lists', () => {
     // List Ln holds n contacts (L5 none).
     for (const [i, list] of lists.entries()) {
       if (i === 0 || i === 5) continue;
-      const res = await api.request('POST', `/api/v1/lists/${list.id}/contacts`, { key: ws.key, body: { contactIds: contacts.slice(0, i).map((c) => c.id) } });
+      const res = await api.request('POST', `/api/v1/lists/${list.id}/contacts`, {
+        key: ws.key,
+        body: { contactIds: contacts.slice(0, i).map((c) => c.id) },
+      });
       expect(res.status).toBe(200);
     }
     const small = await countQueries(api, () => api.request('GET', '/api/v1/lists?limit=1', { key: ws.key }));
@@ -233,7 +232,11 @@ describe('lists', () => {
     await api.request('POST', `/api/v1/lists/${theirs.id}/contacts`, { key: other.key, body: { contactIds: [theirContact.id] } });
     const snapshot = async () => ({
       lists: await api.db('lists').whereIn('id', [mine.id, theirs.id]).orderBy('id').select('id', 'name', 'updated_at'),
-      members: await api.db('list_members').whereIn('list_id', [mine.id, theirs.id]).orderBy(['list_id', 'contact_id']).select('list_id', 'contact_id'),
+      members: await api
+        .db('list_members')
+        .whereIn('list_id', [mine.id, theirs.id])
+        .orderBy(['list_id', 'contact_id'])
+        .select('list_id', 'contact_id'),
     });
     const before = await snapshot();
 
@@ -247,11 +250,7 @@ describe('lists', () => {
       404,
       'NOT_FOUND',
     );
-    expectError(
-      await api.request('DELETE', `/api/v1/lists/${theirs.id}/contacts/${theirContact.id}`, { key: ws.key }),
-      404,
-      'NOT_FOUND',
-    );
+    expectError(await api.request('DELETE', `/api/v1/lists/${theirs.id}/contacts/${theirContact.id}`, { key: ws.key }), 404, 'NOT_FOUND');
     // Their contact in my list.
     expectError(
       await api.request('POST', `/api/v1/lists/${mine.id}/contacts`, { key: ws.key, body: { contactIds: [theirContact.id] } }),

@@ -4,7 +4,18 @@
  * the Cloud API wire format. Cold sends are limited to 5/min per key, so tests spread
  * requests over keys of one workspace where they need more.
  */
-import { ApiResponse, createKey, createWorkspace, eventually, expectError, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
+import {
+  ApiResponse,
+  createKey,
+  createWorkspace,
+  eventually,
+  expectError,
+  outbox,
+  startApi,
+  TestApi,
+  uniqueIp,
+  Workspace,
+} from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
@@ -14,7 +25,10 @@ const mobile = (): string => `55119${String(60000000 + ((process.pid * 7 + ++seq
 const withoutNinth = (phone: string): string => phone.slice(0, 4) + phone.slice(5);
 
 async function emulator(path: string, body?: unknown): Promise<any> {
-  const res = await fetch(`${EMULATOR}${path}`, body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(
+    `${EMULATOR}${path}`,
+    body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
+  );
   return res.json();
 }
 const callsTo = async (to: string) => (await emulator(`/__emulator/calls?to=${to}`)).calls as any[];
@@ -33,18 +47,38 @@ async function setup(options: { plan?: Record<string, unknown>; keys?: number; p
     channel: 'whatsapp',
     provider: options.provider ?? 'cloud',
     connected: true,
-    config: { baseUrl: EMULATOR, phoneNumberId: `PN-${ws.id.slice(0, 8)}`, accessToken: 'token-never-logged', appSecret: 's', instanceName: `inst-${ws.id.slice(0, 8)}` },
+    config: {
+      baseUrl: EMULATOR,
+      phoneNumberId: `PN-${ws.id.slice(0, 8)}`,
+      accessToken: 'token-never-logged',
+      appSecret: 's',
+      instanceName: `inst-${ws.id.slice(0, 8)}`,
+    },
   });
   expect(instance.status).toBe(201);
-  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.body.data.id,
+    name: 'welcome',
+    language: 'pt_BR',
+    variableCount: 1,
+    status: 'approved',
+  });
   const keys = [ws.key];
-  for (let i = 1; i < (options.keys ?? 1); i++) keys.push((await createKey(api, ws.id, ['conversations:send'], { rateLimitPerMinute: 1000 })).key);
+  for (let i = 1; i < (options.keys ?? 1); i++)
+    keys.push((await createKey(api, ws.id, ['conversations:send'], { rateLimitPerMinute: 1000 })).key);
   return { ws, instanceId: instance.body.data.id, keys };
 }
 
 const send = (key: string, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
   api.request('POST', '/api/v1/messages', { key, body, headers: { 'x-forwarded-for': uniqueIp(), ...headers } });
-const template = (phone: string, extra: Record<string, unknown> = {}) => ({ phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'], ...extra });
+const template = (phone: string, extra: Record<string, unknown> = {}) => ({
+  phone,
+  type: 'template',
+  templateName: 'welcome',
+  templateLanguage: 'pt_BR',
+  templateVariables: ['Ana'],
+  ...extra,
+});
 
 async function leftovers(workspaceId: string) {
   const [contacts, conversations, counters] = await Promise.all([
@@ -85,17 +119,35 @@ describe('POST /api/v1/messages', () => {
       messaging_product: 'whatsapp',
       to: phone,
       type: 'template',
-      template: { name: 'welcome', language: { code: 'pt_BR' }, components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ana' }] }] },
+      template: {
+        name: 'welcome',
+        language: { code: 'pt_BR' },
+        components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ana' }] }],
+      },
     });
     const message = await api.db('messages').where({ id: res.body.data.id }).first();
     expect(message).toMatchObject({ direction: 'out', status: 'sent', provider_message_id: calls[0].messageId });
     const created = (await outbox(api, s.ws.id, 'contact.created')).map((e) => e.payload);
-    expect(created).toEqual([{ event: 'contact.created', workspace_id: s.ws.id, timestamp: expect.any(String), contact_id: res.body.data.contactId, name: '', phone, email: null }]);
+    expect(created).toEqual([
+      {
+        event: 'contact.created',
+        workspace_id: s.ws.id,
+        timestamp: expect.any(String),
+        contact_id: res.body.data.contactId,
+        name: '',
+        phone,
+        email: null,
+      },
+    ]);
 
     // The same number without its ninth digit: the same contact and conversation, nothing created.
     const again = await send(s.ws.key, template(withoutNinth(phone)));
     expect(again.status).toBe(201);
-    expect(again.body.data).toMatchObject({ contactId: res.body.data.contactId, conversationId: res.body.data.conversationId, created: { contact: false, conversation: false } });
+    expect(again.body.data).toMatchObject({
+      contactId: res.body.data.contactId,
+      conversationId: res.body.data.conversationId,
+      created: { contact: false, conversation: false },
+    });
   });
 
   it('keeps a landline and the mobile ending in its 8 digits apart: the cold send to the mobile reaches the mobile, not the landline', async () => {
@@ -103,7 +155,10 @@ describe('POST /api/v1/messages', () => {
     const last8 = String(30000000 + ((process.pid * 11 + ++seq * 7919) % 20000000));
     const landline = `5521${last8}`;
     const mobilePhone = `55219${last8}`;
-    const lead = await api.request('POST', '/api/v1/leads', { key: (await createKey(api, s.ws.id, ['leads:write'])).key, body: { phone: landline, name: 'Office' } });
+    const lead = await api.request('POST', '/api/v1/leads', {
+      key: (await createKey(api, s.ws.id, ['leads:write'])).key,
+      body: { phone: landline, name: 'Office' },
+    });
     expect(lead.status).toBe(201);
     const sent = await send(s.keys[0], template(mobilePhone));
     expect(sent.status).toBe(201);
@@ -140,7 +195,7 @@ describe('POST /api/v1/messages', () => {
     expect((await callsTo(phone)).at(-1).body).toMatchObject({ type: 'text', text: { body: 'hello again' } });
   });
 
-  it('answers TEMPLATE_INVALID for an unknown template or a wrong variable count, and for the provider\'s 132000, compensating', async () => {
+  it("answers TEMPLATE_INVALID for an unknown template or a wrong variable count, and for the provider's 132000, compensating", async () => {
     const s = await setup({ keys: 2 });
     const phone = mobile();
     expectError(await send(s.keys[0], template(phone, { templateName: 'nope' })), 422, 'TEMPLATE_INVALID');
@@ -169,11 +224,21 @@ describe('POST /api/v1/messages', () => {
     const bare = await createWorkspace(api, { scopes: ['conversations:send'] });
     expectError(await send(bare.key, template(mobile())), 422, 'NO_INSTANCE');
     const s = await setup({ keys: 2 });
-    expectError(await send(s.keys[0], template(mobile(), { instanceId: '00000000-0000-4000-8000-000000000000' })), 404, 'INSTANCE_NOT_FOUND');
+    expectError(
+      await send(s.keys[0], template(mobile(), { instanceId: '00000000-0000-4000-8000-000000000000' })),
+      404,
+      'INSTANCE_NOT_FOUND',
+    );
     expectError(await send(s.keys[0], template(mobile(), { instanceId: 'nope' })), 404, 'INSTANCE_NOT_FOUND');
     const other = await setup();
     expectError(await send(s.keys[0], template(mobile(), { instanceId: other.instanceId })), 404, 'INSTANCE_NOT_FOUND');
-    const second = await api.admin('POST', `/admin/v1/workspaces/${s.ws.id}/instances`, { name: 'Second', channel: 'whatsapp', provider: 'cloud', connected: false, config: { baseUrl: EMULATOR, phoneNumberId: 'PN2', accessToken: 't' } });
+    const second = await api.admin('POST', `/admin/v1/workspaces/${s.ws.id}/instances`, {
+      name: 'Second',
+      channel: 'whatsapp',
+      provider: 'cloud',
+      connected: false,
+      config: { baseUrl: EMULATOR, phoneNumberId: 'PN2', accessToken: 't' },
+    });
     expectError(await send(s.keys[0], template(mobile())), 422, 'INSTANCE_REQUIRED');
     expectError(await send(s.keys[1], template(mobile(), { instanceId: second.body.data.id })), 422, 'INSTANCE_DISCONNECTED');
     expect(await leftovers(s.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
@@ -238,7 +303,10 @@ describe('POST /api/v1/messages', () => {
     // São Paulo keeps UTC-3 all year: its next midnight is the next 03:00 UTC.
     const untilMidnight = (at: number) => {
       const local = new Date(at - 3 * 3_600_000);
-      return Math.max(1, Math.ceil((Date.UTC(local.getUTCFullYear(), local.getUTCMonth(), local.getUTCDate() + 1) + 3 * 3_600_000 - at) / 1000));
+      return Math.max(
+        1,
+        Math.ceil((Date.UTC(local.getUTCFullYear(), local.getUTCMonth(), local.getUTCDate() + 1) + 3 * 3_600_000 - at) / 1000),
+      );
     };
     const expectRetryAfter = async (request: () => Promise<ApiResponse>, code: string) => {
       const before = Date.now();
@@ -258,7 +326,10 @@ describe('POST /api/v1/messages', () => {
     expect(first.status).toBe(201);
     const conversationId = first.body.data.conversationId;
     await api.db('conversations').where({ id: conversationId }).update({ last_inbound_at: new Date() });
-    await expectRetryAfter(() => api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: s.keys[1], body: { text: 'hi' } }), 'MESSAGE_LIMIT_REACHED');
+    await expectRetryAfter(
+      () => api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: s.keys[1], body: { text: 'hi' } }),
+      'MESSAGE_LIMIT_REACHED',
+    );
   });
 
   it('validates the body: PHONE_REQUIRED, INVALID_PHONE, bounds naming the field, INVALID_URL', async () => {
@@ -269,8 +340,18 @@ describe('POST /api/v1/messages', () => {
       [{ phone: '11987654321', text: 'x' }, 400, 'INVALID_PHONE'],
       [{ phone: mobile(), text: 'x'.repeat(4097) }, 400, 'VALIDATION', 'body.text'],
       [{ phone: mobile(), type: 'text' }, 400, 'VALIDATION', 'body.text'],
-      [{ phone: mobile(), type: 'image', mediaUrl: 'https://example.com/a.jpg', caption: 'c'.repeat(1025) }, 400, 'VALIDATION', 'body.caption'],
-      [{ phone: mobile(), type: 'document', mediaUrl: 'https://example.com/a.pdf', fileName: 'f'.repeat(256) }, 400, 'VALIDATION', 'body.fileName'],
+      [
+        { phone: mobile(), type: 'image', mediaUrl: 'https://example.com/a.jpg', caption: 'c'.repeat(1025) },
+        400,
+        'VALIDATION',
+        'body.caption',
+      ],
+      [
+        { phone: mobile(), type: 'document', mediaUrl: 'https://example.com/a.pdf', fileName: 'f'.repeat(256) },
+        400,
+        'VALIDATION',
+        'body.fileName',
+      ],
       [template(mobile(), { templateLanguage: 'p' }), 400, 'VALIDATION', 'body.templateLanguage'],
       [template(mobile(), { templateVariables: Array(21).fill('v') }), 400, 'VALIDATION', 'body.templateVariables'],
       [{ phone: mobile(), type: 'image', mediaUrl: 'ftp://example.com/a.jpg' }, 400, 'INVALID_URL'],
@@ -294,7 +375,10 @@ describe('POST /api/v1/messages', () => {
     expectError(big, 422, 'MEDIA_TOO_LARGE');
     const ok = await send(s.ws.key, { phone, type: 'image', mediaUrl: `${EMULATOR}/__emulator/media/1024/photo.jpg`, caption: 'look' });
     expect(ok.status).toBe(201);
-    expect((await callsTo(phone)).at(-1).body).toMatchObject({ type: 'image', image: { link: `${EMULATOR}/__emulator/media/1024/photo.jpg`, caption: 'look' } });
+    expect((await callsTo(phone)).at(-1).body).toMatchObject({
+      type: 'image',
+      image: { link: `${EMULATOR}/__emulator/media/1024/photo.jpg`, caption: 'look' },
+    });
   });
 
   it('limits cold sends to 5 per minute per key even when the key allows 1000 (COLD_SEND_RATE_LIMITED)', async () => {
@@ -313,7 +397,9 @@ describe('idempotency', () => {
     const s = await setup({ keys: 5 });
     const phone = mobile();
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 300, times: 1 });
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => send(s.keys[i % 4], template(phone), { 'Idempotency-Key': `order-${phone}` })));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => send(s.keys[i % 4], template(phone), { 'Idempotency-Key': `order-${phone}` })),
+    );
     expect(results.every((r) => [200, 201, 409].includes(r.status))).toBe(true);
     expect(results.filter((r) => r.status === 201)).toHaveLength(1);
     for (const r of results.filter((r) => r.status === 409)) expectError(r, 409, 'IN_PROGRESS');
@@ -330,7 +416,11 @@ describe('idempotency', () => {
   it('frees the key after a failed send so the same key can be retried', async () => {
     const s = await setup();
     const phone = mobile();
-    expectError(await send(s.ws.key, template(phone, { templateVariables: [] }), { 'Idempotency-Key': 'retry-me' }), 422, 'TEMPLATE_INVALID');
+    expectError(
+      await send(s.ws.key, template(phone, { templateVariables: [] }), { 'Idempotency-Key': 'retry-me' }),
+      422,
+      'TEMPLATE_INVALID',
+    );
     const res = await send(s.ws.key, template(phone), { 'Idempotency-Key': 'retry-me' });
     expect(res.status).toBe(201);
     // Keys are scoped to the workspace: another workspace's identical key is its own send.
@@ -346,7 +436,11 @@ describe('idempotency', () => {
     expect(first.status).toBe(201);
     expect(first.headers.get('idempotency-key')).toBe(key);
     const again = await send(s.keys[1], template(phone), { 'Idempotency-Key': key });
-    expect({ status: again.status, replayed: again.headers.get('idempotent-replayed'), body: again.body }).toEqual({ status: 200, replayed: 'true', body: first.body });
+    expect({ status: again.status, replayed: again.headers.get('idempotent-replayed'), body: again.body }).toEqual({
+      status: 200,
+      replayed: 'true',
+      body: first.body,
+    });
     expect(await callsTo(phone)).toHaveLength(1);
     const long = await send(s.keys[0], template(mobile()), { 'Idempotency-Key': `k ${'x'.repeat(254)}` });
     expectError(long, 400, 'VALIDATION');
@@ -358,14 +452,26 @@ describe('idempotency', () => {
     const key = `bound-${phone}`;
     const first = await send(s.keys[0], template(phone), { 'Idempotency-Key': key });
     expect(first.status).toBe(201);
-    expectError(await send(s.keys[1], template(phone, { templateVariables: ['Bruno'] }), { 'Idempotency-Key': key }), 422, 'IDEMPOTENCY_KEY_REUSED');
+    expectError(
+      await send(s.keys[1], template(phone, { templateVariables: ['Bruno'] }), { 'Idempotency-Key': key }),
+      422,
+      'IDEMPOTENCY_KEY_REUSED',
+    );
     expectError(await send(s.keys[1], template(mobile()), { 'Idempotency-Key': key }), 422, 'IDEMPOTENCY_KEY_REUSED');
     const path = `/api/v1/conversations/${first.body.data.conversationId}/messages`;
-    const other = await api.request('POST', path, { key: s.ws.key, body: { type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] }, headers: { 'Idempotency-Key': key } });
+    const other = await api.request('POST', path, {
+      key: s.ws.key,
+      body: { type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] },
+      headers: { 'Idempotency-Key': key },
+    });
     expectError(other, 422, 'IDEMPOTENCY_KEY_REUSED');
     // The same request (fields in another order, phone in another form) is the same request.
     const written = `+55 (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`;
-    const same = await send(s.keys[2], { templateVariables: ['Ana'], templateLanguage: 'pt_BR', templateName: 'welcome', type: 'template', phone: written }, { 'Idempotency-Key': key });
+    const same = await send(
+      s.keys[2],
+      { templateVariables: ['Ana'], templateLanguage: 'pt_BR', templateName: 'welcome', type: 'template', phone: written },
+      { 'Idempotency-Key': key },
+    );
     expect({ status: same.status, body: same.body }).toEqual({ status: 200, body: first.body });
     expect(await callsTo(phone)).toHaveLength(1);
   });
@@ -426,7 +532,13 @@ describe('answers a client can act on', () => {
     expectError(await send(web.ws.key, template(phone)), 422, 'TEMPLATE_UNSUPPORTED');
     expect(await leftovers(web.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
     const s = await setup({ keys: 2 });
-    const instagram = await api.admin('POST', `/admin/v1/workspaces/${s.ws.id}/instances`, { name: 'IG', channel: 'instagram', provider: 'cloud', connected: true, config: { baseUrl: EMULATOR } });
+    const instagram = await api.admin('POST', `/admin/v1/workspaces/${s.ws.id}/instances`, {
+      name: 'IG',
+      channel: 'instagram',
+      provider: 'cloud',
+      connected: true,
+      config: { baseUrl: EMULATOR },
+    });
     expect(instagram.status).toBe(201);
     expectError(await send(s.keys[0], template(phone, { instanceId: instagram.body.data.id })), 422, 'CHANNEL_UNSUPPORTED');
     // Without instanceId the workspace's one WhatsApp instance is still the default.
@@ -443,11 +555,25 @@ describe('a provider call that gets no answer', () => {
     try {
       const run = async (behaviour: 'ok' | 'error') => {
         const s = await setup();
-        await emulator('/__emulator/webhook', { phoneNumberId: `PN-${s.ws.id.slice(0, 8)}`, url: `${quick.url}/webhooks/whatsapp/${s.instanceId}`, appSecret: 's' });
+        await emulator('/__emulator/webhook', {
+          phoneNumberId: `PN-${s.ws.id.slice(0, 8)}`,
+          url: `${quick.url}/webhooks/whatsapp/${s.instanceId}`,
+          appSecret: 's',
+        });
         const phone = mobile();
         // The provider answers after 11 s: the adapter gives up at 10 s, not knowing whether it was accepted.
-        await emulator('/__emulator/script', { to: phone, behaviour, ...(behaviour === 'error' ? { code: 131000 } : {}), delayMs: 11_000, times: 1 });
-        const res = await quick.request('POST', '/api/v1/messages', { key: s.ws.key, body: template(phone), headers: { 'x-forwarded-for': uniqueIp() } });
+        await emulator('/__emulator/script', {
+          to: phone,
+          behaviour,
+          ...(behaviour === 'error' ? { code: 131000 } : {}),
+          delayMs: 11_000,
+          times: 1,
+        });
+        const res = await quick.request('POST', '/api/v1/messages', {
+          key: s.ws.key,
+          body: template(phone),
+          headers: { 'x-forwarded-for': uniqueIp() },
+        });
         const messages = await api.db('messages').where({ workspace_id: s.ws.id }).select('id', 'status', 'provider_message_id');
         return { res, calls: await callsTo(phone), messages };
       };
@@ -456,7 +582,9 @@ describe('a provider call that gets no answer', () => {
       // Accepted: its `sent` callback settles the send; the provider is not called again.
       expect(accepted.res.status).toBe(201);
       expect(accepted.calls.map((c) => c.outcome)).toEqual(['ok']);
-      expect(accepted.messages).toEqual([{ id: accepted.res.body.data.id, status: 'sent', provider_message_id: accepted.calls[0].messageId }]);
+      expect(accepted.messages).toEqual([
+        { id: accepted.res.body.data.id, status: 'sent', provider_message_id: accepted.calls[0].messageId },
+      ]);
       // Not accepted: no callback within the window, so one more call; still one accepted message.
       expect(refused.res.status).toBe(201);
       expect(refused.calls.map((c) => c.outcome)).toEqual(['error', 'ok']);
@@ -468,7 +596,7 @@ describe('a provider call that gets no answer', () => {
 });
 
 describe('POST /api/v1/conversations/{id}/messages', () => {
-  it('sends in an existing conversation with the same rules, and 404 for another workspace\'s conversation', async () => {
+  it("sends in an existing conversation with the same rules, and 404 for another workspace's conversation", async () => {
     const s = await setup();
     const phone = mobile();
     const first = await send(s.ws.key, template(phone));
@@ -478,7 +606,13 @@ describe('POST /api/v1/conversations/{id}/messages', () => {
     await api.db('conversations').where({ id: conversationId }).update({ last_inbound_at: new Date() });
     const res = await api.request('POST', path, { key: s.ws.key, body: { text: 'hi' } });
     expect(res.status).toBe(201);
-    expect(res.body.data).toEqual({ id: expect.any(String), status: 'sent', type: 'text', conversationId, contactId: first.body.data.contactId });
+    expect(res.body.data).toEqual({
+      id: expect.any(String),
+      status: 'sent',
+      type: 'text',
+      conversationId,
+      contactId: first.body.data.contactId,
+    });
     const stranger = await setup();
     expectError(await api.request('POST', path, { key: stranger.ws.key, body: { text: 'hi' } }), 404, 'NOT_FOUND');
     const readOnly = await createWorkspace(api, { scopes: ['conversations:read'] });

@@ -14,7 +14,17 @@ describe('migrations', () => {
       const [, applied] = await db.migrate.latest(migrationConfig);
       expect(applied.length).toBeGreaterThan(20);
       const created = await tables();
-      for (const table of ['workspaces', 'api_keys', 'contacts', 'deals', 'outbox_events', 'webhook_deliveries', 'automation_runs', 'rate_limit_counters', 'daily_counters']) {
+      for (const table of [
+        'workspaces',
+        'api_keys',
+        'contacts',
+        'deals',
+        'outbox_events',
+        'webhook_deliveries',
+        'automation_runs',
+        'rate_limit_counters',
+        'daily_counters',
+      ]) {
         expect(created).toContain(table);
       }
       // Each migration reverses cleanly, one by one.

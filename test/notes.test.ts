@@ -47,7 +47,12 @@ describe('notes', () => {
 
     const edited = await api.request('PATCH', notesPath(lead.id, second.body.data.id), { key: ws.key, body: { body: 'Demo on Friday' } });
     expect(edited.status).toBe(200);
-    expect(edited.body.data).toMatchObject({ id: second.body.data.id, body: 'Demo on Friday', authorName: 'Bia Souza', createdAt: second.body.data.createdAt });
+    expect(edited.body.data).toMatchObject({
+      id: second.body.data.id,
+      body: 'Demo on Friday',
+      authorName: 'Bia Souza',
+      createdAt: second.body.data.createdAt,
+    });
 
     const deleted = await api.request('DELETE', notesPath(lead.id, first.body.data.id), { key: ws.key });
     expect(deleted.body).toEqual({ data: { id: first.body.data.id, deleted: true } });
@@ -100,7 +105,11 @@ describe('notes', () => {
     for (const leadId of [gone.id, merged.id, '00000000-0000-4000-8000-000000000000', 'not-a-uuid']) {
       expectError(await api.request('GET', notesPath(leadId), { key: ws.key }), 404, 'CONTACT_NOT_FOUND');
       expectError(await api.request('POST', notesPath(leadId), { key: ws.key, body: { body: 'x' } }), 404, 'CONTACT_NOT_FOUND');
-      expectError(await api.request('PATCH', notesPath(leadId, goneNote.id), { key: ws.key, body: { body: 'x' } }), 404, 'CONTACT_NOT_FOUND');
+      expectError(
+        await api.request('PATCH', notesPath(leadId, goneNote.id), { key: ws.key, body: { body: 'x' } }),
+        404,
+        'CONTACT_NOT_FOUND',
+      );
       expectError(await api.request('DELETE', notesPath(leadId, goneNote.id), { key: ws.key }), 404, 'CONTACT_NOT_FOUND');
     }
     // A note of another lead, or no note at all.
@@ -120,7 +129,11 @@ describe('notes', () => {
     expectError(await api.request('GET', notesPath(lead.id), { key: none.key }), 403, 'INSUFFICIENT_SCOPE');
     expect((await api.request('GET', notesPath(lead.id), { key: readOnly.key })).status).toBe(200);
     expectError(await api.request('POST', notesPath(lead.id), { key: readOnly.key, body: { body: 'x' } }), 403, 'INSUFFICIENT_SCOPE');
-    expectError(await api.request('PATCH', notesPath(lead.id, note.id), { key: readOnly.key, body: { body: 'x' } }), 403, 'INSUFFICIENT_SCOPE');
+    expectError(
+      await api.request('PATCH', notesPath(lead.id, note.id), { key: readOnly.key, body: { body: 'x' } }),
+      403,
+      'INSUFFICIENT_SCOPE',
+    );
     expectError(await api.request('DELETE', notesPath(lead.id, note.id), { key: readOnly.key }), 403, 'INSUFFICIENT_SCOPE');
     expect(await api.db('notes').where({ contact_id: lead.id }).pluck('body')).toEqual(['keep']);
   });
@@ -132,19 +145,28 @@ describe('notes', () => {
     const myNote = (await api.request('POST', notesPath(mine.id), { key: ws.key, body: { body: 'my note' } })).body.data;
     const theirs = await seed(other, 'Theirs');
     const theirNote = (await api.request('POST', notesPath(theirs.id), { key: other.key, body: { body: 'their note' } })).body.data;
-    const snapshot = () => api.db('notes').whereIn('contact_id', [mine.id, theirs.id]).orderBy('id').select('id', 'contact_id', 'body', 'updated_at');
+    const snapshot = () =>
+      api.db('notes').whereIn('contact_id', [mine.id, theirs.id]).orderBy('id').select('id', 'contact_id', 'body', 'updated_at');
     const before = await snapshot();
 
     expectError(await api.request('GET', notesPath(theirs.id), { key: ws.key }), 404, 'CONTACT_NOT_FOUND');
     expectError(await api.request('POST', notesPath(theirs.id), { key: ws.key, body: { body: 'x' } }), 404, 'CONTACT_NOT_FOUND');
-    expectError(await api.request('PATCH', notesPath(theirs.id, theirNote.id), { key: ws.key, body: { body: 'x' } }), 404, 'CONTACT_NOT_FOUND');
+    expectError(
+      await api.request('PATCH', notesPath(theirs.id, theirNote.id), { key: ws.key, body: { body: 'x' } }),
+      404,
+      'CONTACT_NOT_FOUND',
+    );
     expectError(await api.request('DELETE', notesPath(theirs.id, theirNote.id), { key: ws.key }), 404, 'CONTACT_NOT_FOUND');
     // Their note under my lead.
     expectError(await api.request('PATCH', notesPath(mine.id, theirNote.id), { key: ws.key, body: { body: 'x' } }), 404, 'NOT_FOUND');
     expectError(await api.request('DELETE', notesPath(mine.id, theirNote.id), { key: ws.key }), 404, 'NOT_FOUND');
     // Their member as my author.
     const theirMember = await seedMember(api, other.id, 'Their member');
-    expectError(await api.request('POST', notesPath(mine.id), { key: ws.key, body: { body: 'x', authorId: theirMember.id } }), 400, 'ASSIGNEE_NOT_FOUND');
+    expectError(
+      await api.request('POST', notesPath(mine.id), { key: ws.key, body: { body: 'x', authorId: theirMember.id } }),
+      400,
+      'ASSIGNEE_NOT_FOUND',
+    );
 
     expect(await snapshot()).toEqual(before);
     expect((await api.request('GET', notesPath(mine.id), { key: ws.key })).body.data.map((n: any) => n.id)).toEqual([myNote.id]);

@@ -52,7 +52,9 @@ async function lint(args: string[]): Promise<string> {
 
 describe('the served OpenAPI document, linted', () => {
   it('has no Redocly error, and only the warnings the docs explain', async () => {
-    const report = JSON.parse(await lint([bin('@redocly', 'cli', 'bin', 'cli.js'), 'lint', document, '--config', path.join(ROOT, 'redocly.yaml'), '--format=json']));
+    const report = JSON.parse(
+      await lint([bin('@redocly', 'cli', 'bin', 'cli.js'), 'lint', document, '--config', path.join(ROOT, 'redocly.yaml'), '--format=json']),
+    );
     const problems: { ruleId: string; severity: string; message: string; location: { pointer: string }[] }[] = report.problems;
     expect(problems.filter((p) => p.severity === 'error').map((p) => `${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`)).toEqual([]);
     const unexplained = problems.filter((p) => !ACCEPTED_WARNINGS.redocly.includes(p.ruleId));
@@ -60,7 +62,16 @@ describe('the served OpenAPI document, linted', () => {
   }, 120_000);
 
   it('has no Spectral error, and only the warnings the docs explain', async () => {
-    const output = await lint([bin('@stoplight', 'spectral-cli', 'dist', 'index.js'), 'lint', document, '--ruleset', path.join(ROOT, '.spectral.yaml'), '--format', 'json', '--quiet']);
+    const output = await lint([
+      bin('@stoplight', 'spectral-cli', 'dist', 'index.js'),
+      'lint',
+      document,
+      '--ruleset',
+      path.join(ROOT, '.spectral.yaml'),
+      '--format',
+      'json',
+      '--quiet',
+    ]);
     const problems: { code: string; severity: number; message: string; path: string[] }[] = output.trim() ? JSON.parse(output) : [];
     // Spectral's severities: 0 error, 1 warning, 2 information, 3 hint.
     expect(problems.filter((p) => p.severity === 0).map((p) => `${p.code} at ${p.path.join('.')}: ${p.message}`)).toEqual([]);

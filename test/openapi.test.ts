@@ -12,25 +12,41 @@ describe('OpenAPI document', () => {
       expect(res.body.openapi).toBe('3.1.0');
       for (const def of ROUTES) {
         const op = res.body.paths[def.path]?.[def.method];
-        expect({ route: `${def.method} ${def.path}`, documented: Boolean(op) }).toEqual({ route: `${def.method} ${def.path}`, documented: true });
+        expect({ route: `${def.method} ${def.path}`, documented: Boolean(op) }).toEqual({
+          route: `${def.method} ${def.path}`,
+          documented: true,
+        });
         if (def.scopes) expect(op['x-scopes']).toEqual(def.scopes);
       }
       // Every declared error code is documented under its status, and every success body has an example.
       for (const def of ROUTES) {
         const op = res.body.paths[def.path][def.method];
         const documented = JSON.stringify(op.responses);
-        for (const code of def.errors ?? []) expect({ route: `${def.method} ${def.path}`, code, documented: documented.includes(`"${code}"`) }).toEqual({ route: `${def.method} ${def.path}`, code, documented: true });
+        for (const code of def.errors ?? [])
+          expect({ route: `${def.method} ${def.path}`, code, documented: documented.includes(`"${code}"`) }).toEqual({
+            route: `${def.method} ${def.path}`,
+            code,
+            documented: true,
+          });
         const success = op.responses[String(def.status ?? 200)];
-        if (def.response) expect({ route: `${def.method} ${def.path}`, example: success.content['application/json'].example !== undefined }).toEqual({ route: `${def.method} ${def.path}`, example: true });
+        if (def.response)
+          expect({ route: `${def.method} ${def.path}`, example: success.content['application/json'].example !== undefined }).toEqual({
+            route: `${def.method} ${def.path}`,
+            example: true,
+          });
       }
       const createDeal = res.body.paths['/api/v1/deals'].post;
       expect(Object.keys(createDeal.responses)).toEqual(expect.arrayContaining(['201', '400', '402', '404', '422']));
-      expect(createDeal.responses['201'].content['application/json'].example.data).toMatchObject({ status: 'open', closedAt: expect.any(String) });
+      expect(createDeal.responses['201'].content['application/json'].example.data).toMatchObject({
+        status: 'open',
+        closedAt: expect.any(String),
+      });
       expect(createDeal.responses['404'].content['application/json'].schema.properties.code.enum).toEqual(
         expect.arrayContaining(['CONTACT_NOT_FOUND', 'PIPELINE_NOT_FOUND', 'STAGE_NOT_FOUND']),
       );
       const tags = new Set(Object.values(res.body.paths).flatMap((ops: any) => Object.values(ops).flatMap((op: any) => op.tags)));
-      for (const tag of ['Deals', 'Leads', 'Notes', 'Tags', 'Lists', 'Pipelines', 'Products', 'Tasks', 'Conversations', 'Instances']) expect(tags).toContain(tag);
+      for (const tag of ['Deals', 'Leads', 'Notes', 'Tags', 'Lists', 'Pipelines', 'Products', 'Tasks', 'Conversations', 'Instances'])
+        expect(tags).toContain(tag);
       const pipelines = res.body.paths['/api/v1/pipelines'].get;
       expect(pipelines.description).toContain('`leads:write`');
       expect(Object.keys(pipelines.responses)).toEqual(expect.arrayContaining(['200', '401', '402', '403', '429', '500']));
@@ -76,10 +92,16 @@ describe('OpenAPI document', () => {
           const counted = def.auth === 'apiKey' || def.ipProfile !== undefined;
           if (counted && (status.startsWith('2') || status === '429')) {
             for (const header of ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']) {
-              expect({ label, status, header, required: response.headers?.[header]?.required }).toEqual({ label, status, header, required: true });
+              expect({ label, status, header, required: response.headers?.[header]?.required }).toEqual({
+                label,
+                status,
+                header,
+                required: true,
+              });
             }
           }
-          if (status === '429') expect({ label, retryAfter: Boolean(response.headers?.['Retry-After']) }).toEqual({ label, retryAfter: true });
+          if (status === '429')
+            expect({ label, retryAfter: Boolean(response.headers?.['Retry-After']) }).toEqual({ label, retryAfter: true });
         }
 
         if (def.body) {
@@ -96,8 +118,11 @@ describe('OpenAPI document', () => {
       }
 
       // Tags are declared at the top, each with a description.
-      const declared = new Map<string, string | undefined>(doc.tags.map((t: { name: string; description?: string }) => [t.name, t.description]));
-      for (const def of ROUTES) expect({ tag: def.tag, description: Boolean(declared.get(def.tag)) }).toEqual({ tag: def.tag, description: true });
+      const declared = new Map<string, string | undefined>(
+        doc.tags.map((t: { name: string; description?: string }) => [t.name, t.description]),
+      );
+      for (const def of ROUTES)
+        expect({ tag: def.tag, description: Boolean(declared.get(def.tag)) }).toEqual({ tag: def.tag, description: true });
       expect(TAGS.map((t) => t.name)).toEqual(expect.arrayContaining([...new Set(ROUTES.map((r) => r.tag))]));
 
       // Rules the server checks in code are stated in the schema.
@@ -105,8 +130,14 @@ describe('OpenAPI document', () => {
       expect(bodyOf('/api/v1/tags', 'post').properties.name.pattern).toBe(NON_BLANK);
       expect(bodyOf('/api/v1/deals', 'post').properties.pipeline.pattern).toBe(NON_BLANK);
       expect(bodyOf('/api/v1/leads', 'post').required).toEqual(['phone']);
-      expect(bodyOf('/api/v1/tags/{id}', 'patch')).toMatchObject({ minProperties: 1, anyOf: [{ required: ['name'] }, { required: ['color'] }] });
-      expect(bodyOf('/api/v1/deals/{id}', 'patch')).toMatchObject({ if: { properties: { status: { const: 'lost' } } }, then: { required: ['lostReason'] } });
+      expect(bodyOf('/api/v1/tags/{id}', 'patch')).toMatchObject({
+        minProperties: 1,
+        anyOf: [{ required: ['name'] }, { required: ['color'] }],
+      });
+      expect(bodyOf('/api/v1/deals/{id}', 'patch')).toMatchObject({
+        if: { properties: { status: { const: 'lost' } } },
+        then: { required: ['lostReason'] },
+      });
       expect(bodyOf('/api/v1/messages', 'post').oneOf).toEqual(
         expect.arrayContaining([
           { properties: { type: { enum: ['text'] } }, required: ['text'] },

@@ -54,13 +54,10 @@ describe('the phone rule in the OpenAPI document', () => {
   it('describes exactly the texts parsePhone accepts, among those it states (up to two separators per place)', () => {
     const separator = fc.constantFrom(' ', '-', '(', ')', '+', '\t', '\u00a0');
     const place = fc.array(separator, { maxLength: 2 }).map((s) => s.join(''));
-    const digits = fc.oneof(
-      fc.constantFrom('55'),
-      fc.stringMatching(/^[0-9]{2}$/),
-    );
-    const phone = fc.tuple(digits, fc.stringMatching(/^[0-9]{2}$/), fc.stringMatching(/^[0-9]{7,10}$/), fc.array(place, { minLength: 15, maxLength: 15 })).map(([country, area, local, seps]) =>
-      [...`${country}${area}${local}`].map((d, i) => seps[i] + d).join('') + seps[14],
-    );
+    const digits = fc.oneof(fc.constantFrom('55'), fc.stringMatching(/^[0-9]{2}$/));
+    const phone = fc
+      .tuple(digits, fc.stringMatching(/^[0-9]{2}$/), fc.stringMatching(/^[0-9]{7,10}$/), fc.array(place, { minLength: 15, maxLength: 15 }))
+      .map(([country, area, local, seps]) => [...`${country}${area}${local}`].map((d, i) => seps[i] + d).join('') + seps[14]);
     fc.assert(
       fc.property(phone, (text) => {
         expect({ text, documented: pattern.test(text) && text.length <= 32 }).toEqual({ text, documented: parsePhone(text).ok });
@@ -71,9 +68,15 @@ describe('the phone rule in the OpenAPI document', () => {
 
   it('describes exactly the integers whose digits parsePhone accepts', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.integer({ min: 550_000_000_000, max: 559_999_999_999 }), fc.integer({ min: 5_500_000_000_000, max: 5_599_999_999_999 })), (n) => {
-        expect({ n, documented: inRange(n) }).toEqual({ n, documented: parsePhone(String(n)).ok });
-      }),
+      fc.property(
+        fc.oneof(
+          fc.integer({ min: 550_000_000_000, max: 559_999_999_999 }),
+          fc.integer({ min: 5_500_000_000_000, max: 5_599_999_999_999 }),
+        ),
+        (n) => {
+          expect({ n, documented: inRange(n) }).toEqual({ n, documented: parsePhone(String(n)).ok });
+        },
+      ),
       { numRuns: 5000 },
     );
   });

@@ -22,9 +22,13 @@ afterAll(() => api.close());
 
 describe('prepared reads', () => {
   it('keep answering deal activities, pipelines and lead lists while a migration adds a column to their tables', async () => {
-    const w = await createWorkspace(api, { scopes: ['deals:read', 'deals:write', 'activities:read', 'pipelines:read', 'leads:read', 'leads:write'] });
+    const w = await createWorkspace(api, {
+      scopes: ['deals:read', 'deals:write', 'activities:read', 'pipelines:read', 'leads:read', 'leads:write'],
+    });
     const p = await seedPipeline(api, w.id, { name: 'Rollout', stages: ['A', 'B'] });
-    const lead = (await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: newPhone(), name: 'Rollout lead', tags: ['rollout'] } })).body.data;
+    const lead = (
+      await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: newPhone(), name: 'Rollout lead', tags: ['rollout'] } })
+    ).body.data;
     await seedContact(api, w.id, { phone: newPhone(), name: 'Other lead' });
     const deal = (await api.request('POST', '/api/v1/deals', { key: w.key, body: { contactId: lead.id, pipeline: 'rollout' } })).body.data;
     await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: w.key, body: { stageId: p.stages[1].id } });
@@ -59,12 +63,16 @@ describe('prepared reads', () => {
     expect(before.staged.data.map((l: { id: string }) => l.id)).toEqual([lead.id]);
     for (let round = 0; round < 8; round++) await Promise.all(Array.from({ length: 10 }, read));
     // What a deploy's migration does while the running API keeps serving.
-    await api.db.raw('ALTER TABLE deal_activities ADD COLUMN rollout_probe int; ALTER TABLE pipelines ADD COLUMN rollout_probe int; ALTER TABLE contacts ADD COLUMN rollout_probe int');
+    await api.db.raw(
+      'ALTER TABLE deal_activities ADD COLUMN rollout_probe int; ALTER TABLE pipelines ADD COLUMN rollout_probe int; ALTER TABLE contacts ADD COLUMN rollout_probe int',
+    );
     try {
       const after = await Promise.all(Array.from({ length: 20 }, read));
       for (const answer of after) expect(answer).toEqual(before);
     } finally {
-      await api.db.raw('ALTER TABLE deal_activities DROP COLUMN rollout_probe; ALTER TABLE pipelines DROP COLUMN rollout_probe; ALTER TABLE contacts DROP COLUMN rollout_probe');
+      await api.db.raw(
+        'ALTER TABLE deal_activities DROP COLUMN rollout_probe; ALTER TABLE pipelines DROP COLUMN rollout_probe; ALTER TABLE contacts DROP COLUMN rollout_probe',
+      );
     }
   });
 
@@ -92,7 +100,9 @@ describe('prepared reads', () => {
     // Held at once, each query takes a connection of its own: every connection of the pool.
     const pool = (api.db.client.pool as { max: number }).max;
     const counts = await Promise.all(
-      Array.from({ length: pool }, () => api.db.raw('SELECT pg_sleep(0.2), (SELECT count(*)::int FROM pg_prepared_statements) AS n').then((r) => r.rows[0].n as number)),
+      Array.from({ length: pool }, () =>
+        api.db.raw('SELECT pg_sleep(0.2), (SELECT count(*)::int FROM pg_prepared_statements) AS n').then((r) => r.rows[0].n as number),
+      ),
     );
     expect(Math.max(...counts)).toBeGreaterThan(0);
     expect(Math.max(...counts)).toBeLessThanOrEqual(200);

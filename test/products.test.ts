@@ -31,7 +31,14 @@ async function insertDeal(workspaceId: string, productId: string | null): Promis
   const pipeline = await seedPipeline(api, workspaceId, { name: `Sales ${Math.random().toString(36).slice(2, 8)}`, stages: ['New'] });
   const [deal] = await api
     .db('deals')
-    .insert({ workspace_id: workspaceId, contact_id: contact.id, pipeline_id: pipeline.id, stage_id: pipeline.stages[0].id, name: 'A deal', product_id: productId })
+    .insert({
+      workspace_id: workspaceId,
+      contact_id: contact.id,
+      pipeline_id: pipeline.id,
+      stage_id: pipeline.stages[0].id,
+      name: 'A deal',
+      product_id: productId,
+    })
     .returning('id');
   return deal.id;
 }
@@ -94,10 +101,21 @@ describe('POST /api/v1/products', () => {
 describe('PATCH /api/v1/products/{id}', () => {
   it('changes each field, null clears description, sku and price, and moves updatedAt', async () => {
     const p = await make({ name: 'Patchable', description: 'old', sku: 'P-1', price: '5' });
-    await api.db('products').where({ id: p.id }).update({ updated_at: new Date('2020-01-01T00:00:00Z') });
+    await api
+      .db('products')
+      .where({ id: p.id })
+      .update({ updated_at: new Date('2020-01-01T00:00:00Z') });
     const res = await patch(p.id, { name: 'Patched', description: 'new', sku: 'P-2', price: '7.25', active: false });
     expect(res.status).toBe(200);
-    expect(res.body.data).toMatchObject({ id: p.id, name: 'Patched', description: 'new', sku: 'P-2', price: '7.25', active: false, createdAt: p.createdAt });
+    expect(res.body.data).toMatchObject({
+      id: p.id,
+      name: 'Patched',
+      description: 'new',
+      sku: 'P-2',
+      price: '7.25',
+      active: false,
+      createdAt: p.createdAt,
+    });
     expect(res.body.data.updatedAt > '2020-01-01T00:00:00.000Z').toBe(true);
     const cleared = await patch(p.id, { description: null, sku: null, price: null });
     expect(cleared.body.data).toMatchObject({ name: 'Patched', description: null, sku: null, price: null, active: false });

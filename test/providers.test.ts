@@ -59,7 +59,13 @@ const script = async (body: Record<string, unknown>): Promise<void> => {
 };
 const callsTo = async (to: string): Promise<any[]> => (await emu<{ calls: any[] }>('GET', `/__emulator/calls?to=${to}`)).body.calls;
 
-const msg = (to: string, extra: Partial<OutboundMessage> = {}): OutboundMessage => ({ type: 'text', to, text: 'Olá!', reference: `ref-${to}`, ...extra });
+const msg = (to: string, extra: Partial<OutboundMessage> = {}): OutboundMessage => ({
+  type: 'text',
+  to,
+  text: 'Olá!',
+  reference: `ref-${to}`,
+  ...extra,
+});
 
 /** Expects a ProviderError, and that nothing an operator reads carries the token. */
 async function failure(promise: Promise<unknown>): Promise<ProviderError> {
@@ -99,7 +105,10 @@ describe('Cloud API adapter: wire format', () => {
 
   test('text with a link asks for a preview; a configured apiVersion is used', async () => {
     const to = phone();
-    await cloudAdapter.send({ ...cloud, config: { ...cloud.config, apiVersion: 'v22.0', baseUrl: `${EMULATOR_URL}/` } }, msg(to, { text: 'Veja https://example.com/x' }));
+    await cloudAdapter.send(
+      { ...cloud, config: { ...cloud.config, apiVersion: 'v22.0', baseUrl: `${EMULATOR_URL}/` } },
+      msg(to, { text: 'Veja https://example.com/x' }),
+    );
     const [call] = await callsTo(to);
     expect(call.version).toBe('v22.0');
     expect(call.body.text).toEqual({ body: 'Veja https://example.com/x', preview_url: true });
@@ -109,7 +118,11 @@ describe('Cloud API adapter: wire format', () => {
     ['image', { mediaUrl: 'https://cdn.example.com/a.jpg', caption: 'Foto' }, { link: 'https://cdn.example.com/a.jpg', caption: 'Foto' }],
     ['image', { mediaUrl: 'https://cdn.example.com/b.jpg' }, { link: 'https://cdn.example.com/b.jpg' }],
     ['video', { mediaUrl: 'https://cdn.example.com/v.mp4', caption: 'Vídeo' }, { link: 'https://cdn.example.com/v.mp4', caption: 'Vídeo' }],
-    ['audio', { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'dropped: audio has no caption' }, { link: 'https://cdn.example.com/a.ogg' }],
+    [
+      'audio',
+      { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'dropped: audio has no caption' },
+      { link: 'https://cdn.example.com/a.ogg' },
+    ],
     [
       'document',
       { mediaUrl: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
@@ -160,7 +173,14 @@ describe('Cloud API adapter: wire format', () => {
 
   test('template without variables sends no components', async () => {
     const to = phone();
-    await cloudAdapter.send(cloud, { type: 'template', to, reference: 'r3', templateName: 'hello_world', templateLanguage: 'en_US', templateVariables: [] });
+    await cloudAdapter.send(cloud, {
+      type: 'template',
+      to,
+      reference: 'r3',
+      templateName: 'hello_world',
+      templateLanguage: 'en_US',
+      templateVariables: [],
+    });
     const [call] = await callsTo(to);
     expect(call.body.template).toEqual({ name: 'hello_world', language: { code: 'en_US' } });
   });
@@ -327,7 +347,9 @@ describe('Cloud API adapter: error mapping', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as AddressInfo;
     await new Promise<void>((resolve) => server.close(() => resolve()));
-    const err = await failure(cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: `http://127.0.0.1:${port}` } }, msg(phone())));
+    const err = await failure(
+      cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: `http://127.0.0.1:${port}` } }, msg(phone())),
+    );
     expect(err.failure).toBe('UNAVAILABLE');
     expect(err.retryable).toBe(true);
     expect(err.message).toMatch(/Could not reach WhatsApp Cloud API at 127\.0\.0\.1:\d+: connection refused \(ECONNREFUSED\)/);
@@ -352,7 +374,18 @@ describe('Cloud API adapter: error mapping', () => {
       req.resume();
       req.on('end', () => {
         if (req.url?.includes('/ok-')) res.end(JSON.stringify({ weird: auth }));
-        else res.end(JSON.stringify({ error: { message: `Invalid OAuth access token: ${auth}`, type: 'OAuthException', code: 190, error_data: { details: auth }, fbtrace_id: 'X' } }));
+        else
+          res.end(
+            JSON.stringify({
+              error: {
+                message: `Invalid OAuth access token: ${auth}`,
+                type: 'OAuthException',
+                code: 190,
+                error_data: { details: auth },
+                fbtrace_id: 'X',
+              },
+            }),
+          );
       });
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -390,16 +423,28 @@ describe('web gateway adapter', () => {
   // records what it was given instead of the file.
   const file = (mimetype: string) => ({ data: Buffer.from(`bytes of a ${mimetype} file`), mimetype });
   test.each([
-    ['image', { mediaUrl: 'https://cdn.example.com/a.jpg', caption: 'Foto', mediaFile: file('image/jpeg') }, { mediatype: 'image', mimetype: 'image/jpeg', caption: 'Foto' }],
+    [
+      'image',
+      { mediaUrl: 'https://cdn.example.com/a.jpg', caption: 'Foto', mediaFile: file('image/jpeg') },
+      { mediatype: 'image', mimetype: 'image/jpeg', caption: 'Foto' },
+    ],
     ['video', { mediaUrl: 'https://cdn.example.com/v.mp4', mediaFile: file('video/mp4') }, { mediatype: 'video', mimetype: 'video/mp4' }],
-    ['audio', { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'x', mediaFile: file('audio/ogg') }, { mediatype: 'audio', mimetype: 'audio/ogg' }],
+    [
+      'audio',
+      { mediaUrl: 'https://cdn.example.com/a.ogg', caption: 'x', mediaFile: file('audio/ogg') },
+      { mediatype: 'audio', mimetype: 'audio/ogg' },
+    ],
     [
       'document',
       { mediaUrl: 'https://cdn.example.com/p.pdf', caption: 'Proposta', fileName: 'proposta.pdf', mediaFile: file('application/pdf') },
       { mediatype: 'document', mimetype: 'application/pdf', caption: 'Proposta', fileName: 'proposta.pdf' },
     ],
     // A document without a name keeps the URL's last path segment (what the gateway took from a URL).
-    ['document', { mediaUrl: 'https://cdn.example.com/files/Or%C3%A7amento.pdf', mediaFile: file('application/pdf') }, { mediatype: 'document', mimetype: 'application/pdf', fileName: 'Orçamento.pdf' }],
+    [
+      'document',
+      { mediaUrl: 'https://cdn.example.com/files/Or%C3%A7amento.pdf', mediaFile: file('application/pdf') },
+      { mediatype: 'document', mimetype: 'application/pdf', fileName: 'Orçamento.pdf' },
+    ],
   ] as const)('media %s: POST /message/sendMedia/{instance} with the file in base64', async (type, fields, expected) => {
     const to = phone();
     const result = await webAdapter.send(web, { type, to, reference: 'w', ...fields });
@@ -407,7 +452,12 @@ describe('web gateway adapter', () => {
     expect(call.status).toBe(201);
     const { data } = fields.mediaFile;
     expect(call.body).toEqual({ number: to, ...expected, media: `[base64, ${data.length} bytes]` });
-    expect(call.media).toEqual({ kind: 'base64', bytes: data.length, sha256: createHash('sha256').update(data).digest('hex'), mimetype: fields.mediaFile.mimetype });
+    expect(call.media).toEqual({
+      kind: 'base64',
+      bytes: data.length,
+      sha256: createHash('sha256').update(data).digest('hex'),
+      mimetype: fields.mediaFile.mimetype,
+    });
     expect(result.providerMessageId).toBe(call.messageId);
   });
 
@@ -481,7 +531,9 @@ describe('web gateway adapter', () => {
 
 describe('bounded answers and streamed media', () => {
   /** A provider at a local address; `answer` writes every answer. */
-  async function provider(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<{ url: string; closed: () => number; close: () => Promise<void> }> {
+  async function provider(
+    answer: (req: http.IncomingMessage, res: http.ServerResponse) => void,
+  ): Promise<{ url: string; closed: () => number; close: () => Promise<void> }> {
     let closed = 0;
     const server = http.createServer((req, res) => {
       res.on('close', () => (closed += 1));
@@ -501,19 +553,26 @@ describe('bounded answers and streamed media', () => {
 
   /** The excerpt as it was (a regex), the reference for what an excerpt says. */
   const regexExcerpt = (text: string, max = 200): string => {
-    const flat = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
+    const flat = text
+      .replace(/<[^>]*>/g, ' ')
+      .replace(/\s+/g, ' ')
+      .trim();
     return flat.length > max ? `${flat.slice(0, max)}…` : flat;
   };
 
-  test('excerpt: an HTML page\'s words in one line, the same as the regex it replaced', () => {
+  test("excerpt: an HTML page's words in one line, the same as the regex it replaced", () => {
     expect(excerpt('<html><body><h1>502 Bad Gateway</h1>\n  <p>nginx</p></body></html>')).toBe('502 Bad Gateway nginx');
     expect(excerpt('a < b and c > d')).toBe('a d');
     expect(excerpt('x <<< y')).toBe('x <<< y');
     expect(excerpt('é'.repeat(300))).toBe(`${'é'.repeat(200)}…`);
     fc.assert(
-      fc.property(fc.string({ unit: fc.constantFrom('<', '>', 'a', 'b', ' ', '\n', '\t'), maxLength: 300 }), fc.integer({ min: 1, max: 250 }), (text, max) => {
-        expect(excerpt(text, max)).toBe(regexExcerpt(text, max));
-      }),
+      fc.property(
+        fc.string({ unit: fc.constantFrom('<', '>', 'a', 'b', ' ', '\n', '\t'), maxLength: 300 }),
+        fc.integer({ min: 1, max: 250 }),
+        (text, max) => {
+          expect(excerpt(text, max)).toBe(regexExcerpt(text, max));
+        },
+      ),
       { numRuns: 2000 },
     );
   });
@@ -542,12 +601,15 @@ describe('bounded answers and streamed media', () => {
     });
     try {
       const started = Date.now();
-      const err = await failure(cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: hostile.url } }, msg(phone()), { timeoutMs: 5000 }));
+      const err = await failure(
+        cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: hostile.url } }, msg(phone()), { timeoutMs: 5000 }),
+      );
       expect(Date.now() - started).toBeLessThan(2000);
       expect([err.failure, err.retryable, err.httpStatus]).toEqual(['REJECTED', false, 400]);
       expect(err.message).toContain(`WhatsApp said (HTTP 400): ${'<'.repeat(200)}…`);
       // The reader stopped and closed the connection while the provider was still writing.
-      for (const deadline = Date.now() + 5000; hostile.closed() === 0 && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 20));
+      for (const deadline = Date.now() + 5000; hostile.closed() === 0 && Date.now() < deadline;)
+        await new Promise((resolve) => setTimeout(resolve, 20));
       expect(hostile.closed()).toBe(1);
     } finally {
       await hostile.close();
@@ -579,21 +641,45 @@ describe('bounded answers and streamed media', () => {
         at += size;
       }
     }
-    const result = await webAdapter.send(web, { type: 'document', to, reference: 'w', mediaUrl: 'https://cdn.example.com/a.bin', fileName: 'a.bin', mediaFile: { data: chunks(), mimetype: 'application/octet-stream' } });
+    const result = await webAdapter.send(web, {
+      type: 'document',
+      to,
+      reference: 'w',
+      mediaUrl: 'https://cdn.example.com/a.bin',
+      fileName: 'a.bin',
+      mediaFile: { data: chunks(), mimetype: 'application/octet-stream' },
+    });
     const [call] = await callsTo(to);
-    expect(call).toMatchObject({ status: 201, media: { kind: 'base64', bytes: file.length, sha256: createHash('sha256').update(file).digest('hex') } });
-    expect(call.body).toEqual({ number: to, mediatype: 'document', mimetype: 'application/octet-stream', fileName: 'a.bin', media: `[base64, ${file.length} bytes]` });
+    expect(call).toMatchObject({
+      status: 201,
+      media: { kind: 'base64', bytes: file.length, sha256: createHash('sha256').update(file).digest('hex') },
+    });
+    expect(call.body).toEqual({
+      number: to,
+      mediatype: 'document',
+      mimetype: 'application/octet-stream',
+      fileName: 'a.bin',
+      media: `[base64, ${file.length} bytes]`,
+    });
     expect(result.providerMessageId).toBe(call.messageId);
   });
 
-  test('a file whose download fails mid-upload: the upload is aborted, final, nothing sent, the download\'s error as the cause', async () => {
+  test("a file whose download fails mid-upload: the upload is aborted, final, nothing sent, the download's error as the cause", async () => {
     const to = phone();
     const broken = new Error('the download broke');
     async function* chunks(): AsyncGenerator<Uint8Array> {
       yield randomBytes(100_000);
       throw broken;
     }
-    const err = await failure(webAdapter.send(web, { type: 'image', to, reference: 'w', mediaUrl: 'https://cdn.example.com/a.png', mediaFile: { data: chunks(), mimetype: 'image/png' } }));
+    const err = await failure(
+      webAdapter.send(web, {
+        type: 'image',
+        to,
+        reference: 'w',
+        mediaUrl: 'https://cdn.example.com/a.png',
+        mediaFile: { data: chunks(), mimetype: 'image/png' },
+      }),
+    );
     expect([err.failure, err.retryable, err.mayHaveReached]).toEqual(['REJECTED', false, false]);
     expect(err.cause).toBe(broken);
     expect(err.message).toMatch(/nothing was sent.*the download broke/);
@@ -622,7 +708,6 @@ describe('adapterFor / sendThroughProvider', () => {
   });
 });
 
-
 describe('emulator', () => {
   test('validates the Cloud body like the real API (code 100)', async () => {
     const post = (body: unknown) =>
@@ -637,7 +722,10 @@ describe('emulator', () => {
       [{ messaging_product: 'whatsapp', to, type: 'image', text: { body: 'x' } }, /not allowed when type is image/],
       [{ messaging_product: 'whatsapp', to, type: 'image' }, /image is required/],
       [{ messaging_product: 'whatsapp', to, type: 'template', template: { name: 't', language: {} } }, /language'\]\['code'\] is required/],
-      [{ messaging_product: 'whatsapp', to, type: 'audio', audio: { link: 'https://x/a.ogg', caption: 'no' } }, /audio\['caption'\] is not a valid parameter/],
+      [
+        { messaging_product: 'whatsapp', to, type: 'audio', audio: { link: 'https://x/a.ogg', caption: 'no' } },
+        /audio\['caption'\] is not a valid parameter/,
+      ],
       [{ messaging_product: 'whatsapp', to, type: 'text', text: { body: '' } }, /text\['body'\] is required/],
     ];
     for (const [body, details] of cases) {
@@ -646,7 +734,11 @@ describe('emulator', () => {
       expect(res.body.error.code).toBe(100);
       expect(res.body.error.error_data.details).toMatch(details);
     }
-    const missingAuth = await fetch(`${EMULATOR_URL}/v21.0/PN1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const missingAuth = await fetch(`${EMULATOR_URL}/v21.0/PN1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(missingAuth.status).toBe(401);
     expect(((await missingAuth.json()) as any).error.code).toBe(190);
     expect((await callsTo(to)).every((c) => c.outcome === 'invalid')).toBe(true);

@@ -41,12 +41,24 @@ let second: { get: (path: string, key: string, ip?: string) => Promise<ApiRespon
 
 async function startSecondApi(): Promise<typeof second> {
   const port = await freePort();
-  const env: Record<string, string> = { ...(process.env as Record<string, string>), PORT: String(port), PUBLIC_BASE_URL: `http://127.0.0.1:${port}`, TRUST_PROXY: 'true' };
-  const child = startChild({ name: 'second-api', ...nodeTs('api/server.ts'), env, logFile: path.join(LOG_DIR, `api-second-${process.pid}.log`) });
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    PORT: String(port),
+    PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+    TRUST_PROXY: 'true',
+  };
+  const child = startChild({
+    name: 'second-api',
+    ...nodeTs('api/server.ts'),
+    env,
+    logFile: path.join(LOG_DIR, `api-second-${process.pid}.log`),
+  });
   await waitForHttp(`http://127.0.0.1:${port}/health`, child);
   return {
     get: async (pathname, key, ip = uniqueIp()) => {
-      const res = await fetch(`http://127.0.0.1:${port}${pathname}`, { headers: { authorization: `Bearer ${key}`, 'x-forwarded-for': ip } });
+      const res = await fetch(`http://127.0.0.1:${port}${pathname}`, {
+        headers: { authorization: `Bearer ${key}`, 'x-forwarded-for': ip },
+      });
       const text = await res.text();
       return { status: res.status, headers: res.headers, text, body: text ? JSON.parse(text) : undefined };
     },
@@ -95,7 +107,11 @@ describe('rate limits', () => {
     const ws = await createWorkspace(api, { scopes: ['pipelines:read'], rateLimitPerMinute: 1 });
     expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key })).status).toBe(200);
     expectError(await api.request('GET', '/api/v1/pipelines', { key: ws.key }), 429, 'RATE_LIMITED');
-    const other = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'second', scopes: ['pipelines:read'], rateLimitPerMinute: 1 });
+    const other = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, {
+      name: 'second',
+      scopes: ['pipelines:read'],
+      rateLimitPerMinute: 1,
+    });
     expect((await api.request('GET', '/api/v1/pipelines', { key: other.body.data.key })).status).toBe(200);
   });
 
@@ -188,7 +204,10 @@ describe('rate limits', () => {
     expect(limitHeaders(doc).reset).toBeGreaterThanOrEqual(1);
 
     const ws = await createWorkspace(api, { scopes: ['leads:write'] });
-    const tooLarge = await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: '5511999990000', pad: 'a'.repeat(1024 * 1024 + 10) } });
+    const tooLarge = await api.request('POST', '/api/v1/leads', {
+      key: ws.key,
+      body: { phone: '5511999990000', pad: 'a'.repeat(1024 * 1024 + 10) },
+    });
     expectError(tooLarge, 413, 'PAYLOAD_TOO_LARGE');
     expect(limitHeaders(tooLarge).limit).toBeGreaterThan(0);
     expect(limitHeaders(tooLarge).reset).toBeGreaterThanOrEqual(1);
@@ -218,7 +237,10 @@ describe('rate limits', () => {
       Array.from({ length: IN_FLIGHT }, async (_, lane) => {
         while (sent < TOTAL) {
           sent += 1;
-          const res = lane % 2 ? await second.get('/api/v1/tags', ws.key, ip) : await api.request('GET', '/api/v1/tags', { key: ws.key, headers: { 'x-forwarded-for': ip } });
+          const res =
+            lane % 2
+              ? await second.get('/api/v1/tags', ws.key, ip)
+              : await api.request('GET', '/api/v1/tags', { key: ws.key, headers: { 'x-forwarded-for': ip } });
           statuses.push(res.status);
           if (res.status === 429) codes.push(res.body.code);
         }
@@ -236,7 +258,10 @@ describe('rate limits', () => {
     // Every request is counted once both processes flushed.
     await new Promise((r) => setTimeout(r, 4 * FLUSH_MS));
     expect(new Set(codes)).toEqual(new Set(['IP_RATE_LIMITED']));
-    const rows = await api.db('rate_limit_counters').where({ bucket: `ip:read:${ip}` }).select('shard', 'count');
+    const rows = await api
+      .db('rate_limit_counters')
+      .where({ bucket: `ip:read:${ip}` })
+      .select('shard', 'count');
     expect(rows.length).toBeGreaterThan(1);
     expect(rows.reduce((sum: number, r: { count: number }) => sum + r.count, 0)).toBe(TOTAL);
   }, 60_000);
@@ -249,7 +274,11 @@ describe('rate limits', () => {
     expectError(await second.get('/api/v1/tags', ws.key), 401, 'UNAUTHORIZED');
 
     const expiresAt = new Date(Date.now() + 1500);
-    const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'short', scopes: ['tags:read'], expiresAt: expiresAt.toISOString() });
+    const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, {
+      name: 'short',
+      scopes: ['tags:read'],
+      expiresAt: expiresAt.toISOString(),
+    });
     const key: string = created.body.data.key;
     expect((await second.get('/api/v1/tags', key)).status).toBe(200);
     await new Promise((r) => setTimeout(r, expiresAt.getTime() + 1000 - Date.now()));
@@ -272,7 +301,12 @@ describe('rate limits', () => {
     expect(await refusedWithin(ws.key, Date.now())).toBeLessThanOrEqual(KEY_CACHE_MS + 300);
 
     const expiresAt = Date.now() + 1500;
-    const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'fast', scopes: ['tags:read'], rateLimitPerMinute: 1000, expiresAt: new Date(expiresAt).toISOString() });
+    const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, {
+      name: 'fast',
+      scopes: ['tags:read'],
+      rateLimitPerMinute: 1000,
+      expiresAt: new Date(expiresAt).toISOString(),
+    });
     const key: string = created.body.data.key;
     for (let i = 0; i < 3; i++) expect((await second.get('/api/v1/tags', key)).status).toBe(200);
     await new Promise((r) => setTimeout(r, Math.max(0, expiresAt - Date.now())));

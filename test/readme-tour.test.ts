@@ -23,13 +23,21 @@ function tourScript(): string {
   if (section < 0) throw new Error('README.md has no "## A five-minute tour" section');
   const open = readme.indexOf('\n```sh\n', section);
   const close = readme.indexOf('\n```\n', open + 1);
-  if (open < 0 || close < 0 || readme.lastIndexOf('\n## ', open) !== section) throw new Error('the tour section of README.md has no ```sh block');
+  if (open < 0 || close < 0 || readme.lastIndexOf('\n## ', open) !== section)
+    throw new Error('the tour section of README.md has no ```sh block');
   return readme.slice(open + '\n```sh\n'.length, close + 1);
 }
 
-function runBash(script: string, opts: { cwd: string; env: NodeJS.ProcessEnv; timeoutMs: number }): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runBash(
+  script: string,
+  opts: { cwd: string; env: NodeJS.ProcessEnv; timeoutMs: number },
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn('bash', ['-c', `set -euo pipefail\n${script}`], { cwd: opts.cwd, env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('bash', ['-c', `set -euo pipefail\n${script}`], {
+      cwd: opts.cwd,
+      env: opts.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -52,7 +60,9 @@ let db: Db | undefined;
 beforeAll(async () => {
   const missing = TOOLS.filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0);
   if (missing.length) {
-    throw new Error(`The README tour test needs ${missing.join(', ')} on PATH, like a reader of the tour; it installs nothing. Install ${missing.join(', ')} and run it again.`);
+    throw new Error(
+      `The README tour test needs ${missing.join(', ')} on PATH, like a reader of the tour; it installs nothing. Install ${missing.join(', ')} and run it again.`,
+    );
   }
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'crm-tour-'));
   // The API as npm start runs it: its own process and port, PUBLIC_BASE_URL naming that port (the
@@ -114,7 +124,10 @@ test('the README tour runs top to bottom as printed, and each step shows what it
     ['9. a new lead', /^\{"name":"João Lima"\}$/],
     ['9. the received lead.created verifies with the secret', /^signature ok: \{"event":"lead.created","name":"João Lima"\}$/],
     ['9. the delivery log shows the 2xx', /^\{"event":"lead.created","status":"succeeded","lastStatusCode":200\}$/],
-    ['10. the batch answers each row, the typo with its own code', /^\[\{"index":0,"status":201,"code":null\},\{"index":1,"status":201,"code":null\},\{"index":2,"status":400,"code":"INVALID_PHONE"\}\]$/],
+    [
+      '10. the batch answers each row, the typo with its own code',
+      /^\[\{"index":0,"status":201,"code":null\},\{"index":1,"status":201,"code":null\},\{"index":2,"status":400,"code":"INVALID_PHONE"\}\]$/,
+    ],
     ['10. João deleted', /^\{"id":"[0-9a-f-]{36}","deleted":true\}$/],
     // One statement wrote both batch leads: the same updatedAt, so their order is their ids'.
     ['10. the next sync run: the batch leads changed ...', /^\{"changed":"(Ana Costa|Bruno Dias)"\}$/],

@@ -59,7 +59,14 @@ describe('safeRequest', () => {
       lookups += 1;
       return [{ address: '127.0.0.1', family: 4 }];
     };
-    const res = await safeRequest(`http://rebind.invalid:${port}/pinned`, { method: 'POST', body: '{"a":1}', timeoutMs: 5000, policy: DEV, field: 'url', lookup });
+    const res = await safeRequest(`http://rebind.invalid:${port}/pinned`, {
+      method: 'POST',
+      body: '{"a":1}',
+      timeoutMs: 5000,
+      policy: DEV,
+      field: 'url',
+      lookup,
+    });
     expect(res.status).toBe(200);
     expect(lookups).toBe(1);
     expect(seen).toEqual([expect.objectContaining({ method: 'POST', url: '/pinned', host: `rebind.invalid:${port}`, body: '{"a":1}' })]);
@@ -67,26 +74,46 @@ describe('safeRequest', () => {
 
   it('refuses a name that resolves to a private address before connecting (strict policy)', async () => {
     const lookup: LookupFn = async () => [{ address: '127.0.0.1', family: 4 }];
-    await expect(safeRequest(`https://looks-public.example.com:${port}/x`, { method: 'GET', timeoutMs: 5000, policy: STRICT, field: 'url', lookup })).rejects.toMatchObject({
+    await expect(
+      safeRequest(`https://looks-public.example.com:${port}/x`, { method: 'GET', timeoutMs: 5000, policy: STRICT, field: 'url', lookup }),
+    ).rejects.toMatchObject({
       code: 'INVALID_URL',
     });
     expect(seen).toHaveLength(0);
   });
 
   it('returns a redirect as it is, without following it', async () => {
-    const res = await safeRequest(`http://127.0.0.1:${port}/redirect`, { method: 'POST', body: '{}', timeoutMs: 5000, policy: DEV, field: 'url' });
+    const res = await safeRequest(`http://127.0.0.1:${port}/redirect`, {
+      method: 'POST',
+      body: '{}',
+      timeoutMs: 5000,
+      policy: DEV,
+      field: 'url',
+    });
     expect(res.status).toBe(302);
     expect(seen.map((s) => s.url)).toEqual(['/redirect']);
   });
 
   it('keeps only the first maxBodyBytes of a large answer', async () => {
-    const res = await safeRequest(`http://127.0.0.1:${port}/big`, { method: 'GET', timeoutMs: 5000, policy: DEV, field: 'url', maxBodyBytes: 100 });
+    const res = await safeRequest(`http://127.0.0.1:${port}/big`, {
+      method: 'GET',
+      timeoutMs: 5000,
+      policy: DEV,
+      field: 'url',
+      maxBodyBytes: 100,
+    });
     expect(res.status).toBe(200);
     expect(res.body).toBe('x'.repeat(100));
   });
 
   it('gives up at the deadline and says the request may have arrived', async () => {
-    const err = await safeRequest(`http://127.0.0.1:${port}/slow`, { method: 'POST', body: '{}', timeoutMs: 300, policy: DEV, field: 'url' }).catch((e) => e);
+    const err = await safeRequest(`http://127.0.0.1:${port}/slow`, {
+      method: 'POST',
+      body: '{}',
+      timeoutMs: 300,
+      policy: DEV,
+      field: 'url',
+    }).catch((e) => e);
     expect(err).toBeInstanceOf(SafeHttpError);
     expect(err).toMatchObject({ code: 'TIMEOUT', mayHaveArrived: true });
   });
@@ -96,7 +123,13 @@ describe('safeRequest', () => {
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
     const freePort = (closed.address() as AddressInfo).port;
     await new Promise((resolve) => closed.close(resolve));
-    const err = await safeRequest(`http://127.0.0.1:${freePort}/`, { method: 'POST', body: '{}', timeoutMs: 2000, policy: DEV, field: 'url' }).catch((e) => e);
+    const err = await safeRequest(`http://127.0.0.1:${freePort}/`, {
+      method: 'POST',
+      body: '{}',
+      timeoutMs: 2000,
+      policy: DEV,
+      field: 'url',
+    }).catch((e) => e);
     expect(err).toBeInstanceOf(SafeHttpError);
     expect(err).toMatchObject({ code: 'ECONNREFUSED', mayHaveArrived: false });
   });
@@ -105,7 +138,15 @@ describe('safeRequest', () => {
 describe('safeStream', () => {
   it('the same checks: a name that resolves to a private address is refused before connecting (strict policy)', async () => {
     const lookup: LookupFn = async () => [{ address: '127.0.0.1', family: 4 }];
-    await expect(safeStream(`https://looks-public.example.com:${port}/endless`, { method: 'GET', timeoutMs: 5000, policy: STRICT, field: 'mediaUrl', lookup })).rejects.toMatchObject({
+    await expect(
+      safeStream(`https://looks-public.example.com:${port}/endless`, {
+        method: 'GET',
+        timeoutMs: 5000,
+        policy: STRICT,
+        field: 'mediaUrl',
+        lookup,
+      }),
+    ).rejects.toMatchObject({
       code: 'INVALID_URL',
     });
     expect(seen).toHaveLength(0);
@@ -120,7 +161,8 @@ describe('safeStream', () => {
       if (read >= 256 * 1024) break;
     }
     res.cancel();
-    for (const deadline = Date.now() + 5000; !seen.some((s) => s.method === 'closed') && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 20));
+    for (const deadline = Date.now() + 5000; !seen.some((s) => s.method === 'closed') && Date.now() < deadline;)
+      await new Promise((resolve) => setTimeout(resolve, 20));
     expect(seen.map((s) => s.method)).toEqual(['GET', 'closed']);
   });
 

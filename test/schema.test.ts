@@ -33,7 +33,8 @@ describe('schema constraints', () => {
   it('refuses a link to another workspace: a deal on a foreign contact, a tag on a foreign contact', async () => {
     const a = await createWorkspace(api);
     const b = await createWorkspace(api);
-    const pipelineId = (await api.admin('POST', `/admin/v1/workspaces/${a.id}/pipelines`, { name: 'P', stages: [{ name: 'S' }] })).body.data.id;
+    const pipelineId = (await api.admin('POST', `/admin/v1/workspaces/${a.id}/pipelines`, { name: 'P', stages: [{ name: 'S' }] })).body.data
+      .id;
     const stage = await api.db('stages').where({ pipeline_id: pipelineId }).first('id');
     const [foreign] = await api.db('contacts').insert({ workspace_id: b.id, phone: '5511900000001', phone_key: 'k1' }).returning('id');
     await fails(

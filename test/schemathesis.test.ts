@@ -35,7 +35,12 @@ afterAll(async () => {
 });
 
 /** Runs `st` to completion: its exit code and everything it printed. */
-function runSchemathesis(st: string, args: string[], env: NodeJS.ProcessEnv, cwd: string): Promise<{ code: number | null; output: string }> {
+function runSchemathesis(
+  st: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  cwd: string,
+): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(st, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
@@ -108,7 +113,10 @@ describe('the API against its own OpenAPI document (Schemathesis)', () => {
     // On failure the assertion shows Schemathesis's own report: each failure, its response and a curl line to reproduce it.
     const failures = output.indexOf('=== FAILURES ===');
     const report = output.slice(failures >= 0 ? failures : Math.max(0, output.length - 4000)).slice(0, 30_000);
-    expect({ exitCode: code, report: code === 0 ? 'passed' : `(full output: ${log})\n${report}` }).toEqual({ exitCode: 0, report: 'passed' });
+    expect({ exitCode: code, report: code === 0 ? 'passed' : `(full output: ${log})\n${report}` }).toEqual({
+      exitCode: 0,
+      report: 'passed',
+    });
     // Every operation of the document was exercised, none skipped for a schema it could not read.
     const operations = new Set(ROUTES.map((r) => `${r.method} ${r.path}`)).size;
     expect(output).toContain(`Tested: ${operations}\n`);

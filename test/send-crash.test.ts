@@ -40,10 +40,14 @@ async function startWorker(): Promise<Child> {
 
 /** Until some statement waits on a lock held by the backend `pid` (the test's own transaction). */
 async function blockedBy(pid: number, what: string): Promise<void> {
-  await waitFor(what, async () => {
-    const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [pid]);
-    if (rows[0].n === 0) throw new Error('not blocked yet');
-  }, 20_000);
+  await waitFor(
+    what,
+    async () => {
+      const { rows } = await api.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ?::int = ANY(pg_blocking_pids(pid))`, [pid]);
+      if (rows[0].n === 0) throw new Error('not blocked yet');
+    },
+    20_000,
+  );
 }
 
 /** SIGKILL: no graceful shutdown, no chance to finish or report the running activity. */
@@ -56,7 +60,10 @@ async function killWorker(child: Child): Promise<void> {
 }
 
 async function emulator(pathname: string, body?: unknown): Promise<any> {
-  const res = await fetch(`${EMULATOR}${pathname}`, body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(
+    `${EMULATOR}${pathname}`,
+    body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
+  );
   expect(res.ok).toBe(true);
   return res.json();
 }
@@ -82,15 +89,31 @@ async function setup(): Promise<Setup> {
   });
   expect(instance.status).toBe(201);
   const instanceId = instance.body.data.id as string;
-  const template = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+  const template = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId,
+    name: 'welcome',
+    language: 'pt_BR',
+    variableCount: 1,
+    status: 'approved',
+  });
   expect(template.status).toBe(201);
   await emulator('/__emulator/webhook', { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, appSecret });
   return { ws, instanceId, phoneNumberId };
 }
 
-const body = (phone: string) => ({ phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] });
+const body = (phone: string) => ({
+  phone,
+  type: 'template',
+  templateName: 'welcome',
+  templateLanguage: 'pt_BR',
+  templateVariables: ['Ana'],
+});
 const send = (s: Setup, phone: string, key: string) =>
-  api.request('POST', '/api/v1/messages', { key: s.ws.key, body: body(phone), headers: { 'x-forwarded-for': uniqueIp(), 'Idempotency-Key': key } });
+  api.request('POST', '/api/v1/messages', {
+    key: s.ws.key,
+    body: body(phone),
+    headers: { 'x-forwarded-for': uniqueIp(), 'Idempotency-Key': key },
+  });
 const saoPauloToday = (): string => new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
 const workflowId = (s: Setup, key: string): string => `send/${s.ws.id}/key/${key}`;
 
@@ -159,8 +182,19 @@ async function expectOneSend(s: Setup, phone: string, res: { status: number; bod
   expect(calls.map((c) => c.outcome)).toEqual(['ok']);
   const { messageId, waId } = calls[0];
 
-  const messages = await api.db('messages').where({ workspace_id: s.ws.id }).select('id', 'direction', 'status', 'provider_message_id', 'conversation_id');
-  expect(messages).toEqual([{ id: res.body.data.id, direction: 'out', status: 'sent', provider_message_id: messageId, conversation_id: res.body.data.conversationId }]);
+  const messages = await api
+    .db('messages')
+    .where({ workspace_id: s.ws.id })
+    .select('id', 'direction', 'status', 'provider_message_id', 'conversation_id');
+  expect(messages).toEqual([
+    {
+      id: res.body.data.id,
+      direction: 'out',
+      status: 'sent',
+      provider_message_id: messageId,
+      conversation_id: res.body.data.conversationId,
+    },
+  ]);
   const contacts = await api.db('contacts').where({ workspace_id: s.ws.id }).select('id', 'phone', 'wa_id');
   expect(contacts).toEqual([{ id: res.body.data.contactId, phone, wa_id: waId }]);
   expect(await api.db('conversations').where({ workspace_id: s.ws.id }).pluck('id')).toEqual([res.body.data.conversationId]);
@@ -193,9 +227,13 @@ describe('a worker killed mid-send', () => {
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 2000, times: 1 });
     const started = Date.now();
     const pending = send(s, phone, key);
-    await waitFor('the provider call', async () => {
-      if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
-    }, 20_000);
+    await waitFor(
+      'the provider call',
+      async () => {
+        if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
+      },
+      20_000,
+    );
     await killWorker(worker!);
     worker = await startWorker();
 
@@ -234,7 +272,9 @@ describe('a worker killed mid-send', () => {
     const res = await answer(s, phone, key, pending);
     await expectOneSend(s, phone, res);
     expect(await lostWorkflowTasks(s, key)).toBeGreaterThanOrEqual(1);
-    console.log(`[send-crash] killed before the provider call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    console.log(
+      `[send-crash] killed before the provider call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`,
+    );
   }, 60_000);
 
   it('dies after the contact and conversation were created, before the provider call: one call, no orphan, events once', async () => {
@@ -270,7 +310,9 @@ describe('a worker killed mid-send', () => {
 
     const res = await answer(s, phone, key, pending);
     await expectOneSend(s, phone, res);
-    console.log(`[send-crash] killed after prepare, before the provider call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    console.log(
+      `[send-crash] killed after prepare, before the provider call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`,
+    );
   }, 60_000);
 
   it('dies after the provider accepted, before the message and events were recorded: no second call, events once', async () => {
@@ -280,9 +322,13 @@ describe('a worker killed mid-send', () => {
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 1500, times: 1 });
     const started = Date.now();
     const pending = send(s, phone, key);
-    await waitFor('the provider call', async () => {
-      if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
-    }, 20_000);
+    await waitFor(
+      'the provider call',
+      async () => {
+        if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
+      },
+      20_000,
+    );
     // Prepare committed the conversation; holding it stops recordSent, which locks it first.
     const hold = await api.db.transaction();
     try {

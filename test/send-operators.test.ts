@@ -22,10 +22,18 @@ afterAll(async () => {
 async function workspaceWithInstance() {
   const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true,
+    name: 'Main',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
     config: { baseUrl: EMULATOR, phoneNumberId: `PN-${ws.id.slice(0, 8)}`, accessToken: 'super-secret-token-xyz', appSecret: 's' },
   });
-  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.body.data.id,
+    name: 'hello',
+    language: 'pt_BR',
+    variableCount: 0,
+  });
   return { ws, instanceId: instance.body.data.id as string };
 }
 
@@ -33,11 +41,16 @@ it('shows a stuck send in Temporal: found by its search attributes, the provider
   const { ws, instanceId } = await workspaceWithInstance();
   const phone = mobile();
   await fetch(`${EMULATOR}/__emulator/script`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ to: phone, behaviour: 'error', code: 131056, httpStatus: 429, times: 2 }),
   });
   const key = `stuck-${phone}`;
-  const pending = api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' }, headers: { 'Idempotency-Key': key } });
+  const pending = api.request('POST', '/api/v1/messages', {
+    key: ws.key,
+    body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' },
+    headers: { 'Idempotency-Key': key },
+  });
 
   const client = await temporal.get();
   const handle = client.workflow.getHandle(`send/${ws.id}/key/${key}`);
@@ -52,10 +65,19 @@ it('shows a stuck send in Temporal: found by its search attributes, the provider
   }
   expect(failure).toContain('131056');
   expect(failure).not.toContain('super-secret-token-xyz');
-  expect(attributes).toMatchObject({ WorkspaceId: [ws.id], IdempotencyKey: [key], PhoneHash: [searchHash(api.config.encryptionKeys!, 'phone', ws.id, phone)], InstanceId: [instanceId] });
+  expect(attributes).toMatchObject({
+    WorkspaceId: [ws.id],
+    IdempotencyKey: [key],
+    PhoneHash: [searchHash(api.config.encryptionKeys!, 'phone', ws.id, phone)],
+    InstanceId: [instanceId],
+  });
 
   // While it retries, the same key is 409 IN_PROGRESS naming the workflow; then it completes.
-  const again = await api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' }, headers: { 'Idempotency-Key': key } });
+  const again = await api.request('POST', '/api/v1/messages', {
+    key: ws.key,
+    body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' },
+    headers: { 'Idempotency-Key': key },
+  });
   expectError(again, 409, 'IN_PROGRESS');
   expect(again.body.hint).toContain(`send/${ws.id}/key/${key}`);
   expect((await pending).status).toBe(201);
@@ -77,12 +99,17 @@ it('gives up on a provider that stays down: SEND_FAILED after the retries, and t
   const { ws } = await workspaceWithInstance();
   const phone = mobile();
   await fetch(`${EMULATOR}/__emulator/script`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ to: phone, behaviour: 'ok', down: true }),
   });
   const key = `down-${phone}`;
   // The API answers within its 30 s wait (201, or 409 while the send still retries); the workflow decides.
-  const answer = api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' }, headers: { 'Idempotency-Key': key } });
+  const answer = api.request('POST', '/api/v1/messages', {
+    key: ws.key,
+    body: { phone, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR' },
+    headers: { 'Idempotency-Key': key },
+  });
   const client = await temporal.get();
   const handle = client.workflow.getHandle(`send/${ws.id}/key/${key}`);
   for (let i = 0; i < 50 && !(await handle.describe().catch(() => undefined)); i++) await new Promise((r) => setTimeout(r, 100));
@@ -104,7 +131,11 @@ it('gives up on a provider that stays down: SEND_FAILED after the retries, and t
     api.db('daily_counters').where({ workspace_id: ws.id }).sum('count as n').first(),
   ]);
   expect([Number(contacts!.n), Number(conversations!.n), Number(counted!.n ?? 0)]).toEqual([0, 0, 0]);
-  await fetch(`${EMULATOR}/__emulator/reset`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ to: phone }) });
+  await fetch(`${EMULATOR}/__emulator/reset`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to: phone }),
+  });
 }, 120_000);
 
 it('completes a send the rules refused (its reason as the result), so FAILED in Temporal means something went wrong; the key stays free for a retry, one at a time', async () => {
@@ -132,7 +163,10 @@ it('completes a send the rules refused (its reason as the result), so FAILED in 
   const racing = await Promise.all(Array.from({ length: 3 }, send)); // 5 in all: the key's cold-send limit a minute
   for (const res of racing) expect([409, 422]).toContain(res.status);
   const runs = async () => {
-    const { executions } = await client.workflowService.listWorkflowExecutions({ namespace: api.config.temporalNamespace, query: `IdempotencyKey = "${key}"` });
+    const { executions } = await client.workflowService.listWorkflowExecutions({
+      namespace: api.config.temporalNamespace,
+      query: `IdempotencyKey = "${key}"`,
+    });
     return executions.length;
   };
   let count = 0;

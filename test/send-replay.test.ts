@@ -84,11 +84,20 @@ it('replays a send started before its first provider call became a local activit
 it('replays the sends of the current code: one accepted at once (one workflow task), one whose first call the provider refused for a while', async () => {
   const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true,
+    name: 'Main',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
     config: { baseUrl: EMULATOR, phoneNumberId: `PN-replay-${ws.id.slice(0, 8)}`, accessToken: 'token', appSecret: 'secret' },
   });
   expect(instance.status).toBe(201);
-  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.body.data.id,
+    name: 'welcome',
+    language: 'pt_BR',
+    variableCount: 1,
+    status: 'approved',
+  });
 
   const atOnce = path.join(dir, 'accepted-at-once.json');
   const accepted = await saveHistory(await coldSend(ws, mobile(), 'replay-at-once'), atOnce);
@@ -98,7 +107,8 @@ it('replays the sends of the current code: one accepted at once (one workflow ta
 
   const throttledPhone = mobile();
   const script = await fetch(`${EMULATOR}/__emulator/script`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ to: throttledPhone, behaviour: 'error', code: 131056, httpStatus: 429, times: 1 }),
   });
   expect(script.ok).toBe(true);

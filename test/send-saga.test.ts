@@ -18,13 +18,25 @@ afterAll(() => api.close());
 it('prepares once and compensates once, however often each step is retried', async () => {
   const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
+    name: 'Main',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+    config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
   });
-  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.body.data.id,
+    name: 'hello',
+    language: 'pt_BR',
+    variableCount: 0,
+  });
   const activities = createMessagingActivities({ db: api.db, config: api.config });
   const env = new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/saga-test`, runId: 'run-1' } } as never);
   // As the API starts a send: the request stored, the workflow given its id.
-  const request = { phone: `55219${String(70000000 + (process.pid % 9999999))}`, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
+  const request = {
+    phone: `55219${String(70000000 + (process.pid % 9999999))}`,
+    message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] },
+  };
   await saveSendRequest(api.db, ws.id, 'saga-test', request);
   const input = sendInputFor(ws.id, 'saga-test', request);
 
@@ -32,7 +44,10 @@ it('prepares once and compensates once, however often each step is retried', asy
   const again = await env.run(activities.prepareSend, input);
   expect(again).toEqual(first);
   expect(first).toMatchObject({ createdContact: true, createdConversation: true, tookCold: true });
-  const counters = async () => Object.fromEntries((await api.db('daily_counters').where({ workspace_id: ws.id }).select('kind', 'count')).map((r) => [r.kind, r.count]));
+  const counters = async () =>
+    Object.fromEntries(
+      (await api.db('daily_counters').where({ workspace_id: ws.id }).select('kind', 'count')).map((r) => [r.kind, r.count]),
+    );
   expect(await counters()).toEqual({ messages: 1, cold_conversations: 1 });
 
   await env.run(activities.undoPrepare, first);
@@ -42,17 +57,31 @@ it('prepares once and compensates once, however often each step is retried', asy
   expect(await api.db('conversations').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
 });
 
-it("records a send whose contact and conversation a concurrent failed send compensated away, bringing them back", async () => {
+it('records a send whose contact and conversation a concurrent failed send compensated away, bringing them back', async () => {
   const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
+    name: 'Main',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+    config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
   });
-  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 0 });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.body.data.id,
+    name: 'hello',
+    language: 'pt_BR',
+    variableCount: 0,
+  });
   const activities = createMessagingActivities({ db: api.db, config: api.config });
-  const run = (id: string) => new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/${id}`, runId: 'r' } } as never);
+  const run = (id: string) =>
+    new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/${id}`, runId: 'r' } } as never);
   const phone = `55219${String(60000000 + (process.pid % 9999999))}`;
   // The inline shape of a send started before send_requests (still replayed and run).
-  const input = { workspaceId: ws.id, phone, message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] } };
+  const input = {
+    workspaceId: ws.id,
+    phone,
+    message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] },
+  };
 
   const a: PreparedSend = await run('a').run(activities.prepareSend, input);
   const b: PreparedSend = await run('b').run(activities.prepareSend, input);
@@ -60,7 +89,13 @@ it("records a send whose contact and conversation a concurrent failed send compe
   await run('a').run(activities.undoPrepare, a); // A failed at the provider: its compensation removes what it created
   expect(await api.db('conversations').where({ id: a.conversationId }).first()).toBeUndefined();
 
-  const outcome: SendOutcome = await run('b').run(activities.recordSent, { workspaceId: ws.id, prepared: b, sent: { providerMessageId: `wamid.saga.${process.pid}` }, message: input.message, mode: 'cold' as const });
+  const outcome: SendOutcome = await run('b').run(activities.recordSent, {
+    workspaceId: ws.id,
+    prepared: b,
+    sent: { providerMessageId: `wamid.saga.${process.pid}` },
+    message: input.message,
+    mode: 'cold' as const,
+  });
   const message = await api.db('messages').where({ id: outcome.id }).first('conversation_id', 'status');
   expect(message.status).toBe('sent');
   const conversation = await api.db('conversations').where({ id: message.conversation_id }).first('contact_id');

@@ -34,7 +34,10 @@ process.once('exit', killGroups);
 beforeAll(() => {
   // npm start installs dependencies when node_modules is stale: that must not happen under a running suite.
   const check = spawnSync(process.execPath, [path.join(ROOT, 'scripts', 'bootstrap.mjs'), 'check-deps'], { cwd: ROOT });
-  if (check.status !== 0) throw new Error('node_modules is not current with package-lock.json (npm start would install now): run `npm install` or `npm start` once, then the tests.');
+  if (check.status !== 0)
+    throw new Error(
+      'node_modules is not current with package-lock.json (npm start would install now): run `npm install` or `npm start` once, then the tests.',
+    );
   dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'crm-start-'));
   // Traversable like a checkout's .data: as root, a 0700 directory would move the cluster to /var/tmp, out of this cleanup's reach.
   fs.chmodSync(dataDir, 0o755);
@@ -49,7 +52,13 @@ afterAll(async () => {
 });
 
 async function npmStart(): Promise<Started> {
-  const ports = { api: await freePort(), emulator: await freePort(), temporal: await freePort(), ui: await freePort(), pg: await freePort() };
+  const ports = {
+    api: await freePort(),
+    emulator: await freePort(),
+    temporal: await freePort(),
+    ui: await freePort(),
+    pg: await freePort(),
+  };
   // Only what a user's shell would have: none of the suite's DATABASE_URL, TEMPORAL_ADDRESS, keys or tokens.
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
@@ -70,7 +79,8 @@ async function npmStart(): Promise<Started> {
   npm.stderr!.on('data', (c: Buffer) => (output += c.toString()));
   const deadline = Date.now() + 150_000;
   while (!output.includes('Sales CRM is running')) {
-    if (npm.exitCode !== null || npm.signalCode !== null) throw new Error(`npm start exited (${npm.exitCode ?? npm.signalCode}) before the stack was up:\n${output}`);
+    if (npm.exitCode !== null || npm.signalCode !== null)
+      throw new Error(`npm start exited (${npm.exitCode ?? npm.signalCode}) before the stack was up:\n${output}`);
     if (Date.now() > deadline) {
       process.kill(-npm.pid!, 'SIGKILL');
       throw new Error(`npm start was not up after 150 s:\n${output}`);
@@ -94,7 +104,7 @@ function processTable(): Map<number, { ppid: number; command: string }> {
 function descendants(root: number): Map<number, string> {
   const table = processTable();
   const found = new Map<number, string>([[root, table.get(root)?.command ?? '?']]);
-  for (let grew = true; grew; ) {
+  for (let grew = true; grew;) {
     grew = false;
     for (const [pid, { ppid, command }] of table) {
       if (found.has(ppid) && !found.has(pid)) {
@@ -111,7 +121,16 @@ async function stopsEverything(started: Started, signal: NodeJS.Signals, target:
   const tree = descendants(started.npm.pid!);
   const commands = [...tree.values()].join('\n');
   // What the stack is: the shapes a leftover would have.
-  for (const part of ['bootstrap.mjs start', 'scripts/start.ts', 'postgres', 'temporal', 'server start-dev', 'emulator/server.ts', 'workers/main.ts', 'api/server.ts']) {
+  for (const part of [
+    'bootstrap.mjs start',
+    'scripts/start.ts',
+    'postgres',
+    'temporal',
+    'server start-dev',
+    'emulator/server.ts',
+    'workers/main.ts',
+    'api/server.ts',
+  ]) {
     expect(commands).toContain(part);
   }
   process.kill(target(tree), signal);
@@ -124,11 +143,17 @@ async function stopsEverything(started: Started, signal: NodeJS.Signals, target:
   } while (left.length && Date.now() < deadline);
   if (left.length) {
     for (const [pid] of left) process.kill(pid, 'SIGKILL');
-    throw new Error(`${signal} left ${left.length} process(es) running:\n${left.map(([pid, c]) => `${pid} ${c}`).join('\n')}\n--- npm start said:\n${started.output()}`);
+    throw new Error(
+      `${signal} left ${left.length} process(es) running:\n${left.map(([pid, c]) => `${pid} ${c}`).join('\n')}\n--- npm start said:\n${started.output()}`,
+    );
   }
   groups.delete(started.npm.pid!);
   // Its last words may still be in the pipe when the processes are gone: read to the end first.
-  if (!started.npm.stdout!.readableEnded) await new Promise((r) => { started.npm.stdout!.once('end', r); setTimeout(r, 5000); });
+  if (!started.npm.stdout!.readableEnded)
+    await new Promise((r) => {
+      started.npm.stdout!.once('end', r);
+      setTimeout(r, 5000);
+    });
   expect(started.output()).toContain('[start] stopped');
 }
 
@@ -138,7 +163,7 @@ const pidOf = (tree: Map<number, string>, part: string): number => {
   return found[0];
 };
 
-test('SIGINT to npm\'s pid stops every process npm start started, and the user\'s PostgreSQL keeps fsync on', async () => {
+test("SIGINT to npm's pid stops every process npm start started, and the user's PostgreSQL keeps fsync on", async () => {
   const started = await npmStart();
   const pg = new PgClient({ connectionString: `postgres://postgres:postgres@127.0.0.1:${started.ports.pg}/crm` });
   await pg.connect();
@@ -152,7 +177,7 @@ test('SIGINT to npm\'s pid stops every process npm start started, and the user\'
   await stopsEverything(started, 'SIGINT', () => started.npm.pid!);
 }, 240_000);
 
-test('SIGTERM to the node bootstrap\'s pid stops every process too (a restart on the kept data)', async () => {
+test("SIGTERM to the node bootstrap's pid stops every process too (a restart on the kept data)", async () => {
   const started = await npmStart();
   await stopsEverything(started, 'SIGTERM', (tree) => pidOf(tree, 'bootstrap.mjs start'));
 }, 240_000);

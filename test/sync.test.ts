@@ -14,14 +14,23 @@ beforeAll(async () => {
 afterAll(async () => api.close());
 
 const EVERY: Scope[] = [
-  'leads:read', 'leads:write', 'tags:write', 'deals:read', 'deals:write', 'tasks:read', 'tasks:write',
-  'products:read', 'products:write', 'conversations:read', 'conversations:write',
+  'leads:read',
+  'leads:write',
+  'tags:write',
+  'deals:read',
+  'deals:write',
+  'tasks:read',
+  'tasks:write',
+  'products:read',
+  'products:write',
+  'conversations:read',
+  'conversations:write',
 ];
 const workspace = () => createWorkspace(api, { scopes: EVERY });
 
 let seq = 0;
 /** A distinct mobile per call: 55 + area 41 + 9 + 8 digits. */
-const mobile = (): string => `55419${String(10_000_000 + ((process.pid % 1000) * 10_000 + ++seq) % 89_999_999).padStart(8, '0')}`;
+const mobile = (): string => `55419${String(10_000_000 + (((process.pid % 1000) * 10_000 + ++seq) % 89_999_999)).padStart(8, '0')}`;
 
 type Page = { data: any[]; pagination: { limit: number; hasMore: boolean; nextCursor: string } };
 const get = (w: Workspace, path: string): Promise<ApiResponse> => api.request('GET', path, { key: w.key });
@@ -51,7 +60,13 @@ async function page(w: Workspace, list: string, from: { cursor?: string; first?:
 }
 
 /** Pages until hasMore is false: every row read (in order, repeats kept) and the cursor to resume from. */
-async function readToEnd(w: Workspace, list: string, from: { cursor?: string; first?: string }, extra = '', settle = true): Promise<{ rows: any[]; cursor: string; pages: number }> {
+async function readToEnd(
+  w: Workspace,
+  list: string,
+  from: { cursor?: string; first?: string },
+  extra = '',
+  settle = true,
+): Promise<{ rows: any[]; cursor: string; pages: number }> {
   const rows: any[] = [];
   let pages = 0;
   let current = from;
@@ -91,11 +106,23 @@ describe('cursor paging', () => {
     const leads = [];
     for (let i = 0; i < 23; i++) leads.push(await upsert(ws, { phone: mobile(), name: `Lead ${i}` }));
     // Seven leads stamped in one statement: one timestamp, ordered by id.
-    await api.db('contacts').whereIn('id', leads.slice(5, 12).map((l) => l.id)).update({ updated_at: api.db.raw(`now() - interval '1 hour'`) });
+    await api
+      .db('contacts')
+      .whereIn(
+        'id',
+        leads.slice(5, 12).map((l) => l.id),
+      )
+      .update({ updated_at: api.db.raw(`now() - interval '1 hour'`) });
 
     const { rows, pages, cursor } = await readToEnd(ws, 'leads', {}, '&limit=5');
     expect(pages).toBe(5);
-    expect(rows.map((r) => r.id)).toEqual(await api.db('contacts').where({ workspace_id: ws.id }).orderBy([{ column: 'updated_at' }, { column: 'id' }]).pluck('id'));
+    expect(rows.map((r) => r.id)).toEqual(
+      await api
+        .db('contacts')
+        .where({ workspace_id: ws.id })
+        .orderBy([{ column: 'updated_at' }, { column: 'id' }])
+        .pluck('id'),
+    );
     // The same records as the offset list, field for field.
     expect(byId(rows)).toEqual(byId(await offsetList(ws, 'leads')));
 
@@ -117,7 +144,10 @@ describe('cursor paging', () => {
     for (let i = 0; i < 6; i++) {
       const res = await api.request('POST', '/api/v1/products', { key: ws.key, body: { name: `Product ${i}` } });
       products.push(res.body.data);
-      await api.db('products').where({ id: res.body.data.id }).update({ updated_at: `2026-01-01T00:00:0${i}.000001Z` });
+      await api
+        .db('products')
+        .where({ id: res.body.data.id })
+        .update({ updated_at: `2026-01-01T00:00:0${i}.000001Z` });
     }
     const { rows } = await readToEnd(ws, 'products', { first: '&updatedAfter=2026-01-01T00:00:03Z' });
     expect(rows.map((p) => p.name)).toEqual(['Product 3', 'Product 4', 'Product 5']);
@@ -139,7 +169,14 @@ describe('cursor paging', () => {
   it('refuses a cursor of another list, a garbled one, and a position that is not one', async () => {
     const ws = await workspace();
     const deals = await page(ws, 'deals', {});
-    for (const cursor of [deals.pagination.nextCursor, 'leads_%%%', 'leads_bm90IGpzb24', cursorOf('leads', ['1', 'not-a-uuid']), cursorOf('leads', ['soon', '3f1c2a9e-8b7d-4c6e-9a10-5d2b7e4f8c01']), cursorOf('leads', ['1', '3F1C2A9E-8B7D-4C6E-9A10-5D2B7E4F8C01', 'x'])]) {
+    for (const cursor of [
+      deals.pagination.nextCursor,
+      'leads_%%%',
+      'leads_bm90IGpzb24',
+      cursorOf('leads', ['1', 'not-a-uuid']),
+      cursorOf('leads', ['soon', '3f1c2a9e-8b7d-4c6e-9a10-5d2b7e4f8c01']),
+      cursorOf('leads', ['1', '3F1C2A9E-8B7D-4C6E-9A10-5D2B7E4F8C01', 'x']),
+    ]) {
       const res = await get(ws, `/api/v1/leads?cursor=${encodeURIComponent(cursor)}`);
       expectError(res, 400, 'VALIDATION');
       expect(res.body.error).toContain('query.cursor');
@@ -168,7 +205,11 @@ describe('cursor paging', () => {
     const ws = await workspace();
     const { pagination } = await page(ws, 'leads', {});
     const cursor = encodeURIComponent(pagination.nextCursor);
-    for (const [qs, name] of [[`cursor=${cursor}&updatedAfter=2026-01-01`, 'query.updatedAfter'], [`cursor=${cursor}&offset=25`, 'query.offset'], [`cursor=${cursor}&sort=createdAt`, 'query.sort']]) {
+    for (const [qs, name] of [
+      [`cursor=${cursor}&updatedAfter=2026-01-01`, 'query.updatedAfter'],
+      [`cursor=${cursor}&offset=25`, 'query.offset'],
+      [`cursor=${cursor}&sort=createdAt`, 'query.sort'],
+    ]) {
       const res = await get(ws, `/api/v1/leads?${qs}`);
       expectError(res, 400, 'VALIDATION');
       expect(res.body.error).toContain(name);
@@ -183,7 +224,7 @@ describe('cursor paging', () => {
     const bLead = await upsert(b, { phone: mobile() });
     await upsert(a, { phone: mobile() });
     // B reads from A's position: B's rows after it, never A's.
-    const read = await eventually('B\'s lead to be readable', async () => {
+    const read = await eventually("B's lead to be readable", async () => {
       const body = await readToEnd(b, 'leads', { cursor }, '&includeDeleted=true');
       return body.rows.length > 0 && body;
     });
@@ -198,7 +239,7 @@ describe('cursor paging', () => {
     ['tasks', 'tasks:read'],
     ['products', 'products:read'],
     ['conversations', 'conversations:read'],
-  ] as const)('reads %s with the list\'s own scope (%s) and its rate-limit headers', async (list, scope) => {
+  ] as const)("reads %s with the list's own scope (%s) and its rate-limit headers", async (list, scope) => {
     const ws = await workspace();
     const other = EVERY.filter((s) => s !== scope && !(list === 'leads' && s === 'leads:write'));
     const without = await createKey(api, ws.id, other);
@@ -207,14 +248,21 @@ describe('cursor paging', () => {
     const res = await api.request('GET', `/api/v1/${list}?paging=cursor`, { key: only.key });
     expect(res.status).toBe(200);
     expect(res.headers.get('x-ratelimit-limit')).toBeTruthy();
-    expect(res.body).toEqual({ data: [], pagination: { limit: 25, hasMore: false, nextCursor: expect.stringMatching(new RegExp(`^${list}_`)) } });
+    expect(res.body).toEqual({
+      data: [],
+      pagination: { limit: 25, hasMore: false, nextCursor: expect.stringMatching(new RegExp(`^${list}_`)) },
+    });
   });
 });
 
 describe('tombstones', () => {
   it('shows a deleted and a merged lead as tombstones with includeDeleted=true, never a group chat', async () => {
     const ws = await workspace();
-    const [kept, deleted, merged] = [await upsert(ws, { phone: mobile(), name: 'Kept' }), await upsert(ws, { phone: mobile(), name: 'Deleted' }), await upsert(ws, { phone: mobile(), name: 'Merged' })];
+    const [kept, deleted, merged] = [
+      await upsert(ws, { phone: mobile(), name: 'Kept' }),
+      await upsert(ws, { phone: mobile(), name: 'Deleted' }),
+      await upsert(ws, { phone: mobile(), name: 'Merged' }),
+    ];
     const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New'] });
     const deal = await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: deleted.id, pipeline: pipeline.id } });
     expect(deal.status).toBe(201);
@@ -236,8 +284,20 @@ describe('tombstones', () => {
     const at = (id: string, column: 'deleted_at' | 'updated_at') => rows.find((r) => r.id === id)[column].toISOString();
     expect(byId(after.rows)).toEqual(
       byId([
-        { id: deleted.id, deleted: true, deletedAt: at(deleted.id, 'deleted_at'), mergedIntoId: null, updatedAt: at(deleted.id, 'updated_at') },
-        { id: merged.id, deleted: true, deletedAt: at(merged.id, 'updated_at'), mergedIntoId: kept.id, updatedAt: at(merged.id, 'updated_at') },
+        {
+          id: deleted.id,
+          deleted: true,
+          deletedAt: at(deleted.id, 'deleted_at'),
+          mergedIntoId: null,
+          updatedAt: at(deleted.id, 'updated_at'),
+        },
+        {
+          id: merged.id,
+          deleted: true,
+          deletedAt: at(merged.id, 'updated_at'),
+          mergedIntoId: kept.id,
+          updatedAt: at(merged.id, 'updated_at'),
+        },
       ]),
     );
     // Without includeDeleted they are simply gone, and so is the deleted lead's deal.
@@ -251,7 +311,8 @@ describe('reading while others write', () => {
   it('never passes a change still being written: the page stops at the oldest open transaction and reads it once committed', async () => {
     const ws = await workspace();
     const created = [];
-    for (let i = 0; i < 4; i++) created.push((await api.request('POST', '/api/v1/products', { key: ws.key, body: { name: `Slow ${i}` } })).body.data);
+    for (let i = 0; i < 4; i++)
+      created.push((await api.request('POST', '/api/v1/products', { key: ws.key, body: { name: `Slow ${i}` } })).body.data);
     const trx = await api.db.transaction();
     let committed = false;
     try {
@@ -273,11 +334,14 @@ describe('reading while others write', () => {
 
       await trx.commit();
       committed = true;
-      const rest = await eventually('both writers\' rows', async () => {
+      const rest = await eventually("both writers' rows", async () => {
         const body = await readToEnd(ws, 'products', { cursor: first.cursor });
         return body.rows.length === 2 && body;
       });
-      expect(rest.rows.map((p) => [p.name, p.price])).toEqual([['Slow 0', '9.99'], ['Quick', null]]);
+      expect(rest.rows.map((p) => [p.name, p.price])).toEqual([
+        ['Slow 0', '9.99'],
+        ['Quick', null],
+      ]);
       expect(rest.rows[1].id).toBe(quick.id);
     } finally {
       if (!committed) await trx.rollback();
@@ -375,7 +439,15 @@ describe('exact copies of the other lists', () => {
     const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New', 'Won'] });
     const lead = await upsert(ws, { phone: mobile(), name: 'Buyer' });
     const deals = [];
-    for (let i = 0; i < 12; i++) deals.push((await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: lead.id, pipeline: 'Sales', name: `Deal ${i}`, value: i * 10 } })).body.data);
+    for (let i = 0; i < 12; i++)
+      deals.push(
+        (
+          await api.request('POST', '/api/v1/deals', {
+            key: ws.key,
+            body: { contactId: lead.id, pipeline: 'Sales', name: `Deal ${i}`, value: i * 10 },
+          })
+        ).body.data,
+      );
     const copy = new Map<string, any>();
     const first = await readToEnd(ws, 'deals', {}, '&limit=5');
     first.rows.forEach((d) => copy.set(d.id, d));
@@ -416,12 +488,21 @@ describe('every change a record shows moves its updatedAt', () => {
     expect((await readToEnd(ws, 'leads', { cursor: next })).rows.map((l) => l.id)).not.toContain(other.id);
   });
 
-  it("deleting a lead moves its tasks (their contactId becomes null), renaming it moves its conversations", async () => {
+  it('deleting a lead moves its tasks (their contactId becomes null), renaming it moves its conversations', async () => {
     const ws = await workspace();
     const [gone, renamed] = [await upsert(ws, { phone: mobile(), name: 'Gone' }), await upsert(ws, { phone: mobile(), name: 'Before' })];
     const task = (await api.request('POST', '/api/v1/tasks', { key: ws.key, body: { title: 'Call', contactId: gone.id } })).body.data;
-    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { accessToken: 'x', appSecret: 'y' } });
-    const [conversation] = await api.db('conversations').insert({ workspace_id: ws.id, contact_id: renamed.id, instance_id: instance.body.data.id, channel: 'whatsapp' }).returning('id');
+    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+      name: 'Main',
+      channel: 'whatsapp',
+      provider: 'cloud',
+      connected: true,
+      config: { accessToken: 'x', appSecret: 'y' },
+    });
+    const [conversation] = await api
+      .db('conversations')
+      .insert({ workspace_id: ws.id, contact_id: renamed.id, instance_id: instance.body.data.id, channel: 'whatsapp' })
+      .returning('id');
     const tasks = await readToEnd(ws, 'tasks', {});
     const conversations = await readToEnd(ws, 'conversations', {});
     expect(conversations.rows.map((c) => c.contact.name)).toEqual(['Before']);
@@ -439,11 +520,22 @@ describe('every change a record shows moves its updatedAt', () => {
   it('a conversation status change, and a connection restored from the archive, bring conversations back to a sync', async () => {
     const ws = await workspace();
     const lead = await upsert(ws, { phone: mobile() });
-    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { accessToken: 'x', appSecret: 'y' } });
+    const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+      name: 'Main',
+      channel: 'whatsapp',
+      provider: 'cloud',
+      connected: true,
+      config: { accessToken: 'x', appSecret: 'y' },
+    });
     const instanceId = instance.body.data.id;
-    const [conversation] = await api.db('conversations').insert({ workspace_id: ws.id, contact_id: lead.id, instance_id: instanceId, channel: 'whatsapp' }).returning('id');
+    const [conversation] = await api
+      .db('conversations')
+      .insert({ workspace_id: ws.id, contact_id: lead.id, instance_id: instanceId, channel: 'whatsapp' })
+      .returning('id');
     const start = await readToEnd(ws, 'conversations', {});
-    expect((await api.request('PATCH', `/api/v1/conversations/${conversation.id}`, { key: ws.key, body: { status: 'closed' } })).status).toBe(200);
+    expect(
+      (await api.request('PATCH', `/api/v1/conversations/${conversation.id}`, { key: ws.key, body: { status: 'closed' } })).status,
+    ).toBe(200);
     expect((await changedSince(ws, 'conversations', start.cursor, 1)).map((c) => c.status)).toEqual(['closed']);
 
     expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { archived: true })).status).toBe(200);

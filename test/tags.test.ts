@@ -13,7 +13,12 @@ describe('tags', () => {
     const ws = await newWorkspace();
     const created = await api.request('POST', '/api/v1/tags', { key: ws.key, body: { name: '  VIP  ', color: '#FF0000' } });
     expect(created.status).toBe(201);
-    expect(created.body.data).toEqual({ id: expect.any(String), name: 'VIP', color: '#ff0000', createdAt: expect.stringMatching(/\.\d{3}Z$/) });
+    expect(created.body.data).toEqual({
+      id: expect.any(String),
+      name: 'VIP',
+      color: '#ff0000',
+      createdAt: expect.stringMatching(/\.\d{3}Z$/),
+    });
     const plain = await api.request('POST', '/api/v1/tags', { key: ws.key, body: { name: 'cold lead' } });
     expect(plain.body.data.color).toBe('#6b7280');
     await api.request('POST', '/api/v1/tags', { key: ws.key, body: { name: 'alpha' } });
@@ -164,7 +169,11 @@ describe('tags', () => {
     expectError(await api.request('GET', `/api/v1/tags/${tag.id}`, { key: none.key }), 403, 'INSUFFICIENT_SCOPE');
     expect((await api.request('GET', '/api/v1/tags', { key: readOnly.key })).status).toBe(200);
     expectError(await api.request('POST', '/api/v1/tags', { key: readOnly.key, body: { name: 'x' } }), 403, 'INSUFFICIENT_SCOPE');
-    expectError(await api.request('PATCH', `/api/v1/tags/${tag.id}`, { key: readOnly.key, body: { name: 'x' } }), 403, 'INSUFFICIENT_SCOPE');
+    expectError(
+      await api.request('PATCH', `/api/v1/tags/${tag.id}`, { key: readOnly.key, body: { name: 'x' } }),
+      403,
+      'INSUFFICIENT_SCOPE',
+    );
     expectError(await api.request('DELETE', `/api/v1/tags/${tag.id}`, { key: readOnly.key }), 403, 'INSUFFICIENT_SCOPE');
     expect(await api.db('tags').where({ workspace_id: ws.id }).pluck('name')).toEqual(['t']);
   });

@@ -1,4 +1,15 @@
-import { countQueries, createKey, createWorkspace, expectError, seedContact, seedMember, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+import {
+  countQueries,
+  createKey,
+  createWorkspace,
+  expectError,
+  seedContact,
+  seedMember,
+  seedPipeline,
+  startApi,
+  TestApi,
+  Workspace,
+} from './helpers';
 import { createTask } from '../domain/sales/tasks';
 
 let api: TestApi;
@@ -100,7 +111,13 @@ describe('POST /api/v1/tasks', () => {
     });
     expect((await get(task.id)).body.data).toEqual(task);
     const row = await api.db('tasks').where({ id: task.id }).first();
-    expect(row).toMatchObject({ workspace_id: f.ws.id, contact_id: f.contact.id, deal_id: f.dealId, assigned_to: f.member.id, completed_at: null });
+    expect(row).toMatchObject({
+      workspace_id: f.ws.id,
+      contact_id: f.contact.id,
+      deal_id: f.dealId,
+      assigned_to: f.member.id,
+      completed_at: null,
+    });
   });
 
   it('creates a task already done, with its completion time', async () => {
@@ -159,8 +176,17 @@ describe('POST /api/v1/tasks', () => {
 
 describe('PATCH /api/v1/tasks/{id}', () => {
   it('changes each field and null clears dueDate, contactId, cardId and assignedTo', async () => {
-    const task = await make({ title: 'Old', dueDate: '2026-01-01T00:00:00Z', contactId: f.contact.id, cardId: f.dealId, assignedTo: f.member.id });
-    await api.db('tasks').where({ id: task.id }).update({ updated_at: new Date('2020-01-01T00:00:00Z') });
+    const task = await make({
+      title: 'Old',
+      dueDate: '2026-01-01T00:00:00Z',
+      contactId: f.contact.id,
+      cardId: f.dealId,
+      assignedTo: f.member.id,
+    });
+    await api
+      .db('tasks')
+      .where({ id: task.id })
+      .update({ updated_at: new Date('2020-01-01T00:00:00Z') });
     const res = await patch(task.id, {
       title: 'New',
       type: 'meeting',
@@ -268,15 +294,28 @@ describe('GET /api/v1/tasks', () => {
     lf = await fixture();
     const specs: [string, Record<string, unknown>, string, string][] = [
       // name, body, createdAt, updatedAt
-      ['a', { dueDate: '2026-05-03T00:00:00Z', contactId: lf.contact.id, cardId: lf.dealId, assignedTo: lf.member.id }, '2026-01-02', '2026-02-05'],
-      ['b', { dueDate: '2026-05-01T00:00:00Z', contactId: lf.contact.id, status: 'done', assignedTo: lf.member2.id }, '2026-01-04', '2026-02-01'],
+      [
+        'a',
+        { dueDate: '2026-05-03T00:00:00Z', contactId: lf.contact.id, cardId: lf.dealId, assignedTo: lf.member.id },
+        '2026-01-02',
+        '2026-02-05',
+      ],
+      [
+        'b',
+        { dueDate: '2026-05-01T00:00:00Z', contactId: lf.contact.id, status: 'done', assignedTo: lf.member2.id },
+        '2026-01-04',
+        '2026-02-01',
+      ],
       ['c', { dueDate: null, contactId: lf.contact2.id, cardId: lf.deal2Id }, '2026-01-01', '2026-02-04'],
       ['d', { dueDate: '2026-05-02T12:00:00Z', cardId: lf.dealId, assignedTo: lf.member.id, status: 'done' }, '2026-01-05', '2026-02-03'],
       ['e', { dueDate: '2026-05-04T00:00:00Z' }, '2026-01-03', '2026-02-02'],
     ];
     for (const [name, body, createdAt, updatedAt] of specs) {
       const task = await make({ title: name, ...body }, lf.ws.key);
-      await api.db('tasks').where({ id: task.id }).update({ created_at: `${createdAt}T00:00:00Z`, updated_at: `${updatedAt}T00:00:00Z` });
+      await api
+        .db('tasks')
+        .where({ id: task.id })
+        .update({ created_at: `${createdAt}T00:00:00Z`, updated_at: `${updatedAt}T00:00:00Z` });
       t[name] = task.id;
     }
   });
@@ -291,7 +330,11 @@ describe('GET /api/v1/tasks', () => {
     const res = await list('', lf.ws.key);
     expect(res.body.pagination).toEqual({ total: 5, limit: 25, offset: 0, hasMore: false });
     expect(res.body.data.map((x: any) => x.title)).toEqual(['b', 'd', 'a', 'e', 'c']);
-    expect(res.body.data[2]).toMatchObject({ contactId: lf.contact.id, cardId: lf.dealId, assignedTo: { id: lf.member.id, name: 'Carla Seller' } });
+    expect(res.body.data[2]).toMatchObject({
+      contactId: lf.contact.id,
+      cardId: lf.dealId,
+      assignedTo: { id: lf.member.id, name: 'Carla Seller' },
+    });
     expect(await titles('?sort=dueAt&order=desc')).toEqual(['e', 'a', 'd', 'b', 'c']);
   });
 
@@ -360,10 +403,17 @@ describe('GET /api/v1/tasks', () => {
 
 describe('domain createTask (shared with automations)', () => {
   it('can resolve the assignee by name and validates its own input', async () => {
-    const task = await createTask(api.db, f.ws.id, { title: 'From automation', type: 'call', assignedTo: 'carla seller' }, { assigneeByName: true });
+    const task = await createTask(
+      api.db,
+      f.ws.id,
+      { title: 'From automation', type: 'call', assignedTo: 'carla seller' },
+      { assigneeByName: true },
+    );
     expect(task).toMatchObject({ title: 'From automation', type: 'call', assignedTo: { id: f.member.id, name: 'Carla Seller' } });
     await expect(createTask(api.db, f.ws.id, { title: '  ' })).rejects.toMatchObject({ code: 'VALIDATION' });
-    await expect(createTask(api.db, f.ws.id, { title: 'x', assignedTo: 'Nobody' }, { assigneeByName: true })).rejects.toMatchObject({ code: 'ASSIGNEE_NOT_FOUND' });
+    await expect(createTask(api.db, f.ws.id, { title: 'x', assignedTo: 'Nobody' }, { assigneeByName: true })).rejects.toMatchObject({
+      code: 'ASSIGNEE_NOT_FOUND',
+    });
   });
 });
 
@@ -386,7 +436,10 @@ describe('scopes', () => {
 describe('tenancy', () => {
   it("never reads, changes or deletes another workspace's task, nor links to its records", async () => {
     const other = await fixture();
-    const theirs = await make({ title: 'Their task', contactId: other.contact.id, cardId: other.dealId, assignedTo: other.member.id }, other.ws.key);
+    const theirs = await make(
+      { title: 'Their task', contactId: other.contact.id, cardId: other.dealId, assignedTo: other.member.id },
+      other.ws.key,
+    );
     const theirRow = await api.db('tasks').where({ id: theirs.id }).first();
     const mine = await make({ title: 'My task', contactId: f.contact.id, cardId: f.dealId, assignedTo: f.member.id });
     const myRow = await api.db('tasks').where({ id: mine.id }).first();

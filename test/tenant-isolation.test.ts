@@ -27,7 +27,22 @@ afterAll(async () => {
 });
 
 const allBIds = (): string[] =>
-  [b.contact, b.tag, b.list, b.note, b.pipeline, b.member, b.product, b.deal, b.task, b.instance, b.conversation, b.webhook, b.delivery, b.automation].map((r) => r.id);
+  [
+    b.contact,
+    b.tag,
+    b.list,
+    b.note,
+    b.pipeline,
+    b.member,
+    b.product,
+    b.deal,
+    b.task,
+    b.instance,
+    b.conversation,
+    b.webhook,
+    b.delivery,
+    b.automation,
+  ].map((r) => r.id);
 
 describe('tenant isolation', () => {
   const idRoutes = ROUTES.filter((r) => r.auth === 'apiKey' && r.path.includes('{'));
@@ -52,8 +67,16 @@ describe('tenant isolation', () => {
     // Mixed paths: A's own record with B's record as the second id.
     expectError(await api.request('DELETE', `/api/v1/leads/${a.contact.id}/tags/${b.tag.id}`, { key: a.ws.key }), 404, 'NOT_FOUND');
     expectError(await api.request('DELETE', `/api/v1/leads/${a.contact.id}/notes/${b.note.id}`, { key: a.ws.key }), 404, 'NOT_FOUND');
-    expectError(await api.request('DELETE', `/api/v1/lists/${a.list.id}/contacts/${b.contact.id}`, { key: a.ws.key }), 404, 'CONTACT_NOT_FOUND');
-    expectError(await api.request('POST', `/api/v1/webhooks/${a.webhook.id}/deliveries/${b.delivery.id}/retry`, { key: a.ws.key }), 404, 'NOT_FOUND');
+    expectError(
+      await api.request('DELETE', `/api/v1/lists/${a.list.id}/contacts/${b.contact.id}`, { key: a.ws.key }),
+      404,
+      'CONTACT_NOT_FOUND',
+    );
+    expectError(
+      await api.request('POST', `/api/v1/webhooks/${a.webhook.id}/deliveries/${b.delivery.id}/retry`, { key: a.ws.key }),
+      404,
+      'NOT_FOUND',
+    );
     expect(await snapshot(api, b.ws.id)).toEqual(before);
   });
 
@@ -64,8 +87,16 @@ describe('tenant isolation', () => {
     const patch = (path: string, body: unknown) => api.request('PATCH', path, { key, body });
     expectError(await post('/api/v1/deals', { contactId: b.contact.id, pipeline: a.pipeline.id }), 404, 'CONTACT_NOT_FOUND');
     expectError(await post('/api/v1/deals', { contactId: a.contact.id, pipeline: b.pipeline.id }), 404, 'PIPELINE_NOT_FOUND');
-    expectError(await post('/api/v1/deals', { contactId: a.contact.id, pipeline: a.pipeline.id, stage: b.pipeline.stages[0].id }), 404, 'STAGE_NOT_FOUND');
-    expectError(await post('/api/v1/deals', { contactId: a.contact.id, pipeline: a.pipeline.id, assignedTo: b.member.id }), 400, 'ASSIGNEE_NOT_FOUND');
+    expectError(
+      await post('/api/v1/deals', { contactId: a.contact.id, pipeline: a.pipeline.id, stage: b.pipeline.stages[0].id }),
+      404,
+      'STAGE_NOT_FOUND',
+    );
+    expectError(
+      await post('/api/v1/deals', { contactId: a.contact.id, pipeline: a.pipeline.id, assignedTo: b.member.id }),
+      400,
+      'ASSIGNEE_NOT_FOUND',
+    );
     expectError(await patch(`/api/v1/deals/${a.deal.id}`, { stageId: b.pipeline.stages[0].id }), 404, 'STAGE_NOT_FOUND');
     expectError(await patch(`/api/v1/deals/${a.deal.id}`, { assignedTo: b.member.id }), 400, 'ASSIGNEE_NOT_FOUND');
     expectError(await post(`/api/v1/leads/${a.contact.id}/tags`, { tag: b.tag.id }), 404, 'NOT_FOUND');
@@ -83,7 +114,12 @@ describe('tenant isolation', () => {
     const key = a.ws.key;
     const empty = async (path: string) => {
       const res = await api.request('GET', path, { key });
-      expect({ path, status: res.status, total: res.body.pagination?.total, data: res.body.data }).toEqual({ path, status: 200, total: 0, data: [] });
+      expect({ path, status: res.status, total: res.body.pagination?.total, data: res.body.data }).toEqual({
+        path,
+        status: 200,
+        total: 0,
+        data: [],
+      });
     };
     await empty(`/api/v1/deals?contactId=${b.contact.id}`);
     await empty(`/api/v1/deals?pipelineId=${b.pipeline.id}`);
@@ -96,7 +132,11 @@ describe('tenant isolation', () => {
     // A status facet is named alike in every workspace ('status:won'; both fixtures' deals are won):
     // the walk of it lists A's lead, never B's.
     const byStatus = await api.request('GET', '/api/v1/leads?status=won&limit=100', { key });
-    expect({ status: byStatus.status, ids: byStatus.body.data.map((l: { id: string }) => l.id), total: byStatus.body.pagination.total }).toEqual({ status: 200, ids: [a.contact.id], total: 1 });
+    expect({
+      status: byStatus.status,
+      ids: byStatus.body.data.map((l: { id: string }) => l.id),
+      total: byStatus.body.pagination.total,
+    }).toEqual({ status: 200, ids: [a.contact.id], total: 1 });
     await empty(`/api/v1/tasks?contactId=${b.contact.id}`);
     await empty(`/api/v1/tasks?cardId=${b.deal.id}`);
     await empty(`/api/v1/tasks?assignedTo=${b.member.id}`);

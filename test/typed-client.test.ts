@@ -49,10 +49,29 @@ describe('a client generated from the served OpenAPI document', () => {
     fs.writeFileSync(path.join(dir, 'openapi.json'), served.text);
     fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ type: 'module', private: true }));
     fs.writeFileSync(path.join(dir, 'client.ts'), documentedProgram());
-    await run(process.execPath, [bin('openapi-typescript', 'bin', 'cli.js'), path.join(dir, 'openapi.json'), '-o', path.join(dir, 'crm-api.ts')], { cwd: dir });
+    await run(
+      process.execPath,
+      [bin('openapi-typescript', 'bin', 'cli.js'), path.join(dir, 'openapi.json'), '-o', path.join(dir, 'crm-api.ts')],
+      { cwd: dir },
+    );
 
     // The generated types are compiled and checked too (a .ts file, not a skipped .d.ts).
-    const tsc = [bin('typescript', 'bin', 'tsc'), '--strict', '--target', 'ES2022', '--module', 'node16', '--moduleResolution', 'node16', '--types', 'node', '--outDir', 'dist', 'client.ts', 'crm-api.ts'];
+    const tsc = [
+      bin('typescript', 'bin', 'tsc'),
+      '--strict',
+      '--target',
+      'ES2022',
+      '--module',
+      'node16',
+      '--moduleResolution',
+      'node16',
+      '--types',
+      'node',
+      '--outDir',
+      'dist',
+      'client.ts',
+      'crm-api.ts',
+    ];
     const compiled = await run(process.execPath, tsc, { cwd: dir }).then(
       () => 'compiled',
       (err: { stdout?: string }) => err.stdout ?? String(err),
@@ -71,4 +90,3 @@ describe('a client generated from the served OpenAPI document', () => {
     expect(deal.body.data).toMatchObject({ contactId: lead.id, value: 1500, stageId: printed.stageId });
   }, 120_000);
 });
-

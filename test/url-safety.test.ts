@@ -185,8 +185,12 @@ describe('assertPublicUrl rejects SSRF forms with INVALID_URL', () => {
   it('does not call DNS for names refused by syntax, nor for IP literals', async () => {
     const spy = jest.fn(lookup);
     await expect(assertPublicUrl('https://localhost/a', STRICT, { lookup: spy })).rejects.toMatchObject({ code: 'INVALID_URL' });
-    await expect(assertPublicUrl('https://93.184.216.34/a', STRICT, { lookup: spy })).resolves.toMatchObject({ addresses: ['93.184.216.34'] });
-    await expect(assertPublicUrl('https://[2606:4700::1111]/a', STRICT, { lookup: spy })).resolves.toMatchObject({ addresses: ['2606:4700::1111'] });
+    await expect(assertPublicUrl('https://93.184.216.34/a', STRICT, { lookup: spy })).resolves.toMatchObject({
+      addresses: ['93.184.216.34'],
+    });
+    await expect(assertPublicUrl('https://[2606:4700::1111]/a', STRICT, { lookup: spy })).resolves.toMatchObject({
+      addresses: ['2606:4700::1111'],
+    });
     expect(spy).not.toHaveBeenCalled();
   });
 
@@ -249,7 +253,9 @@ describe('http and private addresses under allowPrivate (ALLOW_PRIVATE_URLS)', (
   it('returns the literal as the address and resolves names best effort', async () => {
     await expect(assertPublicUrl('http://127.0.0.1:3100/x', DEV, { lookup })).resolves.toMatchObject({ addresses: ['127.0.0.1'] });
     await expect(assertPublicUrl('http://internal.example.com/x', DEV, { lookup })).resolves.toMatchObject({ addresses: ['10.0.0.5'] });
-    await expect(assertPublicUrl('http://rebind.example.com/x', DEV, { lookup })).resolves.toMatchObject({ addresses: ['93.184.216.34', '127.0.0.1'] });
+    await expect(assertPublicUrl('http://rebind.example.com/x', DEV, { lookup })).resolves.toMatchObject({
+      addresses: ['93.184.216.34', '127.0.0.1'],
+    });
     await expect(assertPublicUrl('http://nxdomain.example.com/x', DEV, { lookup })).resolves.toMatchObject({ addresses: [] });
   });
 
@@ -261,7 +267,9 @@ describe('http and private addresses under allowPrivate (ALLOW_PRIVATE_URLS)', (
     ['http://127.0.0.1/ x', 'whitespace'],
     ['http://localhost./x', 'end with a dot'],
   ])('still rejects %p (%s)', (raw, reason) => {
-    expect(() => assertSafeUrlSyntax(raw, DEV)).toThrow(expect.objectContaining({ code: 'INVALID_URL', message: expect.stringContaining(reason) }));
+    expect(() => assertSafeUrlSyntax(raw, DEV)).toThrow(
+      expect.objectContaining({ code: 'INVALID_URL', message: expect.stringContaining(reason) }),
+    );
   });
 
   it('still applies the length limit', () => {
@@ -326,12 +334,23 @@ describe('isForbiddenAddress', () => {
     expect(isForbiddenAddress(address)).toBe(true);
   });
 
-  it.each(['8.8.8.8', '93.184.216.34', '1.1.1.1', '172.15.255.255', '172.32.0.1', '100.63.255.255', '100.128.0.1', '192.169.0.1', '11.0.0.1', '2606:4700:4700::1111', '2a00:1450:4001:82b::200e', '::ffff:8.8.8.8', '[2606:4700::1111]'])(
-    'allows %p',
-    (address) => {
-      expect(isForbiddenAddress(address)).toBe(false);
-    },
-  );
+  it.each([
+    '8.8.8.8',
+    '93.184.216.34',
+    '1.1.1.1',
+    '172.15.255.255',
+    '172.32.0.1',
+    '100.63.255.255',
+    '100.128.0.1',
+    '192.169.0.1',
+    '11.0.0.1',
+    '2606:4700:4700::1111',
+    '2a00:1450:4001:82b::200e',
+    '::ffff:8.8.8.8',
+    '[2606:4700::1111]',
+  ])('allows %p', (address) => {
+    expect(isForbiddenAddress(address)).toBe(false);
+  });
 });
 
 /** Property: any IPv4 address in a private range, used as the URL host in any notation, is refused. */
@@ -360,8 +379,20 @@ describe('property: private IPv4 hosts are always refused', () => {
     ['dotted', (n) => octets(n).join('.')],
     ['decimal', (n) => String(n >>> 0)],
     ['hex', (n) => `0x${(n >>> 0).toString(16)}`],
-    ['octal dotted', (n) => octets(n).map((o) => `0${o.toString(8)}`).join('.')],
-    ['short a.b.c', (n) => { const o = octets(n); return `${o[0]}.${o[1]}.${(o[2] << 8) | o[3]}`; }],
+    [
+      'octal dotted',
+      (n) =>
+        octets(n)
+          .map((o) => `0${o.toString(8)}`)
+          .join('.'),
+    ],
+    [
+      'short a.b.c',
+      (n) => {
+        const o = octets(n);
+        return `${o[0]}.${o[1]}.${(o[2] << 8) | o[3]}`;
+      },
+    ],
     ['ipv4-mapped', (n) => `[::ffff:${octets(n).join('.')}]`],
   ];
 
@@ -388,9 +419,11 @@ describe('property: private IPv4 hosts are always refused', () => {
 });
 
 describe('assertPublicUrl tells a temporary DNS failure from a name that does not exist', () => {
-  const failing = (code: string): LookupFn => async () => {
-    throw Object.assign(new Error(`getaddrinfo ${code} cdn.example.com`), { code });
-  };
+  const failing =
+    (code: string): LookupFn =>
+    async () => {
+      throw Object.assign(new Error(`getaddrinfo ${code} cdn.example.com`), { code });
+    };
 
   it.each(['EAI_AGAIN', 'ESERVFAIL', 'ETIMEOUT', 'ECONNREFUSED'])('%s is 503 DNS_UNAVAILABLE (worth retrying)', async (code) => {
     await expect(assertPublicUrl('https://cdn.example.com/a', STRICT, { lookup: failing(code), field: 'mediaUrl' })).rejects.toMatchObject({
@@ -400,6 +433,9 @@ describe('assertPublicUrl tells a temporary DNS failure from a name that does no
   });
 
   it.each(['ENOTFOUND', 'ENODATA'])('%s stays 400 INVALID_URL (retrying cannot help)', async (code) => {
-    await expect(assertPublicUrl('https://cdn.example.com/a', STRICT, { lookup: failing(code) })).rejects.toMatchObject({ code: 'INVALID_URL', status: 400 });
+    await expect(assertPublicUrl('https://cdn.example.com/a', STRICT, { lookup: failing(code) })).rejects.toMatchObject({
+      code: 'INVALID_URL',
+      status: 400,
+    });
   });
 });

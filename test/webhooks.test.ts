@@ -61,19 +61,34 @@ async function subscribe(ws: Workspace, path: string, events: string[] = ['*'], 
 async function deliveries(ws: Workspace, subscriptionId: string) {
   const res = await api.request('GET', `/api/v1/webhooks/${subscriptionId}/deliveries?limit=100`, { key: ws.key });
   expect(res.status).toBe(200);
-  return res.body.data as Array<{ id: string; event: string; status: string; attempts: number; lastStatusCode: number | null; lastError: string | null }>;
+  return res.body.data as Array<{
+    id: string;
+    event: string;
+    status: string;
+    attempts: number;
+    lastStatusCode: number | null;
+    lastError: string | null;
+  }>;
 }
 
-const received = (path: string, event?: string): ReceivedWebhook[] => receiver.to(path).filter((r) => !event || r.headers['x-service-event'] === event);
+const received = (path: string, event?: string): ReceivedWebhook[] =>
+  receiver.to(path).filter((r) => !event || r.headers['x-service-event'] === event);
 
 async function waitFor(path: string, count: number, event?: string, timeoutMs = 20_000): Promise<ReceivedWebhook[]> {
-  return eventually(`${count} ${event ?? 'request'}(s) on ${path}`, async () => received(path, event).length >= count && received(path, event), timeoutMs);
+  return eventually(
+    `${count} ${event ?? 'request'}(s) on ${path}`,
+    async () => received(path, event).length >= count && received(path, event),
+    timeoutMs,
+  );
 }
 
 async function dealIn(ws: Workspace) {
   const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New', 'Won'] });
   const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Ana Lima' });
-  const res = await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'Big deal', value: 1500.5 } });
+  const res = await api.request('POST', '/api/v1/deals', {
+    key: ws.key,
+    body: { contactId: contact.id, pipeline: pipeline.id, name: 'Big deal', value: 1500.5 },
+  });
   expect(res.status).toBe(201);
   return { pipeline, contact, deal: res.body.data };
 }
@@ -111,9 +126,17 @@ describe('subscriptions API', () => {
   it('updates url, events and active, and deletes', async () => {
     const ws = await workspace();
     const sub = await subscribe(ws, '/ok/update', ['card.won']);
-    const patched = await api.request('PATCH', `/api/v1/webhooks/${sub.id}`, { key: ws.key, body: { url: `${receiver.url}/ok/updated`, events: ['*'], active: false } });
+    const patched = await api.request('PATCH', `/api/v1/webhooks/${sub.id}`, {
+      key: ws.key,
+      body: { url: `${receiver.url}/ok/updated`, events: ['*'], active: false },
+    });
     expect(patched.status).toBe(200);
-    expect(patched.body.data).toMatchObject({ url: `${receiver.url}/ok/updated`, events: ['*'], active: false, disabledReason: 'Disabled through the API' });
+    expect(patched.body.data).toMatchObject({
+      url: `${receiver.url}/ok/updated`,
+      events: ['*'],
+      active: false,
+      disabledReason: 'Disabled through the API',
+    });
     const enabled = await api.request('PATCH', `/api/v1/webhooks/${sub.id}`, { key: ws.key, body: { active: true } });
     expect(enabled.body.data).toMatchObject({ active: true, disabledReason: null });
     expectError(await api.request('PATCH', `/api/v1/webhooks/${sub.id}`, { key: ws.key, body: {} }), 400, 'VALIDATION');
@@ -162,9 +185,15 @@ describe('subscriptions API', () => {
         const res = await strict.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url, events: ['*'] } });
         expect({ url, status: res.status, code: res.body.code }).toEqual({ url, status: 400, code: 'INVALID_URL' });
       }
-      const ok = await strict.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://93.184.216.34/hook', events: ['*'] } });
+      const ok = await strict.request('POST', '/api/v1/webhooks', {
+        key: ws.key,
+        body: { url: 'https://93.184.216.34/hook', events: ['*'] },
+      });
       expect(ok.status).toBe(201);
-      const moved = await strict.request('PATCH', `/api/v1/webhooks/${ok.body.data.id}`, { key: ws.key, body: { url: 'https://192.168.0.10/hook' } });
+      const moved = await strict.request('PATCH', `/api/v1/webhooks/${ok.body.data.id}`, {
+        key: ws.key,
+        body: { url: 'https://192.168.0.10/hook' },
+      });
       expectError(moved, 400, 'INVALID_URL');
     } finally {
       await strict.close();
@@ -174,19 +203,28 @@ describe('subscriptions API', () => {
   it("enforces the plan's subscription quota with 402 WEBHOOK_LIMIT_REACHED, also under concurrency", async () => {
     const ws = await workspace({ webhookQuota: 2 });
     const results = await Promise.all(
-      Array.from({ length: 6 }, (_, i) => api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiver.url}/ok/quota-${i}`, events: ['*'] } })),
+      Array.from({ length: 6 }, (_, i) =>
+        api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiver.url}/ok/quota-${i}`, events: ['*'] } }),
+      ),
     );
     expect(results.filter((r) => r.status === 201)).toHaveLength(2);
     for (const r of results.filter((r) => r.status !== 201)) expectError(r, 402, 'WEBHOOK_LIMIT_REACHED');
     const [first] = results.filter((r) => r.status === 201);
     await api.request('DELETE', `/api/v1/webhooks/${first.body.data.id}`, { key: ws.key });
-    expect((await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiver.url}/ok/quota-again`, events: ['*'] } })).status).toBe(201);
+    expect(
+      (await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiver.url}/ok/quota-again`, events: ['*'] } }))
+        .status,
+    ).toBe(201);
   });
 
   it('requires webhooks:read to read and webhooks:write to change', async () => {
     const ws = await workspace();
     const reader = await createWorkspace(api, { scopes: ['webhooks:read'] });
-    expectError(await api.request('POST', '/api/v1/webhooks', { key: reader.key, body: { url: `${receiver.url}/ok/x`, events: ['*'] } }), 403, 'INSUFFICIENT_SCOPE');
+    expectError(
+      await api.request('POST', '/api/v1/webhooks', { key: reader.key, body: { url: `${receiver.url}/ok/x`, events: ['*'] } }),
+      403,
+      'INSUFFICIENT_SCOPE',
+    );
     const writerOnly = await createWorkspace(api, { scopes: ['webhooks:write'] });
     expectError(await api.request('GET', '/api/v1/webhooks', { key: writerOnly.key }), 403, 'INSUFFICIENT_SCOPE');
     expect((await api.request('GET', '/api/v1/webhooks', { key: ws.key })).status).toBe(200);
@@ -194,26 +232,42 @@ describe('subscriptions API', () => {
 });
 
 describe('delivery of every event type', () => {
-  it("posts each event with the documented fields at the root, the headers, and a verifiable signature", async () => {
+  it('posts each event with the documented fields at the root, the headers, and a verifiable signature', async () => {
     const ws = await workspace();
     const path = `/ok/${unique('all')}`;
     const sub = await subscribe(ws, path);
     const key = ws.key;
 
-    const lead = await api.request('POST', '/api/v1/leads', { key, body: { name: 'Lead One', phone: '+55 (41) 99876-1234', email: 'lead@example.com' } });
+    const lead = await api.request('POST', '/api/v1/leads', {
+      key,
+      body: { name: 'Lead One', phone: '+55 (41) 99876-1234', email: 'lead@example.com' },
+    });
     expect(lead.status).toBe(201);
     const contact = await seedContact(api, ws.id, { phone: phone(), name: 'Panel Person', email: null });
     const edit = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/contacts/${contact.id}`, { name: 'Panel Person II' });
     expect(edit.status).toBe(200);
     const tag = await api.request('POST', '/api/v1/tags', { key, body: { name: 'vip' } });
-    expect((await api.request('POST', `/api/v1/leads/${lead.body.data.id}/tags`, { key, body: { tag: tag.body.data.id } })).status).toBeLessThan(300);
+    expect(
+      (await api.request('POST', `/api/v1/leads/${lead.body.data.id}/tags`, { key, body: { tag: tag.body.data.id } })).status,
+    ).toBeLessThan(300);
     expect((await api.request('DELETE', `/api/v1/leads/${lead.body.data.id}/tags/${tag.body.data.id}`, { key })).status).toBe(200);
     const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New', 'Next'] });
-    const won = await api.request('POST', '/api/v1/deals', { key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'Win me', value: 1234.5 } });
-    const lost = await api.request('POST', '/api/v1/deals', { key, body: { contactId: contact.id, pipeline: pipeline.id, name: 'Lose me' } });
-    expect((await api.request('PATCH', `/api/v1/deals/${won.body.data.id}`, { key, body: { stageId: pipeline.stages[1].id } })).status).toBe(200);
+    const won = await api.request('POST', '/api/v1/deals', {
+      key,
+      body: { contactId: contact.id, pipeline: pipeline.id, name: 'Win me', value: 1234.5 },
+    });
+    const lost = await api.request('POST', '/api/v1/deals', {
+      key,
+      body: { contactId: contact.id, pipeline: pipeline.id, name: 'Lose me' },
+    });
+    expect(
+      (await api.request('PATCH', `/api/v1/deals/${won.body.data.id}`, { key, body: { stageId: pipeline.stages[1].id } })).status,
+    ).toBe(200);
     expect((await api.request('PATCH', `/api/v1/deals/${won.body.data.id}`, { key, body: { status: 'won' } })).status).toBe(200);
-    expect((await api.request('PATCH', `/api/v1/deals/${lost.body.data.id}`, { key, body: { status: 'lost', lostReason: 'Too expensive' } })).status).toBe(200);
+    expect(
+      (await api.request('PATCH', `/api/v1/deals/${lost.body.data.id}`, { key, body: { status: 'lost', lostReason: 'Too expensive' } }))
+        .status,
+    ).toBe(200);
 
     const expected: Record<string, string[]> = {
       'lead.created': ['contact_id', 'name', 'phone', 'email'],
@@ -247,19 +301,35 @@ describe('delivery of every event type', () => {
       expect(new Date(request.json.timestamp).toISOString()).toBe(request.json.timestamp);
     }
     const one = (event: string) => all.find((r) => r.headers['x-service-event'] === event)!.json;
-    expect(one('lead.created')).toMatchObject({ contact_id: lead.body.data.id, name: 'Lead One', phone: '5541998761234', email: 'lead@example.com' });
+    expect(one('lead.created')).toMatchObject({
+      contact_id: lead.body.data.id,
+      name: 'Lead One',
+      phone: '5541998761234',
+      email: 'lead@example.com',
+    });
     expect(one('contact.created')).toMatchObject({ contact_id: contact.id, name: 'Panel Person', email: null });
     expect(one('contact.updated')).toMatchObject({ contact_id: contact.id, contact_name: 'Panel Person II' });
     expect(one('contact.tag_added')).toMatchObject({ tag: { id: tag.body.data.id, name: 'vip' }, source: 'api' });
     expect(one('contact.tag_removed')).toMatchObject({ tag: { id: tag.body.data.id, name: 'vip' }, source: 'api' });
-    expect(one('card.moved')).toMatchObject({ card_id: won.body.data.id, from_stage_id: pipeline.stages[0].id, to_stage_id: pipeline.stages[1].id });
-    expect(one('card.won')).toMatchObject({ card_id: won.body.data.id, value: 1234.5, stage_id: pipeline.stages[1].id, pipeline_id: pipeline.id });
+    expect(one('card.moved')).toMatchObject({
+      card_id: won.body.data.id,
+      from_stage_id: pipeline.stages[0].id,
+      to_stage_id: pipeline.stages[1].id,
+    });
+    expect(one('card.won')).toMatchObject({
+      card_id: won.body.data.id,
+      value: 1234.5,
+      stage_id: pipeline.stages[1].id,
+      pipeline_id: pipeline.id,
+    });
     expect(typeof one('card.won').closed_at).toBe('string');
     expect(one('card.lost')).toMatchObject({ card_id: lost.body.data.id, lost_reason: 'Too expensive' });
 
     // The body is what was signed: one changed byte and the signature no longer verifies.
     const wonRequest = all.find((r) => r.headers['x-service-event'] === 'card.won')!;
-    expect(verifyWebhookSignature(sub.secret, wonRequest.headers['x-service-signature'] as string, wonRequest.raw.replace('1234.5', '9234.5'))).toBe(false);
+    expect(
+      verifyWebhookSignature(sub.secret, wonRequest.headers['x-service-signature'] as string, wonRequest.raw.replace('1234.5', '9234.5')),
+    ).toBe(false);
     expect(verifyWebhookSignature(`${sub.secret}x`, wonRequest.headers['x-service-signature'] as string, wonRequest.raw)).toBe(false);
 
     // The delivery log has each of them once, succeeded on the first attempt, with the header's id
@@ -300,7 +370,15 @@ describe('delivery of every event type', () => {
                 messaging_product: 'whatsapp',
                 metadata: { display_phone_number: '554130000000', phone_number_id: phoneNumberId },
                 contacts: [{ profile: { name: 'Maria Souza' }, wa_id: from }],
-                messages: [{ from, id: wamid, timestamp: String(Math.floor(Date.now() / 1000)), type: 'text', text: { body: 'a secret message body' } }],
+                messages: [
+                  {
+                    from,
+                    id: wamid,
+                    timestamp: String(Math.floor(Date.now() / 1000)),
+                    type: 'text',
+                    text: { body: 'a secret message body' },
+                  },
+                ],
               },
             },
           ],
@@ -309,7 +387,10 @@ describe('delivery of every event type', () => {
     };
     const raw = JSON.stringify(payload);
     const signature = `sha256=${createHmac('sha256', appSecret).update(raw).digest('hex')}`;
-    const inbound = await api.request('POST', `/webhooks/whatsapp/${instance.body.data.id}`, { rawBody: raw, headers: { 'content-type': 'application/json', 'x-hub-signature-256': signature } });
+    const inbound = await api.request('POST', `/webhooks/whatsapp/${instance.body.data.id}`, {
+      rawBody: raw,
+      headers: { 'content-type': 'application/json', 'x-hub-signature-256': signature },
+    });
     expect(inbound.status).toBe(200);
     const [request] = await waitFor(path, 1, 'message.received');
     const message = await api.db('messages').where({ workspace_id: ws.id, provider_message_id: wamid }).first('id', 'conversation_id');
@@ -358,7 +439,13 @@ describe('retries, failures and the delivery log', () => {
     expect(new Set(attempts.map((a) => a.raw)).size).toBe(1); // the same body every time
     for (const a of attempts) expect(verifyWebhookSignature(sub.secret, a.headers['x-service-signature'] as string, a.raw)).toBe(true);
     const [delivery] = await deliveries(ws, sub.id);
-    expect(delivery).toMatchObject({ id: attempts[0].headers['x-service-delivery'], status: 'succeeded', attempts: 3, lastStatusCode: 200, lastError: null });
+    expect(delivery).toMatchObject({
+      id: attempts[0].headers['x-service-delivery'],
+      status: 'succeeded',
+      attempts: 3,
+      lastStatusCode: 200,
+      lastError: null,
+    });
   });
 
   it('410 Gone disables the subscription and fails the delivery; later events are not sent', async () => {
@@ -400,7 +487,12 @@ describe('retries, failures and the delivery log', () => {
     const sub = await subscribe(ws, path, ['card.lost']);
     const [delivery] = await api
       .db('webhook_deliveries')
-      .insert({ workspace_id: ws.id, subscription_id: sub.id, event: 'card.lost', payload: { event: 'card.lost', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'x' } })
+      .insert({
+        workspace_id: ws.id,
+        subscription_id: sub.id,
+        event: 'card.lost',
+        payload: { event: 'card.lost', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'x' },
+      })
       .returning('id');
     // The schedule itself is the workflow's: 272,105 s of waits × 1e-5 ≈ 2.7 s.
     const input: DeliveryInput = { workspaceId: ws.id, deliveryId: delivery.id, retryScale: 0.00001 };
@@ -412,7 +504,12 @@ describe('retries, failures and the delivery log', () => {
     expect(result).toMatchObject({ status: 'failed', statusCode: 503, attempts: WEBHOOK_MAX_ATTEMPTS });
     expect(received(path)).toHaveLength(WEBHOOK_MAX_ATTEMPTS);
     const [logged] = await deliveries(ws, sub.id);
-    expect(logged).toMatchObject({ status: 'failed', attempts: WEBHOOK_MAX_ATTEMPTS, lastStatusCode: 503, lastError: expect.stringMatching(/HTTP 503/) });
+    expect(logged).toMatchObject({
+      status: 'failed',
+      attempts: WEBHOOK_MAX_ATTEMPTS,
+      lastStatusCode: 503,
+      lastError: expect.stringMatching(/HTTP 503/),
+    });
     const row = await api.db('webhook_deliveries').where({ id: delivery.id }).first('next_attempt_at');
     expect(row.next_attempt_at).toBeNull();
     // The attempts were spread over the (scaled) schedule, not fired back to back. Each gap is at
@@ -429,7 +526,9 @@ describe('retries, failures and the delivery log', () => {
     await subscribe(ws, one, ['card.won']);
     await subscribe(ws, two, ['*']);
     const { deal } = await dealIn(ws);
-    const results = await Promise.all(Array.from({ length: 50 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } })),
+    );
     for (const r of results) expect(r.status).toBe(200);
     await waitFor(one, 1, 'card.won');
     await waitFor(two, 1, 'card.won');
@@ -448,7 +547,16 @@ describe('the outbox dispatcher recovers from a crash', () => {
         workspace_id: ws.id,
         kind: 'webhook',
         name,
-        payload: { event: name, workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'c', stage_id: 's', pipeline_id: 'p', contact_id: 'k', name: 'n' },
+        payload: {
+          event: name,
+          workspace_id: ws.id,
+          timestamp: new Date().toISOString(),
+          card_id: 'c',
+          stage_id: 's',
+          pipeline_id: 'p',
+          contact_id: 'k',
+          name: 'n',
+        },
         claimed_until: lease === null ? null : api.db.raw(`now() + interval '${lease}'`),
       })
       .returning('id');
@@ -476,7 +584,13 @@ describe('the outbox dispatcher recovers from a crash', () => {
     const eventId = await insertEvent(ws, 'card.created', '1 second');
     const [pre] = await api
       .db('webhook_deliveries')
-      .insert({ workspace_id: ws.id, subscription_id: sub.id, event_id: eventId, event: 'card.created', payload: { event: 'card.created', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'c' } })
+      .insert({
+        workspace_id: ws.id,
+        subscription_id: sub.id,
+        event_id: eventId,
+        event: 'card.created',
+        payload: { event: 'card.created', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'c' },
+      })
       .returning('id');
     const [request] = await waitFor(path, 1);
     expect(request.headers['x-service-delivery']).toBe(pre.id);
@@ -493,7 +607,10 @@ describe('the outbox dispatcher recovers from a crash', () => {
     await waitFor(path, 1);
     await settleOutbox(api, ws.id);
     // Undo the mark, as if the crash came right before it: the next pass takes the row again.
-    const reset = await api.db('outbox_events').where({ workspace_id: ws.id, name: 'card.created' }).update({ dispatched_at: null, claimed_until: null });
+    const reset = await api
+      .db('outbox_events')
+      .where({ workspace_id: ws.id, name: 'card.created' })
+      .update({ dispatched_at: null, claimed_until: null });
     expect(reset).toBe(1);
     await settleOutbox(api, ws.id);
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -520,7 +637,9 @@ describe('first attempts without a workflow', () => {
     const [delivery] = await deliveries(ws, sub.id);
     expect(delivery).toMatchObject({ id: request.headers['x-service-delivery'], status: 'succeeded', attempts: 1, lastStatusCode: 200 });
     const row = await api.db('webhook_deliveries').where({ id: delivery.id }).first('event_id');
-    await expect(temporal.workflow.getHandle(deliveryWorkflowId(ws.id, sub.id, row.event_id)).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
+    await expect(temporal.workflow.getHandle(deliveryWorkflowId(ws.id, sub.id, row.event_id)).describe()).rejects.toBeInstanceOf(
+      WorkflowNotFoundError,
+    );
   });
 
   it('hands a failed first attempt to a workflow that keeps the schedule from there', async () => {
@@ -553,7 +672,16 @@ describe('first attempts without a workflow', () => {
       workspace_id: ws.id,
       kind: 'webhook',
       name: 'card.created',
-      payload: { event: 'card.created', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'c2', stage_id: 's', pipeline_id: 'p', contact_id: 'k', name: 'n' },
+      payload: {
+        event: 'card.created',
+        workspace_id: ws.id,
+        timestamp: new Date().toISOString(),
+        card_id: 'c2',
+        stage_id: 's',
+        pipeline_id: 'p',
+        contact_id: 'k',
+        name: 'n',
+      },
     });
     const rows = await eventually('both deliveries', async () => {
       const list = await api.db('webhook_deliveries').where({ subscription_id: sub.id }).orderBy('created_at').select('event_id');
@@ -569,11 +697,30 @@ describe('first attempts without a workflow', () => {
     const path = `/ok/${unique('orphan')}`;
     const sub = await subscribe(ws, path, ['card.created']);
     // What a worker killed during a first attempt leaves: the event dispatched, its delivery pending, no workflow.
-    const payload = { event: 'card.created', workspace_id: ws.id, timestamp: new Date().toISOString(), card_id: 'c', stage_id: 's', pipeline_id: 'p', contact_id: 'k', name: 'n' };
-    const [event] = await api.db('outbox_events').insert({ workspace_id: ws.id, kind: 'webhook', name: 'card.created', payload, dispatched_at: api.db.fn.now() }).returning('id');
+    const payload = {
+      event: 'card.created',
+      workspace_id: ws.id,
+      timestamp: new Date().toISOString(),
+      card_id: 'c',
+      stage_id: 's',
+      pipeline_id: 'p',
+      contact_id: 'k',
+      name: 'n',
+    };
+    const [event] = await api
+      .db('outbox_events')
+      .insert({ workspace_id: ws.id, kind: 'webhook', name: 'card.created', payload, dispatched_at: api.db.fn.now() })
+      .returning('id');
     const [orphan] = await api
       .db('webhook_deliveries')
-      .insert({ workspace_id: ws.id, subscription_id: sub.id, event_id: event.id, event: 'card.created', payload, created_at: api.db.raw(`now() - interval '5 minutes'`) })
+      .insert({
+        workspace_id: ws.id,
+        subscription_id: sub.id,
+        event_id: event.id,
+        event: 'card.created',
+        payload,
+        created_at: api.db.raw(`now() - interval '5 minutes'`),
+      })
       .returning('id');
     const [request] = await waitFor(path, 1);
     expect(request.headers['x-service-delivery']).toBe(orphan.id);
@@ -591,7 +738,10 @@ describe('a row the dispatcher cannot hand over', () => {
     // its fields), in a workspace with an automation listening for it; the same batch holds a
     // healthy event of another workspace, recorded after it.
     const poisoned = await workspace();
-    const flow = await api.request('POST', '/api/v1/automations', { key: poisoned.key, body: { name: 'On update', trigger: { type: 'contact_updated' }, actions: [{ type: 'add_tag', tag: 'x' }] } });
+    const flow = await api.request('POST', '/api/v1/automations', {
+      key: poisoned.key,
+      body: { name: 'On update', trigger: { type: 'contact_updated' }, actions: [{ type: 'add_tag', tag: 'x' }] },
+    });
     expect(flow.status).toBe(201);
     const healthy = await workspace();
     const path = `/ok/${unique('behind-poison')}`;
@@ -605,7 +755,16 @@ describe('a row the dispatcher cannot hand over', () => {
           workspace_id: healthy.id,
           kind: 'webhook',
           name: 'card.created',
-          payload: JSON.stringify({ event: 'card.created', workspace_id: healthy.id, timestamp: new Date().toISOString(), card_id: 'c', stage_id: 's', pipeline_id: 'p', contact_id: 'k', name: 'n' }),
+          payload: JSON.stringify({
+            event: 'card.created',
+            workspace_id: healthy.id,
+            timestamp: new Date().toISOString(),
+            card_id: 'c',
+            stage_id: 's',
+            pipeline_id: 'p',
+            contact_id: 'k',
+            name: 'n',
+          }),
         },
       ])
       .returning('id');
@@ -613,7 +772,10 @@ describe('a row the dispatcher cannot hand over', () => {
       const [request] = await waitFor(path, 1);
       expect(request.json.card_id).toBe('c');
       const row = await eventually('the poison set aside', async () => {
-        const r = await api.db('outbox_events').where({ id: poison.id }).first('dispatched_at', 'dispatch_failures', 'last_dispatch_error', 'claimed_until');
+        const r = await api
+          .db('outbox_events')
+          .where({ id: poison.id })
+          .first('dispatched_at', 'dispatch_failures', 'last_dispatch_error', 'claimed_until');
         return r.dispatch_failures >= 1 ? r : undefined;
       });
       expect(row.dispatched_at).toBeNull();
@@ -634,7 +796,14 @@ describe('ping and manual retry', () => {
     const sub = await subscribe(ws, path, ['card.won']);
     const res = await api.request('POST', `/api/v1/webhooks/${sub.id}/ping`, { key: ws.key });
     expect(res.status).toBe(200);
-    expect(res.body.data).toEqual({ event: 'test.ping', deliveryId: expect.any(String), delivered: true, statusCode: 200, error: null, durationMs: expect.any(Number) });
+    expect(res.body.data).toEqual({
+      event: 'test.ping',
+      deliveryId: expect.any(String),
+      delivered: true,
+      statusCode: 200,
+      error: null,
+      durationMs: expect.any(Number),
+    });
     const [ping] = received(path);
     expect(ping.headers['x-service-event']).toBe('test.ping');
     expect(ping.headers['x-service-delivery']).toBe(res.body.data.deliveryId);
@@ -672,14 +841,29 @@ describe('ping and manual retry', () => {
     const slowSub = await subscribe(ws, `/fail/1000/${unique('busy')}`, ['card.won']);
     const deal = (await api.request('GET', '/api/v1/deals', { key: ws.key })).body.data[0];
     await api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } });
-    const pending = await eventually('a pending delivery', async () => (await deliveries(ws, slowSub.id)).find((d) => d.status === 'pending' && d.attempts >= 1));
-    expectError(await api.request('POST', `/api/v1/webhooks/${slowSub.id}/deliveries/${pending.id}/retry`, { key: ws.key }), 409, 'IN_PROGRESS');
+    const pending = await eventually('a pending delivery', async () =>
+      (await deliveries(ws, slowSub.id)).find((d) => d.status === 'pending' && d.attempts >= 1),
+    );
+    expectError(
+      await api.request('POST', `/api/v1/webhooks/${slowSub.id}/deliveries/${pending.id}/retry`, { key: ws.key }),
+      409,
+      'IN_PROGRESS',
+    );
     // A delivery the dispatcher recorded but whose schedule has not started yet: a retry must not take its place.
     const [waiting] = await api
       .db('webhook_deliveries')
-      .insert({ workspace_id: ws.id, subscription_id: slowSub.id, event: 'card.won', payload: { event: 'card.won', workspace_id: ws.id, timestamp: new Date().toISOString() } })
+      .insert({
+        workspace_id: ws.id,
+        subscription_id: slowSub.id,
+        event: 'card.won',
+        payload: { event: 'card.won', workspace_id: ws.id, timestamp: new Date().toISOString() },
+      })
       .returning('id');
-    expectError(await api.request('POST', `/api/v1/webhooks/${slowSub.id}/deliveries/${waiting.id}/retry`, { key: ws.key }), 409, 'IN_PROGRESS');
+    expectError(
+      await api.request('POST', `/api/v1/webhooks/${slowSub.id}/deliveries/${waiting.id}/retry`, { key: ws.key }),
+      409,
+      'IN_PROGRESS',
+    );
     expectError(await api.request('POST', `/api/v1/webhooks/${sub.id}/deliveries/${pending.id}/retry`, { key: ws.key }), 404, 'NOT_FOUND');
     await api.request('DELETE', `/api/v1/webhooks/${slowSub.id}`, { key: ws.key });
   });
@@ -703,7 +887,16 @@ describe('verifyWebhookSignature', () => {
     expect(verifyWebhookSignature(secret, sign(now - 301), body, 300, now)).toBe(false);
     expect(verifyWebhookSignature(secret, sign(now + 301), body, 300, now)).toBe(false);
     expect(verifyWebhookSignature(secret, sign(now - 3000), body, 3600, now)).toBe(true);
-    for (const header of [undefined, null, '', 'v1=abc', `t=${now}`, `t=abc,v1=${'a'.repeat(64)}`, `t=${now},v1=${'a'.repeat(63)}`, `t=${now},v0=${sign(now).split('v1=')[1]}`]) {
+    for (const header of [
+      undefined,
+      null,
+      '',
+      'v1=abc',
+      `t=${now}`,
+      `t=abc,v1=${'a'.repeat(64)}`,
+      `t=${now},v1=${'a'.repeat(63)}`,
+      `t=${now},v0=${sign(now).split('v1=')[1]}`,
+    ]) {
       expect(verifyWebhookSignature(secret, header, body, 300, now)).toBe(false);
     }
     expect(verifyWebhookSignature('', sign(now, body, ''), body, 300, now)).toBe(false);

@@ -17,7 +17,13 @@ const START_CONCURRENCY = 32;
  * workflow's id derives from the event (`REJECT_DUPLICATE`), so a dispatcher taking a row again
  * after a crash neither records nor starts a second run.
  */
-export function createTriggerHandler(options: { db: Db; temporal: () => Promise<Client>; taskQueue: string; waitScale: number; logger?: Logger }) {
+export function createTriggerHandler(options: {
+  db: Db;
+  temporal: () => Promise<Client>;
+  taskQueue: string;
+  waitScale: number;
+  logger?: Logger;
+}) {
   const { db } = options;
 
   return async function onTriggers(all: OutboxRow[]): Promise<void> {
@@ -25,18 +31,39 @@ export function createTriggerHandler(options: { db: Db; temporal: () => Promise<
     const starts: RunInput[] = [];
     const keys: string[] = [];
     for (const row of all.filter((r) => r.name === 'webhook_received')) {
-      const run = row.payload as { runId: string; automationId: string; externalId?: string; webhookBody?: unknown; depth?: number; chain?: string };
+      const run = row.payload as {
+        runId: string;
+        automationId: string;
+        externalId?: string;
+        webhookBody?: unknown;
+        depth?: number;
+        chain?: string;
+      };
       if (run.webhookBody !== undefined) await keepWebhookBodyOnRun(db, row.workspace_id, run.runId, run.webhookBody);
       // The inbound call is the chain's root, unless one of our own webhook deliveries made it: then
       // it continues the chain of the event that delivery carried (the receiver says which).
-      starts.push({ workspaceId: row.workspace_id, automationId: run.automationId, runId: run.runId, depth: run.depth ?? 0, chain: run.chain ?? run.runId, waitScale: options.waitScale });
+      starts.push({
+        workspaceId: row.workspace_id,
+        automationId: run.automationId,
+        runId: run.runId,
+        depth: run.depth ?? 0,
+        chain: run.chain ?? run.runId,
+        waitScale: options.waitScale,
+      });
       keys.push(runWorkflowId(row.workspace_id, run.automationId, run.externalId ? { externalId: run.externalId } : { runId: run.runId }));
     }
     const rows = all.filter((r) => r.name !== 'webhook_received');
     if (rows.length > 0) {
       const { runs, unlisted } = await runsForEvents(db, rows);
       for (const run of runs) {
-        starts.push({ workspaceId: run.workspaceId, automationId: run.automationId, runId: run.runId, depth: run.depth, chain: run.chain, waitScale: options.waitScale });
+        starts.push({
+          workspaceId: run.workspaceId,
+          automationId: run.automationId,
+          runId: run.runId,
+          depth: run.depth,
+          chain: run.chain,
+          waitScale: options.waitScale,
+        });
         keys.push(runWorkflowId(run.workspaceId, run.automationId, { eventId: run.eventId }));
       }
       if (unlisted.size > 0) {

@@ -23,7 +23,10 @@ function writeLoopStats(file: string): void {
   const delay = monitorEventLoopDelay({ resolution: 10 });
   delay.enable();
   const timer = setInterval(() => {
-    fs.appendFileSync(file, `${JSON.stringify({ t: Date.now(), lagMaxMs: Math.round(delay.max / 1e5) / 10, rssBytes: process.memoryUsage.rss() })}\n`);
+    fs.appendFileSync(
+      file,
+      `${JSON.stringify({ t: Date.now(), lagMaxMs: Math.round(delay.max / 1e5) / 10, rssBytes: process.memoryUsage.rss() })}\n`,
+    );
     delay.reset();
   }, 100);
   timer.unref();
@@ -84,15 +87,26 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
     retryScale: config.webhookRetryScale,
     pollMs: config.outboxPollMs,
     logger,
-    onTriggers: createTriggerHandler({ db, temporal: temporal.get, taskQueue: config.taskQueue, waitScale: config.automationWaitScale, logger }),
+    onTriggers: createTriggerHandler({
+      db,
+      temporal: temporal.get,
+      taskQueue: config.taskQueue,
+      waitScale: config.automationWaitScale,
+      logger,
+    }),
     attempt: webhookActivities.attemptWebhookDelivery,
     sweepMs: config.deliverySweepMs,
   });
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
   const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
-  if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens > 0) logger.info({ sealed }, 'secrets at rest: sealed with the current key');
+  if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens > 0)
+    logger.info({ sealed }, 'secrets at rest: sealed with the current key');
   // A value bound to another workspace than its row's was copied there: left as it is (it does not open).
-  if (sealed.refused > 0) logger.warn({ refused: sealed.refused }, 'secrets at rest: values bound to another workspace than their row were left sealed as they are');
+  if (sealed.refused > 0)
+    logger.warn(
+      { refused: sealed.refused },
+      'secrets at rest: values bound to another workspace than their row were left sealed as they are',
+    );
   // A worker dedicated to its task queue (OUTBOX_DISPATCHER=false) leaves the outbox to the others:
   // a dispatcher starts automation runs on its own task queue and leases the rows it claims.
   if (config.outboxDispatcher) dispatcher.start();

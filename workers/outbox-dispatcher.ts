@@ -89,7 +89,10 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   }
 
   /** The delivery's workflow (REJECT_DUPLICATE: one that exists already is left alone). */
-  async function startWorkflow(d: Pick<NewDelivery, 'id' | 'workspace_id' | 'subscription_id' | 'event_id'>, resume: Pick<DeliveryInput, 'attemptsDone' | 'firstWaitMs'> = {}): Promise<void> {
+  async function startWorkflow(
+    d: Pick<NewDelivery, 'id' | 'workspace_id' | 'subscription_id' | 'event_id'>,
+    resume: Pick<DeliveryInput, 'attemptsDone' | 'firstWaitMs'> = {},
+  ): Promise<void> {
     const client = await options.temporal();
     const input: DeliveryInput = { workspaceId: d.workspace_id, deliveryId: d.id, retryScale: options.retryScale, ...resume };
     try {
@@ -120,7 +123,9 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
    * its workflow at once.
    */
   function firstAttemptSlot(workspaceId: string): boolean {
-    return firstAttemptsInFlight < FIRST_ATTEMPT_SLOTS && (firstAttemptsByWorkspace.get(workspaceId) ?? 0) < FIRST_ATTEMPT_SLOTS_PER_WORKSPACE;
+    return (
+      firstAttemptsInFlight < FIRST_ATTEMPT_SLOTS && (firstAttemptsByWorkspace.get(workspaceId) ?? 0) < FIRST_ATTEMPT_SLOTS_PER_WORKSPACE
+    );
   }
 
   /**
@@ -136,12 +141,22 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     attempting.add(d.id);
     const firstWaitMs = retryWaitMs(1, options.retryScale, Math.random());
     const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
-    const attempt: Promise<unknown> = options.attempt!({ workspaceId: d.workspace_id, deliveryId: d.id, final: false, nextAttemptInMs: firstWaitMs })
+    const attempt: Promise<unknown> = options.attempt!({
+      workspaceId: d.workspace_id,
+      deliveryId: d.id,
+      final: false,
+      nextAttemptInMs: firstWaitMs,
+    })
       .then(
         async (result) => {
           if (result.status !== 'pending') return;
           // Recorded as attempt 1; if the workflow cannot start now, the sweep starts it from there.
-          await startWorkflow(d, { attemptsDone: 1, firstWaitMs }).catch((err) => logger.warn({ deliveryId: d.id, err: message(err) }, 'retries of a webhook delivery not started yet; the sweep will start them'));
+          await startWorkflow(d, { attemptsDone: 1, firstWaitMs }).catch((err) =>
+            logger.warn(
+              { deliveryId: d.id, err: message(err) },
+              'retries of a webhook delivery not started yet; the sweep will start them',
+            ),
+          );
         },
         async (err) => {
           // The attempt could not run or be recorded: the workflow makes it (again, with the same delivery id).
@@ -196,16 +211,27 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
 
   /** Hands one workspace's rows over (deliveries and their workflows, automation runs) and marks them dispatched. */
   async function dispatch(workspaceId: string, rows: OutboxRow[]): Promise<void> {
-    const deliveries = await createDeliveries(db, workspaceId, rows.filter((r) => r.kind === 'webhook').map((r) => r.id));
+    const deliveries = await createDeliveries(
+      db,
+      workspaceId,
+      rows.filter((r) => r.kind === 'webhook').map((r) => r.id),
+    );
     await startDeliveries(workspaceId, deliveries);
     const triggers = rows.filter((r) => r.kind === 'trigger');
     if (triggers.length > 0 && options.onTriggers) await options.onTriggers(triggers);
-    await markDispatched(db, workspaceId, rows.map((r) => r.id));
+    await markDispatched(
+      db,
+      workspaceId,
+      rows.map((r) => r.id),
+    );
   }
 
   /** Gives rows back at once: the next pass (after the error backoff) takes them again. */
   async function release(rows: OutboxRow[]): Promise<void> {
-    await releaseClaims(db, rows.map((r) => r.id)).catch(() => undefined);
+    await releaseClaims(
+      db,
+      rows.map((r) => r.id),
+    ).catch(() => undefined);
   }
 
   /**
@@ -244,7 +270,10 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   async function setAside(row: OutboxRow, err: unknown): Promise<void> {
     const message = err instanceof Error ? err.message : String(err);
     const failures = await setAsideRow(db, row.id, message);
-    logger.error({ outboxEventId: row.id, workspaceId: row.workspace_id, event: row.name, failures, err: message }, 'outbox row set aside after a failed dispatch; it will be retried');
+    logger.error(
+      { outboxEventId: row.id, workspaceId: row.workspace_id, event: row.name, failures, err: message },
+      'outbox row set aside after a failed dispatch; it will be retried',
+    );
   }
 
   function startLane(workspaceId: string, rows: OutboxRow[]): void {
@@ -309,7 +338,10 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
         failures += 1;
         const backoff = Math.min(pollMs * 2 ** failures, 5000);
         if (failures === 1 || failures % 20 === 0) {
-          logger.warn({ err: err instanceof Error ? err.message : String(err), failures, retryInMs: backoff }, 'outbox dispatch failed; retrying');
+          logger.warn(
+            { err: err instanceof Error ? err.message : String(err), failures, retryInMs: backoff },
+            'outbox dispatch failed; retrying',
+          );
         }
         await pause(backoff);
       }

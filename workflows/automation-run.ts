@@ -1,4 +1,13 @@
-import { ActivityFailure, ApplicationFailure, CancellationScope, ChildWorkflowFailure, executeChild, proxyActivities, sleep, workflowInfo } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  ChildWorkflowFailure,
+  executeChild,
+  proxyActivities,
+  sleep,
+  workflowInfo,
+} from '@temporalio/workflow';
 import type { AutomationActivities } from '../activities/automations';
 import type { ActionResult, RunContext, RunInput, RunResult } from '../types/automations';
 import { isRefusal } from '../types/messaging';
@@ -12,7 +21,10 @@ const record = proxyActivities<AutomationActivities>(RECORD);
 function reason(err: unknown): string {
   let cause: unknown = err;
   while (cause instanceof ActivityFailure || cause instanceof ChildWorkflowFailure) cause = cause.cause;
-  if (cause instanceof ApplicationFailure) return cause.type && /^[A-Z_]+$/.test(cause.type) && !cause.message.startsWith('Action') ? `${cause.type}: ${cause.message}` : cause.message;
+  if (cause instanceof ApplicationFailure)
+    return cause.type && /^[A-Z_]+$/.test(cause.type) && !cause.message.startsWith('Action')
+      ? `${cause.type}: ${cause.message}`
+      : cause.message;
   return cause instanceof Error ? cause.message : String(cause);
 }
 
@@ -38,8 +50,18 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
           await sleep(Math.max(1, Math.round(Number(action.seconds) * 1000 * (input.waitScale ?? 1))));
           continue;
         }
-        const ids = { workspaceId: input.workspaceId, automationId: input.automationId, runId: input.runId, depth: input.depth, chain: input.chain, index, actionType: action.type };
-        const step: ActionResult = await acts.runAction(context ? { ...ids, automationName: plan.automationName, action, context } : { ...ids, sentMessageId });
+        const ids = {
+          workspaceId: input.workspaceId,
+          automationId: input.automationId,
+          runId: input.runId,
+          depth: input.depth,
+          chain: input.chain,
+          index,
+          actionType: action.type,
+        };
+        const step: ActionResult = await acts.runAction(
+          context ? { ...ids, automationName: plan.automationName, action, context } : { ...ids, sentMessageId },
+        );
         context = step.context;
         if (step.send) {
           try {
@@ -50,7 +72,8 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
               searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
             });
             // A refusal fails the action with its code, as the child's failure did before refusals completed.
-            if (isRefusal(sent)) throw ApplicationFailure.create({ type: sent.refused.code, message: sent.refused.message, nonRetryable: true });
+            if (isRefusal(sent))
+              throw ApplicationFailure.create({ type: sent.refused.code, message: sent.refused.message, nonRetryable: true });
             sentMessageId = sent.id;
             if (context) context = { ...context, vars: { ...context.vars, 'message.id': sent.id } };
           } catch (err) {

@@ -70,13 +70,23 @@ export const PROVIDER_FIRST_RETRY_WAIT = PROVIDER_SEND.retry!.initialInterval!;
  */
 export const RECONCILE: ActivityOptions = {
   startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '300 milliseconds', backoffCoefficient: 1.5, maximumInterval: '2 seconds', maximumAttempts: Number.POSITIVE_INFINITY },
+  retry: {
+    initialInterval: '300 milliseconds',
+    backoffCoefficient: 1.5,
+    maximumInterval: '2 seconds',
+    maximumAttempts: Number.POSITIVE_INFINITY,
+  },
 };
 
 /** Recording what the provider already accepted must not give up: retried until the database answers. */
 export const RECORD: ActivityOptions = {
   startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '200 milliseconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: Number.POSITIVE_INFINITY },
+  retry: {
+    initialInterval: '200 milliseconds',
+    backoffCoefficient: 2,
+    maximumInterval: '30 seconds',
+    maximumAttempts: Number.POSITIVE_INFINITY,
+  },
 };
 
 /**
@@ -93,7 +103,12 @@ export const LOCAL_RECORD: LocalActivityOptions = { startToCloseTimeout: RECORD.
 /** Compensations run until they succeed: a half-undone saga is worse than a late one. */
 export const COMPENSATION: ActivityOptions = {
   startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: Number.POSITIVE_INFINITY },
+  retry: {
+    initialInterval: '500 milliseconds',
+    backoffCoefficient: 2,
+    maximumInterval: '1 minute',
+    maximumAttempts: Number.POSITIVE_INFINITY,
+  },
 };
 
 /** A media URL's DNS and size check (HEAD request, 5 s). */

@@ -1,8 +1,43 @@
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, patched, proxyActivities, proxyLocalActivities, sleep, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  TimeoutFailure,
+  patched,
+  proxyActivities,
+  proxyLocalActivities,
+  sleep,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
 import type { MessagingActivities } from '../activities/messaging';
 import type { MediaActivities } from '../activities/media';
-import { COMPENSATION, DATABASE, LOCAL_DATABASE, LOCAL_PROVIDER_FIRST_CALL, LOCAL_RECORD, MEDIA_CHECK, PROVIDER_FIRST_RETRY_WAIT, PROVIDER_SEND, PROVIDER_SEND_MEDIA, PROVIDER_SEND_RETRY, RECONCILE, RECORD } from './profiles';
-import { DEFAULT_RECONCILE_WINDOW_MS, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, PROVIDER_RETRYABLE, SEND_OUTCOME_UNKNOWN, type PreparedSend, type ReconcileResult, type SendInput, type SendRefusal, type SendResult, type SentMessage } from '../types/messaging';
+import {
+  COMPENSATION,
+  DATABASE,
+  LOCAL_DATABASE,
+  LOCAL_PROVIDER_FIRST_CALL,
+  LOCAL_RECORD,
+  MEDIA_CHECK,
+  PROVIDER_FIRST_RETRY_WAIT,
+  PROVIDER_SEND,
+  PROVIDER_SEND_MEDIA,
+  PROVIDER_SEND_RETRY,
+  RECONCILE,
+  RECORD,
+} from './profiles';
+import {
+  DEFAULT_RECONCILE_WINDOW_MS,
+  OUTCOME_UNKNOWN_HINT,
+  outcomeUnknownMessage,
+  PROVIDER_RETRYABLE,
+  SEND_OUTCOME_UNKNOWN,
+  type PreparedSend,
+  type ReconcileResult,
+  type SendInput,
+  type SendRefusal,
+  type SendResult,
+  type SentMessage,
+} from '../types/messaging';
 
 const provider = proxyActivities<MessagingActivities>(PROVIDER_SEND);
 /** A media message's provider call may download the file first (a web gateway is given bytes, not the URL). */
@@ -18,7 +53,10 @@ const providerRetry = proxyActivities<MessagingActivities>(PROVIDER_SEND_RETRY);
 const LOCAL_DB_STEPS = 'send-db-steps-as-local-activities';
 function databaseSteps() {
   return patched(LOCAL_DB_STEPS)
-    ? { prepare: proxyLocalActivities<MessagingActivities>(LOCAL_DATABASE), record: proxyLocalActivities<MessagingActivities>(LOCAL_RECORD) }
+    ? {
+        prepare: proxyLocalActivities<MessagingActivities>(LOCAL_DATABASE),
+        record: proxyLocalActivities<MessagingActivities>(LOCAL_RECORD),
+      }
     : { prepare: proxyActivities<MessagingActivities>(DATABASE), record: proxyActivities<MessagingActivities>(RECORD) };
 }
 const compensate = proxyActivities<MessagingActivities>(COMPENSATION);
@@ -43,7 +81,12 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
   const compensations: (() => Promise<void>)[] = [];
   const { prepare, record } = databaseSteps();
   try {
-    if (hasMedia(input)) await media.checkMedia(input.requestId ? { workspaceId: input.workspaceId, requestId: input.requestId } : { url: input.message!.mediaUrl!, type: input.message!.type });
+    if (hasMedia(input))
+      await media.checkMedia(
+        input.requestId
+          ? { workspaceId: input.workspaceId, requestId: input.requestId }
+          : { url: input.message!.mediaUrl!, type: input.message!.type },
+      );
     const prepared = await prepare.prepareSend(input);
     compensations.push(() => compensate.undoPrepare(prepared));
     // Search attributes are shown in clear: the number's keyed hash, never the number (domain/platform/temporal.ts).
@@ -56,7 +99,9 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
       // orphan a delivered message), and the send fails as SEND_OUTCOME_UNKNOWN.
       compensations.length = 0;
       const cause = failureCause(err);
-      throw cause instanceof TimeoutFailure ? unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`) : err;
+      throw cause instanceof TimeoutFailure
+        ? unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`)
+        : err;
     });
     compensations.length = 0;
     return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, ...content(input), mode: kind(input) });
@@ -95,7 +140,13 @@ async function sendOnce(input: SendInput, prepared: PreparedSend, reference: str
   const windowMs = Math.min(Math.max(input.reconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS, MIN_WINDOW_MS), MAX_WINDOW_MS);
   const reconcile = proxyActivities<MessagingActivities>({ ...RECONCILE, scheduleToCloseTimeout: windowMs + RECONCILE_MARGIN_MS });
   for (let round = 1; ; round++) {
-    const result = await callProvider(input, round, { workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, ...content(input) });
+    const result = await callProvider(input, round, {
+      workspaceId: input.workspaceId,
+      instanceId: prepared.instanceId,
+      to: prepared.to,
+      reference,
+      ...content(input),
+    });
     if (result.outcome === 'sent') return result.sent;
 
     // Date.now() inside a workflow is Temporal's workflow clock (the time of this workflow task,
@@ -189,9 +240,18 @@ function asSendFailure(err: unknown): unknown {
   const cause = failureCause(err);
   if (cause instanceof ApplicationFailure) {
     if (cause.type === PROVIDER_RETRYABLE) {
-      return ApplicationFailure.create({ type: 'SEND_FAILED', nonRetryable: true, message: `The provider did not accept the message after several attempts: ${cause.message}` });
+      return ApplicationFailure.create({
+        type: 'SEND_FAILED',
+        nonRetryable: true,
+        message: `The provider did not accept the message after several attempts: ${cause.message}`,
+      });
     }
-    return ApplicationFailure.create({ type: cause.type ?? 'SEND_FAILED', nonRetryable: true, message: cause.message, details: cause.details as unknown[] });
+    return ApplicationFailure.create({
+      type: cause.type ?? 'SEND_FAILED',
+      nonRetryable: true,
+      message: cause.message,
+      details: cause.details as unknown[],
+    });
   }
   return err;
 }

@@ -35,7 +35,11 @@ export async function webhookDeliveryWorkflow(input: DeliveryInput): Promise<Del
       // so it shows in the Temporal UI with the cause.
       const cause = err instanceof ActivityFailure && err.cause ? err.cause.message : String(err);
       if (final) {
-        await markDeliveryFailed({ workspaceId: input.workspaceId, deliveryId: input.deliveryId, error: `The last attempt could not run: ${cause}` });
+        await markDeliveryFailed({
+          workspaceId: input.workspaceId,
+          deliveryId: input.deliveryId,
+          error: `The last attempt could not run: ${cause}`,
+        });
         throw ApplicationFailure.nonRetryable(`The delivery's last attempt could not run: ${cause}`, 'WEBHOOK_ATTEMPT_FAILED');
       }
       last = { status: 'pending', statusCode: null, error: cause, attempts: attempt };

@@ -115,9 +115,7 @@ function buildBody(message: OutboundMessage): Record<string, unknown> {
       body.template = {
         name: need(message.templateName, 'a template name'),
         language: { code: need(message.templateLanguage, 'a template language') },
-        ...(variables.length > 0
-          ? { components: [{ type: 'body', parameters: variables.map((text) => ({ type: 'text', text })) }] }
-          : {}),
+        ...(variables.length > 0 ? { components: [{ type: 'body', parameters: variables.map((text) => ({ type: 'text', text })) }] } : {}),
       };
       break;
     }
@@ -129,7 +127,13 @@ function buildBody(message: OutboundMessage): Record<string, unknown> {
 }
 
 /** `scrub` redacts the secrets from the provider's words before they are cut short (a cut secret would escape redaction). */
-function failureMessage(failure: ProviderFailure, status: number, error: GraphError | undefined, rawText: string, scrub: (text: string) => string): string {
+function failureMessage(
+  failure: ProviderFailure,
+  status: number,
+  error: GraphError | undefined,
+  rawText: string,
+  scrub: (text: string) => string,
+): string {
   const code = asCode(error?.code);
   const subcode = asCode(error?.error_subcode);
   let explanation = EXPLANATION[failure];
@@ -162,7 +166,10 @@ export const cloudAdapter: ProviderAdapter = {
     const apiVersion = connection.config.apiVersion || DEFAULT_API_VERSION;
     const missing = [!baseUrl && 'base URL', !phoneNumberId && 'phone number id', !accessToken && 'access token'].filter(Boolean);
     if (missing.length > 0) {
-      throw new ProviderError('REJECTED', `The Cloud API instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`);
+      throw new ProviderError(
+        'REJECTED',
+        `The Cloud API instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`,
+      );
     }
     const secrets = [accessToken];
     const scrub = (text: string): string => redactSecrets(text, secrets);
@@ -183,7 +190,10 @@ export const cloudAdapter: ProviderAdapter = {
         // The message may have gone out: not retryable, so it cannot be sent twice.
         throw new ProviderError(
           'REJECTED',
-          redactSecrets(`The WhatsApp Cloud API answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`, secrets),
+          redactSecrets(
+            `The WhatsApp Cloud API answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`,
+            secrets,
+          ),
           { retryable: false, httpStatus: answer.status },
         );
       }

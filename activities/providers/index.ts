@@ -24,7 +24,11 @@ export function adapterFor(provider: ProviderConnection['provider']): ProviderAd
  * decides what to do with it, typically ApplicationFailure.nonRetryable when `retryable` is false.
  * No retries here.
  */
-export async function sendThroughProvider(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
+export async function sendThroughProvider(
+  connection: ProviderConnection,
+  message: OutboundMessage,
+  options: SendOptions = {},
+): Promise<SendResult> {
   try {
     return await adapterFor(connection.provider).send(connection, message, options);
   } catch (err) {
@@ -34,9 +38,10 @@ export async function sendThroughProvider(connection: ProviderConnection, messag
     const text = err instanceof Error ? err.message : String(err);
     throw new ProviderError(
       'REJECTED',
-      redactSecrets(`Unexpected error before calling the ${connection.provider} provider (nothing was sent): ${text}`, [connection.config?.accessToken]),
+      redactSecrets(`Unexpected error before calling the ${connection.provider} provider (nothing was sent): ${text}`, [
+        connection.config?.accessToken,
+      ]),
       { retryable: false, mayHaveReached: false },
     );
   }
 }
-

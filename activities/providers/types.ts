@@ -270,7 +270,14 @@ function describeNetworkError(err: unknown): string {
  */
 export async function postJson(
   url: string,
-  init: { headers: Record<string, string>; body?: unknown; stream?: JsonStream; timeoutMs?: number; service: string; secrets: Array<string | undefined> },
+  init: {
+    headers: Record<string, string>;
+    body?: unknown;
+    stream?: JsonStream;
+    timeoutMs?: number;
+    service: string;
+    secrets: Array<string | undefined>;
+  },
 ): Promise<HttpAnswer> {
   let parsed: URL;
   try {
@@ -340,10 +347,16 @@ export async function postJson(
   } catch (err) {
     if (sourceFailure) {
       const cause = sourceFailure.error;
-      throw new ProviderError('REJECTED', scrub(`The body for ${init.service} at ${where} could not be produced, so the request was aborted (nothing was sent): ${cause instanceof Error ? cause.message : String(cause)}`), {
-        retryable: false,
-        cause,
-      });
+      throw new ProviderError(
+        'REJECTED',
+        scrub(
+          `The body for ${init.service} at ${where} could not be produced, so the request was aborted (nothing was sent): ${cause instanceof Error ? cause.message : String(cause)}`,
+        ),
+        {
+          retryable: false,
+          cause,
+        },
+      );
     }
     if (err instanceof ProviderError) throw err;
     if (timedOut) {
@@ -354,9 +367,13 @@ export async function postJson(
       );
     }
     const code = networkErrorCode(err);
-    throw new ProviderError('UNAVAILABLE', scrub(`Could not reach ${init.service} at ${where}: ${describeNetworkError(err)} (temporary; trying again can help)`), {
-      mayHaveReached: bodyWhole && !(code && NEVER_CONNECTED.has(code)),
-    });
+    throw new ProviderError(
+      'UNAVAILABLE',
+      scrub(`Could not reach ${init.service} at ${where}: ${describeNetworkError(err)} (temporary; trying again can help)`),
+      {
+        mayHaveReached: bodyWhole && !(code && NEVER_CONNECTED.has(code)),
+      },
+    );
   } finally {
     clearTimeout(timer);
     // Whatever happened, a streamed body not written whole (an early answer, a failure) stops:

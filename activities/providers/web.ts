@@ -95,10 +95,16 @@ export const webAdapter: ProviderAdapter = {
     const { baseUrl, instanceName, accessToken } = connection.config;
     const missing = [!baseUrl && 'base URL', !instanceName && 'instance name', !accessToken && 'API key (access token)'].filter(Boolean);
     if (missing.length > 0) {
-      throw new ProviderError('REJECTED', `The web gateway instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`);
+      throw new ProviderError(
+        'REJECTED',
+        `The web gateway instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`,
+      );
     }
     if (/@g\.us$/i.test(message.to.trim())) {
-      throw new ProviderError('REJECTED', 'Group chats (ids ending in @g.us) are not supported: messages go to one person at a time (nothing was sent)');
+      throw new ProviderError(
+        'REJECTED',
+        'Group chats (ids ending in @g.us) are not supported: messages go to one person at a time (nothing was sent)',
+      );
     }
     if (message.type === 'template') {
       throw new ProviderError(
@@ -118,9 +124,13 @@ export const webAdapter: ProviderAdapter = {
       path = 'sendText';
       body = { number, text: message.text };
     } else {
-      if (!message.mediaUrl) throw new ProviderError('REJECTED', `Cannot send a ${message.type} message without a media URL (nothing was sent)`);
+      if (!message.mediaUrl)
+        throw new ProviderError('REJECTED', `Cannot send a ${message.type} message without a media URL (nothing was sent)`);
       if (!message.mediaFile) {
-        throw new ProviderError('REJECTED', 'A web gateway is sent the media file itself, never its URL, and the file was not downloaded first (nothing was sent)');
+        throw new ProviderError(
+          'REJECTED',
+          'A web gateway is sent the media file itself, never its URL, and the file was not downloaded first (nothing was sent)',
+        );
       }
       const fileName = message.type === 'document' ? (message.fileName ?? fileNameOf(message.mediaUrl)) : undefined;
       path = 'sendMedia';
@@ -139,14 +149,24 @@ export const webAdapter: ProviderAdapter = {
     const secrets = [accessToken];
     const scrub = (text: string): string => redactSecrets(text, secrets);
     const url = `${baseUrl!.replace(/\/+$/, '')}/message/${path}/${encodeURIComponent(instanceName!)}`;
-    const answer = await postJson(url, { headers: { apikey: accessToken! }, body, stream, timeoutMs: options.timeoutMs, service: SERVICE, secrets });
+    const answer = await postJson(url, {
+      headers: { apikey: accessToken! },
+      body,
+      stream,
+      timeoutMs: options.timeoutMs,
+      service: SERVICE,
+      secrets,
+    });
 
     if (answer.status >= 200 && answer.status < 300) {
       const key = (answer.json as { key?: { id?: unknown; remoteJid?: unknown } } | undefined)?.key;
       if (typeof key?.id !== 'string' || !key.id) {
         throw new ProviderError(
           'REJECTED',
-          redactSecrets(`The web gateway answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`, secrets),
+          redactSecrets(
+            `The web gateway answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`,
+            secrets,
+          ),
           { retryable: false, httpStatus: answer.status },
         );
       }

@@ -71,7 +71,13 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
       const found = await ctx.limits.keys.read(
         hash,
         now,
-        authenticateAndCount(ctx.deps.db, hash, scaledIp[0] ? { name: scaledIp[0].name, limit: scaledIp[0].limit } : null, keyProfile ?? null, ctx.deps.config.rateLimitScale),
+        authenticateAndCount(
+          ctx.deps.db,
+          hash,
+          scaledIp[0] ? { name: scaledIp[0].name, limit: scaledIp[0].limit } : null,
+          keyProfile ?? null,
+          ctx.deps.config.rateLimitScale,
+        ),
         usableKey,
       );
       const ipStates = bucketStates(scaledIp, found.counted);
@@ -121,7 +127,8 @@ export async function adminAuth(ctx: Context, next: Next): Promise<void> {
   const expected = ctx.deps.config.adminToken;
   const token = bearer(ctx);
   // The Temporal UI's calls to the codec endpoint carry the operator's session cookie instead.
-  const codecCall = !token && expected && CODEC_CALLS.has(ctx.path) && validCodecSession(expected, ctx.cookies.get(CODEC_SESSION_COOKIE), Date.now());
+  const codecCall =
+    !token && expected && CODEC_CALLS.has(ctx.path) && validCodecSession(expected, ctx.cookies.get(CODEC_SESSION_COOKIE), Date.now());
   if (codecCall) return next();
   if (!expected || !token || !sameSecret(token, expected)) {
     throw new ApiError('UNAUTHORIZED', 'Missing or invalid admin token', {

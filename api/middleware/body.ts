@@ -80,7 +80,9 @@ function assertShallow(body: unknown): void {
   while (stack.length > 0) {
     const [value, depth] = stack.pop()!;
     if (depth > MAX_JSON_DEPTH) {
-      throw new ApiError('VALIDATION', 'The JSON body is nested too deeply', { hint: `At most ${MAX_JSON_DEPTH} levels of objects and arrays.` });
+      throw new ApiError('VALIDATION', 'The JSON body is nested too deeply', {
+        hint: `At most ${MAX_JSON_DEPTH} levels of objects and arrays.`,
+      });
     }
     for (const child of Array.isArray(value) ? value : Object.values(value)) {
       if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);

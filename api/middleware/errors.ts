@@ -31,7 +31,11 @@ export async function requestContext(ctx: Context, next: Next): Promise<void> {
   // The request's child logger is built when something logs beside the request line (few do).
   const logger = ctx.deps.logger;
   let log: Logger | undefined;
-  Object.defineProperty(ctx.state, 'log', { get: () => (log ??= logger.child({ reqId: requestId })), enumerable: true, configurable: true });
+  Object.defineProperty(ctx.state, 'log', {
+    get: () => (log ??= logger.child({ reqId: requestId })),
+    enumerable: true,
+    configurable: true,
+  });
   ctx.set('X-Request-Id', requestId);
   const started = process.hrtime.bigint();
   try {
@@ -65,10 +69,16 @@ function renderError(ctx: Context, err: unknown): void {
   else if (isPgError(err, '57014')) {
     // The pool's statement_timeout cancelled it (DB_STATEMENT_TIMEOUT_MS).
     ctx.state.log?.warn({ message: String((err as { message?: unknown }).message) }, 'statement timeout');
-    apiError = new ApiError('UNAVAILABLE', 'The request took too long and was cancelled', { hint: 'Narrow it (filters, a smaller offset) or retry later.', headers: { 'Retry-After': '5' } });
+    apiError = new ApiError('UNAVAILABLE', 'The request took too long and was cancelled', {
+      hint: 'Narrow it (filters, a smaller offset) or retry later.',
+      headers: { 'Retry-After': '5' },
+    });
   } else if (isDatabaseUnavailable(err)) {
     ctx.state.log?.warn({ code: (err as { code?: string }).code, message: (err as Error).message }, 'database unavailable');
-    apiError = new ApiError('UNAVAILABLE', 'The database is unavailable', { hint: 'Retry in a few seconds.', headers: { 'Retry-After': '5' } });
+    apiError = new ApiError('UNAVAILABLE', 'The database is unavailable', {
+      hint: 'Retry in a few seconds.',
+      headers: { 'Retry-After': '5' },
+    });
   } else if (isHttpError(err) && err.status === 413) {
     apiError = new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: JSON_BODY_LIMIT_HINT });
   } else if (isHttpError(err) && err.status === 415) {

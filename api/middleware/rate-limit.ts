@@ -1,6 +1,17 @@
 import type { Context } from 'koa';
 import { ApiError } from '../../domain/kernel/errors';
-import { Bucket, BucketState, consume, consumeIfRoom, IP_PROFILES, ipClient, IpProfile, KEY_PROFILES, KeyProfile, tightest } from '../../domain/access/rate-limit';
+import {
+  Bucket,
+  BucketState,
+  consume,
+  consumeIfRoom,
+  IP_PROFILES,
+  ipClient,
+  IpProfile,
+  KEY_PROFILES,
+  KeyProfile,
+  tightest,
+} from '../../domain/access/rate-limit';
 
 /**
  * Rate limits of a request: its buckets counted in PostgreSQL (domain/access/rate-limit.ts), the

@@ -8,13 +8,28 @@ import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/acc
 import { createGlobalCustomField, createPipeline, customFieldSchema, listPipelines, MAX_CUSTOM_FIELDS } from '../../domain/sales/pipelines';
 import { ALL_SCOPES } from '../../domain/access/scopes';
 import { setInsight } from '../../domain/leads/insights';
-import { createWorkspace, getWorkspace, PLAN_DEFAULTS, planSchema, requireWorkspace, serializeWorkspace, updateWorkspace } from '../../domain/access/workspaces';
+import {
+  createWorkspace,
+  getWorkspace,
+  PLAN_DEFAULTS,
+  planSchema,
+  requireWorkspace,
+  serializeWorkspace,
+  updateWorkspace,
+} from '../../domain/access/workspaces';
 import { createInstance, instanceConfigSchema, updateInstance } from '../../domain/messaging/instances';
 import { addMember, requireMember } from '../../domain/access/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/messaging/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts/broadcasts';
 import { mergeContacts, panelCreateContact, panelUpdateContact } from '../../domain/leads/contacts';
-import { CODEC_SESSION_COOKIE, CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH, CODEC_SESSION_TTL_MS, codecSessionSecure, issueCodecSession } from '../../domain/platform/codec-session';
+import {
+  CODEC_SESSION_COOKIE,
+  CODEC_SESSION_PAGE_PATH,
+  CODEC_SESSION_PATH,
+  CODEC_SESSION_TTL_MS,
+  codecSessionSecure,
+  issueCodecSession,
+} from '../../domain/platform/codec-session';
 import { emailAddress, trimmedText } from '../../domain/kernel/input-rules';
 import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/leads/phone';
 
@@ -82,9 +97,12 @@ function codecRoute(direction: 'encode' | 'decode'): AnyRoute {
     path: `/admin/v1/temporal-codec/${direction}`,
     operationId: `${direction}TemporalPayloads`,
     noStore: true,
-    summary: direction === 'decode' ? 'Decrypt Temporal payloads (codec endpoint for the Temporal CLI and UI)' : 'Encrypt Temporal payloads (codec endpoint)',
+    summary:
+      direction === 'decode'
+        ? 'Decrypt Temporal payloads (codec endpoint for the Temporal CLI and UI)'
+        : 'Encrypt Temporal payloads (codec endpoint)',
     description:
-      'Every payload in Temporal\'s history is encrypted (ENCRYPTION_KEYS). Operators read a workflow\'s inputs and results through this endpoint: ' +
+      "Every payload in Temporal's history is encrypted (ENCRYPTION_KEYS). Operators read a workflow's inputs and results through this endpoint: " +
       '`temporal workflow show --workflow-id <id> --codec-endpoint <PUBLIC_BASE_URL>/admin/v1/temporal-codec --codec-auth "Bearer <ADMIN_TOKEN>"`. ' +
       'Payloads not encrypted by the service come back unchanged.',
     body: CodecPayloads,
@@ -98,7 +116,9 @@ function codecRoute(direction: 'encode' | 'decode'): AnyRoute {
       const done = direction === 'decode' ? await codec.decode(payloads) : await codec.encode(payloads);
       const out: CodecPayloadsJson = {
         payloads: done.map((p) => ({
-          metadata: Object.fromEntries(Object.entries(p.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v ?? new Uint8Array()).toString('base64')])),
+          metadata: Object.fromEntries(
+            Object.entries(p.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v ?? new Uint8Array()).toString('base64')]),
+          ),
           data: Buffer.from(p.data ?? new Uint8Array()).toString('base64'),
         })),
       };
@@ -117,15 +137,17 @@ export const adminRoutes: AnyRoute[] = [
     noStore: true,
     summary: 'Open a codec session for the Temporal UI (a cookie)',
     description:
-      'The Temporal UI decodes payloads from the operator\'s browser and can send no admin token, only cookies. Called with the admin token ' +
+      "The Temporal UI decodes payloads from the operator's browser and can send no admin token, only cookies. Called with the admin token " +
       `(the page at GET ${CODEC_SESSION_PAGE_PATH} does it), this sets an HttpOnly, SameSite=Strict cookie valid for 8 hours that ` +
-      'authorizes decode and encode only. In the UI\'s codec settings, set the endpoint to `<PUBLIC_BASE_URL>/admin/v1/temporal-codec` and turn on ' +
+      "authorizes decode and encode only. In the UI's codec settings, set the endpoint to `<PUBLIC_BASE_URL>/admin/v1/temporal-codec` and turn on " +
       '"Include cross-origin credentials". The UI and the API must be on the same site (one registrable domain, or both on localhost).',
     response: single(z.object({ expiresAt: z.iso.datetime() })),
     handler: async (ctx) => {
       const session = issueCodecSession(ctx.deps.config.adminToken!, Date.now());
       // Secure unless the API and the request are both on loopback over http (domain/platform/codec-session.ts).
-      const secure = codecSessionSecure(ctx.deps.config.publicBaseUrl, { protocol: ctx.protocol, hostname: ctx.hostname }) ? '; Secure' : '';
+      const secure = codecSessionSecure(ctx.deps.config.publicBaseUrl, { protocol: ctx.protocol, hostname: ctx.hostname })
+        ? '; Secure'
+        : '';
       ctx.append(
         'Set-Cookie',
         `${CODEC_SESSION_COOKIE}=${session.value}; Path=${CODEC_SESSION_PATH}; Max-Age=${Math.floor(CODEC_SESSION_TTL_MS / 1000)}; HttpOnly; SameSite=Strict${secure}`,
@@ -178,7 +200,10 @@ export const adminRoutes: AnyRoute[] = [
       scopes: z.array(z.enum(ALL_SCOPES)).max(ALL_SCOPES.length),
       rateLimitPerMinute: z.number().int().min(1).max(1000).optional(),
       // A Date, not the text: PostgreSQL refuses offsets beyond ±15:59 and year 0, which ISO 8601 (and zod) accept.
-      expiresAt: z.iso.datetime({ offset: true }).transform((value) => new Date(value)).optional(),
+      expiresAt: z.iso
+        .datetime({ offset: true })
+        .transform((value) => new Date(value))
+        .optional(),
     }),
     handler: async (ctx, { params, body }) => ({ data: await createApiKey(ctx.deps.db, params.id, body) }),
   }),
@@ -229,7 +254,10 @@ export const adminRoutes: AnyRoute[] = [
     errors: ['CONFLICT'],
     body: z.object({
       name: trimmedText(200),
-      stages: z.array(z.object({ name: trimmedText(200) })).max(100).default([]),
+      stages: z
+        .array(z.object({ name: trimmedText(200) }))
+        .max(100)
+        .default([]),
       customFields: z.array(customFieldSchema).max(MAX_CUSTOM_FIELDS).default([]),
     }),
     handler: async (ctx, { params, body }) => {
@@ -244,9 +272,9 @@ export const adminRoutes: AnyRoute[] = [
     operationId: 'createGlobalCustomField',
     summary: 'Create a global custom field (on every pipeline)',
     description:
-      'A field with no pipeline: listed in every pipeline\'s `customFields` (pipelines created later too) and accepted in every deal\'s ' +
+      "A field with no pipeline: listed in every pipeline's `customFields` (pipelines created later too) and accepted in every deal's " +
       `\`customValues\`. Same key, label and type rules as a pipeline's fields; a workspace holds at most ${MAX_CUSTOM_FIELDS} global fields ` +
-      '(400 `VALIDATION`). A key names one field wherever it applies: a key already used by a global field or by any pipeline\'s own field ' +
+      "(400 `VALIDATION`). A key names one field wherever it applies: a key already used by a global field or by any pipeline's own field " +
       'is 409 `CONFLICT` (and a new pipeline whose fields reuse a global key is 409 `CONFLICT` too).',
     status: 201,
     params: ws,
@@ -269,7 +297,9 @@ export const adminRoutes: AnyRoute[] = [
       archived: z.boolean().default(false),
       config: instanceConfigSchema.default({}),
     }),
-    handler: async (ctx, { params, body }) => ({ data: await createInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, params.id, body) }),
+    handler: async (ctx, { params, body }) => ({
+      data: await createInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, params.id, body),
+    }),
   }),
   adminRoute({
     method: 'patch',
@@ -282,7 +312,9 @@ export const adminRoutes: AnyRoute[] = [
       archived: z.boolean().optional(),
       config: instanceConfigSchema.optional(),
     }),
-    handler: async (ctx, { params, body }) => ({ data: await updateInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, params.id, params.instanceId, body) }),
+    handler: async (ctx, { params, body }) => ({
+      data: await updateInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, params.id, params.instanceId, body),
+    }),
     errors: ['INSTANCE_NOT_FOUND'],
   }),
   adminRoute({
@@ -349,7 +381,7 @@ adminRoutes.push(
     method: 'post',
     path: '/admin/v1/workspaces/{id}/contacts',
     operationId: 'createPanelContact',
-    summary: "A human creates a contact in the panel (emits contact.created)",
+    summary: 'A human creates a contact in the panel (emits contact.created)',
     status: 201,
     params: ws,
     errors: ['INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],

@@ -37,9 +37,12 @@ const Automation = z
     trigger: z.record(z.string(), z.unknown()),
     actions: z.array(z.record(z.string(), z.unknown())),
     webhookUrl: z.string().nullable().meta({
-      description: 'The inbound webhook URL, a bearer credential: shown only to a key holding `automations:write`; `null` for any other key, and when the automation has no token.',
+      description:
+        'The inbound webhook URL, a bearer credential: shown only to a key holding `automations:write`; `null` for any other key, and when the automation has no token.',
     }),
-    webhookToken: z.boolean().meta({ description: 'Whether the automation has an inbound webhook token (whatever the key may see of it).' }),
+    webhookToken: z
+      .boolean()
+      .meta({ description: 'Whether the automation has an inbound webhook token (whatever the key may see of it).' }),
     createdAt: z.string(),
     updatedAt: z.string(),
   })
@@ -100,7 +103,9 @@ export const automationRoutes = [
     errors: ['INBOUND_WEBHOOK_LIMIT_REACHED', 'AUTOMATION_LIMIT_REACHED', 'INVALID_URL'],
     handler: async (ctx, { body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: forKey(ctx, await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, view(ctx), ctx.state.auth!.scopes)) };
+      return {
+        data: forKey(ctx, await createAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, body, view(ctx), ctx.state.auth!.scopes)),
+      };
     },
   }),
   route({
@@ -117,7 +122,11 @@ export const automationRoutes = [
     response: listOf(Automation),
     handler: async (ctx, { query }) => {
       const { rows, total } = await listAutomations(ctx.deps.db, ctx.state.auth!.workspaceId, query, view(ctx));
-      return listEnvelope(rows.map((row) => forKey(ctx, row)), total, query);
+      return listEnvelope(
+        rows.map((row) => forKey(ctx, row)),
+        total,
+        query,
+      );
     },
   }),
   route({
@@ -132,7 +141,9 @@ export const automationRoutes = [
     summary: 'Get an automation',
     params: IdParams,
     response: single(Automation),
-    handler: async (ctx, { params }) => ({ data: forKey(ctx, serializeAutomation(await getAutomationRow(ctx.deps.db, ctx.state.auth!.workspaceId, params.id), view(ctx))) }),
+    handler: async (ctx, { params }) => ({
+      data: forKey(ctx, serializeAutomation(await getAutomationRow(ctx.deps.db, ctx.state.auth!.workspaceId, params.id), view(ctx))),
+    }),
   }),
   route({
     method: 'patch',
@@ -148,12 +159,25 @@ export const automationRoutes = [
       'Any of `name`, `active`, `trigger` (same type), `actions`. Runs already started keep the actions they began with. Changing `actions` or `trigger`, or ' +
       'setting `active: true`, needs the scopes the resulting actions need (403 `INSUFFICIENT_SCOPE`); renaming or deactivating does not.',
     params: IdParams,
-    body: atLeastOne(z.object({ name: trimmedText(200).optional(), active: z.boolean().optional(), trigger: TriggerSchema.optional(), actions: z.array(ActionSchema).min(1).max(50).optional() }), 'expected name, active, trigger and/or actions'),
+    body: atLeastOne(
+      z.object({
+        name: trimmedText(200).optional(),
+        active: z.boolean().optional(),
+        trigger: TriggerSchema.optional(),
+        actions: z.array(ActionSchema).min(1).max(50).optional(),
+      }),
+      'expected name, active, trigger and/or actions',
+    ),
     response: single(Automation),
     errors: ['INVALID_URL'],
     handler: async (ctx, { params, body }) => {
       assertActionMediaUrls(body.actions, { allowPrivate: ctx.deps.config.allowPrivateUrls });
-      return { data: forKey(ctx, await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, view(ctx), ctx.state.auth!.scopes)) };
+      return {
+        data: forKey(
+          ctx,
+          await updateAutomation(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, view(ctx), ctx.state.auth!.scopes),
+        ),
+      };
     },
   }),
   route({
@@ -180,11 +204,14 @@ export const automationRoutes = [
     scopes: ['automations:write'],
     ipProfile: 'write',
     summary: 'Regenerate the inbound webhook URL',
-    description: 'A new token (192 random bits): the old URL answers 404 at once. On an automation whose token was removed this takes a quota unit again.',
+    description:
+      'A new token (192 random bits): the old URL answers 404 at once. On an automation whose token was removed this takes a quota unit again.',
     params: IdParams,
     response: single(Automation),
     errors: ['INBOUND_WEBHOOK_LIMIT_REACHED'],
-    handler: async (ctx, { params }) => ({ data: forKey(ctx, await regenerateToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx))) }),
+    handler: async (ctx, { params }) => ({
+      data: forKey(ctx, await regenerateToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx))),
+    }),
   }),
   route({
     method: 'delete',
@@ -199,7 +226,9 @@ export const automationRoutes = [
     description: 'The URL answers 404 at once and the inbound-webhook quota unit is returned.',
     params: IdParams,
     response: single(Automation),
-    handler: async (ctx, { params }) => ({ data: forKey(ctx, await removeToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx))) }),
+    handler: async (ctx, { params }) => ({
+      data: forKey(ctx, await removeToken(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, view(ctx))),
+    }),
   }),
   route({
     method: 'get',
@@ -240,23 +269,30 @@ export const automationRoutes = [
       `externalId already ran for this automation). A call carrying our \`X-Service-Delivery\` and a valid \`X-Service-Signature\` continues the chain of ` +
       `the event that delivery carried: at most ${MAX_CHAIN_DEPTH} deep and ${CHAIN_RUN_BUDGET} runs per chain, as for triggers.`,
     params: z.object({ token: z.string().min(1).max(200) }),
-    documentedBody: z.looseObject({}).meta({ additionalProperties: true, description: 'Any JSON object (up to 256 KiB), under any Content-Type.' }),
+    documentedBody: z
+      .looseObject({})
+      .meta({ additionalProperties: true, description: 'Any JSON object (up to 256 KiB), under any Content-Type.' }),
     status: 202,
     response: single(z.object({ runId: z.string(), status: z.enum(['accepted', 'filtered', 'duplicate']) })),
     errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED', 'RATE_LIMITED', 'SUBSCRIPTION_INACTIVE'],
     handler: async (ctx, { params }) => {
       const { db, config } = ctx.deps;
       const raw = (ctx.request as { rawBody?: string }).rawBody ?? '';
-      if (Buffer.byteLength(raw) > WEBHOOK_IN_MAX_BYTES) throw new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 256 KiB.' });
+      if (Buffer.byteLength(raw) > WEBHOOK_IN_MAX_BYTES)
+        throw new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 256 KiB.' });
       const body = requestBody(ctx);
       if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
-        throw new ApiError('VALIDATION', 'Invalid body: expected a JSON object', { hint: 'Send Content-Type: application/json with an object body.' });
+        throw new ApiError('VALIDATION', 'Invalid body: expected a JSON object', {
+          hint: 'Send Content-Type: application/json with an object body.',
+        });
       }
       const automation = await findInboundAutomation(db, params.token);
       await enforce(ctx, [{ name: `token:${automation.id}`, limit: config.inboundTokenLimit, code: 'TOKEN_RATE_LIMITED' }]);
       // A call one of our own webhook deliveries made continues that delivery's chain (loop protection across the inbound edge).
       const delivery = ctx.get('x-service-delivery');
-      const parent = delivery ? await deliveryChain(db, config.encryptionKeys!, { deliveryId: delivery, signature: ctx.get('x-service-signature'), rawBody: raw }) : null;
+      const parent = delivery
+        ? await deliveryChain(db, config.encryptionKeys!, { deliveryId: delivery, signature: ctx.get('x-service-signature'), rawBody: raw })
+        : null;
       return { data: await receiveInboundWebhook(db, automation, body, parent) };
     },
   }),

@@ -38,9 +38,7 @@ const conversationFields = {
   updatedAt: z.string(),
 };
 const Conversation = z.object(conversationFields).openapi('Conversation');
-const ConversationWithMessages = z
-  .object({ ...conversationFields, messages: z.array(Message) })
-  .openapi('ConversationWithMessages');
+const ConversationWithMessages = z.object({ ...conversationFields, messages: z.array(Message) }).openapi('ConversationWithMessages');
 
 const EXCLUSIONS =
   'Group chats, merged or deleted contacts and archived connections never appear: their conversations are ' +
@@ -68,9 +66,9 @@ export const conversationRoutes: AnyRoute[] = [
       'Ordered by `lastMessageAt` descending (conversations without messages last). Filters: `instanceId`, `status`, ' +
       '`contactId` (an id of another workspace, or one that names nothing, gives an empty list), `updatedAfter`. ' +
       EXCLUSIONS +
-      ' A new message, a status change, or a change of the contact\'s name or phone moves `updatedAt`.\n\n' +
+      " A new message, a status change, or a change of the contact's name or phone moves `updatedAt`.\n\n" +
       syncDescription(' and `updatedAfter` (first page)') +
-      ' A deleted lead\'s conversations leave without a tombstone of their own (the lead\'s says so); so do those of a ' +
+      " A deleted lead's conversations leave without a tombstone of their own (the lead's says so); so do those of a " +
       'connection being archived.',
     query: ConversationQuery,
     response: listOrSyncOf(Conversation),
@@ -91,8 +89,7 @@ export const conversationRoutes: AnyRoute[] = [
     scopes: ['conversations:read'],
     ipProfile: 'read',
     summary: 'Get a conversation with its messages, newest first',
-    description:
-      'Message paging: `limit` 1 to 100 (default 100) and `offset`; `pagination` describes the messages. ' + EXCLUSIONS,
+    description: 'Message paging: `limit` 1 to 100 (default 100) and `offset`; `pagination` describes the messages. ' + EXCLUSIONS,
     params: IdParams,
     query: pageQuery({ defaultLimit: 100, maxLimit: 100 }),
     response: z.object({ data: ConversationWithMessages, pagination: Pagination }),

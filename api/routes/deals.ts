@@ -90,13 +90,19 @@ function lostNeedsReason<T extends z.ZodObject<typeof dealChanges>>(schema: T) {
         zctx.addIssue({ code: 'custom', path: ['lostReason'], message: 'required when status is "lost"' });
       }
     })
-    .meta({ if: { properties: { status: { const: 'lost' } }, required: ['status'] }, then: { properties: { lostReason: {} }, required: ['lostReason'] } });
+    .meta({
+      if: { properties: { status: { const: 'lost' } }, required: ['status'] },
+      then: { properties: { lostReason: {} }, required: ['lostReason'] },
+    });
 }
 
 /** PATCH /api/v1/deals/{id}'s body, and (with the deal's `id`) a deal batch's update item. */
 const DealChanges = lostNeedsReason(z.object(dealChanges));
 const DealUpdateItem = lostNeedsReason(
-  z.object({ id: z.string().min(1).max(100).openapi({ description: 'The deal to change; without `id` the item creates a deal.' }), ...dealChanges }),
+  z.object({
+    id: z.string().min(1).max(100).openapi({ description: 'The deal to change; without `id` the item creates a deal.' }),
+    ...dealChanges,
+  }),
 );
 
 const DealQuery = pageQuery().extend({
@@ -130,7 +136,15 @@ export const dealRoutes = [
       'and the `card_created` trigger.',
     body: DealCreate,
     response: single(Deal),
-    errors: ['CONTACT_NOT_FOUND', 'PIPELINE_NOT_FOUND', 'STAGE_NOT_FOUND', 'PIPELINE_EMPTY', 'ASSIGNEE_NOT_FOUND', 'NOT_FOUND', 'DEAL_LIMIT_REACHED'],
+    errors: [
+      'CONTACT_NOT_FOUND',
+      'PIPELINE_NOT_FOUND',
+      'STAGE_NOT_FOUND',
+      'PIPELINE_EMPTY',
+      'ASSIGNEE_NOT_FOUND',
+      'NOT_FOUND',
+      'DEAL_LIMIT_REACHED',
+    ],
     handler: async (ctx, { body }) => ({ data: await createDeal(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
   }),
   route({
@@ -147,12 +161,15 @@ export const dealRoutes = [
       '`id` changes that deal (the body of `PATCH /api/v1/deals/{id}`), with the same rules and events as the single calls. The ' +
       'answer is 200 with one entry per item, in request order: `index`, the `status` the single call would answer (201 created, ' +
       '200 changed) with its `data`, or its 4xx with `error: { code, message, hint? }` (an invalid item is its own 400 ' +
-      '`VALIDATION` naming `body.deals.<index>...`, and never fails the others). The plan\'s deal quota is taken per created deal: ' +
+      "`VALIDATION` naming `body.deals.<index>...`, and never fails the others). The plan's deal quota is taken per created deal: " +
       `the creates past it answer 402 \`DEAL_LIMIT_REACHED\`. Items run in transactions of at most ${BATCH_CHUNK}, each item ` +
       'atomic: the batch is not, and the items of a committed transaction stay when a later one fails. ' +
       BATCH_IDEMPOTENCY_TEXT,
     body: batchBody('deals', z.union([DealCreate, DealUpdateItem])),
-    batch: { field: 'deals', schemaFor: (item) => (item !== null && typeof item === 'object' && 'id' in item ? DealUpdateItem : DealCreate) },
+    batch: {
+      field: 'deals',
+      schemaFor: (item) => (item !== null && typeof item === 'object' && 'id' in item ? DealUpdateItem : DealCreate),
+    },
     idempotent: 'batch',
     response: batchAnswer('DealBatchItem', Deal, [
       'VALIDATION',
@@ -167,7 +184,9 @@ export const dealRoutes = [
     ]),
     errors: ['IN_PROGRESS', 'IDEMPOTENCY_KEY_REUSED'],
     handler: async (ctx, { items }) =>
-      answerBatch<DealBatchInput>(ctx, 'writeDealBatch', items, (trx, chunk) => dealChunk(trx, ctx.state.auth!.workspaceId, chunk, apiActor(ctx))),
+      answerBatch<DealBatchInput>(ctx, 'writeDealBatch', items, (trx, chunk) =>
+        dealChunk(trx, ctx.state.auth!.workspaceId, chunk, apiActor(ctx)),
+      ),
   }),
   route({
     method: 'get',

@@ -1,7 +1,16 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, Lead, LeadTombstone, listOrSyncOf, single, Tag } from '../schemas';
-import { addTag, LeadInput, removeTag, serializeLeads, softDeleteContact, updateContact, upsertLead, upsertLeadChunk } from '../../domain/leads/contacts';
+import {
+  addTag,
+  LeadInput,
+  removeTag,
+  serializeLeads,
+  softDeleteContact,
+  updateContact,
+  upsertLead,
+  upsertLeadChunk,
+} from '../../domain/leads/contacts';
 import { BATCH_CHUNK, BATCH_MAX } from '../../domain/platform/batch';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
 import { leadListQuery, listLeads, syncLeads } from '../../domain/leads/lead-list';
@@ -27,7 +36,10 @@ const Insight = z
 const phoneInput = z
   .union([z.string().max(200), z.number().int().nonnegative()])
   .transform(String)
-  .meta({ anyOf: [PHONE_TEXT_SCHEMA, PHONE_INTEGER_SCHEMA], description: 'Brazilian phone: 55, the area code and the number; `+`, spaces, parentheses and dashes are ignored.' });
+  .meta({
+    anyOf: [PHONE_TEXT_SCHEMA, PHONE_INTEGER_SCHEMA],
+    description: 'Brazilian phone: 55, the area code and the number; `+`, spaces, parentheses and dashes are ignored.',
+  });
 const leadFields = {
   name: z.string().trim().max(200).optional(),
   email: emailAddress().nullable().optional(),
@@ -62,7 +74,7 @@ export const leadRoutes = [
       'tag id or name. `pipelineId`, `stageId` and `status` together describe ONE deal of the lead that satisfies all of them. ' +
       '`createdAfter` and `updatedAfter` are inclusive, `createdBefore` exclusive (ISO 8601; a date-time without a zone is UTC). ' +
       '`sort`: `createdAt` (default), `updatedAt` or `name`; `order`: `desc` (default) or `asc`. Merged, deleted and group contacts ' +
-      'never appear, except as tombstones in a sync with `includeDeleted=true` (a tombstone also means the lead\'s deals and ' +
+      "never appear, except as tombstones in a sync with `includeDeleted=true` (a tombstone also means the lead's deals and " +
       'conversations left with it).\n\n' +
       syncDescription(', `updatedAfter` (first page) and `includeDeleted`'),
     query: leadListQuery,
@@ -124,7 +136,9 @@ export const leadRoutes = [
     response: batchAnswer('LeadBatchItem', Lead, ['VALIDATION', 'PHONE_REQUIRED', 'INVALID_PHONE', 'NOT_FOUND', 'CONFLICT']),
     errors: ['IN_PROGRESS', 'IDEMPOTENCY_KEY_REUSED'],
     handler: async (ctx, { items }) =>
-      answerBatch<LeadInput>(ctx, 'upsertLeadBatch', items, (trx, chunk) => upsertLeadChunk(trx, ctx.state.auth!.workspaceId, chunk, { origin: 'api' })),
+      answerBatch<LeadInput>(ctx, 'upsertLeadBatch', items, (trx, chunk) =>
+        upsertLeadChunk(trx, ctx.state.auth!.workspaceId, chunk, { origin: 'api' }),
+      ),
   }),
   route({
     method: 'get',

@@ -19,7 +19,6 @@ const List = z
   .object({ id: z.string(), name: z.string(), contactCount: z.number(), createdAt: z.string(), updatedAt: z.string() })
   .openapi('List');
 
-
 const name = trimmedText(120);
 const COUNT_RULE =
   '`contactCount` is exact and counts canonical contacts only: a contact that is deleted, merged into another or a group chat ' +
@@ -149,7 +148,8 @@ export const listRoutes = [
     scopes: ['lists:write'],
     ipProfile: 'delete',
     summary: 'Remove a contact from a list',
-    description: '`removed` is false when the contact was not in the list. An unknown list is 404 `NOT_FOUND`; a contact that is not a contact of the workspace is 404 `CONTACT_NOT_FOUND`.',
+    description:
+      '`removed` is false when the contact was not in the list. An unknown list is 404 `NOT_FOUND`; a contact that is not a contact of the workspace is 404 `CONTACT_NOT_FOUND`.',
     params: z.object({ id: z.uuid(), contactId: z.string().max(100) }),
     response: single(z.object({ listId: z.string(), contactId: z.string(), removed: z.boolean() })),
     errors: ['CONTACT_NOT_FOUND'],

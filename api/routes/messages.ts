@@ -22,13 +22,15 @@ type ContentInput = z.infer<typeof contentSchema>;
 
 /** What each type needs: a missing field is 400 VALIDATION naming it. */
 function requireForType(body: ContentInput, zctx: z.RefinementCtx): void {
-  for (const field of missingFields(body)) zctx.addIssue({ code: 'custom', path: [field], message: `required when type is "${body.type}"` });
+  for (const field of missingFields(body))
+    zctx.addIssue({ code: 'custom', path: [field], message: `required when type is "${body.type}"` });
 }
 
 /** The message as it travels on; a media URL passes the anti-SSRF syntax check first (400 INVALID_URL). */
 function messageOf(ctx: Context, body: ContentInput): MessageContent {
   const message = messageContent(body);
-  if (message.mediaUrl !== undefined) assertSafeUrlSyntax(message.mediaUrl, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
+  if (message.mediaUrl !== undefined)
+    assertSafeUrlSyntax(message.mediaUrl, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
   return message;
 }
 
@@ -89,17 +91,34 @@ export const messageRoutes = [
       `the daily slot. ${IDEMPOTENCY} The phone accepts \`+\`, spaces, parentheses and dashes; a mobile with and without its ` +
       'ninth digit is one contact. `created` tells whether this request created the contact and the conversation.',
     body: z
-      .object({ phone: z.string().max(MAX_PHONE_INPUT).optional().meta({ pattern: PHONE_PATTERN }), instanceId: z.string().max(100).optional(), ...content })
+      .object({
+        phone: z.string().max(MAX_PHONE_INPUT).optional().meta({ pattern: PHONE_PATTERN }),
+        instanceId: z.string().max(100).optional(),
+        ...content,
+      })
       .superRefine(requireForType)
       .meta({ required: ['phone'], ...messageRequirements('type') }),
     response: single(SendResult),
-    errors: ['PHONE_REQUIRED', 'INVALID_PHONE', 'INSTANCE_NOT_FOUND', 'INSTANCE_REQUIRED', 'NO_INSTANCE', 'COLD_LIMIT_REACHED', ...SEND_ERRORS],
+    errors: [
+      'PHONE_REQUIRED',
+      'INVALID_PHONE',
+      'INSTANCE_NOT_FOUND',
+      'INSTANCE_REQUIRED',
+      'NO_INSTANCE',
+      'COLD_LIMIT_REACHED',
+      ...SEND_ERRORS,
+    ],
     handler: async (ctx, { body }) => {
       const phone = requirePhone(body.phone);
-      if (body.instanceId !== undefined && !isUuid(body.instanceId)) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
+      if (body.instanceId !== undefined && !isUuid(body.instanceId))
+        throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
       const workspaceId = ctx.state.auth!.workspaceId;
       const message = messageOf(ctx, body);
-      const data = await runSend(ctx, { workspaceId, phone: body.phone, instanceId: body.instanceId, message }, { kind: 'cold', phone: phone.e164 });
+      const data = await runSend(
+        ctx,
+        { workspaceId, phone: body.phone, instanceId: body.instanceId, message },
+        { kind: 'cold', phone: phone.e164 },
+      );
       return { data };
     },
   }),

@@ -21,7 +21,7 @@ export const pipelineRoutes = [
     summary: 'List pipelines in display order, with stages and custom fields',
     description:
       'The one list without `data`/`pagination`: `{ pipelines: [...] }`. Identifiers and names listed here are the values ' +
-      'accepted in `pipeline` and `stage` when creating deals; custom field keys (the pipeline\'s own and global ones) are ' +
+      "accepted in `pipeline` and `stage` when creating deals; custom field keys (the pipeline's own and global ones) are " +
       'the keys accepted in `customValues`.',
     response: z.object({ pipelines: z.array(Pipeline) }),
     handler: async (ctx) => ({ pipelines: await listPipelines(ctx.deps.db, ctx.state.auth!.workspaceId) }),

@@ -2,7 +2,15 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
 import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/kernel/pagination';
-import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, syncProducts, updateProduct } from '../../domain/sales/products';
+import {
+  createProduct,
+  deleteProduct,
+  getProduct,
+  listProducts,
+  PRODUCT_SORTS,
+  syncProducts,
+  updateProduct,
+} from '../../domain/sales/products';
 import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
 import { atLeastOne, ECMA_WHITESPACE, trimmedText } from '../../domain/kernel/input-rules';
 
@@ -12,7 +20,10 @@ const Product = z
     name: z.string(),
     description: z.string().nullable(),
     sku: z.string().nullable(),
-    price: z.string().nullable().openapi({ description: 'Decimal string with two places ("10.50"), never a JSON number; null when unset.', example: '10.50' }),
+    price: z
+      .string()
+      .nullable()
+      .openapi({ description: 'Decimal string with two places ("10.50"), never a JSON number; null when unset.', example: '10.50' }),
     active: z.boolean(),
     createdAt: z.string(),
     updatedAt: z.string(),

@@ -55,7 +55,10 @@ async function apply(ctx: Context, instance: WebhookInstance, parsed: ParsedWebh
   refuseOversizedDelivery(instance, parsed, ctx.state.log);
   if (instance.archived) {
     const ignored = parsed.messages.length + parsed.statuses.length + parsed.skipped.length;
-    ctx.state.log.info({ instanceId: instance.id, workspaceId: instance.workspace_id, ignored }, 'inbound webhook for an archived instance: nothing recorded');
+    ctx.state.log.info(
+      { instanceId: instance.id, workspaceId: instance.workspace_id, ignored },
+      'inbound webhook for an archived instance: nothing recorded',
+    );
     return { received: 0, duplicates: 0, statuses: 0, ignored };
   }
   return applyProviderWebhook(ctx.deps.db, instance, parsed, ctx.state.log);
@@ -96,7 +99,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
     summary: 'WhatsApp Cloud API webhook verification (hub.challenge)',
     description:
       'Meta calls this once when the callback URL is saved in the app dashboard. With `hub.mode=subscribe` and ' +
-      '`hub.verify_token` equal to the instance\'s `config.verifyToken` (an instance without one refuses every ' +
+      "`hub.verify_token` equal to the instance's `config.verifyToken` (an instance without one refuses every " +
       'verification: the app secret is never used as a verify token), the answer is 200 `text/plain` with the `hub.challenge` value; otherwise 401 `UNAUTHORIZED`. ' +
       'An unknown instance id is 404 `NOT_FOUND`.',
     params: InstanceParams,
@@ -130,7 +133,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
     description:
       'The Cloud API notification body as Meta sends it (`object: whatsapp_business_account`, `entry[].changes[].value` ' +
       'with `messages`, `contacts` and `statuses`). Header `X-Hub-Signature-256: sha256=<hex>`: HMAC-SHA256 of the raw ' +
-      'body with the instance\'s app secret; missing or wrong is 401 `UNAUTHORIZED` and nothing changes.\n\n' +
+      "body with the instance's app secret; missing or wrong is 401 `UNAUTHORIZED` and nothing changes.\n\n" +
       'An inbound message from a contact creates the ' +
       'contact and the conversation when new, is stored as direction `in`, status `received`, opens the 24-hour window ' +
       'and emits `contact.created` (new contact) and `message.received`. The same provider message id delivered again ' +
@@ -143,7 +146,8 @@ export const providerWebhookRoutes: AnyRoute[] = [
     handler: async (ctx, { params }) => {
       const instance = await requireInstance(ctx, params.instanceId);
       if (!validSignature(instance.config.appSecret, rawBody(ctx), ctx.get('x-hub-signature-256') || undefined)) {
-        if (!instance.config.appSecret) ctx.state.log.warn({ instanceId: instance.id }, 'inbound webhook: the instance has no appSecret configured');
+        if (!instance.config.appSecret)
+          ctx.state.log.warn({ instanceId: instance.id }, 'inbound webhook: the instance has no appSecret configured');
         throw new ApiError('UNAUTHORIZED', 'Missing or invalid webhook signature', {
           hint: 'Send X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body with the app secret>.',
         });
@@ -160,9 +164,9 @@ export const providerWebhookRoutes: AnyRoute[] = [
     ipProfile: 'webhookIn',
     summary: 'Web gateway webhook (inbound messages of a web gateway instance)',
     description:
-      'The gateway\'s `messages.upsert` event as Evolution-API-style gateways post it (`{ event, instance, data: { key: ' +
+      "The gateway's `messages.upsert` event as Evolution-API-style gateways post it (`{ event, instance, data: { key: " +
       '{ remoteJid, fromMe, id }, pushName, message, messageType, messageTimestamp }, apikey }`; `data` may be a list). ' +
-      'Authenticated by the instance\'s API key, in the body\'s `apikey` or the `apikey` header (compared in constant time); ' +
+      "Authenticated by the instance's API key, in the body's `apikey` or the `apikey` header (compared in constant time); " +
       'missing or wrong is 401 `UNAUTHORIZED` and nothing changes. A message from a person is recorded as for the Cloud API ' +
       '(contact and conversation when new, direction `in`, `contact.created`, `message.received`; a text that is only STOP ' +
       'or START sets the opt-out); our own sends (`fromMe`), groups and other events are skipped. An archived instance ' +
@@ -173,9 +177,15 @@ export const providerWebhookRoutes: AnyRoute[] = [
     handler: async (ctx, { params }) => {
       const instance = await requireInstance(ctx, params.instanceId, 'web');
       const body = requestBody(ctx);
-      const given = (body && typeof body === 'object' && typeof (body as { apikey?: unknown }).apikey === 'string' ? (body as { apikey: string }).apikey : undefined) ?? (ctx.get('apikey') || undefined);
+      const given =
+        (body && typeof body === 'object' && typeof (body as { apikey?: unknown }).apikey === 'string'
+          ? (body as { apikey: string }).apikey
+          : undefined) ??
+        (ctx.get('apikey') || undefined);
       if (!sameToken(given, instance.config.accessToken)) {
-        throw new ApiError('UNAUTHORIZED', 'Missing or invalid gateway API key', { hint: "Configure the gateway's webhook for this instance: its events carry the instance's apikey." });
+        throw new ApiError('UNAUTHORIZED', 'Missing or invalid gateway API key', {
+          hint: "Configure the gateway's webhook for this instance: its events carry the instance's apikey.",
+        });
       }
       return { data: await apply(ctx, instance, parseWebGatewayWebhook(body)) };
     },

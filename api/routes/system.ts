@@ -42,7 +42,10 @@ export const systemRoutes = [
     summary: 'Readiness: PostgreSQL and Temporal are reachable (503 otherwise)',
     alsoStatus: [503],
     description: `Each check is \`ok\` or \`unavailable\` (an error, or no answer within ${READY_TIMEOUT_MS / 1000} s); why is logged, not returned.`,
-    response: z.object({ status: z.enum(['ready', 'unavailable']), checks: z.object({ database: z.enum(CHECK_STATES), temporal: z.enum(CHECK_STATES) }) }),
+    response: z.object({
+      status: z.enum(['ready', 'unavailable']),
+      checks: z.object({ database: z.enum(CHECK_STATES), temporal: z.enum(CHECK_STATES) }),
+    }),
     handler: async (ctx) => {
       const check = async (what: string, probe: () => Promise<unknown>): Promise<CheckState> => {
         try {

@@ -22,13 +22,12 @@ const Task = z
   })
   .openapi('Task');
 
-const uuidFilter = (what: string) =>
-  z.string().refine(isUuid, 'expected a uuid').optional().openapi({ description: what, format: 'uuid' });
+const uuidFilter = (what: string) => z.string().refine(isUuid, 'expected a uuid').optional().openapi({ description: what, format: 'uuid' });
 
 const TaskQuery = pageQuery()
   .extend(sortQuery(TASK_SORTS, { sort: 'dueAt', order: 'asc' }).shape)
   .extend({
-    contactId: uuidFilter('Tasks of this contact (another workspace\'s, a merged or a deleted contact gives an empty list).'),
+    contactId: uuidFilter("Tasks of this contact (another workspace's, a merged or a deleted contact gives an empty list)."),
     cardId: uuidFilter('Tasks of this deal.'),
     status: z.enum(TASK_STATUSES).optional(),
     assignedTo: uuidFilter('Tasks assigned to this member id.'),
@@ -43,7 +42,10 @@ const fields = {
   type: trimmedText(64).openapi({ example: 'call' }),
   dueDate: isoInstant.nullable().openapi({ description: 'ISO 8601 instant; null clears.', example: '2026-01-31T15:00:00.000Z' }),
   status: z.enum(TASK_STATUSES),
-  contactId: z.string().nullable().openapi({ description: 'A contact of the workspace (404 `CONTACT_NOT_FOUND` otherwise); null unlinks.' }),
+  contactId: z
+    .string()
+    .nullable()
+    .openapi({ description: 'A contact of the workspace (404 `CONTACT_NOT_FOUND` otherwise); null unlinks.' }),
   cardId: z.string().nullable().openapi({ description: 'A deal of the workspace (404 `NOT_FOUND` otherwise); null unlinks.' }),
   assignedTo: z.string().nullable().openapi({ description: 'A member id (400 `ASSIGNEE_NOT_FOUND` otherwise); null unassigns.' }),
 };
@@ -126,7 +128,10 @@ export const taskRoutes = [
       'At least one field must be sent. `status: "done"` records the completion time, `"pending"` clears it. `null` clears ' +
       '`dueDate`, `contactId`, `cardId` and `assignedTo`.',
     params: IdParams,
-    body: atLeastOne(z.object({ title: fields.title.optional(), ...optionalFields }), 'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo'),
+    body: atLeastOne(
+      z.object({ title: fields.title.optional(), ...optionalFields }),
+      'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo',
+    ),
     errors: ['CONTACT_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     response: single(Task),
     handler: async (ctx, { params, body }) => ({ data: await updateTask(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),

@@ -92,7 +92,9 @@ export const webhookRoutes = [
     response: single(Subscription.extend({ secret: z.string() })),
     errors: ['INVALID_URL', 'DNS_UNAVAILABLE', 'WEBHOOK_LIMIT_REACHED'],
     handler: async (ctx, { body }) => ({
-      data: await createSubscription(ctx.deps.db, ctx.deps.config.encryptionKeys!, ctx.state.auth!.workspaceId, body, { allowPrivate: ctx.deps.config.allowPrivateUrls }),
+      data: await createSubscription(ctx.deps.db, ctx.deps.config.encryptionKeys!, ctx.state.auth!.workspaceId, body, {
+        allowPrivate: ctx.deps.config.allowPrivateUrls,
+      }),
     }),
   }),
   route({
@@ -121,7 +123,8 @@ export const webhookRoutes = [
     scopes: ['webhooks:read'],
     ipProfile: 'read',
     summary: 'Get a webhook subscription',
-    description: '`active: false` with `disabledReason` when the receiver answered 410 Gone (or the subscription was disabled through the API).',
+    description:
+      '`active: false` with `disabledReason` when the receiver answered 410 Gone (or the subscription was disabled through the API).',
     params: IdParams,
     response: single(Subscription),
     handler: async (ctx, { params }) => ({ data: await getSubscription(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) }),
@@ -140,11 +143,16 @@ export const webhookRoutes = [
       'disabled by a 410; `active: false` stops new deliveries, and deliveries waiting for a retry end `failed` at their next attempt. ' +
       'The next attempt of a pending delivery uses the new URL.',
     params: IdParams,
-    body: atLeastOne(z.object({ url: url.optional(), events: events.optional(), active: z.boolean().optional() }), 'expected url, events and/or active'),
+    body: atLeastOne(
+      z.object({ url: url.optional(), events: events.optional(), active: z.boolean().optional() }),
+      'expected url, events and/or active',
+    ),
     response: single(Subscription),
     errors: ['INVALID_URL', 'DNS_UNAVAILABLE'],
     handler: async (ctx, { params, body }) => ({
-      data: await updateSubscription(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, { allowPrivate: ctx.deps.config.allowPrivateUrls }),
+      data: await updateSubscription(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body, {
+        allowPrivate: ctx.deps.config.allowPrivateUrls,
+      }),
     }),
   }),
   route({
@@ -188,9 +196,30 @@ export const webhookRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const target = await subscriptionTarget(ctx.deps.db, ctx.deps.config.encryptionKeys!, workspaceId, params.id);
       const deliveryId = randomUUID();
-      const body = JSON.stringify({ event: PING_EVENT, workspace_id: workspaceId, timestamp: new Date().toISOString(), webhook_id: target.id });
-      const outcome = await postWebhook({ url: target.url, secret: target.secret, event: PING_EVENT, deliveryId, body, policy: { allowPrivate: ctx.deps.config.allowPrivateUrls } });
-      return { data: { event: PING_EVENT, deliveryId, delivered: outcome.ok, statusCode: outcome.statusCode, error: outcome.error, durationMs: outcome.durationMs } };
+      const body = JSON.stringify({
+        event: PING_EVENT,
+        workspace_id: workspaceId,
+        timestamp: new Date().toISOString(),
+        webhook_id: target.id,
+      });
+      const outcome = await postWebhook({
+        url: target.url,
+        secret: target.secret,
+        event: PING_EVENT,
+        deliveryId,
+        body,
+        policy: { allowPrivate: ctx.deps.config.allowPrivateUrls },
+      });
+      return {
+        data: {
+          event: PING_EVENT,
+          deliveryId,
+          delivered: outcome.ok,
+          statusCode: outcome.statusCode,
+          error: outcome.error,
+          durationMs: outcome.durationMs,
+        },
+      };
     },
   }),
   route({
@@ -235,7 +264,8 @@ export const webhookRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const delivery = await getDelivery(db, workspaceId, params.id, params.deliveryId);
       const target = await subscriptionTarget(db, ctx.deps.config.encryptionKeys!, workspaceId, params.id);
-      if (!target.active) throw new ApiError('WEBHOOK_DISABLED', 'The subscription is disabled', { hint: 'PATCH it with active: true, then retry.' });
+      if (!target.active)
+        throw new ApiError('WEBHOOK_DISABLED', 'The subscription is disabled', { hint: 'PATCH it with active: true, then retry.' });
 
       const service = 'Webhook delivery';
       const workflowId = deliveryWorkflowId(workspaceId, params.id, delivery.event_id ?? delivery.id);
@@ -255,14 +285,16 @@ export const webhookRoutes = [
       const input: DeliveryInput = { workspaceId, deliveryId: delivery.id, retryScale: config.webhookRetryScale, maxAttempts: 1 };
       let handle;
       try {
-        handle = await withTemporal(ctx, service, (client) => client.workflow.start(webhookDeliveryWorkflow, {
-          workflowId,
-          taskQueue: config.webhookTaskQueue,
-          args: [input],
-          workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
-          priority: workspacePriority(workspaceId),
-          searchAttributes: { WorkspaceId: [workspaceId] },
-        }));
+        handle = await withTemporal(ctx, service, (client) =>
+          client.workflow.start(webhookDeliveryWorkflow, {
+            workflowId,
+            taskQueue: config.webhookTaskQueue,
+            args: [input],
+            workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+            priority: workspacePriority(workspaceId),
+            searchAttributes: { WorkspaceId: [workspaceId] },
+          }),
+        );
       } catch (err) {
         if (err instanceof WorkflowExecutionAlreadyStartedError) throw inProgress();
         // Nothing will attempt it.

@@ -1,7 +1,16 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Db } from '../platform';
 import { notFound, iso } from '../kernel';
-import { COUNT_BUCKETS_CTES, DEFAULT_KEY_LIMIT, SHARDED_LIMIT, SHARDS, shardsFor, THIS_MINUTE, type CountedRow, type KeyProfile } from './rate-limit';
+import {
+  COUNT_BUCKETS_CTES,
+  DEFAULT_KEY_LIMIT,
+  SHARDED_LIMIT,
+  SHARDS,
+  shardsFor,
+  THIS_MINUTE,
+  type CountedRow,
+  type KeyProfile,
+} from './rate-limit';
 import type { Scope } from './scopes';
 
 export const API_KEY_PREFIX = 'vg_live_';
@@ -124,7 +133,12 @@ export async function authenticateAndCount(
   profile: KeyProfile | null,
   scale: number,
 ): Promise<{ key: KeyRow | undefined; counted: CountedRow[] }> {
-  const { rows } = await db.raw<{ rows: { key: (Omit<KeyRow, 'expires_at' | 'revoked_at'> & { expires_at: string | null; revoked_at: string | null }) | null; counted: CountedRow[] | null }[] }>(
+  const { rows } = await db.raw<{
+    rows: {
+      key: (Omit<KeyRow, 'expires_at' | 'revoked_at'> & { expires_at: string | null; revoked_at: string | null }) | null;
+      counted: CountedRow[] | null;
+    }[];
+  }>(
     `WITH k AS (
        SELECT k.id, k.name, k.workspace_id, k.scopes, k.rate_limit_per_minute, k.expires_at, k.revoked_at, w.api_access, w.active
          FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id

@@ -33,7 +33,9 @@ export async function resolveMember(
   if (rows.length === 0 && options.byName) {
     rows = await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).orderBy('created_at').limit(2).select('id', 'name');
     if (rows.length > 1) {
-      throw new ApiError('ASSIGNEE_NOT_FOUND', `More than one member is named "${ref}"`, { hint: 'Pass the member id instead of the name.' });
+      throw new ApiError('ASSIGNEE_NOT_FOUND', `More than one member is named "${ref}"`, {
+        hint: 'Pass the member id instead of the name.',
+      });
     }
   }
   if (rows.length === 0) throw new ApiError('ASSIGNEE_NOT_FOUND', `"${ref}" is not a member of this workspace`);

@@ -185,10 +185,7 @@ export function bucketStates(buckets: Bucket[], rows: CountedRow[]): BucketState
 
 /** The bucket to report in headers: the one closest to its limit. */
 export function tightest(states: BucketState[]): BucketState | undefined {
-  return states.reduce<BucketState | undefined>(
-    (best, s) => (best === undefined || s.remaining < best.remaining ? s : best),
-    undefined,
-  );
+  return states.reduce<BucketState | undefined>((best, s) => (best === undefined || s.remaining < best.remaining ? s : best), undefined);
 }
 
 export async function pruneCounters(db: Db): Promise<number> {
@@ -376,9 +373,11 @@ export class KeyCache<K> {
     try {
       return await read;
     } finally {
-      void key.finally(() => {
-        if (this.reading.get(hash) === entry) this.reading.delete(hash);
-      }).catch(() => undefined);
+      void key
+        .finally(() => {
+          if (this.reading.get(hash) === entry) this.reading.delete(hash);
+        })
+        .catch(() => undefined);
     }
   }
 }

@@ -19,11 +19,17 @@ export const PLAN_DEFAULTS = { automationLimit: 100, webhookQuota: 10, automatio
 /** A limit on a count the tenant controls: a number (null, unlimited, is 400 VALIDATION); absent on creation, its default. */
 const boundedLimit = (field: keyof typeof PLAN_DEFAULTS) =>
   z
-    .number({ error: (issue) => (issue.input === null ? `must be a number (this limit is never unlimited; default ${PLAN_DEFAULTS[field]})` : undefined) })
+    .number({
+      error: (issue) =>
+        issue.input === null ? `must be a number (this limit is never unlimited; default ${PLAN_DEFAULTS[field]})` : undefined,
+    })
     .int()
     .min(0)
     .max(INT_MAX)
-    .meta({ description: `Never unlimited: null is refused (400 VALIDATION). Default ${PLAN_DEFAULTS[field]}.`, default: PLAN_DEFAULTS[field] });
+    .meta({
+      description: `Never unlimited: null is refused (400 VALIDATION). Default ${PLAN_DEFAULTS[field]}.`,
+      default: PLAN_DEFAULTS[field],
+    });
 
 /**
  * Plan limits of a workspace. Absent: the default (the limits below) or unlimited (the others);
@@ -102,7 +108,9 @@ export function serializeWorkspace(row: WorkspaceRow) {
 }
 
 export async function createWorkspace(db: Db, name: string, plan: PlanInput = {}): Promise<WorkspaceRow> {
-  const [row] = await db('workspaces').insert({ name, ...planColumns(plan) }).returning('*');
+  const [row] = await db('workspaces')
+    .insert({ name, ...planColumns(plan) })
+    .returning('*');
   return row;
 }
 
@@ -140,6 +148,7 @@ export type WorkspacePath = 'api' | 'inboundWebhook' | 'automationRun' | 'send';
 
 export function suspension(standing: { active: boolean; api_access: boolean }, path: WorkspacePath): ApiError | null {
   if (!standing.active) return new ApiError('SUBSCRIPTION_INACTIVE', 'The workspace subscription is inactive');
-  if (path === 'api' && !standing.api_access) return new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
+  if (path === 'api' && !standing.api_access)
+    return new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
   return null;
 }

@@ -32,11 +32,25 @@ export async function findInboundAutomation(db: Db, token: string): Promise<Inbo
   const automation = await db('automations as a')
     .join('workspaces as w', 'w.id', 'a.workspace_id')
     .where({ 'a.webhook_token_hash': tokenHash(token) })
-    .first('a.id', 'a.workspace_id', 'a.active', 'a.trigger', 'w.active as workspace_active', 'w.api_access', 'w.automation_runs_per_minute');
+    .first(
+      'a.id',
+      'a.workspace_id',
+      'a.active',
+      'a.trigger',
+      'w.active as workspace_active',
+      'w.api_access',
+      'w.automation_runs_per_minute',
+    );
   if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
   const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'inboundWebhook');
   if (suspended) throw suspended;
-  return { id: automation.id, workspace_id: automation.workspace_id, active: automation.active, trigger: automation.trigger, runs_per_minute: automation.automation_runs_per_minute };
+  return {
+    id: automation.id,
+    workspace_id: automation.workspace_id,
+    active: automation.active,
+    trigger: automation.trigger,
+    runs_per_minute: automation.automation_runs_per_minute,
+  };
 }
 
 /**
@@ -52,9 +66,15 @@ export async function findInboundAutomation(db: Db, token: string): Promise<Inbo
  * loop across two tenants). It reads only the delivery's chain position, never answered or shown,
  * and only once the caller has proved it holds the delivery's signed request.
  */
-export async function deliveryChain(db: Db, ring: KeyRing, request: { deliveryId: string; signature: string; rawBody: string }): Promise<ChainPosition | null> {
+export async function deliveryChain(
+  db: Db,
+  ring: KeyRing,
+  request: { deliveryId: string; signature: string; rawBody: string },
+): Promise<ChainPosition | null> {
   if (!isUuid(request.deliveryId) || !request.signature) return null;
-  const { rows } = await db.raw<{ rows: { workspace_id: string; event_id: string | null; secret: string; depth: number | null; chain_id: string | null }[] }>(
+  const { rows } = await db.raw<{
+    rows: { workspace_id: string; event_id: string | null; secret: string; depth: number | null; chain_id: string | null }[];
+  }>(
     `SELECT d.workspace_id, d.event_id, s.secret, e.depth, e.chain_id
        FROM webhook_deliveries d
        JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
@@ -63,7 +83,15 @@ export async function deliveryChain(db: Db, ring: KeyRing, request: { deliveryId
     [request.deliveryId],
   );
   const delivery = rows[0];
-  if (!delivery?.event_id || !verifyWebhookSignature(openText(ring, delivery.secret, webhookSecretBinding(delivery.workspace_id)), request.signature, request.rawBody)) return null;
+  if (
+    !delivery?.event_id ||
+    !verifyWebhookSignature(
+      openText(ring, delivery.secret, webhookSecretBinding(delivery.workspace_id)),
+      request.signature,
+      request.rawBody,
+    )
+  )
+    return null;
   // The event row outlives any delivery attempt (retention); were it gone, its id still names the chain.
   return { depth: (delivery.depth ?? 0) + 1, chain: delivery.chain_id ?? delivery.event_id };
 }
@@ -77,7 +105,12 @@ export async function deliveryChain(db: Db, ring: KeyRing, request: { deliveryId
  * handed to the outbox). A run about to start takes one from the plan's automationRunsPerMinute
  * first: over it, 429 RATE_LIMITED and nothing is recorded.
  */
-export async function receiveInboundWebhook(db: Db, automation: InboundAutomation, body: object, parent: ChainPosition | null = null): Promise<{ runId: string; status: InboundStatus }> {
+export async function receiveInboundWebhook(
+  db: Db,
+  automation: InboundAutomation,
+  body: object,
+  parent: ChainPosition | null = null,
+): Promise<{ runId: string; status: InboundStatus }> {
   const workspaceId = automation.workspace_id;
   const trigger = automation.trigger;
   const { externalId } = applyMapping(trigger.mapping, body);
@@ -102,7 +135,9 @@ export async function receiveInboundWebhook(db: Db, automation: InboundAutomatio
   if (parent) {
     // The trigger handler's loop protection (workers/automation-triggers.ts), for a run one of our
     // own deliveries started: as deep as its chain allows, and within the chain's run budget.
-    const { used } = await db('automation_runs').where({ workspace_id: workspaceId, chain_id: parent.chain }).first(db.raw('count(*)::int AS used'));
+    const { used } = await db('automation_runs')
+      .where({ workspace_id: workspaceId, chain_id: parent.chain })
+      .first(db.raw('count(*)::int AS used'));
     const refused = loopRefusal(depth, used);
     if (refused) {
       // Failed, in the chain (it counts in its budget); the externalId stays free, as nothing ran.

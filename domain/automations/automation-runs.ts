@@ -9,7 +9,11 @@ import type { RunContext, StoredAction } from '../../types/automations';
  */
 
 /** The trigger and inbound body recorded on a run's row (a run started before the row kept them has none). */
-export async function getRunTrigger(db: Db, workspaceId: string, runId: string): Promise<{ trigger: Record<string, unknown>; webhook_body: unknown } | undefined> {
+export async function getRunTrigger(
+  db: Db,
+  workspaceId: string,
+  runId: string,
+): Promise<{ trigger: Record<string, unknown>; webhook_body: unknown } | undefined> {
   return db('automation_runs').where({ workspace_id: workspaceId, id: runId }).first('trigger', 'webhook_body');
 }
 
@@ -21,13 +25,19 @@ export async function saveRunPlan(db: Db, workspaceId: string, runId: string, ac
 }
 
 /** The run's snapshotted actions and context so far (none once it has finished or was removed). */
-export async function getRunState(db: Db, workspaceId: string, runId: string): Promise<{ actions: StoredAction[] | null; context: RunContext } | undefined> {
+export async function getRunState(
+  db: Db,
+  workspaceId: string,
+  runId: string,
+): Promise<{ actions: StoredAction[] | null; context: RunContext } | undefined> {
   return db('automation_runs').where({ workspace_id: workspaceId, id: runId }).first('actions', 'context');
 }
 
 /** The run's context after an action (on the action's transaction when it has one). */
 export async function saveRunContext(db: Db, workspaceId: string, runId: string, context: RunContext): Promise<void> {
-  await db('automation_runs').where({ workspace_id: workspaceId, id: runId }).update({ context: JSON.stringify(context) });
+  await db('automation_runs')
+    .where({ workspace_id: workspaceId, id: runId })
+    .update({ context: JSON.stringify(context) });
 }
 
 /**
@@ -45,13 +55,19 @@ export async function applyActionOnce<T extends { context: RunContext }>(
 ): Promise<T | { context: RunContext }> {
   return db.transaction(async (trx) => {
     const effect = { run_id: runId, action_index: index };
-    const claimed = await trx('automation_action_effects').insert(effect).onConflict(['run_id', 'action_index']).ignore().returning('run_id');
+    const claimed = await trx('automation_action_effects')
+      .insert(effect)
+      .onConflict(['run_id', 'action_index'])
+      .ignore()
+      .returning('run_id');
     if (claimed.length === 0) {
       const done = await trx('automation_action_effects').where(effect).first('context');
       return { context: done.context as RunContext };
     }
     const result = await perform(trx);
-    await trx('automation_action_effects').where(effect).update({ context: JSON.stringify(result.context) });
+    await trx('automation_action_effects')
+      .where(effect)
+      .update({ context: JSON.stringify(result.context) });
     if (keepContext) await saveRunContext(trx, workspaceId, runId, result.context);
     return result;
   });
@@ -69,10 +85,18 @@ export async function runVariables(db: Db, workspaceId: string, context: RunCont
   const vars = { ...context.vars };
   if (context.contactId) {
     const contact = await db('contacts').where({ workspace_id: workspaceId, id: context.contactId }).first('id', 'name', 'email', 'phone');
-    if (contact) Object.assign(vars, { 'contact.id': contact.id, 'contact.name': contact.name ?? '', 'contact.email': contact.email ?? '', 'contact.phone': contact.phone ?? '' });
+    if (contact)
+      Object.assign(vars, {
+        'contact.id': contact.id,
+        'contact.name': contact.name ?? '',
+        'contact.email': contact.email ?? '',
+        'contact.phone': contact.phone ?? '',
+      });
   }
   if (context.dealId) {
-    const deal = await db('deals').where({ workspace_id: workspaceId, id: context.dealId }).first('id', 'name', 'value', 'status', 'stage_id', 'pipeline_id');
+    const deal = await db('deals')
+      .where({ workspace_id: workspaceId, id: context.dealId })
+      .first('id', 'name', 'value', 'status', 'stage_id', 'pipeline_id');
     if (deal) {
       Object.assign(vars, {
         'deal.id': deal.id,
@@ -101,9 +125,11 @@ export async function withoutRunContactData(db: Db, workspaceId: string, runId: 
     .first('r.context', 'r.trigger', 'r.webhook_body', 'a.trigger as automation_trigger');
   if (!run) return error;
   const people: PersonalData[] = [];
-  if (run.webhook_body !== null && run.automation_trigger?.mapping) people.push(applyMapping((run.automation_trigger as TriggerConfig).mapping, run.webhook_body).contact);
+  if (run.webhook_body !== null && run.automation_trigger?.mapping)
+    people.push(applyMapping((run.automation_trigger as TriggerConfig).mapping, run.webhook_body).contact);
   const ids = [run.context?.contactId, run.trigger?.contactId].filter((id): id is string => typeof id === 'string' && isUuid(id));
-  if (ids.length > 0) people.push(...(await db('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids).select('name', 'email', 'phone')));
+  if (ids.length > 0)
+    people.push(...(await db('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids).select('name', 'email', 'phone')));
   return withoutPersonalData(error, people);
 }
 
@@ -111,6 +137,8 @@ export async function withoutRunContactData(db: Db, workspaceId: string, runId: 
 export async function findTagByRef(db: Db, workspaceId: string, ref: string): Promise<{ id: string } | undefined> {
   return db('tags')
     .where({ workspace_id: workspaceId })
-    .where((q) => (isUuid(ref) ? q.where({ id: ref }).orWhereRaw('lower(name) = lower(?)', [ref]) : q.whereRaw('lower(name) = lower(?)', [ref])))
+    .where((q) =>
+      isUuid(ref) ? q.where({ id: ref }).orWhereRaw('lower(name) = lower(?)', [ref]) : q.whereRaw('lower(name) = lower(?)', [ref]),
+    )
     .first('id');
 }

@@ -50,7 +50,8 @@ export const REFUSALS_LISTED_PER_EVENT = 25;
 
 /** Whether an automation's trigger options take this event (card_created pipelineId; contact_updated fields). */
 function matches(automation: Candidate, variables: Record<string, unknown>): boolean {
-  if (automation.trigger_type === 'card_created' && automation.trigger.pipelineId) return variables.pipelineId === automation.trigger.pipelineId;
+  if (automation.trigger_type === 'card_created' && automation.trigger.pipelineId)
+    return variables.pipelineId === automation.trigger.pipelineId;
   if (automation.trigger_type === 'contact_updated') {
     const changed = String(variables.changedFields ?? '')
       .split(',')
@@ -71,7 +72,8 @@ interface Decision {
 /** Which of an event's matching automations may run, and why the others may not. */
 async function decide(db: Db, row: OutboxRow, matching: Candidate[], chain: string, plan: WorkspacePlan | undefined): Promise<Decision[]> {
   const refuseAll = (reason: string): Decision[] => matching.map((automation) => ({ automation, refused: reason }));
-  if (row.depth >= MAX_CHAIN_DEPTH) return refuseAll(`Loop protection: this event comes from a chain of automations ${row.depth} deep; the limit is ${MAX_CHAIN_DEPTH}`);
+  if (row.depth >= MAX_CHAIN_DEPTH)
+    return refuseAll(`Loop protection: this event comes from a chain of automations ${row.depth} deep; the limit is ${MAX_CHAIN_DEPTH}`);
   const suspended = plan && suspension(plan, 'automationRun');
   if (suspended) return refuseAll(suspended.message);
 
@@ -92,23 +94,40 @@ async function decide(db: Db, row: OutboxRow, matching: Candidate[], chain: stri
   const decisions: Decision[] = [];
   const eligible: Candidate[] = [];
   for (const automation of matching) {
-    if (ranAgain.has(automation.id)) decisions.push({ automation, refused: 'Loop protection: this automation already ran on this record in the same chain of automations' });
+    if (ranAgain.has(automation.id))
+      decisions.push({
+        automation,
+        refused: 'Loop protection: this automation already ran on this record in the same chain of automations',
+      });
     else eligible.push(automation);
   }
   const inBudget = eligible.slice(0, Math.max(0, CHAIN_RUN_BUDGET - used));
   for (const automation of eligible.slice(inBudget.length)) {
-    decisions.push({ automation, refused: `Loop protection: the event that began this chain of automations has caused ${used + inBudget.length} runs; the limit is ${CHAIN_RUN_BUDGET}` });
+    decisions.push({
+      automation,
+      refused: `Loop protection: the event that began this chain of automations has caused ${used + inBudget.length} runs; the limit is ${CHAIN_RUN_BUDGET}`,
+    });
   }
   const limit = plan?.automation_runs_per_minute ?? null;
-  const allowed = limit === null || inBudget.length === 0 ? inBudget.length : await takeRunBudget(db, row.workspace_id, limit, inBudget.length);
+  const allowed =
+    limit === null || inBudget.length === 0 ? inBudget.length : await takeRunBudget(db, row.workspace_id, limit, inBudget.length);
   for (const [i, automation] of inBudget.entries()) {
-    decisions.push({ automation, refused: i < allowed ? null : `Rate limit: the plan allows ${limit} automation runs a minute; this one was not started` });
+    decisions.push({
+      automation,
+      refused: i < allowed ? null : `Rate limit: the plan allows ${limit} automation runs a minute; this one was not started`,
+    });
   }
   return decisions;
 }
 
 /** Records an event's runs (started ones `running`, refused ones `failed`) in one statement; returns those to start. */
-async function record(db: Db, row: OutboxRow, chain: string, decisions: Decision[], unlisted: Map<string, number>): Promise<{ id: string; automation_id: string }[]> {
+async function record(
+  db: Db,
+  row: OutboxRow,
+  chain: string,
+  decisions: Decision[],
+  unlisted: Map<string, number>,
+): Promise<{ id: string; automation_id: string }[]> {
   const started = decisions.filter((d) => d.refused === null);
   const refused = decisions.filter((d) => d.refused !== null);
   const listed = refused.slice(0, REFUSALS_LISTED_PER_EVENT);
@@ -145,7 +164,16 @@ export async function runsForEvents(db: Db, rows: OutboxRow[]): Promise<{ runs: 
   const eventIds = rows.map((r) => r.id);
   const candidates: Candidate[] = await db('automations')
     .where((q) =>
-      q.where({ active: true }).orWhereIn('id', db('automation_runs').where({ status: 'running' }).whereIn('workspace_id', workspaces).whereIn('event_id', eventIds).select('automation_id')),
+      q
+        .where({ active: true })
+        .orWhereIn(
+          'id',
+          db('automation_runs')
+            .where({ status: 'running' })
+            .whereIn('workspace_id', workspaces)
+            .whereIn('event_id', eventIds)
+            .select('automation_id'),
+        ),
     )
     .whereIn('workspace_id', workspaces)
     .whereIn('trigger_type', types)
@@ -155,7 +183,11 @@ export async function runsForEvents(db: Db, rows: OutboxRow[]): Promise<{ runs: 
   if (candidates.length === 0) return { runs, unlisted };
   // Each workspace's standing and run rate, read once for the batch.
   const plans = new Map(
-    ((await db('workspaces').whereIn('id', workspaces).select('id', 'automation_runs_per_minute', 'active', 'api_access')) as (WorkspacePlan & { id: string })[]).map((p) => [p.id, p]),
+    (
+      (await db('workspaces')
+        .whereIn('id', workspaces)
+        .select('id', 'automation_runs_per_minute', 'active', 'api_access')) as (WorkspacePlan & { id: string })[]
+    ).map((p) => [p.id, p]),
   );
 
   for (const row of rows) {
@@ -165,7 +197,14 @@ export async function runsForEvents(db: Db, rows: OutboxRow[]): Promise<{ runs: 
     const chain = row.chain_id ?? row.id;
     for (const run of await record(db, row, chain, await decide(db, row, matching, chain, plans.get(row.workspace_id)), unlisted)) {
       // The trigger's variables are on the run's row (`trigger`), where the run's first step reads them.
-      runs.push({ workspaceId: row.workspace_id, automationId: run.automation_id, runId: run.id, depth: row.depth, chain, eventId: row.id });
+      runs.push({
+        workspaceId: row.workspace_id,
+        automationId: run.automation_id,
+        runId: run.id,
+        depth: row.depth,
+        chain,
+        eventId: row.id,
+      });
     }
   }
   return { runs, unlisted };
@@ -173,5 +212,8 @@ export async function runsForEvents(db: Db, rows: OutboxRow[]): Promise<{ runs: 
 
 /** A run the inbound receiver recorded before runs kept their body (its outbox row carried it): the body moves to the run. */
 export async function keepWebhookBodyOnRun(db: Db, workspaceId: string, runId: string, body: unknown): Promise<void> {
-  await db('automation_runs').where({ workspace_id: workspaceId, id: runId }).whereNull('webhook_body').update({ webhook_body: JSON.stringify(body) });
+  await db('automation_runs')
+    .where({ workspace_id: workspaceId, id: runId })
+    .whereNull('webhook_body')
+    .update({ webhook_body: JSON.stringify(body) });
 }

@@ -2,7 +2,19 @@ import { createHash, randomBytes } from 'node:crypto';
 import { KeyRing, openText, SealBinding, sealText, type Db, assertSafeUrlSyntax, UrlPolicy } from '../platform';
 import { z } from 'zod';
 import { isMediaType, MESSAGE_TYPES } from '../../types/messaging';
-import { ApiError, notFound, Page, pageWithTotal, isUuid, cut, storable, atLeastOne, HTTP_URL_OR_TEMPLATE, onlyWith, trimmedText } from '../kernel';
+import {
+  ApiError,
+  notFound,
+  Page,
+  pageWithTotal,
+  isUuid,
+  cut,
+  storable,
+  atLeastOne,
+  HTTP_URL_OR_TEMPLATE,
+  onlyWith,
+  trimmedText,
+} from '../kernel';
 import { MESSAGE_CONTENT_FIELDS } from '../messaging';
 import { consume, grants, Scope } from '../access';
 
@@ -36,12 +48,32 @@ export const ActionSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('remove_tag'), tag: text(100) }),
   z.object({
     type: z.literal('update_contact'),
-    fields: atLeastOne(z.object({ name: z.string().max(200).optional(), email: z.string().max(320).nullable().optional(), phone: z.string().max(32).optional(), notes: z.string().max(5000).optional() }), 'expected at least one of name, email, phone, notes'),
+    fields: atLeastOne(
+      z.object({
+        name: z.string().max(200).optional(),
+        email: z.string().max(320).nullable().optional(),
+        phone: z.string().max(32).optional(),
+        notes: z.string().max(5000).optional(),
+      }),
+      'expected at least one of name, email, phone, notes',
+    ),
   }),
-  z.object({ type: z.literal('create_deal'), pipeline: text(200), stage: text(200).optional(), name: text(200).optional(), value: z.union([z.number().min(0), text(64)]).optional() }),
+  z.object({
+    type: z.literal('create_deal'),
+    pipeline: text(200),
+    stage: text(200).optional(),
+    name: text(200).optional(),
+    value: z.union([z.number().min(0), text(64)]).optional(),
+  }),
   z.object({ type: z.literal('move_deal'), stage: text(200) }),
   z.object({ type: z.literal('set_deal_status'), status: z.enum(['open', 'won', 'lost']), lostReason: text(500).optional() }),
-  z.object({ type: z.literal('create_task'), title: text(500), taskType: text(64).optional(), dueInMinutes: z.number().int().min(0).max(525_600), assignedTo: text(200).optional() }),
+  z.object({
+    type: z.literal('create_task'),
+    title: text(500),
+    taskType: text(64).optional(),
+    dueInMinutes: z.number().int().min(0).max(525_600),
+    assignedTo: text(200).optional(),
+  }),
   z.object({ type: z.literal('add_note'), body: text(5000) }),
   z.object({
     type: z.literal('send_message'),
@@ -51,7 +83,14 @@ export const ActionSchema = z.discriminatedUnion('type', [
     ...MESSAGE_CONTENT_FIELDS,
     mediaUrl: MESSAGE_CONTENT_FIELDS.mediaUrl.meta({ pattern: HTTP_URL_OR_TEMPLATE }),
   }),
-  z.object({ type: z.literal('wait'), seconds: z.number().int().min(1).max(30 * 86_400) }),
+  z.object({
+    type: z.literal('wait'),
+    seconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(30 * 86_400),
+  }),
 ]);
 export type Action = z.infer<typeof ActionSchema>;
 
@@ -74,12 +113,15 @@ const ACTION_SCOPES: Record<Action['type'], Scope[]> = {
 };
 
 /** 403 INSUFFICIENT_SCOPE naming every scope the automation needs that the key lacks. */
-export function assertScopesToSave(keyScopes: readonly string[], automation: { mapping?: { phone?: string }; actions: readonly { type: string }[] }): void {
+export function assertScopesToSave(
+  keyScopes: readonly string[],
+  automation: { mapping?: { phone?: string }; actions: readonly { type: string }[] },
+): void {
   const needed = new Set<Scope>(automation.actions.flatMap((a) => ACTION_SCOPES[a.type as Action['type']] ?? []));
   if (automation.mapping?.phone) needed.add('leads:write');
   const missing = [...needed].filter((scope) => !grants(keyScopes, [scope]));
   if (missing.length > 0) {
-    throw new ApiError('INSUFFICIENT_SCOPE', 'The API key lacks scopes the automation\'s actions need', {
+    throw new ApiError('INSUFFICIENT_SCOPE', "The API key lacks scopes the automation's actions need", {
       hint: `An automation acts with the scopes of the key that saves it: add ${missing.join(', ')} to the key, or remove the actions that need them.`,
     });
   }
@@ -115,7 +157,9 @@ export const TriggerSchema = onlyWith(
       .optional()
       .meta({ description: 'Only deals created in this pipeline; omitted, null or "" for any pipeline.' }),
     fields: z.array(z.enum(CONTACT_FIELDS)).min(1).max(CONTACT_FIELDS.length).optional(),
-    eventFilter: z.object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) }).optional(),
+    eventFilter: z
+      .object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) })
+      .optional(),
     mapping: MappingSchema.optional(),
   }),
   'type',
@@ -221,7 +265,8 @@ export function applyMapping(mapping: TriggerConfig['mapping'], body: unknown): 
     }
     return undefined;
   };
-  const strip = <T extends Record<string, string | undefined>>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+  const strip = <T extends Record<string, string | undefined>>(o: T) =>
+    Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
   const externalId = pick('externalId');
   return {
     contact: strip({ name: pick('name'), email: pick('email'), phone: pick('phone') }),
@@ -248,7 +293,8 @@ function phoneForms(phone: string): string[] {
     const national = digits.startsWith('55') && digits.length >= 12 ? digits.slice(2) : undefined;
     if (national) forms.push(national);
     // A Brazilian mobile without its ninth digit (the other form of the same number).
-    if (national?.length === 11 && national[2] === '9') forms.push(`55${national.slice(0, 2)}${national.slice(3)}`, `${national.slice(0, 2)}${national.slice(3)}`);
+    if (national?.length === 11 && national[2] === '9')
+      forms.push(`55${national.slice(0, 2)}${national.slice(3)}`, `${national.slice(0, 2)}${national.slice(3)}`);
   }
   return forms;
 }
@@ -270,7 +316,10 @@ export function withoutPersonalData(text: string, people: readonly PersonalData[
   // One pass, longest first (an email holding the name, a phone holding its national form): a mask is never read again.
   replacements.sort((a, b) => b[0].length - a[0].length);
   const masks = new Map(replacements.map(([value, mask]) => [value.toLowerCase(), mask] as const));
-  return text.replace(new RegExp(replacements.map(([value]) => escapeRegExp(value)).join('|'), 'gi'), (found) => masks.get(found.toLowerCase()) ?? found);
+  return text.replace(
+    new RegExp(replacements.map(([value]) => escapeRegExp(value)).join('|'), 'gi'),
+    (found) => masks.get(found.toLowerCase()) ?? found,
+  );
 }
 
 /** `{{name}}` replaced from `vars` in one pass (a replaced value is never read again); unknown names become empty. */
@@ -326,7 +375,9 @@ export function serializeAutomation(row: AutomationRow, view: AutomationView) {
     active: row.active,
     trigger: { ...row.trigger, type: row.trigger_type },
     actions: row.actions,
-    webhookUrl: row.webhook_token ? webhookUrl(view.baseUrl, openText(view.ring, row.webhook_token, webhookTokenBinding(row.workspace_id))) : null,
+    webhookUrl: row.webhook_token
+      ? webhookUrl(view.baseUrl, openText(view.ring, row.webhook_token, webhookTokenBinding(row.workspace_id)))
+      : null,
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
   };
@@ -345,9 +396,13 @@ async function takeInboundUnit(trx: Db, workspaceId: string, exceptId?: string):
   if (exceptId) q.whereNot({ id: exceptId });
   const { count } = await q.first(trx.raw('count(*)::int AS count'));
   if (count >= plan.inbound_webhook_quota) {
-    throw new ApiError('INBOUND_WEBHOOK_LIMIT_REACHED', `The plan allows ${plan.inbound_webhook_quota} automations with an inbound webhook`, {
-      hint: 'Delete one, or remove its token (DELETE /api/v1/automations/{id}/token), to free a unit.',
-    });
+    throw new ApiError(
+      'INBOUND_WEBHOOK_LIMIT_REACHED',
+      `The plan allows ${plan.inbound_webhook_quota} automations with an inbound webhook`,
+      {
+        hint: 'Delete one, or remove its token (DELETE /api/v1/automations/{id}/token), to free a unit.',
+      },
+    );
   }
 }
 
@@ -356,15 +411,26 @@ async function takeInboundUnit(trx: Db, workspaceId: string, exceptId?: string):
  * makes concurrent creations count one by one.
  */
 async function takeAutomationUnit(trx: Db, workspaceId: string): Promise<void> {
-  const plan: { automation_limit: number } | undefined = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('automation_limit');
+  const plan: { automation_limit: number } | undefined = await trx('workspaces')
+    .where({ id: workspaceId })
+    .forNoKeyUpdate()
+    .first('automation_limit');
   if (!plan) return;
   const { count } = await trx('automations').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
   if (count >= plan.automation_limit) {
-    throw new ApiError('AUTOMATION_LIMIT_REACHED', `The plan allows ${plan.automation_limit} automations`, { hint: 'Delete one to free a unit, or upgrade the plan.' });
+    throw new ApiError('AUTOMATION_LIMIT_REACHED', `The plan allows ${plan.automation_limit} automations`, {
+      hint: 'Delete one to free a unit, or upgrade the plan.',
+    });
   }
 }
 
-export async function createAutomation(db: Db, workspaceId: string, input: z.infer<typeof AutomationBody>, view: AutomationView, keyScopes: readonly string[]) {
+export async function createAutomation(
+  db: Db,
+  workspaceId: string,
+  input: z.infer<typeof AutomationBody>,
+  view: AutomationView,
+  keyScopes: readonly string[],
+) {
   const { type, ...trigger } = input.trigger;
   assertScopesToSave(keyScopes, { mapping: input.trigger.mapping, actions: input.actions });
   const row: AutomationRow = await db.transaction(async (trx) => {
@@ -389,11 +455,18 @@ export async function createAutomation(db: Db, workspaceId: string, input: z.inf
 
 export async function listAutomations(db: Db, workspaceId: string, page: Page, view: AutomationView) {
   const scope = db('automations').where({ workspace_id: workspaceId });
-  const { rows, total } = await pageWithTotal<AutomationRow>(scope, page, (q) => q.select('*').orderBy([{ column: 'created_at' }, { column: 'id' }]));
+  const { rows, total } = await pageWithTotal<AutomationRow>(scope, page, (q) =>
+    q.select('*').orderBy([{ column: 'created_at' }, { column: 'id' }]),
+  );
   return { rows: rows.map((r) => serializeAutomation(r, view)), total };
 }
 
-export async function getAutomationRow(db: Db, workspaceId: string, id: string, options: { forUpdate?: boolean } = {}): Promise<AutomationRow> {
+export async function getAutomationRow(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  options: { forUpdate?: boolean } = {},
+): Promise<AutomationRow> {
   if (!isUuid(id)) throw automationNotFound();
   const q = db('automations').where({ workspace_id: workspaceId, id });
   if (options.forUpdate) q.forUpdate();
@@ -403,7 +476,11 @@ export async function getAutomationRow(db: Db, workspaceId: string, id: string, 
 }
 
 /** The automation as a run begins it: its name, whether it is active, its trigger and its actions as they are now. */
-export async function getAutomationToRun(db: Db, workspaceId: string, id: string): Promise<{ name: string; active: boolean; trigger: unknown; actions: unknown } | undefined> {
+export async function getAutomationToRun(
+  db: Db,
+  workspaceId: string,
+  id: string,
+): Promise<{ name: string; active: boolean; trigger: unknown; actions: unknown } | undefined> {
   return db('automations').where({ workspace_id: workspaceId, id }).first('name', 'active', 'trigger', 'actions');
 }
 
@@ -433,7 +510,10 @@ export async function updateAutomation(
     // A change that sets what the automation does, or turns it on, answers for all it will do,
     // whoever wrote its actions before; renaming or turning it off takes nothing.
     if (patch.actions !== undefined || patch.trigger !== undefined || patch.active === true) {
-      assertScopesToSave(keyScopes, { mapping: (patch.trigger ?? (before.trigger as TriggerConfig)).mapping, actions: patch.actions ?? (before.actions as Action[]) });
+      assertScopesToSave(keyScopes, {
+        mapping: (patch.trigger ?? (before.trigger as TriggerConfig)).mapping,
+        actions: patch.actions ?? (before.actions as Action[]),
+      });
     }
     const changes: Record<string, unknown> = { updated_at: trx.fn.now() };
     if (patch.name !== undefined) changes.name = patch.name;
@@ -442,7 +522,9 @@ export async function updateAutomation(
     if (patch.trigger !== undefined) {
       const { type, ...trigger } = patch.trigger;
       if (type !== before.trigger_type) {
-        throw new ApiError('VALIDATION', 'Invalid body.trigger.type: the trigger type of an automation cannot change', { hint: 'Create a new automation instead.' });
+        throw new ApiError('VALIDATION', 'Invalid body.trigger.type: the trigger type of an automation cannot change', {
+          hint: 'Create a new automation instead.',
+        });
       }
       changes.trigger = storedTrigger(trigger);
     }
@@ -467,7 +549,10 @@ export async function regenerateToken(db: Db, workspaceId: string, id: string, v
       throw new ApiError('VALIDATION', 'Only an automation with the webhook_received trigger has an inbound URL');
     }
     if (!before.webhook_token) await takeInboundUnit(trx as unknown as Db, workspaceId, id);
-    const [row] = await trx('automations').where({ workspace_id: workspaceId, id }).update({ ...newToken(view.ring, workspaceId), updated_at: trx.fn.now() }).returning('*');
+    const [row] = await trx('automations')
+      .where({ workspace_id: workspaceId, id })
+      .update({ ...newToken(view.ring, workspaceId), updated_at: trx.fn.now() })
+      .returning('*');
     return serializeAutomation(row, view);
   });
 }
@@ -476,7 +561,10 @@ export async function regenerateToken(db: Db, workspaceId: string, id: string, v
 export async function removeToken(db: Db, workspaceId: string, id: string, view: AutomationView) {
   if (!isUuid(id)) throw automationNotFound();
   // One statement: an automation deleted meanwhile is 404, not a row that is not there.
-  const [row] = await db('automations').where({ workspace_id: workspaceId, id }).update({ webhook_token: null, webhook_token_hash: null, updated_at: db.fn.now() }).returning('*');
+  const [row] = await db('automations')
+    .where({ workspace_id: workspaceId, id })
+    .update({ webhook_token: null, webhook_token_hash: null, updated_at: db.fn.now() })
+    .returning('*');
   if (!row) throw automationNotFound();
   return serializeAutomation(row, view);
 }
@@ -516,8 +604,10 @@ export async function takeInboundRun(db: Db, workspaceId: string, limit: number)
 
 /** Why a run `depth` deep in a chain that has already `used` runs must not start (loop protection), or null: the trigger handler's rules and words. */
 export function loopRefusal(depth: number, used: number): string | null {
-  if (depth >= MAX_CHAIN_DEPTH) return `Loop protection: this event comes from a chain of automations ${depth} deep; the limit is ${MAX_CHAIN_DEPTH}`;
-  if (used >= CHAIN_RUN_BUDGET) return `Loop protection: the event that began this chain of automations has caused ${used} runs; the limit is ${CHAIN_RUN_BUDGET}`;
+  if (depth >= MAX_CHAIN_DEPTH)
+    return `Loop protection: this event comes from a chain of automations ${depth} deep; the limit is ${MAX_CHAIN_DEPTH}`;
+  if (used >= CHAIN_RUN_BUDGET)
+    return `Loop protection: the event that began this chain of automations has caused ${used} runs; the limit is ${CHAIN_RUN_BUDGET}`;
   return null;
 }
 
@@ -571,7 +661,11 @@ const MAX_ENCODED_EXTERNAL_ID = 900;
  * its externalId is deduplicated by automation_runs_external_id_uq, which frees it when the run
  * fails). The externalId form names runs accepted before that (their outbox rows carry it).
  */
-export function runWorkflowId(workspaceId: string, automationId: string, key: { eventId: string } | { externalId: string } | { runId: string }): string {
+export function runWorkflowId(
+  workspaceId: string,
+  automationId: string,
+  key: { eventId: string } | { externalId: string } | { runId: string },
+): string {
   if ('eventId' in key) return `automation/${workspaceId}/${automationId}/event/${key.eventId}`;
   if ('externalId' in key) {
     const encoded = encodeURIComponent(key.externalId);

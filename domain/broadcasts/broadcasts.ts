@@ -7,7 +7,11 @@ export const BROADCAST_STATUSES = ['draft', 'scheduled', 'in_progress', 'complet
  * Records a broadcast and the tags it uses, all of the workspace (an unknown tag is 404
  * NOT_FOUND); an `in_progress` one blocks deleting those tags (deleteTag).
  */
-export async function createBroadcast(db: Db, workspaceId: string, input: { tagIds: string[]; status: (typeof BROADCAST_STATUSES)[number] }) {
+export async function createBroadcast(
+  db: Db,
+  workspaceId: string,
+  input: { tagIds: string[]; status: (typeof BROADCAST_STATUSES)[number] },
+) {
   const tagIds = [...new Set(input.tagIds)];
   return db.transaction(async (trx) => {
     const found = await trx('tags').where({ workspace_id: workspaceId }).whereIn('id', tagIds).pluck('id');

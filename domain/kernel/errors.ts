@@ -76,9 +76,7 @@ export class ApiError extends Error {
   }
 
   toBody(): { error: string; code: ErrorCode; hint?: string } {
-    return this.hint === undefined
-      ? { error: this.message, code: this.code }
-      : { error: this.message, code: this.code, hint: this.hint };
+    return this.hint === undefined ? { error: this.message, code: this.code } : { error: this.message, code: this.code, hint: this.hint };
   }
 }
 
@@ -103,10 +101,13 @@ export function isPgError(err: unknown, code: string): err is { code: string; co
 /** A unique or foreign-key violation is the client's 409 CONFLICT (the API's answer and a batch item's). */
 export function constraintConflict(err: unknown): ApiError | undefined {
   if (isPgError(err, '23505')) {
-    return new ApiError('CONFLICT', 'A record with the same unique value already exists', { hint: `Constraint ${err.constraint ?? 'unique'}.` });
+    return new ApiError('CONFLICT', 'A record with the same unique value already exists', {
+      hint: `Constraint ${err.constraint ?? 'unique'}.`,
+    });
   }
   // A referenced record vanished between our check and the write (e.g. deleted concurrently).
-  if (isPgError(err, '23503')) return new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
+  if (isPgError(err, '23503'))
+    return new ApiError('CONFLICT', 'A referenced record no longer exists', { hint: 'Re-read the records and retry.' });
   return undefined;
 }
 

@@ -53,7 +53,12 @@ export function atLeastOne<T extends z.ZodObject>(schema: T, message: string): T
  * Fields allowed only with some values of a discriminating field (`pipelineId` only for a
  * `card_created` trigger): refused in code naming the field, documented as `if`/`then`.
  */
-export function onlyWith<T extends z.ZodObject>(schema: T, discriminator: string, rules: Record<string, readonly string[]>, what = discriminator): T {
+export function onlyWith<T extends z.ZodObject>(
+  schema: T,
+  discriminator: string,
+  rules: Record<string, readonly string[]>,
+  what = discriminator,
+): T {
   return schema
     .superRefine((value: Record<string, unknown>, ctx) => {
       for (const [field, allowed] of Object.entries(rules)) {

@@ -45,12 +45,19 @@ export const PAGE_TOTAL = '__page_total';
  * One page of a filtered query and its exact total. `scope` carries only the workspace scope and
  * filters; `shape` adds order and selected columns to the page query.
  */
-export async function pageWithTotal<T>(scope: Knex.QueryBuilder, page: Page, shape: (q: Knex.QueryBuilder) => Knex.QueryBuilder): Promise<{ rows: T[]; total: number }> {
+export async function pageWithTotal<T>(
+  scope: Knex.QueryBuilder,
+  page: Page,
+  shape: (q: Knex.QueryBuilder) => Knex.QueryBuilder,
+): Promise<{ rows: T[]; total: number }> {
   const count = scope.clone().clearSelect().clearOrder().count<{ total: number }[]>({ total: '*' });
   // The page and its exact total in one statement: one round trip, where each statement costs the
   // API a socket write (the largest share of its CPU under load). A page past the end has no row
   // to carry the total, so that rare case counts on its own.
-  const rows: (T & { [PAGE_TOTAL]?: string | number })[] = await shape(scope.clone()).select({ [PAGE_TOTAL]: count }).limit(page.limit).offset(page.offset);
+  const rows: (T & { [PAGE_TOTAL]?: string | number })[] = await shape(scope.clone())
+    .select({ [PAGE_TOTAL]: count })
+    .limit(page.limit)
+    .offset(page.offset);
   const total = rows.length > 0 ? Number(rows[0][PAGE_TOTAL]) : Number((await count)[0].total);
   for (const row of rows) delete row[PAGE_TOTAL];
   return { rows, total };

@@ -33,7 +33,8 @@ export function storableJson(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(storableJson);
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {};
-    for (const [key, item] of Object.entries(value)) Object.defineProperty(out, storable(key), { value: storableJson(item), enumerable: true, writable: true, configurable: true });
+    for (const [key, item] of Object.entries(value))
+      Object.defineProperty(out, storable(key), { value: storableJson(item), enumerable: true, writable: true, configurable: true });
     return out;
   }
   return value;

@@ -9,7 +9,10 @@ type Reader = Db | Knex.Transaction;
 export function canonical(query: Knex.QueryBuilder, alias = 'contacts'): Knex.QueryBuilder {
   // `NOT is_group` as written, not a bound `false`: a prepared statement's generic plan can then use
   // the partial indexes (their predicate is `NOT is_group`), which a parameter would rule out.
-  return query.whereNull(`${alias}.merged_into_id`).whereNull(`${alias}.deleted_at`).whereRaw('NOT ??', [`${alias}.is_group`]);
+  return query
+    .whereNull(`${alias}.merged_into_id`)
+    .whereNull(`${alias}.deleted_at`)
+    .whereRaw('NOT ??', [`${alias}.is_group`]);
 }
 
 /**

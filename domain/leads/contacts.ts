@@ -24,7 +24,10 @@ export interface ChangeOptions {
 export function requirePhone(input: string | undefined): Phone {
   if (input === undefined || input.trim() === '') throw new ApiError('PHONE_REQUIRED', 'phone is required');
   const parsed = parsePhone(input);
-  if (!parsed.ok) throw new ApiError('INVALID_PHONE', `Invalid phone: ${parsed.reason}`, { hint: 'Use 55 + area code + number, e.g. +55 11 98765-4321.' });
+  if (!parsed.ok)
+    throw new ApiError('INVALID_PHONE', `Invalid phone: ${parsed.reason}`, {
+      hint: 'Use 55 + area code + number, e.g. +55 11 98765-4321.',
+    });
   return parsed.phone;
 }
 
@@ -42,7 +45,18 @@ export interface ContactRow {
 }
 
 /** The columns of a ContactRow, for statements that name their result columns (prepared ones: see `prepared`). */
-export const CONTACT_ROW_COLUMNS = ['id', 'workspace_id', 'name', 'phone', 'phone_key', 'email', 'notes', 'opted_out', 'created_at', 'updated_at'] as const satisfies readonly (keyof ContactRow)[];
+export const CONTACT_ROW_COLUMNS = [
+  'id',
+  'workspace_id',
+  'name',
+  'phone',
+  'phone_key',
+  'email',
+  'notes',
+  'opted_out',
+  'created_at',
+  'updated_at',
+] as const satisfies readonly (keyof ContactRow)[];
 
 export interface TagRef {
   id: string;
@@ -100,7 +114,10 @@ export function serializeLeadsWithTags(rows: Array<ContactRowWithTags | LeadPage
 }
 
 export async function serializeLeads(db: Reader, rows: ContactRow[]) {
-  const tags = await tagsOf(db, rows.map((r) => r.id));
+  const tags = await tagsOf(
+    db,
+    rows.map((r) => r.id),
+  );
   return rows.map((r) => serializeLead(r, tags.get(r.id) ?? []));
 }
 
@@ -119,7 +136,12 @@ export async function resolveTags(trx: Reader, workspaceId: string, refs: string
  * the new names, each created once whatever the number of sets naming it. A set resolveTags would
  * refuse answers that error instead, and creates nothing.
  */
-export async function resolveTagSets(trx: Reader, workspaceId: string, sets: string[][], options: { create?: boolean } = {}): Promise<(TagRef[] | ApiError)[]> {
+export async function resolveTagSets(
+  trx: Reader,
+  workspaceId: string,
+  sets: string[][],
+  options: { create?: boolean } = {},
+): Promise<(TagRef[] | ApiError)[]> {
   const uniques = sets.map((refs) => [...new Set(refs.map((r) => r.trim()))]);
   const all = [...new Set(uniques.flat())];
   if (all.length === 0) return sets.map(() => []);
@@ -129,7 +151,10 @@ export async function resolveTagSets(trx: Reader, workspaceId: string, sets: str
       .where((q) => {
         const ids = all.filter(isUuid);
         if (ids.length) q.whereIn('id', ids);
-        q.orWhereIn(trx.raw('lower(name)') as never, all.map((r) => r.toLowerCase()));
+        q.orWhereIn(
+          trx.raw('lower(name)') as never,
+          all.map((r) => r.toLowerCase()),
+        );
       })
       .select('id', 'name', 'color');
   const matches = (rows: TagRef[], ref: string) => rows.some((t) => t.id === ref || t.name.toLowerCase() === ref.toLowerCase());
@@ -138,7 +163,8 @@ export async function resolveTagSets(trx: Reader, workspaceId: string, sets: str
     const missing = unique.filter((ref) => !matches(rows, ref));
     if (missing.length === 0) return undefined;
     if (!options.create) return new ApiError('NOT_FOUND', `Tag "${missing[0]}" not found`);
-    if (missing.some((ref) => !isUuid(ref) && (ref.length === 0 || ref.length > 100))) return new ApiError('VALIDATION', 'Invalid tag name: 1 to 100 characters');
+    if (missing.some((ref) => !isUuid(ref) && (ref.length === 0 || ref.length > 100)))
+      return new ApiError('VALIDATION', 'Invalid tag name: 1 to 100 characters');
     const unknownId = missing.find(isUuid);
     return unknownId === undefined ? undefined : new ApiError('NOT_FOUND', `Tag "${unknownId}" not found`);
   });
@@ -151,10 +177,10 @@ export async function resolveTagSets(trx: Reader, workspaceId: string, sets: str
     });
     if (names.size) {
       // Concurrent creations of one name end with one tag.
-      await trx.raw(`INSERT INTO tags (workspace_id, name) SELECT ?, unnest(?::text[]) ON CONFLICT (workspace_id, lower(name)) DO NOTHING`, [
-        workspaceId,
-        [...names].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, name]) => name),
-      ]);
+      await trx.raw(
+        `INSERT INTO tags (workspace_id, name) SELECT ?, unnest(?::text[]) ON CONFLICT (workspace_id, lower(name)) DO NOTHING`,
+        [workspaceId, [...names].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, name]) => name)],
+      );
       rows = await find();
     }
   }
@@ -187,7 +213,9 @@ async function applyTagChangesTo(
     tag: { id: tag.id, name: tag.name },
     source: TAG_SOURCE[options.origin],
   });
-  const pairs = changes.flatMap(({ contact, add }) => (add ?? []).map((t) => ({ workspace_id: workspaceId, contact_id: contact.id, tag_id: t.id })));
+  const pairs = changes.flatMap(({ contact, add }) =>
+    (add ?? []).map((t) => ({ workspace_id: workspaceId, contact_id: contact.id, tag_id: t.id })),
+  );
   const inserted: { contact_id: string; tag_id: string }[] = pairs.length
     ? await trx('contact_tags').insert(pairs).onConflict(['contact_id', 'tag_id']).ignore().returning(['contact_id', 'tag_id'])
     : [];
@@ -198,7 +226,10 @@ async function applyTagChangesTo(
     if (remove?.length) {
       const deleted: { tag_id: string }[] = await trx('contact_tags')
         .where({ workspace_id: workspaceId, contact_id: contact.id })
-        .whereIn('tag_id', remove.map((t) => t.id))
+        .whereIn(
+          'tag_id',
+          remove.map((t) => t.id),
+        )
         .delete()
         .returning('tag_id');
       removed = remove.filter((t) => deleted.some((r) => r.tag_id === t.id));
@@ -257,7 +288,9 @@ async function changeContact(
   if (input.phone !== undefined) {
     const phone = requirePhone(input.phone);
     if (phone.e164 !== before.phone) {
-      const clash = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key }).whereNot({ id: before.id })).first('id');
+      const clash = await canonical(
+        trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key }).whereNot({ id: before.id }),
+      ).first('id');
       if (clash) throw new ApiError('CONFLICT', 'Another contact has this phone', { hint: `Contact ${clash.id}.` });
       Object.assign(changes, { phone: phone.e164, phone_key: phone.key });
       changed.push('phone');
@@ -265,14 +298,20 @@ async function changeContact(
   }
   let after: ContactRow = before;
   if (Object.keys(changes).length) {
-    [after] = await trx('contacts').where({ id: before.id }).update({ ...changes, updated_at: trx.fn.now() }).returning('*');
+    [after] = await trx('contacts')
+      .where({ id: before.id })
+      .update({ ...changes, updated_at: trx.fn.now() })
+      .returning('*');
   }
 
   let tagChange: { add?: TagRef[]; remove?: TagRef[] } = {};
   if (input.tags !== undefined) {
     const wanted = await resolveTags(trx, workspaceId, input.tags);
     const current: TagRef[] = (await tagsOf(trx, [before.id])).get(before.id) ?? [];
-    tagChange = { add: wanted.filter((t) => !current.some((c) => c.id === t.id)), remove: current.filter((c) => !wanted.some((t) => t.id === c.id)) };
+    tagChange = {
+      add: wanted.filter((t) => !current.some((c) => c.id === t.id)),
+      remove: current.filter((c) => !wanted.some((t) => t.id === c.id)),
+    };
   } else if (resolvedAddTags) {
     tagChange = { add: resolvedAddTags };
   } else if (input.addTags?.length) {
@@ -282,12 +321,20 @@ async function changeContact(
   if (added.length || removed.length) {
     changed.push('tags');
     // A tags-only change still marks the contact as updated.
-    if (!Object.keys(changes).length) [after] = await trx('contacts').where({ id: before.id }).update({ updated_at: trx.fn.now() }).returning('*');
+    if (!Object.keys(changes).length)
+      [after] = await trx('contacts').where({ id: before.id }).update({ updated_at: trx.fn.now() }).returning('*');
   }
   if (options.origin === 'panel' && after !== before) {
-    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email }, options.cause);
+    await recordEvent(
+      trx,
+      workspaceId,
+      'contact.updated',
+      { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email },
+      options.cause,
+    );
   }
-  if (changed.length) await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.cause);
+  if (changed.length)
+    await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.cause);
   return after;
 }
 
@@ -333,9 +380,21 @@ export type LeadOutcome = { created: boolean; lead: ReturnType<typeof serializeL
  * own when there are several. Leads are taken in the given order: sorted by phone key, concurrent
  * chunks lock their contacts (and create their tags) in the same order.
  */
-export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input: LeadInput; phone: Phone }[], options: ChangeOptions): Promise<LeadOutcome[]> {
-  const tagSets = await resolveTagSets(trx, workspaceId, leads.map(({ input }) => input.tags ?? []), { create: true });
-  const results: ({ created: boolean; row: ContactRow } | { error: ApiError } | undefined)[] = tagSets.map((tags) => (tags instanceof ApiError ? { error: tags } : undefined));
+export async function upsertLeads(
+  trx: Trx,
+  workspaceId: string,
+  leads: { input: LeadInput; phone: Phone }[],
+  options: ChangeOptions,
+): Promise<LeadOutcome[]> {
+  const tagSets = await resolveTagSets(
+    trx,
+    workspaceId,
+    leads.map(({ input }) => input.tags ?? []),
+    { create: true },
+  );
+  const results: ({ created: boolean; row: ContactRow } | { error: ApiError } | undefined)[] = tagSets.map((tags) =>
+    tags instanceof ApiError ? { error: tags } : undefined,
+  );
   const tagsOfLead = (i: number) => tagSets[i] as TagRef[];
 
   // New phones: the first lead of each phone; a known one (or one created meanwhile) inserts nothing.
@@ -393,7 +452,10 @@ export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input:
   const rest = leads.map((_, i) => i).filter((i) => !results[i]);
   if (rest.length) {
     const keys = [...new Set(rest.map((i) => leads[i].phone.key))];
-    const locked: ContactRow[] = await canonical(trx('contacts').where({ workspace_id: workspaceId }).whereIn('phone_key', keys)).orderBy('phone_key').forUpdate().select('*');
+    const locked: ContactRow[] = await canonical(trx('contacts').where({ workspace_id: workspaceId }).whereIn('phone_key', keys))
+      .orderBy('phone_key')
+      .forUpdate()
+      .select('*');
     const current = new Map(locked.map((row) => [row.phone_key, row]));
     for (const i of rest) {
       const { input, phone } = leads[i];
@@ -403,7 +465,14 @@ export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input:
         continue;
       }
       const change = (t: Trx) =>
-        changeContact(t, workspaceId, before, { name: input.name, email: input.email, notes: input.notes, optedOut: input.optedOut, addTags: input.tags }, options, tagsOfLead(i));
+        changeContact(
+          t,
+          workspaceId,
+          before,
+          { name: input.name, email: input.email, notes: input.notes, optedOut: input.optedOut, addTags: input.tags },
+          options,
+          tagsOfLead(i),
+        );
       try {
         // Alone, the caller's transaction is the lead's; among others, a savepoint lets it fail alone.
         const after = leads.length > 1 ? await trx.transaction(change) : await change(trx);
@@ -430,7 +499,12 @@ export async function upsertLeads(trx: Trx, workspaceId: string, leads: { input:
  * of deadlocking. Repeats of one phone keep request order among themselves: the first creates the
  * lead (201), the next update it (200).
  */
-export async function upsertLeadChunk(trx: Trx, workspaceId: string, chunk: BatchInput<LeadInput>[], options: ChangeOptions): Promise<ItemAnswer[]> {
+export async function upsertLeadChunk(
+  trx: Trx,
+  workspaceId: string,
+  chunk: BatchInput<LeadInput>[],
+  options: ChangeOptions,
+): Promise<ItemAnswer[]> {
   const answers: ItemAnswer[] = [];
   const leads: { index: number; input: LeadInput; phone: Phone }[] = [];
   for (const { index, input } of chunk) {
@@ -443,7 +517,13 @@ export async function upsertLeadChunk(trx: Trx, workspaceId: string, chunk: Batc
   }
   leads.sort((a, b) => (a.phone.key < b.phone.key ? -1 : a.phone.key > b.phone.key ? 1 : a.index - b.index));
   const outcomes = await upsertLeads(trx, workspaceId, leads, options);
-  outcomes.forEach((outcome, i) => answers.push('error' in outcome ? refused(leads[i].index, outcome.error) : { index: leads[i].index, status: outcome.created ? 201 : 200, data: outcome.lead }));
+  outcomes.forEach((outcome, i) =>
+    answers.push(
+      'error' in outcome
+        ? refused(leads[i].index, outcome.error)
+        : { index: leads[i].index, status: outcome.created ? 201 : 200, data: outcome.lead },
+    ),
+  );
   return answers;
 }
 
@@ -484,12 +564,17 @@ export async function softDeleteContact(db: Db, workspaceId: string, contactId: 
 export async function mergeContacts(db: Db, workspaceId: string, duplicateRef: string, intoRef: string) {
   // Ids compared and ordered as PostgreSQL reads them: a uuid in capitals names the same row.
   const [duplicateId, intoId] = [duplicateRef.toLowerCase(), intoRef.toLowerCase()];
-  if (duplicateId === intoId) throw new ApiError('VALIDATION', 'A contact cannot be merged into itself', { hint: 'intoId must name another contact.' });
+  if (duplicateId === intoId)
+    throw new ApiError('VALIDATION', 'A contact cannot be merged into itself', { hint: 'intoId must name another contact.' });
   return db.transaction(async (trx) => {
     // Both locked in id order: two merges of one pair, either way round, cannot deadlock.
     const locked = new Map<string, ContactRow>();
     for (const id of [duplicateId, intoId].sort()) {
-      const row = isUuid(id) ? await canonical(trx('contacts').where({ workspace_id: workspaceId, id })).forUpdate().first() : undefined;
+      const row = isUuid(id)
+        ? await canonical(trx('contacts').where({ workspace_id: workspaceId, id }))
+            .forUpdate()
+            .first()
+        : undefined;
       if (!row) throw new ApiError('CONTACT_NOT_FOUND', id === intoId ? 'The contact to merge into was not found' : 'Contact not found');
       locked.set(id, row);
     }
@@ -535,7 +620,10 @@ export async function mergeContacts(db: Db, workspaceId: string, duplicateRef: s
       [into.id, workspaceId, duplicate.id, into.id],
     );
 
-    const [gone]: ContactRow[] = await trx('contacts').where({ id: duplicate.id }).update({ merged_into_id: into.id, updated_at: now }).returning('*');
+    const [gone]: ContactRow[] = await trx('contacts')
+      .where({ id: duplicate.id })
+      .update({ merged_into_id: into.id, updated_at: now })
+      .returning('*');
     await recordEvent(trx, workspaceId, 'contact.merged', { ...leaving(gone), merged_into_id: into.id });
     const tags = ((await tagsOf(trx, [duplicate.id])).get(duplicate.id) ?? []).map((t) => t.id);
     const after = await changeContact(
@@ -564,7 +652,9 @@ export async function addTag(db: Db | Trx, workspaceId: string, contactId: strin
 export async function removeTag(db: Db | Trx, workspaceId: string, contactId: string, tagId: string, options: ChangeOptions) {
   return db.transaction(async (trx) => {
     const contact = await requireContact<ContactRow>(trx, workspaceId, contactId, { forUpdate: true });
-    const tag: TagRef | undefined = isUuid(tagId) ? await trx('tags').where({ workspace_id: workspaceId, id: tagId }).first('id', 'name', 'color') : undefined;
+    const tag: TagRef | undefined = isUuid(tagId)
+      ? await trx('tags').where({ workspace_id: workspaceId, id: tagId }).first('id', 'name', 'color')
+      : undefined;
     if (!tag) throw new ApiError('NOT_FOUND', 'Tag not found');
     const { removed } = await applyTagChanges(trx, workspaceId, contact, { remove: [tag] }, options);
     if (removed.length) await tagsChanged(trx, workspaceId, contact, options);
@@ -575,7 +665,13 @@ export async function removeTag(db: Db | Trx, workspaceId: string, contactId: st
 async function tagsChanged(trx: Trx, workspaceId: string, contact: ContactRow, options: ChangeOptions): Promise<void> {
   await trx('contacts').where({ id: contact.id }).update({ updated_at: trx.fn.now() });
   if (options.origin === 'panel') {
-    await recordEvent(trx, workspaceId, 'contact.updated', { contact_id: contact.id, contact_name: contact.name, phone: contact.phone, email: contact.email }, options.cause);
+    await recordEvent(
+      trx,
+      workspaceId,
+      'contact.updated',
+      { contact_id: contact.id, contact_name: contact.name, phone: contact.phone, email: contact.email },
+      options.cause,
+    );
   }
   await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: contact.id, changedFields: 'tags' }, options.cause);
 }
@@ -590,7 +686,15 @@ export async function panelCreateContact(db: Db, workspaceId: string, input: Lea
     const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first('id');
     if (existing) throw new ApiError('CONFLICT', 'A contact with this phone already exists', { hint: `Contact ${existing.id}.` });
     const [row]: ContactRow[] = await trx('contacts')
-      .insert({ workspace_id: workspaceId, name: input.name ?? '', phone: phone.e164, phone_key: phone.key, email: input.email ?? null, notes: input.notes ?? '', opted_out: input.optedOut ?? false })
+      .insert({
+        workspace_id: workspaceId,
+        name: input.name ?? '',
+        phone: phone.e164,
+        phone_key: phone.key,
+        email: input.email ?? null,
+        notes: input.notes ?? '',
+        opted_out: input.optedOut ?? false,
+      })
       .returning('*');
     await recordEvent(trx, workspaceId, 'contact.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email });
     const tags = await resolveTags(trx, workspaceId, input.tags ?? []);
@@ -628,11 +732,19 @@ export async function deleteUnusedContact(trx: Trx, workspaceId: string, contact
 
 /** Keeps the provider's identity of the contact's number (Cloud API wa_id), when it changed. */
 export async function recordWaId(trx: Trx, workspaceId: string, contactId: string, waId: string): Promise<void> {
-  await trx('contacts').where({ workspace_id: workspaceId, id: contactId }).whereRaw('wa_id IS DISTINCT FROM ?', [waId]).update({ wa_id: waId });
+  await trx('contacts')
+    .where({ workspace_id: workspaceId, id: contactId })
+    .whereRaw('wa_id IS DISTINCT FROM ?', [waId])
+    .update({ wa_id: waId });
 }
 
 /** The contact.created event of a contact made by a send (recorded once the provider accepted it). */
 export async function recordContactCreated(trx: Trx, workspaceId: string, contactId: string): Promise<void> {
   const contact = await trx('contacts').where({ workspace_id: workspaceId, id: contactId }).first('id', 'name', 'phone', 'email');
-  await recordEvent(trx, workspaceId, 'contact.created', { contact_id: contact.id, name: contact.name, phone: contact.phone, email: contact.email });
+  await recordEvent(trx, workspaceId, 'contact.created', {
+    contact_id: contact.id,
+    name: contact.name,
+    phone: contact.phone,
+    email: contact.email,
+  });
 }

@@ -1,8 +1,29 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import { CONTACT_ROW_COLUMNS, ContactRowWithTags, LeadPageRow, serializeLead, serializeLeadsWithTags, tagListColumn } from './contacts';
-import { compiledOnce, instantsAsText, prepared, type Db, SyncRead, SyncSource, syncPage, syncParams, updatedAfterParam } from '../platform';
-import { DEAL_STATUSES, isoInstant, likeContains, PAGE_TOTAL, pageQuery, queryBoolean, sortQuery, isUuid, trimmedText, iso } from '../kernel';
+import {
+  compiledOnce,
+  instantsAsText,
+  prepared,
+  type Db,
+  SyncRead,
+  SyncSource,
+  syncPage,
+  syncParams,
+  updatedAfterParam,
+} from '../platform';
+import {
+  DEAL_STATUSES,
+  isoInstant,
+  likeContains,
+  PAGE_TOTAL,
+  pageQuery,
+  queryBoolean,
+  sortQuery,
+  isUuid,
+  trimmedText,
+  iso,
+} from '../kernel';
 import { canonical } from './contact-refs';
 
 /**
@@ -13,7 +34,11 @@ import { canonical } from './contact-refs';
 /** Sortable columns of the lead list (each backed by an index on canonical contacts). */
 const LEAD_SORT = { createdAt: 'contacts.created_at', updatedAt: 'contacts.updated_at', name: 'lower(contacts.name)' } as const;
 /** The column each sort reads. */
-const LEAD_SORT_COLUMN: Record<keyof typeof LEAD_SORT, string> = { createdAt: 'contacts.created_at', updatedAt: 'contacts.updated_at', name: 'contacts.name' };
+const LEAD_SORT_COLUMN: Record<keyof typeof LEAD_SORT, string> = {
+  createdAt: 'contacts.created_at',
+  updatedAt: 'contacts.updated_at',
+  name: 'contacts.name',
+};
 
 export const leadListQuery = pageQuery()
   .extend({
@@ -26,13 +51,23 @@ export const leadListQuery = pageQuery()
     createdBefore: isoInstant.optional(),
     updatedAfter: updatedAfterParam,
     ...syncParams('leads'),
-    includeDeleted: queryBoolean
-      .optional()
-      .meta({ description: 'Cursor paging only: `true` also returns deleted and merged leads, as tombstones `{ id, deleted: true, deletedAt, mergedIntoId, updatedAt }`.' }),
+    includeDeleted: queryBoolean.optional().meta({
+      description:
+        'Cursor paging only: `true` also returns deleted and merged leads, as tombstones `{ id, deleted: true, deletedAt, mergedIntoId, updatedAt }`.',
+    }),
   })
   .extend(sortQuery(LEAD_SORT, { sort: 'createdAt', order: 'desc' }).shape);
 export type LeadFilters = z.infer<typeof leadListQuery>;
-const LEAD_FILTERS = ['q', 'tag', 'pipelineId', 'stageId', 'status', 'createdAfter', 'createdBefore', 'updatedAfter'] as const satisfies readonly (keyof LeadFilters)[];
+const LEAD_FILTERS = [
+  'q',
+  'tag',
+  'pipelineId',
+  'stageId',
+  'status',
+  'createdAfter',
+  'createdBefore',
+  'updatedAfter',
+] as const satisfies readonly (keyof LeadFilters)[];
 
 /**
  * The workspace's tag a `tag=` value names: its id, else its name (case-insensitive; names are
@@ -72,7 +107,13 @@ function leadSearch(q: string): LeadSearch {
  * of the stage) first costs more than a few hundred index probes; over every match, the join is
  * the better plan. The search, likewise, as a test per row rather than an index condition.
  */
-function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: LeadFilters, options: { perRow?: boolean } & Given = {}): Knex.QueryBuilder {
+function applyLeadFilters(
+  db: Db,
+  q: Knex.QueryBuilder,
+  workspaceId: string,
+  f: LeadFilters,
+  options: { perRow?: boolean } & Given = {},
+): Knex.QueryBuilder {
   if (f.q) {
     const { term, digits } = options.search ?? leadSearch(f.q);
     const searched = `(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), ''))`;
@@ -90,7 +131,9 @@ function applyLeadFilters(db: Db, q: Knex.QueryBuilder, workspaceId: string, f: 
     });
   }
   if (f.tag) {
-    const tagged = db('contact_tags as ct').whereRaw('ct.contact_id = contacts.id').where('ct.tag_id', tagIdQuery(db, workspaceId, f.tag.trim(), options));
+    const tagged = db('contact_tags as ct')
+      .whereRaw('ct.contact_id = contacts.id')
+      .where('ct.tag_id', tagIdQuery(db, workspaceId, f.tag.trim(), options));
     if (options.perRow) q.whereRaw('coalesce((?), false)', [tagged.select(db.raw('true')).limit(1, { skipBinding: true })]);
     else q.whereExists(tagged.select(db.raw('1')));
   }
@@ -173,10 +216,20 @@ const PROBE = { min: 1000, perRow: 40, max: 20000 };
  * the filter's share of the leads. Undefined for any other filter or sort, and for pipelineId with
  * stageId (no facet: that combination counts).
  */
-function membershipWalk(db: Db, workspaceId: string, f: LeadFilters, given: Given = {}): { table: string; where: (q: Knex.QueryBuilder) => Knex.QueryBuilder } | undefined {
+function membershipWalk(
+  db: Db,
+  workspaceId: string,
+  f: LeadFilters,
+  given: Given = {},
+): { table: string; where: (q: Knex.QueryBuilder) => Knex.QueryBuilder } | undefined {
   const kind = walkedFilter(f);
-  if (kind === 'tag') return { table: 'contact_tags', where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim(), given)) };
-  if (kind === 'facet') return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).where('m.facet', dealFacetKey(db, f)) };
+  if (kind === 'tag')
+    return {
+      table: 'contact_tags',
+      where: (q) => q.where('m.workspace_id', workspaceId).where('m.tag_id', tagIdQuery(db, workspaceId, f.tag!.trim(), given)),
+    };
+  if (kind === 'facet')
+    return { table: 'contact_deal_facets', where: (q) => q.where('m.workspace_id', workspaceId).where('m.facet', dealFacetKey(db, f)) };
   return undefined;
 }
 
@@ -206,8 +259,15 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
   // The tags are read for the page's rows only: under the Limit, the subquery would run for every
   // row an offset skips (seconds at offset 20,000, a statement timeout at 100,000).
   const page = (source: Knex.QueryBuilder) => {
-    const rows = applyLeadFilters(db, source, workspaceId, query, given).orderByRaw(order).select(LEAD_ROW_COLUMNS).limit(query.limit, limit).offset(query.offset);
-    return db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+    const rows = applyLeadFilters(db, source, workspaceId, query, given)
+      .orderByRaw(order)
+      .select(LEAD_ROW_COLUMNS)
+      .limit(query.limit, limit)
+      .offset(query.offset);
+    return db
+      .from(rows.as('contacts'))
+      .orderByRaw(order)
+      .select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
   // The prefix carries only the columns the sort and the filters read (for a date sort with tag or
@@ -218,10 +278,25 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
   if (query.createdAfter || query.createdBefore) columns.add('contacts.created_at');
   if (query.updatedAfter) columns.add('contacts.updated_at');
   const probePage = (rows: number): Knex.QueryBuilder => {
-    const prefixRows = visible().orderByRaw(order).limit(rows, limit).select(query.q ? LEAD_ROW_COLUMNS : [...columns]).as('contacts');
-    const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true, ...given }).orderByRaw(order).limit(query.limit, limit).offset(query.offset);
-    if (query.q) return db.from(found.select(LEAD_ROW_COLUMNS).as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
-    return db('contacts').join(found.select('contacts.id').as('found'), 'found.id', 'contacts.id').where('contacts.workspace_id', workspaceId).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+    const prefixRows = visible()
+      .orderByRaw(order)
+      .limit(rows, limit)
+      .select(query.q ? LEAD_ROW_COLUMNS : [...columns])
+      .as('contacts');
+    const found = applyLeadFilters(db, db.from(prefixRows), workspaceId, query, { perRow: true, ...given })
+      .orderByRaw(order)
+      .limit(query.limit, limit)
+      .offset(query.offset);
+    if (query.q)
+      return db
+        .from(found.select(LEAD_ROW_COLUMNS).as('contacts'))
+        .orderByRaw(order)
+        .select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+    return db('contacts')
+      .join(found.select('contacts.id').as('found'), 'found.id', 'contacts.id')
+      .where('contacts.workspace_id', workspaceId)
+      .orderByRaw(order)
+      .select(...LEAD_ROW_COLUMNS, tagListColumn(db));
   };
   const prefix = Math.min(Math.max(PROBE.perRow * (query.offset + query.limit), PROBE.min), PROBE.max);
   const count = applyLeadFilters(db, visible(), workspaceId, query, given).count<{ total: number }[]>({ total: '*' });
@@ -237,9 +312,24 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
       .select(LEAD_ROW_COLUMNS)
       .limit(query.limit, limit)
       .offset(query.offset);
-    return { page: db.from(rows.as('contacts')).orderByRaw(order).select(...LEAD_ROW_COLUMNS, tagListColumn(db)), probe: undefined, pagePlanFixed: true, count, maintained };
+    return {
+      page: db
+        .from(rows.as('contacts'))
+        .orderByRaw(order)
+        .select(...LEAD_ROW_COLUMNS, tagListColumn(db)),
+      probe: undefined,
+      pagePlanFixed: true,
+      count,
+      maintained,
+    };
   }
-  return { page: page(visible()), probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined, pagePlanFixed: !filtered, count, maintained };
+  return {
+    page: page(visible()),
+    probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined,
+    pagePlanFixed: !filtered,
+    count,
+    maintained,
+  };
 }
 
 /**
@@ -280,7 +370,10 @@ function rememberSearchTotal(key: string, entry: { version: number; total: numbe
 const searchCounts = new Map<string, Promise<{ version: number; total: number }>>();
 
 /** The count of this search under way in this process, or a new one that later requests will share. */
-function sharedSearchCount(key: string, count: () => Promise<{ version: number; total: number }>): Promise<{ version: number; total: number }> {
+function sharedSearchCount(
+  key: string,
+  count: () => Promise<{ version: number; total: number }>,
+): Promise<{ version: number; total: number }> {
   let counting = searchCounts.get(key);
   if (!counting) {
     const started = count();
@@ -309,7 +402,12 @@ function rememberedSearchTotal(key: string, version: unknown): number | undefine
  */
 const allLeadsPage = compiledOnce(
   (db, v: { workspaceId: string; offset?: number }, shape: Pick<LeadFilters, 'sort' | 'order' | 'limit'>) => {
-    const { page, maintained } = leadListQueries(db, v.workspaceId, { sort: shape.sort, order: shape.order, limit: shape.limit, offset: v.offset ?? 0 } as LeadFilters);
+    const { page, maintained } = leadListQueries(db, v.workspaceId, {
+      sort: shape.sort,
+      order: shape.order,
+      limit: shape.limit,
+      offset: v.offset ?? 0,
+    } as LeadFilters);
     return page.select({ [PAGE_TOTAL]: maintained! });
   },
   // The first page has no OFFSET (knex writes none for 0), and must keep it so: with a bound OFFSET
@@ -326,7 +424,13 @@ const allLeadsPage = compiledOnce(
 const WALKED_FILTERS = ['tag', 'pipelineId', 'stageId', 'status'] as const;
 const walkedPage = compiledOnce(
   (db, v: Record<string, string | number>, shape: Pick<LeadFilters, 'order' | 'limit'> & { tagIsId: boolean }) => {
-    const filters = { sort: 'createdAt', order: shape.order, limit: shape.limit, offset: v.offset ?? 0, ...Object.fromEntries(WALKED_FILTERS.map((name) => [name, v[name]])) } as LeadFilters;
+    const filters = {
+      sort: 'createdAt',
+      order: shape.order,
+      limit: shape.limit,
+      offset: v.offset ?? 0,
+      ...Object.fromEntries(WALKED_FILTERS.map((name) => [name, v[name]])),
+    } as LeadFilters;
     const { page, maintained } = leadListQueries(db, v.workspaceId as string, filters, { tagIsId: shape.tagIsId });
     return page.select({ [PAGE_TOTAL]: maintained! });
   },
@@ -382,7 +486,9 @@ type SearchValues = { workspaceId: string; term: string } | { workspaceId: strin
 const searchFirstPage = compiledOnce(
   (db, v: SearchValues, shape: Pick<LeadFilters, 'sort' | 'order' | 'limit'>) => {
     const filters = { sort: shape.sort, order: shape.order, limit: shape.limit, offset: 0, q: v.term } as LeadFilters;
-    const { probe } = leadListQueries(db, v.workspaceId, filters, { search: { term: v.term, digits: 'digits' in v ? v.digits : undefined } });
+    const { probe } = leadListQueries(db, v.workspaceId, filters, {
+      search: { term: v.term, digits: 'digits' in v ? v.digits : undefined },
+    });
     return probe!.select({ [SEARCH_VERSION]: searchVersionQuery(db, v.workspaceId) });
   },
   (shape) => `${shape.sort} ${shape.order} ${shape.limit}`,
@@ -414,7 +520,12 @@ function rememberSearchPage(pageKey: string, page: { version: number; ids: strin
 }
 
 /** The remembered page (searchPages) read again by key, if the search version still reads the same; else undefined. */
-async function searchPageAgain(db: Db, workspaceId: string, query: LeadFilters, pageKey: string): Promise<Array<LeadPageRow & { [SEARCH_VERSION]: string }> | undefined> {
+async function searchPageAgain(
+  db: Db,
+  workspaceId: string,
+  query: LeadFilters,
+  pageKey: string,
+): Promise<Array<LeadPageRow & { [SEARCH_VERSION]: string }> | undefined> {
   const remembered = searchPages.get(pageKey);
   if (!remembered) return undefined;
   const { rows } = (await prepared(instantsAsText(searchPageByIds(db, { workspaceId, ids: `{${remembered.ids.join(',')}}` }, query)))) as {
@@ -440,7 +551,9 @@ async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: 
   let built: ReturnType<typeof leadListQueries> | undefined;
   const q = () => (built ??= leadListQueries(db, workspaceId, query, { search }));
   const read = async (source: Knex.QueryBuilder, options: { withCount?: boolean; prepare?: boolean }): Promise<Row[]> => {
-    const statement = instantsAsText(source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q().count } : {}) }));
+    const statement = instantsAsText(
+      source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q().count } : {}) }),
+    );
     return options.prepare ? prepared(statement) : statement;
   };
   const pageKey = query.sort === 'createdAt' ? `${key}\u0000${query.order} ${query.limit} ${query.offset}` : undefined;
@@ -449,11 +562,13 @@ async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: 
     // The prefix runs prepared (see leadListQueries); a search's page over every match does not.
     rows = [];
     if (query.offset === 0 && query.createdAfter === undefined && query.createdBefore === undefined) {
-      const values: SearchValues = search.digits === undefined ? { workspaceId, term: search.term } : { workspaceId, term: search.term, digits: search.digits };
+      const values: SearchValues =
+        search.digits === undefined ? { workspaceId, term: search.term } : { workspaceId, term: search.term, digits: search.digits };
       rows = ((await prepared(instantsAsText(searchFirstPage(db, values, query)))) as { rows: Row[] }).rows;
     } else if (q().probe) rows = await read(q().probe!, { prepare: true });
     if (rows.length < query.limit) rows = await read(q().page, { withCount: !searchTotals.has(key) });
-    if (pageKey && rows.length > 0) rememberSearchPage(pageKey, { version: Number(rows[0][SEARCH_VERSION]), ids: rows.map((row) => row.id) });
+    if (pageKey && rows.length > 0)
+      rememberSearchPage(pageKey, { version: Number(rows[0][SEARCH_VERSION]), ids: rows.map((row) => row.id) });
   }
   const first = rows[0];
   let total: number | undefined;
@@ -503,7 +618,13 @@ type SyncedContact = ContactRowWithTags & { deleted_at: Date | null; merged_into
  * `deletedAt` is when it left (a merge stamps updated_at and nothing else).
  */
 function serializeTombstone(row: SyncedContact) {
-  return { id: row.id, deleted: true as const, deletedAt: iso(row.deleted_at ?? row.updated_at)!, mergedIntoId: row.merged_into_id, updatedAt: iso(row.updated_at)! };
+  return {
+    id: row.id,
+    deleted: true as const,
+    deletedAt: iso(row.deleted_at ?? row.updated_at)!,
+    mergedIntoId: row.merged_into_id,
+    updatedAt: iso(row.updated_at)!,
+  };
 }
 
 /** One sync page of leads (and, with `includeDeleted`, tombstones). */

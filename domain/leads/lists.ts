@@ -38,7 +38,12 @@ const columns = (db: Writer) => ['lists.id', 'lists.name', 'lists.created_at', '
 export async function listLists(db: Db, workspaceId: string, page: Page) {
   const scope = db('lists').where({ workspace_id: workspaceId });
   const { rows, total } = await pageWithTotal<ListRow>(scope, page, (q) =>
-    q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select(columns(db)),
+    q
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .select(columns(db)),
   );
   return { rows: rows.map(serializeList), total };
 }
@@ -51,13 +56,18 @@ export async function getList(db: Writer, workspaceId: string, listId: string) {
 }
 
 export async function createList(db: Writer, workspaceId: string, input: { name: string }) {
-  const [row] = await db('lists').insert({ workspace_id: workspaceId, name: input.name }).returning(['id', 'name', 'created_at', 'updated_at']);
+  const [row] = await db('lists')
+    .insert({ workspace_id: workspaceId, name: input.name })
+    .returning(['id', 'name', 'created_at', 'updated_at']);
   return serializeList({ ...row, contact_count: 0 });
 }
 
 export async function renameList(db: Writer, workspaceId: string, listId: string, input: { name: string }) {
   if (!isUuid(listId)) throw notFound('List');
-  const updated = await db('lists').where({ workspace_id: workspaceId, id: listId }).update({ name: input.name, updated_at: db.fn.now() }).returning('id');
+  const updated = await db('lists')
+    .where({ workspace_id: workspaceId, id: listId })
+    .update({ name: input.name, updated_at: db.fn.now() })
+    .returning('id');
   if (updated.length === 0) throw notFound('List');
   return getList(db, workspaceId, listId);
 }
@@ -89,7 +99,9 @@ export async function addContactsToList(db: Db, workspaceId: string, listId: str
     const ids = unique.filter(isUuid);
     // Share locks keep the contacts canonical until the memberships are written.
     const found: string[] = ids.length
-      ? await canonical(trx('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids)).forShare().pluck('id')
+      ? await canonical(trx('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids))
+          .forShare()
+          .pluck('id')
       : [];
     if (found.length !== unique.length) {
       const missing = unique.filter((id) => !found.includes(id));
@@ -133,7 +145,12 @@ export async function listContactsOfList(db: Db, workspaceId: string, listId: st
       .where({ 'lm.workspace_id': workspaceId, 'lm.list_id': listId, 'contacts.workspace_id': workspaceId }),
   );
   const { rows, total } = await pageWithTotal<ContactRow>(scope, page, (q) =>
-    q.orderBy([{ column: 'lm.created_at', order: 'desc' }, { column: 'lm.contact_id', order: 'desc' }]).select('contacts.*'),
+    q
+      .orderBy([
+        { column: 'lm.created_at', order: 'desc' },
+        { column: 'lm.contact_id', order: 'desc' },
+      ])
+      .select('contacts.*'),
   );
   return { rows: await serializeLeads(db, rows), total };
 }

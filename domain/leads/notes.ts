@@ -30,7 +30,12 @@ export async function listNotes(db: Db, workspaceId: string, contactId: string, 
   await requireContact(db, workspaceId, contactId);
   const scope = db('notes').where({ workspace_id: workspaceId, contact_id: contactId });
   const { rows, total } = await pageWithTotal<NoteRow>(scope, page, (q) =>
-    q.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).select(COLUMNS),
+    q
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .select(COLUMNS),
   );
   return { rows: rows.map(serializeNote), total };
 }
@@ -70,7 +75,12 @@ export async function updateNote(db: Writer, workspaceId: string, contactId: str
   return serializeNote(row);
 }
 
-export async function deleteNote(db: Writer, workspaceId: string, contactId: string, noteId: string): Promise<{ id: string; deleted: true }> {
+export async function deleteNote(
+  db: Writer,
+  workspaceId: string,
+  contactId: string,
+  noteId: string,
+): Promise<{ id: string; deleted: true }> {
   await requireContact(db, workspaceId, contactId);
   if (!isUuid(noteId)) throw notFound('Note');
   const deleted = await db('notes').where({ workspace_id: workspaceId, contact_id: contactId, id: noteId }).delete();

@@ -20,7 +20,6 @@ export function serializeTag(row: TagRow) {
   return { id: row.id, name: row.name, color: row.color, createdAt: iso(row.created_at) };
 }
 
-
 const isUniqueViolation = (err: unknown): boolean => (err as { code?: string })?.code === '23505';
 const nameTaken = (name: string) =>
   new ApiError('CONFLICT', `A tag named "${name}" already exists in this workspace`, { hint: 'Tag names are unique regardless of case.' });
@@ -90,7 +89,10 @@ export async function deleteTag(db: Db, workspaceId: string, tagId: string): Pro
     const inProgress = (rows as { id: string; status: string }[]).filter((b) => b.status === 'in_progress');
     if (inProgress.length) {
       throw new ApiError('TAG_IN_USE', 'The tag is used by a broadcast in progress', {
-        hint: `Broadcast${inProgress.length > 1 ? 's' : ''} ${inProgress.slice(0, 5).map((b) => b.id).join(', ')}; retry when finished.`,
+        hint: `Broadcast${inProgress.length > 1 ? 's' : ''} ${inProgress
+          .slice(0, 5)
+          .map((b) => b.id)
+          .join(', ')}; retry when finished.`,
       });
     }
     await trx('tags').where({ workspace_id: workspaceId, id: tagId }).delete();

@@ -26,7 +26,8 @@ export async function pruneRetention(db: Db, days: number): Promise<Record<strin
   const removed: Record<string, number> = {};
   for (const [table, { done, hours }] of Object.entries(RETENTION_TABLES)) {
     removed[table] = 0;
-    const cutoff = hours === undefined ? db.raw(`now() - make_interval(days => ?)`, [days]) : db.raw(`now() - make_interval(hours => ?)`, [hours]);
+    const cutoff =
+      hours === undefined ? db.raw(`now() - make_interval(days => ?)`, [days]) : db.raw(`now() - make_interval(hours => ?)`, [hours]);
     for (;;) {
       const n: number = await db(table)
         .whereIn('id', db(table).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('id'))

@@ -30,8 +30,15 @@ export async function sealStoredSecrets(
   };
 
   let instances = 0;
-  for (const row of (await db('instances').select('id', 'workspace_id', 'config')) as { id: string; workspace_id: string; config: InstanceConfig }[]) {
-    const stale = INSTANCE_SECRETS.filter((field) => typeof row.config[field] === 'string' && !sealedAs(ring, row.config[field]!, instanceSecretBinding(row.workspace_id, field)));
+  for (const row of (await db('instances').select('id', 'workspace_id', 'config')) as {
+    id: string;
+    workspace_id: string;
+    config: InstanceConfig;
+  }[]) {
+    const stale = INSTANCE_SECRETS.filter(
+      (field) =>
+        typeof row.config[field] === 'string' && !sealedAs(ring, row.config[field]!, instanceSecretBinding(row.workspace_id, field)),
+    );
     if (stale.length === 0) continue;
     let changed = false;
     const config = mapInstanceSecrets(row.config, (value, field) => {
@@ -44,7 +51,9 @@ export async function sealStoredSecrets(
     if (!changed) continue;
     // Only the secrets, merged: a concurrent change of another key of the config is kept.
     const secrets = Object.fromEntries(INSTANCE_SECRETS.filter((f) => config[f] !== row.config[f]).map((f) => [f, config[f]]));
-    await db('instances').where({ id: row.id }).update({ config: db.raw('config || ?::jsonb', [JSON.stringify(secrets)]) });
+    await db('instances')
+      .where({ id: row.id })
+      .update({ config: db.raw('config || ?::jsonb', [JSON.stringify(secrets)]) });
     instances++;
   }
 
@@ -58,7 +67,9 @@ export async function sealStoredSecrets(
     for (const row of rows) {
       const sealed = reseal(row.value, { workspaceId: row.workspace_id, purpose });
       if (sealed === null) continue;
-      await db(table).where({ id: row.id, workspace_id: row.workspace_id, [column]: row.value }).update({ [column]: sealed });
+      await db(table)
+        .where({ id: row.id, workspace_id: row.workspace_id, [column]: row.value })
+        .update({ [column]: sealed });
       count++;
     }
     return count;

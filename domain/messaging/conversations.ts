@@ -123,7 +123,10 @@ export interface ConversationFilters {
  * simply matches nothing.
  */
 export async function listConversations(db: Db, workspaceId: string, filters: ConversationFilters, page: Page) {
-  if ((filters.instanceId !== undefined && !isUuid(filters.instanceId)) || (filters.contactId !== undefined && !isUuid(filters.contactId))) {
+  if (
+    (filters.instanceId !== undefined && !isUuid(filters.instanceId)) ||
+    (filters.contactId !== undefined && !isUuid(filters.contactId))
+  ) {
     return listEnvelope<Conversation>([], 0, page);
   }
   const scope = visibleConversations(db, workspaceId);
@@ -131,7 +134,9 @@ export async function listConversations(db: Db, workspaceId: string, filters: Co
   if (filters.contactId !== undefined) scope.where('c.contact_id', filters.contactId);
   if (filters.status !== undefined) scope.where('c.status', filters.status);
   if (filters.updatedAfter !== undefined) scope.where('c.updated_at', '>=', filters.updatedAfter);
-  const { rows, total } = await pageWithTotal<ConversationRow>(scope, page, (q) => q.orderByRaw('c.last_message_at DESC NULLS LAST, c.id ASC').select(COLUMNS));
+  const { rows, total } = await pageWithTotal<ConversationRow>(scope, page, (q) =>
+    q.orderByRaw('c.last_message_at DESC NULLS LAST, c.id ASC').select(COLUMNS),
+  );
   return listEnvelope(rows.map(serializeConversation), total, page);
 }
 
@@ -189,17 +194,40 @@ export async function conversationForSend(trx: Knex.Transaction, workspaceId: st
   return visibleConversations(trx, workspaceId)
     .where('c.id', conversationId)
     .forUpdate('c')
-    .first('c.id', 'c.last_inbound_at', 'c.contact_id', 'i.id as instance_id', 'i.channel', 'i.provider', 'i.connected', 'ct.name', 'ct.phone', 'ct.opted_out', 'ct.wa_id');
+    .first(
+      'c.id',
+      'c.last_inbound_at',
+      'c.contact_id',
+      'i.id as instance_id',
+      'i.channel',
+      'i.provider',
+      'i.connected',
+      'ct.name',
+      'ct.phone',
+      'ct.opted_out',
+      'ct.wa_id',
+    );
 }
 
 /** Locks the conversation if it still exists (a failed concurrent send may have compensated it away). */
-export async function lockConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string): Promise<{ id: string } | undefined> {
+export async function lockConversation(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  conversationId: string,
+): Promise<{ id: string } | undefined> {
   return trx('conversations').where({ workspace_id: workspaceId, id: conversationId }).forUpdate().first('id');
 }
 
 /** The conversation's clock moves to its newest message. */
-export async function touchConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string, lastMessageAt: Date): Promise<void> {
-  await trx('conversations').where({ workspace_id: workspaceId, id: conversationId }).update({ last_message_at: lastMessageAt, updated_at: trx.fn.now() });
+export async function touchConversation(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  conversationId: string,
+  lastMessageAt: Date,
+): Promise<void> {
+  await trx('conversations')
+    .where({ workspace_id: workspaceId, id: conversationId })
+    .update({ last_message_at: lastMessageAt, updated_at: trx.fn.now() });
 }
 
 /** Deletes the conversation unless it holds a message (a send's compensation). */

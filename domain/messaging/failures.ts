@@ -13,7 +13,10 @@ import { dailyLimitRefusal, isDailyLimitCode } from './sending';
 export type FailureDetail = Record<string, unknown>;
 
 /** The ApplicationFailure an activity throws for `err`. */
-export function toFailure(err: ApiError, options: { message?: string; retryable?: boolean; detail?: FailureDetail } = {}): ApplicationFailure {
+export function toFailure(
+  err: ApiError,
+  options: { message?: string; retryable?: boolean; detail?: FailureDetail } = {},
+): ApplicationFailure {
   // The HTTP status tells a workflow a refusal (4xx: the request cannot be served as asked) from a failure.
   const detail = { ...(err.hint !== undefined ? { hint: err.hint } : {}), status: err.status, ...options.detail };
   return ApplicationFailure.create({
@@ -51,7 +54,8 @@ export function fromRefusal(refused: { code: string; message: string; hint?: str
 
 export function fromFailure(err: unknown, fallback: () => ApiError): ApiError {
   let cause: unknown = err;
-  while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES)) cause = (cause as { cause?: unknown }).cause;
+  while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES))
+    cause = (cause as { cause?: unknown }).cause;
   if (!(cause instanceof ApplicationFailure)) return fallback();
   const details = (cause.details?.[0] ?? {}) as { hint?: string };
   if (cause.type && isDailyLimitCode(cause.type)) return dailyLimitRefusal(cause.type, new Date(), cause.message, details.hint);

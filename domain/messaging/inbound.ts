@@ -37,9 +37,16 @@ import { MEDIA_TYPES } from '../../types/messaging';
 export type WebhookInstance = Pick<InstanceRow, 'id' | 'workspace_id' | 'channel' | 'provider' | 'archived' | 'config'>;
 
 /** The instance a webhook URL names (any workspace: the URL carries no workspace), or undefined. */
-export async function findWebhookInstance(db: Db, ring: KeyRing, instanceId: string, provider: 'cloud' | 'web'): Promise<WebhookInstance | undefined> {
+export async function findWebhookInstance(
+  db: Db,
+  ring: KeyRing,
+  instanceId: string,
+  provider: 'cloud' | 'web',
+): Promise<WebhookInstance | undefined> {
   if (!isUuid(instanceId)) return undefined;
-  const row: WebhookInstance | undefined = await db('instances').where({ id: instanceId, channel: 'whatsapp', provider }).first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
+  const row: WebhookInstance | undefined = await db('instances')
+    .where({ id: instanceId, channel: 'whatsapp', provider })
+    .first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
   return row && { ...row, config: openInstanceConfig(ring, row.config, row.workspace_id) };
 }
 
@@ -277,7 +284,10 @@ export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstan
           result.skipped.push({ reason: `status ${String(state ?? 'missing')} is not handled`, id });
           continue;
         }
-        const reference = typeof status?.biz_opaque_callback_data === 'string' && status.biz_opaque_callback_data.length <= 1000 ? status.biz_opaque_callback_data : undefined;
+        const reference =
+          typeof status?.biz_opaque_callback_data === 'string' && status.biz_opaque_callback_data.length <= 1000
+            ? status.biz_opaque_callback_data
+            : undefined;
         const recipientId = str(status?.recipient_id);
         result.statuses.push({
           providerMessageId: id,
@@ -347,7 +357,8 @@ export function parseWebGatewayWebhook(payload: unknown, now = new Date()): Pars
       continue;
     }
     const inner = obj(message[kind]) ?? {};
-    const body = kind === 'conversation' ? str(message.conversation) : kind === 'extendedTextMessage' ? str(inner.text) : str(inner.caption);
+    const body =
+      kind === 'conversation' ? str(message.conversation) : kind === 'extendedTextMessage' ? str(inner.text) : str(inner.caption);
     result.messages.push({
       providerMessageId: id,
       phone: parsed.phone,
@@ -407,7 +418,10 @@ export const ITEMS_PER_TRANSACTION = 50;
  */
 export function refuseOversizedDelivery(instance: WebhookInstance, parsed: ParsedWebhook, log?: Logger): void {
   if (parsed.items <= MAX_DELIVERY_ITEMS) return;
-  log?.warn({ instanceId: instance.id, workspaceId: instance.workspace_id, items: parsed.items, limit: MAX_DELIVERY_ITEMS }, 'inbound webhook refused: more items than one provider delivery carries');
+  log?.warn(
+    { instanceId: instance.id, workspaceId: instance.workspace_id, items: parsed.items, limit: MAX_DELIVERY_ITEMS },
+    'inbound webhook refused: more items than one provider delivery carries',
+  );
   throw new ApiError('PAYLOAD_TOO_LARGE', `The delivery carries ${parsed.items} items; at most ${MAX_DELIVERY_ITEMS} are taken`, {
     hint: `Messages, statuses and contacts over all entries and changes count; send at most ${MAX_DELIVERY_ITEMS} per delivery. Nothing was recorded.`,
   });
@@ -425,7 +439,12 @@ type WorkItem = { message: InboundMessage } | { status: StatusUpdate };
  * already recorded is a duplicate, a contact or conversation is found instead of created, and a
  * status moves only forward, so one applied again changes nothing.
  */
-export async function applyProviderWebhook(db: Db, instance: WebhookInstance, parsed: ParsedWebhook, log?: Logger): Promise<WebhookOutcome> {
+export async function applyProviderWebhook(
+  db: Db,
+  instance: WebhookInstance,
+  parsed: ParsedWebhook,
+  log?: Logger,
+): Promise<WebhookOutcome> {
   refuseOversizedDelivery(instance, parsed, log);
   const outcome: WebhookOutcome = { received: 0, duplicates: 0, statuses: 0, ignored: parsed.skipped.length };
   const workspaceId = instance.workspace_id;
@@ -497,7 +516,13 @@ async function reconcileAttempt(trx: Knex.Transaction, workspaceId: string, stat
   const updated = await trx('send_attempts')
     .where({ workspace_id: workspaceId, reference: status.reference })
     .whereIn('state', ['in_flight', 'failed'])
-    .update({ state: 'sent', provider_message_id: status.providerMessageId, wa_id: status.recipientId ?? null, error: null, updated_at: trx.fn.now() });
+    .update({
+      state: 'sent',
+      provider_message_id: status.providerMessageId,
+      wa_id: status.recipientId ?? null,
+      error: null,
+      updated_at: trx.fn.now(),
+    });
   return updated > 0;
 }
 
@@ -508,7 +533,10 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
   const seen = await trx('messages').where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId }).first('id');
   if (seen) return false;
 
-  const { contact, created } = await findOrCreateContact(trx, workspaceId, message.phone, { name: message.profileName, waId: message.waId });
+  const { contact, created } = await findOrCreateContact(trx, workspaceId, message.phone, {
+    name: message.profileName,
+    waId: message.waId,
+  });
   if (!created && contact.wa_id !== message.waId) {
     // The provider's identity of the number reconciles ours (not a human edit: no contact.updated).
     await trx('contacts').where({ workspace_id: workspaceId, id: contact.id }).update({ wa_id: message.waId });
@@ -523,7 +551,12 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
     [workspaceId, conversation.id, message.type, message.body, message.mediaRef, message.providerMessageId, message.timestamp],
   );
   if (created) {
-    await recordEvent(trx, workspaceId, 'contact.created', { contact_id: contact.id, name: contact.name, phone: contact.phone, email: contact.email });
+    await recordEvent(trx, workspaceId, 'contact.created', {
+      contact_id: contact.id,
+      name: contact.name,
+      phone: contact.phone,
+      email: contact.email,
+    });
   }
   const row = inserted.rows[0] as { id: string } | undefined;
   if (!row) return false;

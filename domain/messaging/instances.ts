@@ -6,13 +6,19 @@ import { ApiError, Page, pageWithTotal, iso, HTTP_URL } from '../kernel';
 /** Operator configuration of a connection. Tokens and secrets never leave the service. */
 export const instanceConfigSchema = z
   .object({
-    baseUrl: z.url({ protocol: /^https?$/ }).max(2048).meta({ pattern: HTTP_URL }),
+    baseUrl: z
+      .url({ protocol: /^https?$/ })
+      .max(2048)
+      .meta({ pattern: HTTP_URL }),
     phoneNumberId: z.string().min(1).max(64),
     accessToken: z.string().min(1).max(4096),
     appSecret: z.string().min(1).max(512),
     /** Token Meta sends back when verifying the webhook URL (default: the app secret). */
     verifyToken: z.string().min(1).max(512),
-    apiVersion: z.string().regex(/^v\d+\.\d+$/).max(16),
+    apiVersion: z
+      .string()
+      .regex(/^v\d+\.\d+$/)
+      .max(16),
     /** "web" gateways name their connection instead of using a phone-number id. */
     instanceName: z.string().min(1).max(200),
   })
@@ -31,7 +37,10 @@ export function mapInstanceSecrets(config: InstanceConfig, change: (value: strin
 export type InstanceSecret = (typeof INSTANCE_SECRETS)[number];
 
 /** Each secret is bound to the instance's workspace and to its field (domain/platform/encryption.ts SealBinding). */
-export const instanceSecretBinding = (workspaceId: string, field: InstanceSecret): SealBinding => ({ workspaceId, purpose: `instance.${field}` });
+export const instanceSecretBinding = (workspaceId: string, field: InstanceSecret): SealBinding => ({
+  workspaceId,
+  purpose: `instance.${field}`,
+});
 
 /**
  * `workspaceId`: the instance row's. Sealing without it writes the unbound form (the worker's pass
@@ -80,7 +89,9 @@ export function serializeInstanceForAdmin(row: InstanceRow) {
 /** Connections of the workspace, oldest first; archived ones never appear. */
 export async function listInstances(db: Db, workspaceId: string, page: Page) {
   const scope = db('instances').where({ workspace_id: workspaceId, archived: false });
-  const { rows, total } = await pageWithTotal<InstanceRow>(scope, page, (q) => q.orderBy([{ column: 'created_at' }, { column: 'id' }]).select('*'));
+  const { rows, total } = await pageWithTotal<InstanceRow>(scope, page, (q) =>
+    q.orderBy([{ column: 'created_at' }, { column: 'id' }]).select('*'),
+  );
   return { rows: rows.map(serializeInstance), total };
 }
 
@@ -102,13 +113,21 @@ export async function createInstance(db: Db, ring: KeyRing, workspaceId: string,
 }
 
 /** Changes the flags given; `config` keys are merged into the stored ones (a key not sent keeps its value). */
-export async function updateInstance(db: Db, ring: KeyRing, workspaceId: string, instanceId: string, patch: { connected?: boolean; archived?: boolean; config?: InstanceConfig }) {
+export async function updateInstance(
+  db: Db,
+  ring: KeyRing,
+  workspaceId: string,
+  instanceId: string,
+  patch: { connected?: boolean; archived?: boolean; config?: InstanceConfig },
+) {
   const [row]: InstanceRow[] = await db('instances')
     .where({ id: instanceId, workspace_id: workspaceId })
     .update({
       ...(patch.connected !== undefined ? { connected: patch.connected } : {}),
       ...(patch.archived !== undefined ? { archived: patch.archived } : {}),
-      ...(patch.config ? { config: db.raw('config || ?::jsonb', [JSON.stringify(sealInstanceConfig(ring, patch.config, workspaceId))]) } : {}),
+      ...(patch.config
+        ? { config: db.raw('config || ?::jsonb', [JSON.stringify(sealInstanceConfig(ring, patch.config, workspaceId))]) }
+        : {}),
       updated_at: db.fn.now(),
     })
     .returning('*');
@@ -121,7 +140,11 @@ export async function updateInstance(db: Db, ring: KeyRing, workspaceId: string,
  * channel is refused as unsupported), or the oldest two WhatsApp ones (two, so a choice between
  * several is refused: domain/messaging/sending.ts chooseInstance).
  */
-export async function sendCandidates(trx: Db | Knex.Transaction, workspaceId: string, instanceId: string | undefined): Promise<Pick<InstanceRow, 'id' | 'channel' | 'provider' | 'connected'>[]> {
+export async function sendCandidates(
+  trx: Db | Knex.Transaction,
+  workspaceId: string,
+  instanceId: string | undefined,
+): Promise<Pick<InstanceRow, 'id' | 'channel' | 'provider' | 'connected'>[]> {
   const live = trx('instances').where({ workspace_id: workspaceId, archived: false });
   return instanceId
     ? live.clone().where({ id: instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
@@ -129,11 +152,19 @@ export async function sendCandidates(trx: Db | Knex.Transaction, workspaceId: st
 }
 
 /** A live instance with its (sealed) configuration, for a provider call. */
-export async function liveInstanceConfig(db: Db, workspaceId: string, instanceId: string): Promise<Pick<InstanceRow, 'id' | 'provider' | 'config'> | undefined> {
+export async function liveInstanceConfig(
+  db: Db,
+  workspaceId: string,
+  instanceId: string,
+): Promise<Pick<InstanceRow, 'id' | 'provider' | 'config'> | undefined> {
   return db('instances').where({ workspace_id: workspaceId, id: instanceId, archived: false }).first('id', 'provider', 'config');
 }
 
 /** An instance's id and channel, archived or not (a send already prepared on it). */
-export async function instanceChannel(trx: Db | Knex.Transaction, workspaceId: string, instanceId: string): Promise<{ id: string; channel: string }> {
+export async function instanceChannel(
+  trx: Db | Knex.Transaction,
+  workspaceId: string,
+  instanceId: string,
+): Promise<{ id: string; channel: string }> {
   return trx('instances').where({ workspace_id: workspaceId, id: instanceId }).first('id', 'channel');
 }

@@ -15,7 +15,10 @@ export async function findOrCreateContact(
   workspaceId: string,
   phone: Phone,
   options: { name?: string; waId?: string } = {},
-): Promise<{ contact: { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null }; created: boolean }> {
+): Promise<{
+  contact: { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null };
+  created: boolean;
+}> {
   const inserted = await trx.raw(
     `INSERT INTO contacts (workspace_id, name, phone, phone_key, wa_id)
      VALUES (?, ?, ?, ?, ?)
@@ -51,7 +54,9 @@ export async function findOrCreateConversation(
     [workspaceId, contactId, instance.id, instance.channel],
   );
   if (inserted.rows[0]) return { conversation: inserted.rows[0], created: true };
-  const existing = await trx('conversations').where({ workspace_id: workspaceId, instance_id: instance.id, contact_id: contactId }).first('id', 'last_inbound_at');
+  const existing = await trx('conversations')
+    .where({ workspace_id: workspaceId, instance_id: instance.id, contact_id: contactId })
+    .first('id', 'last_inbound_at');
   return { conversation: existing, created: false };
 }
 
@@ -108,6 +113,8 @@ export async function recordOutboundMessage(
     [workspaceId, message.conversationId, message.type, message.body, message.mediaUrl, message.status, message.providerMessageId],
   );
   if (inserted.rows[0]) return { ...inserted.rows[0], inserted: true };
-  const row = await trx('messages').where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId }).first('id', 'timestamp');
+  const row = await trx('messages')
+    .where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId })
+    .first('id', 'timestamp');
   return { ...row, inserted: false };
 }

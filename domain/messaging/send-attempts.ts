@@ -23,7 +23,10 @@ export async function recordPreparation(trx: Writer, workspaceId: string, refere
 
 /** Marks the preparation undone; false when it already was (the compensation runs once). */
 export async function claimUndo(trx: Knex.Transaction, workspaceId: string, reference: string): Promise<boolean> {
-  const claimed = await trx('send_preparations').where({ reference, workspace_id: workspaceId }).whereNull('undone_at').update({ undone_at: trx.fn.now() });
+  const claimed = await trx('send_preparations')
+    .where({ reference, workspace_id: workspaceId })
+    .whereNull('undone_at')
+    .update({ undone_at: trx.fn.now() });
   return claimed > 0;
 }
 
@@ -31,7 +34,11 @@ export async function claimUndo(trx: Knex.Transaction, workspaceId: string, refe
  * The workspace's standing and the prepared contact's opt-out now, for a retried provider call
  * (the contact is the one prepare chose: its row in send_preparations, by the reference).
  */
-export async function standingSincePrepare(db: Db, workspaceId: string, reference: string): Promise<{ active: boolean; api_access: boolean; opted_out: boolean | null } | undefined> {
+export async function standingSincePrepare(
+  db: Db,
+  workspaceId: string,
+  reference: string,
+): Promise<{ active: boolean; api_access: boolean; opted_out: boolean | null } | undefined> {
   const { rows } = await db.raw<{ rows: { active: boolean; api_access: boolean; opted_out: boolean | null }[] }>(
     `SELECT w.active, w.api_access, c.opted_out
        FROM workspaces w
@@ -98,6 +105,13 @@ export async function markAttemptSent(db: Db, reference: string, sent: { provide
  * The attempt's provider status recorded by a status callback that beat the message row, locked
  * so one arriving now waits until the message row exists (domain/messaging/inbound.ts).
  */
-export async function lockAttemptStatus(trx: Knex.Transaction, workspaceId: string, providerMessageId: string): Promise<{ provider_status: string | null } | undefined> {
-  return trx('send_attempts').where({ workspace_id: workspaceId, provider_message_id: providerMessageId }).forUpdate().first('provider_status');
+export async function lockAttemptStatus(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  providerMessageId: string,
+): Promise<{ provider_status: string | null } | undefined> {
+  return trx('send_attempts')
+    .where({ workspace_id: workspaceId, provider_message_id: providerMessageId })
+    .forUpdate()
+    .first('provider_status');
 }

@@ -51,12 +51,17 @@ export function sendInputFor(workspaceId: string, requestId: string, request: Se
 }
 
 /** The request a send input names (or carries inline, for a send started before send_requests). */
-export async function sendRequestOf(db: Writer, input: Pick<SendInput, 'workspaceId' | 'requestId' | 'phone' | 'instanceId' | 'conversationId' | 'message'>): Promise<SendRequest> {
+export async function sendRequestOf(
+  db: Writer,
+  input: Pick<SendInput, 'workspaceId' | 'requestId' | 'phone' | 'instanceId' | 'conversationId' | 'message'>,
+): Promise<SendRequest> {
   if (!input.requestId) {
     if (!input.message) throw new Error('A send input carries neither a requestId nor a message');
     return { phone: input.phone, instanceId: input.instanceId, conversationId: input.conversationId, message: input.message };
   }
-  const row = await db('send_requests').where({ workspace_id: input.workspaceId, id: input.requestId }).first('phone', 'instance_id', 'conversation_id', 'message');
+  const row = await db('send_requests')
+    .where({ workspace_id: input.workspaceId, id: input.requestId })
+    .first('phone', 'instance_id', 'conversation_id', 'message');
   if (!row) throw new ApiError('SEND_FAILED', 'The content of this send is no longer stored (it is kept for RETENTION_DAYS)');
   return {
     ...(row.phone ? { phone: row.phone } : {}),

@@ -1,7 +1,15 @@
 import { z } from 'zod';
 import { ApiError, HTTP_URL } from '../kernel';
 import type { DailyCounter } from './messaging';
-import { isMediaType, MESSAGE_TYPES, OUTCOME_UNKNOWN_HINT, outcomeUnknownMessage, SEND_OUTCOME_UNKNOWN, type MessageContent, type MessageType } from '../../types/messaging';
+import {
+  isMediaType,
+  MESSAGE_TYPES,
+  OUTCOME_UNKNOWN_HINT,
+  outcomeUnknownMessage,
+  SEND_OUTCOME_UNKNOWN,
+  type MessageContent,
+  type MessageType,
+} from '../../types/messaging';
 
 /**
  * The rules of sending a message, in one place: what each message type needs and carries, which
@@ -26,7 +34,9 @@ function providerText(max: number) {
     .string()
     .min(1)
     .max(max)
-    .refine((s) => s.length <= max, { message: `at most ${max} characters, counted in UTF-16 units as the provider counts them (an emoji counts 2)` });
+    .refine((s) => s.length <= max, {
+      message: `at most ${max} characters, counted in UTF-16 units as the provider counts them (an emoji counts 2)`,
+    });
 }
 
 /** The message fields of both send endpoints and of the automation send_message action, with their bounds. */
@@ -88,7 +98,11 @@ export function messageContent(content: MessageContent): MessageContent {
     });
   }
   if (content.type === 'template') {
-    Object.assign(message, { templateName: content.templateName, templateLanguage: content.templateLanguage, templateVariables: content.templateVariables ?? [] });
+    Object.assign(message, {
+      templateName: content.templateName,
+      templateLanguage: content.templateLanguage,
+      templateVariables: content.templateVariables ?? [],
+    });
   }
   return message;
 }
@@ -135,8 +149,12 @@ export function chooseInstance(candidates: SendInstance[], instanceId: string | 
     if (!candidates[0]) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
     return candidates[0];
   }
-  if (candidates.length === 0) throw new ApiError('NO_INSTANCE', 'The workspace has no WhatsApp connection', { hint: 'Connect an instance first.' });
-  if (candidates.length > 1) throw new ApiError('INSTANCE_REQUIRED', 'The workspace has several connections: say which one', { hint: 'Send instanceId (GET /api/v1/instances).' });
+  if (candidates.length === 0)
+    throw new ApiError('NO_INSTANCE', 'The workspace has no WhatsApp connection', { hint: 'Connect an instance first.' });
+  if (candidates.length > 1)
+    throw new ApiError('INSTANCE_REQUIRED', 'The workspace has several connections: say which one', {
+      hint: 'Send instanceId (GET /api/v1/instances).',
+    });
   return candidates[0];
 }
 
@@ -156,14 +174,22 @@ export const SUPPORTED_CHANNELS: readonly string[] = ['whatsapp'];
  */
 export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'provider'>, message: Pick<MessageContent, 'type'>): void {
   if (!SUPPORTED_CHANNELS.includes(instance.channel)) {
-    throw new ApiError('CHANNEL_UNSUPPORTED', `Messages on ${instance.channel} are not supported: this service sends and receives through WhatsApp only`, {
-      hint: 'Send through a WhatsApp instance (GET /api/v1/instances).',
-    });
+    throw new ApiError(
+      'CHANNEL_UNSUPPORTED',
+      `Messages on ${instance.channel} are not supported: this service sends and receives through WhatsApp only`,
+      {
+        hint: 'Send through a WhatsApp instance (GET /api/v1/instances).',
+      },
+    );
   }
   if (message.type === 'template' && instance.provider === 'web') {
-    throw new ApiError('TEMPLATE_UNSUPPORTED', 'Templates cannot be sent through a web gateway instance: they are a WhatsApp Cloud API feature', {
-      hint: 'Send text or media through this instance, or the template through a Cloud API instance.',
-    });
+    throw new ApiError(
+      'TEMPLATE_UNSUPPORTED',
+      'Templates cannot be sent through a web gateway instance: they are a WhatsApp Cloud API feature',
+      {
+        hint: 'Send text or media through this instance, or the template through a Cloud API instance.',
+      },
+    );
   }
 }
 
@@ -183,12 +209,20 @@ export function refuseUnsendable(send: {
 }): void {
   const { instance, message } = send;
   refuseUnsupported(instance, message);
-  if (!instance.connected) throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', { hint: 'Reconnect it, or send through another instance.' });
+  if (!instance.connected)
+    throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', {
+      hint: 'Reconnect it, or send through another instance.',
+    });
   if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
   if (message.type === 'template') {
-    if (!send.template) throw new ApiError('TEMPLATE_INVALID', `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`);
+    if (!send.template)
+      throw new ApiError(
+        'TEMPLATE_INVALID',
+        `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`,
+      );
     const given = message.templateVariables?.length ?? 0;
-    if (given !== send.template.variable_count) throw new ApiError('TEMPLATE_INVALID', `The template takes ${send.template.variable_count} variables, ${given} given`);
+    if (given !== send.template.variable_count)
+      throw new ApiError('TEMPLATE_INVALID', `The template takes ${send.template.variable_count} variables, ${given} given`);
   } else if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
     throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
       hint: 'Send type "template" with an approved template.',
@@ -230,7 +264,12 @@ export function consentFromMessage(text: string): 'opt_out' | 'opt_in' | undefin
  * ---------------------------------------------------------------------------------------------- */
 
 /** Built once: constructing a time-zone formatter costs more than the send's daily-counter statement (2% of a worker's CPU under load). */
-const SAO_PAULO_DAY = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo', year: 'numeric', month: '2-digit', day: '2-digit' });
+const SAO_PAULO_DAY = new Intl.DateTimeFormat('en-CA', {
+  timeZone: 'America/Sao_Paulo',
+  year: 'numeric',
+  month: '2-digit',
+  day: '2-digit',
+});
 
 /** The day daily counters belong to: they reset at midnight in America/Sao_Paulo. */
 export function saoPauloDay(now: Date): string {
@@ -239,7 +278,13 @@ export function saoPauloDay(now: Date): string {
 
 const RESETS = 'It resets at midnight (America/Sao_Paulo).';
 
-const SAO_PAULO_CLOCK = new Intl.DateTimeFormat('en-GB', { timeZone: 'America/Sao_Paulo', hourCycle: 'h23', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+const SAO_PAULO_CLOCK = new Intl.DateTimeFormat('en-GB', {
+  timeZone: 'America/Sao_Paulo',
+  hourCycle: 'h23',
+  hour: '2-digit',
+  minute: '2-digit',
+  second: '2-digit',
+});
 
 /** Whole seconds until the daily counters reset (the next midnight in America/Sao_Paulo), at least 1: a refusal's Retry-After. */
 export function secondsUntilSaoPauloMidnight(now: Date): number {
@@ -283,16 +328,22 @@ export interface DailyUnit {
   refusal: () => ApiError;
 }
 
-
 /**
  * The daily units a send takes, in order: a slot of the cold cap when it opens a new
  * conversation, then one message of the plan's daily quota. The saga gives them back when the
  * send fails.
  */
-export function dailyUnits(plan: { daily_message_quota: number | null; broadcast_limit: number | null }, opensConversation: boolean): DailyUnit[] {
+export function dailyUnits(
+  plan: { daily_message_quota: number | null; broadcast_limit: number | null },
+  opensConversation: boolean,
+): DailyUnit[] {
   const units: DailyUnit[] = [];
   if (opensConversation) {
-    units.push({ counter: 'cold_conversations', cap: coldCap(plan.broadcast_limit), refusal: () => dailyLimitRefusal('COLD_LIMIT_REACHED') });
+    units.push({
+      counter: 'cold_conversations',
+      cap: coldCap(plan.broadcast_limit),
+      refusal: () => dailyLimitRefusal('COLD_LIMIT_REACHED'),
+    });
   }
   units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => dailyLimitRefusal('MESSAGE_LIMIT_REACHED') });
   return units;

@@ -45,5 +45,7 @@ export async function approvedTemplate(
   name: string | undefined,
   language: string | undefined,
 ): Promise<{ variable_count: number } | undefined> {
-  return trx('templates').where({ workspace_id: workspaceId, instance_id: instanceId, name, language, status: 'approved' }).first('variable_count');
+  return trx('templates')
+    .where({ workspace_id: workspaceId, instance_id: instanceId, name, language, status: 'approved' })
+    .first('variable_count');
 }

@@ -25,7 +25,11 @@ export interface BatchInput<T> {
 
 /** The answer of an item refused with `err` (what the single call would answer). */
 export function refused(index: number, err: ApiError): ItemAnswer {
-  return { index, status: err.status, error: err.hint === undefined ? { code: err.code, message: err.message } : { code: err.code, message: err.message, hint: err.hint } };
+  return {
+    index,
+    status: err.status,
+    error: err.hint === undefined ? { code: err.code, message: err.message } : { code: err.code, message: err.message, hint: err.hint },
+  };
 }
 
 /**

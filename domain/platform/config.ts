@@ -158,7 +158,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     outboxDispatcher: bool(env.OUTBOX_DISPATCHER, true),
     outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
     deliverySweepMs: positive('DELIVERY_SWEEP_MS', number('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000)),
-    sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS)),
+    sendReconcileWindowMs: positive(
+      'SEND_RECONCILE_WINDOW_MS',
+      number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS),
+    ),
     dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
     encryptionKeys: env.ENCRYPTION_KEYS ? parseKeyRing(env.ENCRYPTION_KEYS) : null,
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),

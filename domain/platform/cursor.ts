@@ -40,7 +40,7 @@ export function cursorParam(kind: string, parts: readonly CursorPart[]) {
   const matcher = new RegExp(pattern);
   return z
     .string()
-    .regex(matcher, "expected a cursor of this list: pass pagination.nextCursor back unchanged")
+    .regex(matcher, 'expected a cursor of this list: pass pagination.nextCursor back unchanged')
     .transform((text) => matcher.exec(text)!.slice(1))
     .meta({ type: 'string', pattern, description: '`pagination.nextCursor` of the previous page, passed back unchanged (opaque).' });
 }
@@ -56,7 +56,13 @@ export interface CursorPagination {
  * and the cursor of its last row, or of the position read from when the page is empty, so a
  * client always has a position to store and resume from.
  */
-export function cursorPage<Row>(found: Row[], limit: number, kind: string, positionOf: (row: Row) => readonly string[], from: readonly string[]): { rows: Row[]; pagination: CursorPagination } {
+export function cursorPage<Row>(
+  found: Row[],
+  limit: number,
+  kind: string,
+  positionOf: (row: Row) => readonly string[],
+  from: readonly string[],
+): { rows: Row[]; pagination: CursorPagination } {
   const rows = found.slice(0, limit);
   const last = rows.at(-1);
   return { rows, pagination: { limit, hasMore: found.length > limit, nextCursor: encodeCursor(kind, last ? positionOf(last) : from) } };

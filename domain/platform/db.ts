@@ -20,9 +20,14 @@ export type Db = Knex;
  * `tags` once per lead (15 µs each) instead of by its primary key (2 µs).
  */
 const IDLE_IN_TRANSACTION_MS = 60_000;
-export function createDb(databaseUrl: string, pool: { min?: number; max?: number; statementTimeoutMs?: number; randomPageCost?: number } = {}): Db {
+export function createDb(
+  databaseUrl: string,
+  pool: { min?: number; max?: number; statementTimeoutMs?: number; randomPageCost?: number } = {},
+): Db {
   const session = {
-    ...(pool.statementTimeoutMs ? { statement_timeout: pool.statementTimeoutMs, idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS } : {}),
+    ...(pool.statementTimeoutMs
+      ? { statement_timeout: pool.statementTimeoutMs, idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS }
+      : {}),
     ...(pool.randomPageCost ? { options: `-c random_page_cost=${pool.randomPageCost}` } : {}),
   };
   return knex({
@@ -42,7 +47,10 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
 }
 
 /** The pool of an API or worker process, as its configuration says (the tests' in-process API too). */
-export function createServiceDb(config: Pick<Config, 'databaseUrl' | 'dbPoolMax' | 'statementTimeoutMs' | 'dbRandomPageCost'>, max = config.dbPoolMax): Db {
+export function createServiceDb(
+  config: Pick<Config, 'databaseUrl' | 'dbPoolMax' | 'statementTimeoutMs' | 'dbRandomPageCost'>,
+  max = config.dbPoolMax,
+): Db {
   return createDb(config.databaseUrl, { max, statementTimeoutMs: config.statementTimeoutMs, randomPageCost: config.dbRandomPageCost });
 }
 
@@ -106,12 +114,25 @@ export function compiledOnce<V extends Record<string, string | number>, S = void
   const texts = new WeakMap<Db, Map<string, Text>>();
   const compile = (db: Db, values: V, shape: S): Text => {
     const names = Object.keys(values) as (keyof V)[];
-    const placeholders = names.map((name, i) => (typeof values[name] === 'number' ? PLACEHOLDER_NUMBER + i * PLACEHOLDER_STEP : `\u0000${String(name)}\u0000`));
-    const { sql, bindings } = build(db, Object.fromEntries(names.map((name, i) => [name, placeholders[i]])) as V, shape).toSQL() as Knex.Sql;
+    const placeholders = names.map((name, i) =>
+      typeof values[name] === 'number' ? PLACEHOLDER_NUMBER + i * PLACEHOLDER_STEP : `\u0000${String(name)}\u0000`,
+    );
+    const { sql, bindings } = build(
+      db,
+      Object.fromEntries(names.map((name, i) => [name, placeholders[i]])) as V,
+      shape,
+    ).toSQL() as Knex.Sql;
     const slots = bindings.map((b) => {
       const i = placeholders.indexOf(b as string | number);
-      if (i === -1 && typeof b === 'string' && b.includes('\u0000')) throw new Error(`compiledOnce: a value is part of a binding (${b.replace(/\u0000/g, '')}), not the whole of it`);
-      if (i === -1 && typeof b === 'number' && b > PLACEHOLDER_NUMBER - PLACEHOLDER_STEP && b < PLACEHOLDER_NUMBER + names.length * PLACEHOLDER_STEP) throw new Error(`compiledOnce: a number value was computed on (${b}), not bound as given`);
+      if (i === -1 && typeof b === 'string' && b.includes('\u0000'))
+        throw new Error(`compiledOnce: a value is part of a binding (${b.replace(/\u0000/g, '')}), not the whole of it`);
+      if (
+        i === -1 &&
+        typeof b === 'number' &&
+        b > PLACEHOLDER_NUMBER - PLACEHOLDER_STEP &&
+        b < PLACEHOLDER_NUMBER + names.length * PLACEHOLDER_STEP
+      )
+        throw new Error(`compiledOnce: a number value was computed on (${b}), not bound as given`);
       return i === -1 ? { constant: b } : { value: names[i] };
     });
     const missing = names.filter((n) => !slots.some((slot) => 'value' in slot && slot.value === n));
@@ -141,7 +162,12 @@ const PLACEHOLDER_STEP = 1_000_000;
  */
 export function isoFromTimestamptz(text: string): string {
   const fraction = text.slice(19, -3);
-  if (text.length >= 22 && text.charCodeAt(10) === 32 && text.endsWith('+00') && (fraction === '' || (fraction[0] === '.' && fraction.length <= 7))) {
+  if (
+    text.length >= 22 &&
+    text.charCodeAt(10) === 32 &&
+    text.endsWith('+00') &&
+    (fraction === '' || (fraction[0] === '.' && fraction.length <= 7))
+  ) {
     return `${text.slice(0, 10)}T${text.slice(11, 19)}${(fraction || '.').padEnd(4, '0').slice(0, 4)}Z`;
   }
   return (parseTimestamptz(text) as Date).toISOString();
@@ -169,8 +195,21 @@ export async function pingDatabase(db: Db): Promise<void> {
 // Connection-level failures: refused or lost connections, the server shutting down or starting up
 // (57P01-57P03), too many clients (53300), connection exceptions (class 08), and a pool that could
 // not hand out a connection in time. A query error (syntax, constraint) is not among them.
-const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', '57P01', '57P02', '57P03', '53300']);
-const UNAVAILABLE_MESSAGES = /Connection terminated|Client has encountered a connection error|Connection is closed|timeout exceeded when trying to connect/i;
+const UNAVAILABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  '57P01',
+  '57P02',
+  '57P03',
+  '53300',
+]);
+const UNAVAILABLE_MESSAGES =
+  /Connection terminated|Client has encountered a connection error|Connection is closed|timeout exceeded when trying to connect/i;
 
 /** Whether an error means PostgreSQL cannot be reached right now (retrying later can succeed). */
 export function isDatabaseUnavailable(err: unknown): boolean {

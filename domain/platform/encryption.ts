@@ -24,8 +24,10 @@ export function parseKeyRing(value: string): KeyRing {
       const at = part.indexOf(':');
       const id = part.slice(0, at);
       const key = Buffer.from(part.slice(at + 1), 'base64');
-      if (at < 1 || !KEY_ID.test(id)) throw new Error('ENCRYPTION_KEYS: each entry is id:base64key, the id letters, digits, _ or - (at most 32)');
-      if (key.length !== 32) throw new Error(`ENCRYPTION_KEYS: key "${id}" must be 32 bytes (base64 of 32 random bytes), got ${key.length}`);
+      if (at < 1 || !KEY_ID.test(id))
+        throw new Error('ENCRYPTION_KEYS: each entry is id:base64key, the id letters, digits, _ or - (at most 32)');
+      if (key.length !== 32)
+        throw new Error(`ENCRYPTION_KEYS: key "${id}" must be 32 bytes (base64 of 32 random bytes), got ${key.length}`);
       return [id, key] as const;
     });
   if (entries.length === 0) throw new Error('ENCRYPTION_KEYS is empty');
@@ -69,7 +71,8 @@ export interface SealBinding {
   workspaceId: string;
   purpose: SecretPurpose;
 }
-export type SecretPurpose = 'instance.accessToken' | 'instance.appSecret' | 'instance.verifyToken' | 'webhook.secret' | 'automation.webhookToken';
+export type SecretPurpose =
+  'instance.accessToken' | 'instance.appSecret' | 'instance.verifyToken' | 'webhook.secret' | 'automation.webhookToken';
 
 /**
  * A text at rest. `enc:v2:<keyId>:<purpose>:<workspaceId>:<base64>`: bound; the header (all before

@@ -13,9 +13,16 @@ export function fingerprint(operation: string, input: unknown): string {
     Array.isArray(value)
       ? value.map(sorted)
       : value && typeof value === 'object'
-        ? Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => [k, sorted(v)]))
+        ? Object.fromEntries(
+            Object.entries(value)
+              .filter(([, v]) => v !== undefined)
+              .sort(([a], [b]) => (a < b ? -1 : 1))
+              .map(([k, v]) => [k, sorted(v)]),
+          )
         : value;
-  return createHash('sha256').update(`${operation}\n${JSON.stringify(sorted(input))}`).digest('hex');
+  return createHash('sha256')
+    .update(`${operation}\n${JSON.stringify(sorted(input))}`)
+    .digest('hex');
 }
 
 /** How long a batch's answer is replayed under its key (docs/api-conventions.md), and kept (domain/maintenance/retention.ts). */
@@ -53,7 +60,13 @@ interface Row {
  * takes it over and resumes; another operation or body is 422 IDEMPOTENCY_KEY_REUSED. One
  * statement decides, so of concurrent requests with one key exactly one holds it.
  */
-export async function claimKey<A>(db: Db, workspaceId: string, key: string, operation: string, hash: string): Promise<{ claim: Claim<A> } | { replay: A[] }> {
+export async function claimKey<A>(
+  db: Db,
+  workspaceId: string,
+  key: string,
+  operation: string,
+  hash: string,
+): Promise<{ claim: Claim<A> } | { replay: A[] }> {
   const claim = randomUUID();
   for (let attempt = 0; attempt < 3; attempt++) {
     const taken = await db.raw(
@@ -82,7 +95,12 @@ export async function claimKey<A>(db: Db, workspaceId: string, key: string, oper
       )
     ).rows[0];
     // Pruned, expired or its lease lapsed between the two statements: claim again.
-    if (!held || !held.fresh || (held.state === 'running' && held.expired_lease && held.operation === operation && held.request_hash === hash)) continue;
+    if (
+      !held ||
+      !held.fresh ||
+      (held.state === 'running' && held.expired_lease && held.operation === operation && held.request_hash === hash)
+    )
+      continue;
     if (held.operation !== operation || held.request_hash !== hash) throw keyReused(key);
     if (held.state === 'running') throw inProgress(key);
     return { replay: held.results.map((r) => JSON.parse(r) as A) };
@@ -105,21 +123,18 @@ export async function recordProgress<A>(trx: Knex.Transaction, claim: Claim<A>, 
 
 /** The answer is complete: the key replays it from now on (`answers`: those not recorded by a chunk). */
 export async function completeKey<A>(db: Db, claim: Claim<A>, answers: A[]): Promise<void> {
-  await db.raw(`UPDATE idempotent_requests SET results = results || ?::text[], state = 'done' WHERE workspace_id = ? AND id = ? AND claim = ?`, [
-    answers.map((a) => JSON.stringify(a)),
-    claim.workspaceId,
-    claim.id,
-    claim.claim,
-  ]);
+  await db.raw(
+    `UPDATE idempotent_requests SET results = results || ?::text[], state = 'done' WHERE workspace_id = ? AND id = ? AND claim = ?`,
+    [answers.map((a) => JSON.stringify(a)), claim.workspaceId, claim.id, claim.claim],
+  );
 }
 
 /** The request failed (the database, a bug): a repeat with the same body may resume at once. */
 export async function releaseKey<A>(db: Db, claim: Claim<A>): Promise<void> {
-  await db.raw(`UPDATE idempotent_requests SET locked_until = now() WHERE workspace_id = ? AND id = ? AND claim = ? AND state = 'running'`, [
-    claim.workspaceId,
-    claim.id,
-    claim.claim,
-  ]);
+  await db.raw(
+    `UPDATE idempotent_requests SET locked_until = now() WHERE workspace_id = ? AND id = ? AND claim = ? AND state = 'running'`,
+    [claim.workspaceId, claim.id, claim.claim],
+  );
 }
 
 function keyReused(key: string): ApiError {

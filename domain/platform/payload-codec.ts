@@ -61,7 +61,9 @@ export function isInputStartedEncrypted(value: Record<string, unknown> | undefin
 
 export class PlaintextPayloadRefused extends Error {
   constructor() {
-    super('A plain (unencrypted) payload in a shape this service only writes encrypted was refused: it was not written by this service (ENCRYPTION_KEYS)');
+    super(
+      'A plain (unencrypted) payload in a shape this service only writes encrypted was refused: it was not written by this service (ENCRYPTION_KEYS)',
+    );
     this.name = 'PlaintextPayloadRefused';
   }
 }
@@ -86,9 +88,18 @@ export class EncryptionCodec implements PayloadCodec {
     return payloads.map((payload) => {
       const named = jsonObject(payload)?.workspaceId;
       const workspaceId = typeof named === 'string' ? named : '';
-      const { keyId, data } = seal(this.ring, Buffer.from(temporal.api.common.v1.Payload.encode(payload).finish()), associatedData(this.ring.current.id, workspaceId));
+      const { keyId, data } = seal(
+        this.ring,
+        Buffer.from(temporal.api.common.v1.Payload.encode(payload).finish()),
+        associatedData(this.ring.current.id, workspaceId),
+      );
       return {
-        metadata: { encoding: text(ENCRYPTED_ENCODING), [KEY_ID]: text(keyId), [FORMAT]: text(V2), ...(workspaceId ? { [WORKSPACE]: text(workspaceId) } : {}) },
+        metadata: {
+          encoding: text(ENCRYPTED_ENCODING),
+          [KEY_ID]: text(keyId),
+          [FORMAT]: text(V2),
+          ...(workspaceId ? { [WORKSPACE]: text(workspaceId) } : {}),
+        },
         data: new Uint8Array(data),
       };
     });

@@ -51,8 +51,8 @@ export class SafeHttpError extends Error {
 // Keep-alive pools: a webhook burst to one receiver reuses its connections. A pooled socket was
 // opened to an address that passed the check, so reusing it for the same host is just as safe.
 const agents = {
-// Idle sockets are dropped after 4 s, under the 5 s idle timeout of Node and most servers, so a
-// reused socket is rarely one the receiver has just closed.
+  // Idle sockets are dropped after 4 s, under the 5 s idle timeout of Node and most servers, so a
+  // reused socket is rarely one the receiver has just closed.
   'http:': new http.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, timeout: 4_000 }),
   'https:': new https.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, timeout: 4_000 }),
 };
@@ -83,7 +83,8 @@ function lookupFrom(resolve: (host: string) => Promise<string[]>) {
     resolve(host).then(
       (addresses) => {
         const records: LookupAddress[] = addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
-        const family = options?.family === 6 || options?.family === 'IPv6' ? 6 : options?.family === 4 || options?.family === 'IPv4' ? 4 : 0;
+        const family =
+          options?.family === 6 || options?.family === 'IPv6' ? 6 : options?.family === 4 || options?.family === 'IPv4' ? 4 : 0;
         const usable = family ? records.filter((r) => r.family === family) : records;
         if (usable.length === 0) {
           callback(Object.assign(new Error('no approved address for this host'), { code: 'ENOTFOUND' }));
@@ -180,7 +181,9 @@ export async function safeStream(raw: string, request: Omit<SafeRequest, 'maxBod
       agent: agents[protocol],
       // An IP literal needs no lookup; a name connects only to what the check approved. Under
       // ALLOW_PRIVATE_URLS a name that did not resolve at check time is resolved now, guarded.
-      ...(literal ? {} : { lookup: (addresses.length ? pinnedLookup(addresses) : guardedLookup) as unknown as typeof import('node:dns').lookup }),
+      ...(literal
+        ? {}
+        : { lookup: (addresses.length ? pinnedLookup(addresses) : guardedLookup) as unknown as typeof import('node:dns').lookup }),
     });
     // One deadline for the whole exchange: before the answer it fails the request, after it the body.
     const timer = setTimeout(() => {

@@ -30,10 +30,10 @@ export const BEGINNING: Position = [FIRST_MICROS, LAST_ID];
 /** The query parameters that choose cursor paging and its start, added to a list's own. */
 export function syncParams(kind: SyncKind) {
   return {
-    paging: z
-      .enum(['cursor'])
-      .optional()
-      .meta({ description: '`cursor`: the first page of an incremental sync (cursor paging, in `updatedAt`, `id` order). See the operation description.' }),
+    paging: z.enum(['cursor']).optional().meta({
+      description:
+        '`cursor`: the first page of an incremental sync (cursor paging, in `updatedAt`, `id` order). See the operation description.',
+    }),
     cursor: cursorParam(kind, [MICROS, UUID]).optional(),
   };
 }
@@ -63,7 +63,8 @@ export interface SyncRead {
   limit: number;
 }
 
-const refuse = (name: string, problem: string, hint: string) => new ApiError('VALIDATION', `Invalid query.${name}: ${problem}`, { hint: `query.${name}: ${hint}` });
+const refuse = (name: string, problem: string, hint: string) =>
+  new ApiError('VALIDATION', `Invalid query.${name}: ${problem}`, { hint: `query.${name}: ${hint}` });
 
 /**
  * The sync read a list request asks for, or undefined when it asks for an offset page. `raw` is
@@ -86,9 +87,14 @@ export function syncRead(
   const takes = [...SYNC_PARAMS, ...cursorOnly];
   const refused = sent.find((name) => !takes.includes(name));
   if (refused) {
-    throw refuse(refused, 'not with cursor paging', `cursor paging takes only ${takes.map((n) => `\`${n}\``).join(', ')}; its order is (updatedAt, id).`);
+    throw refuse(
+      refused,
+      'not with cursor paging',
+      `cursor paging takes only ${takes.map((n) => `\`${n}\``).join(', ')}; its order is (updatedAt, id).`,
+    );
   }
-  if (query.cursor && query.updatedAfter) throw refuse('updatedAfter', 'not with a cursor', 'only the first page takes it; the cursor carries the position.');
+  if (query.cursor && query.updatedAfter)
+    throw refuse('updatedAfter', 'not with a cursor', 'only the first page takes it; the cursor carries the position.');
   return { after: query.cursor ?? (query.updatedAfter ? before(query.updatedAfter) : BEGINNING), limit: query.limit };
 }
 
@@ -119,7 +125,12 @@ export function syncPageQuery(db: Db, source: SyncSource, read: SyncRead, horizo
 }
 
 /** One sync page of raw rows (each with an `id`) and its pagination (cursorPage). */
-export async function syncPage<Row extends { id: string }>(db: Db, kind: SyncKind, source: SyncSource, read: SyncRead): Promise<{ rows: Row[]; pagination: CursorPagination }> {
+export async function syncPage<Row extends { id: string }>(
+  db: Db,
+  kind: SyncKind,
+  source: SyncSource,
+  read: SyncRead,
+): Promise<{ rows: Row[]; pagination: CursorPagination }> {
   const horizon = await settledHorizon(db);
   const found: (Row & { [ROW_MICROS]?: string })[] = await syncPageQuery(db, source, read, horizon);
   const page = cursorPage(found, read.limit, kind, (row) => [row[ROW_MICROS]!, row.id], read.after);

@@ -80,7 +80,10 @@ export function dataConverterFor(config: Pick<Config, 'encryptionKeys'>): DataCo
 export const ENCRYPTION_KEYS_MISSING =
   'ENCRYPTION_KEYS is not set: it encrypts Temporal payloads and secrets at rest. `npm start` and the tests generate one; elsewhere set it to "k1:" followed by base64 of 32 random bytes (for example `openssl rand -base64 32`).';
 
-export function temporalClientFactory(config: Pick<Config, 'temporalAddress' | 'temporalNamespace' | 'encryptionKeys'>): { get: () => Promise<Client>; close: () => Promise<void> } {
+export function temporalClientFactory(config: Pick<Config, 'temporalAddress' | 'temporalNamespace' | 'encryptionKeys'>): {
+  get: () => Promise<Client>;
+  close: () => Promise<void>;
+} {
   const { temporalAddress: address, temporalNamespace: namespace } = config;
   const dataConverter = dataConverterFor(config);
   let pending: Promise<Client> | undefined;

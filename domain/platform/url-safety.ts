@@ -114,7 +114,8 @@ function neverAllowedReason(address: string): string | null {
   if (!parsed) return null;
   for (const candidate of withEmbeddedIPv4(parsed)) {
     if (candidate.range() === 'linkLocal') return 'a link-local address (cloud metadata services live there)';
-    if (METADATA_ADDRESSES.some((m) => m.kind() === candidate.kind() && m.toString() === candidate.toString())) return 'a cloud metadata address';
+    if (METADATA_ADDRESSES.some((m) => m.kind() === candidate.kind() && m.toString() === candidate.toString()))
+      return 'a cloud metadata address';
   }
   return null;
 }
@@ -242,7 +243,16 @@ export function assertSafeUrlSyntax(raw: string, policy: UrlPolicy, options: { m
  * resolver's), a refused or unreachable resolver. NXDOMAIN (ENOTFOUND), no data (ENODATA) and
  * malformed names stay INVALID_URL: retrying cannot fix them.
  */
-const TRANSIENT_DNS_CODES = new Set(['EAI_AGAIN', 'ESERVFAIL', 'ETIMEOUT', 'ETIMEDOUT', 'ECONNREFUSED', 'ECANCELLED', 'EREFUSED', 'DNS_TIMEOUT']);
+const TRANSIENT_DNS_CODES = new Set([
+  'EAI_AGAIN',
+  'ESERVFAIL',
+  'ETIMEOUT',
+  'ETIMEDOUT',
+  'ECONNREFUSED',
+  'ECANCELLED',
+  'EREFUSED',
+  'DNS_TIMEOUT',
+]);
 
 function dnsCode(err: unknown): string | undefined {
   const code = (err as { code?: unknown })?.code;
@@ -291,19 +301,27 @@ export async function assertPublicUrl(
   const lookup = options.lookup ?? defaultLookup;
   let records: { address: string; family: number }[];
   try {
-    records = await withTimeout(Promise.resolve().then(() => lookup(host)), DNS_TIMEOUT_MS);
+    records = await withTimeout(
+      Promise.resolve().then(() => lookup(host)),
+      DNS_TIMEOUT_MS,
+    );
   } catch (err) {
     if (policy.allowPrivate) return { url, addresses: [] };
     if (isTransientDnsFailure(err)) {
-      throw new ApiError('DNS_UNAVAILABLE', `The host of ${field} (${host}) could not be resolved right now (${dnsCode(err) ?? 'timeout'})`, {
-        hint: 'A temporary DNS failure: trying again later can help.',
-      });
+      throw new ApiError(
+        'DNS_UNAVAILABLE',
+        `The host of ${field} (${host}) could not be resolved right now (${dnsCode(err) ?? 'timeout'})`,
+        {
+          hint: 'A temporary DNS failure: trying again later can help.',
+        },
+      );
     }
     throw invalid(field, `the host ${host} could not be resolved`);
   }
   const addresses = [...new Set((Array.isArray(records) ? records : []).map((r) => String(r?.address ?? '')))];
   if (policy.allowPrivate) {
-    if (addresses.some((a) => isNeverAllowedAddress(a))) throw invalid(field, `the host ${host} resolves to a link-local or cloud metadata address`);
+    if (addresses.some((a) => isNeverAllowedAddress(a)))
+      throw invalid(field, `the host ${host} resolves to a link-local or cloud metadata address`);
     return { url, addresses: addresses.filter((a) => ipaddr.isValid(a)) };
   }
   if (addresses.length === 0) throw invalid(field, `the host ${host} did not resolve to any address`);

@@ -12,7 +12,6 @@ export { DEAL_STATUSES, type DealStatus };
 type Trx = Knex.Transaction;
 type Reader = Db | Trx;
 
-
 /** Money in BRL: >= 0, two decimals, what numeric(14, 2) holds. */
 export const dealValue = z.number().min(0).max(999_999_999_999.99);
 
@@ -68,7 +67,8 @@ const DEAL_COLUMNS = [
 
 /** A deal with its assignee's name (serializeDeal's second argument), read in the deal's own statement. */
 type DealWithAssignee = DealRow & { assignee_name: string | null };
-const ASSIGNEE_NAME = '(SELECT members.name FROM members WHERE members.workspace_id = deals.workspace_id AND members.id = deals.assigned_to) AS assignee_name';
+const ASSIGNEE_NAME =
+  '(SELECT members.name FROM members WHERE members.workspace_id = deals.workspace_id AND members.id = deals.assigned_to) AS assignee_name';
 
 const money = (value: string | null): number | null => (value === null ? null : Number(value));
 
@@ -94,7 +94,11 @@ export function serializeDeal(row: DealRow, assigneeName: string | null | undefi
 
 /** Serialises deals with their assignees' names in one extra query, whatever the page size. */
 export async function serializeDeals(db: Reader, workspaceId: string, rows: DealRow[]) {
-  const names = await memberNames(db, workspaceId, rows.map((r) => r.assigned_to));
+  const names = await memberNames(
+    db,
+    workspaceId,
+    rows.map((r) => r.assigned_to),
+  );
   return rows.map((r) => serializeDeal(r, r.assigned_to ? names.get(r.assigned_to) : undefined));
 }
 
@@ -103,7 +107,9 @@ export async function serializeDeals(db: Reader, workspaceId: string, rows: Deal
  * deals with it (and restoring it would bring them back); nothing is destroyed.
  */
 export function visibleDeals(db: Reader, workspaceId: string): Knex.QueryBuilder {
-  return canonical(db('deals').join('contacts', 'contacts.id', 'deals.contact_id').where('deals.workspace_id', workspaceId)).select('deals.*');
+  return canonical(db('deals').join('contacts', 'contacts.id', 'deals.contact_id').where('deals.workspace_id', workspaceId)).select(
+    'deals.*',
+  );
 }
 
 /** The visible deal `id`, its columns named, with its assignee's name. */
@@ -135,7 +141,12 @@ interface StageOfMove {
  * null) and the one the deal is in. One round trip: on this machine a statement's round trip
  * costs the API about as much CPU as the statement costs PostgreSQL.
  */
-async function lockDeal(trx: Trx, workspaceId: string, id: string, stageId: string | undefined): Promise<DealWithAssignee & { move_to?: StageOfMove | null; move_from?: StageOfMove }> {
+async function lockDeal(
+  trx: Trx,
+  workspaceId: string,
+  id: string,
+  stageId: string | undefined,
+): Promise<DealWithAssignee & { move_to?: StageOfMove | null; move_from?: StageOfMove }> {
   if (!isUuid(id)) throw new ApiError('NOT_FOUND', 'Deal not found');
   const q = dealById(trx, workspaceId, id).forUpdate('deals');
   // A stage id that is not a uuid names no stage: nothing to read.
@@ -170,7 +181,10 @@ export async function listDeals(db: Db, workspaceId: string, query: Page & DealF
   if (query.assignedTo) scope.where('deals.assigned_to', query.assignedTo);
   if (query.updatedAfter) scope.where('deals.updated_at', '>=', query.updatedAfter);
   const { rows, total } = await pageWithTotal<DealRow>(scope, query, (q) =>
-    q.orderBy([{ column: 'deals.created_at', order: 'desc' }, { column: 'deals.id', order: 'desc' }]),
+    q.orderBy([
+      { column: 'deals.created_at', order: 'desc' },
+      { column: 'deals.id', order: 'desc' },
+    ]),
   );
   return { rows: await serializeDeals(db, workspaceId, rows), total };
 }
@@ -186,16 +200,24 @@ export async function syncDeals(db: Db, workspaceId: string, read: SyncRead) {
 async function resolvePipeline(trx: Reader, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
   const q = trx('pipelines').where({ workspace_id: workspaceId });
   const row = isUuid(ref)
-    ? ((await q.clone().where({ id: ref }).first('id', 'name')) ?? (await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name')))
+    ? ((await q.clone().where({ id: ref }).first('id', 'name')) ??
+      (await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name')))
     : await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name');
-  if (!row) throw new ApiError('PIPELINE_NOT_FOUND', `Pipeline "${ref}" not found`, { hint: 'GET /api/v1/pipelines lists the accepted ids and names.' });
+  if (!row)
+    throw new ApiError('PIPELINE_NOT_FOUND', `Pipeline "${ref}" not found`, {
+      hint: 'GET /api/v1/pipelines lists the accepted ids and names.',
+    });
   return row;
 }
 
 /** Stage of the pipeline by id or case-insensitive name; none given: the first stage of the funnel. */
 export async function resolveStage(trx: Reader, pipelineId: string, ref: string | undefined): Promise<{ id: string; name: string }> {
-  const stages: { id: string; name: string }[] = await trx('stages').where({ pipeline_id: pipelineId }).orderBy('position').select('id', 'name');
-  if (stages.length === 0) throw new ApiError('PIPELINE_EMPTY', 'The pipeline has no stages', { hint: 'Add a stage to the pipeline first.' });
+  const stages: { id: string; name: string }[] = await trx('stages')
+    .where({ pipeline_id: pipelineId })
+    .orderBy('position')
+    .select('id', 'name');
+  if (stages.length === 0)
+    throw new ApiError('PIPELINE_EMPTY', 'The pipeline has no stages', { hint: 'Add a stage to the pipeline first.' });
   if (ref === undefined) return stages[0];
   const wanted = ref.trim().toLowerCase();
   const stage = stages.find((s) => s.id === ref) ?? stages.find((s) => s.name.toLowerCase() === wanted);
@@ -204,7 +226,12 @@ export async function resolveStage(trx: Reader, pipelineId: string, ref: string 
 }
 
 /** Keeps only keys defined as custom fields of the pipeline or globally; unknown keys are dropped silently. */
-async function knownCustomValues(trx: Reader, workspaceId: string, pipelineId: string, values: Record<string, unknown>): Promise<Record<string, unknown>> {
+async function knownCustomValues(
+  trx: Reader,
+  workspaceId: string,
+  pipelineId: string,
+  values: Record<string, unknown>,
+): Promise<Record<string, unknown>> {
   const keys = Object.keys(values);
   if (keys.length === 0) return {};
   const defined: string[] = await trx('custom_fields')
@@ -223,7 +250,9 @@ async function takeDealQuota(trx: Trx, workspaceId: string): Promise<void> {
   await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('id');
   const { count } = await trx('deals').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
   if (count >= plan.deal_limit) {
-    throw new ApiError('DEAL_LIMIT_REACHED', `The plan allows ${plan.deal_limit} deals`, { hint: 'Existing deals stay readable; upgrade the plan to create more.' });
+    throw new ApiError('DEAL_LIMIT_REACHED', `The plan allows ${plan.deal_limit} deals`, {
+      hint: 'Existing deals stay readable; upgrade the plan to create more.',
+    });
   }
 }
 
@@ -268,8 +297,14 @@ export async function createDeal(db: Db | Trx, workspaceId: string, input: Creat
       trx,
       workspaceId,
       [
-        { event: 'card.created', fields: { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name } },
-        { trigger: 'card_created', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id } },
+        {
+          event: 'card.created',
+          fields: { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name },
+        },
+        {
+          trigger: 'card_created',
+          variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id },
+        },
       ],
       options.cause,
     );
@@ -299,9 +334,21 @@ export interface UpdateDealInput {
  * nothing and records no event (status changes and stage moves are atomic). Inside a caller's
  * transaction (a batch chunk) its transaction is a savepoint.
  */
-export async function updateDeal(db: Db | Trx, workspaceId: string, dealId: string, input: UpdateDealInput, actor: Actor, options: { cause?: Cause } = {}) {
+export async function updateDeal(
+  db: Db | Trx,
+  workspaceId: string,
+  dealId: string,
+  input: UpdateDealInput,
+  actor: Actor,
+  options: { cause?: Cause } = {},
+) {
   return db.transaction(async (trx) => {
-    const { assignee_name: assigneeName, move_to: moveTo, move_from: moveFrom, ...before } = await lockDeal(trx, workspaceId, dealId, input.stageId);
+    const {
+      assignee_name: assigneeName,
+      move_to: moveTo,
+      move_from: moveFrom,
+      ...before
+    } = await lockDeal(trx, workspaceId, dealId, input.stageId);
     const changes: Record<string, unknown> = {};
     const after = (): DealRow => ({ ...before, ...changes }) as DealRow;
 
@@ -324,13 +371,16 @@ export async function updateDeal(db: Db | Trx, workspaceId: string, dealId: stri
 
     const status = input.status ?? before.status;
     if (input.lostReason !== undefined && status !== 'lost') {
-      throw new ApiError('VALIDATION', 'Invalid body.lostReason: only with status "lost"', { hint: 'Send status: "lost" with the reason.' });
+      throw new ApiError('VALIDATION', 'Invalid body.lostReason: only with status "lost"', {
+        hint: 'Send status: "lost" with the reason.',
+      });
     }
     const transition = input.status !== undefined && input.status !== before.status ? input.status : undefined;
     if (transition === 'won') Object.assign(changes, { status: 'won', closed_at: trx.fn.now(), lost_reason: null });
     if (transition === 'lost') Object.assign(changes, { status: 'lost', closed_at: trx.fn.now(), lost_reason: input.lostReason });
     if (transition === 'open') Object.assign(changes, { status: 'open', closed_at: null, lost_reason: null });
-    if (!transition && status === 'lost' && input.lostReason !== undefined && input.lostReason !== before.lost_reason) changes.lost_reason = input.lostReason;
+    if (!transition && status === 'lost' && input.lostReason !== undefined && input.lostReason !== before.lost_reason)
+      changes.lost_reason = input.lostReason;
 
     if (input.customValues !== undefined) {
       const known = await knownCustomValues(trx, workspaceId, after().pipeline_id, input.customValues);
@@ -345,21 +395,45 @@ export async function updateDeal(db: Db | Trx, workspaceId: string, dealId: stri
       const recorded: OutboxRecord[] = [];
       if (move) {
         recorded.push(
-          { event: 'card.moved', fields: { card_id: row.id, from_stage_id: move.from.id, to_stage_id: move.to.id, contact_id: row.contact_id, name: row.name } },
-          { trigger: 'stage_changed', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, fromStageId: move.from.id, toStageId: move.to.id } },
+          {
+            event: 'card.moved',
+            fields: { card_id: row.id, from_stage_id: move.from.id, to_stage_id: move.to.id, contact_id: row.contact_id, name: row.name },
+          },
+          {
+            trigger: 'stage_changed',
+            variables: {
+              dealId: row.id,
+              contactId: row.contact_id,
+              pipelineId: row.pipeline_id,
+              fromStageId: move.from.id,
+              toStageId: move.to.id,
+            },
+          },
         );
       }
       const closed = { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name };
       if (transition === 'won') {
         recorded.push(
           { event: 'card.won', fields: { ...closed, value: money(row.value), closed_at: iso(row.closed_at) } },
-          { trigger: 'deal_won', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id } },
+          {
+            trigger: 'deal_won',
+            variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id },
+          },
         );
       }
       if (transition === 'lost') {
         recorded.push(
           { event: 'card.lost', fields: { ...closed, lost_reason: row.lost_reason, closed_at: iso(row.closed_at) } },
-          { trigger: 'deal_lost', variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id, lostReason: row.lost_reason } },
+          {
+            trigger: 'deal_lost',
+            variables: {
+              dealId: row.id,
+              contactId: row.contact_id,
+              pipelineId: row.pipeline_id,
+              stageId: row.stage_id,
+              lostReason: row.lost_reason,
+            },
+          },
         );
       }
       return recorded;
@@ -402,7 +476,9 @@ export type DealBatchInput = ({ id?: undefined } & CreateDealInput) | ({ id: str
  * (the items past the quota answer DEAL_LIMIT_REACHED).
  */
 export async function dealChunk(trx: Trx, workspaceId: string, chunk: BatchInput<DealBatchInput>[], actor: Actor): Promise<ItemAnswer[]> {
-  const updates = chunk.filter((item) => item.input.id !== undefined).sort((a, b) => (a.input.id! < b.input.id! ? -1 : a.input.id! > b.input.id! ? 1 : a.index - b.index));
+  const updates = chunk
+    .filter((item) => item.input.id !== undefined)
+    .sort((a, b) => (a.input.id! < b.input.id! ? -1 : a.input.id! > b.input.id! ? 1 : a.index - b.index));
   const creates = chunk.filter((item) => item.input.id === undefined);
   const answers: ItemAnswer[] = [];
   for (const { index, input } of updates) {
@@ -410,7 +486,9 @@ export async function dealChunk(trx: Trx, workspaceId: string, chunk: BatchInput
     answers.push(await answerItem(index, async () => ({ status: 200, data: await updateDeal(trx, workspaceId, id, changes, actor) })));
   }
   for (const { index, input } of creates) {
-    answers.push(await answerItem(index, async () => ({ status: 201, data: await createDeal(trx, workspaceId, input as CreateDealInput) })));
+    answers.push(
+      await answerItem(index, async () => ({ status: 201, data: await createDeal(trx, workspaceId, input as CreateDealInput) })),
+    );
   }
   return answers;
 }
@@ -418,7 +496,13 @@ export async function dealChunk(trx: Trx, workspaceId: string, chunk: BatchInput
 /** Activity `meta` exposes only these keys; with none left it is null. */
 const META_KEYS = ['outcome', 'attemptNo', 'from', 'to'] as const;
 
-export function serializeActivity(row: { id: string; type: string; actor_name: string; meta: Record<string, unknown> | null; created_at: Date | string }) {
+export function serializeActivity(row: {
+  id: string;
+  type: string;
+  actor_name: string;
+  meta: Record<string, unknown> | null;
+  created_at: Date | string;
+}) {
   const kept = META_KEYS.filter((k) => row.meta && Object.prototype.hasOwnProperty.call(row.meta, k));
   return {
     id: row.id,
@@ -435,7 +519,9 @@ const dealActivitiesPage = compiledOnce((db, v: { workspaceId: string; dealId: s
   const deal = visibleDeals(db, v.workspaceId)
     .clearSelect()
     .where('deals.id', v.dealId)
-    .select('deals.id', 'deals.workspace_id', { [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deals.workspace_id AND c.deal_id = deals.id').count('*') });
+    .select('deals.id', 'deals.workspace_id', {
+      [PAGE_TOTAL]: db('deal_activities as c').whereRaw('c.workspace_id = deals.workspace_id AND c.deal_id = deals.id').count('*'),
+    });
   return db
     .withMaterialized('deal', deal)
     .from('deal')
@@ -445,7 +531,15 @@ const dealActivitiesPage = compiledOnce((db, v: { workspaceId: string; dealId: s
                            ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?) entry ON true`,
       [v.limit, v.offset],
     )
-    .select('entry.id', 'entry.type', 'entry.actor_name', 'entry.meta', 'entry.created_at', 'deal.id AS visible_deal', `deal.${PAGE_TOTAL}`);
+    .select(
+      'entry.id',
+      'entry.type',
+      'entry.actor_name',
+      'entry.meta',
+      'entry.created_at',
+      'deal.id AS visible_deal',
+      `deal.${PAGE_TOTAL}`,
+    );
 });
 
 /**
@@ -456,7 +550,9 @@ const dealActivitiesPage = compiledOnce((db, v: { workspaceId: string; dealId: s
 export async function listDealActivities(db: Db, workspaceId: string, dealId: string, page: Page) {
   if (!isUuid(dealId)) throw new ApiError('NOT_FOUND', 'Deal not found');
   type Row = Parameters<typeof serializeActivity>[0] & { visible_deal: string; [PAGE_TOTAL]: string };
-  const { rows } = (await prepared(instantsAsText(dealActivitiesPage(db, { workspaceId, dealId, limit: page.limit, offset: page.offset })))) as { rows: Row[] };
+  const { rows } = (await prepared(
+    instantsAsText(dealActivitiesPage(db, { workspaceId, dealId, limit: page.limit, offset: page.offset })),
+  )) as { rows: Row[] };
   if (rows.length === 0) throw new ApiError('NOT_FOUND', 'Deal not found');
   return { rows: rows.filter((r) => r.id !== null).map(serializeActivity), total: Number(rows[0][PAGE_TOTAL]) };
 }

@@ -26,8 +26,15 @@ export async function createPipeline(db: Db, workspaceId: string, input: Pipelin
   return db.transaction(async (trx) => {
     // Serialise position allocation per workspace, and custom field keys against global fields.
     await lockFields(trx, workspaceId);
-    await refuseTakenKeys(trx, workspaceId, input.customFields.map((f) => f.key), 'global');
-    const { next } = await trx('pipelines').where({ workspace_id: workspaceId }).first(trx.raw('coalesce(max(position) + 1, 0)::int AS next'));
+    await refuseTakenKeys(
+      trx,
+      workspaceId,
+      input.customFields.map((f) => f.key),
+      'global',
+    );
+    const { next } = await trx('pipelines')
+      .where({ workspace_id: workspaceId })
+      .first(trx.raw('coalesce(max(position) + 1, 0)::int AS next'));
     const [pipeline] = await trx('pipelines').insert({ workspace_id: workspaceId, name: input.name, position: next }).returning('id');
     if (input.stages.length) {
       await trx('stages').insert(
@@ -36,7 +43,14 @@ export async function createPipeline(db: Db, workspaceId: string, input: Pipelin
     }
     if (input.customFields.length) {
       await trx('custom_fields').insert(
-        input.customFields.map((f, i) => ({ workspace_id: workspaceId, pipeline_id: pipeline.id, key: f.key, label: f.label, type: f.type, position: i })),
+        input.customFields.map((f, i) => ({
+          workspace_id: workspaceId,
+          pipeline_id: pipeline.id,
+          key: f.key,
+          label: f.label,
+          type: f.type,
+          position: i,
+        })),
       );
     }
     return pipeline.id as string;
@@ -64,7 +78,9 @@ async function refuseTakenKeys(trx: Trx, workspaceId: string, keys: string[], am
     .first('key', 'pipeline_id');
   if (!taken) return;
   throw new ApiError('CONFLICT', `A custom field with the key "${taken.key}" already exists`, {
-    hint: taken.pipeline_id ? `Pipeline ${taken.pipeline_id} has it; a global field's key must differ from every pipeline's own keys.` : 'A global field has it, and global fields apply to every pipeline.',
+    hint: taken.pipeline_id
+      ? `Pipeline ${taken.pipeline_id} has it; a global field's key must differ from every pipeline's own keys.`
+      : 'A global field has it, and global fields apply to every pipeline.',
   });
 }
 
@@ -97,8 +113,9 @@ export async function createGlobalCustomField(db: Db, workspaceId: string, input
  * pipeline carries its stages and fields as JSON columns.
  */
 export async function listPipelines(db: Db, workspaceId: string) {
-  const { rows } = await prepared(db.raw<{ rows: { id: string; name: string; position: number; stages: unknown[]; custom_fields: unknown[] }[] }>(
-    `SELECT p.id, p.name, p.position,
+  const { rows } = await prepared(
+    db.raw<{ rows: { id: string; name: string; position: number; stages: unknown[]; custom_fields: unknown[] }[] }>(
+      `SELECT p.id, p.name, p.position,
             coalesce((SELECT json_agg(json_build_object('id', s.id, 'name', s.name, 'order', s.position) ORDER BY s.position)
                         FROM stages s WHERE s.workspace_id = p.workspace_id AND s.pipeline_id = p.id), '[]'::json) AS stages,
             coalesce((SELECT json_agg(json_build_object('id', f.id, 'key', f.key, 'label', f.label, 'type', f.type) ORDER BY f.position, f.key)
@@ -106,7 +123,8 @@ export async function listPipelines(db: Db, workspaceId: string) {
        FROM pipelines p
       WHERE p.workspace_id = ?
       ORDER BY p.position, p.created_at`,
-    [workspaceId],
-  ));
+      [workspaceId],
+    ),
+  );
   return rows.map((p) => ({ id: p.id, name: p.name, order: p.position, stages: p.stages, customFields: p.custom_fields }));
 }

@@ -20,10 +20,10 @@ export async function resolveOrCreateProduct(trx: Writer, workspaceId: string, r
   if (name.length === 0 || name.length > 200) throw new ApiError('VALIDATION', 'Invalid body.product: 1 to 200 characters');
   const byName = await trx('products').where({ workspace_id: workspaceId }).whereRaw('lower(name) = lower(?)', [name]).first('id', 'name');
   if (byName) return byName;
-  await trx.raw(
-    `INSERT INTO products (workspace_id, name) VALUES (?, ?) ON CONFLICT (workspace_id, lower(name)) DO NOTHING`,
-    [workspaceId, name],
-  );
+  await trx.raw(`INSERT INTO products (workspace_id, name) VALUES (?, ?) ON CONFLICT (workspace_id, lower(name)) DO NOTHING`, [
+    workspaceId,
+    name,
+  ]);
   return trx('products').where({ workspace_id: workspaceId }).whereRaw('lower(name) = lower(?)', [name]).first('id', 'name');
 }
 
@@ -122,7 +122,9 @@ async function duplicateName<T>(work: () => Promise<T>, name: string | undefined
     return await work();
   } catch (err) {
     if (isUniqueNameViolation(err)) {
-      throw new ApiError('CONFLICT', `A product named "${name ?? ''}" already exists`, { hint: 'Product names are unique per workspace, ignoring case.' });
+      throw new ApiError('CONFLICT', `A product named "${name ?? ''}" already exists`, {
+        hint: 'Product names are unique per workspace, ignoring case.',
+      });
     }
     throw err;
   }
@@ -132,7 +134,10 @@ async function duplicateName<T>(work: () => Promise<T>, name: string | undefined
 export async function createProduct(db: Writer, workspaceId: string, input: ProductInput & { name: string }): Promise<Product> {
   const values = columns(input);
   const [row] = await duplicateName(
-    () => db('products').insert({ ...values, workspace_id: workspaceId }).returning('*'),
+    () =>
+      db('products')
+        .insert({ ...values, workspace_id: workspaceId })
+        .returning('*'),
     values.name as string,
   );
   return serializeProduct(row);
@@ -148,7 +153,11 @@ export async function getProduct(db: Writer, workspaceId: string, id: string): P
 export async function updateProduct(db: Writer, workspaceId: string, id: string, input: ProductInput): Promise<Product> {
   const values = columns(input);
   const [row] = await duplicateName(
-    () => db('products').where({ workspace_id: workspaceId, id }).update({ ...values, updated_at: db.fn.now() }).returning('*'),
+    () =>
+      db('products')
+        .where({ workspace_id: workspaceId, id })
+        .update({ ...values, updated_at: db.fn.now() })
+        .returning('*'),
     values.name as string | undefined,
   );
   if (!row) throw new ApiError('NOT_FOUND', 'Product not found');
@@ -161,7 +170,11 @@ export async function updateProduct(db: Writer, workspaceId: string, id: string,
  * first, so a deal being created with it concurrently either commits before (and is detached)
  * or fails its foreign-key check after.
  */
-export async function deleteProduct(db: Db, workspaceId: string, id: string): Promise<{ id: string; deleted: true; detachedDeals: number }> {
+export async function deleteProduct(
+  db: Db,
+  workspaceId: string,
+  id: string,
+): Promise<{ id: string; deleted: true; detachedDeals: number }> {
   return db.transaction(async (trx) => {
     const found = await trx('products').where({ workspace_id: workspaceId, id }).forUpdate().first('id');
     if (!found) throw new ApiError('NOT_FOUND', 'Product not found');
@@ -191,7 +204,6 @@ export interface ProductFilter {
   offset: number;
 }
 
-
 /**
  * One page of the catalogue and the exact total (two queries). Products without a price sort
  * last in both directions; the id breaks ties so pages never overlap.
@@ -206,13 +218,20 @@ export async function listProducts(db: Writer, workspaceId: string, filter: Prod
   if (filter.active !== undefined) scope.where({ active: filter.active });
   if (filter.updatedAfter !== undefined) scope.where('updated_at', '>=', filter.updatedAfter);
   const dir = filter.order === 'desc' ? 'DESC' : 'ASC';
-  const { rows, total } = await pageWithTotal<ProductRow>(scope, filter, (q) => q.orderByRaw(`${PRODUCT_SORTS[filter.sort]} ${dir} NULLS LAST, id ${dir}`).select('*'));
+  const { rows, total } = await pageWithTotal<ProductRow>(scope, filter, (q) =>
+    q.orderByRaw(`${PRODUCT_SORTS[filter.sort]} ${dir} NULLS LAST, id ${dir}`).select('*'),
+  );
   return { rows: rows.map(serializeProduct), total };
 }
 
 /** One sync page of the catalogue (a deleted product is gone without a tombstone). */
 export async function syncProducts(db: Db, workspaceId: string, read: SyncRead) {
-  const source = { scope: db('products').where('products.workspace_id', workspaceId), updatedAt: 'products.updated_at', id: 'products.id', columns: ['products.*'] };
+  const source = {
+    scope: db('products').where('products.workspace_id', workspaceId),
+    updatedAt: 'products.updated_at',
+    id: 'products.id',
+    columns: ['products.*'],
+  };
   const { rows, pagination } = await syncPage<ProductRow>(db, 'products', source, read);
   return { data: rows.map(serializeProduct), pagination };
 }

@@ -52,7 +52,18 @@ function tasksQuery(db: Writer, workspaceId: string): Knex.QueryBuilder {
     .where('t.workspace_id', workspaceId);
 }
 
-const TASK_COLUMNS = ['t.id', 't.title', 't.type', 't.due_at', 't.status', 't.deal_id', 't.assigned_to', 't.created_at', 't.updated_at', 'c.id as visible_contact_id'];
+const TASK_COLUMNS = [
+  't.id',
+  't.title',
+  't.type',
+  't.due_at',
+  't.status',
+  't.deal_id',
+  't.assigned_to',
+  't.created_at',
+  't.updated_at',
+  'c.id as visible_contact_id',
+];
 
 /** A deal (card) of the workspace, or 404 NOT_FOUND. */
 export async function requireDeal(db: Writer, workspaceId: string, dealId: string): Promise<{ id: string }> {
@@ -136,7 +147,8 @@ export async function updateTask(db: Db, workspaceId: string, id: string, input:
     if (input.title !== undefined) changes.title = input.title;
     if (input.type !== undefined) changes.type = input.type;
     if (input.dueDate !== undefined) changes.due_at = input.dueDate;
-    if (input.contactId !== undefined) changes.contact_id = input.contactId === null ? null : (await requireContact(trx, workspaceId, input.contactId)).id;
+    if (input.contactId !== undefined)
+      changes.contact_id = input.contactId === null ? null : (await requireContact(trx, workspaceId, input.contactId)).id;
     if (input.cardId !== undefined) changes.deal_id = input.cardId === null ? null : (await requireDeal(trx, workspaceId, input.cardId)).id;
     if (input.assignedTo !== undefined) {
       changes.assigned_to = input.assignedTo === null ? null : (await resolveMember(trx, workspaceId, input.assignedTo)).id;
@@ -145,7 +157,9 @@ export async function updateTask(db: Db, workspaceId: string, id: string, input:
       changes.status = input.status;
       changes.completed_at = input.status === 'done' ? trx.fn.now() : null;
     }
-    await trx('tasks').where({ workspace_id: workspaceId, id }).update({ ...changes, updated_at: trx.fn.now() });
+    await trx('tasks')
+      .where({ workspace_id: workspaceId, id })
+      .update({ ...changes, updated_at: trx.fn.now() });
     return getTask(trx, workspaceId, id);
   });
 }
@@ -196,7 +210,11 @@ export async function listTasks(db: Writer, workspaceId: string, filter: TaskFil
   const { rows, total } = await pageWithTotal<TaskRow>(scope, filter, (q) =>
     q.orderByRaw(`${TASK_SORTS[filter.sort]} ${dir} NULLS LAST, t.id ${dir}`).select(TASK_COLUMNS),
   );
-  const names = await memberNames(db, workspaceId, rows.map((r: TaskRow) => r.assigned_to));
+  const names = await memberNames(
+    db,
+    workspaceId,
+    rows.map((r: TaskRow) => r.assigned_to),
+  );
   return { rows: rows.map((r: TaskRow) => serializeTask(r, names)), total };
 }
 
@@ -204,6 +222,10 @@ export async function listTasks(db: Writer, workspaceId: string, filter: TaskFil
 export async function syncTasks(db: Db, workspaceId: string, read: SyncRead) {
   const source = { scope: tasksQuery(db, workspaceId), updatedAt: 't.updated_at', id: 't.id', columns: TASK_COLUMNS };
   const { rows, pagination } = await syncPage<TaskRow>(db, 'tasks', source, read);
-  const names = await memberNames(db, workspaceId, rows.map((r) => r.assigned_to));
+  const names = await memberNames(
+    db,
+    workspaceId,
+    rows.map((r) => r.assigned_to),
+  );
   return { data: rows.map((r) => serializeTask(r, names)), pagination };
 }

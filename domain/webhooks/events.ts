@@ -81,7 +81,11 @@ const eventTypes = z
   .max(1000)
   .transform((value) => value.split(',').map((name) => name.trim()))
   .pipe(z.array(z.enum(WEBHOOK_EVENTS)).min(1).max(WEBHOOK_EVENTS.length))
-  .meta({ type: 'string', description: `Event names, comma-separated: ${WEBHOOK_EVENTS.join(', ')}.`, example: 'lead.created,contact.deleted' });
+  .meta({
+    type: 'string',
+    description: `Event names, comma-separated: ${WEBHOOK_EVENTS.join(', ')}.`,
+    example: 'lead.created,contact.deleted',
+  });
 
 export const eventListQuery = pageQuery()
   .pick({ limit: true })
@@ -89,11 +93,17 @@ export const eventListQuery = pageQuery()
     type: eventTypes.optional(),
     createdAfter: isoInstant.optional().openapi({ description: 'Inclusive (ISO 8601; without a zone, UTC).' }),
     createdBefore: isoInstant.optional().openapi({ description: 'Exclusive (ISO 8601; without a zone, UTC).' }),
-    order: z.enum(['desc', 'asc']).default('desc').openapi({ description: '`desc` (default): newest first; `asc`: oldest first, the order to catch up in.' }),
+    order: z
+      .enum(['desc', 'asc'])
+      .default('desc')
+      .openapi({ description: '`desc` (default): newest first; `asc`: oldest first, the order to catch up in.' }),
     cursor: z
       .string()
       .regex(SEALED_CURSOR, 'expected a cursor of this list: pass pagination.nextCursor back unchanged')
-      .meta({ description: '`pagination.nextCursor` of the previous page, passed back unchanged (opaque, valid only in the workspace that was given it).' })
+      .meta({
+        description:
+          '`pagination.nextCursor` of the previous page, passed back unchanged (opaque, valid only in the workspace that was given it).',
+      })
       .optional(),
   });
 export type EventListQuery = z.infer<typeof eventListQuery>;
@@ -106,7 +116,15 @@ interface EventRow {
   dispatched_at: Date | null;
   position_at: string;
   position_seq: string;
-  deliveries: { subscription_id: string; id: string; status: DeliveryStatus; attempts: number; last_status_code: number | null; last_error: string | null; delivered_at: string | null }[];
+  deliveries: {
+    subscription_id: string;
+    id: string;
+    status: DeliveryStatus;
+    attempts: number;
+    last_status_code: number | null;
+    last_error: string | null;
+    delivered_at: string | null;
+  }[];
 }
 
 function serializeEvent(row: EventRow) {

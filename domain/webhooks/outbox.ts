@@ -39,7 +39,8 @@ export interface Cause {
 export const DIRECT: Cause = { depth: 0, chain: null };
 
 /** What a change records in the outbox: outbound events and automation triggers. */
-export type OutboxRecord = { event: WebhookEvent; fields: Record<string, unknown> } | { trigger: Trigger; variables: Record<string, unknown> };
+export type OutboxRecord =
+  { event: WebhookEvent; fields: Record<string, unknown> } | { trigger: Trigger; variables: Record<string, unknown> };
 
 /**
  * A change's events and triggers in one statement, in this order (their `seq` follows it): one round trip
@@ -70,17 +71,34 @@ export function outboxInsert(trx: Writer, workspaceId: string, records: OutboxRe
 }
 
 /** An outbound event. */
-export function recordEvent(trx: Writer, workspaceId: string, event: WebhookEvent, fields: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
+export function recordEvent(
+  trx: Writer,
+  workspaceId: string,
+  event: WebhookEvent,
+  fields: Record<string, unknown>,
+  cause: Cause = DIRECT,
+): Promise<void> {
   return recordOutbox(trx, workspaceId, [{ event, fields }], cause);
 }
 
 /** Several events in one statement, in this order. */
-export function recordEvents(trx: Writer, workspaceId: string, events: { event: WebhookEvent; fields: Record<string, unknown> }[], cause: Cause = DIRECT): Promise<void> {
+export function recordEvents(
+  trx: Writer,
+  workspaceId: string,
+  events: { event: WebhookEvent; fields: Record<string, unknown> }[],
+  cause: Cause = DIRECT,
+): Promise<void> {
   return recordOutbox(trx, workspaceId, events, cause);
 }
 
 /** An internal automation trigger with its variables. */
-export function recordTrigger(trx: Writer, workspaceId: string, trigger: Trigger, variables: Record<string, unknown>, cause: Cause = DIRECT): Promise<void> {
+export function recordTrigger(
+  trx: Writer,
+  workspaceId: string,
+  trigger: Trigger,
+  variables: Record<string, unknown>,
+  cause: Cause = DIRECT,
+): Promise<void> {
   return recordOutbox(trx, workspaceId, [{ trigger, variables }], cause);
 }
 
@@ -163,7 +181,10 @@ export async function claimPendingFairly(
 
 /** A workspace's rows handed over: dispatched, their lease dropped. */
 export async function markDispatched(db: Db, workspaceId: string, ids: string[]): Promise<void> {
-  await db('outbox_events').where('workspace_id', workspaceId).whereIn('id', ids).update({ dispatched_at: db.fn.now(), claimed_until: null });
+  await db('outbox_events')
+    .where('workspace_id', workspaceId)
+    .whereIn('id', ids)
+    .update({ dispatched_at: db.fn.now(), claimed_until: null });
 }
 
 /** Rows given back at once (their lease dropped), unless dispatched meanwhile. */

@@ -93,7 +93,8 @@ export async function postWebhook(input: {
       maxBodyBytes: 300,
     });
     if (res.status >= 200 && res.status < 300) return outcome(true, res.status, null);
-    if (res.status >= 300 && res.status < 400) return outcome(false, res.status, `The receiver answered a redirect (HTTP ${res.status}); redirects are not followed`);
+    if (res.status >= 300 && res.status < 400)
+      return outcome(false, res.status, `The receiver answered a redirect (HTTP ${res.status}); redirects are not followed`);
     if (res.status === 410) return outcome(false, 410, 'The receiver answered 410 Gone', true);
     return outcome(false, res.status, `The receiver answered HTTP ${res.status}`);
   } catch (err) {
@@ -151,13 +152,22 @@ const webhookNotFound = () => notFound('Webhook');
 export const webhookSecretBinding = (workspaceId: string): SealBinding => ({ workspaceId, purpose: 'webhook.secret' });
 
 /** The secret is stored sealed (domain/platform/encryption.ts) and shown once, in this answer. */
-export async function createSubscription(db: Db, ring: KeyRing, workspaceId: string, input: { url: string; events: string[]; active?: boolean }, policy: UrlPolicy) {
+export async function createSubscription(
+  db: Db,
+  ring: KeyRing,
+  workspaceId: string,
+  input: { url: string; events: string[]; active?: boolean },
+  policy: UrlPolicy,
+) {
   await checkSubscriberUrl(input.url, policy);
   const events = normaliseEvents(input.events);
   const secret = generateWebhookSecret();
   const row: SubscriptionRow = await db.transaction(async (trx) => {
     // The plan's quota is always set (default 10): the workspace row lock makes concurrent creations count one by one against it.
-    const plan: { webhook_quota: number } | undefined = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('webhook_quota');
+    const plan: { webhook_quota: number } | undefined = await trx('workspaces')
+      .where({ id: workspaceId })
+      .forNoKeyUpdate()
+      .first('webhook_quota');
     const { count } = await trx('webhook_subscriptions').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
     if (plan && count >= plan.webhook_quota) {
       throw new ApiError('WEBHOOK_LIMIT_REACHED', `The plan allows ${plan.webhook_quota} webhook subscriptions`, {
@@ -165,7 +175,13 @@ export async function createSubscription(db: Db, ring: KeyRing, workspaceId: str
       });
     }
     const [created] = await trx('webhook_subscriptions')
-      .insert({ workspace_id: workspaceId, url: input.url, events, secret: sealText(ring, secret, webhookSecretBinding(workspaceId)), active: input.active ?? true })
+      .insert({
+        workspace_id: workspaceId,
+        url: input.url,
+        events,
+        secret: sealText(ring, secret, webhookSecretBinding(workspaceId)),
+        active: input.active ?? true,
+      })
       .returning(SUBSCRIPTION_COLUMNS);
     return created;
   });
@@ -174,13 +190,17 @@ export async function createSubscription(db: Db, ring: KeyRing, workspaceId: str
 
 export async function listSubscriptions(db: Db, workspaceId: string, page: Page) {
   const scope = db('webhook_subscriptions').where({ workspace_id: workspaceId });
-  const { rows, total } = await pageWithTotal<SubscriptionRow>(scope, page, (q) => q.select(SUBSCRIPTION_COLUMNS).orderBy([{ column: 'created_at' }, { column: 'id' }]));
+  const { rows, total } = await pageWithTotal<SubscriptionRow>(scope, page, (q) =>
+    q.select(SUBSCRIPTION_COLUMNS).orderBy([{ column: 'created_at' }, { column: 'id' }]),
+  );
   return { rows: rows.map(serializeSubscription), total };
 }
 
 export async function getSubscription(db: Db, workspaceId: string, id: string) {
   if (!isUuid(id)) throw webhookNotFound();
-  const row: SubscriptionRow | undefined = await db('webhook_subscriptions').where({ workspace_id: workspaceId, id }).first(SUBSCRIPTION_COLUMNS);
+  const row: SubscriptionRow | undefined = await db('webhook_subscriptions')
+    .where({ workspace_id: workspaceId, id })
+    .first(SUBSCRIPTION_COLUMNS);
   if (!row) throw webhookNotFound();
   return serializeSubscription(row);
 }
@@ -216,7 +236,12 @@ export async function deleteSubscription(db: Db, workspaceId: string, id: string
 }
 
 /** The URL and secret to sign with: for the ping (API) and each delivery attempt (activity). */
-export async function subscriptionTarget(db: Db, ring: KeyRing, workspaceId: string, id: string): Promise<{ id: string; url: string; secret: string; active: boolean }> {
+export async function subscriptionTarget(
+  db: Db,
+  ring: KeyRing,
+  workspaceId: string,
+  id: string,
+): Promise<{ id: string; url: string; secret: string; active: boolean }> {
   if (!isUuid(id)) throw webhookNotFound();
   const row = await db('webhook_subscriptions').where({ workspace_id: workspaceId, id }).first('id', 'url', 'secret', 'active');
   if (!row) throw webhookNotFound();
@@ -256,7 +281,6 @@ const DELIVERY_COLUMNS = [
 ];
 // The payload stays out of the log: it carries contact data that `webhooks:read` alone must not expose.
 
-
 export function serializeDelivery(row: DeliveryRow) {
   return {
     id: row.id,
@@ -288,7 +312,9 @@ export async function listDeliveries(db: Db, workspaceId: string, subscriptionId
 
 export async function getDelivery(db: Db, workspaceId: string, subscriptionId: string, deliveryId: string): Promise<DeliveryRow> {
   if (!isUuid(subscriptionId) || !isUuid(deliveryId)) throw notFound('Delivery');
-  const row: DeliveryRow | undefined = await db('webhook_deliveries').where({ workspace_id: workspaceId, subscription_id: subscriptionId, id: deliveryId }).first(DELIVERY_COLUMNS);
+  const row: DeliveryRow | undefined = await db('webhook_deliveries')
+    .where({ workspace_id: workspaceId, subscription_id: subscriptionId, id: deliveryId })
+    .first(DELIVERY_COLUMNS);
   if (!row) throw notFound('Delivery');
   return row;
 }
@@ -307,7 +333,11 @@ export async function reopenDelivery(db: Db, workspaceId: string, deliveryId: st
 }
 
 /** Undoes reopenDelivery when nothing will attempt the delivery: the log goes back to what it said. */
-export async function restoreDelivery(db: Db, workspaceId: string, before: Pick<DeliveryRow, 'id' | 'status' | 'delivered_at' | 'next_attempt_at'>): Promise<void> {
+export async function restoreDelivery(
+  db: Db,
+  workspaceId: string,
+  before: Pick<DeliveryRow, 'id' | 'status' | 'delivered_at' | 'next_attempt_at'>,
+): Promise<void> {
   await db('webhook_deliveries')
     .where({ workspace_id: workspaceId, id: before.id, status: 'pending' })
     .update({ status: before.status, delivered_at: before.delivered_at, next_attempt_at: before.next_attempt_at });
@@ -348,7 +378,15 @@ export async function recordDeliveryAttempt(
   db: Db,
   workspaceId: string,
   delivery: { id: string; subscriptionId: string },
-  attempt: { posted: boolean; gone: boolean; status: DeliveryStatus; statusCode: number | null; error: string | null; nextAttemptInMs: number | null; delivered: boolean },
+  attempt: {
+    posted: boolean;
+    gone: boolean;
+    status: DeliveryStatus;
+    statusCode: number | null;
+    error: string | null;
+    nextAttemptInMs: number | null;
+    delivered: boolean;
+  },
 ): Promise<void> {
   const record = async (trx: Db) => {
     await trx('webhook_deliveries')
@@ -359,7 +397,10 @@ export async function recordDeliveryAttempt(
         last_status_code: attempt.statusCode,
         last_error: attempt.error ? attempt.error.slice(0, 1000) : null,
         last_attempt_at: attempt.posted ? trx.fn.now() : trx.raw('last_attempt_at'),
-        next_attempt_at: attempt.status === 'pending' && attempt.nextAttemptInMs !== null ? trx.raw(`now() + make_interval(secs => ?)`, [attempt.nextAttemptInMs / 1000]) : null,
+        next_attempt_at:
+          attempt.status === 'pending' && attempt.nextAttemptInMs !== null
+            ? trx.raw(`now() + make_interval(secs => ?)`, [attempt.nextAttemptInMs / 1000])
+            : null,
         delivered_at: attempt.delivered ? trx.fn.now() : null,
       });
   };
@@ -367,7 +408,11 @@ export async function recordDeliveryAttempt(
   await db.transaction(async (trx) => {
     await trx('webhook_subscriptions')
       .where({ workspace_id: workspaceId, id: delivery.subscriptionId, active: true })
-      .update({ active: false, disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`, updated_at: trx.fn.now() });
+      .update({
+        active: false,
+        disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`,
+        updated_at: trx.fn.now(),
+      });
     await record(trx);
   });
 }

@@ -11,7 +11,10 @@ import { listPipelines } from '../../domain/sales/pipelines';
  * through the same pool. Deliberately not scoped by workspace: only the bench's own API process
  * (scripts/bench/api.ts) serves it, never the service's.
  */
-export async function baselineContact(db: Db, id: string): Promise<{ id: string; name: string; phone: string; email: string | null; created_at: Date } | undefined> {
+export async function baselineContact(
+  db: Db,
+  id: string,
+): Promise<{ id: string; name: string; phone: string; email: string | null; created_at: Date } | undefined> {
   return db('contacts').where({ id }).first('id', 'name', 'phone', 'email', 'created_at');
 }
 
@@ -27,7 +30,13 @@ export async function baselineContact(db: Db, id: string): Promise<{ id: string;
 export function benchRoutes(deps: AppDeps) {
   const floors: Record<string, (parts: string[], query: URLSearchParams) => Promise<unknown>> = {
     leads: async ([workspaceId], query) => {
-      const filters = { sort: 'createdAt' as const, order: 'desc' as const, ...Object.fromEntries(query), limit: Number(query.get('limit') ?? 25), offset: Number(query.get('offset') ?? 0) };
+      const filters = {
+        sort: 'createdAt' as const,
+        order: 'desc' as const,
+        ...Object.fromEntries(query),
+        limit: Number(query.get('limit') ?? 25),
+        offset: Number(query.get('offset') ?? 0),
+      };
       const { rows, total } = await listLeads(deps.db, workspaceId, filters as never);
       return listEnvelope(rows, total, filters);
     },

@@ -105,7 +105,9 @@ describe('auth matrix: the route table', () => {
     const others = ROUTES.filter((r) => r.auth !== 'apiKey' && r.auth !== 'admin').map(routeKey);
     expect(others.sort()).toEqual([...PUBLIC_ROUTES].sort());
     // Every /api/v1 and /admin/v1 route is authenticated.
-    for (const r of ROUTES) if (r.path.startsWith('/api/v1/') || r.path.startsWith('/admin/v1/')) expect([routeKey(r), r.auth]).not.toEqual([routeKey(r), 'none']);
+    for (const r of ROUTES)
+      if (r.path.startsWith('/api/v1/') || r.path.startsWith('/admin/v1/'))
+        expect([routeKey(r), r.auth]).not.toEqual([routeKey(r), 'none']);
   });
 
   it('knows a record for every path parameter and a succeeding body for every write', () => {
@@ -130,7 +132,12 @@ describe('auth matrix: API-key endpoints', () => {
 
       const unauthorized = await inBatches(bad, 6, async ([label, header]) => ({ label, res: await send(r, header) }));
       for (const { label, res } of unauthorized) {
-        expect({ route: routeKey(r), label, status: res.status, code: res.body?.code }).toEqual({ route: routeKey(r), label, status: 401, code: 'UNAUTHORIZED' });
+        expect({ route: routeKey(r), label, status: res.status, code: res.body?.code }).toEqual({
+          route: routeKey(r),
+          label,
+          status: 401,
+          code: 'UNAUTHORIZED',
+        });
         expectError(res, 401, 'UNAUTHORIZED');
         // The flat error body, and nothing of the fixture in it.
         expect(res.text).not.toContain(f.ws.id);
@@ -138,7 +145,12 @@ describe('auth matrix: API-key endpoints', () => {
 
       const forbidden = await inBatches(wrongScopes, 6, async (scope) => ({ scope, res: await send(r, `Bearer ${scopeKeys.get(scope)}`) }));
       for (const { scope, res } of forbidden) {
-        expect({ route: routeKey(r), scope, status: res.status, code: res.body?.code }).toEqual({ route: routeKey(r), scope, status: 403, code: 'INSUFFICIENT_SCOPE' });
+        expect({ route: routeKey(r), scope, status: res.status, code: res.body?.code }).toEqual({
+          route: routeKey(r),
+          scope,
+          status: 403,
+          code: 'INSUFFICIENT_SCOPE',
+        });
         expectError(res, 403, 'INSUFFICIENT_SCOPE');
         for (const s of rightScopes) expect(res.body.hint).toContain(s);
       }
@@ -165,7 +177,14 @@ describe('auth matrix: API-key endpoints', () => {
       expect({ route: routeKey(r), status: res.status }).toEqual({ route: routeKey(r), status: 200 });
     }
     // leads:write implies pipelines:read and nothing else.
-    expect((await send(apiKeyRoutes.find((r) => r.path === '/api/v1/pipelines')!, `Bearer ${scopeKeys.get('leads:write')}`)).status).toBe(200);
+    expect(
+      (
+        await send(
+          apiKeyRoutes.find((r) => r.path === '/api/v1/pipelines')!,
+          `Bearer ${scopeKeys.get('leads:write')}`,
+        )
+      ).status,
+    ).toBe(200);
   });
 
   it('has a snapshot that sees a write (so "nothing changed" above means something)', async () => {
@@ -195,7 +214,12 @@ describe('auth matrix: admin endpoints', () => {
     for (const r of adminRoutes) {
       const results = await inBatches(bad, 5, async ([label, header]) => ({ label, res: await send(r, header) }));
       for (const { label, res } of results) {
-        expect({ route: routeKey(r), label, status: res.status, code: res.body?.code }).toEqual({ route: routeKey(r), label, status: 401, code: 'UNAUTHORIZED' });
+        expect({ route: routeKey(r), label, status: res.status, code: res.body?.code }).toEqual({
+          route: routeKey(r),
+          label,
+          status: 401,
+          code: 'UNAUTHORIZED',
+        });
         expectError(res, 401, 'UNAUTHORIZED');
       }
       summary.push(`${r.method.toUpperCase().padEnd(6)} ${r.path.padEnd(52)} 401×${bad.length} (admin token)`);

@@ -14,7 +14,8 @@ const forged = (): string => `${randomInt(1, 223)}.${randomInt(0, 255)}.${random
 /** Exhausts GET /api/v1/pipelines' per-IP limit with a new forged left-most entry on every request. */
 async function rotating(api: TestApi, header: () => string): Promise<number[]> {
   const statuses: number[] = [];
-  for (let i = 0; i <= IP_PROFILES.pipelines; i++) statuses.push((await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': header() } })).status);
+  for (let i = 0; i <= IP_PROFILES.pipelines; i++)
+    statuses.push((await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': header() } })).status);
   return statuses;
 }
 
@@ -30,5 +31,13 @@ it.each([1, 2])('with %i trusted proxy hop(s), forging X-Forwarded-For does not 
   expect(statuses[IP_PROFILES.pipelines]).toBe(429);
   expectError(await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': header() } }), 429, 'IP_RATE_LIMITED');
   // Another client behind the same proxies is untouched.
-  expect((await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': [forged(), `198.${50 + hops}.${randomInt(0, 255)}.255`, ...(hops === 2 ? ['10.0.0.2'] : [])].join(', ') } })).status).toBe(401);
+  expect(
+    (
+      await api.request('GET', '/api/v1/pipelines', {
+        headers: {
+          'x-forwarded-for': [forged(), `198.${50 + hops}.${randomInt(0, 255)}.255`, ...(hops === 2 ? ['10.0.0.2'] : [])].join(', '),
+        },
+      })
+    ).status,
+  ).toBe(401);
 });

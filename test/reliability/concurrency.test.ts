@@ -4,7 +4,19 @@
  * The figures are the issue's (50 PATCHes, 50 moves, 20 sends, 20 inbound, 20 upserts).
  */
 import { ALL_SCOPES } from '../../domain/access/scopes';
-import { createWorkspace, eventually, Receiver, seedContact, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, uniqueIp, Workspace } from '../helpers';
+import {
+  createWorkspace,
+  eventually,
+  Receiver,
+  seedContact,
+  seedPipeline,
+  settleOutbox,
+  startApi,
+  startReceiver,
+  TestApi,
+  uniqueIp,
+  Workspace,
+} from '../helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 // Subscriptions are never unlimited (a number, default 10): a quota far above what this file makes.
@@ -43,7 +55,10 @@ async function subscribe(ws: Workspace, path: string, events: string[]): Promise
 async function dealIn(ws: Workspace) {
   const pipeline = await seedPipeline(api, ws.id, { name: 'Sales', stages: ['New', 'Won over', 'Signed'] });
   const contact = await seedContact(api, ws.id, { phone: mobile(), name: 'Ana' });
-  const deal = await api.request('POST', '/api/v1/deals', { key: ws.key, body: { contactId: contact.id, pipeline: pipeline.id, value: 100 } });
+  const deal = await api.request('POST', '/api/v1/deals', {
+    key: ws.key,
+    body: { contactId: contact.id, pipeline: pipeline.id, value: 100 },
+  });
   expect(deal.status).toBe(201);
   return { pipeline, deal: deal.body.data as { id: string } };
 }
@@ -55,24 +70,37 @@ describe('identical requests at once', () => {
     const all = `/ok/won-all-${ws.id}`;
     await subscribe(ws, one, ['card.won']);
     await subscribe(ws, all, ['*']);
-    const flow = await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'Won', trigger: { type: 'deal_won' }, actions: [{ type: 'add_note', body: 'won' }] } });
+    const flow = await api.request('POST', '/api/v1/automations', {
+      key: ws.key,
+      body: { name: 'Won', trigger: { type: 'deal_won' }, actions: [{ type: 'add_note', body: 'won' }] },
+    });
     expect(flow.status).toBe(201);
     const { deal } = await dealIn(ws);
 
-    const results = await Promise.all(Array.from({ length: 50 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { status: 'won' } })),
+    );
     report(`50 x PATCH won: ${tally(results.map((r) => r.status))}`);
     for (const r of results) expect(r.status).toBe(200);
     await settleOutbox(api, ws.id);
     const runs = await eventually('the run settled', async () => {
-      const rows = await api.db('automation_runs').where({ workspace_id: ws.id, automation_id: flow.body.data.id }).whereNot('status', 'running');
+      const rows = await api
+        .db('automation_runs')
+        .where({ workspace_id: ws.id, automation_id: flow.body.data.id })
+        .whereNot('status', 'running');
       return rows.length > 0 ? rows : undefined;
     });
-    await eventually('card.won at both subscriptions', async () => receiver.to(one).length >= 1 && receiver.to(all).filter((r) => r.json?.event === 'card.won').length >= 1);
+    await eventually(
+      'card.won at both subscriptions',
+      async () => receiver.to(one).length >= 1 && receiver.to(all).filter((r) => r.json?.event === 'card.won').length >= 1,
+    );
     // Give a second delivery every chance to show up before counting.
     await new Promise((r) => setTimeout(r, 1000));
     expect(receiver.to(one)).toHaveLength(1);
     expect(receiver.to(all).filter((r) => r.json?.event === 'card.won')).toHaveLength(1);
-    expect(await api.db('automation_runs').where({ workspace_id: ws.id, automation_id: flow.body.data.id }).count({ n: '*' }).first()).toEqual({ n: 1 });
+    expect(
+      await api.db('automation_runs').where({ workspace_id: ws.id, automation_id: flow.body.data.id }).count({ n: '*' }).first(),
+    ).toEqual({ n: 1 });
     expect(runs[0].status).toBe('completed');
     expect(await api.db('notes').where({ workspace_id: ws.id }).count({ n: '*' }).first()).toEqual({ n: 1 });
     report('one card.won per subscription, one run, one note');
@@ -85,7 +113,9 @@ describe('identical requests at once', () => {
     const { pipeline, deal } = await dealIn(ws);
     const target = pipeline.stages[2].id;
 
-    const results = await Promise.all(Array.from({ length: 50 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { stageId: target } })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, () => api.request('PATCH', `/api/v1/deals/${deal.id}`, { key: ws.key, body: { stageId: target } })),
+    );
     report(`50 x PATCH stageId: ${tally(results.map((r) => r.status))}`);
     for (const r of results) expect(r.status).toBe(200);
     for (const r of results) expect(r.body.data.stageId).toBe(target);
@@ -93,7 +123,12 @@ describe('identical requests at once', () => {
     await eventually('card.moved delivered', async () => receiver.to(path).length >= 1);
     await new Promise((r) => setTimeout(r, 1000));
     expect(receiver.to(path)).toHaveLength(1);
-    expect(receiver.to(path)[0].json).toMatchObject({ event: 'card.moved', card_id: deal.id, from_stage_id: pipeline.stages[0].id, to_stage_id: target });
+    expect(receiver.to(path)[0].json).toMatchObject({
+      event: 'card.moved',
+      card_id: deal.id,
+      from_stage_id: pipeline.stages[0].id,
+      to_stage_id: target,
+    });
     const history = await api.request('GET', `/api/v1/deals/${deal.id}/activities`, { key: ws.key });
     expect(history.body.data.filter((a: { type: string }) => a.type === 'stage_changed')).toHaveLength(1);
     report('one stage_changed history row, one card.moved');
@@ -110,11 +145,23 @@ describe('identical requests at once', () => {
       config: { baseUrl: EMULATOR, phoneNumberId, accessToken: 'conc-token', appSecret: 'conc-secret' },
     });
     expect(instance.status).toBe(201);
-    await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+    await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+      instanceId: instance.body.data.id,
+      name: 'welcome',
+      language: 'pt_BR',
+      variableCount: 1,
+      status: 'approved',
+    });
     const phone = mobile();
     const body = { phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] };
     const results = await Promise.all(
-      Array.from({ length: 20 }, () => api.request('POST', '/api/v1/messages', { key: ws.key, body, headers: { 'x-forwarded-for': uniqueIp(), 'Idempotency-Key': `conc-${phone}` } })),
+      Array.from({ length: 20 }, () =>
+        api.request('POST', '/api/v1/messages', {
+          key: ws.key,
+          body,
+          headers: { 'x-forwarded-for': uniqueIp(), 'Idempotency-Key': `conc-${phone}` },
+        }),
+      ),
     );
     report(`20 x POST /api/v1/messages, one key: ${tally(results.map((r) => r.status))}`);
     for (const r of results) expect([200, 201, 409]).toContain(r.status);
@@ -133,18 +180,34 @@ describe('identical requests at once', () => {
     const ws = await workspace();
     const flow = await api.request('POST', '/api/v1/automations', {
       key: ws.key,
-      body: { name: 'Orders', trigger: { type: 'webhook_received', mapping: { externalId: 'order.id' } }, actions: [{ type: 'create_task', title: 'Order {{webhook.order.id}}', dueInMinutes: 60 }] },
+      body: {
+        name: 'Orders',
+        trigger: { type: 'webhook_received', mapping: { externalId: 'order.id' } },
+        actions: [{ type: 'create_task', title: 'Order {{webhook.order.id}}', dueInMinutes: 60 }],
+      },
     });
     expect(flow.status).toBe(201);
     const hookPath = new URL(flow.body.data.webhookUrl).pathname;
     const results = await Promise.all(Array.from({ length: 20 }, () => api.request('POST', hookPath, { body: { order: { id: 'A-1' } } })));
     const statuses = results.map((r) => r.body?.data?.status);
-    report(`20 x inbound, one externalId: ${tally(results.map((r) => r.status))}; ${statuses.filter((s) => s === 'accepted').length} accepted, ${statuses.filter((s) => s === 'duplicate').length} duplicate`);
+    report(
+      `20 x inbound, one externalId: ${tally(results.map((r) => r.status))}; ${statuses.filter((s) => s === 'accepted').length} accepted, ${statuses.filter((s) => s === 'duplicate').length} duplicate`,
+    );
     for (const r of results) expect(r.status).toBe(202);
     expect(statuses.filter((s) => s === 'accepted')).toHaveLength(1);
-    await eventually('the run completed', async () => (await api.db('automation_runs').where({ workspace_id: ws.id, status: 'completed' })).length === 1);
+    await eventually(
+      'the run completed',
+      async () => (await api.db('automation_runs').where({ workspace_id: ws.id, status: 'completed' })).length === 1,
+    );
     expect(await api.db('tasks').where({ workspace_id: ws.id }).pluck('title')).toEqual(['Order A-1']);
-    expect(await api.db('automation_runs').where({ workspace_id: ws.id }).whereIn('status', ['running', 'completed', 'failed']).count({ n: '*' }).first()).toEqual({ n: 1 });
+    expect(
+      await api
+        .db('automation_runs')
+        .where({ workspace_id: ws.id })
+        .whereIn('status', ['running', 'completed', 'failed'])
+        .count({ n: '*' })
+        .first(),
+    ).toEqual({ n: 1 });
   });
 
   it('20 concurrent lead upserts of one number in both ninth-digit forms: one contact, one lead.created', async () => {
@@ -154,7 +217,9 @@ describe('identical requests at once', () => {
     const phone = mobile(); // 55 31 9 XXXXXXXX
     const withoutNinth = phone.slice(0, 4) + phone.slice(5);
     const results = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: i % 2 ? phone : `+${withoutNinth}`, name: `N${i}` } })),
+      Array.from({ length: 20 }, (_, i) =>
+        api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: i % 2 ? phone : `+${withoutNinth}`, name: `N${i}` } }),
+      ),
     );
     report(`20 x POST /api/v1/leads, ${phone} and ${withoutNinth}: ${tally(results.map((r) => r.status))}`);
     for (const r of results) expect([200, 201]).toContain(r.status);

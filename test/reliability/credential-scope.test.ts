@@ -58,19 +58,22 @@ describe('automations:read without automations:write', () => {
     expect(ownList.body.data.find((a) => a.id === inbound.body.data.id)).toMatchObject({ webhookUrl: url, webhookToken: true });
 
     // Removed: no token for anyone.
-    const removed = await api.request<{ data: AutomationView }>('DELETE', `/api/v1/automations/${inbound.body.data.id}/token`, { key: ws.key });
+    const removed = await api.request<{ data: AutomationView }>('DELETE', `/api/v1/automations/${inbound.body.data.id}/token`, {
+      key: ws.key,
+    });
     expect(removed.body.data).toMatchObject({ webhookUrl: null, webhookToken: false });
-    expect((await api.request<{ data: AutomationView }>('GET', `/api/v1/automations/${inbound.body.data.id}`, { key: reader.key })).body.data).toMatchObject({
+    expect(
+      (await api.request<{ data: AutomationView }>('GET', `/api/v1/automations/${inbound.body.data.id}`, { key: reader.key })).body.data,
+    ).toMatchObject({
       webhookUrl: null,
       webhookToken: false,
     });
   });
 
   it('is documented: the Automation schema has webhookToken, and webhookUrl says who sees it', async () => {
-    const doc = await api.request<{ components: { schemas: Record<string, { properties: Record<string, { description?: string }>; required?: string[] }> } }>(
-      'GET',
-      '/api/v1/openapi.json',
-    );
+    const doc = await api.request<{
+      components: { schemas: Record<string, { properties: Record<string, { description?: string }>; required?: string[] }> };
+    }>('GET', '/api/v1/openapi.json');
     const schema = doc.body.components.schemas.Automation;
     expect(schema.required).toEqual(expect.arrayContaining(['webhookUrl', 'webhookToken']));
     expect(schema.properties.webhookToken).toBeDefined();

@@ -11,7 +11,18 @@
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { runWorkflowId } from '../../domain/automations/automations';
-import { Child, ensureDatabase, ensureTemporalCli, freePort, migrateLatest, nodeTs, ROOT, startChild, startTemporalDevServer, waitForWorker } from '../../scripts/stack';
+import {
+  Child,
+  ensureDatabase,
+  ensureTemporalCli,
+  freePort,
+  migrateLatest,
+  nodeTs,
+  ROOT,
+  startChild,
+  startTemporalDevServer,
+  waitForWorker,
+} from '../../scripts/stack';
 import { createKey, createWorkspace, eventually, Receiver, startApi, startReceiver, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 
@@ -30,10 +41,26 @@ let temporal: Client;
 beforeAll(async () => {
   const databaseUrl = await ensureDatabase(process.env.TEST_ADMIN_DATABASE_URL!, 'crm_fairness', true);
   await migrateLatest(databaseUrl, () => undefined);
-  temporalServer = await startTemporalDevServer(await ensureTemporalCli(() => undefined), { port: await freePort(), logFile: path.join(LOG_DIR, 'temporal-fairness.log'), log: () => undefined });
+  temporalServer = await startTemporalDevServer(await ensureTemporalCli(() => undefined), {
+    port: await freePort(),
+    logFile: path.join(LOG_DIR, 'temporal-fairness.log'),
+    log: () => undefined,
+  });
   const queues = { TEMPORAL_TASK_QUEUE: TASK_QUEUE, TEMPORAL_WEBHOOK_TASK_QUEUE: `${TASK_QUEUE}-webhooks` };
-  worker = startChild({ name: 'fairness-worker', ...nodeTs('workers/main.ts'), env: { DATABASE_URL: databaseUrl, TEMPORAL_ADDRESS: temporalServer.address, ...queues }, logFile: path.join(LOG_DIR, 'worker-fairness.log') });
-  api = await startApi({ config: { databaseUrl, temporalAddress: temporalServer.address, taskQueue: TASK_QUEUE, webhookTaskQueue: queues.TEMPORAL_WEBHOOK_TASK_QUEUE } });
+  worker = startChild({
+    name: 'fairness-worker',
+    ...nodeTs('workers/main.ts'),
+    env: { DATABASE_URL: databaseUrl, TEMPORAL_ADDRESS: temporalServer.address, ...queues },
+    logFile: path.join(LOG_DIR, 'worker-fairness.log'),
+  });
+  api = await startApi({
+    config: {
+      databaseUrl,
+      temporalAddress: temporalServer.address,
+      taskQueue: TASK_QUEUE,
+      webhookTaskQueue: queues.TEMPORAL_WEBHOOK_TASK_QUEUE,
+    },
+  });
   receiver = await startReceiver();
   connection = await Connection.connect({ address: temporalServer.address });
   temporal = new Client({ connection, namespace: api.config.temporalNamespace });
@@ -60,7 +87,8 @@ async function inParallel<T>(items: T[], width: number, fn: (item: T) => Promise
   );
 }
 
-const p99 = (samples: number[]): number => [...samples].sort((a, b) => a - b)[Math.min(samples.length - 1, Math.ceil(samples.length * 0.99) - 1)];
+const p99 = (samples: number[]): number =>
+  [...samples].sort((a, b) => a - b)[Math.min(samples.length - 1, Math.ceil(samples.length * 0.99) - 1)];
 
 async function call(ws: Workspace | string, method: string, path: string, body?: unknown) {
   const res = await api.request(method, path, { key: typeof ws === 'string' ? ws : ws.key, body });
@@ -74,11 +102,20 @@ describe('fair dispatch', () => {
     const attacker = await createWorkspace(api, { name: 'attacker', scopes: [...scopes], plan: { automationLimit: ATTACKER_AUTOMATIONS } });
     const victim = await createWorkspace(api, { name: 'victim', scopes: [...scopes] });
     // Keys allow at most 1,000 requests (batch items) a minute: the attacker holds several.
-    const attackerKeys = [attacker.key, ...(await Promise.all(Array.from({ length: 5 }, () => createKey(api, attacker.id, [...scopes], { rateLimitPerMinute: 1000 })))).map((k) => k.key)];
+    const attackerKeys = [
+      attacker.key,
+      ...(await Promise.all(Array.from({ length: 5 }, () => createKey(api, attacker.id, [...scopes], { rateLimitPerMinute: 1000 })))).map(
+        (k) => k.key,
+      ),
+    ];
     let turn = 0;
     const nextKey = () => attackerKeys[turn++ % attackerKeys.length];
     const pipelineOf = async (ws: Workspace) => {
-      const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, { name: 'Sales', stages: [{ name: 'New' }], customFields: [] });
+      const res = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/pipelines`, {
+        name: 'Sales',
+        stages: [{ name: 'New' }],
+        customFields: [],
+      });
       expect(res.status).toBe(201);
       return res.body.data.id as string;
     };
@@ -87,21 +124,37 @@ describe('fair dispatch', () => {
     // The attacker: a receiver that holds every delivery 9.5 s (a 2xx in time: never retried), and
     // 3,000 automations that each new deal triggers.
     await call(attacker, 'POST', '/api/v1/webhooks', { url: `${receiver.url}/slow/9500/attacker`, events: ['*'] });
-    await inParallel(Array.from({ length: ATTACKER_AUTOMATIONS }, (_, i) => i), 16, async (i) => {
-      await call(nextKey(), 'POST', '/api/v1/automations', { name: `flood ${i}`, trigger: { type: 'card_created' }, actions: [{ type: 'wait', seconds: 1 }] });
-    });
+    await inParallel(
+      Array.from({ length: ATTACKER_AUTOMATIONS }, (_, i) => i),
+      16,
+      async (i) => {
+        await call(nextKey(), 'POST', '/api/v1/automations', {
+          name: `flood ${i}`,
+          trigger: { type: 'card_created' },
+          actions: [{ type: 'wait', seconds: 1 }],
+        });
+      },
+    );
     const attackerContact = await call(attacker, 'POST', '/api/v1/leads', { phone: uniquePhone(), name: 'Flood' });
 
     // The victim: its own receiver path, and one automation on new deals that adds a note.
     await call(victim, 'POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/victim`, events: ['lead.created'] });
-    const victimFlow = await call(victim, 'POST', '/api/v1/automations', { name: 'welcome', trigger: { type: 'card_created' }, actions: [{ type: 'add_note', body: 'new deal' }] });
+    const victimFlow = await call(victim, 'POST', '/api/v1/automations', {
+      name: 'welcome',
+      trigger: { type: 'card_created' },
+      actions: [{ type: 'add_note', body: 'new deal' }],
+    });
 
     let flooding = true;
     const batches: number[] = [];
     const flood = (async () => {
       while (flooding) {
         const started = Date.now();
-        const deals = Array.from({ length: 100 }, (_, i) => ({ contactId: attackerContact.id, pipeline: attackerPipeline, name: `flood ${batches.length}-${i}` }));
+        const deals = Array.from({ length: 100 }, (_, i) => ({
+          contactId: attackerContact.id,
+          pipeline: attackerPipeline,
+          name: `flood ${batches.length}-${i}`,
+        }));
         const res = await api.request('POST', '/api/v1/deals/batch', { key: nextKey(), body: { deals } });
         batches.push(res.status);
         await new Promise((resolve) => setTimeout(resolve, Math.max(0, 3_000 - (Date.now() - started))));
@@ -120,17 +173,26 @@ describe('fair dispatch', () => {
         const deal = await call(victim, 'POST', '/api/v1/deals', { contactId: lead.id, pipeline: victimPipeline });
         const dealAt = Date.now();
         await Promise.all([
-          eventually(`victim lead.created ${i}`, async () => receiver.to('/ok/victim').find((r) => r.json?.contact_id === lead.id)).then((r) => webhookMs.push(r.at - sent)),
+          eventually(`victim lead.created ${i}`, async () => receiver.to('/ok/victim').find((r) => r.json?.contact_id === lead.id)).then(
+            (r) => webhookMs.push(r.at - sent),
+          ),
           eventually(
             `victim run ${i} to start`,
             async () => {
-              const run = await api.db('automation_runs').where({ workspace_id: victim.id, automation_id: victimFlow.id }).whereRaw(`trigger->>'dealId' = ?`, [deal.id]).first('event_id');
+              const run = await api
+                .db('automation_runs')
+                .where({ workspace_id: victim.id, automation_id: victimFlow.id })
+                .whereRaw(`trigger->>'dealId' = ?`, [deal.id])
+                .first('event_id');
               if (!run) return false;
               // Started: its workflow exists in Temporal (the dispatcher starts it right after recording the run).
               return temporal.workflow
                 .getHandle(runWorkflowId(victim.id, victimFlow.id, { eventId: run.event_id }))
                 .describe()
-                .then(() => true, () => false);
+                .then(
+                  () => true,
+                  () => false,
+                );
             },
             30_000,
             20,
@@ -153,7 +215,10 @@ describe('fair dispatch', () => {
     expect(Number(attackerRuns!.n)).toBeGreaterThan(100);
     expect(receiver.to('/slow/9500/attacker').length).toBeGreaterThan(16);
 
-    expect({ webhookP99: p99(webhookMs) <= VICTIM_TARGET_MS, runP99: p99(runMs) <= VICTIM_TARGET_MS, webhookMs, runMs }).toMatchObject({ webhookP99: true, runP99: true });
+    expect({ webhookP99: p99(webhookMs) <= VICTIM_TARGET_MS, runP99: p99(runMs) <= VICTIM_TARGET_MS, webhookMs, runMs }).toMatchObject({
+      webhookP99: true,
+      runP99: true,
+    });
 
     // The victim's own run completed as usual.
     await eventually(

@@ -26,7 +26,10 @@ import { ALL_SCOPES } from '../../domain/access/scopes';
 import { createWorkspace, eventually, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
-const STACK_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'faults');
+const STACK_DIR = path.join(
+  process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'),
+  'faults',
+);
 const LOG_DIR = path.join(STACK_DIR, 'logs');
 const TASK_QUEUE = 'crm-faults';
 const report = (message: string): void => console.log(`[faults] ${message}`);
@@ -53,15 +56,29 @@ const workerEnv = (): Record<string, string> => ({
 
 /** PostgreSQL in its own process (scripts/postgres-server.ts), so the case can stop and restart it. */
 async function startPostgres(): Promise<void> {
-  pg = startChild({ name: 'faults-postgres', ...nodeTs('scripts/postgres-server.ts'), args: [...nodeTs('scripts/postgres-server.ts').args, path.join(STACK_DIR, 'postgres'), String(pgPort)], logFile: path.join(LOG_DIR, 'postgres.log') });
-  await waitFor('the fault suite PostgreSQL', async () => {
-    if (pg.process.exitCode !== null) throw new Error(`postgres-server exited: ${pg.output().slice(-2000)}`);
-    if (!pg.output().includes('ready ')) throw new Error('not ready');
-  }, 120_000);
+  pg = startChild({
+    name: 'faults-postgres',
+    ...nodeTs('scripts/postgres-server.ts'),
+    args: [...nodeTs('scripts/postgres-server.ts').args, path.join(STACK_DIR, 'postgres'), String(pgPort)],
+    logFile: path.join(LOG_DIR, 'postgres.log'),
+  });
+  await waitFor(
+    'the fault suite PostgreSQL',
+    async () => {
+      if (pg.process.exitCode !== null) throw new Error(`postgres-server exited: ${pg.output().slice(-2000)}`);
+      if (!pg.output().includes('ready ')) throw new Error('not ready');
+    },
+    120_000,
+  );
 }
 
 async function startTemporal(): Promise<void> {
-  temporal = await startTemporalDevServer(cli, { dbFile: path.join(STACK_DIR, 'temporal.sqlite'), port: temporalPort, logFile: path.join(LOG_DIR, 'temporal.log'), log: () => undefined });
+  temporal = await startTemporalDevServer(cli, {
+    dbFile: path.join(STACK_DIR, 'temporal.sqlite'),
+    port: temporalPort,
+    logFile: path.join(LOG_DIR, 'temporal.log'),
+    log: () => undefined,
+  });
 }
 
 beforeAll(async () => {
@@ -131,7 +148,8 @@ async function startReceiver(port = 0) {
 }
 type Receiver = Awaited<ReturnType<typeof startReceiver>>;
 
-const callsTo = async (phone: string): Promise<number> => ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${phone}`)).json()) as { calls: unknown[] }).calls.length;
+const callsTo = async (phone: string): Promise<number> =>
+  ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${phone}`)).json()) as { calls: unknown[] }).calls.length;
 
 /** A connected Cloud API instance on the emulator with the approved template `welcome` the cases send. */
 async function cloudInstanceWithTemplate(ws: Workspace): Promise<void> {
@@ -143,7 +161,13 @@ async function cloudInstanceWithTemplate(ws: Workspace): Promise<void> {
     config: { baseUrl: EMULATOR, phoneNumberId: `PN-faults-${ws.id.slice(0, 8)}`, accessToken: 'faults-token', appSecret: 'faults-secret' },
   });
   expect(instance.status).toBe(201);
-  const template = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+  const template = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.body.data.id,
+    name: 'welcome',
+    language: 'pt_BR',
+    variableCount: 1,
+    status: 'approved',
+  });
   expect(template.status).toBe(201);
 }
 
@@ -198,7 +222,9 @@ function leadLoad(ws: Workspace, workers = 4) {
     while (running) {
       const phone = mobile();
       const started = Date.now();
-      const res = await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone, name: `Load ${phone}` } }).catch(() => ({ status: 0, body: undefined }));
+      const res = await api
+        .request('POST', '/api/v1/leads', { key: ws.key, body: { phone, name: `Load ${phone}` } })
+        .catch(() => ({ status: 0, body: undefined }));
       outcomes.push({ phone, status: res.status, code: res.body?.code, ms: Date.now() - started });
       await new Promise((r) => setTimeout(r, 20));
     }
@@ -212,7 +238,12 @@ function leadLoad(ws: Workspace, workers = 4) {
 }
 
 const tally = (outcomes: Outcome[]): string =>
-  Object.entries(outcomes.reduce<Record<string, number>>((acc, o) => ((acc[`${o.status}${o.code ? ` ${o.code}` : ''}`] = (acc[`${o.status}${o.code ? ` ${o.code}` : ''}`] ?? 0) + 1), acc), {}))
+  Object.entries(
+    outcomes.reduce<Record<string, number>>(
+      (acc, o) => ((acc[`${o.status}${o.code ? ` ${o.code}` : ''}`] = (acc[`${o.status}${o.code ? ` ${o.code}` : ''}`] ?? 0) + 1), acc),
+      {},
+    ),
+  )
     .map(([k, v]) => `${k}: ${v}`)
     .join(', ');
 
@@ -228,15 +259,25 @@ describe('PostgreSQL restarted during load', () => {
     const downAt = Date.now();
     cleanups.push(async () => exited(pg) && (await startPostgres()));
     const before = load.outcomes.length;
-    await eventually('answers while PostgreSQL is down', async () => load.outcomes.slice(before).filter((o) => o.status === 503).length >= 8, 40_000);
+    await eventually(
+      'answers while PostgreSQL is down',
+      async () => load.outcomes.slice(before).filter((o) => o.status === 503).length >= 8,
+      40_000,
+    );
     const duringDown = load.outcomes.slice(before);
     await startPostgres();
     const upAt = Date.now();
     const afterUp = load.outcomes.length;
-    await eventually('leads created again after the restart', async () => load.outcomes.slice(afterUp).filter((o) => o.status === 201).length >= 10, 60_000);
+    await eventually(
+      'leads created again after the restart',
+      async () => load.outcomes.slice(afterUp).filter((o) => o.status === 201).length >= 10,
+      60_000,
+    );
     await load.stop();
 
-    report(`PostgreSQL down ${((upAt - downAt) / 1000).toFixed(1)} s; answers while down: ${tally(duringDown)}; slowest ${Math.max(...duringDown.map((o) => o.ms))} ms`);
+    report(
+      `PostgreSQL down ${((upAt - downAt) / 1000).toFixed(1)} s; answers while down: ${tally(duringDown)}; slowest ${Math.max(...duringDown.map((o) => o.ms))} ms`,
+    );
     report(`all answers: ${tally(load.outcomes)}`);
     // Only success or a clear 503 with the stable code: never a 500 or a hang.
     for (const o of load.outcomes) expect([201, 503]).toContain(o.status);
@@ -260,7 +301,8 @@ describe('webhook receiver down for a while, then up', () => {
     const receiver = await startReceiver();
     const subscription = await subscribe(ws, receiver.url, ['lead.created']);
     await receiver.down();
-    for (let i = 0; i < 10; i++) expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: mobile() } })).status).toBe(201);
+    for (let i = 0; i < 10; i++)
+      expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: mobile() } })).status).toBe(201);
     // Down long enough for the first attempts and a retry or two to fail.
     await eventually(
       'failed attempts while the receiver is down',
@@ -296,7 +338,11 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
     await subscribe(ws, receiver.url, CREATED);
     const automation = await api.request('POST', '/api/v1/automations', {
       key: ws.key,
-      body: { name: 'Orders', trigger: { type: 'webhook_received', mapping: { externalId: 'order.id' } }, actions: [{ type: 'create_task', title: 'Order {{webhook.order.id}}', dueInMinutes: 60 }] },
+      body: {
+        name: 'Orders',
+        trigger: { type: 'webhook_received', mapping: { externalId: 'order.id' } },
+        actions: [{ type: 'create_task', title: 'Order {{webhook.order.id}}', dueInMinutes: 60 }],
+      },
     });
     expect(automation.status).toBe(201);
     const hookPath = new URL(automation.body.data.webhookUrl).pathname;
@@ -314,13 +360,23 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
     // cannot report those activities' results, and their retries must not call the provider again.
     const beforePhones = Array.from({ length: 4 }, mobile);
     for (const phone of beforePhones) {
-      await fetch(`${EMULATOR}/__emulator/script`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ to: phone, behaviour: 'ok', delayMs: 2500, times: 1 }) });
+      await fetch(`${EMULATOR}/__emulator/script`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ to: phone, behaviour: 'ok', delayMs: 2500, times: 1 }),
+      });
     }
     const beforeSends = beforePhones.map(send);
     const beforeRuns = await Promise.all(Array.from({ length: 5 }, (_, i) => inbound(`before-${ws.id}-${i}`)));
     for (const r of beforeRuns) expect(r.status).toBe(202);
-    for (let i = 0; i < 5; i++) expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: mobile() } })).status).toBe(201);
-    await eventually('the sends reached the provider', async () => (await Promise.all(beforePhones.map(callsTo))).every((n) => n === 1), 30_000, 100);
+    for (let i = 0; i < 5; i++)
+      expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: mobile() } })).status).toBe(201);
+    await eventually(
+      'the sends reached the provider',
+      async () => (await Promise.all(beforePhones.map(callsTo))).every((n) => n === 1),
+      30_000,
+      100,
+    );
 
     await temporal.stop();
     report('Temporal dev server stopped');
@@ -335,7 +391,9 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
     const runMs = Date.now() - t1;
     const read = await api.request('GET', '/api/v1/leads', { key: ws.key });
     const writeWhileDown = await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: mobile() } });
-    report(`while down: send ${downSend.status} ${downSend.body?.code} in ${sendMs} ms; inbound ${downRun.status} ${downRun.body?.data?.status ?? downRun.body?.code} in ${runMs} ms; lead list ${read.status}; lead write ${writeWhileDown.status}`);
+    report(
+      `while down: send ${downSend.status} ${downSend.body?.code} in ${sendMs} ms; inbound ${downRun.status} ${downRun.body?.data?.status ?? downRun.body?.code} in ${runMs} ms; lead list ${read.status}; lead write ${writeWhileDown.status}`,
+    );
     expect(downSend.status).toBe(503);
     expect(downSend.body).toMatchObject({ code: 'UNAVAILABLE' });
     expect(sendMs).toBeLessThan(12_000);
@@ -363,7 +421,9 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
     for (const [i, phone] of beforePhones.entries()) expect(await callsTo(phone)).toBe(firstAnswers[i].status === 503 ? 0 : 1);
     for (const phone of afterPhones) expect(await callsTo(phone)).toBe(1);
     expect(await callsTo(downPhone)).toBe(0);
-    report(`sends: before the stop ${firstAnswers.map((a) => a.status).join(',')}; after the restart ${afterSends.map((a) => a.status).join(',')}; one provider call each`);
+    report(
+      `sends: before the stop ${firstAnswers.map((a) => a.status).join(',')}; after the restart ${afterSends.map((a) => a.status).join(',')}; one provider call each`,
+    );
 
     // Runs accepted before the stop and the one accepted while it was away complete, once each.
     const expected = [...Array.from({ length: 5 }, (_, i) => `before-${ws.id}-${i}`), `down-${ws.id}`].sort();
@@ -380,7 +440,9 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
     const tasks: string[] = await api.db('tasks').where({ workspace_id: ws.id }).pluck('title');
     expect(tasks.sort()).toEqual(expected.map((id) => `Order ${id}`).sort());
     const delivered = await expectEachContactDeliveredOnce(ws, receiver);
-    report(`${runs.length} runs completed once each; ${delivered} contact creations delivered once each (a cold send's contact.created included)`);
+    report(
+      `${runs.length} runs completed once each; ${delivered} contact creations delivered once each (a cold send's contact.created included)`,
+    );
     await receiver.down();
   }, 240_000);
 });
@@ -402,22 +464,42 @@ describe('API process killed between business commits and workflow starts', () =
     cleanups.push(() => child.stop());
     await waitForHttp(`http://127.0.0.1:${port}/health`, child);
     const post = (pathname: string, body: unknown, headers: Record<string, string> = {}) =>
-      fetch(`http://127.0.0.1:${port}${pathname}`, { method: 'POST', headers: { authorization: `Bearer ${ws.key}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
+      fetch(`http://127.0.0.1:${port}${pathname}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ws.key}`, 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      })
         .then((r) => r.status)
         .catch(() => 0);
 
     // A send whose workflow started: the API dies while it waits for the result.
     const phone = mobile();
-    const sending = post('/api/v1/messages', { phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] }, { 'Idempotency-Key': `kill-${phone}` });
-    await eventually('the send workflow started', async () => (await api.db('send_preparations').where({ workspace_id: ws.id }).first()) !== undefined, 30_000, 20);
+    const sending = post(
+      '/api/v1/messages',
+      { phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] },
+      { 'Idempotency-Key': `kill-${phone}` },
+    );
+    await eventually(
+      'the send workflow started',
+      async () => (await api.db('send_preparations').where({ workspace_id: ws.id }).first()) !== undefined,
+      30_000,
+      20,
+    );
     // Lead writes in flight: some commit, some do not; the kill lands among them.
     const writes = Array.from({ length: 40 }, () => post('/api/v1/leads', { phone: mobile() }));
-    await eventually('some leads committed', async () => Number((await api.db('contacts').where({ workspace_id: ws.id }).count({ n: '*' }))[0].n) >= 5, 30_000, 5);
+    await eventually(
+      'some leads committed',
+      async () => Number((await api.db('contacts').where({ workspace_id: ws.id }).count({ n: '*' }))[0].n) >= 5,
+      30_000,
+      5,
+    );
     child.process.kill('SIGKILL');
     const statuses = await Promise.all(writes);
     await sending;
     await child.stop();
-    report(`API killed with ${statuses.filter((s) => s === 201).length} of 40 lead writes answered 201, ${statuses.filter((s) => s === 0).length} cut off`);
+    report(
+      `API killed with ${statuses.filter((s) => s === 201).length} of 40 lead writes answered 201, ${statuses.filter((s) => s === 0).length} cut off`,
+    );
 
     const delivered = await expectEachContactDeliveredOnce(ws, receiver);
     // The send finishes without the API: the same key then replays its result.

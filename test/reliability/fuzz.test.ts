@@ -40,7 +40,20 @@ import type { AnyRoute } from '../../api/route';
 import { ERROR_CODES } from '../../domain/kernel/errors';
 import { ALL_SCOPES } from '../../domain/access/scopes';
 import { openText } from '../../domain/platform/encryption';
-import { createKey, createWorkspace, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, startApi, startReceiver, TestApi, uniqueIp, Workspace } from '../helpers';
+import {
+  createKey,
+  createWorkspace,
+  Receiver,
+  seedContact,
+  seedMember,
+  seedPipeline,
+  settleOutbox,
+  startApi,
+  startReceiver,
+  TestApi,
+  uniqueIp,
+  Workspace,
+} from '../helpers';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 424242);
 const RUNS = Number(process.env.FUZZ_RUNS ?? 200);
@@ -50,7 +63,9 @@ const ONLY = process.env.FUZZ_ONLY;
 const EMULATOR = process.env.EMULATOR_URL!;
 const APP_SECRET = 'fuzz-app-secret';
 const VERIFY_TOKEN = 'fuzz-verify-token';
-const STACK_DIR = process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.resolve(__dirname, '..', '..', '.data', 'test');
+const STACK_DIR = process.env.TEST_STACK_DIR
+  ? path.resolve(process.env.TEST_STACK_DIR)
+  : path.resolve(__dirname, '..', '..', '.data', 'test');
 const CASE_LOG = path.join(STACK_DIR, 'fuzz-cases.log');
 
 let api: TestApi;
@@ -173,7 +188,13 @@ async function buildFixture(): Promise<Fixture> {
     value: 100,
     customValues: { budget: 5 },
   });
-  const task = await call('POST', '/api/v1/tasks', { title: 'call back', contactId: contact.id, cardId: deal.id, assignedTo: member.id, dueDate: '2030-01-01T10:00:00Z' });
+  const task = await call('POST', '/api/v1/tasks', {
+    title: 'call back',
+    contactId: contact.id,
+    cardId: deal.id,
+    assignedTo: member.id,
+    dueDate: '2030-01-01T10:00:00Z',
+  });
   const phoneNumberId = `PN-FUZZ-${ws.id.slice(0, 8)}`;
   const instance = await admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
     name: 'WA',
@@ -182,10 +203,19 @@ async function buildFixture(): Promise<Fixture> {
     connected: true,
     config: { baseUrl: EMULATOR, phoneNumberId, accessToken: 'fuzz-access-token', appSecret: APP_SECRET, verifyToken: VERIFY_TOKEN },
   });
-  await admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.id, name: 'welcome', language: 'pt_BR', variableCount: 1, status: 'approved' });
+  await admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.id,
+    name: 'welcome',
+    language: 'pt_BR',
+    variableCount: 1,
+    status: 'approved',
+  });
   // The conversation comes from real provider traffic (which also opens the 24-hour window).
   const raw = JSON.stringify(inboundPayload(phoneNumberId, contact.phone, 'wamid.fuzz.fixture', 'Oi'));
-  const inbound = await api.request('POST', `/webhooks/whatsapp/${instance.id}`, { rawBody: raw, headers: { 'content-type': 'application/json', 'x-hub-signature-256': sign(raw) } });
+  const inbound = await api.request('POST', `/webhooks/whatsapp/${instance.id}`, {
+    rawBody: raw,
+    headers: { 'content-type': 'application/json', 'x-hub-signature-256': sign(raw) },
+  });
   if (inbound.status !== 200 || inbound.body.data.received !== 1) throw new Error(`fixture inbound: ${inbound.status} ${inbound.text}`);
   const conversation = await api.db('conversations').where({ workspace_id: ws.id, contact_id: contact.id }).first('id');
   const webhookRead = await call('POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/fuzz-read`, events: ['card.won'] });
@@ -237,7 +267,12 @@ async function buildAdminFixture(): Promise<AdminFixture> {
   for (let i = 0; i < 3; i++) keyIds.push((await createKey(api, wsId, ['deals:read'])).id);
   const tagKey = await createKey(api, wsId, ['tags:write']);
   const tag = await api.request('POST', '/api/v1/tags', { key: tagKey.key, body: { name: 'admin-tag' } });
-  const instance = await api.admin('POST', `/admin/v1/workspaces/${wsId}/instances`, { name: 'Admin WA', channel: 'whatsapp', provider: 'web', config: { instanceName: 'fuzz-admin' } });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${wsId}/instances`, {
+    name: 'Admin WA',
+    channel: 'whatsapp',
+    provider: 'web',
+    config: { instanceName: 'fuzz-admin' },
+  });
   const contact = await seedContact(api, wsId, { phone: mobile(), name: 'Admin Lead' });
   const member = await seedMember(api, wsId, 'Admin Member');
   return { wsId, keyIds, instanceId: instance.body.data.id, contactId: contact.id, memberId: member.id, tagId: tag.body.data.id };
@@ -294,7 +329,13 @@ const EXAMPLES: Record<string, Example> = {
       { status: 'open', value: null, assignedTo: null },
       { status: 'won', value: 10.5, assignedTo: f.member.id, customValues: { budget: null, channel: 'phone' } },
     ][n % 4],
-  'post /api/v1/leads': (n) => ({ phone: mobileOf(n), name: `Lead ${n}`, email: `lead${n}@example.com`, notes: 'from the fuzz', tags: ['fuzz', `t${n % 5}`] }),
+  'post /api/v1/leads': (n) => ({
+    phone: mobileOf(n),
+    name: `Lead ${n}`,
+    email: `lead${n}@example.com`,
+    notes: 'from the fuzz',
+    tags: ['fuzz', `t${n % 5}`],
+  }),
   'post /api/v1/leads/batch': (n) => ({
     leads: [
       { phone: mobileOf(n), name: `Batch lead ${n}`, tags: ['fuzz'] },
@@ -316,7 +357,13 @@ const EXAMPLES: Record<string, Example> = {
   'post /api/v1/lists': (n) => ({ name: `List ${n}` }),
   'patch /api/v1/lists/{id}': (n) => ({ name: `List renamed ${n}` }),
   'post /api/v1/lists/{id}/contacts': (n) => ({ contactIds: n % 2 ? [f.contact.id, f.contact2.id] : [f.contact2.id] }),
-  'post /api/v1/products': (n) => ({ name: `Product ${n}`, description: 'A product', sku: `SKU-${n}`, price: n % 2 ? '19.90' : 19.9, active: true }),
+  'post /api/v1/products': (n) => ({
+    name: `Product ${n}`,
+    description: 'A product',
+    sku: `SKU-${n}`,
+    price: n % 2 ? '19.90' : 19.9,
+    active: true,
+  }),
   'patch /api/v1/products/{id}': (n) => ({ price: n % 2 ? '0.01' : null, description: null, active: n % 3 !== 0 }),
   'post /api/v1/tasks': (n) => ({
     title: `Task ${n}`,
@@ -331,16 +378,30 @@ const EXAMPLES: Record<string, Example> = {
   'patch /api/v1/conversations/{id}': (n) => ({ status: ['open', 'waiting', 'snoozed', 'closed'][n % 4] }),
   'post /api/v1/messages': (n) =>
     [
-      { phone: f.contact.phone, instanceId: f.instance.id, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] },
+      {
+        phone: f.contact.phone,
+        instanceId: f.instance.id,
+        type: 'template',
+        templateName: 'welcome',
+        templateLanguage: 'pt_BR',
+        templateVariables: ['Ana'],
+      },
       { phone: f.contact.phone, type: 'text', text: `hello ${n}` },
-      { phone: f.contact.phone, instanceId: f.instance.id, type: 'image', mediaUrl: `${EMULATOR}/__emulator/media/1000/photo.jpg`, caption: 'a photo' },
+      {
+        phone: f.contact.phone,
+        instanceId: f.instance.id,
+        type: 'image',
+        mediaUrl: `${EMULATOR}/__emulator/media/1000/photo.jpg`,
+        caption: 'a photo',
+      },
     ][n % 3],
   'post /api/v1/conversations/{id}/messages': (n) =>
     n % 2
       ? { type: 'text', text: `hello ${n}` }
       : { type: 'document', mediaUrl: `${EMULATOR}/__emulator/media/2000/file.pdf`, fileName: 'file.pdf', caption: 'doc' },
   'post /api/v1/webhooks': (n) => ({ url: `${receiver.url}/ok/new-${n}`, events: ['card.lost'], active: true }),
-  'patch /api/v1/webhooks/{id}': (n) => (n % 2 ? { events: ['card.lost', 'card.won'], active: true } : { url: `${receiver.url}/ok/edited-${n}` }),
+  'patch /api/v1/webhooks/{id}': (n) =>
+    n % 2 ? { events: ['card.lost', 'card.won'], active: true } : { url: `${receiver.url}/ok/edited-${n}` },
   'post /api/v1/automations': (n) => ({
     name: `Flow ${n}`,
     active: true,
@@ -350,17 +411,46 @@ const EXAMPLES: Record<string, Example> = {
       { type: 'create_task', title: 'follow up', dueInMinutes: 60 },
     ],
   }),
-  'patch /api/v1/automations/{id}': (n) => ({ name: `Edited ${n}`, active: n % 3 !== 0, actions: [{ type: 'add_note', body: 'note {{webhook.x}}' }] }),
-  'post /api/automations/webhook-in/{token}': (n) => ({ event: 'order.paid', order: { id: `order-${n % 50}` }, customer: { phone: f.contact.phone, name: 'Buyer' } }),
+  'patch /api/v1/automations/{id}': (n) => ({
+    name: `Edited ${n}`,
+    active: n % 3 !== 0,
+    actions: [{ type: 'add_note', body: 'note {{webhook.x}}' }],
+  }),
+  'post /api/automations/webhook-in/{token}': (n) => ({
+    event: 'order.paid',
+    order: { id: `order-${n % 50}` },
+    customer: { phone: f.contact.phone, name: 'Buyer' },
+  }),
   'post /webhooks/whatsapp/{instanceId}': (n) => inboundPayload(f.instance.phoneNumberId, mobileOf(n), `wamid.fuzz.${n}`, `message ${n}`),
-  'post /admin/v1/temporal-codec/encode': (n) => ({ payloads: [{ metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify({ n })).toString('base64') }] }),
-  'post /admin/v1/temporal-codec/decode': (n) => ({ payloads: [{ metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify({ n })).toString('base64') }] }),
+  'post /admin/v1/temporal-codec/encode': (n) => ({
+    payloads: [
+      { metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify({ n })).toString('base64') },
+    ],
+  }),
+  'post /admin/v1/temporal-codec/decode': (n) => ({
+    payloads: [
+      { metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify({ n })).toString('base64') },
+    ],
+  }),
   'post /admin/v1/workspaces': (n) => ({
     name: `Workspace ${n}`,
-    plan: { dealLimit: 10, dailyMessageQuota: 100, broadcastLimit: 1000, inboundWebhookQuota: 1, webhookQuota: 2, apiAccess: true, active: true },
+    plan: {
+      dealLimit: 10,
+      dailyMessageQuota: 100,
+      broadcastLimit: 1000,
+      inboundWebhookQuota: 1,
+      webhookQuota: 2,
+      apiAccess: true,
+      active: true,
+    },
   }),
   'patch /admin/v1/workspaces/{id}': (n) => ({ name: `Renamed ${n}`, plan: { dealLimit: null, active: true } }),
-  'post /admin/v1/workspaces/{id}/api-keys': (n) => ({ name: `key ${n}`, scopes: ['deals:read', 'tags:write'], rateLimitPerMinute: 60, expiresAt: '2030-01-01T00:00:00Z' }),
+  'post /admin/v1/workspaces/{id}/api-keys': (n) => ({
+    name: `key ${n}`,
+    scopes: ['deals:read', 'tags:write'],
+    rateLimitPerMinute: 60,
+    expiresAt: '2030-01-01T00:00:00Z',
+  }),
   'patch /admin/v1/workspaces/{id}/api-keys/{keyId}': (n) => ({ rateLimitPerMinute: 1 + (n % 1000) }),
   'post /admin/v1/workspaces/{id}/members': (n) => ({ name: `Member ${n}`, email: `member${n}@example.com` }),
   'post /admin/v1/workspaces/{id}/pipelines': (n) => ({
@@ -375,10 +465,24 @@ const EXAMPLES: Record<string, Example> = {
     provider: 'cloud',
     connected: false,
     archived: false,
-    config: { baseUrl: EMULATOR, phoneNumberId: `PN-${n}`, accessToken: 't', appSecret: 's', verifyToken: 'v', apiVersion: 'v21.0', instanceName: 'x' },
+    config: {
+      baseUrl: EMULATOR,
+      phoneNumberId: `PN-${n}`,
+      accessToken: 't',
+      appSecret: 's',
+      verifyToken: 'v',
+      apiVersion: 'v21.0',
+      instanceName: 'x',
+    },
   }),
   'patch /admin/v1/workspaces/{id}/instances/{instanceId}': (n) => ({ connected: n % 2 === 0, config: { accessToken: `token-${n}` } }),
-  'post /admin/v1/workspaces/{id}/templates': (n) => ({ instanceId: g.instanceId, name: `tpl_${n}`, language: 'pt_BR', variableCount: 2, status: 'approved' }),
+  'post /admin/v1/workspaces/{id}/templates': (n) => ({
+    instanceId: g.instanceId,
+    name: `tpl_${n}`,
+    language: 'pt_BR',
+    variableCount: 2,
+    status: 'approved',
+  }),
   'post /admin/v1/workspaces/{id}/broadcasts': () => ({ tagIds: [g.tagId], status: 'draft' }),
   'put /admin/v1/workspaces/{id}/contacts/{contactId}/insight': () => ({
     interest: 'high',
@@ -388,8 +492,20 @@ const EXAMPLES: Record<string, Example> = {
     qualification: 3,
     summary: 'ok',
   }),
-  'post /admin/v1/workspaces/{id}/contacts': (n) => ({ name: `Panel ${n}`, email: 'panel@example.com', phone: mobileOf(n), notes: 'n', tags: ['vip'], memberId: g.memberId }),
-  'patch /admin/v1/workspaces/{id}/contacts/{contactId}': (n) => ({ name: `Edited ${n}`, notes: 'x', tags: ['vip', 'new'], memberId: g.memberId }),
+  'post /admin/v1/workspaces/{id}/contacts': (n) => ({
+    name: `Panel ${n}`,
+    email: 'panel@example.com',
+    phone: mobileOf(n),
+    notes: 'n',
+    tags: ['vip'],
+    memberId: g.memberId,
+  }),
+  'patch /admin/v1/workspaces/{id}/contacts/{contactId}': (n) => ({
+    name: `Edited ${n}`,
+    notes: 'x',
+    tags: ['vip', 'new'],
+    memberId: g.memberId,
+  }),
   // Into the path's own contact (400): a merge that succeeded would hide the admin fixture's contact from later steps.
   'post /admin/v1/workspaces/{id}/contacts/{contactId}/merge': () => ({ intoId: g.contactId }),
 };
@@ -434,7 +550,11 @@ function ownIds(r: AnyRoute, param: string): string[] {
     case 'webhooks':
       return r.method === 'patch' || r.method === 'delete' ? [f.webhookEdit.id] : [f.webhookRead.id];
     case 'automations':
-      return r.method === 'get' && !key.endsWith('/runs') ? [f.automationIn.id, f.automationEdit.id] : key.endsWith('/runs') ? [f.automationIn.id] : [f.automationEdit.id];
+      return r.method === 'get' && !key.endsWith('/runs')
+        ? [f.automationIn.id, f.automationEdit.id]
+        : key.endsWith('/runs')
+          ? [f.automationIn.id]
+          : [f.automationEdit.id];
     default:
       throw new Error(`fuzz: no fixture record for {${param}} of ${key}; add it to ownIds`);
   }
@@ -474,7 +594,8 @@ function boundsOf(schema: unknown): number[] {
 function enumValuesOf(schema: unknown): string[] {
   const out = new Set<string>();
   walkZod(schema, (def) => {
-    if (def.type === 'enum' && def.entries && typeof def.entries === 'object') for (const v of Object.values(def.entries as object)) out.add(String(v));
+    if (def.type === 'enum' && def.entries && typeof def.entries === 'object')
+      for (const v of Object.values(def.entries as object)) out.add(String(v));
     if (def.type === 'literal' && Array.isArray(def.values)) for (const v of def.values) out.add(String(v));
   });
   return [...out];
@@ -503,11 +624,15 @@ class RawToken {
   }
 }
 
-const LENGTHS = [0, 1, 2, 15, 16, 32, 33, 63, 64, 65, 100, 101, 120, 121, 200, 201, 255, 256, 320, 321, 500, 501, 512, 513, 1000, 1001, 1024, 1025, 2048, 2049, 4096, 4097, 5000, 5001, 10_000, 10_001, 20_001];
+const LENGTHS = [
+  0, 1, 2, 15, 16, 32, 33, 63, 64, 65, 100, 101, 120, 121, 200, 201, 255, 256, 320, 321, 500, 501, 512, 513, 1000, 1001, 1024, 1025, 2048,
+  2049, 4096, 4097, 5000, 5001, 10_000, 10_001, 20_001,
+];
 
 function interestingLengths(bounds: number[]): number[] {
   const out = new Set<number>(LENGTHS);
-  for (const b of bounds) if (Number.isInteger(b) && b >= 0 && b <= 30_000) [b - 1, b, b + 1].filter((x) => x >= 0).forEach((x) => out.add(x));
+  for (const b of bounds)
+    if (Number.isInteger(b) && b >= 0 && b <= 30_000) [b - 1, b, b + 1].filter((x) => x >= 0).forEach((x) => out.add(x));
   return [...out].sort((a, b) => a - b);
 }
 
@@ -590,10 +715,43 @@ const WEIRD_STRINGS = [
   'send_message',
 ];
 
-const RAW_NUMBERS = ['1e999', '-1e999', '123456789012345678901234567890', '1.0000000000000000000001', '-0', '1E2', '0.1e-400', '-0.0', '1e-7', '99999999999999.999'];
+const RAW_NUMBERS = [
+  '1e999',
+  '-1e999',
+  '123456789012345678901234567890',
+  '1.0000000000000000000001',
+  '-0',
+  '1E2',
+  '0.1e-400',
+  '-0.0',
+  '1e-7',
+  '99999999999999.999',
+];
 
 const NUMBERS = [
-  0, -0, 1, -1, 0.5, 0.001, 0.005, 1.005, 10.999, 2 ** 31 - 1, 2 ** 31, -(2 ** 31) - 1, 2 ** 53, 2 ** 53 + 2, 1e12, 999_999_999_999.99, 999_999_999_999.995, 1e15, 1e21, 1e308, -1e308, 5e-324, 12_345_678_901_234.56,
+  0,
+  -0,
+  1,
+  -1,
+  0.5,
+  0.001,
+  0.005,
+  1.005,
+  10.999,
+  2 ** 31 - 1,
+  2 ** 31,
+  -(2 ** 31) - 1,
+  2 ** 53,
+  2 ** 53 + 2,
+  1e12,
+  999_999_999_999.99,
+  999_999_999_999.995,
+  1e15,
+  1e21,
+  1e308,
+  -1e308,
+  5e-324,
+  12_345_678_901_234.56,
 ];
 
 function valueArb(ctx: { lengths: number[]; bounds: number[]; refs: () => string[] }): fc.Arbitrary<unknown> {
@@ -615,9 +773,27 @@ function valueArb(ctx: { lengths: number[]; bounds: number[]; refs: () => string
     { weight: 2, arbitrary: fc.constantFrom(...RAW_NUMBERS).map((t) => new RawToken(t)) },
   );
   const refs = fc.oneof(
-    { weight: 3, arbitrary: fc.nat().map((i) => { const ids = ctx.refs(); return ids[i % ids.length]; }) },
-    { weight: 1, arbitrary: fc.nat().map((i) => { const ids = ctx.refs(); return ids[i % ids.length].toUpperCase(); }) },
-    { weight: 1, arbitrary: fc.nat().map((i) => { const ids = ctx.refs(); return `${ids[i % ids.length]}x`; }) },
+    {
+      weight: 3,
+      arbitrary: fc.nat().map((i) => {
+        const ids = ctx.refs();
+        return ids[i % ids.length];
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.nat().map((i) => {
+        const ids = ctx.refs();
+        return ids[i % ids.length].toUpperCase();
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.nat().map((i) => {
+        const ids = ctx.refs();
+        return `${ids[i % ids.length]}x`;
+      }),
+    },
     { weight: 2, arbitrary: fc.uuid() },
   );
   const leaf = fc.oneof(
@@ -631,9 +807,13 @@ function valueArb(ctx: { lengths: number[]; bounds: number[]; refs: () => string
     fc.constant([]),
     fc.constant({}),
     leaf.map((v) => [v]),
-    fc.tuple(fc.constantFrom('value', 'id', 'name', 'type', '__proto__', 'constructor', ''), leaf).map(([k, v]) => JSON.parse(`{${JSON.stringify(k)}: ${JSON.stringify(v instanceof RawToken ? 1 : v) ?? 'null'}}`)),
+    fc
+      .tuple(fc.constantFrom('value', 'id', 'name', 'type', '__proto__', 'constructor', ''), leaf)
+      .map(([k, v]) => JSON.parse(`{${JSON.stringify(k)}: ${JSON.stringify(v instanceof RawToken ? 1 : v) ?? 'null'}}`)),
     fc.array(leaf, { maxLength: 5 }),
-    fc.record({ len: fc.constantFrom(...ctx.lengths.filter((l) => l <= 1001)), v: leaf }).map(({ len, v }) => Array.from({ length: len }, () => v)),
+    fc
+      .record({ len: fc.constantFrom(...ctx.lengths.filter((l) => l <= 1001)), v: leaf })
+      .map(({ len, v }) => Array.from({ length: len }, () => v)),
     fc.nat({ max: 60 }).map((depth) => {
       let v: unknown = 'deep';
       for (let i = 0; i < depth; i++) v = i % 2 ? [v] : { a: v };
@@ -714,8 +894,42 @@ function checksOf(def: ZodDef): ZodDef[] {
   return ((def.checks as { _zod: { def: ZodDef } }[] | undefined) ?? []).map((c) => c._zod.def);
 }
 
-const DATES = ['0000-01-01', '0001-01-01', '1969-12-31T23:59:59Z', '2024-02-29', '2026-02-29', '9999-12-31T23:59:59.999999Z', '2026-01-01T00:00:00+14:00', '2026-01-01T00:00:00-23:59', '2026-01-01T23:59:60Z', '2026-01-01T12:00', '2026-01-01T12:00:00.1234567Z'];
-const NUMBER_EDGES = [0, -1, 1, 0.5, -0.5, 0.001, 0.005, 1.005, 99.999, 2 ** 31 - 1, 2 ** 31, -(2 ** 31) - 1, 2 ** 32, 2 ** 53 - 1, 2 ** 53, -(2 ** 53), 1e12, 1e15 + 0.5, 1e20, 999_999_999_999.99, 1_000_000_000_000];
+const DATES = [
+  '0000-01-01',
+  '0001-01-01',
+  '1969-12-31T23:59:59Z',
+  '2024-02-29',
+  '2026-02-29',
+  '9999-12-31T23:59:59.999999Z',
+  '2026-01-01T00:00:00+14:00',
+  '2026-01-01T00:00:00-23:59',
+  '2026-01-01T23:59:60Z',
+  '2026-01-01T12:00',
+  '2026-01-01T12:00:00.1234567Z',
+];
+const NUMBER_EDGES = [
+  0,
+  -1,
+  1,
+  0.5,
+  -0.5,
+  0.001,
+  0.005,
+  1.005,
+  99.999,
+  2 ** 31 - 1,
+  2 ** 31,
+  -(2 ** 31) - 1,
+  2 ** 32,
+  2 ** 53 - 1,
+  2 ** 53,
+  -(2 ** 53),
+  1e12,
+  1e15 + 0.5,
+  1e20,
+  999_999_999_999.99,
+  1_000_000_000_000,
+];
 
 const candidateMemo = new WeakMap<object, unknown[]>();
 
@@ -737,22 +951,67 @@ function computeCandidates(schema: unknown, depth: number): unknown[] {
     case 'number': {
       const bounds = checks.filter((c) => c.check === 'greater_than' || c.check === 'less_than').map((c) => c.value as number);
       const edges = bounds.flatMap((b) => [b - 1, b, b + 1, b - 0.01, b + 0.01, b + 0.5]);
-      return [...edges, ...NUMBER_EDGES, ...['1e999', '-0', '1.0000000000000000001', '123456789012345678901234567890'].map((t) => new RawToken(t))];
+      return [
+        ...edges,
+        ...NUMBER_EDGES,
+        ...['1e999', '-0', '1.0000000000000000001', '123456789012345678901234567890'].map((t) => new RawToken(t)),
+      ];
     }
     case 'string': {
       const min = (num('min_length')?.minimum as number | undefined) ?? 0;
       const max = (num('max_length')?.maximum as number | undefined) ?? (def.format ? undefined : 300);
-      const lengths = [...new Set([max, max === undefined ? undefined : max + 1, min, Math.max(0, min - 1)].filter((l): l is number => l !== undefined && l <= 30_000))];
+      const lengths = [
+        ...new Set(
+          [max, max === undefined ? undefined : max + 1, min, Math.max(0, min - 1)].filter(
+            (l): l is number => l !== undefined && l <= 30_000,
+          ),
+        ),
+      ];
       const out: unknown[] = [];
       for (const len of lengths) {
-        out.push('a'.repeat(len), '😀'.repeat(Math.ceil(len / 2)), 'é'.repeat(len), ' '.repeat(len), ` ${'b'.repeat(Math.max(0, len - 1))} `);
+        out.push(
+          'a'.repeat(len),
+          '😀'.repeat(Math.ceil(len / 2)),
+          'é'.repeat(len),
+          ' '.repeat(len),
+          ` ${'b'.repeat(Math.max(0, len - 1))} `,
+        );
         if (len > 0) out.push(`${'c'.repeat(len - 1)}😀`);
       }
       const patterns = [def.pattern, ...checks.map((c) => c.pattern)].filter(Boolean).map((p) => String((p as RegExp).source ?? p));
-      if (def.format === 'uuid') out.push(...allFixtureIds(), ...allFixtureIds().map((id) => id.toUpperCase()), '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '12345678-1234-1234-1234-123456789012');
-      if (def.format === 'email') out.push('a@b.co', `${'a'.repeat(64)}@example.com`, `${'a'.repeat(65)}@example.com`, `${'a'.repeat(300)}@example.com`, `${'a'.repeat(308)}@example.com`, 'ü@example.com', 'a@b', ' a@b.co ', 'A@EXAMPLE.COM');
-      if (def.format === 'url') out.push('http://127.0.0.1:1/', 'https://[::1]/x', 'http://localhost/x', 'https://10.0.0.1/x', `${EMULATOR}/__emulator/media/1000000000/big.jpg`, `${receiver.url}/status/410/gone`, `${receiver.url}/redirect/x`, `https://example.invalid/${'p'.repeat(2030)}`);
-      if (def.format === 'datetime' || patterns.some((p) => p.includes('\\d{4}'))) out.push(...DATES, '2020-01-01T00:00:00Z', '2030-01-01T00:00:00+01:00');
+      if (def.format === 'uuid')
+        out.push(
+          ...allFixtureIds(),
+          ...allFixtureIds().map((id) => id.toUpperCase()),
+          '00000000-0000-0000-0000-000000000000',
+          'ffffffff-ffff-ffff-ffff-ffffffffffff',
+          '12345678-1234-1234-1234-123456789012',
+        );
+      if (def.format === 'email')
+        out.push(
+          'a@b.co',
+          `${'a'.repeat(64)}@example.com`,
+          `${'a'.repeat(65)}@example.com`,
+          `${'a'.repeat(300)}@example.com`,
+          `${'a'.repeat(308)}@example.com`,
+          'ü@example.com',
+          'a@b',
+          ' a@b.co ',
+          'A@EXAMPLE.COM',
+        );
+      if (def.format === 'url')
+        out.push(
+          'http://127.0.0.1:1/',
+          'https://[::1]/x',
+          'http://localhost/x',
+          'https://10.0.0.1/x',
+          `${EMULATOR}/__emulator/media/1000000000/big.jpg`,
+          `${receiver.url}/status/410/gone`,
+          `${receiver.url}/redirect/x`,
+          `https://example.invalid/${'p'.repeat(2030)}`,
+        );
+      if (def.format === 'datetime' || patterns.some((p) => p.includes('\\d{4}')))
+        out.push(...DATES, '2020-01-01T00:00:00Z', '2030-01-01T00:00:00+01:00');
       if (patterns.some((p) => p.includes('#') || p.includes('[0-9a-f'))) out.push('#ABCDEF', '#abcdeg', '#abc', '#0000000');
       out.push(...WEIRD_STRINGS.slice(0, 20));
       return out;
@@ -770,7 +1029,9 @@ function computeCandidates(schema: unknown, depth: number): unknown[] {
       const items = candidatesFor(def.element, depth + 1).slice(0, 12);
       const first = items[0] ?? 'x';
       const out: unknown[] = [[], ...items.map((i) => [i]), [first, first]];
-      for (const len of [max, max === undefined ? undefined : max + 1, min === undefined ? undefined : Math.max(0, min - 1)]) if (len !== undefined && len <= 2000) out.push(Array.from({ length: len }, (_, i) => items[i % Math.max(1, items.length)] ?? first));
+      for (const len of [max, max === undefined ? undefined : max + 1, min === undefined ? undefined : Math.max(0, min - 1)])
+        if (len !== undefined && len <= 2000)
+          out.push(Array.from({ length: len }, (_, i) => items[i % Math.max(1, items.length)] ?? first));
       return out;
     }
     case 'record': {
@@ -793,7 +1054,21 @@ function computeCandidates(schema: unknown, depth: number): unknown[] {
     }
     case 'unknown':
     case 'any':
-      return [null, 0, 1e308, -1e308, '😀', 'a'.repeat(20_001), [], {}, [[[[[]]]]], { a: { b: { c: [1, 'x', null] } } }, Array.from({ length: 1000 }, (_, i) => i), new RawToken('['.repeat(5000) + ']'.repeat(5000)), new RawToken('1e999')];
+      return [
+        null,
+        0,
+        1e308,
+        -1e308,
+        '😀',
+        'a'.repeat(20_001),
+        [],
+        {},
+        [[[[[]]]]],
+        { a: { b: { c: [1, 'x', null] } } },
+        Array.from({ length: 1000 }, (_, i) => i),
+        new RawToken('['.repeat(5000) + ']'.repeat(5000)),
+        new RawToken('1e999'),
+      ];
     default:
       return [];
   }
@@ -825,7 +1100,8 @@ function hostileVariants(value: unknown): string[] {
 
 /** Edge values for a field known only by its value in the example. */
 function looseCandidates(value: unknown): unknown[] {
-  if (typeof value === 'number') return [...NUMBER_EDGES, -1e308, 1e308, ...['1e999', '-0', '123456789012345678901234567890'].map((t) => new RawToken(t))];
+  if (typeof value === 'number')
+    return [...NUMBER_EDGES, -1e308, 1e308, ...['1e999', '-0', '123456789012345678901234567890'].map((t) => new RawToken(t))];
   if (typeof value === 'boolean') return [!value, 'true', 0, 1];
   const text = typeof value === 'string' ? value : 'x';
   return [
@@ -858,7 +1134,8 @@ function edgeTargets(root: unknown, doc: unknown): { path: Path; schema: unknown
     const schema = root ? schemaAt(root, p, doc) : undefined;
     if (schema || !root) out.push({ path: p, schema });
   }
-  for (const [key, schema] of Object.entries(objectShape(root) ?? {})) if (doc && typeof doc === 'object' && !(key in doc)) out.push({ path: [key], schema });
+  for (const [key, schema] of Object.entries(objectShape(root) ?? {}))
+    if (doc && typeof doc === 'object' && !(key in doc)) out.push({ path: [key], schema });
   return out;
 }
 
@@ -893,7 +1170,8 @@ type Path = (string | number)[];
 function pathsOf(value: unknown, prefix: Path = [], out: Path[] = []): Path[] {
   out.push(prefix);
   if (Array.isArray(value)) value.forEach((v, i) => pathsOf(v, [...prefix, i], out));
-  else if (value && typeof value === 'object' && !(value instanceof RawToken)) for (const [k, v] of Object.entries(value)) pathsOf(v, [...prefix, k], out);
+  else if (value && typeof value === 'object' && !(value instanceof RawToken))
+    for (const [k, v] of Object.entries(value)) pathsOf(v, [...prefix, k], out);
   return out;
 }
 
@@ -959,7 +1237,11 @@ function applyOps(example: unknown, ops: Op[], schema: unknown): unknown {
           const seed = items.length ? items[0] : 'x';
           const count = Math.min(op.length, 2000, Math.max(1, Math.floor(1_200_000 / Math.max(1, serialize(seed).length))));
           // Copies, not one shared object: a later op on one element must not grow all of them.
-          doc = setAt(doc, p, Array.from({ length: count }, (_, i) => (i < items.length ? items[i] : clone(seed))));
+          doc = setAt(
+            doc,
+            p,
+            Array.from({ length: count }, (_, i) => (i < items.length ? items[i] : clone(seed))),
+          );
         }
         break;
       case 'wrap':
@@ -975,7 +1257,29 @@ function applyOps(example: unknown, ops: Op[], schema: unknown): unknown {
   return doc;
 }
 
-const MALFORMED_JSON = ['{', '{"a":', '[1,2', 'nul', '{"a":1}x', "{'a':1}", '\ufeff{}', '{"a":1,}', ' ', '{"a":"\\x41"}', '{"a":"\\ud800"}', '{"a":"\\u0000"}', '"just a string"', '42', 'true', 'null', '[]', '[{}]', '{"name":"a","name":{"x":1}}', '{"__proto__":{"polluted":true}}', '{"constructor":{"prototype":{"x":1}}}'];
+const MALFORMED_JSON = [
+  '{',
+  '{"a":',
+  '[1,2',
+  'nul',
+  '{"a":1}x',
+  "{'a':1}",
+  '\ufeff{}',
+  '{"a":1,}',
+  ' ',
+  '{"a":"\\x41"}',
+  '{"a":"\\ud800"}',
+  '{"a":"\\u0000"}',
+  '"just a string"',
+  '42',
+  'true',
+  'null',
+  '[]',
+  '[{}]',
+  '{"name":"a","name":{"x":1}}',
+  '{"__proto__":{"polluted":true}}',
+  '{"constructor":{"prototype":{"x":1}}}',
+];
 
 function bodyArb(r: AnyRoute, ctx: Parameters<typeof valueArb>[0]): fc.Arbitrary<BodySpec> {
   const takesBody = r.method !== 'get';
@@ -986,7 +1290,15 @@ function bodyArb(r: AnyRoute, ctx: Parameters<typeof valueArb>[0]): fc.Arbitrary
   const op: fc.Arbitrary<Op> = fc.oneof(
     { weight: 3, arbitrary: fc.record({ kind: fc.constant('delete' as const), at: fc.nat() }) },
     { weight: 8, arbitrary: fc.record({ kind: fc.constant('set' as const), at: fc.nat(), value }) },
-    { weight: 2, arbitrary: fc.record({ kind: fc.constant('add' as const), at: fc.nat(), key: fc.oneof(fc.constantFrom(...keys), fc.string({ maxLength: 10 })), value }) },
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        kind: fc.constant('add' as const),
+        at: fc.nat(),
+        key: fc.oneof(fc.constantFrom(...keys), fc.string({ maxLength: 10 })),
+        value,
+      }),
+    },
     { weight: 3, arbitrary: fc.record({ kind: fc.constant('grow' as const), at: fc.nat(), length: fc.constantFrom(...ctx.lengths) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant('wrap' as const), at: fc.nat(), asArray: fc.boolean() }) },
     { weight: r.body ? 10 : 0, arbitrary: fc.record({ kind: fc.constant('typed' as const), at: fc.nat(), pick: fc.nat() }) },
@@ -995,7 +1307,18 @@ function bodyArb(r: AnyRoute, ctx: Parameters<typeof valueArb>[0]): fc.Arbitrary
     fc.constant({ mode: 'none' } as BodySpec),
     fc.constantFrom(...MALFORMED_JSON).map((text) => ({ mode: 'raw', text }) as BodySpec),
     fc
-      .constantFrom('text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/xml', 'application/json; charset=utf-16', 'application/json; charset=latin1', 'application/merge-patch+json', 'APPLICATION/JSON', 'application/json; charset=utf-8', null)
+      .constantFrom(
+        'text/plain',
+        'application/x-www-form-urlencoded',
+        'multipart/form-data; boundary=x',
+        'application/xml',
+        'application/json; charset=utf-16',
+        'application/json; charset=latin1',
+        'application/merge-patch+json',
+        'APPLICATION/JSON',
+        'application/json; charset=utf-8',
+        null,
+      )
       .map((contentType) => ({ mode: 'relabel', contentType }) as BodySpec),
     fc.constantFrom(300 * 1024, 1024 * 1024 + 1).map((bytes) => ({ mode: 'huge', bytes }) as BodySpec),
     fc.constantFrom(1000, 100_000).map((depth) => ({ mode: 'raw', text: '['.repeat(depth) + ']'.repeat(depth) }) as BodySpec),
@@ -1013,9 +1336,15 @@ function bodyArb(r: AnyRoute, ctx: Parameters<typeof valueArb>[0]): fc.Arbitrary
     { weight: 15, arbitrary: fc.constant({ mode: 'example' } as BodySpec) },
     { weight: 45, arbitrary: fc.array(op, { minLength: 1, maxLength: 3 }).map((ops) => ({ mode: 'mutate', ops }) as BodySpec) },
     { weight: 6, arbitrary: schemaKeyed },
-    { weight: r.body ? 6 : 0, arbitrary: fc.array(fc.nat(), { minLength: 12, maxLength: 12 }).map((picks) => ({ mode: 'typed-fill', picks }) as BodySpec) },
+    {
+      weight: r.body ? 6 : 0,
+      arbitrary: fc.array(fc.nat(), { minLength: 12, maxLength: 12 }).map((picks) => ({ mode: 'typed-fill', picks }) as BodySpec),
+    },
     // Without a body schema (webhook receivers) the body is the whole input: edges get more of the cases.
-    { weight: r.body ? 25 : 60, arbitrary: fc.record({ at: fc.nat(), pick: fc.nat() }).map(({ at, pick }) => ({ mode: 'edge', at, pick }) as BodySpec) },
+    {
+      weight: r.body ? 25 : 60,
+      arbitrary: fc.record({ at: fc.nat(), pick: fc.nat() }).map(({ at, pick }) => ({ mode: 'edge', at, pick }) as BodySpec),
+    },
     { weight: 12, arbitrary: fc.jsonValue({ maxDepth: 3 }).map((v) => ({ mode: 'json', value: v }) as BodySpec) },
     { weight: 10, arbitrary: special },
   );
@@ -1038,23 +1367,145 @@ function serialize(value: unknown): string {
  * Path segments and query strings
  * ---------------------------------------------------------------------------------------------- */
 
-const JUNK_SEGMENTS = ['%', '%%', '%zz', '%E0%A4%A', '%00', '%2F', '%2e%2e', '..', '.', '~', "'", '"', '<>', '%C0%AF', '%ff', '%uD800', 'null', 'undefined', '0', '-1', '1e3', 'true', '{}', '[]', ';', ',', '=', '&', '*', '$', '@', ':', '!', '(', ')', '+', '%20', '%0A', '%0d%0a', 'a'.repeat(300), '1'.repeat(5000)];
+const JUNK_SEGMENTS = [
+  '%',
+  '%%',
+  '%zz',
+  '%E0%A4%A',
+  '%00',
+  '%2F',
+  '%2e%2e',
+  '..',
+  '.',
+  '~',
+  "'",
+  '"',
+  '<>',
+  '%C0%AF',
+  '%ff',
+  '%uD800',
+  'null',
+  'undefined',
+  '0',
+  '-1',
+  '1e3',
+  'true',
+  '{}',
+  '[]',
+  ';',
+  ',',
+  '=',
+  '&',
+  '*',
+  '$',
+  '@',
+  ':',
+  '!',
+  '(',
+  ')',
+  '+',
+  '%20',
+  '%0A',
+  '%0d%0a',
+  'a'.repeat(300),
+  '1'.repeat(5000),
+];
 
 function segmentArb(r: AnyRoute, param: string): fc.Arbitrary<string> {
   return fc.oneof(
-    { weight: 16, arbitrary: fc.nat().map((i) => { const ids = ownIds(r, param); return ids[i % ids.length]; }) },
+    {
+      weight: 16,
+      arbitrary: fc.nat().map((i) => {
+        const ids = ownIds(r, param);
+        return ids[i % ids.length];
+      }),
+    },
     // Other records (for the admin routes, never the fuzzed workspace itself: a fuzzed plan could switch it off).
-    { weight: 2, arbitrary: fc.nat().map((i) => { const ids = allFixtureIds().filter((id) => r.auth !== 'admin' || id !== f.ws.id); return ids[i % ids.length]; }) },
+    {
+      weight: 2,
+      arbitrary: fc.nat().map((i) => {
+        const ids = allFixtureIds().filter((id) => r.auth !== 'admin' || id !== f.ws.id);
+        return ids[i % ids.length];
+      }),
+    },
     { weight: 2, arbitrary: fc.uuid() },
-    { weight: 1, arbitrary: fc.nat().map((i) => { const ids = ownIds(r, param); return ids[i % ids.length].toUpperCase(); }) },
-    { weight: 1, arbitrary: fc.tuple(fc.nat(), fc.constantFrom('x', '%00', '%20', '0', '-', '.json', '%2F..')).map(([i, s]) => { const ids = ownIds(r, param); return ids[i % ids.length] + s; }) },
+    {
+      weight: 1,
+      arbitrary: fc.nat().map((i) => {
+        const ids = ownIds(r, param);
+        return ids[i % ids.length].toUpperCase();
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.tuple(fc.nat(), fc.constantFrom('x', '%00', '%20', '0', '-', '.json', '%2F..')).map(([i, s]) => {
+        const ids = ownIds(r, param);
+        return ids[i % ids.length] + s;
+      }),
+    },
     { weight: 2, arbitrary: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 40 }).map(encodeURIComponent) },
     { weight: 2, arbitrary: fc.constantFrom(...JUNK_SEGMENTS) },
   );
 }
 
-const QUERY_WEIRD_KEYS = ['', 'limit[]', 'limit[0]', 'offset[a]', '__proto__', 'constructor', 'toString', 'hasOwnProperty', 'sort[]', 'q[]', ' limit', 'LIMIT', '&', '='];
-const QUERY_BAD_VALUES = ['', ' ', '-1', '0', '1.5', '1e2', '0x10', '101', '1000', '10000000', '10000001', '1000000000000000000000', 'NaN', 'Infinity', '-0', ' 5 ', '5abc', 'null', 'true', '[]', '{}', 'asc', 'desc', 'ASC', 'name', 'price', 'dueAt', 'createdAt', '2026-02-30', '2026-01-01T25:61', '0000-01-01', '9999-12-31', '2026-01-01T00:00:00+14:00', '%', '_', '\\', '\u0000', '😀', 'a'.repeat(201), 'a'.repeat(1025)];
+const QUERY_WEIRD_KEYS = [
+  '',
+  'limit[]',
+  'limit[0]',
+  'offset[a]',
+  '__proto__',
+  'constructor',
+  'toString',
+  'hasOwnProperty',
+  'sort[]',
+  'q[]',
+  ' limit',
+  'LIMIT',
+  '&',
+  '=',
+];
+const QUERY_BAD_VALUES = [
+  '',
+  ' ',
+  '-1',
+  '0',
+  '1.5',
+  '1e2',
+  '0x10',
+  '101',
+  '1000',
+  '10000000',
+  '10000001',
+  '1000000000000000000000',
+  'NaN',
+  'Infinity',
+  '-0',
+  ' 5 ',
+  '5abc',
+  'null',
+  'true',
+  '[]',
+  '{}',
+  'asc',
+  'desc',
+  'ASC',
+  'name',
+  'price',
+  'dueAt',
+  'createdAt',
+  '2026-02-30',
+  '2026-01-01T25:61',
+  '0000-01-01',
+  '9999-12-31',
+  '2026-01-01T00:00:00+14:00',
+  '%',
+  '_',
+  '\\',
+  '\u0000',
+  '😀',
+  'a'.repeat(201),
+  'a'.repeat(1025),
+];
 
 function goodQueryValues(key: string, schema: unknown): string[] {
   const enums = enumValuesOf(schema);
@@ -1078,9 +1529,30 @@ const QUERY_EXAMPLES: Record<string, () => [string, string][]> = {
     ['hub.verify_token', VERIFY_TOKEN],
     ['hub.challenge', '1158201444'],
   ],
-  'get /api/v1/leads': () => [['q', 'lead'], ['tag', 'fuzz'], ['status', 'won'], ['createdAfter', '2020-01-01'], ['sort', 'name'], ['order', 'asc'], ['limit', '5']],
-  'get /api/v1/tasks': () => [['contactId', f.contact.id], ['status', 'pending'], ['dueAfter', '2020-01-01'], ['dueBefore', '2099-01-01'], ['sort', 'dueAt'], ['order', 'desc']],
-  'get /api/v1/products': () => [['q', 'prod'], ['active', 'true'], ['sort', 'price'], ['order', 'desc'], ['offset', '1']],
+  'get /api/v1/leads': () => [
+    ['q', 'lead'],
+    ['tag', 'fuzz'],
+    ['status', 'won'],
+    ['createdAfter', '2020-01-01'],
+    ['sort', 'name'],
+    ['order', 'asc'],
+    ['limit', '5'],
+  ],
+  'get /api/v1/tasks': () => [
+    ['contactId', f.contact.id],
+    ['status', 'pending'],
+    ['dueAfter', '2020-01-01'],
+    ['dueBefore', '2099-01-01'],
+    ['sort', 'dueAt'],
+    ['order', 'desc'],
+  ],
+  'get /api/v1/products': () => [
+    ['q', 'prod'],
+    ['active', 'true'],
+    ['sort', 'price'],
+    ['order', 'desc'],
+    ['offset', '1'],
+  ],
 };
 
 function queryArb(r: AnyRoute): fc.Arbitrary<string> {
@@ -1088,7 +1560,11 @@ function queryArb(r: AnyRoute): fc.Arbitrary<string> {
   const known = Object.keys(shape);
   const bounds = boundsOf(r.query).map(String);
   const keyArb = known.length
-    ? fc.oneof({ weight: 8, arbitrary: fc.constantFrom(...known) }, { weight: 1, arbitrary: fc.constantFrom(...QUERY_WEIRD_KEYS) }, { weight: 1, arbitrary: fc.string({ maxLength: 8 }) })
+    ? fc.oneof(
+        { weight: 8, arbitrary: fc.constantFrom(...known) },
+        { weight: 1, arbitrary: fc.constantFrom(...QUERY_WEIRD_KEYS) },
+        { weight: 1, arbitrary: fc.string({ maxLength: 8 }) },
+      )
     : fc.oneof(fc.constantFrom('limit', 'offset', 'q', ...QUERY_WEIRD_KEYS), fc.string({ maxLength: 8 }));
   const pair = keyArb.chain((key) => {
     const good = goodQueryValues(key, shape[key]);
@@ -1110,7 +1586,21 @@ function queryArb(r: AnyRoute): fc.Arbitrary<string> {
       })
       .join('&'),
   );
-  const junk = fc.constantFrom('&&', '=', '%', '%zz=1', 'a[b]=c', '=x', '&=&', 'limit=%', 'limit=%00', 'offset=%2B1', 'limit=1%2C2', '?', '??limit=1');
+  const junk = fc.constantFrom(
+    '&&',
+    '=',
+    '%',
+    '%zz=1',
+    'a[b]=c',
+    '=x',
+    '&=&',
+    'limit=%',
+    'limit=%00',
+    'offset=%2B1',
+    'limit=1%2C2',
+    '?',
+    '??limit=1',
+  );
   const example = routeKey(r) in QUERY_EXAMPLES ? QUERY_EXAMPLES[routeKey(r)] : undefined;
   // The valid query with one pair dropped or its value replaced, plus generated pairs.
   const fromExample = example
@@ -1146,7 +1636,18 @@ interface Case {
   signature: 'valid' | 'none' | 'wrong' | 'other-secret';
 }
 
-const AUTH_VARIANTS = [null, 'Bearer', 'Bearer junk', 'Bearer vg_live_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', 'Basic Zm9vOmJhcg==', 'bearer   <CRED>  ', 'Bearer <CRED> extra', 'Bearer <CRED>x', 'Bearer test-admin-token', 'Bearer ' + 'x'.repeat(5000)];
+const AUTH_VARIANTS = [
+  null,
+  'Bearer',
+  'Bearer junk',
+  'Bearer vg_live_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA',
+  'Basic Zm9vOmJhcg==',
+  'bearer   <CRED>  ',
+  'Bearer <CRED> extra',
+  'Bearer <CRED>x',
+  'Bearer test-admin-token',
+  'Bearer ' + 'x'.repeat(5000),
+];
 const IDEMPOTENCY_KEYS = ['fuzz-key-1', 'fuzz-key-2', 'x'.repeat(255), 'x'.repeat(256), 'bad key', 'ñ', '', '\t'];
 
 function caseArb(r: AnyRoute): fc.Arbitrary<Case> {
@@ -1160,8 +1661,12 @@ function caseArb(r: AnyRoute): fc.Arbitrary<Case> {
     query: queryArb(r),
     body: bodyArb(r, ctx),
     auth: fc.oneof({ weight: 30, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom(...AUTH_VARIANTS) }),
-    idempotencyKey: isSend ? fc.oneof({ weight: 8, arbitrary: fc.constant(undefined) }, { weight: 2, arbitrary: fc.constantFrom(...IDEMPOTENCY_KEYS) }) : fc.constant(undefined),
-    signature: r.path.startsWith('/webhooks/') ? fc.constantFrom<Case['signature']>('valid', 'valid', 'valid', 'valid', 'valid', 'valid', 'none', 'wrong', 'other-secret') : fc.constant<Case['signature']>('valid'),
+    idempotencyKey: isSend
+      ? fc.oneof({ weight: 8, arbitrary: fc.constant(undefined) }, { weight: 2, arbitrary: fc.constantFrom(...IDEMPOTENCY_KEYS) })
+      : fc.constant(undefined),
+    signature: r.path.startsWith('/webhooks/')
+      ? fc.constantFrom<Case['signature']>('valid', 'valid', 'valid', 'valid', 'valid', 'valid', 'none', 'wrong', 'other-secret')
+      : fc.constant<Case['signature']>('valid'),
   });
 }
 
@@ -1220,7 +1725,9 @@ function buildRequest(r: AnyRoute, c: Case): Sent {
         const { path: p, schema } = targets[c.body.at % targets.length];
         // Now and then the field's own value made unstorable (NUL, a lone surrogate): most often where no schema guards it.
         const useHostile = c.body.pick % (schema ? 4 : 2) === 0;
-        const hostile = hostileVariants(getAt(doc, p)).filter((v) => !schema || (schema as { safeParse: (x: unknown) => { success: boolean } }).safeParse(v).success);
+        const hostile = hostileVariants(getAt(doc, p)).filter(
+          (v) => !schema || (schema as { safeParse: (x: unknown) => { success: boolean } }).safeParse(v).success,
+        );
         const candidates = useHostile && hostile.length ? hostile : schema ? validCandidatesFor(schema) : looseCandidates(getAt(doc, p));
         if (candidates.length) setAt(doc, p, clone(candidates[c.body.pick % candidates.length]));
       }
@@ -1269,21 +1776,24 @@ function send(req: Sent): Promise<Received> {
   const base = new URL(api.url);
   const started = Date.now();
   return new Promise((resolve, reject) => {
-    const out = http.request({ host: base.hostname, port: base.port, method: req.method, path: req.path, headers: req.headers, agent }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('error', reject);
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json: unknown;
-        try {
-          json = text ? JSON.parse(text) : undefined;
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json, ms: Date.now() - started });
-      });
-    });
+    const out = http.request(
+      { host: base.hostname, port: base.port, method: req.method, path: req.path, headers: req.headers, agent },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('error', reject);
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown;
+          try {
+            json = text ? JSON.parse(text) : undefined;
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json, ms: Date.now() - started });
+        });
+      },
+    );
     out.on('error', reject);
     out.setTimeout(60_000, () => out.destroy(new Error('no answer in 60 s')));
     out.end(req.body);
@@ -1305,7 +1815,8 @@ function verdict(r: AnyRoute | undefined, res: Received): string | undefined {
     const extra = Object.keys(body).filter((k) => !FLAT_KEYS.has(k));
     if (extra.length) return `error body has keys beyond error/code/hint: ${extra.join(', ')}`;
     if (typeof body.error !== 'string' || body.error === '') return 'error body without a string `error`';
-    if (typeof body.code !== 'string' || !(body.code in ERROR_CODES)) return `error code ${JSON.stringify(body.code)} is not one of the contract's codes`;
+    if (typeof body.code !== 'string' || !(body.code in ERROR_CODES))
+      return `error code ${JSON.stringify(body.code)} is not one of the contract's codes`;
     const expected = ERROR_CODES[body.code as keyof typeof ERROR_CODES];
     if (expected !== res.status) return `code ${body.code} is status ${expected} in the contract, answered ${res.status}`;
     if ('hint' in body && typeof body.hint !== 'string') return 'error body with a non-string `hint`';
@@ -1325,8 +1836,10 @@ function verdict(r: AnyRoute | undefined, res: Received): string | undefined {
   return undefined;
 }
 
-const clip = (s: string | undefined, n: number): string => (s === undefined ? '' : s.length > n ? `${s.slice(0, n)}…(${s.length} chars)` : s);
-const printable = (s: string): string => s.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
+const clip = (s: string | undefined, n: number): string =>
+  s === undefined ? '' : s.length > n ? `${s.slice(0, n)}…(${s.length} chars)` : s;
+const printable = (s: string): string =>
+  s.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 function describeCase(req: Sent, res: Received): string {
   const headers = Object.entries(req.headers)
@@ -1357,8 +1870,15 @@ const bump = (m: Map<string, number>, k: string): void => {
 };
 
 function summary(label: string, t: Tally, seed: number, seconds: number): string {
-  const statuses = [...t.statuses.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}: ${v}`).join(', ');
-  const codes = [...t.codes.entries()].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([k, v]) => `${k}: ${v}`).join(', ');
+  const statuses = [...t.statuses.entries()]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `${k}: ${v}`)
+    .join(', ');
+  const codes = [...t.codes.entries()]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 6)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join(', ');
   return `${label}: ${t.cases} cases, statuses {${statuses}}${codes ? `, codes {${codes}}` : ''} (seed ${seed}, ${seconds.toFixed(1)} s)`;
 }
 
@@ -1383,7 +1903,9 @@ async function fuzzRoute(r: AnyRoute): Promise<void> {
       fc.asyncProperty(caseArb(r), async (c) => {
         const req = buildRequest(r, c);
         const res = await send(req).catch((err: Error) => {
-          throw new Error(`${label}: no answer (${err.message})\n${describeCase(req, { status: 0, headers: {}, text: '', json: undefined, ms: 0 })}`);
+          throw new Error(
+            `${label}: no answer (${err.message})\n${describeCase(req, { status: 0, headers: {}, text: '', json: undefined, ms: 0 })}`,
+          );
         });
         tally.cases += 1;
         tally.ms += res.ms;
@@ -1447,7 +1969,9 @@ async function listBack(): Promise<string> {
     }
     const items = await allPages(list, list.path);
     const single = byKey(`get ${list.path}/{id}`);
-    const subs = ROUTES.filter((r) => r.auth === 'apiKey' && r.method === 'get' && r.path.startsWith(`${list.path}/{id}/`) && paramNames(r).length === 1);
+    const subs = ROUTES.filter(
+      (r) => r.auth === 'apiKey' && r.method === 'get' && r.path.startsWith(`${list.path}/{id}/`) && paramNames(r).length === 1,
+    );
     let subItems = 0;
     for (const item of items) {
       if (single) await getValid(single, `${list.path}/${item.id}`);
@@ -1457,7 +1981,9 @@ async function listBack(): Promise<string> {
         else await getValid(sub, p);
       }
     }
-    counts.push(`${list.path.split('/').pop()}: ${items.length}${subs.length ? ` (+${subItems} in ${subs.map((s) => s.path.split('/').pop()).join(', ')})` : ''}`);
+    counts.push(
+      `${list.path.split('/').pop()}: ${items.length}${subs.length ? ` (+${subItems} in ${subs.map((s) => s.path.split('/').pop()).join(', ')})` : ''}`,
+    );
   }
   return counts.join(', ');
 }
@@ -1473,7 +1999,10 @@ function phase(r: AnyRoute): number {
 }
 
 const selected = ROUTES.filter((r) => !ONLY || `${r.method.toUpperCase()} ${r.path}`.includes(ONLY));
-const ordered = selected.map((r, i) => ({ r, i })).sort((a, b) => phase(a.r) - phase(b.r) || a.i - b.i).map(({ r }) => r);
+const ordered = selected
+  .map((r, i) => ({ r, i }))
+  .sort((a, b) => phase(a.r) - phase(b.r) || a.i - b.i)
+  .map(({ r }) => r);
 const constructive = ordered.filter((r) => phase(r) === 0);
 const destructive = ordered.filter((r) => phase(r) > 0);
 const ROUTE_TIMEOUT_MS = 240_000;
@@ -1487,7 +2016,9 @@ beforeAll(async () => {
   g = await buildAdminFixture();
   fs.mkdirSync(path.dirname(CASE_LOG), { recursive: true });
   fs.writeFileSync(CASE_LOG, '');
-  out(`\n[fuzz] seed ${SEED} (FUZZ_SEED), ${RUNS} cases per endpoint, ${selected.length} endpoints; fixture ready in ${((Date.now() - started) / 1000).toFixed(1)} s; every case is logged to ${CASE_LOG}`);
+  out(
+    `\n[fuzz] seed ${SEED} (FUZZ_SEED), ${RUNS} cases per endpoint, ${selected.length} endpoints; fixture ready in ${((Date.now() - started) / 1000).toFixed(1)} s; every case is logged to ${CASE_LOG}`,
+  );
 }, 120_000);
 
 afterAll(async () => {
@@ -1514,45 +2045,76 @@ describe('fuzz: the fixture and the example bodies', () => {
 
 describe('fuzz: every endpoint', () => {
   for (const r of constructive) {
-    it(`${r.method.toUpperCase()} ${r.path}`, async () => {
-      if (r.path === '/api/automations/webhook-in/{token}') {
-        // Earlier endpoints may have replaced the token: fuzz the current one.
-        const row = await api.db('automations').where({ id: f.automationIn.id }).first('webhook_token');
-        if (row?.webhook_token) f.automationIn.token = openText(api.config.encryptionKeys!, row.webhook_token);
-      }
-      await fuzzRoute(r);
-    }, ROUTE_TIMEOUT_MS);
+    it(
+      `${r.method.toUpperCase()} ${r.path}`,
+      async () => {
+        if (r.path === '/api/automations/webhook-in/{token}') {
+          // Earlier endpoints may have replaced the token: fuzz the current one.
+          const row = await api.db('automations').where({ id: f.automationIn.id }).first('webhook_token');
+          if (row?.webhook_token) f.automationIn.token = openText(api.config.encryptionKeys!, row.webhook_token);
+        }
+        await fuzzRoute(r);
+      },
+      ROUTE_TIMEOUT_MS,
+    );
   }
 
-  it('stored records validate against the response schemas (before the deletes)', async () => {
-    out(`[fuzz] listed back before the deletes: ${await listBack()}`);
-  }, ROUTE_TIMEOUT_MS);
+  it(
+    'stored records validate against the response schemas (before the deletes)',
+    async () => {
+      out(`[fuzz] listed back before the deletes: ${await listBack()}`);
+    },
+    ROUTE_TIMEOUT_MS,
+  );
 
   for (const r of destructive) {
     it(`${r.method.toUpperCase()} ${r.path}`, () => fuzzRoute(r), ROUTE_TIMEOUT_MS);
   }
 
-  it('unknown routes answer the flat 404 body', async () => {
-    const seed = seedFor('unknown routes');
-    const tally: Tally = { cases: 0, statuses: new Map(), codes: new Map(), ms: 0 };
-    const prefix = fc.constantFrom('/api/v1/', '/api/v1/deals/', '/admin/v1/', '/api/', '/', '/webhooks/whatsapp/', '/api/automations/');
-    const started = Date.now();
-    await fc.assert(
-      fc.asyncProperty(prefix, fc.array(fc.oneof(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }).map(encodeURIComponent), fc.constantFrom(...JUNK_SEGMENTS)), { minLength: 1, maxLength: 4 }), fc.constantFrom('GET', 'POST', 'PATCH', 'DELETE', 'PUT'), async (pre, segments, method) => {
-        const req: Sent = { method, path: `${pre}${segments.join('/')}`, headers: { 'x-forwarded-for': uniqueIp(), authorization: `Bearer ${f.ws.key}` } };
-        const res = await send(req);
-        tally.cases += 1;
-        bump(tally.statuses, res.status >= 200 && res.status < 300 ? '2xx' : String(res.status));
-        // A random path may name a real route: only the error shape and the absence of 5xx are checked.
-        const problem = verdict(undefined, res);
-        if (problem) throw new Error(`unknown route: ${problem}\n${describeCase(req, res)}`);
-      }),
-      { seed, numRuns: RUNS, endOnFailure: !SHRINK },
-    );
-    out(summary('ANY <unknown path>', tally, seed, (Date.now() - started) / 1000));
-  }, ROUTE_TIMEOUT_MS);
+  it(
+    'unknown routes answer the flat 404 body',
+    async () => {
+      const seed = seedFor('unknown routes');
+      const tally: Tally = { cases: 0, statuses: new Map(), codes: new Map(), ms: 0 };
+      const prefix = fc.constantFrom('/api/v1/', '/api/v1/deals/', '/admin/v1/', '/api/', '/', '/webhooks/whatsapp/', '/api/automations/');
+      const started = Date.now();
+      await fc.assert(
+        fc.asyncProperty(
+          prefix,
+          fc.array(
+            fc.oneof(
+              fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }).map(encodeURIComponent),
+              fc.constantFrom(...JUNK_SEGMENTS),
+            ),
+            { minLength: 1, maxLength: 4 },
+          ),
+          fc.constantFrom('GET', 'POST', 'PATCH', 'DELETE', 'PUT'),
+          async (pre, segments, method) => {
+            const req: Sent = {
+              method,
+              path: `${pre}${segments.join('/')}`,
+              headers: { 'x-forwarded-for': uniqueIp(), authorization: `Bearer ${f.ws.key}` },
+            };
+            const res = await send(req);
+            tally.cases += 1;
+            bump(tally.statuses, res.status >= 200 && res.status < 300 ? '2xx' : String(res.status));
+            // A random path may name a real route: only the error shape and the absence of 5xx are checked.
+            const problem = verdict(undefined, res);
+            if (problem) throw new Error(`unknown route: ${problem}\n${describeCase(req, res)}`);
+          },
+        ),
+        { seed, numRuns: RUNS, endOnFailure: !SHRINK },
+      );
+      out(summary('ANY <unknown path>', tally, seed, (Date.now() - started) / 1000));
+    },
+    ROUTE_TIMEOUT_MS,
+  );
 
-  it('stored records validate against the response schemas (after everything)', async () => {
-    out(`[fuzz] listed back at the end: ${await listBack()}`);
-  }, ROUTE_TIMEOUT_MS);
+  it(
+    'stored records validate against the response schemas (after everything)',
+    async () => {
+      out(`[fuzz] listed back at the end: ${await listBack()}`);
+    },
+    ROUTE_TIMEOUT_MS,
+  );
 });

@@ -73,7 +73,12 @@ describe('the bench stays out of the production tree (unauthenticated /__bench r
 
   it('the production app answers /__bench/... like any unknown path: 404 NOT_FOUND, no record read', async () => {
     const id = '00000000-0000-0000-0000-000000000000';
-    for (const p of [`/__bench/baseline/${id}`, `/__bench/floor/pipelines/${id}`, `/__bench/floor/leads/${id}`, `/__bench/floor/activities/${id}/${id}`]) {
+    for (const p of [
+      `/__bench/baseline/${id}`,
+      `/__bench/floor/pipelines/${id}`,
+      `/__bench/floor/leads/${id}`,
+      `/__bench/floor/activities/${id}/${id}`,
+    ]) {
       expectError(await api.request('GET', p), 404, 'NOT_FOUND');
     }
     expect(ROUTES.filter((r) => r.path.includes('bench'))).toEqual([]);
@@ -82,7 +87,9 @@ describe('the bench stays out of the production tree (unauthenticated /__bench r
   it('no production source names the bench routes, reads a BENCH_ variable or imports scripts/', () => {
     const files = sourcesUnder(['api', 'workflows', 'activities', 'workers', 'domain'], /\.(ts|js|mjs|cjs|json)$/);
     expect(files.length).toBeGreaterThan(50);
-    const offending = files.filter((file) => /__bench|BENCH_|from '(\.\.\/)+scripts\//.test(fs.readFileSync(path.join(root, file), 'utf8')));
+    const offending = files.filter((file) =>
+      /__bench|BENCH_|from '(\.\.\/)+scripts\//.test(fs.readFileSync(path.join(root, file), 'utf8')),
+    );
     expect(offending).toEqual([]);
   });
 });
@@ -103,7 +110,7 @@ describe('activities and workers are thin adapters', () => {
   });
 });
 
-describe('webhook attempts report the receiver\'s status, never what it said', () => {
+describe("webhook attempts report the receiver's status, never what it said", () => {
   const SECRET = 'receiver-private-7f3a9c';
   let receiver: http.Server;
   let receiverUrl: string;
@@ -138,7 +145,10 @@ describe('webhook attempts report the receiver\'s status, never what it said', (
       [410, 'The receiver answered 410 Gone'],
       [500, 'The receiver answered HTTP 500'],
     ] as const) {
-      const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `${receiverUrl}/${status}/ping`, events: ['lead.created'], active: false } });
+      const sub = await api.request('POST', '/api/v1/webhooks', {
+        key: ws.key,
+        body: { url: `${receiverUrl}/${status}/ping`, events: ['lead.created'], active: false },
+      });
       expect(sub.status).toBe(201);
       const ping = await api.request('POST', `/api/v1/webhooks/${sub.body.data.id}/ping`, { key: ws.key });
       expect(ping.status).toBe(200);
@@ -149,7 +159,7 @@ describe('webhook attempts report the receiver\'s status, never what it said', (
     }
   });
 
-  it('the delivery log (the worker\'s attempts) shows the status only', async () => {
+  it("the delivery log (the worker's attempts) shows the status only", async () => {
     const { ws, subscriptionId, log } = await firstLeadDelivery(api, `${receiverUrl}/500/event`, 'delivery-echo');
     expect(log.text).not.toContain(SECRET);
     expect(log.body.data[0]).toMatchObject({ lastStatusCode: 500, lastError: 'The receiver answered HTTP 500' });
@@ -165,20 +175,38 @@ describe('answers that carry a secret are never cached', () => {
    * inbound token URL, and the admin key creation (admin routes declare no response schema).
    */
   const secretRoutes = ROUTES.filter(
-    (r) => (r.response && SECRET_FIELDS.test(JSON.stringify(z.toJSONSchema(r.response, { unrepresentable: 'any' })))) || (r.method === 'post' && r.path === '/admin/v1/workspaces/{id}/api-keys') || r.path.startsWith('/admin/v1/temporal-codec/'),
+    (r) =>
+      (r.response && SECRET_FIELDS.test(JSON.stringify(z.toJSONSchema(r.response, { unrepresentable: 'any' })))) ||
+      (r.method === 'post' && r.path === '/admin/v1/workspaces/{id}/api-keys') ||
+      r.path.startsWith('/admin/v1/temporal-codec/'),
   ).map((r) => `${r.method} ${r.path}`);
 
   it('declares Cache-Control: no-store on exactly those routes, in the route table and the OpenAPI document', async () => {
     expect(secretRoutes).toEqual(
-      expect.arrayContaining(['post /api/v1/webhooks', 'post /admin/v1/workspaces/{id}/api-keys', 'post /api/v1/automations', 'post /api/v1/automations/{id}/token']),
+      expect.arrayContaining([
+        'post /api/v1/webhooks',
+        'post /admin/v1/workspaces/{id}/api-keys',
+        'post /api/v1/automations',
+        'post /api/v1/automations/{id}/token',
+      ]),
     );
-    expect(ROUTES.filter((r) => r.noStore).map((r) => `${r.method} ${r.path}`).sort()).toEqual([...secretRoutes].sort());
+    expect(
+      ROUTES.filter((r) => r.noStore)
+        .map((r) => `${r.method} ${r.path}`)
+        .sort(),
+    ).toEqual([...secretRoutes].sort());
     const api = await startApi();
     try {
       const doc = (await api.request('GET', '/api/v1/openapi.json')).body;
-      const documented = Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { headers?: Record<string, { schema: unknown }> }> }>>).flatMap(([path, ops]) =>
+      const documented = Object.entries(
+        doc.paths as Record<string, Record<string, { responses: Record<string, { headers?: Record<string, { schema: unknown }> }> }>>,
+      ).flatMap(([path, ops]) =>
         Object.entries(ops)
-          .filter(([, op]) => Object.values(op.responses).some((res) => (res.headers?.['Cache-Control']?.schema as { enum?: string[] })?.enum?.includes('no-store')))
+          .filter(([, op]) =>
+            Object.values(op.responses).some((res) =>
+              (res.headers?.['Cache-Control']?.schema as { enum?: string[] })?.enum?.includes('no-store'),
+            ),
+          )
           .map(([method]) => `${method} ${path}`),
       );
       expect(documented.sort()).toEqual([...secretRoutes].sort());
@@ -190,17 +218,30 @@ describe('answers that carry a secret are never cached', () => {
   it('sends it with the API key, the webhook secret and the automation token URL', async () => {
     const api = await startApi();
     try {
-      const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'automations:write', 'automations:read', 'tags:write', 'leads:write'], name: 'no-store' });
+      const ws = await createWorkspace(api, {
+        scopes: ['webhooks:write', 'webhooks:read', 'automations:write', 'automations:read', 'tags:write', 'leads:write'],
+        name: 'no-store',
+      });
       const seen: Record<string, string | null> = {};
       const note = (call: string, res: { status: number; headers: Headers }) => {
         expect({ call, ok: res.status < 300 }).toEqual({ call, ok: true });
         seen[call] = res.headers.get('cache-control');
       };
       note('create api key', await api.admin('POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'k', scopes: ['deals:read'] }));
-      note('create webhook', await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://hooks.example.com/in', events: ['*'], active: false } }));
+      note(
+        'create webhook',
+        await api.request('POST', '/api/v1/webhooks', {
+          key: ws.key,
+          body: { url: 'https://hooks.example.com/in', events: ['*'], active: false },
+        }),
+      );
       const created = await api.request('POST', '/api/v1/automations', {
         key: ws.key,
-        body: { name: 'inbound', trigger: { type: 'webhook_received', mapping: { phone: 'phone' } }, actions: [{ type: 'add_tag', tag: 't' }] },
+        body: {
+          name: 'inbound',
+          trigger: { type: 'webhook_received', mapping: { phone: 'phone' } },
+          actions: [{ type: 'add_tag', tag: 't' }],
+        },
       });
       note('create automation', created);
       const id = created.body.data.id;
@@ -233,7 +274,8 @@ describe('api_keys.last_used_at', () => {
     expect(res.status).toBe(200);
     return res.body.data.lastUsedAt;
   };
-  const stored = async (keyId: string): Promise<Date | null> => (await api.db('api_keys').where({ id: keyId }).first('last_used_at')).last_used_at;
+  const stored = async (keyId: string): Promise<Date | null> =>
+    (await api.db('api_keys').where({ id: keyId }).first('last_used_at')).last_used_at;
 
   it('is set by a request and shown in the admin view, written at most once a minute', async () => {
     // A small limit: every request takes the statement that reads the key.
@@ -251,7 +293,10 @@ describe('api_keys.last_used_at', () => {
     expect(await stored(ws.keyId)).toEqual(first);
 
     // Once it is over a minute old, the next request moves it.
-    await api.db('api_keys').where({ id: ws.keyId }).update({ last_used_at: api.db.raw(`now() - interval '2 minutes'`) });
+    await api
+      .db('api_keys')
+      .where({ id: ws.keyId })
+      .update({ last_used_at: api.db.raw(`now() - interval '2 minutes'`) });
     expect((await api.request('GET', '/api/v1/tags', { key: ws.key })).status).toBe(200);
     expect(Date.now() - (await stored(ws.keyId))!.getTime()).toBeLessThan(5_000);
   });
@@ -281,7 +326,9 @@ describe('per-IP limits count an IPv6 client by its /64', () => {
 
   /** What is left of the `admin` per-IP profile after a request from `ip` (admin routes report the IP's bucket). */
   const remainingAfter = async (ip: string): Promise<number> => {
-    const res = await api.request('GET', `/admin/v1/workspaces/${workspaceId}`, { headers: { authorization: `Bearer ${api.config.adminToken}`, 'x-forwarded-for': ip } });
+    const res = await api.request('GET', `/admin/v1/workspaces/${workspaceId}`, {
+      headers: { authorization: `Bearer ${api.config.adminToken}`, 'x-forwarded-for': ip },
+    });
     expect(res.status).toBe(200);
     return Number(res.headers.get('x-ratelimit-remaining'));
   };
@@ -323,7 +370,8 @@ describe('GET /ready is limited per IP', () => {
     await awayFromMinuteBoundary();
     const ip = uniqueIp();
     const statuses: number[] = [];
-    for (let i = 0; i < IP_PROFILES.ready; i++) statuses.push((await api.request('GET', '/ready', { headers: { 'x-forwarded-for': ip } })).status);
+    for (let i = 0; i < IP_PROFILES.ready; i++)
+      statuses.push((await api.request('GET', '/ready', { headers: { 'x-forwarded-for': ip } })).status);
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
     const over = await api.request<{ code: string }>('GET', '/ready', { headers: { 'x-forwarded-for': ip } });
     expect(over.status).toBe(429);
@@ -338,7 +386,11 @@ describe('request paths in logs', () => {
   it('mask the inbound webhook token in any letter case', async () => {
     const api = await startApi();
     try {
-      for (const path of ['/API/AUTOMATIONS/WEBHOOK-IN/tok_UPPER_secret_1', '/api/automations/Webhook-In/tok_mixed_secret_2', '/api/automations/webhook-in/tok_lower_secret_3']) {
+      for (const path of [
+        '/API/AUTOMATIONS/WEBHOOK-IN/tok_UPPER_secret_1',
+        '/api/automations/Webhook-In/tok_mixed_secret_2',
+        '/api/automations/webhook-in/tok_lower_secret_3',
+      ]) {
         await api.request('POST', path, { body: {} });
       }
       const all = api.logs.join('\n');
@@ -353,10 +405,18 @@ describe('request paths in logs', () => {
 describe('ADMIN_TOKEN shorter than 32 characters', () => {
   const short = 'a-token-of-thirty-one-character';
   const exitOf = async (entry: string, env: Record<string, string>) => {
-    const child = startChild({ name: `short-token-${path.basename(entry)}`, ...nodeTs(entry), env, logFile: path.join(os.tmpdir(), `short-token-${process.pid}.log`) });
+    const child = startChild({
+      name: `short-token-${path.basename(entry)}`,
+      ...nodeTs(entry),
+      env,
+      logFile: path.join(os.tmpdir(), `short-token-${process.pid}.log`),
+    });
     try {
       const exit = once(child.process, 'exit').then(([code]) => code as number);
-      const code = await Promise.race([exit, new Promise((resolve) => setTimeout(() => resolve('still running after 30 s'), 30_000).unref())]);
+      const code = await Promise.race([
+        exit,
+        new Promise((resolve) => setTimeout(() => resolve('still running after 30 s'), 30_000).unref()),
+      ]);
       return { code, output: child.output() };
     } finally {
       await child.stop();

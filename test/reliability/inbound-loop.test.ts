@@ -8,7 +8,18 @@
  */
 import { CHAIN_RUN_BUDGET, MAX_CHAIN_DEPTH } from '../../domain/automations/automations';
 import { ALL_SCOPES } from '../../domain/access/scopes';
-import { awayFromMinuteBoundary, createWorkspace, eventually, expectError, Receiver, settleOutbox, startApi, startReceiver, TestApi, Workspace } from '../helpers';
+import {
+  awayFromMinuteBoundary,
+  createWorkspace,
+  eventually,
+  expectError,
+  Receiver,
+  settleOutbox,
+  startApi,
+  startReceiver,
+  TestApi,
+  Workspace,
+} from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 
 let api: TestApi;
@@ -42,19 +53,34 @@ async function subscribe(ws: Workspace, url: string, events: string[]): Promise<
 
 type Run = { id: string; status: string; error: string | null; depth: number; chain_id: string | null };
 const runsOf = (automationId: string): Promise<Run[]> =>
-  api.db('automation_runs').where({ automation_id: automationId }).orderBy('created_at').select('id', 'status', 'error', 'depth', 'chain_id');
+  api
+    .db('automation_runs')
+    .where({ automation_id: automationId })
+    .orderBy('created_at')
+    .select('id', 'status', 'error', 'depth', 'chain_id');
 
 /** The chain has ended: a run refused by loop protection, no run still running, nothing left to dispatch or deliver. */
 async function chainEnded(ws: Workspace[], automationIds: string[]): Promise<Run[]> {
-  await eventually('a run refused by loop protection', async () => (await Promise.all(automationIds.map(runsOf))).flat().some((r) => r.error?.startsWith('Loop protection')), 60_000, 200);
-  await eventually('no run still running', async () => (await Promise.all(automationIds.map(runsOf))).flat().every((r) => r.status !== 'running'), 60_000, 200);
+  await eventually(
+    'a run refused by loop protection',
+    async () => (await Promise.all(automationIds.map(runsOf))).flat().some((r) => r.error?.startsWith('Loop protection')),
+    60_000,
+    200,
+  );
+  await eventually(
+    'no run still running',
+    async () => (await Promise.all(automationIds.map(runsOf))).flat().every((r) => r.status !== 'running'),
+    60_000,
+    200,
+  );
   for (const w of ws) await settleOutbox(api, w.id);
   // Settled: what ran is final (a run starts only from an outbox row or a delivery, and none is left).
   expect((await Promise.all(automationIds.map(runsOf))).flat().every((r) => r.status !== 'running')).toBe(true);
   return (await Promise.all(automationIds.map(runsOf))).flat();
 }
 
-const DEPTH_REFUSAL = (depth: number) => `Loop protection: this event comes from a chain of automations ${depth} deep; the limit is ${MAX_CHAIN_DEPTH}`;
+const DEPTH_REFUSAL = (depth: number) =>
+  `Loop protection: this event comes from a chain of automations ${depth} deep; the limit is ${MAX_CHAIN_DEPTH}`;
 
 describe('loop protection across the inbound edge', () => {
   it("stops a subscription pointed at the automation's own inbound URL at the chain's depth limit", async () => {
@@ -121,7 +147,9 @@ describe('loop protection across the inbound edge', () => {
     async function capturedDelivery(ws: Workspace) {
       const path = `/ok/${unique('captured')}`;
       await subscribe(ws, `${receiver.url}${path}`, ['lead.created']);
-      expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniquePhone(), name: 'Captured' } })).status).toBe(201);
+      expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniquePhone(), name: 'Captured' } })).status).toBe(
+        201,
+      );
       const got = await eventually('the delivery at the receiver', async () => receiver.to(path)[0]);
       const eventId = String(got.headers['x-service-event-id']);
       const replay = (url: string, headers: Record<string, string> = {}) =>
@@ -139,10 +167,14 @@ describe('loop protection across the inbound edge', () => {
     type AcceptedRow = { payload: Record<string, unknown>; depth: number; chain_id: string | null };
     const acceptedRow = (ws: Workspace, runId: string): Promise<AcceptedRow> =>
       eventually('the outbox row that starts the run', async (): Promise<AcceptedRow | undefined> =>
-        api.db('outbox_events').where({ workspace_id: ws.id, name: 'webhook_received' }).whereRaw(`payload->>'runId' = ?`, [runId]).first('payload', 'depth', 'chain_id'),
+        api
+          .db('outbox_events')
+          .where({ workspace_id: ws.id, name: 'webhook_received' })
+          .whereRaw(`payload->>'runId' = ?`, [runId])
+          .first('payload', 'depth', 'chain_id'),
       );
 
-    it("continues the chain of the event it carried, in the run and in the outbox row that starts it", async () => {
+    it('continues the chain of the event it carried, in the run and in the outbox row that starts it', async () => {
       const ws = await workspace();
       const flow = await inboundAutomation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'wait', seconds: 1 }] });
       const { eventId, replay } = await capturedDelivery(ws);
@@ -179,12 +211,23 @@ describe('loop protection across the inbound edge', () => {
       const { eventId, replay } = await capturedDelivery(ws);
       // The chain's earlier runs, as a fan-out of automations would have left them.
       await api.db('automation_runs').insert(
-        Array.from({ length: CHAIN_RUN_BUDGET }, () => ({ workspace_id: ws.id, automation_id: flow.id, status: 'completed', trigger: '{}', depth: 1, chain_id: eventId, finished_at: api.db.fn.now() })),
+        Array.from({ length: CHAIN_RUN_BUDGET }, () => ({
+          workspace_id: ws.id,
+          automation_id: flow.id,
+          status: 'completed',
+          trigger: '{}',
+          depth: 1,
+          chain_id: eventId,
+          finished_at: api.db.fn.now(),
+        })),
       );
       const refused = await replay(flow.path);
       expect(refused.status).toBe(202);
       expect(refused.body.data.status).toBe('filtered');
-      const run = await api.db('automation_runs').where({ id: refused.body.data.runId }).first('status', 'error', 'depth', 'chain_id', 'finished_at');
+      const run = await api
+        .db('automation_runs')
+        .where({ id: refused.body.data.runId })
+        .first('status', 'error', 'depth', 'chain_id', 'finished_at');
       expect(run).toMatchObject({
         status: 'failed',
         error: `Loop protection: the event that began this chain of automations has caused ${CHAIN_RUN_BUDGET} runs; the limit is ${CHAIN_RUN_BUDGET}`,
@@ -193,14 +236,21 @@ describe('loop protection across the inbound edge', () => {
       });
       expect(run.finished_at).not.toBeNull();
       // Nothing was handed to the dispatcher for it.
-      expect(await api.db('outbox_events').where({ workspace_id: ws.id, name: 'webhook_received' }).count({ n: '*' }).first()).toEqual({ n: 0 });
+      expect(await api.db('outbox_events').where({ workspace_id: ws.id, name: 'webhook_received' }).count({ n: '*' }).first()).toEqual({
+        n: 0,
+      });
 
       // Too deep: the event it carried was itself MAX_CHAIN_DEPTH - 1 deep.
       await api.db('automation_runs').where({ workspace_id: ws.id, chain_id: eventId }).delete();
-      await api.db('outbox_events').where({ workspace_id: ws.id, id: eventId }).update({ depth: MAX_CHAIN_DEPTH - 1 });
+      await api
+        .db('outbox_events')
+        .where({ workspace_id: ws.id, id: eventId })
+        .update({ depth: MAX_CHAIN_DEPTH - 1 });
       const deep = await replay(flow.path);
       expect(deep.body.data.status).toBe('filtered');
-      expect((await api.db('automation_runs').where({ id: deep.body.data.runId }).first('error')).error).toBe(DEPTH_REFUSAL(MAX_CHAIN_DEPTH));
+      expect((await api.db('automation_runs').where({ id: deep.body.data.runId }).first('error')).error).toBe(
+        DEPTH_REFUSAL(MAX_CHAIN_DEPTH),
+      );
     });
   });
 });

@@ -59,7 +59,10 @@ async function pathFor(r: AnyRoute, body: unknown): Promise<string> {
   const type = (body as { trigger?: { type?: string } } | undefined)?.trigger?.type;
   if (r.path !== '/api/v1/automations/{id}' || r.method !== 'patch' || !type || type === 'webhook_received') return withIds(r.path, f);
   if (!automationsByType.has(type)) {
-    const res = await api.request('POST', '/api/v1/automations', { key: f.ws.key, body: { name: type, trigger: { type }, actions: [{ type: 'add_tag', tag: 'x' }] } });
+    const res = await api.request('POST', '/api/v1/automations', {
+      key: f.ws.key,
+      body: { name: type, trigger: { type }, actions: [{ type: 'add_tag', tag: 'x' }] },
+    });
     expect(res.status).toBe(201);
     automationsByType.set(type, res.body.data.id);
   }
@@ -79,12 +82,17 @@ async function callFor(r: AnyRoute, body: unknown, steps: { key: string | number
   const index = steps[1]?.key;
   if (!r.batch || steps[0]?.key !== r.batch.field || typeof index !== 'number' || res.status !== 200) return res;
   const item = res.body.data.find((answer: { index: number }) => answer.index === index);
-  const answer = item.error ? { error: item.error.message, code: item.error.code, ...(item.error.hint ? { hint: item.error.hint } : {}) } : { data: item.data };
+  const answer = item.error
+    ? { error: item.error.message, code: item.error.code, ...(item.error.hint ? { hint: item.error.hint } : {}) }
+    : { data: item.data };
   return { ...res, status: item.status, body: answer, text: JSON.stringify(answer) };
 }
 
 function callRaw(r: AnyRoute, rawBody: string): Promise<ApiResponse> {
-  return api.request(r.method.toUpperCase(), withIds(r.path, f), { rawBody, headers: { ...authFor(r), 'content-type': 'application/json' } });
+  return api.request(r.method.toUpperCase(), withIds(r.path, f), {
+    rawBody,
+    headers: { ...authFor(r), 'content-type': 'application/json' },
+  });
 }
 
 async function stillAnswering(): Promise<void> {
@@ -108,14 +116,29 @@ describe('bodies over 1 MiB', () => {
     expect(Buffer.byteLength(big)).toBe(MiB + 1);
     for (const r of bodyRoutes) {
       const res = await callRaw(r, big);
-      expect({ route: routeKey(r), status: res.status, code: res.body?.code }).toEqual({ route: routeKey(r), status: 413, code: 'PAYLOAD_TOO_LARGE' });
+      expect({ route: routeKey(r), status: res.status, code: res.body?.code }).toEqual({
+        route: routeKey(r),
+        status: 413,
+        code: 'PAYLOAD_TOO_LARGE',
+      });
       expectError(res, 413, 'PAYLOAD_TOO_LARGE');
       // Without credentials too: the limit applies before any work.
-      const anonymous = await api.request(r.method.toUpperCase(), withIds(r.path, f), { rawBody: big, headers: { 'content-type': 'application/json' } });
+      const anonymous = await api.request(r.method.toUpperCase(), withIds(r.path, f), {
+        rawBody: big,
+        headers: { 'content-type': 'application/json' },
+      });
       expectError(anonymous, 413, 'PAYLOAD_TOO_LARGE');
     }
-    expectError(await api.request('POST', inboundPath(), { rawBody: big, headers: { 'content-type': 'application/json' } }), 413, 'PAYLOAD_TOO_LARGE');
-    expectError(await api.request('POST', inboundPath(), { rawBody: big, headers: { 'content-type': 'text/plain' } }), 413, 'PAYLOAD_TOO_LARGE');
+    expectError(
+      await api.request('POST', inboundPath(), { rawBody: big, headers: { 'content-type': 'application/json' } }),
+      413,
+      'PAYLOAD_TOO_LARGE',
+    );
+    expectError(
+      await api.request('POST', inboundPath(), { rawBody: big, headers: { 'content-type': 'text/plain' } }),
+      413,
+      'PAYLOAD_TOO_LARGE',
+    );
     report.push(`413 on ${bodyRoutes.length} body routes + ${routeKey(webhookIn)} (json and text/plain), with and without credentials`);
     await stillAnswering();
   });
@@ -125,17 +148,31 @@ describe('bodies over 1 MiB', () => {
     const head = `{"name":"${name}","pad":"`;
     const exact = head + 'a'.repeat(MiB - head.length - 2) + '"}';
     expect(Buffer.byteLength(exact)).toBe(MiB);
-    const res = await api.request('POST', '/api/v1/tags', { key: f.ws.key, rawBody: exact, headers: { 'content-type': 'application/json' } });
+    const res = await api.request('POST', '/api/v1/tags', {
+      key: f.ws.key,
+      rawBody: exact,
+      headers: { 'content-type': 'application/json' },
+    });
     expect(res.status).toBe(201);
     expect(res.body.data.name).toBe(name);
   });
 
   const raw = (p: string, headers: Record<string, string>, body?: Iterable<Buffer | string>, halfClose = false): Promise<RawResult> =>
-    rawRequest(api.url, { method: 'POST', path: p, headers: { authorization: `Bearer ${f.ws.key}`, 'x-forwarded-for': '10.250.0.1', ...headers }, body, halfClose });
+    rawRequest(api.url, {
+      method: 'POST',
+      path: p,
+      headers: { authorization: `Bearer ${f.ws.key}`, 'x-forwarded-for': '10.250.0.1', ...headers },
+      body,
+      halfClose,
+    });
 
   it('answers 413 to chunked uploads (no Content-Length) over the limit, JSON or not', async () => {
     for (const size of [MiB + 1, 2 * MiB, 8 * MiB]) {
-      const res = await raw('/api/v1/tags', { 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, chunked(paddedJson(size)));
+      const res = await raw(
+        '/api/v1/tags',
+        { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+        chunked(paddedJson(size)),
+      );
       expect({ size, status: res.status, code: res.json?.code }).toEqual({ size, status: 413, code: 'PAYLOAD_TOO_LARGE' });
     }
     // The inbound receiver reads any label as JSON, through its own reader.
@@ -146,7 +183,11 @@ describe('bodies over 1 MiB', () => {
     const noType = await raw(inboundPath(), { 'transfer-encoding': 'chunked' }, chunked(paddedJson(2 * MiB)));
     expect([noType.status, noType.json?.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
     // Its own limit is 256 KiB.
-    const mid = await raw(inboundPath(), { 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, chunked(paddedJson(300 * 1024)));
+    const mid = await raw(
+      inboundPath(),
+      { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+      chunked(paddedJson(300 * 1024)),
+    );
     expect([mid.status, mid.json?.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
     report.push('chunked 1 MiB+1 / 2 MiB / 8 MiB → 413; inbound receiver chunked 2 MiB (json, text, no type) and 300 KiB → 413');
     await stillAnswering();
@@ -169,13 +210,30 @@ describe('bodies over 1 MiB', () => {
     expect(under.status).toBe(400);
     if (under.json !== undefined) expect(under.json.code).toBe('VALIDATION');
     // Declares 500 KB, sends 12 bytes and half-closes.
-    const truncated = await raw('/api/v1/tags', { 'content-type': 'application/json', 'content-length': String(500_000) }, ['{"name":"x"'], true);
-    expect(truncated.status === undefined ? 'closed without an answer' : truncated.status < 500 && truncated.status >= 400 ? '4xx' : truncated.status).toMatch(/4xx|closed/);
+    const truncated = await raw(
+      '/api/v1/tags',
+      { 'content-type': 'application/json', 'content-length': String(500_000) },
+      ['{"name":"x"'],
+      true,
+    );
+    expect(
+      truncated.status === undefined
+        ? 'closed without an answer'
+        : truncated.status < 500 && truncated.status >= 400
+          ? '4xx'
+          : truncated.status,
+    ).toMatch(/4xx|closed/);
     // Content-Length and Transfer-Encoding together (the request-smuggling shape): refused by the HTTP layer.
-    const both = await raw('/api/v1/tags', { 'content-type': 'application/json', 'content-length': '5', 'transfer-encoding': 'chunked' }, chunked(['{"name":"smuggled"}']));
+    const both = await raw(
+      '/api/v1/tags',
+      { 'content-type': 'application/json', 'content-length': '5', 'transfer-encoding': 'chunked' },
+      chunked(['{"name":"smuggled"}']),
+    );
     expect(both.status === undefined || (both.status >= 400 && both.status < 500)).toBe(true);
     expect((await api.db('tags').where({ workspace_id: f.ws.id, name: 'smuggled' })).length).toBe(0);
-    report.push(`lying Content-Length → ${under.status}; truncated upload → ${truncated.status ?? 'closed'}; CL+TE → ${both.status ?? 'closed'}`);
+    report.push(
+      `lying Content-Length → ${under.status}; truncated upload → ${truncated.status ?? 'closed'}; CL+TE → ${both.status ?? 'closed'}`,
+    );
     await stillAnswering();
   });
 
@@ -183,7 +241,11 @@ describe('bodies over 1 MiB', () => {
     const inflated = Buffer.concat([Buffer.from('{"name":"bomb","pad":"'), Buffer.alloc(64 * MiB, 'a'), Buffer.from('"}')]);
     const bomb = zlib.gzipSync(inflated);
     expect(bomb.length).toBeLessThan(MiB);
-    const res = await raw('/api/v1/tags', { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': String(bomb.length) }, [bomb]);
+    const res = await raw(
+      '/api/v1/tags',
+      { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': String(bomb.length) },
+      [bomb],
+    );
     expect([413, 415]).toContain(res.status);
     expect(['PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE']).toContain(res.json?.code);
     report.push(`gzip bomb (${(bomb.length / 1024).toFixed(0)} KiB → 64 MiB) → ${res.status} ${res.json?.code}`);
@@ -212,13 +274,24 @@ describe('deeply nested JSON', () => {
   it(`accepts exactly ${MAX_JSON_DEPTH} levels and answers ${MAX_JSON_DEPTH + 1} with 400 VALIDATION (api/middleware/body MAX_JSON_DEPTH)`, async () => {
     // The root object is level 1; `pad` (an unknown field, ignored) holds the rest.
     const body = (levels: number) => `{"name":"depth-${levels}-${randomUUID().slice(0, 6)}","pad":${deepArray(levels - 1)}}`;
-    const ok = await api.request('POST', '/api/v1/tags', { key: f.ws.key, rawBody: body(MAX_JSON_DEPTH), headers: { 'content-type': 'application/json' } });
+    const ok = await api.request('POST', '/api/v1/tags', {
+      key: f.ws.key,
+      rawBody: body(MAX_JSON_DEPTH),
+      headers: { 'content-type': 'application/json' },
+    });
     expect(ok.status).toBe(201);
-    const deep = await api.request('POST', '/api/v1/tags', { key: f.ws.key, rawBody: body(MAX_JSON_DEPTH + 1), headers: { 'content-type': 'application/json' } });
+    const deep = await api.request('POST', '/api/v1/tags', {
+      key: f.ws.key,
+      rawBody: body(MAX_JSON_DEPTH + 1),
+      headers: { 'content-type': 'application/json' },
+    });
     expectError(deep, 400, 'VALIDATION');
     expect(deep.body.error).toContain('nested too deeply');
     // The inbound receiver reads any label: the same rule.
-    const inbound = await api.request('POST', `/api/automations/webhook-in/${inboundToken}`, { rawBody: `{"a":${deepArray(MAX_JSON_DEPTH)}}`, headers: { 'content-type': 'text/plain' } });
+    const inbound = await api.request('POST', `/api/automations/webhook-in/${inboundToken}`, {
+      rawBody: `{"a":${deepArray(MAX_JSON_DEPTH)}}`,
+      headers: { 'content-type': 'text/plain' },
+    });
     expectError(inbound, 400, 'VALIDATION');
   });
 
@@ -236,7 +309,12 @@ describe('deeply nested JSON', () => {
           const inner = base === '{}' ? '' : `${base.slice(1, -1)},`;
           const res = await callRaw(r, `{${inner}"${field}":${deep}}`);
           // A deep value where an object is expected may be accepted: unknown keys are ignored (docs/api-conventions.md).
-          expect({ route: routeKey(r), field, shape, status: res.status < 500 ? '<500' : res.status }).toEqual({ route: routeKey(r), field, shape, status: '<500' });
+          expect({ route: routeKey(r), field, shape, status: res.status < 500 ? '<500' : res.status }).toEqual({
+            route: routeKey(r),
+            field,
+            shape,
+            status: '<500',
+          });
           if (res.status !== 400) lines.push(`${routeKey(r)} ${field} (${shape}) → ${res.status} ${res.body?.code ?? ''}`);
         }
       }
@@ -253,9 +331,12 @@ describe('deeply nested JSON', () => {
     ]) {
       const res = await api.request('POST', p, { rawBody: body, headers: { 'content-type': 'application/json' } });
       report.push(`inbound receiver, deep ${shape} → ${res.status} ${res.body?.code ?? res.body?.data?.status}`);
-      expect({ shape, status: res.status, text: res.text.slice(0, 300), ok: res.status === 202 || (res.status >= 400 && res.status < 500) }).toEqual(
-        expect.objectContaining({ shape, ok: true }),
-      );
+      expect({
+        shape,
+        status: res.status,
+        text: res.text.slice(0, 300),
+        ok: res.status === 202 || (res.status >= 400 && res.status < 500),
+      }).toEqual(expect.objectContaining({ shape, ok: true }));
     }
     await stillAnswering();
   });
@@ -420,8 +501,10 @@ const TEMPLATE_FIELDS = ['templateName', 'templateLanguage', 'templateVariables'
 function tweak(r: AnyRoute, body: Record<string, unknown>, steps: Step[]): Record<string, unknown> {
   const isSend = r.path === '/api/v1/messages' || r.path === '/api/v1/conversations/{id}/messages';
   const field = String(steps[0]?.key);
-  if (isSend && MEDIA_FIELDS.includes(field)) return { mediaUrl: `${receiver.url}/ok/file.pdf`, ...body, type: 'document', text: undefined };
-  if (isSend && TEMPLATE_FIELDS.includes(field)) return { templateName: 'welcome', templateLanguage: 'pt_BR', ...body, type: 'template', text: undefined };
+  if (isSend && MEDIA_FIELDS.includes(field))
+    return { mediaUrl: `${receiver.url}/ok/file.pdf`, ...body, type: 'document', text: undefined };
+  if (isSend && TEMPLATE_FIELDS.includes(field))
+    return { templateName: 'welcome', templateLanguage: 'pt_BR', ...body, type: 'template', text: undefined };
   if (r.path === '/api/v1/deals/{id}' && field === 'lostReason') return { ...body, status: 'lost' };
   if (r.path === '/api/v1/deals/batch' && typeof steps[1]?.key === 'number' && steps[1].schema.properties?.id) {
     // A field of the change variant is read on a change item: the fixture's deal, as PATCH reads it.
@@ -505,14 +588,17 @@ describe('every bound of every body schema', () => {
         const tooLong = await callFor(r, tweak(r, withLeaf(base, slot.steps, over), slot.steps), slot.steps);
         checked += 1;
         const where = `${routeKey(r)} ${pathOf(slot.steps)} (max ${max})`;
-        if (namesField(exact, slot) || exact.status >= 500) failures.push(`${where}: exactly max → ${exact.status} ${exact.text.slice(0, 200)}`);
+        if (namesField(exact, slot) || exact.status >= 500)
+          failures.push(`${where}: exactly max → ${exact.status} ${exact.text.slice(0, 200)}`);
         const code = tooLong.body?.code === 'VALIDATION' || (isPhone(slot) && tooLong.body?.code === 'INVALID_PHONE');
         if (tooLong.status !== 400 || !code || !namesField(tooLong, slot)) {
           failures.push(`${where}: max+1 → ${tooLong.status} ${tooLong.text.slice(0, 200)}`);
         }
         done.push(`${slot.steps.map((s) => s.key).join('.')}≤${max}→${exact.status}`);
       }
-      report.push(`${routeKey(r)}: ${done.join(', ') || 'no bounded field'}${skipped.length ? ` | skipped (pattern/format): ${skipped.join(', ')}` : ''}`);
+      report.push(
+        `${routeKey(r)}: ${done.join(', ') || 'no bounded field'}${skipped.length ? ` | skipped (pattern/format): ${skipped.join(', ')}` : ''}`,
+      );
     }
     expect(checked).toBeGreaterThan(100);
     expect(failures).toEqual([]);
@@ -541,7 +627,9 @@ describe('every bound of every body schema', () => {
         const size = Array.isArray(big) ? big.length : Object.keys(big as object).length;
         lines.push(`${routeKey(r)} ${pathOf(slot.steps)}[${size}] → ${res.status}`);
         if (res.status !== 400 || res.body?.code !== 'VALIDATION' || !namesField(res, slot)) {
-          failures.push(`${routeKey(r)} ${pathOf(slot.steps)} with ${size} ${slot.kind === 'record' ? 'keys' : 'items'}: ${res.status} ${res.text.slice(0, 200)}`);
+          failures.push(
+            `${routeKey(r)} ${pathOf(slot.steps)} with ${size} ${slot.kind === 'record' ? 'keys' : 'items'}: ${res.status} ${res.text.slice(0, 200)}`,
+          );
         }
       }
     }
@@ -558,7 +646,11 @@ describe('every bound of every body schema', () => {
       for (const slot of slots(js).filter((s) => s.kind === 'string' && s.max === undefined && !s.schema.pattern && !s.schema.format)) {
         const res = await callFor(r, tweak(r, withLeaf(base, slot.steps, 'a'.repeat(900 * 1024)), slot.steps), slot.steps);
         lines.push(`${routeKey(r)} ${pathOf(slot.steps)} → ${res.status} ${res.body?.code ?? ''}`);
-        expect({ route: routeKey(r), field: pathOf(slot.steps), status: res.status < 500 ? '<500' : res.status }).toEqual({ route: routeKey(r), field: pathOf(slot.steps), status: '<500' });
+        expect({ route: routeKey(r), field: pathOf(slot.steps), status: res.status < 500 ? '<500' : res.status }).toEqual({
+          route: routeKey(r),
+          field: pathOf(slot.steps),
+          status: '<500',
+        });
       }
     }
     report.push(`unbounded strings (the 1 MiB body limit bounds them): ${lines.join('; ') || 'none'}`);
@@ -567,8 +659,24 @@ describe('every bound of every body schema', () => {
   it('answers the named huge arrays of the brief with 400 VALIDATION naming the path', async () => {
     const cases: [string, string, unknown, string][] = [
       ['POST', '/api/v1/leads', { phone: uniquePhone(), tags: Array.from({ length: 100_000 }, (_, i) => `t${i % 10}`) }, 'body.tags'],
-      ['POST', `/api/v1/lists/${f.list.id}/contacts`, { contactIds: Array.from({ length: 100_000 }, () => f.contact.id.slice(0, 4)) }, 'body.contactIds'],
-      ['POST', '/api/v1/messages', { phone: uniquePhone(), type: 'template', templateName: 'x', templateLanguage: 'pt_BR', templateVariables: Array.from({ length: 100_000 }, () => 'v') }, 'body.templateVariables'],
+      [
+        'POST',
+        `/api/v1/lists/${f.list.id}/contacts`,
+        { contactIds: Array.from({ length: 100_000 }, () => f.contact.id.slice(0, 4)) },
+        'body.contactIds',
+      ],
+      [
+        'POST',
+        '/api/v1/messages',
+        {
+          phone: uniquePhone(),
+          type: 'template',
+          templateName: 'x',
+          templateLanguage: 'pt_BR',
+          templateVariables: Array.from({ length: 100_000 }, () => 'v'),
+        },
+        'body.templateVariables',
+      ],
       ['POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/x`, events: Array.from({ length: 100_000 }, () => '*') }, 'body.events'],
     ];
     for (const [method, p, body, named] of cases) {
@@ -576,7 +684,10 @@ describe('every bound of every body schema', () => {
       expectError(res, 400, 'VALIDATION');
       expect(res.body.error).toContain(named);
     }
-    const scopes = await api.admin('POST', `/admin/v1/workspaces/${f.ws.id}/api-keys`, { name: 'k', scopes: Array.from({ length: 60_000 }, () => 'deals:read') });
+    const scopes = await api.admin('POST', `/admin/v1/workspaces/${f.ws.id}/api-keys`, {
+      name: 'k',
+      scopes: Array.from({ length: 60_000 }, () => 'deals:read'),
+    });
     expectError(scopes, 400, 'VALIDATION');
     expect(scopes.body.error).toContain('body.scopes');
   });
@@ -618,11 +729,47 @@ describe('process memory under hostile bodies', () => {
     // database the other test files' APIs share, never against loopback's, which they use too.
     const fromOwnIp = { 'x-forwarded-for': '10.250.0.2' };
     const kinds: (() => Promise<number | undefined>)[] = [
-      async () => (await fetch(`${base}/api/v1/tags`, { method: 'POST', headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: oversized })).status,
-      async () => (await rawRequest(base, { method: 'POST', path: '/api/v1/tags', headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, body: chunked(paddedJson(2 * MiB)) })).status,
-      async () => (await fetch(`${base}/api/v1/leads`, { method: 'POST', headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: deep })).status,
-      async () => (await fetch(`${base}/api/v1/leads`, { method: 'POST', headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: hugeTags })).status,
-      async () => (await fetch(`${base}/api/v1/tags`, { method: 'POST', headers: { ...fromOwnIp, 'content-type': 'application/json' }, body: `{"a":${deep}}` })).status,
+      async () =>
+        (
+          await fetch(`${base}/api/v1/tags`, {
+            method: 'POST',
+            headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+            body: oversized,
+          })
+        ).status,
+      async () =>
+        (
+          await rawRequest(base, {
+            method: 'POST',
+            path: '/api/v1/tags',
+            headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+            body: chunked(paddedJson(2 * MiB)),
+          })
+        ).status,
+      async () =>
+        (
+          await fetch(`${base}/api/v1/leads`, {
+            method: 'POST',
+            headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+            body: deep,
+          })
+        ).status,
+      async () =>
+        (
+          await fetch(`${base}/api/v1/leads`, {
+            method: 'POST',
+            headers: { ...fromOwnIp, authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+            body: hugeTags,
+          })
+        ).status,
+      async () =>
+        (
+          await fetch(`${base}/api/v1/tags`, {
+            method: 'POST',
+            headers: { ...fromOwnIp, 'content-type': 'application/json' },
+            body: `{"a":${deep}}`,
+          })
+        ).status,
     ];
     const round = async (n: number): Promise<Record<string, number>> => {
       const statuses: Record<string, number> = {};
@@ -654,7 +801,9 @@ describe('process memory under hostile bodies', () => {
     const floorEarly = Math.min(...levels.slice(0, ROUNDS / 2));
     const floorLate = Math.min(...levels.slice(ROUNDS / 2));
     const floorRiseMiB = (floorLate - floorEarly) / 1024;
-    report.push(`child API pid ${pid}: VmRSS after warm-up and each round of 100: ${levels.map(mib).join(' → ')} MiB (floor ${mib(floorEarly)} → ${mib(floorLate)}) ${JSON.stringify(statuses)}`);
+    report.push(
+      `child API pid ${pid}: VmRSS after warm-up and each round of 100: ${levels.map(mib).join(' → ')} MiB (floor ${mib(floorEarly)} → ${mib(floorLate)}) ${JSON.stringify(statuses)}`,
+    );
     expect(Object.keys(statuses).every((s) => /^4\d\d$/.test(s))).toBe(true);
     expect(floorRiseMiB).toBeLessThan(40);
     expect(Math.max(...levels) / 1024).toBeLessThan(400);

@@ -32,11 +32,21 @@ describe('plan limits a tenant controls have defaults', () => {
       expectError(await api.admin('PATCH', `/admin/v1/workspaces/${id}`, { plan: { [field]: null } }), 400, 'VALIDATION');
     }
     // The operator still chooses the number, and the other limits may still be unlimited.
-    const patched = await api.admin('PATCH', `/admin/v1/workspaces/${id}`, { plan: { automationLimit: 3000, webhookQuota: 50, automationRunsPerMinute: 10_000, dealLimit: null } });
+    const patched = await api.admin('PATCH', `/admin/v1/workspaces/${id}`, {
+      plan: { automationLimit: 3000, webhookQuota: 50, automationRunsPerMinute: 10_000, dealLimit: null },
+    });
     expect(patched.status).toBe(200);
-    expect(patched.body.data.plan).toMatchObject({ automationLimit: 3000, webhookQuota: 50, automationRunsPerMinute: 10_000, dealLimit: null });
+    expect(patched.body.data.plan).toMatchObject({
+      automationLimit: 3000,
+      webhookQuota: 50,
+      automationRunsPerMinute: 10_000,
+      dealLimit: null,
+    });
     // Patching another field leaves them as they are (no default put back).
-    expect((await api.admin('PATCH', `/admin/v1/workspaces/${id}`, { plan: { dealLimit: 5 } })).body.data.plan).toMatchObject({ automationLimit: 3000, webhookQuota: 50 });
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${id}`, { plan: { dealLimit: 5 } })).body.data.plan).toMatchObject({
+      automationLimit: 3000,
+      webhookQuota: 50,
+    });
   });
 
   it('documents the defaults and the refusal of null in the admin API reference', async () => {
@@ -45,7 +55,10 @@ describe('plan limits a tenant controls have defaults', () => {
     expect(op.description).toContain('`automationLimit` (default 100');
     expect(op.description).toContain('`webhookQuota` (webhook subscriptions, default 10');
     const plan = op.requestBody.content['application/json'].schema.properties.plan;
-    const fields = (plan.properties ?? plan.anyOf?.find((s: { properties?: unknown }) => s.properties)?.properties) as Record<string, { type?: unknown; default?: unknown }>;
+    const fields = (plan.properties ?? plan.anyOf?.find((s: { properties?: unknown }) => s.properties)?.properties) as Record<
+      string,
+      { type?: unknown; default?: unknown }
+    >;
     expect(fields.automationLimit).toMatchObject({ type: 'integer', default: 100 });
     expect(fields.webhookQuota).toMatchObject({ type: 'integer', default: 10 });
     expect(fields.automationRunsPerMinute).toMatchObject({ type: 'integer', default: 600 });
@@ -54,7 +67,12 @@ describe('plan limits a tenant controls have defaults', () => {
   it('stops a default workspace at 10 webhook subscriptions (402 WEBHOOK_LIMIT_REACHED), concurrent creations included', async () => {
     const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
     const results = await Promise.all(
-      Array.from({ length: 14 }, (_, i) => api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: `https://hooks.example.com/in/${i}`, events: ['*'], active: false } })),
+      Array.from({ length: 14 }, (_, i) =>
+        api.request('POST', '/api/v1/webhooks', {
+          key: ws.key,
+          body: { url: `https://hooks.example.com/in/${i}`, events: ['*'], active: false },
+        }),
+      ),
     );
     expect(results.filter((r) => r.status === 201)).toHaveLength(10);
     for (const r of results.filter((r) => r.status !== 201)) expectError(r, 402, 'WEBHOOK_LIMIT_REACHED');
@@ -63,7 +81,11 @@ describe('plan limits a tenant controls have defaults', () => {
 
   it('stops a default workspace at 100 automations (402 AUTOMATION_LIMIT_REACHED), concurrent creations included', async () => {
     const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
-    const create = () => api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'flow', trigger: { type: 'deal_won' }, actions: [{ type: 'wait', seconds: 5 }] } });
+    const create = () =>
+      api.request('POST', '/api/v1/automations', {
+        key: ws.key,
+        body: { name: 'flow', trigger: { type: 'deal_won' }, actions: [{ type: 'wait', seconds: 5 }] },
+      });
     const results: Awaited<ReturnType<typeof create>>[] = [];
     // 106 creations, 16 at a time (each one takes the workspace row's lock in turn).
     for (let i = 0; i < 106; i += 16) results.push(...(await Promise.all(Array.from({ length: Math.min(16, 106 - i) }, create))));
@@ -85,7 +107,9 @@ describe('the plan-defaults migration', () => {
       const [unlimited] = await db('workspaces')
         .insert({ name: 'before', automation_limit: null, webhook_quota: null, automation_runs_per_minute: null })
         .returning('id');
-      const [chosen] = await db('workspaces').insert({ name: 'chosen', automation_limit: 7, webhook_quota: 2, automation_runs_per_minute: 30 }).returning('id');
+      const [chosen] = await db('workspaces')
+        .insert({ name: 'chosen', automation_limit: 7, webhook_quota: 2, automation_runs_per_minute: 30 })
+        .returning('id');
       await db.migrate.up({ ...migrationConfig, name: MIGRATION });
 
       const plan = (id: string) => db('workspaces').where({ id }).first('automation_limit', 'webhook_quota', 'automation_runs_per_minute');

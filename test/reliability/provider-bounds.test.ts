@@ -107,7 +107,11 @@ function expectBounded(what: string, idle: number, peakRss: number, worstLagMs: 
   const aboveIdleMB = Math.round((peakRss - idle) / MB);
   const figures = { idleMB: Math.round(idle / MB), aboveIdleMB, worstLagMs };
   report(`${what}: worker idle ${figures.idleMB} MB, peak ${aboveIdleMB} MB above idle, worst event-loop delay ${worstLagMs} ms`);
-  expect({ ...figures, withinMemory: peakRss - idle < RSS_MARGIN, responsive: worstLagMs < MAX_LAG_MS }).toEqual({ ...figures, withinMemory: true, responsive: true });
+  expect({ ...figures, withinMemory: peakRss - idle < RSS_MARGIN, responsive: worstLagMs < MAX_LAG_MS }).toEqual({
+    ...figures,
+    withinMemory: true,
+    responsive: true,
+  });
 }
 
 async function instance(provider: 'cloud' | 'web', name: string, baseUrl: string): Promise<string> {
@@ -116,7 +120,13 @@ async function instance(provider: 'cloud' | 'web', name: string, baseUrl: string
     channel: 'whatsapp',
     provider,
     connected: true,
-    config: { baseUrl, phoneNumberId: `PN-bounds-${name}-${ws.id.slice(0, 8)}`, accessToken: 'token', appSecret: 's', instanceName: `bounds-${name}-${ws.id.slice(0, 8)}` },
+    config: {
+      baseUrl,
+      phoneNumberId: `PN-bounds-${name}-${ws.id.slice(0, 8)}`,
+      accessToken: 'token',
+      appSecret: 's',
+      instanceName: `bounds-${name}-${ws.id.slice(0, 8)}`,
+    },
   });
   expect(res.status).toBe(201);
   return res.body.data.id as string;
@@ -128,7 +138,8 @@ async function send(body: Record<string, unknown>) {
   return api.request('POST', '/api/v1/messages', { key, body });
 }
 
-const callsTo = async (to: string): Promise<any[]> => ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${to}`)).json()) as { calls: any[] }).calls;
+const callsTo = async (to: string): Promise<any[]> =>
+  ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${to}`)).json()) as { calls: any[] }).calls;
 
 beforeAll(async () => {
   fs.mkdirSync(LOG_DIR, { recursive: true });
@@ -212,15 +223,28 @@ it('a 100 MB document through a web gateway: streamed from the media URL to the 
   const webId = await instance('web', 'web', EMULATOR);
   // Warm up the path (code loaded, pools and buffers made) before the idle size is taken.
   const warm = uniquePhone();
-  expect((await send({ phone: warm, instanceId: webId, type: 'document', mediaUrl: `${mediaUrl}/doc/${MB}/warm.pdf`, fileName: 'warm.pdf' })).status).toBe(201);
+  expect(
+    (await send({ phone: warm, instanceId: webId, type: 'document', mediaUrl: `${mediaUrl}/doc/${MB}/warm.pdf`, fileName: 'warm.pdf' }))
+      .status,
+  ).toBe(201);
   const idle = await idleRss();
 
   const phone = uniquePhone();
   const url = `${mediaUrl}/doc/${DOCUMENT_BYTES}/contract.pdf`;
-  const { result: res, peakRss, worstLagMs } = await measure(async () => {
+  const {
+    result: res,
+    peakRss,
+    worstLagMs,
+  } = await measure(async () => {
     const answer = await send({ phone, instanceId: webId, type: 'document', mediaUrl: url, fileName: 'contract.pdf' });
     // On a slow machine the API may stop waiting (409 IN_PROGRESS) while the send carries on.
-    if (answer.status === 409 && answer.body?.code === 'IN_PROGRESS') await eventually('the gateway to accept the document', async () => (await callsTo(phone)).find((c) => c.status === 201), 120_000, 200);
+    if (answer.status === 409 && answer.body?.code === 'IN_PROGRESS')
+      await eventually(
+        'the gateway to accept the document',
+        async () => (await callsTo(phone)).find((c) => c.status === 201),
+        120_000,
+        200,
+      );
     return answer;
   });
   expect([201, 409]).toContain(res.status);
@@ -245,7 +269,14 @@ it('a provider answering 1 MB of `<` (Cloud API 400, web gateway 500): read up t
   const contact = await seedContact(api, ws.id, { phone: uniquePhone(), name: 'Hostile' });
   const [conversation] = await api
     .db('conversations')
-    .insert({ workspace_id: ws.id, contact_id: contact.id, instance_id: cloudId, channel: 'whatsapp', last_message_at: new Date(), last_inbound_at: new Date() })
+    .insert({
+      workspace_id: ws.id,
+      contact_id: contact.id,
+      instance_id: cloudId,
+      channel: 'whatsapp',
+      last_message_at: new Date(),
+      last_inbound_at: new Date(),
+    })
     .returning('id');
   const idle = await idleRss();
 
@@ -268,12 +299,17 @@ it('a provider answering 1 MB of `<` (Cloud API 400, web gateway 500): read up t
 it('a streamed media send the gateway refused (5xx) is retried with a new download: the file cannot be replayed', async () => {
   const webId = await instance('web', 'web-retry', EMULATOR);
   const phone = uniquePhone();
-  await fetch(`${EMULATOR}/__emulator/script`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ to: phone, behaviour: 'error', httpStatus: 503, times: 1 }) });
+  await fetch(`${EMULATOR}/__emulator/script`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to: phone, behaviour: 'error', httpStatus: 503, times: 1 }),
+  });
   const path = `/doc/${3 * MB + 1}/retried.pdf`;
   const res = await send({ phone, instanceId: webId, type: 'document', mediaUrl: `${mediaUrl}${path}`, fileName: 'retried.pdf' });
   expect(res.status).toBe(201);
   expect(mediaHits.filter((hit) => hit.endsWith(path))).toEqual([`HEAD ${path}`, `GET ${path}`, `GET ${path}`]);
   const calls = await callsTo(phone);
   expect(calls.map((c) => c.status)).toEqual([503, 201]);
-  for (const call of calls) expect(call.media).toEqual({ kind: 'base64', bytes: 3 * MB + 1, sha256: served.get(path)!.sha256, mimetype: 'application/pdf' });
+  for (const call of calls)
+    expect(call.media).toEqual({ kind: 'base64', bytes: 3 * MB + 1, sha256: served.get(path)!.sha256, mimetype: 'application/pdf' });
 }, 120_000);

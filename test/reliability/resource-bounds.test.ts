@@ -20,7 +20,11 @@ describe('before authentication', () => {
   it('reads no body: a refused caller gets 401 (not a parse error), an unknown path 404', async () => {
     const malformed = { rawBody: '{"phone": ', headers: { 'content-type': 'application/json' } };
     expectError(await api.request('POST', '/api/v1/leads', malformed), 401, 'UNAUTHORIZED');
-    expectError(await api.request('POST', '/api/v1/leads', { rawBody: 'phone=1', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 401, 'UNAUTHORIZED');
+    expectError(
+      await api.request('POST', '/api/v1/leads', { rawBody: 'phone=1', headers: { 'content-type': 'application/x-www-form-urlencoded' } }),
+      401,
+      'UNAUTHORIZED',
+    );
     expectError(await api.request('POST', '/api/v1/nothing-here', malformed), 404, 'NOT_FOUND');
     expectError(await api.request('POST', '/nothing-here', malformed), 404, 'NOT_FOUND');
     // An authenticated caller still gets the parse error.
@@ -32,7 +36,8 @@ describe('before authentication', () => {
     await awayFromMinuteBoundary();
     const ip = `203.0.${Math.floor(Math.random() * 255)}.${1 + Math.floor(Math.random() * 250)}`;
     const statuses = new Set<number>();
-    for (let i = 0; i < IP_PROFILES.read; i++) statuses.add((await api.request('GET', `/no/such/path/${i}`, { headers: { 'x-forwarded-for': ip } })).status);
+    for (let i = 0; i < IP_PROFILES.read; i++)
+      statuses.add((await api.request('GET', `/no/such/path/${i}`, { headers: { 'x-forwarded-for': ip } })).status);
     expect([...statuses]).toEqual([404]);
     expectError(await api.request('GET', '/no/such/path', { headers: { 'x-forwarded-for': ip } }), 429, 'IP_RATE_LIMITED');
   });
@@ -75,29 +80,83 @@ describe('retention', () => {
   it('prunes dispatched outbox rows, finished deliveries, finished runs and send requests past RETENTION_DAYS, and nothing pending or running', async () => {
     const ws = await createWorkspace(api);
     const old = api.db.raw(`now() - interval '31 days'`);
-    const events = await api.db('outbox_events')
+    const events = await api
+      .db('outbox_events')
       .insert([
         { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, created_at: old, dispatched_at: old },
         // Not dispatched yet: claimed by a dispatcher still at work, so the suite's live dispatcher leaves it alone too.
-        { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, created_at: old, dispatched_at: null, claimed_until: api.db.raw(`now() + interval '1 hour'`) },
+        {
+          workspace_id: ws.id,
+          kind: 'webhook',
+          name: 'lead.created',
+          payload: {},
+          created_at: old,
+          dispatched_at: null,
+          claimed_until: api.db.raw(`now() + interval '1 hour'`),
+        },
         { workspace_id: ws.id, kind: 'webhook', name: 'lead.created', payload: {}, dispatched_at: api.db.fn.now() },
       ])
       .returning('id');
-    const [subscription] = await api.db('webhook_subscriptions').insert({ workspace_id: ws.id, url: 'https://example.com/hook', events: ['lead.created'], secret: 'whsec_test' }).returning('id');
-    const deliveries = await api.db('webhook_deliveries')
-      .insert(['succeeded', 'failed', 'pending'].map((status) => ({ workspace_id: ws.id, subscription_id: subscription.id, event: 'lead.created', payload: {}, status, created_at: old, delivered_at: status === 'succeeded' ? old : null })))
+    const [subscription] = await api
+      .db('webhook_subscriptions')
+      .insert({ workspace_id: ws.id, url: 'https://example.com/hook', events: ['lead.created'], secret: 'whsec_test' })
       .returning('id');
-    const [automation] = await api.db('automations').insert({ workspace_id: ws.id, name: 'kept', active: true, trigger_type: 'deal_won', trigger: {}, actions: JSON.stringify([{ type: 'wait', seconds: 1 }]) }).returning('id');
-    const runs = await api.db('automation_runs')
-      .insert(['completed', 'failed', 'running'].map((status) => ({ workspace_id: ws.id, automation_id: automation.id, status, created_at: old })))
+    const deliveries = await api
+      .db('webhook_deliveries')
+      .insert(
+        ['succeeded', 'failed', 'pending'].map((status) => ({
+          workspace_id: ws.id,
+          subscription_id: subscription.id,
+          event: 'lead.created',
+          payload: {},
+          status,
+          created_at: old,
+          delivered_at: status === 'succeeded' ? old : null,
+        })),
+      )
+      .returning('id');
+    const [automation] = await api
+      .db('automations')
+      .insert({
+        workspace_id: ws.id,
+        name: 'kept',
+        active: true,
+        trigger_type: 'deal_won',
+        trigger: {},
+        actions: JSON.stringify([{ type: 'wait', seconds: 1 }]),
+      })
+      .returning('id');
+    const runs = await api
+      .db('automation_runs')
+      .insert(
+        ['completed', 'failed', 'running'].map((status) => ({
+          workspace_id: ws.id,
+          automation_id: automation.id,
+          status,
+          created_at: old,
+        })),
+      )
       .returning('id');
     const message = JSON.stringify({ type: 'text', text: 'private' });
-    const requests = await api.db('send_requests')
-      .insert([{ workspace_id: ws.id, id: `old-${ws.id}`, message, created_at: old }, { workspace_id: ws.id, id: `new-${ws.id}`, message }])
+    const requests = await api
+      .db('send_requests')
+      .insert([
+        { workspace_id: ws.id, id: `old-${ws.id}`, message, created_at: old },
+        { workspace_id: ws.id, id: `new-${ws.id}`, message },
+      ])
       .returning('id');
 
     await pruneRetention(api.db, 30);
-    const left = async (table: string, ids: { id: string }[]) => (await api.db(table).whereIn('id', ids.map((r) => r.id)).pluck('id')).sort();
+    const left = async (table: string, ids: { id: string }[]) =>
+      (
+        await api
+          .db(table)
+          .whereIn(
+            'id',
+            ids.map((r) => r.id),
+          )
+          .pluck('id')
+      ).sort();
     expect(await left('outbox_events', events)).toEqual([events[1].id, events[2].id].sort());
     expect(await left('webhook_deliveries', deliveries)).toEqual([deliveries[2].id]);
     expect(await left('automation_runs', runs)).toEqual([runs[2].id]);

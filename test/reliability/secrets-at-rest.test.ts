@@ -23,10 +23,17 @@ it('stores provider tokens and webhook secrets sealed, and still verifies, signs
   const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'automations:write'] });
   const plain = { accessToken: `tok-${randomUUID()}`, appSecret: `app-${randomUUID()}`, verifyToken: `ver-${randomUUID()}` };
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Sealed', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: `PN-${randomUUID().slice(0, 8)}`, ...plain },
+    name: 'Sealed',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+    config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: `PN-${randomUUID().slice(0, 8)}`, ...plain },
   });
   expect(instance.status).toBe(201);
-  const subscription = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://hooks.example.com/in', events: ['*'], active: false } });
+  const subscription = await api.request('POST', '/api/v1/webhooks', {
+    key: ws.key,
+    body: { url: 'https://hooks.example.com/in', events: ['*'], active: false },
+  });
   expect(subscription.status).toBe(201);
 
   const stored = await api.db('instances').where({ id: instance.body.data.id }).first('config');
@@ -37,7 +44,10 @@ it('stores provider tokens and webhook secrets sealed, and still verifies, signs
   expect(openText(api.config.encryptionKeys!, secret.secret)).toBe(subscription.body.data.secret);
 
   // An inbound automation token: stored sealed, found by its hash, its URL still works.
-  const automation = await api.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'in', trigger: { type: 'webhook_received' }, actions: [{ type: 'wait', seconds: 1 }] } });
+  const automation = await api.request('POST', '/api/v1/automations', {
+    key: ws.key,
+    body: { name: 'in', trigger: { type: 'webhook_received' }, actions: [{ type: 'wait', seconds: 1 }] },
+  });
   const token = automation.body.data.webhookUrl.split('/').pop();
   const storedToken = await api.db('automations').where({ id: automation.body.data.id }).first('webhook_token', 'webhook_token_hash');
   expect(JSON.stringify(storedToken)).not.toContain(token);
@@ -45,10 +55,17 @@ it('stores provider tokens and webhook secrets sealed, and still verifies, signs
   expect((await api.request('POST', new URL(automation.body.data.webhookUrl).pathname, { body: { a: 1 } })).status).toBe(202);
 
   // Used where they are needed: Meta's verification handshake reads the sealed verify token.
-  const challenge = await api.request('GET', `/webhooks/whatsapp/${instance.body.data.id}?hub.mode=subscribe&hub.challenge=42&hub.verify_token=${plain.verifyToken}`);
+  const challenge = await api.request(
+    'GET',
+    `/webhooks/whatsapp/${instance.body.data.id}?hub.mode=subscribe&hub.challenge=42&hub.verify_token=${plain.verifyToken}`,
+  );
   expect(challenge.status).toBe(200);
   expect(challenge.text).toBe('42');
-  expectError(await api.request('GET', `/webhooks/whatsapp/${instance.body.data.id}?hub.mode=subscribe&hub.challenge=42&hub.verify_token=wrong`), 401, 'UNAUTHORIZED');
+  expectError(
+    await api.request('GET', `/webhooks/whatsapp/${instance.body.data.id}?hub.mode=subscribe&hub.challenge=42&hub.verify_token=wrong`),
+    401,
+    'UNAUTHORIZED',
+  );
 });
 
 it('seals rows written in plain text and re-seals with a new key after a rotation', async () => {
@@ -60,9 +77,18 @@ it('seals rows written in plain text and re-seals with a new key after a rotatio
     await db.migrate.latest(migrationConfig);
     const [ws] = await db('workspaces').insert({ name: 'Rotation' }).returning('id');
     const [instance] = await db('instances')
-      .insert({ workspace_id: ws.id, name: 'Legacy', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify({ phoneNumberId: 'PN-legacy', accessToken: 'legacy-token' }) })
+      .insert({
+        workspace_id: ws.id,
+        name: 'Legacy',
+        channel: 'whatsapp',
+        provider: 'cloud',
+        connected: false,
+        config: JSON.stringify({ phoneNumberId: 'PN-legacy', accessToken: 'legacy-token' }),
+      })
       .returning('id');
-    const [subscription] = await db('webhook_subscriptions').insert({ workspace_id: ws.id, url: 'https://hooks.example.com/legacy', events: ['*'], secret: 'whsec_legacy' }).returning('id');
+    const [subscription] = await db('webhook_subscriptions')
+      .insert({ workspace_id: ws.id, url: 'https://hooks.example.com/legacy', events: ['*'], secret: 'whsec_legacy' })
+      .returning('id');
     const read = async () => ({
       token: (await db('instances').where({ id: instance.id }).first('config')).config.accessToken as string,
       secret: (await db('webhook_subscriptions').where({ id: subscription.id }).first('secret')).secret as string,
@@ -75,7 +101,9 @@ it('seals rows written in plain text and re-seals with a new key after a rotatio
     expect([openText(old, sealed.token), openText(old, sealed.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
 
     // Rotation: the new key first, the old one still listed; the pass moves every value to the new key.
-    const rotated = parseKeyRing(`${newKeyRingValue('rotated')},${[...old.byId].map(([id, key]) => `${id}:${key.toString('base64')}`).join(',')}`);
+    const rotated = parseKeyRing(
+      `${newKeyRingValue('rotated')},${[...old.byId].map(([id, key]) => `${id}:${key.toString('base64')}`).join(',')}`,
+    );
     await sealStoredSecrets(db, rotated);
     const moved = await read();
     expect([sealedWith(moved.token), sealedWith(moved.secret)]).toEqual(['rotated', 'rotated']);
@@ -86,14 +114,21 @@ it('seals rows written in plain text and re-seals with a new key after a rotatio
   }
 });
 
-it('binds each secret to its workspace and purpose: a value copied into another tenant\'s row is refused, and the pass binds values sealed before', async () => {
+it("binds each secret to its workspace and purpose: a value copied into another tenant's row is refused, and the pass binds values sealed before", async () => {
   const ring = api.config.encryptionKeys!;
   // Written through the API: bound at once.
   const ws = await createWorkspace(api, { scopes: ['webhooks:write'] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Bound', channel: 'whatsapp', provider: 'cloud', connected: false, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN-bound', accessToken: 'tok-bound' },
+    name: 'Bound',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: false,
+    config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN-bound', accessToken: 'tok-bound' },
   });
-  const subscription = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://hooks.example.com/bound', events: ['*'], active: false } });
+  const subscription = await api.request('POST', '/api/v1/webhooks', {
+    key: ws.key,
+    body: { url: 'https://hooks.example.com/bound', events: ['*'], active: false },
+  });
   const stored = (await api.db('instances').where({ id: instance.body.data.id }).first('config')).config;
   const secret = (await api.db('webhook_subscriptions').where({ id: subscription.body.data.id }).first('secret')).secret;
   expect(stored.accessToken.startsWith(`enc:v2:${ring.current.id}:instance.accessToken:${ws.id}:`)).toBe(true);
@@ -103,7 +138,9 @@ it('binds each secret to its workspace and purpose: a value copied into another 
   expect(() => openInstanceConfig(ring, stored, other)).toThrow(/another workspace or purpose/);
   expect(() => openText(ring, secret, { workspaceId: other, purpose: 'webhook.secret' })).toThrow(/another workspace or purpose/);
   // Another field of the same row is another purpose.
-  expect(() => openText(ring, stored.accessToken, { workspaceId: ws.id, purpose: 'instance.appSecret' })).toThrow(/another workspace or purpose/);
+  expect(() => openText(ring, stored.accessToken, { workspaceId: ws.id, purpose: 'instance.appSecret' })).toThrow(
+    /another workspace or purpose/,
+  );
   // The binding is authenticated: rewriting it in the value breaks the value.
   const rebound = stored.accessToken.replace(ws.id, other);
   expect(() => openText(ring, rebound, { workspaceId: other, purpose: 'instance.accessToken' })).toThrow();
@@ -118,9 +155,13 @@ it('binds each secret to its workspace and purpose: a value copied into another 
     // Sealed before bindings (enc:v1): still opens, and the pass binds it.
     const legacy = { phoneNumberId: 'PN-a', accessToken: sealText(ring, 'token-a'), appSecret: sealText(ring, 'app-a') };
     expect(legacy.accessToken.startsWith('enc:v1:')).toBe(true);
-    const [instanceA] = await db('instances').insert({ workspace_id: a.id, name: 'A', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify(legacy) }).returning('id');
-    const [subA] = await db('webhook_subscriptions').insert({ workspace_id: a.id, url: 'https://hooks.example.com/a', events: ['*'], secret: sealText(ring, 'whsec_a') }).returning('id');
-    expect((await sealStoredSecrets(db, ring))).toMatchObject({ instances: 1, webhookSubscriptions: 1, refused: 0 });
+    const [instanceA] = await db('instances')
+      .insert({ workspace_id: a.id, name: 'A', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify(legacy) })
+      .returning('id');
+    const [subA] = await db('webhook_subscriptions')
+      .insert({ workspace_id: a.id, url: 'https://hooks.example.com/a', events: ['*'], secret: sealText(ring, 'whsec_a') })
+      .returning('id');
+    expect(await sealStoredSecrets(db, ring)).toMatchObject({ instances: 1, webhookSubscriptions: 1, refused: 0 });
     const configA = (await db('instances').where({ id: instanceA.id }).first('config')).config;
     const secretA = (await db('webhook_subscriptions').where({ id: subA.id }).first('secret')).secret;
     expect([configA.accessToken, configA.appSecret, secretA].map((v: string) => v.split(':').slice(0, 5).join(':'))).toEqual([
@@ -132,8 +173,19 @@ it('binds each secret to its workspace and purpose: a value copied into another 
     expect(openText(ring, secretA, { workspaceId: a.id, purpose: 'webhook.secret' })).toBe('whsec_a');
 
     // Tenant A's sealed token and secret copied into tenant B's rows: B cannot use them, and the pass does not launder them.
-    const [instanceB] = await db('instances').insert({ workspace_id: b.id, name: 'B', channel: 'whatsapp', provider: 'cloud', connected: false, config: JSON.stringify({ phoneNumberId: 'PN-b', accessToken: configA.accessToken }) }).returning('id');
-    const [subB] = await db('webhook_subscriptions').insert({ workspace_id: b.id, url: 'https://hooks.example.com/b', events: ['*'], secret: secretA }).returning('id');
+    const [instanceB] = await db('instances')
+      .insert({
+        workspace_id: b.id,
+        name: 'B',
+        channel: 'whatsapp',
+        provider: 'cloud',
+        connected: false,
+        config: JSON.stringify({ phoneNumberId: 'PN-b', accessToken: configA.accessToken }),
+      })
+      .returning('id');
+    const [subB] = await db('webhook_subscriptions')
+      .insert({ workspace_id: b.id, url: 'https://hooks.example.com/b', events: ['*'], secret: secretA })
+      .returning('id');
     expect(() => openInstanceConfig(ring, { accessToken: configA.accessToken }, b.id)).toThrow(/another workspace or purpose/);
     expect(await sealStoredSecrets(db, ring)).toEqual({ instances: 0, webhookSubscriptions: 0, automationTokens: 0, refused: 2 });
     expect((await db('instances').where({ id: instanceB.id }).first('config')).config.accessToken).toBe(configA.accessToken);

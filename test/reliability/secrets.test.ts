@@ -18,7 +18,19 @@ import path from 'node:path';
 import { ROOT } from '../../scripts/stack';
 import { signBody } from '../../domain/messaging/inbound';
 import { ALL_SCOPES } from '../../domain/access/scopes';
-import { ApiResponse, createWorkspace, eventually, expectError, Receiver, RequestOptions, settleOutbox, startApi, startReceiver, TestApi, Workspace } from '../helpers';
+import {
+  ApiResponse,
+  createWorkspace,
+  eventually,
+  expectError,
+  Receiver,
+  RequestOptions,
+  settleOutbox,
+  startApi,
+  startReceiver,
+  TestApi,
+  Workspace,
+} from '../helpers';
 import { uniquePhone } from './workspace-fixture';
 
 jest.setTimeout(120_000);
@@ -68,7 +80,10 @@ describe('secrets appear only where the contract shows them', () => {
 
   it('runs a session that creates, uses, changes and breaks every kind of secret', async () => {
     // --- API keys (admin) -------------------------------------------------------------------
-    const created = await asAdmin('create api key', 'POST', `/admin/v1/workspaces/${ws.id}/api-keys`, { name: 'integration', scopes: ['deals:read', 'webhooks:read'] });
+    const created = await asAdmin('create api key', 'POST', `/admin/v1/workspaces/${ws.id}/api-keys`, {
+      name: 'integration',
+      scopes: ['deals:read', 'webhooks:read'],
+    });
     expect(created.status).toBe(201);
     const key: string = created.body.data.key;
     expect(key).toMatch(/^vg_live_[A-Za-z0-9_-]{43}$/);
@@ -77,12 +92,18 @@ describe('secrets appear only where the contract shows them', () => {
     expect(created.body.data.prefix).toBe(key.slice(0, 12));
     secrets.apiKeyHiddenPart = key.slice(12);
     const keyId = created.body.data.id;
-    expect((await asAdmin('patch api key', 'PATCH', `/admin/v1/workspaces/${ws.id}/api-keys/${keyId}`, { rateLimitPerMinute: 500 })).status).toBe(200);
+    expect(
+      (await asAdmin('patch api key', 'PATCH', `/admin/v1/workspaces/${ws.id}/api-keys/${keyId}`, { rateLimitPerMinute: 500 })).status,
+    ).toBe(200);
     expect((await asAdmin('get workspace', 'GET', `/admin/v1/workspaces/${ws.id}`)).status).toBe(200);
     expect((await req('use api key', 'GET', '/api/v1/deals', { key })).status).toBe(200);
     expectError(await req('use api key without scope', 'GET', '/api/v1/leads', { key }), 403, 'INSUFFICIENT_SCOPE');
     expectError(await req('api key + junk', 'GET', '/api/v1/deals', { headers: { authorization: `Bearer ${key}x` } }), 401, 'UNAUTHORIZED');
-    expectError(await req('api key + word', 'GET', '/api/v1/deals', { headers: { authorization: `Bearer ${key} extra` } }), 401, 'UNAUTHORIZED');
+    expectError(
+      await req('api key + word', 'GET', '/api/v1/deals', { headers: { authorization: `Bearer ${key} extra` } }),
+      401,
+      'UNAUTHORIZED',
+    );
     expectError(await req('api key as admin token', 'GET', `/admin/v1/workspaces/${ws.id}`, { key }), 401, 'UNAUTHORIZED');
     expectError(await req('api key in a body', 'POST', '/api/v1/tags', { key: ws.key, body: { name: key.repeat(3) } }), 400, 'VALIDATION');
     const revoked = await asAdmin('revoke api key', 'DELETE', `/admin/v1/workspaces/${ws.id}/api-keys/${keyId}`);
@@ -99,29 +120,81 @@ describe('secrets appear only where the contract shows them', () => {
       channel: 'whatsapp',
       provider: 'cloud',
       connected: true,
-      config: { baseUrl: EMULATOR, phoneNumberId, accessToken: secrets.accessToken, appSecret: secrets.appSecret, verifyToken: secrets.verifyToken },
+      config: {
+        baseUrl: EMULATOR,
+        phoneNumberId,
+        accessToken: secrets.accessToken,
+        appSecret: secrets.appSecret,
+        verifyToken: secrets.verifyToken,
+      },
     });
     expect(instance.status).toBe(201);
     expect(instance.body.data.config).toMatchObject({ accessTokenSet: true, appSecretSet: true, verifyTokenSet: true });
     const instanceId = instance.body.data.id;
-    await asAdmin('create template', 'POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId, name: 'welcome', language: 'pt_BR', status: 'approved' });
-    expect((await asAdmin('patch instance', 'PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { config: { phoneNumberId } })).status).toBe(200);
+    await asAdmin('create template', 'POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+      instanceId,
+      name: 'welcome',
+      language: 'pt_BR',
+      status: 'approved',
+    });
+    expect(
+      (await asAdmin('patch instance', 'PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { config: { phoneNumberId } }))
+        .status,
+    ).toBe(200);
     expect((await asKey('list instances', 'GET', '/api/v1/instances')).status).toBe(200);
     // The worker uses the access token: a send that succeeds, and one the provider refuses.
     const phone = uniquePhone();
-    const sent = await asKey('send template', 'POST', '/api/v1/messages', { phone, instanceId, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR' });
+    const sent = await asKey('send template', 'POST', '/api/v1/messages', {
+      phone,
+      instanceId,
+      type: 'template',
+      templateName: 'welcome',
+      templateLanguage: 'pt_BR',
+    });
     expect(sent.status).toBe(201);
     const refusedPhone = uniquePhone();
-    await fetch(`${EMULATOR}/__emulator/script`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ to: refusedPhone, behaviour: 'error', code: 131026 }) });
-    const refused = await asKey('send refused by the provider', 'POST', '/api/v1/messages', { phone: refusedPhone, instanceId, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR' });
+    await fetch(`${EMULATOR}/__emulator/script`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ to: refusedPhone, behaviour: 'error', code: 131026 }),
+    });
+    const refused = await asKey('send refused by the provider', 'POST', '/api/v1/messages', {
+      phone: refusedPhone,
+      instanceId,
+      type: 'template',
+      templateName: 'welcome',
+      templateLanguage: 'pt_BR',
+    });
     expect(refused.status).toBeGreaterThanOrEqual(400);
     expect((await asKey('get conversation', 'GET', `/api/v1/conversations/${sent.body.data.conversationId}`)).status).toBe(200);
     // The API uses the app secret and the verify token: Meta's verification GET and signed deliveries.
     const challenge = unique('challenge');
-    const verified = await req('verify webhook', 'GET', `/webhooks/whatsapp/${instanceId}?hub.mode=subscribe&hub.verify_token=${secrets.verifyToken}&hub.challenge=${challenge}`);
+    const verified = await req(
+      'verify webhook',
+      'GET',
+      `/webhooks/whatsapp/${instanceId}?hub.mode=subscribe&hub.verify_token=${secrets.verifyToken}&hub.challenge=${challenge}`,
+    );
     expect([verified.status, verified.text]).toEqual([200, challenge]);
-    expectError(await req('verify webhook, wrong token', 'GET', `/webhooks/whatsapp/${instanceId}?hub.mode=subscribe&hub.verify_token=${secrets.appSecret}x&hub.challenge=c`), 401, 'UNAUTHORIZED');
-    const notification = JSON.stringify({ object: 'whatsapp_business_account', entry: [{ id: '1', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: phoneNumberId }, statuses: [] } }] }] });
+    expectError(
+      await req(
+        'verify webhook, wrong token',
+        'GET',
+        `/webhooks/whatsapp/${instanceId}?hub.mode=subscribe&hub.verify_token=${secrets.appSecret}x&hub.challenge=c`,
+      ),
+      401,
+      'UNAUTHORIZED',
+    );
+    const notification = JSON.stringify({
+      object: 'whatsapp_business_account',
+      entry: [
+        {
+          id: '1',
+          changes: [
+            { field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: phoneNumberId }, statuses: [] } },
+          ],
+        },
+      ],
+    });
     const signed = await req('signed inbound delivery', 'POST', `/webhooks/whatsapp/${instanceId}`, {
       rawBody: notification,
       headers: { 'content-type': 'application/json', 'x-hub-signature-256': signBody(secrets.appSecret, notification) },
@@ -142,18 +215,28 @@ describe('secrets appear only where the contract shows them', () => {
     secrets.webhookSecret = sub.body.data.secret;
     expect(secrets.webhookSecret).toMatch(/^whsec_[A-Za-z0-9_-]{20,}$/);
     const subId = sub.body.data.id;
-    expect((await asKey('create lead (an event to deliver)', 'POST', '/api/v1/leads', { phone: uniquePhone(), name: 'Ana' })).status).toBe(201);
+    expect((await asKey('create lead (an event to deliver)', 'POST', '/api/v1/leads', { phone: uniquePhone(), name: 'Ana' })).status).toBe(
+      201,
+    );
     await settleOutbox(api, ws.id);
     expect((await asKey('list webhooks', 'GET', '/api/v1/webhooks')).status).toBe(200);
     expect((await asKey('get webhook', 'GET', `/api/v1/webhooks/${subId}`)).status).toBe(200);
     expect((await asKey('ping webhook', 'POST', `/api/v1/webhooks/${subId}/ping`)).body.data.delivered).toBe(true);
     const deliveries = await asKey('list deliveries', 'GET', `/api/v1/webhooks/${subId}/deliveries`);
     expect(deliveries.body.data.length).toBeGreaterThan(0);
-    expect((await asKey('retry delivery', 'POST', `/api/v1/webhooks/${subId}/deliveries/${deliveries.body.data[0].id}/retry`)).status).toBe(200);
+    expect((await asKey('retry delivery', 'POST', `/api/v1/webhooks/${subId}/deliveries/${deliveries.body.data[0].id}/retry`)).status).toBe(
+      200,
+    );
     // A failing receiver: the attempt's error is recorded and shown.
-    expect((await asKey('patch webhook url', 'PATCH', `/api/v1/webhooks/${subId}`, { url: `${receiver.url}/status/500/secrets` })).status).toBe(200);
+    expect(
+      (await asKey('patch webhook url', 'PATCH', `/api/v1/webhooks/${subId}`, { url: `${receiver.url}/status/500/secrets` })).status,
+    ).toBe(200);
     expect((await asKey('ping failing webhook', 'POST', `/api/v1/webhooks/${subId}/ping`)).body.data.delivered).toBe(false);
-    expectError(await asKey('patch webhook, bad url', 'PATCH', `/api/v1/webhooks/${subId}`, { url: 'ftp://example.com/x' }), 400, 'INVALID_URL');
+    expectError(
+      await asKey('patch webhook, bad url', 'PATCH', `/api/v1/webhooks/${subId}`, { url: 'ftp://example.com/x' }),
+      400,
+      'INVALID_URL',
+    );
     expect((await asKey('disable webhook', 'PATCH', `/api/v1/webhooks/${subId}`, { active: false })).status).toBe(200);
     // The receiver got signatures, never the secret itself.
     const got = receiver.to('/ok/secrets');
@@ -172,7 +255,14 @@ describe('secrets appear only where the contract shows them', () => {
     const flowId = flow.body.data.id;
     const hook = (call: string, token: string, body: unknown) => req(call, 'POST', `/api/automations/webhook-in/${token}`, { body });
     expect((await hook('inbound webhook', oldInboundToken, { phone: uniquePhone(), name: 'Bia' })).status).toBe(202);
-    expectError(await req('inbound webhook, not an object', 'POST', `/api/automations/webhook-in/${oldInboundToken}`, { rawBody: '[1]', headers: { 'content-type': 'application/json' } }), 400, 'VALIDATION');
+    expectError(
+      await req('inbound webhook, not an object', 'POST', `/api/automations/webhook-in/${oldInboundToken}`, {
+        rawBody: '[1]',
+        headers: { 'content-type': 'application/json' },
+      }),
+      400,
+      'VALIDATION',
+    );
     expect((await asKey('get automation', 'GET', `/api/v1/automations/${flowId}`)).status).toBe(200);
     expect((await asKey('list automations', 'GET', '/api/v1/automations')).status).toBe(200);
     expect((await asKey('patch automation', 'PATCH', `/api/v1/automations/${flowId}`, { name: 'intake 2' })).status).toBe(200);
@@ -208,7 +298,9 @@ describe('secrets appear only where the contract shows them', () => {
     expect(callsShowing(api.config.adminToken)).toEqual([]);
     // The inbound token is the record's webhookUrl: shown by the automation's own answers while it is valid.
     expect(callsShowing(oldInboundToken)).toEqual(['create automation', 'get automation', 'list automations', 'patch automation'].sort());
-    expect(callsShowing(secrets.inboundToken)).toEqual(['get automation after regeneration', 'list automations after regeneration', 'regenerate token'].sort());
+    expect(callsShowing(secrets.inboundToken)).toEqual(
+      ['get automation after regeneration', 'list automations after regeneration', 'regenerate token'].sort(),
+    );
   });
 
   it('logs none of them (API log lines and the worker log)', async () => {

@@ -154,8 +154,16 @@ beforeAll(async () => {
     return (realLookup as (h: string, o?: unknown) => Promise<unknown>)(host, options);
   };
   api = await startApi({ config: { allowPrivateUrls: false, rateLimitScale: 100_000 } });
-  ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'conversations:send', 'automations:write', 'automations:read'], name: 'ssrf' });
-  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'WA', channel: 'whatsapp', provider: 'cloud', connected: false });
+  ws = await createWorkspace(api, {
+    scopes: ['webhooks:write', 'webhooks:read', 'conversations:send', 'automations:write', 'automations:read'],
+    name: 'ssrf',
+  });
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'WA',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: false,
+  });
   instanceId = instance.body.data.id;
   const contact = await seedContact(api, ws.id, { phone: uniquePhone(), name: 'Ssrf' });
   [{ id: conversationId }] = await api
@@ -163,12 +171,19 @@ beforeAll(async () => {
     .insert({ workspace_id: ws.id, contact_id: contact.id, instance_id: instanceId, channel: 'whatsapp', last_message_at: new Date() })
     .returning('id');
   // A public-looking subscriber (never called: inactive) to aim the PATCHes at.
-  const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url: 'https://hooks.example.com/in', events: ['*'], active: false } });
+  const sub = await api.request('POST', '/api/v1/webhooks', {
+    key: ws.key,
+    body: { url: 'https://hooks.example.com/in', events: ['*'], active: false },
+  });
   expect(sub.status).toBe(201);
   subscriptionId = sub.body.data.id;
   const flow = await api.request('POST', '/api/v1/automations', {
     key: ws.key,
-    body: { name: 'media', trigger: { type: 'deal_won' }, actions: [{ type: 'send_message', messageType: 'image', mediaUrl: 'https://cdn.example.com/a.png' }] },
+    body: {
+      name: 'media',
+      trigger: { type: 'deal_won' },
+      actions: [{ type: 'send_message', messageType: 'image', mediaUrl: 'https://cdn.example.com/a.png' }],
+    },
   });
   expect(flow.status).toBe(201);
   automationId = flow.body.data.id;
@@ -176,7 +191,10 @@ beforeAll(async () => {
 
 afterAll(async () => {
   (dns.promises as { lookup: unknown }).lookup = realLookup;
-  if (table.length) console.log(`SSRF corpus (${CORPUS.length} forms; W+ webhook create, W~ webhook patch, M messages, C conversation messages, A+ automation create, A~ automation patch, media activity):\n${table.join('\n')}`);
+  if (table.length)
+    console.log(
+      `SSRF corpus (${CORPUS.length} forms; W+ webhook create, W~ webhook patch, M messages, C conversation messages, A+ automation create, A~ automation patch, media activity):\n${table.join('\n')}`,
+    );
   await api?.close();
 });
 
@@ -198,11 +216,32 @@ async function refusedEverywhere(client: TestApi, form: Form, allowPrivate: bool
   await expectInvalid('W~', await client.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: form.url } }));
   if (!form.dns) {
     // The API's mediaUrl check is syntax and address literals; names are resolved by the send saga (below).
-    await expectInvalid('M', await client.request('POST', '/api/v1/messages', { key: ws.key, body: { phone: uniquePhone(), instanceId, type: 'image', mediaUrl: form.url } }));
-    await expectInvalid('C', await client.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: ws.key, body: { type: 'document', mediaUrl: form.url, fileName: 'a.pdf' } }));
+    await expectInvalid(
+      'M',
+      await client.request('POST', '/api/v1/messages', {
+        key: ws.key,
+        body: { phone: uniquePhone(), instanceId, type: 'image', mediaUrl: form.url },
+      }),
+    );
+    await expectInvalid(
+      'C',
+      await client.request('POST', `/api/v1/conversations/${conversationId}/messages`, {
+        key: ws.key,
+        body: { type: 'document', mediaUrl: form.url, fileName: 'a.pdf' },
+      }),
+    );
     const action = { type: 'send_message', messageType: 'video', mediaUrl: form.url };
-    await expectInvalid('A+', await client.request('POST', '/api/v1/automations', { key: ws.key, body: { name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 't' }, action] } }));
-    await expectInvalid('A~', await client.request('PATCH', `/api/v1/automations/${automationId}`, { key: ws.key, body: { actions: [action] } }));
+    await expectInvalid(
+      'A+',
+      await client.request('POST', '/api/v1/automations', {
+        key: ws.key,
+        body: { name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 't' }, action] },
+      }),
+    );
+    await expectInvalid(
+      'A~',
+      await client.request('PATCH', `/api/v1/automations/${automationId}`, { key: ws.key, body: { actions: [action] } }),
+    );
   } else {
     cells.push('M/C/A: resolved at send time');
   }
@@ -214,8 +253,11 @@ async function refusedEverywhere(client: TestApi, form: Form, allowPrivate: bool
       (e: { type?: string; message?: string }) => e,
     );
   cells.push(`media activity:${err?.type === 'INVALID_URL' ? 'ok' : (err?.type ?? 'accepted')}`);
-  if (err?.type !== 'INVALID_URL') failures.push(`${JSON.stringify(form.url)} (${form.why}) media activity: ${err?.type ?? 'accepted'} ${err?.message ?? ''}`);
-  table.push(`  ${allowPrivate ? '[ALLOW_PRIVATE_URLS] ' : ''}${JSON.stringify(form.url).padEnd(58)} ${form.why.padEnd(44)} ${cells.join(' ')}`);
+  if (err?.type !== 'INVALID_URL')
+    failures.push(`${JSON.stringify(form.url)} (${form.why}) media activity: ${err?.type ?? 'accepted'} ${err?.message ?? ''}`);
+  table.push(
+    `  ${allowPrivate ? '[ALLOW_PRIVATE_URLS] ' : ''}${JSON.stringify(form.url).padEnd(58)} ${form.why.padEnd(44)} ${cells.join(' ')}`,
+  );
   return failures;
 }
 
@@ -255,31 +297,53 @@ describe('SSRF corpus at the API (ALLOW_PRIVATE_URLS off)', () => {
     expect(failures).toEqual([]);
     expect(await stored()).toEqual(before);
     // The PATCHes changed nothing: the subscription still points where it did.
-    expect((await api.request('GET', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key })).body.data.url).toBe('https://hooks.example.com/in');
+    expect((await api.request('GET', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key })).body.data.url).toBe(
+      'https://hooks.example.com/in',
+    );
   });
 
   it('accepts the public controls (the refusals above are not a blanket no)', async () => {
-    const sub = await api.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: 'https://hooks.example.com/in?v=2' } });
+    const sub = await api.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, {
+      key: ws.key,
+      body: { url: 'https://hooks.example.com/in?v=2' },
+    });
     expect(sub.status).toBe(200);
     const flow = await api.request('PATCH', `/api/v1/automations/${automationId}`, {
       key: ws.key,
-      body: { actions: [{ type: 'send_message', messageType: 'image', mediaUrl: 'https://93.184.216.34/a.png' }, { type: 'send_message', messageType: 'image', mediaUrl: 'https://{{webhook.host}}/a.png' }] },
+      body: {
+        actions: [
+          { type: 'send_message', messageType: 'image', mediaUrl: 'https://93.184.216.34/a.png' },
+          { type: 'send_message', messageType: 'image', mediaUrl: 'https://{{webhook.host}}/a.png' },
+        ],
+      },
     });
     expect(flow.status).toBe(200);
     // A media URL passing the API check goes on to the send (here: the instance is disconnected).
-    const sent = await api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: ws.key, body: { type: 'image', mediaUrl: 'https://[2606:4700:4700::1111]/a.png' } });
+    const sent = await api.request('POST', `/api/v1/conversations/${conversationId}/messages`, {
+      key: ws.key,
+      body: { type: 'image', mediaUrl: 'https://[2606:4700:4700::1111]/a.png' },
+    });
     expect(sent.body?.code).not.toBe('INVALID_URL');
   });
 
   it('leaves the instance base URL to the operator (the contract: not subject to the anti-SSRF check)', async () => {
-    const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { config: { baseUrl: 'http://127.0.0.1:1' } });
+    const res = await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, {
+      config: { baseUrl: 'http://127.0.0.1:1' },
+    });
     expect(res.status).toBe(200);
     expect(res.body.data.config.baseUrl).toBe('http://127.0.0.1:1');
   });
 
   it('refuses at attempt time a subscriber name that now resolves to a private address (the worker-side delivery call)', async () => {
     for (const form of CORPUS.filter((f) => f.dns)) {
-      const outcome = await postWebhook({ url: form.url, secret: 'whsec_x', event: 'test.ping', deliveryId: 'd', body: '{}', policy: { allowPrivate: false } });
+      const outcome = await postWebhook({
+        url: form.url,
+        secret: 'whsec_x',
+        event: 'test.ping',
+        deliveryId: 'd',
+        body: '{}',
+        policy: { allowPrivate: false },
+      });
       expect({ url: form.url, ok: outcome.ok, statusCode: outcome.statusCode }).toEqual({ url: form.url, ok: false, statusCode: null });
       expect(outcome.error).toMatch(/^Invalid url: /);
     }
@@ -329,8 +393,21 @@ describe('ALLOW_PRIVATE_URLS on: link-local and cloud metadata addresses are sti
   });
 
   it('refuses them at attempt time too, even for a name that did not resolve when checked', async () => {
-    for (const url of ['http://169.254.169.254/', 'http://[fd00:ec2::254]/', 'http://metadata.example.com/', 'http://late-metadata.example.com/']) {
-      const outcome = await postWebhook({ url, secret: 'whsec_x', event: 'test.ping', deliveryId: 'd', body: '{}', policy: { allowPrivate: true }, timeoutMs: 3000 });
+    for (const url of [
+      'http://169.254.169.254/',
+      'http://[fd00:ec2::254]/',
+      'http://metadata.example.com/',
+      'http://late-metadata.example.com/',
+    ]) {
+      const outcome = await postWebhook({
+        url,
+        secret: 'whsec_x',
+        event: 'test.ping',
+        deliveryId: 'd',
+        body: '{}',
+        policy: { allowPrivate: true },
+        timeoutMs: 3000,
+      });
       expect({ url, ok: outcome.ok, statusCode: outcome.statusCode }).toEqual({ url, ok: false, statusCode: null });
       expect(outcome.error).toMatch(/link-local|cloud metadata/);
     }
@@ -344,7 +421,14 @@ describe('ALLOW_PRIVATE_URLS on: link-local and cloud metadata addresses are sti
       const sub = await permissive.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url } });
       expect({ url, status: sub.status }).toEqual({ url, status: 200 });
     }
-    expect((await permissive.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, { key: ws.key, body: { url: 'https://hooks.example.com/in' } })).status).toBe(200);
+    expect(
+      (
+        await permissive.request('PATCH', `/api/v1/webhooks/${subscriptionId}`, {
+          key: ws.key,
+          body: { url: 'https://hooks.example.com/in' },
+        })
+      ).status,
+    ).toBe(200);
   });
 });
 
@@ -403,7 +487,10 @@ describe('redirects to a private address are never followed', () => {
   it('ping (API process): 30x is a failed attempt, the target is never requested', async () => {
     const lws = await createWorkspace(local, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name: 'ssrf-redirect' });
     for (const status of [301, 302, 303, 307, 308]) {
-      const sub = await local.request('POST', '/api/v1/webhooks', { key: lws.key, body: { url: `${bouncerUrl}/${status}/ping`, events: ['lead.created'], active: false } });
+      const sub = await local.request('POST', '/api/v1/webhooks', {
+        key: lws.key,
+        body: { url: `${bouncerUrl}/${status}/ping`, events: ['lead.created'], active: false },
+      });
       expect(sub.status).toBe(201);
       const ping = await local.request('POST', `/api/v1/webhooks/${sub.body.data.id}/ping`, { key: lws.key });
       expect(ping.body.data).toMatchObject({ delivered: false, statusCode: status });
@@ -414,18 +501,27 @@ describe('redirects to a private address are never followed', () => {
   });
 
   it('event delivery (worker): 307 to a private address is a failed attempt and the target is never requested', async () => {
-    const { ws: lws, subscriptionId: redirected, delivery } = await firstLeadDelivery(local, `${bouncerUrl}/307/event`, 'ssrf-redirect-worker');
+    const {
+      ws: lws,
+      subscriptionId: redirected,
+      delivery,
+    } = await firstLeadDelivery(local, `${bouncerUrl}/307/event`, 'ssrf-redirect-worker');
     expect(delivery).toMatchObject({ lastStatusCode: 307 });
     expect(delivery.lastError).toContain('redirects are not followed');
     // Stop the retry schedule.
     expect((await local.request('DELETE', `/api/v1/webhooks/${redirected}`, { key: lws.key })).status).toBe(200);
     expect(trapHits).toEqual([]);
-    table.push(`  redirect 307 via worker delivery → attempts=${delivery.attempts} lastStatusCode=307 "${String(delivery.lastError).slice(0, 80)}"`);
+    table.push(
+      `  redirect 307 via worker delivery → attempts=${delivery.attempts} lastStatusCode=307 "${String(delivery.lastError).slice(0, 80)}"`,
+    );
   });
 
   it('media check (worker activity): a 302 to a private address is not followed, and is INVALID_URL', async () => {
     const media = createMediaActivities({ db: local.db, config: { allowPrivateUrls: true } });
-    await expect(media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' })).rejects.toMatchObject({ type: 'INVALID_URL', nonRetryable: true });
+    await expect(media.checkMedia({ url: `${bouncerUrl}/302/a.png`, type: 'image' })).rejects.toMatchObject({
+      type: 'INVALID_URL',
+      nonRetryable: true,
+    });
     expect(trapHits).toEqual([]);
   });
 });
@@ -450,7 +546,8 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
   let webId: string;
 
   /** The emulator's send calls to a number (either ninth-digit form). */
-  const callsTo = async (to: string): Promise<any[]> => ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${to}`)).json()) as { calls: any[] }).calls;
+  const callsTo = async (to: string): Promise<any[]> =>
+    ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${to}`)).json()) as { calls: any[] }).calls;
   /** Cold sends are 5 per minute per key: each send here has its own. */
   const send = async (body: Record<string, unknown>) => {
     const key = (await createKey(local, mws.id, ['conversations:send'], { rateLimitPerMinute: 1000 })).key;
@@ -459,7 +556,11 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
   /** The contact and the messages a send to this number left. */
   const rows = async (phone: string) => {
     const phoneKey = requirePhone(phone).key;
-    const conversations = local.db('conversations').join('contacts', 'contacts.id', 'conversations.contact_id').where('contacts.phone_key', phoneKey).select('conversations.id');
+    const conversations = local
+      .db('conversations')
+      .join('contacts', 'contacts.id', 'conversations.contact_id')
+      .where('contacts.phone_key', phoneKey)
+      .select('conversations.id');
     return {
       contacts: (await local.db('contacts').where({ workspace_id: mws.id, phone_key: phoneKey })).length,
       messages: (await local.db('messages').where({ workspace_id: mws.id }).whereIn('conversation_id', conversations)).length,
@@ -482,7 +583,9 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
         if (req.method === 'HEAD') res.writeHead(200, { 'content-type': 'image/png', 'content-length': String(FILE.length) }).end();
         else res.writeHead(302, { location: `${trapUrl}/stolen` }).end();
       } else if (route === 'file') {
-        res.writeHead(200, { 'content-type': 'image/png; charset=binary', 'content-length': String(FILE.length) }).end(req.method === 'HEAD' ? undefined : FILE);
+        res
+          .writeHead(200, { 'content-type': 'image/png; charset=binary', 'content-length': String(FILE.length) })
+          .end(req.method === 'HEAD' ? undefined : FILE);
       } else if (route === 'lying' || route === 'unsized') {
         // HEAD: a false small size (lying) or none (unsized); GET: one chunk past the image limit, chunked (no Content-Length).
         if (req.method === 'HEAD') {
@@ -519,7 +622,13 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
         channel: 'whatsapp',
         provider,
         connected: true,
-        config: { baseUrl: EMULATOR, phoneNumberId: `PN-media-${mws.id.slice(0, 8)}`, accessToken: 'token', appSecret: 's', instanceName: `media-${mws.id.slice(0, 8)}` },
+        config: {
+          baseUrl: EMULATOR,
+          phoneNumberId: `PN-media-${mws.id.slice(0, 8)}`,
+          accessToken: 'token',
+          appSecret: 's',
+          instanceName: `media-${mws.id.slice(0, 8)}`,
+        },
       });
       expect(res.status).toBe(201);
       return res.body.data.id as string;
@@ -537,28 +646,41 @@ describe('media URLs at send time (the worker): redirects refused, a web gateway
     const contact = await seedContact(local, mws.id, { phone, name: 'Media' });
     const [{ id }] = await local
       .db('conversations')
-      .insert({ workspace_id: mws.id, contact_id: contact.id, instance_id: cloudId, channel: 'whatsapp', last_message_at: new Date(), last_inbound_at: new Date() })
+      .insert({
+        workspace_id: mws.id,
+        contact_id: contact.id,
+        instance_id: cloudId,
+        channel: 'whatsapp',
+        last_message_at: new Date(),
+        last_inbound_at: new Date(),
+      })
       .returning('id');
     return id;
   }
 
-  it.each([301, 302, 307])('a media URL answering %i (to the metadata address) is 400 INVALID_URL on a Cloud API and a web instance, nothing sent', async (status) => {
-    const mediaUrl = `${filesUrl}/redirect/${status}/photo.png`;
-    const cloudPhone = uniquePhone();
-    const conversationId = await openCloudConversation(cloudPhone);
-    const cloud = await local.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: mws.key, body: { type: 'image', mediaUrl } });
-    expectError(cloud, 400, 'INVALID_URL');
-    expect(cloud.body.error).toContain(`redirect (HTTP ${status})`);
+  it.each([301, 302, 307])(
+    'a media URL answering %i (to the metadata address) is 400 INVALID_URL on a Cloud API and a web instance, nothing sent',
+    async (status) => {
+      const mediaUrl = `${filesUrl}/redirect/${status}/photo.png`;
+      const cloudPhone = uniquePhone();
+      const conversationId = await openCloudConversation(cloudPhone);
+      const cloud = await local.request('POST', `/api/v1/conversations/${conversationId}/messages`, {
+        key: mws.key,
+        body: { type: 'image', mediaUrl },
+      });
+      expectError(cloud, 400, 'INVALID_URL');
+      expect(cloud.body.error).toContain(`redirect (HTTP ${status})`);
 
-    const webPhone = uniquePhone();
-    const web = await send({ phone: webPhone, instanceId: webId, type: 'image', mediaUrl, caption: 'x' });
-    expectError(web, 400, 'INVALID_URL');
+      const webPhone = uniquePhone();
+      const web = await send({ phone: webPhone, instanceId: webId, type: 'image', mediaUrl, caption: 'x' });
+      expectError(web, 400, 'INVALID_URL');
 
-    expect(await callsTo(cloudPhone)).toEqual([]);
-    expect(await callsTo(webPhone)).toEqual([]);
-    expect(await rows(webPhone)).toEqual({ contacts: 0, messages: 0 });
-    expect(await rows(cloudPhone)).toEqual({ contacts: 1, messages: 0 });
-  });
+      expect(await callsTo(cloudPhone)).toEqual([]);
+      expect(await callsTo(webPhone)).toEqual([]);
+      expect(await rows(webPhone)).toEqual({ contacts: 0, messages: 0 });
+      expect(await rows(cloudPhone)).toEqual({ contacts: 1, messages: 0 });
+    },
+  );
 
   it('a web instance: a GET that redirects (after a HEAD that did not) is 400 INVALID_URL, not followed, nothing sent', async () => {
     const phone = uniquePhone();

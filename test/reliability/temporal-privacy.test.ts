@@ -72,10 +72,19 @@ async function workflowsOf(ws: Workspace, count: number): Promise<string[]> {
 async function workspaceWithTemplate(): Promise<Workspace> {
   const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main', channel: 'whatsapp', provider: 'cloud', connected: true, config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
+    name: 'Main',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+    config: { baseUrl: process.env.EMULATOR_URL, phoneNumberId: 'PN', accessToken: 't' },
   });
   expect(instance.status).toBe(201);
-  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, { instanceId: instance.body.data.id, name: 'hello', language: 'pt_BR', variableCount: 1 });
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.body.data.id,
+    name: 'hello',
+    language: 'pt_BR',
+    variableCount: 1,
+  });
   return ws;
 }
 
@@ -91,17 +100,29 @@ it("keeps an inbound webhook's body, the run's variables and its message out of 
       actions: [
         { type: 'add_note', body: 'Document {{webhook.customer.document}}' },
         { type: 'wait', seconds: 1 },
-        { type: 'send_message', messageType: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['{{webhook.customer.document}}'] },
+        {
+          type: 'send_message',
+          messageType: 'template',
+          templateName: 'hello',
+          templateLanguage: 'pt_BR',
+          templateVariables: ['{{webhook.customer.document}}'],
+        },
         { type: 'add_note', body: 'Sent {{message.id}}' },
       ],
     },
   });
   expect(automation.status).toBe(201);
-  expect((await api.request('POST', new URL(automation.body.data.webhookUrl).pathname, { body: { customer: { document: marker, phone } } })).status).toBe(202);
+  expect(
+    (await api.request('POST', new URL(automation.body.data.webhookUrl).pathname, { body: { customer: { document: marker, phone } } }))
+      .status,
+  ).toBe(202);
 
   // The data did flow: the note and the provider got the marker, the later note the send's message id.
   const run = await eventually('the finished run', async () => {
-    const row = await api.db('automation_runs').where({ workspace_id: ws.id }).first('status', 'error', 'webhook_body', 'actions', 'context');
+    const row = await api
+      .db('automation_runs')
+      .where({ workspace_id: ws.id })
+      .first('status', 'error', 'webhook_body', 'actions', 'context');
     return row && row.status !== 'running' && row;
   });
   expect(run).toMatchObject({ status: 'completed', error: null });
@@ -124,7 +145,7 @@ it("keeps an inbound webhook's body, the run's variables and its message out of 
   expect((await history(runWorkflow)).decoded).not.toContain(phone);
 });
 
-it('keeps a send\'s content out of its history; the codec endpoint is behind the admin token', async () => {
+it("keeps a send's content out of its history; the codec endpoint is behind the admin token", async () => {
   const ws = await workspaceWithTemplate();
   const marker = `secret-${randomUUID()}`;
   const phone = uniquePhone();
@@ -152,7 +173,10 @@ it('keeps a send\'s content out of its history; the codec endpoint is behind the
     reconcileWindowMs: expect.any(Number),
   });
   // The UI calls it from its own origin: the preflight is answered.
-  const preflight = await fetch(`${api.url}/admin/v1/temporal-codec/decode`, { method: 'OPTIONS', headers: { origin: 'http://localhost:8233', 'access-control-request-method': 'POST' } });
+  const preflight = await fetch(`${api.url}/admin/v1/temporal-codec/decode`, {
+    method: 'OPTIONS',
+    headers: { origin: 'http://localhost:8233', 'access-control-request-method': 'POST' },
+  });
   expect(preflight.status).toBe(204);
   expect(preflight.headers.get('access-control-allow-origin')).toBe('http://localhost:8233');
 });
@@ -185,7 +209,9 @@ it('opens a codec session for the Temporal UI: a cookie, issued for the admin to
   expect(opened.status).toBe(200);
   expect(new Date(opened.body.data.expiresAt).getTime()).toBeGreaterThan(Date.now() + 7 * 3600_000);
   const setCookie = opened.headers.get('set-cookie')!;
-  expect(setCookie).toMatch(/^crm_codec_session=v1\.\d+\.[\w-]+; Path=\/admin\/v1\/temporal-codec; Max-Age=28800; HttpOnly; SameSite=Strict$/);
+  expect(setCookie).toMatch(
+    /^crm_codec_session=v1\.\d+\.[\w-]+; Path=\/admin\/v1\/temporal-codec; Max-Age=28800; HttpOnly; SameSite=Strict$/,
+  );
   const cookie = setCookie.split(';')[0];
 
   // The UI's call: the cookie alone decodes, and the answer names the origin with credentials allowed.
@@ -193,7 +219,9 @@ it('opens a codec session for the Temporal UI: a cookie, issued for the admin to
   expect(ok.status).toBe(200);
   expect(ok.headers.get('access-control-allow-origin')).toBe('http://localhost:8233');
   expect(ok.headers.get('access-control-allow-credentials')).toBe('true');
-  expect(JSON.parse(Buffer.from(((await ok.json()) as { payloads: WirePayload[] }).payloads[0].data, 'base64').toString('utf8'))).toMatchObject({ workspaceId: ws.id });
+  expect(
+    JSON.parse(Buffer.from(((await ok.json()) as { payloads: WirePayload[] }).payloads[0].data, 'base64').toString('utf8')),
+  ).toMatchObject({ workspaceId: ws.id });
 
   // No cookie, a forged or tampered one: refused. The cookie opens nothing but the codec.
   expect((await decode()).status).toBe(401);
@@ -212,32 +240,56 @@ it("shows the recipient in Temporal's visible fields only as a keyed hash an ope
   const phone = uniquePhone();
   const sent = await api.request('POST', '/api/v1/messages', {
     key: ws.key,
-    body: { phone: `+${phone.slice(0, 2)} (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`, type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['x'] },
+    body: {
+      phone: `+${phone.slice(0, 2)} (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`,
+      type: 'template',
+      templateName: 'hello',
+      templateLanguage: 'pt_BR',
+      templateVariables: ['x'],
+    },
   });
   expect(sent.status).toBe(201);
   await workflowsOf(ws, 1);
   // What an operator runs for the number, in any form, gives the query that finds the send.
-  const query = searchQuery([...api.config.encryptionKeys!.byId].map(([id, key]) => `${id}:${key.toString('base64')}`).join(','), ws.id, `+55 ${phone.slice(2)}`);
+  const query = searchQuery(
+    [...api.config.encryptionKeys!.byId].map(([id, key]) => `${id}:${key.toString('base64')}`).join(','),
+    ws.id,
+    `+55 ${phone.slice(2)}`,
+  );
   expect(query).toBe(`WorkspaceId = "${ws.id}" AND PhoneHash IN ("${searchHash(api.config.encryptionKeys!, 'phone', ws.id, phone)}")`);
   const { executions } = await connection.workflowService.listWorkflowExecutions({ namespace: api.config.temporalNamespace, query });
   expect(executions).toHaveLength(1);
   // Every visible field of the execution: no number in it, no Phone attribute.
   const visible = Buffer.from(temporal.api.workflow.v1.WorkflowExecutionInfo.encode(executions[0]).finish());
-  const attributes = Object.fromEntries(Object.entries(executions[0].searchAttributes?.indexedFields ?? {}).map(([k, v]) => [k, JSON.parse(Buffer.from(v.data ?? []).toString())]));
+  const attributes = Object.fromEntries(
+    Object.entries(executions[0].searchAttributes?.indexedFields ?? {}).map(([k, v]) => [
+      k,
+      JSON.parse(Buffer.from(v.data ?? []).toString()),
+    ]),
+  );
   // Ours (Temporal adds its own: BuildIds, TemporalChangeVersion): no Phone.
-  expect(Object.keys(attributes).filter((k) => !/^(BuildIds|Temporal)/.test(k)).sort()).toEqual(['IdempotencyKey', 'InstanceId', 'PhoneHash', 'WorkspaceId']);
+  expect(
+    Object.keys(attributes)
+      .filter((k) => !/^(BuildIds|Temporal)/.test(k))
+      .sort(),
+  ).toEqual(['IdempotencyKey', 'InstanceId', 'PhoneHash', 'WorkspaceId']);
   expect(JSON.stringify(attributes)).not.toContain(phone.slice(-8));
   expect(visible.includes(Buffer.from(phone.slice(-8)))).toBe(false);
   // The same number in another workspace hashes differently: Temporal cannot correlate tenants' contacts.
   expect(searchHash(api.config.encryptionKeys!, 'phone', randomUUID(), phone)).not.toBe(attributes.PhoneHash[0]);
 
   // A provider's failure quoting the number reaches Temporal without it (the attempt's row keeps the words).
-  expect(withoutPhoneNumbers(`(#131026) Message Undeliverable: +55 11 98765-4321 / 5511987654321 is not on WhatsApp (HTTP 400)`)).toBe('(#131026) Message Undeliverable: [number] / [number] is not on WhatsApp (HTTP 400)');
+  expect(withoutPhoneNumbers(`(#131026) Message Undeliverable: +55 11 98765-4321 / 5511987654321 is not on WhatsApp (HTTP 400)`)).toBe(
+    '(#131026) Message Undeliverable: [number] / [number] is not on WhatsApp (HTTP 400)',
+  );
 });
 
-it('binds each encrypted payload to the workspace it names: relabelled or moved into another workspace\'s workflow, it does not decode; older payloads still do', async () => {
+it("binds each encrypted payload to the workspace it names: relabelled or moved into another workspace's workflow, it does not decode; older payloads still do", async () => {
   const ws = await workspaceWithTemplate();
-  const sent = await api.request('POST', '/api/v1/messages', { key: ws.key, body: { phone: uniquePhone(), type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['x'] } });
+  const sent = await api.request('POST', '/api/v1/messages', {
+    key: ws.key,
+    body: { phone: uniquePhone(), type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['x'] },
+  });
   expect(sent.status).toBe(201);
   const [workflowId] = await workflowsOf(ws, 1);
   const { input } = await history(workflowId);
@@ -246,7 +298,10 @@ it('binds each encrypted payload to the workspace it names: relabelled or moved 
 
   const ring = api.config.encryptionKeys!;
   const codec = new EncryptionCodec(ring);
-  const asPayload = (p: WirePayload) => ({ metadata: Object.fromEntries(Object.entries(p.metadata).map(([k, v]) => [k, Buffer.from(v, 'base64')])), data: Buffer.from(p.data, 'base64') });
+  const asPayload = (p: WirePayload) => ({
+    metadata: Object.fromEntries(Object.entries(p.metadata).map(([k, v]) => [k, Buffer.from(v, 'base64')])),
+    data: Buffer.from(p.data, 'base64'),
+  });
   const stored = asPayload(input[0]);
   const own = { type: 'workflow' as const, namespace: api.config.temporalNamespace, workflowId };
   expect(JSON.parse(Buffer.from((await codec.decode([stored], own))[0].data!).toString())).toMatchObject({ workspaceId: ws.id });
@@ -256,10 +311,16 @@ it('binds each encrypted payload to the workspace it names: relabelled or moved 
   // Relabelled to match it: the associated data no longer matches, it does not decode anywhere.
   const relabelled = { ...stored, metadata: { ...stored.metadata, 'workspace-id': Buffer.from(other) } };
   await expect(codec.decode([relabelled])).rejects.toThrow();
-  const downgraded = { ...stored, metadata: { encoding: stored.metadata.encoding, 'encryption-key-id': stored.metadata['encryption-key-id'] } };
+  const downgraded = {
+    ...stored,
+    metadata: { encoding: stored.metadata.encoding, 'encryption-key-id': stored.metadata['encryption-key-id'] },
+  };
   await expect(codec.decode([downgraded])).rejects.toThrow();
   // A payload encrypted before the binding (no format, no associated data) still decodes.
-  const inner = temporal.api.common.v1.Payload.encode({ metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from(JSON.stringify({ workspaceId: ws.id, legacy: true })) }).finish();
+  const inner = temporal.api.common.v1.Payload.encode({
+    metadata: { encoding: Buffer.from('json/plain') },
+    data: Buffer.from(JSON.stringify({ workspaceId: ws.id, legacy: true })),
+  }).finish();
   const { keyId, data } = seal(ring, Buffer.from(inner));
   const legacy = { metadata: { encoding: Buffer.from('binary/encrypted'), 'encryption-key-id': Buffer.from(keyId) }, data };
   expect(JSON.parse(Buffer.from((await codec.decode([legacy], own))[0].data!).toString())).toEqual({ workspaceId: ws.id, legacy: true });
@@ -269,25 +330,48 @@ it('refuses a plain workflow input in a shape only encrypting clients write: a s
   const ws = await workspaceWithTemplate();
   const phone = uniquePhone();
   const requestId = randomUUID();
-  await saveSendRequest(api.db, ws.id, requestId, { phone, message: { type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['forged'] } });
+  await saveSendRequest(api.db, ws.id, requestId, {
+    phone,
+    message: { type: 'template', templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: ['forged'] },
+  });
   // Someone who can reach Temporal but holds no ENCRYPTION_KEYS starts a send in plain JSON.
   const workflowId = `send/${ws.id}/key/forged-${randomUUID()}`;
-  const handle = await raw.workflow.start('sendMessageWorkflow', { taskQueue: api.config.taskQueue, workflowId, args: [{ workspaceId: ws.id, requestId, kind: 'cold', hasMedia: false }] });
+  const handle = await raw.workflow.start('sendMessageWorkflow', {
+    taskQueue: api.config.taskQueue,
+    workflowId,
+    args: [{ workspaceId: ws.id, requestId, kind: 'cold', hasMedia: false }],
+  });
   try {
-    const refused = await eventually('the workflow task refused', async () => {
-      const events = (await handle.fetchHistory()).events ?? [];
-      return events.find((e) => e.workflowTaskFailedEventAttributes)?.workflowTaskFailedEventAttributes?.failure?.message;
-    }, 30_000, 200);
+    const refused = await eventually(
+      'the workflow task refused',
+      async () => {
+        const events = (await handle.fetchHistory()).events ?? [];
+        return events.find((e) => e.workflowTaskFailedEventAttributes)?.workflowTaskFailedEventAttributes?.failure?.message;
+      },
+      30_000,
+      200,
+    );
     expect(refused).toMatch(/plain \(unencrypted\) payload/);
     const calls = (await (await fetch(`${process.env.EMULATOR_URL}/__emulator/calls?to=${phone}`)).json()) as { calls: unknown[] };
     expect(calls.calls).toHaveLength(0);
     expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
     // The codec endpoint refuses it too; a legacy (inline) plain input is still read as it is.
-    const plain = (value: unknown) => ({ metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from(JSON.stringify(value)).toString('base64') });
+    const plain = (value: unknown) => ({
+      metadata: { encoding: Buffer.from('json/plain').toString('base64') },
+      data: Buffer.from(JSON.stringify(value)).toString('base64'),
+    });
     const codec = new EncryptionCodec(api.config.encryptionKeys!);
-    await expect(codec.decode([{ metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from(JSON.stringify({ workspaceId: ws.id, requestId })) }])).rejects.toThrow(/plain \(unencrypted\)/);
-    expect((await api.admin('POST', '/admin/v1/temporal-codec/decode', { payloads: [plain({ workspaceId: ws.id, requestId })] })).status).toBeGreaterThanOrEqual(400);
-    const legacy = await api.admin('POST', '/admin/v1/temporal-codec/decode', { payloads: [plain({ workspaceId: ws.id, phone, message: { type: 'text', text: 'old' } })] });
+    await expect(
+      codec.decode([
+        { metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from(JSON.stringify({ workspaceId: ws.id, requestId })) },
+      ]),
+    ).rejects.toThrow(/plain \(unencrypted\)/);
+    expect(
+      (await api.admin('POST', '/admin/v1/temporal-codec/decode', { payloads: [plain({ workspaceId: ws.id, requestId })] })).status,
+    ).toBeGreaterThanOrEqual(400);
+    const legacy = await api.admin('POST', '/admin/v1/temporal-codec/decode', {
+      payloads: [plain({ workspaceId: ws.id, phone, message: { type: 'text', text: 'old' } })],
+    });
     expect(legacy.status).toBe(200);
   } finally {
     await handle.terminate('test: forged plain input').catch(() => undefined);
@@ -299,7 +383,10 @@ it('answers the codec endpoint with credentials only to TEMPORAL_UI_ORIGIN, keys
   const uiOrigin = api.config.temporalUiOrigin;
   expect(uiOrigin).toBe('http://localhost:8233');
   const preflight = (origin: string) =>
-    fetch(`${api.url}/admin/v1/temporal-codec/decode`, { method: 'OPTIONS', headers: { ...ip, origin, 'access-control-request-method': 'POST' } });
+    fetch(`${api.url}/admin/v1/temporal-codec/decode`, {
+      method: 'OPTIONS',
+      headers: { ...ip, origin, 'access-control-request-method': 'POST' },
+    });
   const fromUi = await preflight(uiOrigin);
   expect(fromUi.headers.get('access-control-allow-origin')).toBe(uiOrigin);
   expect(fromUi.headers.get('access-control-allow-credentials')).toBe('true');
@@ -339,7 +426,13 @@ it('answers the codec endpoint with credentials only to TEMPORAL_UI_ORIGIN, keys
   const byHost = await new Promise<string>((resolve, reject) => {
     const url = new URL(`${api.url}/admin/v1/temporal-codec/session`);
     const req = http.request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { ...ip, host: 'crm.example.com', authorization: `Bearer ${api.config.adminToken}` } },
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: 'POST',
+        headers: { ...ip, host: 'crm.example.com', authorization: `Bearer ${api.config.adminToken}` },
+      },
       (res) => {
         res.resume();
         resolve(String(res.headers['set-cookie'] ?? ''));

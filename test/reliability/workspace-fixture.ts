@@ -5,7 +5,18 @@
  */
 import type { AnyRoute } from '../../api/route';
 import { ALL_SCOPES } from '../../domain/access/scopes';
-import { ApiResponse, createWorkspace, eventually, Receiver, seedContact, seedMember, seedPipeline, settleOutbox, TestApi, Workspace } from '../helpers';
+import {
+  ApiResponse,
+  createWorkspace,
+  eventually,
+  Receiver,
+  seedContact,
+  seedMember,
+  seedPipeline,
+  settleOutbox,
+  TestApi,
+  Workspace,
+} from '../helpers';
 
 export interface Fixture {
   ws: Workspace;
@@ -39,7 +50,11 @@ export const uniquePhone = (): string => `55419${String(70000000 + ((++seq * 791
  * delivery log once it shows the first attempt (the suite's worker makes it): the log's answer and
  * that delivery. The caller deletes the subscription to stop its retries.
  */
-export async function firstLeadDelivery(api: TestApi, url: string, name: string): Promise<{ ws: Workspace; subscriptionId: string; log: ApiResponse; delivery: any }> {
+export async function firstLeadDelivery(
+  api: TestApi,
+  url: string,
+  name: string,
+): Promise<{ ws: Workspace; subscriptionId: string; log: ApiResponse; delivery: any }> {
   const ws = await createWorkspace(api, { scopes: ['webhooks:write', 'webhooks:read', 'leads:write'], name });
   const sub = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url, events: ['lead.created'] } });
   expect(sub.status).toBe(201);
@@ -67,21 +82,37 @@ export async function buildFixture(api: TestApi, receiver: Receiver, name: strin
   await call('POST', `/api/v1/lists/${list.id}/contacts`, { contactIds: [contact.id] });
   const note = await call('POST', `/api/v1/leads/${contact.id}/notes`, { body: 'a note' });
   const product = await call('POST', '/api/v1/products', { name: `${name} product`, price: '10.00' });
-  const deal = await call('POST', '/api/v1/deals', { contactId: contact.id, pipeline: pipeline.id, product: product.id, assignedTo: member.id });
+  const deal = await call('POST', '/api/v1/deals', {
+    contactId: contact.id,
+    pipeline: pipeline.id,
+    product: product.id,
+    assignedTo: member.id,
+  });
   await call('PATCH', `/api/v1/deals/${deal.id}`, { stageId: pipeline.stages[1].id });
   const task = await call('POST', '/api/v1/tasks', { title: 'call', contactId: contact.id, cardId: deal.id, assignedTo: member.id });
-  const instanceRes = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'WA', channel: 'whatsapp', provider: 'cloud', connected: true });
+  const instanceRes = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
+    name: 'WA',
+    channel: 'whatsapp',
+    provider: 'cloud',
+    connected: true,
+  });
   const instance = instanceRes.body.data;
   const [conversation] = await api
     .db('conversations')
     .insert({ workspace_id: ws.id, contact_id: contact.id, instance_id: instance.id, channel: 'whatsapp', last_message_at: new Date() })
     .returning('id');
-  await api.db('messages').insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'in', type: 'text', body: 'hi', status: 'received' });
+  await api
+    .db('messages')
+    .insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'in', type: 'text', body: 'hi', status: 'received' });
   await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${contact.id}/insight`, { summary: 'summary' });
   const webhook = await call('POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/reliability-${name}`, events: ['*'] });
   await call('PATCH', `/api/v1/deals/${deal.id}`, { status: 'won' });
   await settleOutbox(api, ws.id);
-  const automation = await call('POST', '/api/v1/automations', { name: `${name} flow`, trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
+  const automation = await call('POST', '/api/v1/automations', {
+    name: `${name} flow`,
+    trigger: { type: 'webhook_received' },
+    actions: [{ type: 'add_tag', tag: 'x' }],
+  });
   const [delivery] = await api.db('webhook_deliveries').where({ workspace_id: ws.id, subscription_id: webhook.id }).select('id');
   if (!delivery) throw new Error('fixture: no webhook delivery recorded');
   return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation, webhook, delivery, automation };
@@ -138,7 +169,12 @@ export const BODIES: Record<string, (f: Fixture, receiverUrl: string) => unknown
   'patch /api/v1/deals/{id}': () => ({ name: 'hijacked', status: 'won' }),
   'post /api/v1/leads': () => ({ phone: uniquePhone(), name: 'sneaked in' }),
   'post /api/v1/leads/batch': () => ({ leads: [{ phone: uniquePhone(), name: 'sneaked in' }] }),
-  'post /api/v1/deals/batch': (f) => ({ deals: [{ contactId: f.contact.id, pipeline: f.pipeline.id, name: 'sneaked in' }, { id: f.deal.id, name: 'hijacked' }] }),
+  'post /api/v1/deals/batch': (f) => ({
+    deals: [
+      { contactId: f.contact.id, pipeline: f.pipeline.id, name: 'sneaked in' },
+      { id: f.deal.id, name: 'hijacked' },
+    ],
+  }),
   'patch /api/v1/leads/{id}': () => ({ name: 'hijacked' }),
   'post /api/v1/leads/{id}/tags': () => ({ tag: 'hijacked' }),
   'post /api/v1/leads/{id}/notes': () => ({ body: 'hijacked' }),
