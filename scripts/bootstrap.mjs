@@ -139,6 +139,20 @@ async function main() {
     process.exit(typecheck.code ?? 1);
   }
   log(`typecheck passed (${seconds(started)})`);
+  // Then lint and format (npm run lint): a finding fails the run before any test starts.
+  const linted = Date.now();
+  for (const [what, args] of [
+    ['eslint', [path.join(root, 'node_modules', 'eslint', 'bin', 'eslint.js'), '--max-warnings', '0', root]],
+    ['prettier', [path.join(root, 'node_modules', 'prettier', 'bin', 'prettier.cjs'), '--check', '--log-level', 'warn', root]],
+  ]) {
+    const result = await run(process.execPath, args);
+    if (received) exitLike(result);
+    if (result.code !== 0) {
+      console.error(`[test] ${what} found problems (npm run lint; npm run format fixes the formatting), so the tests did not run.`);
+      process.exit(result.code ?? 1);
+    }
+  }
+  log(`lint and format clean (${seconds(linted)})`);
   exitLike(await run(process.execPath, [path.join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--ci', ...extra]));
 }
 
