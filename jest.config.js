@@ -3,6 +3,8 @@ module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
+  // The unit tier has its own configuration (jest.unit.config.js) and runs first, without the stack.
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/unit/'],
   transform: { '^.+\\.ts$': ['@swc/jest'] },
   globalSetup: '<rootDir>/test/global-setup.ts',
   globalTeardown: '<rootDir>/test/global-teardown.ts',

@@ -153,6 +153,19 @@ async function main() {
     }
   }
   log(`lint and format clean (${seconds(linted)})`);
+  // Then the unit tier (npm run test:unit): pure rules, no stack, seconds. A failure stops the run
+  // before the stack starts. Arguments name integration files, so the unit tier runs whole.
+  const unit = await run(process.execPath, [
+    path.join(root, 'node_modules', 'jest', 'bin', 'jest.js'),
+    '--ci',
+    '--config',
+    path.join(root, 'jest.unit.config.js'),
+  ]);
+  if (received) exitLike(unit);
+  if (unit.code !== 0) {
+    console.error('[test] the unit tier failed (npm run test:unit), so the integration tests did not run.');
+    process.exit(unit.code ?? 1);
+  }
   exitLike(await run(process.execPath, [path.join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--ci', ...extra]));
 }
 

@@ -7,7 +7,7 @@ import path from 'node:path';
  * rule this test enforces: a new import that breaks it fails here, and so does a map edited
  * without the code (an area missing from either side).
  */
-const root = path.resolve(__dirname, '..');
+const root = path.resolve(__dirname, '../..');
 const domainDir = path.join(root, 'domain');
 
 function areaMap(): Map<string, string[]> {
