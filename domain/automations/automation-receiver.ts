@@ -83,17 +83,35 @@ export async function deliveryChain(
     [request.deliveryId],
   );
   const delivery = rows[0];
-  if (
-    !delivery?.event_id ||
-    !verifyWebhookSignature(
-      openText(ring, delivery.secret, webhookSecretBinding(delivery.workspace_id)),
-      request.signature,
-      request.rawBody,
-    )
-  )
-    return null;
+  if (!delivery?.event_id) return null;
+  return signedDeliveryChain(
+    {
+      eventId: delivery.event_id,
+      depth: delivery.depth,
+      chainId: delivery.chain_id,
+      secret: openText(ring, delivery.secret, webhookSecretBinding(delivery.workspace_id)),
+    },
+    request.signature,
+    request.rawBody,
+  );
+}
+
+/**
+ * The pure half of deliveryChain, once the delivery is found: its chain position when `signature`
+ * is a valid `X-Service-Signature` of `rawBody` with the subscription's (opened) secret, within the
+ * signature's own tolerance (verifyWebhookSignature's default, 5 minutes either way of `nowSeconds`,
+ * the boundary included); null otherwise. The position is one step below the delivered event (its
+ * depth + 1, an unknown depth counting as 0), in that event's chain (its own id when it has none).
+ */
+export function signedDeliveryChain(
+  delivery: { eventId: string; depth: number | null; chainId: string | null; secret: string },
+  signature: string,
+  rawBody: string,
+  nowSeconds?: number,
+): ChainPosition | null {
+  if (!verifyWebhookSignature(delivery.secret, signature, rawBody, undefined, nowSeconds)) return null;
   // The event row outlives any delivery attempt (retention); were it gone, its id still names the chain.
-  return { depth: (delivery.depth ?? 0) + 1, chain: delivery.chain_id ?? delivery.event_id };
+  return { depth: (delivery.depth ?? 0) + 1, chain: delivery.chainId ?? delivery.eventId };
 }
 
 /**
