@@ -1,6 +1,7 @@
 import { createMessagingActivities } from '../activities/messaging';
 import { createHmac } from 'node:crypto';
 import { createKey, createWorkspace, expectError, outbox, seedContact, startApi, TestApi, Workspace } from './helpers';
+import { uniqueSubscriber } from './phones';
 
 /**
  * Inbound provider traffic: Meta's WhatsApp Cloud API webhook on /webhooks/whatsapp/{instanceId}.
@@ -18,13 +19,16 @@ const OUR_NUMBER = '5511930000000';
 const PHONE_NUMBER_ID = 'PN1';
 
 let counter = 0;
-/** A distinct 8-digit local number of a mobile (starts with 8), so both ninth-digit forms are valid. */
-const nextLocal = (): string => `8${String((process.pid * 1000 + ++counter) % 10_000_000).padStart(7, '0')}`;
-/** The modern (13-digit) and the old (12-digit, no ninth digit) form of one mobile. */
+/**
+ * The modern (13-digit) and the old (12-digit, no ninth digit) form of one mobile no other test
+ * file uses (test/phones.ts: its 8 digits start 6-9, so both forms are valid).
+ */
 const nextMobile = (): { modern: string; old: string } => {
-  const local = nextLocal();
+  const local = uniqueSubscriber();
   return { modern: `55119${local}`, old: `5511${local}` };
 };
+const emulatorCalls = async (to: string): Promise<unknown[]> =>
+  ((await (await fetch(`${process.env.EMULATOR_URL}/__emulator/calls?to=${to}`)).json()) as { calls: unknown[] }).calls;
 const nextWamid = (): string => `wamid.HBgM${Date.now().toString(36)}${++counter}${Math.random().toString(36).slice(2, 10)}`;
 /** Unix seconds as the Cloud API sends them (a string), `ago` seconds in the past. */
 const unix = (ago = 60): string => String(Math.floor(Date.now() / 1000) - ago);
@@ -165,21 +169,64 @@ describe('POST /webhooks/web/{instanceId}: the web gateway', () => {
 });
 
 describe('opt-out by message', () => {
-  it('a contact who writes STOP is opted out (sends answer 403 OPTED_OUT); START opts back in; a sentence with the word changes nothing', async () => {
+  /** A workspace whose instance receives the contact's messages, and a key that sends to them and reads their lead. */
+  async function consentSetup() {
     const { ws, instanceId } = await setup();
-    const { modern } = nextMobile();
     const key = (await createKey(api, ws.id, ['conversations:send', 'leads:read'])).key;
-    const optedOut = async () =>
-      (await api.db('contacts').where({ workspace_id: ws.id, phone: modern }).first('opted_out')).opted_out as boolean;
-    expect((await deliver(instanceId, textFrom(modern, { text: 'Quero parar de receber? talvez' }))).status).toBe(200);
-    expect(await optedOut()).toBe(false);
-    expect((await deliver(instanceId, textFrom(modern, { text: '  Párar! ' }))).status).toBe(200);
-    expect(await optedOut()).toBe(true);
-    const send = await api.request('POST', '/api/v1/messages', { key, body: { phone: modern, text: 'Oi' } });
-    expectError(send, 403, 'OPTED_OUT');
+    return { ws, instanceId, key };
+  }
+  const optedOut = async (key: string, workspaceId: string, phone: string): Promise<boolean> => {
+    const contact = await api.db('contacts').where({ workspace_id: workspaceId, phone }).first('id');
+    const lead = await api.request('GET', `/api/v1/leads/${contact.id}`, { key });
+    expect(lead.status).toBe(200);
+    return lead.body.data.optedOut;
+  };
+  const sendText = (key: string, phone: string) => api.request('POST', '/api/v1/messages', { key, body: { phone, text: 'Oi' } });
+
+  it('a contact who writes STOP is opted out: a send to them is 403 OPTED_OUT and never reaches the provider; START opts them back in', async () => {
+    const { ws, instanceId, key } = await consentSetup();
+    const { modern } = nextMobile();
+    expect((await deliver(instanceId, textFrom(modern, { text: 'Oi, tudo bem?' }))).status).toBe(200);
+    expect(await optedOut(key, ws.id, modern)).toBe(false);
+    expect((await deliver(instanceId, textFrom(modern, { text: 'STOP' }))).status).toBe(200);
+    expect(await optedOut(key, ws.id, modern)).toBe(true);
+    expectError(await sendText(key, modern), 403, 'OPTED_OUT');
+    expect(await emulatorCalls(modern)).toHaveLength(0);
     expect((await deliver(instanceId, textFrom(modern, { text: 'START' }))).status).toBe(200);
-    expect(await optedOut()).toBe(false);
-    expect((await api.request('POST', '/api/v1/messages', { key, body: { phone: modern, text: 'Oi' } })).status).toBe(201);
+    expect(await optedOut(key, ws.id, modern)).toBe(false);
+    expect((await sendText(key, modern)).status).toBe(201);
+    expect(await emulatorCalls(modern)).toHaveLength(1);
+  });
+
+  it.each([
+    ['STOP', 'START'],
+    ['parar', 'voltar'],
+    ['sair', 'receber'],
+    ['pare', 'START'],
+    ['cancelar', 'voltar'],
+    ['descadastrar', 'receber'],
+  ])('"%s" from a contact opts them out (sends refused, nothing sent), "%s" opts them back in', async (stop, start) => {
+    const { ws, instanceId, key } = await consentSetup();
+    const { modern } = nextMobile();
+    expect((await deliver(instanceId, textFrom(modern, { text: stop }))).body.data).toMatchObject({ received: 1 });
+    expect(await optedOut(key, ws.id, modern)).toBe(true);
+    expectError(await sendText(key, modern), 403, 'OPTED_OUT');
+    expect(await emulatorCalls(modern)).toHaveLength(0);
+    expect((await deliver(instanceId, textFrom(modern, { text: start }))).body.data).toMatchObject({ received: 1 });
+    expect(await optedOut(key, ws.id, modern)).toBe(false);
+    expect((await sendText(key, modern)).status).toBe(201);
+    expect(await emulatorCalls(modern)).toHaveLength(1);
+  });
+
+  it('a sentence that merely contains a stop word changes nothing; case, accents and punctuation around the word do not matter', async () => {
+    const { ws, instanceId, key } = await consentSetup();
+    const { modern } = nextMobile();
+    expect((await deliver(instanceId, textFrom(modern, { text: 'Quero parar de receber? talvez' }))).status).toBe(200);
+    expect(await optedOut(key, ws.id, modern)).toBe(false);
+    expect((await deliver(instanceId, textFrom(modern, { text: '  Párar! ' }))).status).toBe(200);
+    expect(await optedOut(key, ws.id, modern)).toBe(true);
+    expectError(await sendText(key, modern), 403, 'OPTED_OUT');
+    expect(await emulatorCalls(modern)).toHaveLength(0);
   });
 });
 

@@ -1,12 +1,13 @@
 import type { Knex } from 'knex';
 import { countQueries, createWorkspace, expectError, outbox, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
-import type { Scope } from '../domain/access/scopes';
+import { ALL_SCOPES, type Scope } from '../domain/access/scopes';
+import { signBody } from '../domain/messaging/inbound';
+import { uniqueMobile, uniqueSubscriber } from './phones';
 
 let api: TestApi;
 let ws: Workspace;
-let seq = 0;
-/** A distinct mobile per call: 55 + area 31 + 9 + 8 digits. */
-const mobile = (): string => `55319${String(80000000 + ++seq * 131 + (process.pid % 1000))}`;
+/** A distinct mobile per call (test/phones.ts): 55 + area 31 + 9 + 8 digits. */
+const mobile = (): string => uniqueMobile('31');
 const withoutNinth = (phone: string): string => phone.slice(0, 4) + phone.slice(5);
 
 const ALL = ['leads:read', 'leads:write', 'tags:write', 'insights:read', 'deals:write'] as const;
@@ -321,6 +322,151 @@ describe('single lead endpoints', () => {
   });
 });
 
+describe('merging two leads (the panel merge)', () => {
+  const APP_SECRET = 'merge-secret';
+
+  /** A workspace with every scope, a pipeline and two Cloud API instances that take signed inbound traffic. */
+  async function mergeSetup() {
+    const w = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
+    const pipeline = await seedPipeline(api, w.id, { name: 'Sales', stages: ['New'] });
+    const instance = async (name: string) => {
+      const res = await api.admin('POST', `/admin/v1/workspaces/${w.id}/instances`, {
+        name,
+        channel: 'whatsapp',
+        provider: 'cloud',
+        connected: true,
+        config: { appSecret: APP_SECRET, phoneNumberId: `PN-${name}`, accessToken: 't', baseUrl: process.env.EMULATOR_URL },
+      });
+      expect(res.status).toBe(201);
+      return res.body.data.id as string;
+    };
+    const call = async (method: string, path: string, body?: unknown, status = method === 'POST' ? 201 : 200) => {
+      const res = await api.request(method, path, { key: w.key, body });
+      expect({ method, path, status: res.status }).toEqual({ method, path, status });
+      return res.body;
+    };
+    /** A text from `phone` through the instance's provider webhook: its conversation (found or created) gets the message. */
+    const inbound = async (instanceId: string, name: string, phone: string, text: string) => {
+      const raw = JSON.stringify({
+        object: 'whatsapp_business_account',
+        entry: [
+          {
+            id: '1',
+            changes: [
+              {
+                field: 'messages',
+                value: {
+                  messaging_product: 'whatsapp',
+                  metadata: { phone_number_id: `PN-${name}` },
+                  contacts: [{ profile: { name: 'Profile' }, wa_id: phone }],
+                  messages: [
+                    {
+                      from: phone,
+                      id: `wamid.merge.${phone}.${name}.${text.length}`,
+                      timestamp: String(Math.floor(Date.now() / 1000) - 60),
+                      type: 'text',
+                      text: { body: text },
+                    },
+                  ],
+                },
+              },
+            ],
+          },
+        ],
+      });
+      const res = await api.request('POST', `/webhooks/whatsapp/${instanceId}`, {
+        rawBody: raw,
+        headers: { 'content-type': 'application/json', 'x-hub-signature-256': signBody(APP_SECRET, raw) },
+      });
+      expect({ status: res.status, received: res.body?.data?.received }).toEqual({ status: 200, received: 1 });
+    };
+    const merge = (loser: string, winner: string) =>
+      api.admin('POST', `/admin/v1/workspaces/${w.id}/contacts/${loser}/merge`, { intoId: winner });
+    const insight = async (contactId: string, summary: string) =>
+      expect(
+        (await api.admin('PUT', `/admin/v1/workspaces/${w.id}/contacts/${contactId}/insight`, { interest: 'CRM', summary })).status,
+      ).toBe(200);
+    return { w, pipeline, instance, call, inbound, merge, insight };
+  }
+
+  it("moves the loser's tasks, list memberships, insight, deals, notes, tags and conversation messages to the winner; the loser is gone", async () => {
+    const { w, pipeline, instance, call, inbound, merge, insight } = await mergeSetup();
+    const [first, second] = [await instance('first'), await instance('second')];
+    const winnerPhone = mobile();
+    const loserPhone = mobile();
+    const winner = (await call('POST', '/api/v1/leads', { phone: winnerPhone, name: 'Winner' })).data;
+    const loser = (await call('POST', '/api/v1/leads', { phone: loserPhone, name: 'Loser', tags: ['Hot'] })).data;
+
+    // Everything hangs on the loser; the winner has a conversation of its own on the first instance only.
+    const task = (await call('POST', '/api/v1/tasks', { title: 'Call back', contactId: loser.id })).data;
+    const onlyLoser = (await call('POST', '/api/v1/lists', { name: 'Only the loser' })).data;
+    const both = (await call('POST', '/api/v1/lists', { name: 'Both' })).data;
+    await call('POST', `/api/v1/lists/${onlyLoser.id}/contacts`, { contactIds: [loser.id] }, 200);
+    await call('POST', `/api/v1/lists/${both.id}/contacts`, { contactIds: [loser.id, winner.id] }, 200);
+    await insight(loser.id, "The loser's insight");
+    const deal = (await call('POST', '/api/v1/deals', { contactId: loser.id, pipeline: pipeline.id, name: 'Deal of the loser' })).data;
+    await call('POST', `/api/v1/leads/${loser.id}/notes`, { body: 'Called the loser' });
+    await inbound(first, 'first', winnerPhone, 'winner on the first instance');
+    await inbound(first, 'first', loserPhone, 'loser on the first instance');
+    await inbound(second, 'second', loserPhone, 'loser on the second instance');
+    expect((await call('GET', `/api/v1/leads/${winner.id}/insight`)).data).toBeNull();
+
+    const merged = await merge(loser.id, winner.id);
+    expect(merged.status).toBe(200);
+    expect(merged.body.data).toMatchObject({ id: winner.id, phone: winnerPhone, name: 'Winner' });
+
+    // The loser is gone: not found, not listed, nothing of its own left.
+    expectError(await api.request('GET', `/api/v1/leads/${loser.id}`, { key: w.key }), 404, 'CONTACT_NOT_FOUND');
+    expect((await call('GET', '/api/v1/leads')).data.map((l: { id: string }) => l.id)).toEqual([winner.id]);
+    expect((await call('GET', `/api/v1/conversations?contactId=${loser.id}`)).data).toEqual([]);
+    expect((await call('GET', `/api/v1/tasks?contactId=${loser.id}`)).data).toEqual([]);
+    expect((await call('GET', `/api/v1/deals?contactId=${loser.id}`)).data).toEqual([]);
+
+    // The winner has all of it.
+    expect((await call('GET', `/api/v1/tasks?contactId=${winner.id}`)).data.map((t: { id: string }) => t.id)).toEqual([task.id]);
+    const members = async (listId: string) => (await call('GET', `/api/v1/lists/${listId}/contacts`)).data.map((l: { id: string }) => l.id);
+    expect({ onlyLoser: await members(onlyLoser.id), both: await members(both.id) }).toEqual({
+      onlyLoser: [winner.id],
+      both: [winner.id],
+    });
+    expect((await call('GET', `/api/v1/leads/${winner.id}/insight`)).data).toMatchObject({
+      interest: 'CRM',
+      summary: "The loser's insight",
+    });
+    expect((await call('GET', `/api/v1/deals?contactId=${winner.id}`)).data.map((d: { id: string }) => d.id)).toEqual([deal.id]);
+    expect((await call('GET', `/api/v1/leads/${winner.id}/notes`)).data.map((n: { body: string }) => n.body)).toEqual(['Called the loser']);
+    expect((await call('GET', `/api/v1/leads/${winner.id}`)).data.tags.map((t: { name: string }) => t.name)).toEqual(['Hot']);
+    // Its conversation on the first instance took the loser's message there; the loser's conversation on the second is its own now.
+    const conversations: { id: string; instanceId: string; contact: { id: string } }[] = (
+      await call('GET', `/api/v1/conversations?contactId=${winner.id}`)
+    ).data;
+    expect(conversations.map((c) => [c.instanceId, c.contact.id]).sort()).toEqual(
+      [
+        [first, winner.id],
+        [second, winner.id],
+      ].sort(),
+    );
+    const bodies = async (instanceId: string) =>
+      (await call('GET', `/api/v1/conversations/${conversations.find((c) => c.instanceId === instanceId)!.id}`)).data.messages
+        .map((m: { body: string }) => m.body)
+        .sort();
+    expect({ first: await bodies(first), second: await bodies(second) }).toEqual({
+      first: ['loser on the first instance', 'winner on the first instance'],
+      second: ['loser on the second instance'],
+    });
+  });
+
+  it("keeps the winner's insight when both have one (the loser's is not carried over)", async () => {
+    const { call, merge, insight } = await mergeSetup();
+    const winner = (await call('POST', '/api/v1/leads', { phone: mobile(), name: 'Winner' })).data;
+    const loser = (await call('POST', '/api/v1/leads', { phone: mobile(), name: 'Loser' })).data;
+    await insight(winner.id, "The winner's insight");
+    await insight(loser.id, "The loser's insight");
+    expect((await merge(loser.id, winner.id)).status).toBe(200);
+    expect((await call('GET', `/api/v1/leads/${winner.id}/insight`)).data).toMatchObject({ summary: "The winner's insight" });
+  });
+});
+
 describe('lead list totals at scale', () => {
   it('the unfiltered total (a maintained count) always equals a real count: creates, upserts, deletes, merges, groups, bulk inserts', async () => {
     const ws = await createWorkspace(api, { scopes: ['leads:read', 'leads:write'] });
@@ -337,13 +483,16 @@ describe('lead list totals at scale', () => {
         .first();
       return { unfiltered: unfiltered.body.pagination.total, counted: counted.body.pagination.total, real: Number(real!.n) };
     };
-    const n = 70000000 + (process.pid % 9999) * 3;
+    const subscribers = [uniqueSubscriber(), uniqueSubscriber(), uniqueSubscriber(), uniqueSubscriber()];
     const created = [];
-    for (let i = 0; i < 4; i++)
+    for (const [i, subscriber] of subscribers.entries())
       created.push(
-        (await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `55319${n + i}`, name: `L${i}` } })).body.data,
+        (await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `55319${subscriber}`, name: `L${i}` } })).body.data,
       );
-    await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: `5531${n}`, name: 'same lead, no ninth digit' } });
+    await api.request('POST', '/api/v1/leads', {
+      key: ws.key,
+      body: { phone: `5531${subscribers[0]}`, name: 'same lead, no ninth digit' },
+    });
     expect(await totals()).toEqual({ unfiltered: 4, counted: 4, real: 4 });
     expect((await api.request('DELETE', `/api/v1/leads/${created[0].id}`, { key: ws.key })).status).toBe(200);
     await api.db('contacts').where({ id: created[1].id }).update({ merged_into_id: created[2].id });
@@ -359,7 +508,7 @@ describe('lead list totals at scale', () => {
     expect(await totals()).toEqual({ unfiltered: 53, counted: 53, real: 53 });
     // Another workspace's changes never move this one's count.
     const other = await createWorkspace(api, { scopes: ['leads:write'] });
-    await api.request('POST', '/api/v1/leads', { key: other.key, body: { phone: `55319${n}` } });
+    await api.request('POST', '/api/v1/leads', { key: other.key, body: { phone: `55319${subscribers[0]}` } });
     expect((await totals()).unfiltered).toBe(53);
   });
 });
@@ -587,7 +736,6 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
     const stages = [...sales.stages.map((s) => ({ pipeline: sales, stage: s })), { pipeline: support, stage: support.stages[0] }];
     const TAGS = ['vip', 'cold', 'Lojista'];
     const call = (method: string, path: string, body?: unknown) => api.request(method, path, { key: wsx.key, body });
-    const base = 70000000 + (process.pid % 9999) * 7;
     const leads: string[] = [];
     const deals: string[] = [];
     // A small deterministic generator: the same sequence every run, so a failure reproduces.
@@ -668,7 +816,7 @@ describe('filtered lead list totals (maintained per tag and per deal facet)', ()
       const lead = leads[pick(leads.length || 1)];
       if (op === 0) {
         const res = await call('POST', '/api/v1/leads', {
-          phone: `55319${base + step}`,
+          phone: mobile(),
           name: `F${step}`,
           tags: TAGS.filter(() => pick(3) === 0),
         });

@@ -16,12 +16,16 @@ import {
   uniqueIp,
   Workspace,
 } from './helpers';
+import { uniqueMobile, uniqueSubscriber } from './phones';
+import { signBody } from '../domain/messaging/inbound';
+import { TEMPLATE_STATUSES } from '../domain/messaging/templates';
+import { temporalClientFactory } from '../domain/platform/temporal';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
+let temporal: ReturnType<typeof temporalClientFactory>;
 let seq = 0;
-/** A distinct mobile per call (area 11: the emulator's wa_id keeps the ninth digit there). */
-const mobile = (): string => `55119${String(60000000 + ((process.pid * 7 + ++seq * 7919) % 39999999))}`;
+// Phones come from test/phones.ts. Area 11 (uniqueMobile's default): the emulator's wa_id keeps the ninth digit there.
 const withoutNinth = (phone: string): string => phone.slice(0, 4) + phone.slice(5);
 
 async function emulator(path: string, body?: unknown): Promise<any> {
@@ -89,15 +93,69 @@ async function leftovers(workspaceId: string) {
   return { contacts: Number(contacts!.n), conversations: Number(conversations!.n), counted: Number(counters!.n ?? 0) };
 }
 
+/** The daily counter rows of a workspace as the sends wrote them, by kind then day (`day` as the database holds it). */
+async function counterRows(workspaceId: string): Promise<{ kind: string; day: string; count: number }[]> {
+  return api
+    .db('daily_counters')
+    .where({ workspace_id: workspaceId })
+    .orderBy(['kind', 'day'])
+    .select('kind', api.db.raw('day::text AS day'), 'count');
+}
+
+const HOUR = 3_600_000;
+
+/**
+ * A text from `phone` delivered to the instance's Cloud API webhook as Meta sends it (signed with
+ * the app secret), written `ageMs` ago: the payload's own `timestamp` says when.
+ */
+async function inboundText(s: Setup, phone: string, ageMs: number): Promise<void> {
+  const raw = JSON.stringify({
+    object: 'whatsapp_business_account',
+    entry: [
+      {
+        id: '102290129340398',
+        changes: [
+          {
+            field: 'messages',
+            value: {
+              messaging_product: 'whatsapp',
+              metadata: { phone_number_id: `PN-${s.ws.id.slice(0, 8)}` },
+              contacts: [{ profile: { name: 'Cliente' }, wa_id: phone }],
+              messages: [
+                {
+                  from: phone,
+                  id: `wamid.window.${phone}.${++seq}`,
+                  timestamp: String(Math.floor((Date.now() - ageMs) / 1000)),
+                  type: 'text',
+                  text: { body: 'Oi' },
+                },
+              ],
+            },
+          },
+        ],
+      },
+    ],
+  });
+  const res = await api.request('POST', `/webhooks/whatsapp/${s.instanceId}`, {
+    rawBody: raw,
+    headers: { 'content-type': 'application/json', 'x-hub-signature-256': signBody('s', raw) },
+  });
+  expect({ status: res.status, received: res.body?.data?.received }).toEqual({ status: 200, received: 1 });
+}
+
 beforeAll(async () => {
   api = await startApi();
+  temporal = temporalClientFactory(api.config);
 });
-afterAll(() => api.close());
+afterAll(async () => {
+  await temporal.close();
+  await api.close();
+});
 
 describe('POST /api/v1/messages', () => {
   it('sends an approved template to a new number: 201 with the created flags, one provider call, status sent, contact.created', async () => {
     const s = await setup();
-    const phone = mobile();
+    const phone = uniqueMobile();
     const res = await send(s.ws.key, template(`+55 (${phone.slice(2, 4)}) ${phone.slice(4, 9)}-${phone.slice(9)}`));
     expect(res.status).toBe(201);
     // No key sent: the send got one, so a client that timed out can repeat and join it.
@@ -152,7 +210,8 @@ describe('POST /api/v1/messages', () => {
 
   it('keeps a landline and the mobile ending in its 8 digits apart: the cold send to the mobile reaches the mobile, not the landline', async () => {
     const s = await setup({ keys: 2 });
-    const last8 = String(30000000 + ((process.pid * 11 + ++seq * 7919) % 20000000));
+    // A landline's 8 digits start 2-5: this file's own subscriber (6-9) moved down by 4 in its first digit, so no other file has it.
+    const last8 = String(Number(uniqueSubscriber()) - 40_000_000);
     const landline = `5521${last8}`;
     const mobilePhone = `55219${last8}`;
     const lead = await api.request('POST', '/api/v1/leads', {
@@ -172,7 +231,7 @@ describe('POST /api/v1/messages', () => {
 
   it("reconciles the number with the provider's wa_id (a mobile it knows without the ninth digit) and sends to it next time", async () => {
     const s = await setup({ keys: 2 });
-    const phone = `55319${String(60000000 + ((process.pid * 13 + ++seq * 7919) % 30000000))}`;
+    const phone = uniqueMobile('31');
     const first = await send(s.keys[0], template(phone));
     expect(first.status).toBe(201);
     const contact = await api.db('contacts').where({ id: first.body.data.contactId }).first();
@@ -183,7 +242,7 @@ describe('POST /api/v1/messages', () => {
 
   it('refuses text to a number outside the 24-hour window (WINDOW_CLOSED) and leaves nothing behind; accepts it once the window is open', async () => {
     const s = await setup();
-    const phone = mobile();
+    const phone = uniqueMobile();
     expectError(await send(s.ws.key, { phone, text: 'hello' }), 422, 'WINDOW_CLOSED');
     expect(await leftovers(s.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
     expect(await callsTo(phone)).toHaveLength(0);
@@ -197,7 +256,7 @@ describe('POST /api/v1/messages', () => {
 
   it("answers TEMPLATE_INVALID for an unknown template or a wrong variable count, and for the provider's 132000, compensating", async () => {
     const s = await setup({ keys: 2 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     expectError(await send(s.keys[0], template(phone, { templateName: 'nope' })), 422, 'TEMPLATE_INVALID');
     expectError(await send(s.keys[0], template(phone, { templateVariables: ['a', 'b'] })), 422, 'TEMPLATE_INVALID');
     await emulator('/__emulator/script', { to: phone, behaviour: 'error', code: 132000, httpStatus: 400, times: 1 });
@@ -212,7 +271,7 @@ describe('POST /api/v1/messages', () => {
 
   it('retries a provider that is down for a moment and sends once it is back', async () => {
     const s = await setup();
-    const phone = mobile();
+    const phone = uniqueMobile();
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', down: true, times: 1 });
     const res = await send(s.ws.key, template(phone));
     expect(res.status).toBe(201);
@@ -222,16 +281,16 @@ describe('POST /api/v1/messages', () => {
 
   it('resolves the instance: NO_INSTANCE, INSTANCE_REQUIRED, INSTANCE_NOT_FOUND, INSTANCE_DISCONNECTED', async () => {
     const bare = await createWorkspace(api, { scopes: ['conversations:send'] });
-    expectError(await send(bare.key, template(mobile())), 422, 'NO_INSTANCE');
+    expectError(await send(bare.key, template(uniqueMobile())), 422, 'NO_INSTANCE');
     const s = await setup({ keys: 2 });
     expectError(
-      await send(s.keys[0], template(mobile(), { instanceId: '00000000-0000-4000-8000-000000000000' })),
+      await send(s.keys[0], template(uniqueMobile(), { instanceId: '00000000-0000-4000-8000-000000000000' })),
       404,
       'INSTANCE_NOT_FOUND',
     );
-    expectError(await send(s.keys[0], template(mobile(), { instanceId: 'nope' })), 404, 'INSTANCE_NOT_FOUND');
+    expectError(await send(s.keys[0], template(uniqueMobile(), { instanceId: 'nope' })), 404, 'INSTANCE_NOT_FOUND');
     const other = await setup();
-    expectError(await send(s.keys[0], template(mobile(), { instanceId: other.instanceId })), 404, 'INSTANCE_NOT_FOUND');
+    expectError(await send(s.keys[0], template(uniqueMobile(), { instanceId: other.instanceId })), 404, 'INSTANCE_NOT_FOUND');
     const second = await api.admin('POST', `/admin/v1/workspaces/${s.ws.id}/instances`, {
       name: 'Second',
       channel: 'whatsapp',
@@ -239,14 +298,14 @@ describe('POST /api/v1/messages', () => {
       connected: false,
       config: { baseUrl: EMULATOR, phoneNumberId: 'PN2', accessToken: 't' },
     });
-    expectError(await send(s.keys[0], template(mobile())), 422, 'INSTANCE_REQUIRED');
-    expectError(await send(s.keys[1], template(mobile(), { instanceId: second.body.data.id })), 422, 'INSTANCE_DISCONNECTED');
+    expectError(await send(s.keys[0], template(uniqueMobile())), 422, 'INSTANCE_REQUIRED');
+    expectError(await send(s.keys[1], template(uniqueMobile(), { instanceId: second.body.data.id })), 422, 'INSTANCE_DISCONNECTED');
     expect(await leftovers(s.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
   });
 
   it('refuses a contact the integrator opted out (403 OPTED_OUT) until the opt-out is cleared', async () => {
     const s = await setup({ keys: 2 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     const leads = (await createKey(api, s.ws.id, ['leads:write', 'leads:read'])).key;
     const created = await api.request('POST', '/api/v1/leads', { key: leads, body: { phone, name: 'Quiet', optedOut: true } });
     expect(created.status).toBe(201);
@@ -263,7 +322,7 @@ describe('POST /api/v1/messages', () => {
   it('stops a send whose provider call is retried after the contact opted out or the workspace was suspended: refused, compensated, never sent', async () => {
     const s = await setup({ keys: 2 });
     const leads = (await createKey(api, s.ws.id, ['leads:write'])).key;
-    const quiet = mobile();
+    const quiet = uniqueMobile();
     // The provider is down for the first call, which answers slowly: the opt-out lands while it is in flight.
     await emulator('/__emulator/script', { to: quiet, behaviour: 'ok', down: true, times: 1, delayMs: 3000 });
     const pending = send(s.keys[0], template(quiet));
@@ -274,7 +333,7 @@ describe('POST /api/v1/messages', () => {
     expect((await callsTo(quiet)).map((c) => c.outcome)).toEqual(['down']);
     expect(await leftovers(s.ws.id)).toMatchObject({ counted: 0 });
 
-    const phone = mobile();
+    const phone = uniqueMobile();
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', down: true, times: 1, delayMs: 3000 });
     const suspended = send(s.keys[1], template(phone));
     await eventually('the first provider call', async () => (await callsTo(phone)).length === 1);
@@ -284,30 +343,39 @@ describe('POST /api/v1/messages', () => {
     expect(await leftovers(s.ws.id)).toMatchObject({ counted: 0 });
   }, 60_000);
 
-  it('enforces the daily cap of new numbers and the daily message quota, and returns them when a send fails', async () => {
+  it('enforces the daily cap of new numbers and the daily message quota on the rows the sends counted on', async () => {
     const s = await setup({ plan: { dailyMessageQuota: 2 }, keys: 2 });
-    const day = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
-    await api.db('daily_counters').insert({ workspace_id: s.ws.id, day, kind: 'cold_conversations', count: 200 });
-    expectError(await send(s.keys[0], template(mobile())), 429, 'COLD_LIMIT_REACHED');
-    await api.db('daily_counters').where({ workspace_id: s.ws.id, kind: 'cold_conversations' }).update({ count: 0 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     expect((await send(s.keys[0], template(phone))).status).toBe(201);
+    // One cold send: one unit on each counter, both on the day the code counted it on.
+    const [cold, messages] = await counterRows(s.ws.id);
+    expect([cold, messages]).toEqual([
+      { kind: 'cold_conversations', day: expect.stringMatching(/^\d{4}-\d{2}-\d{2}$/), count: 1 },
+      { kind: 'messages', day: cold.day, count: 1 },
+    ]);
+    // That day's cap of new numbers (200 without a broadcast limit) reached: a new number is refused, a known one is not.
+    await api.db('daily_counters').where({ workspace_id: s.ws.id, kind: 'cold_conversations', day: cold.day }).update({ count: 200 });
+    const stranger = uniqueMobile();
+    expectError(await send(s.keys[0], template(stranger)), 429, 'COLD_LIMIT_REACHED');
+    expect(await callsTo(stranger)).toHaveLength(0);
+    expect(await api.db('contacts').where({ workspace_id: s.ws.id, phone: stranger })).toHaveLength(0);
     expect((await send(s.keys[0], template(phone))).status).toBe(201);
     expectError(await send(s.keys[1], template(phone)), 429, 'MESSAGE_LIMIT_REACHED');
-    const counters = await api.db('daily_counters').where({ workspace_id: s.ws.id }).select('kind', 'count');
-    expect(Object.fromEntries(counters.map((c) => [c.kind, c.count]))).toEqual({ cold_conversations: 1, messages: 2 });
+    expect(await callsTo(phone)).toHaveLength(2);
+    expect(await counterRows(s.ws.id)).toEqual([
+      { kind: 'cold_conversations', day: cold.day, count: 200 },
+      { kind: 'messages', day: cold.day, count: 2 },
+    ]);
   });
 
-  it('answers a reached daily cap with Retry-After: the whole seconds to the next midnight in São Paulo (cold send and conversation send)', async () => {
+  it('answers a reached daily cap with Retry-After: the whole seconds until the day its counters were taken on ends in São Paulo (cold send and conversation send)', async () => {
     const s = await setup({ plan: { dailyMessageQuota: 1 }, keys: 2 });
-    // São Paulo keeps UTC-3 all year: its next midnight is the next 03:00 UTC.
-    const untilMidnight = (at: number) => {
-      const local = new Date(at - 3 * 3_600_000);
-      return Math.max(
-        1,
-        Math.ceil((Date.UTC(local.getUTCFullYear(), local.getUTCMonth(), local.getUTCDate() + 1) + 3 * 3_600_000 - at) / 1000),
-      );
-    };
+    const first = await send(s.keys[0], template(uniqueMobile()));
+    expect(first.status).toBe(201);
+    const [cold] = await counterRows(s.ws.id);
+    expect(cold).toMatchObject({ kind: 'cold_conversations', count: 1 });
+    // São Paulo keeps UTC-3 all year: the day the counters were taken on ends at 03:00Z of the next calendar day.
+    const resets = Date.parse(`${cold.day}T03:00:00.000Z`) + 24 * HOUR;
     const expectRetryAfter = async (request: () => Promise<ApiResponse>, code: string) => {
       const before = Date.now();
       const res = await request();
@@ -315,21 +383,37 @@ describe('POST /api/v1/messages', () => {
       expectError(res, 429, code);
       const seconds = Number(res.headers.get('retry-after'));
       expect(Number.isInteger(seconds)).toBe(true);
-      expect(seconds).toBeGreaterThanOrEqual(untilMidnight(after));
-      expect(seconds).toBeLessThanOrEqual(untilMidnight(before));
+      // Counted when the refusal was answered (between before and after) and rounded up to a whole second.
+      expect(after + seconds * 1000).toBeGreaterThanOrEqual(resets);
+      expect(before + seconds * 1000).toBeLessThan(resets + 1000);
     };
-    const day = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
-    await api.db('daily_counters').insert({ workspace_id: s.ws.id, day, kind: 'cold_conversations', count: 200 });
-    await expectRetryAfter(() => send(s.keys[0], template(mobile())), 'COLD_LIMIT_REACHED');
-    await api.db('daily_counters').where({ workspace_id: s.ws.id, kind: 'cold_conversations' }).update({ count: 0 });
-    const first = await send(s.keys[0], template(mobile()));
-    expect(first.status).toBe(201);
     const conversationId = first.body.data.conversationId;
     await api.db('conversations').where({ id: conversationId }).update({ last_inbound_at: new Date() });
     await expectRetryAfter(
       () => api.request('POST', `/api/v1/conversations/${conversationId}/messages`, { key: s.keys[1], body: { text: 'hi' } }),
       'MESSAGE_LIMIT_REACHED',
     );
+    await api.db('daily_counters').where({ workspace_id: s.ws.id, kind: 'cold_conversations', day: cold.day }).update({ count: 200 });
+    await expectRetryAfter(() => send(s.keys[0], template(uniqueMobile())), 'COLD_LIMIT_REACHED');
+  });
+
+  it('a daily message quota of 0 refuses the very first send: 429 MESSAGE_LIMIT_REACHED with Retry-After, nothing sent, counted or kept', async () => {
+    const s = await setup({ plan: { dailyMessageQuota: 0 } });
+    const phone = uniqueMobile();
+    const res = await send(s.ws.key, template(phone));
+    expectError(res, 429, 'MESSAGE_LIMIT_REACHED');
+    const seconds = Number(res.headers.get('retry-after'));
+    expect(Number.isInteger(seconds) && seconds >= 1 && seconds <= 86_400).toBe(true);
+    expect(await callsTo(phone)).toHaveLength(0);
+    expect(await leftovers(s.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
+    // A contact who wrote (window open) cannot be answered either.
+    await inboundText(s, phone, 60_000);
+    const conversation = await api.db('conversations').where({ workspace_id: s.ws.id }).first('id');
+    const reply = await api.request('POST', `/api/v1/conversations/${conversation.id}/messages`, { key: s.ws.key, body: { text: 'Oi' } });
+    expectError(reply, 429, 'MESSAGE_LIMIT_REACHED');
+    expect(reply.headers.get('retry-after')).toMatch(/^[1-9]\d*$/);
+    expect(await callsTo(phone)).toHaveLength(0);
+    expect(await leftovers(s.ws.id)).toEqual({ contacts: 1, conversations: 1, counted: 0 });
   });
 
   it('validates the body: PHONE_REQUIRED, INVALID_PHONE, bounds naming the field, INVALID_URL', async () => {
@@ -338,26 +422,26 @@ describe('POST /api/v1/messages', () => {
     const cases: [Record<string, unknown>, number, string, string?][] = [
       [{ text: 'x' }, 400, 'PHONE_REQUIRED'],
       [{ phone: '11987654321', text: 'x' }, 400, 'INVALID_PHONE'],
-      [{ phone: mobile(), text: 'x'.repeat(4097) }, 400, 'VALIDATION', 'body.text'],
-      [{ phone: mobile(), type: 'text' }, 400, 'VALIDATION', 'body.text'],
+      [{ phone: uniqueMobile(), text: 'x'.repeat(4097) }, 400, 'VALIDATION', 'body.text'],
+      [{ phone: uniqueMobile(), type: 'text' }, 400, 'VALIDATION', 'body.text'],
       [
-        { phone: mobile(), type: 'image', mediaUrl: 'https://example.com/a.jpg', caption: 'c'.repeat(1025) },
+        { phone: uniqueMobile(), type: 'image', mediaUrl: 'https://example.com/a.jpg', caption: 'c'.repeat(1025) },
         400,
         'VALIDATION',
         'body.caption',
       ],
       [
-        { phone: mobile(), type: 'document', mediaUrl: 'https://example.com/a.pdf', fileName: 'f'.repeat(256) },
+        { phone: uniqueMobile(), type: 'document', mediaUrl: 'https://example.com/a.pdf', fileName: 'f'.repeat(256) },
         400,
         'VALIDATION',
         'body.fileName',
       ],
-      [template(mobile(), { templateLanguage: 'p' }), 400, 'VALIDATION', 'body.templateLanguage'],
-      [template(mobile(), { templateVariables: Array(21).fill('v') }), 400, 'VALIDATION', 'body.templateVariables'],
-      [{ phone: mobile(), type: 'image', mediaUrl: 'ftp://example.com/a.jpg' }, 400, 'INVALID_URL'],
-      [{ phone: mobile(), type: 'image', mediaUrl: `https://example.com/${'a'.repeat(2040)}` }, 400, 'VALIDATION', 'body.mediaUrl'],
+      [template(uniqueMobile(), { templateLanguage: 'p' }), 400, 'VALIDATION', 'body.templateLanguage'],
+      [template(uniqueMobile(), { templateVariables: Array(21).fill('v') }), 400, 'VALIDATION', 'body.templateVariables'],
+      [{ phone: uniqueMobile(), type: 'image', mediaUrl: 'ftp://example.com/a.jpg' }, 400, 'INVALID_URL'],
+      [{ phone: uniqueMobile(), type: 'image', mediaUrl: `https://example.com/${'a'.repeat(2040)}` }, 400, 'VALIDATION', 'body.mediaUrl'],
       [{ phone: '5'.repeat(33), text: 'x' }, 400, 'VALIDATION', 'body.phone'],
-      [{ phone: mobile(), type: 'sticker', text: 'x' }, 400, 'VALIDATION', 'body.type'],
+      [{ phone: uniqueMobile(), type: 'sticker', text: 'x' }, 400, 'VALIDATION', 'body.type'],
     ];
     for (const [i, [body, status, code, field]] of cases.entries()) {
       const res = await send(k(i), body);
@@ -368,7 +452,7 @@ describe('POST /api/v1/messages', () => {
 
   it('refuses media above the per-type limit (MEDIA_TOO_LARGE) before anything is created', async () => {
     const s = await setup();
-    const phone = mobile();
+    const phone = uniqueMobile();
     const first = await send(s.ws.key, template(phone));
     await api.db('conversations').where({ id: first.body.data.conversationId }).update({ last_inbound_at: new Date() });
     const big = await send(s.ws.key, { phone, type: 'image', mediaUrl: `${EMULATOR}/__emulator/media/${6 * 1024 * 1024}/photo.jpg` });
@@ -391,11 +475,107 @@ describe('POST /api/v1/messages', () => {
   });
 });
 
+describe('the 24-hour window', () => {
+  it("closes 24 hours after the contact's last message (its provider timestamp): 25 h old refuses text, takes a template; 23 h old takes text", async () => {
+    const s = await setup({ keys: 3 });
+    const [stale, recent] = [uniqueMobile(), uniqueMobile()];
+    await inboundText(s, stale, 25 * HOUR);
+    await inboundText(s, recent, 23 * HOUR);
+
+    expectError(await send(s.keys[0], { phone: stale, text: 'Still interested?' }), 422, 'WINDOW_CLOSED');
+    const conversation = await api
+      .db('conversations as v')
+      .join('contacts as c', 'c.id', 'v.contact_id')
+      .where({ 'v.workspace_id': s.ws.id, 'c.phone': stale })
+      .first('v.id');
+    const path = `/api/v1/conversations/${conversation.id}/messages`;
+    expectError(await api.request('POST', path, { key: s.ws.key, body: { text: 'Still interested?' } }), 422, 'WINDOW_CLOSED');
+    expect(await callsTo(stale)).toHaveLength(0);
+    const reopened = await send(s.keys[1], template(stale));
+    expect(reopened.status).toBe(201);
+    expect(reopened.body.data).toMatchObject({ conversationId: conversation.id, created: { contact: false, conversation: false } });
+    expect((await callsTo(stale)).map((c) => c.body.type)).toEqual(['template']);
+
+    const answered = await send(s.keys[2], { phone: recent, text: 'Oi de novo' });
+    expect(answered.status).toBe(201);
+    expect((await callsTo(recent)).map((c) => c.body)).toMatchObject([{ type: 'text', text: { body: 'Oi de novo' } }]);
+  });
+});
+
+describe('templates', () => {
+  it('sends approved templates only: every other status is 422 TEMPLATE_INVALID before any provider call; the approved language of a name still sends', async () => {
+    const refusedStatuses = TEMPLATE_STATUSES.filter((status) => status !== 'approved');
+    const s = await setup({ keys: refusedStatuses.length + 2 });
+    const register = async (name: string, language: string, status: string) =>
+      expect(
+        (
+          await api.admin('POST', `/admin/v1/workspaces/${s.ws.id}/templates`, {
+            instanceId: s.instanceId,
+            name,
+            language,
+            variableCount: 1,
+            status,
+          })
+        ).status,
+      ).toBe(201);
+    for (const status of refusedStatuses) await register(`offer_${status}`, 'pt_BR', status);
+    // One name, two languages: pending in Portuguese, approved in English.
+    await register('promo', 'pt_BR', 'pending');
+    await register('promo', 'en_US', 'approved');
+
+    for (const [i, status] of refusedStatuses.entries()) {
+      const phone = uniqueMobile();
+      expectError(await send(s.keys[i], template(phone, { templateName: `offer_${status}` })), 422, 'TEMPLATE_INVALID');
+      expect({ status, calls: await callsTo(phone) }).toEqual({ status, calls: [] });
+    }
+    const phone = uniqueMobile();
+    expectError(await send(s.keys[refusedStatuses.length], template(phone, { templateName: 'promo' })), 422, 'TEMPLATE_INVALID');
+    expect(await callsTo(phone)).toHaveLength(0);
+    expect(await leftovers(s.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
+
+    const english = await send(s.keys[refusedStatuses.length + 1], template(phone, { templateName: 'promo', templateLanguage: 'en_US' }));
+    expect(english.status).toBe(201);
+    expect((await callsTo(phone)).map((c) => c.body.template)).toEqual([
+      { name: 'promo', language: { code: 'en_US' }, components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ana' }] }] },
+    ]);
+  });
+});
+
+describe('the daily cap of new numbers: max(200, ceil(0.1 x broadcastLimit))', () => {
+  it.each([
+    [1000, 200],
+    [2000, 200],
+    [2001, 201],
+    [2010, 201],
+  ])('with a broadcast limit of %i: %i new numbers a day, the next one 429 COLD_LIMIT_REACHED', async (broadcastLimit, cap) => {
+    const s = await setup({ plan: { broadcastLimit } });
+    expect((await send(s.ws.key, template(uniqueMobile()))).status).toBe(201);
+    const [row, ...others] = (await counterRows(s.ws.id)).filter((r) => r.kind === 'cold_conversations');
+    expect({ row, others }).toEqual({ row: { kind: 'cold_conversations', day: expect.any(String), count: 1 }, others: [] });
+    // As if cap - 1 new numbers were written to today (on the row the send counted on).
+    await api
+      .db('daily_counters')
+      .where({ workspace_id: s.ws.id, kind: 'cold_conversations', day: row.day })
+      .update({ count: cap - 1 });
+
+    const last = uniqueMobile();
+    expect((await send(s.ws.key, template(last))).status).toBe(201);
+    expect(await callsTo(last)).toHaveLength(1);
+    const over = uniqueMobile();
+    const refused = await send(s.ws.key, template(over));
+    expectError(refused, 429, 'COLD_LIMIT_REACHED');
+    expect(refused.headers.get('retry-after')).toMatch(/^[1-9]\d*$/);
+    expect(await callsTo(over)).toHaveLength(0);
+    expect(await api.db('contacts').where({ workspace_id: s.ws.id, phone: over })).toHaveLength(0);
+    expect((await counterRows(s.ws.id)).filter((r) => r.kind === 'cold_conversations')).toEqual([{ ...row, count: cap }]);
+  });
+});
+
 describe('idempotency', () => {
   it('makes exactly one provider call for 20 concurrent requests with one key; the rest get 409 or the replay', async () => {
     // Cold sends are 5/min per API key: four keys carry the 20 requests, a fifth the replay.
     const s = await setup({ keys: 5 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 300, times: 1 });
     const results = await Promise.all(
       Array.from({ length: 20 }, (_, i) => send(s.keys[i % 4], template(phone), { 'Idempotency-Key': `order-${phone}` })),
@@ -415,7 +595,7 @@ describe('idempotency', () => {
 
   it('frees the key after a failed send so the same key can be retried', async () => {
     const s = await setup();
-    const phone = mobile();
+    const phone = uniqueMobile();
     expectError(
       await send(s.ws.key, template(phone, { templateVariables: [] }), { 'Idempotency-Key': 'retry-me' }),
       422,
@@ -425,12 +605,12 @@ describe('idempotency', () => {
     expect(res.status).toBe(201);
     // Keys are scoped to the workspace: another workspace's identical key is its own send.
     const other = await setup();
-    expect((await send(other.ws.key, template(mobile()), { 'Idempotency-Key': 'retry-me' })).status).toBe(201);
+    expect((await send(other.ws.key, template(uniqueMobile()), { 'Idempotency-Key': 'retry-me' })).status).toBe(201);
   });
 
   it('takes any printable key of 1 to 255 characters, spaces included, and refuses a longer one naming the header', async () => {
     const s = await setup({ keys: 2 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     const key = `order 42 / Ana's #${seq} (retry: 1)`;
     const first = await send(s.keys[0], template(phone), { 'Idempotency-Key': key });
     expect(first.status).toBe(201);
@@ -442,13 +622,13 @@ describe('idempotency', () => {
       body: first.body,
     });
     expect(await callsTo(phone)).toHaveLength(1);
-    const long = await send(s.keys[0], template(mobile()), { 'Idempotency-Key': `k ${'x'.repeat(254)}` });
+    const long = await send(s.keys[0], template(uniqueMobile()), { 'Idempotency-Key': `k ${'x'.repeat(254)}` });
     expectError(long, 400, 'VALIDATION');
     expect(JSON.stringify(long.body)).toContain('Idempotency-Key');
   });
   it('binds a key to its request: another body or the other send endpoint is 422 IDEMPOTENCY_KEY_REUSED, the same body replays', async () => {
     const s = await setup({ keys: 3 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     const key = `bound-${phone}`;
     const first = await send(s.keys[0], template(phone), { 'Idempotency-Key': key });
     expect(first.status).toBe(201);
@@ -457,7 +637,7 @@ describe('idempotency', () => {
       422,
       'IDEMPOTENCY_KEY_REUSED',
     );
-    expectError(await send(s.keys[1], template(mobile()), { 'Idempotency-Key': key }), 422, 'IDEMPOTENCY_KEY_REUSED');
+    expectError(await send(s.keys[1], template(uniqueMobile()), { 'Idempotency-Key': key }), 422, 'IDEMPOTENCY_KEY_REUSED');
     const path = `/api/v1/conversations/${first.body.data.conversationId}/messages`;
     const other = await api.request('POST', path, {
       key: s.ws.key,
@@ -478,7 +658,7 @@ describe('idempotency', () => {
 
   it('never sends twice under a stream of repeats with one key spanning the send and after it: one call, then replays', async () => {
     const s = await setup({ keys: 8 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 200, times: 1 });
     const requests: Promise<Awaited<ReturnType<typeof send>>>[] = [];
     for (let i = 0; i < 32; i++) {
@@ -498,7 +678,7 @@ describe('idempotency', () => {
 describe('answers a client can act on', () => {
   it('a provider that stays down: a prompt 502 SEND_FAILED (not a 30 s wait), compensated, and the key free for a retry', async () => {
     const s = await setup({ keys: 2 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', down: true });
     const started = Date.now();
     const res = await send(s.keys[0], template(phone), { 'Idempotency-Key': `down-${phone}` });
@@ -512,7 +692,7 @@ describe('answers a client can act on', () => {
 
   it('a send whose outcome is unknown (the web gateway did not answer in time): 409 SEND_OUTCOME_UNKNOWN, kept by its key, never sent twice', async () => {
     const s = await setup({ provider: 'web', keys: 2 });
-    const phone = mobile();
+    const phone = uniqueMobile();
     await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 11_000, times: 1 });
     const key = `unknown-${phone}`;
     const first = await send(s.keys[0], { phone, text: 'Oi' }, { 'Idempotency-Key': key });
@@ -520,7 +700,16 @@ describe('answers a client can act on', () => {
     expect(first.body.hint).toMatch(/check the conversation/i);
     const again = await send(s.keys[1], { phone, text: 'Oi' }, { 'Idempotency-Key': key });
     expectError(again, 409, 'SEND_OUTCOME_UNKNOWN');
-    await new Promise((r) => setTimeout(r, 1500));
+    // Counted once the key's send is over (its last run closed: nothing of it can call the provider any more).
+    const handle = (await temporal.get()).workflow.getHandle(`send/${s.ws.id}/key/${key}`);
+    const closed = await eventually('the send workflow to close', async () => {
+      const { status } = await handle.describe();
+      return status.name !== 'RUNNING' && status.name;
+    });
+    expect(closed).toBe('FAILED');
+    // One attempt, left in flight (only the provider knows whether it took it), and one provider call.
+    const attempts = await api.db('send_attempts').where({ workspace_id: s.ws.id }).select('reference', 'state');
+    expect(attempts).toEqual([{ reference: expect.stringMatching(`^send/${s.ws.id}/key/${key}/`), state: 'in_flight' }]);
     expect(await callsTo(phone)).toHaveLength(1);
     // The contact and conversation stay: the provider may have delivered the message.
     expect(await leftovers(s.ws.id)).toMatchObject({ contacts: 1, conversations: 1 });
@@ -528,7 +717,7 @@ describe('answers a client can act on', () => {
 
   it('refuses what an instance cannot carry before any provider call: a template through the web gateway, an Instagram instance', async () => {
     const web = await setup({ provider: 'web' });
-    const phone = mobile();
+    const phone = uniqueMobile();
     expectError(await send(web.ws.key, template(phone)), 422, 'TEMPLATE_UNSUPPORTED');
     expect(await leftovers(web.ws.id)).toEqual({ contacts: 0, conversations: 0, counted: 0 });
     const s = await setup({ keys: 2 });
@@ -560,7 +749,7 @@ describe('a provider call that gets no answer', () => {
           url: `${quick.url}/webhooks/whatsapp/${s.instanceId}`,
           appSecret: 's',
         });
-        const phone = mobile();
+        const phone = uniqueMobile();
         // The provider answers after 11 s: the adapter gives up at 10 s, not knowing whether it was accepted.
         await emulator('/__emulator/script', {
           to: phone,
@@ -598,7 +787,7 @@ describe('a provider call that gets no answer', () => {
 describe('POST /api/v1/conversations/{id}/messages', () => {
   it("sends in an existing conversation with the same rules, and 404 for another workspace's conversation", async () => {
     const s = await setup();
-    const phone = mobile();
+    const phone = uniqueMobile();
     const first = await send(s.ws.key, template(phone));
     const conversationId = first.body.data.conversationId;
     const path = `/api/v1/conversations/${conversationId}/messages`;

@@ -8,6 +8,7 @@ import { createMessagingActivities } from '../activities/messaging';
 import { saveSendRequest, sendInputFor } from '../domain/messaging/send-requests';
 import type { PreparedSend, SendOutcome } from '../types/messaging';
 import { createWorkspace, startApi, TestApi } from './helpers';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -34,7 +35,7 @@ it('prepares once and compensates once, however often each step is retried', asy
   const env = new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/saga-test`, runId: 'run-1' } } as never);
   // As the API starts a send: the request stored, the workflow given its id.
   const request = {
-    phone: `55219${String(70000000 + (process.pid % 9999999))}`,
+    phone: uniqueMobile('21'),
     message: { type: 'template' as const, templateName: 'hello', templateLanguage: 'pt_BR', templateVariables: [] },
   };
   await saveSendRequest(api.db, ws.id, 'saga-test', request);
@@ -50,9 +51,20 @@ it('prepares once and compensates once, however often each step is retried', asy
     );
   expect(await counters()).toEqual({ messages: 1, cold_conversations: 1 });
 
+  // Other sends of the same day on the rows prepare counted on (its `day`): a unit given back twice would show.
+  await api.db('daily_counters').where({ workspace_id: ws.id, day: first.day, kind: 'messages' }).increment('count', 6);
+  await api.db('daily_counters').where({ workspace_id: ws.id, day: first.day, kind: 'cold_conversations' }).increment('count', 4);
+  expect(await counters()).toEqual({ messages: 7, cold_conversations: 5 });
+  const undone = async () => (await api.db('send_preparations').where({ reference: first.reference }).first('undone_at')).undone_at;
+  expect(await undone()).toBeNull();
+
   await env.run(activities.undoPrepare, first);
+  const undoneAt = await undone();
+  expect(undoneAt).not.toBeNull();
   await env.run(activities.undoPrepare, first);
-  expect(await counters()).toEqual({ messages: 0, cold_conversations: 0 });
+  // Given back exactly once: one unit of each counter, and the undo recorded once (the retry changed nothing).
+  expect(await counters()).toEqual({ messages: 6, cold_conversations: 4 });
+  expect(await undone()).toEqual(undoneAt);
   expect(await api.db('contacts').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
   expect(await api.db('conversations').where({ workspace_id: ws.id }).count('* as n').first()).toEqual({ n: 0 });
 });
@@ -75,7 +87,7 @@ it('records a send whose contact and conversation a concurrent failed send compe
   const activities = createMessagingActivities({ db: api.db, config: api.config });
   const run = (id: string) =>
     new MockActivityEnvironment({ workflowExecution: { workflowId: `send/${ws.id}/key/${id}`, runId: 'r' } } as never);
-  const phone = `55219${String(60000000 + (process.pid % 9999999))}`;
+  const phone = uniqueMobile('21');
   // The inline shape of a send started before send_requests (still replayed and run).
   const input = {
     workspaceId: ws.id,
