@@ -7,27 +7,29 @@ import { randomUUID } from 'node:crypto';
 import { ALL_SCOPES } from '../domain/access/scopes';
 import { MAX_CHAIN_DEPTH, render } from '../domain/automations/automations';
 import { createAutomationActivities } from '../activities/automations';
+import { resetClock } from '../domain/kernel/clock';
 import {
-  awayFromMinuteBoundary,
   createWorkspace,
   eventually,
   expectError,
   outbox,
+  pinRateClock,
   seedContact,
   seedPipeline,
   startApi,
   TestApi,
   Workspace,
 } from './helpers';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 beforeAll(async () => {
   api = await startApi();
 });
 afterAll(() => api.close());
+afterEach(() => resetClock());
 
-let seq = 0;
-const phone = (): string => `55419${String(81000000 + ++seq * 7901 + (process.pid % 983))}`;
+const phone = (): string => uniqueMobile('41');
 
 async function workspace(plan?: Record<string, unknown>): Promise<Workspace> {
   return createWorkspace(api, { scopes: [...ALL_SCOPES], plan });
@@ -284,11 +286,12 @@ describe('receiver limits', () => {
       const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
       const other = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'y' }] });
       const post = (url: string) => limited.request('POST', new URL(url).pathname, { body: { a: 1 } });
-      await awayFromMinuteBoundary();
+      // The token's count is the API's (this process's clock); 5 s into the minute, 55 s are left.
+      pinRateClock(5);
       for (let i = 0; i < 3; i++) expect((await post(flow.webhookUrl!)).status).toBe(202);
       const refused = await post(flow.webhookUrl!);
       expectError(refused, 429, 'TOKEN_RATE_LIMITED');
-      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(refused.headers.get('retry-after')).toBe('55');
       // The refused delivery left no run; another token is not affected.
       expect(await runs(ws, flow.id)).toHaveLength(3);
       expect((await post(other.webhookUrl!)).status).toBe(202);
@@ -456,7 +459,7 @@ describe('send_message action', () => {
         { type: 'add_note', body: 'welcome sent as {{message.id}}' },
       ],
     });
-    const number = `55119${String(70000000 + ((process.pid * 11 + ++seq * 7919) % 20000000))}`;
+    const number = uniqueMobile();
     expect((await hook(flow.webhookUrl!, { id: 'w-1', phone: number, name: 'Bruna' })).body.data.status).toBe('accepted');
     const [run] = await settledRuns(ws, flow.id, 1);
     expect(run).toMatchObject({ status: 'completed', error: null });
@@ -472,7 +475,7 @@ describe('send_message action', () => {
     expect(note.body).toBe(`welcome sent as ${message.id}`);
 
     // The same rules as the send API: the daily message quota (1) is spent, so a second send fails the run.
-    const second = `55119${String(70000000 + ((process.pid * 11 + ++seq * 7919) % 20000000))}`;
+    const second = uniqueMobile();
     await hook(flow.webhookUrl!, { id: 'w-2', phone: second, name: 'Caio' });
     const after = await settledRuns(ws, flow.id, 2);
     const failed = after.find((r) => r.externalId === 'w-2')!;

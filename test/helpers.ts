@@ -14,6 +14,7 @@ import { createServiceDb, Db } from '../domain/platform/db';
 import { REDACT_PATHS } from '../domain/platform/logger';
 import { temporalClientFactory } from '../domain/platform/temporal';
 import type { Scope } from '../domain/access/scopes';
+import { setNow } from '../domain/kernel/clock';
 
 export interface ApiResponse<T = any> {
   status: number;
@@ -309,10 +310,31 @@ export async function startReceiver(): Promise<Receiver> {
   };
 }
 
-/** Rate-limit windows are calendar minutes: a test counting up to a limit starts well inside one. */
-export async function awayFromMinuteBoundary(): Promise<void> {
-  const second = new Date().getUTCSeconds();
-  if (second >= 45) await new Promise((r) => setTimeout(r, (61 - second) * 1000));
+/**
+ * Pins the rate-limit clock (domain/kernel/clock.ts) of every API this test file starts with
+ * startApi (they run in this process) at `secondsIn` seconds into the next calendar minute, and
+ * returns that instant, its minute's start and the minute as `rate_limit_counters.window_start`.
+ * A test counting up to a limit then counts in one window however long it takes, never waiting for
+ * a minute to begin, and `X-RateLimit-Reset` / `Retry-After` are exactly `60 - secondsIn`. The
+ * minute is one still to come, so no process's counter pruning removes its rows meanwhile.
+ * Processes with a clock of their own (the worker's dispatcher, an API started as a child process)
+ * keep the real minute. `resetClock()` (domain/kernel/clock.ts; in afterEach) gives the real clock back.
+ */
+export function pinRateClock(secondsIn = 5): { at: number; start: number; windowStart: string } {
+  const start = (Math.floor(Date.now() / 60_000) + 1) * 60_000;
+  const at = start + secondsIn * 1000;
+  setNow(at);
+  return { at, start, windowStart: new Date(start).toISOString() };
+}
+
+/**
+ * For a limit counted where this process cannot set the clock (the worker's dispatcher, an API
+ * started as a child process): waits for the next real minute only when less than `needMs` is left
+ * of this one, so what the test counts within `needMs` from now falls in one window.
+ */
+export async function realMinuteWithRoom(needMs: number): Promise<void> {
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < needMs) await new Promise((r) => setTimeout(r, left + 50));
 }
 
 /**

@@ -1,8 +1,20 @@
 import path from 'node:path';
 import { route } from '../api/route';
-import { FLUSH_MS, KEY_CACHE_MS } from '../domain/access/rate-limit';
+import { FLUSH_MS, KEY_CACHE_MS, pruneCounters } from '../domain/access/rate-limit';
+import { resetClock, setNow } from '../domain/kernel/clock';
 import { freePort, nodeTs, ROOT, startChild, waitForHttp } from '../scripts/stack';
-import { ApiResponse, createWorkspace, eventually, expectError, startApi, TestApi, awayFromMinuteBoundary, uniqueIp } from './helpers';
+import {
+  ApiResponse,
+  createWorkspace,
+  eventually,
+  expectError,
+  pinRateClock,
+  realMinuteWithRoom,
+  startApi,
+  TestApi,
+  uniqueIp,
+} from './helpers';
+import { uniqueMobile } from './phones';
 
 const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
 
@@ -72,6 +84,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all([api.close(), second.stop()]);
 });
+afterEach(() => resetClock());
 
 function limitHeaders(res: { headers: Headers }) {
   return {
@@ -83,7 +96,7 @@ function limitHeaders(res: { headers: Headers }) {
 
 describe('rate limits', () => {
   it("enforces the key's own limit, set through the admin API, with headers and Retry-After", async () => {
-    await awayFromMinuteBoundary();
+    pinRateClock(5);
     const ws = await createWorkspace(api, { scopes: ['pipelines:read'], rateLimitPerMinute: 1000 });
     await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/api-keys/${ws.keyId}`, { rateLimitPerMinute: 3 });
     const seen = [];
@@ -92,18 +105,16 @@ describe('rate limits', () => {
       expect(res.status).toBe(200);
       seen.push(limitHeaders(res));
     }
-    expect(seen.map((h) => h.remaining)).toEqual([2, 1, 0]);
-    expect(seen.every((h) => h.limit === 3 && h.reset >= 1 && h.reset <= 60)).toBe(true);
+    // 5 s into the minute: 55 s until it turns.
+    expect(seen).toEqual([2, 1, 0].map((remaining) => ({ limit: 3, remaining, reset: 55 })));
     const blocked = await api.request('GET', '/api/v1/pipelines', { key: ws.key });
     expectError(blocked, 429, 'RATE_LIMITED');
-    const retryAfter = Number(blocked.headers.get('retry-after'));
-    expect(retryAfter).toBeGreaterThanOrEqual(1);
-    expect(retryAfter).toBeLessThanOrEqual(60);
-    expect(limitHeaders(blocked)).toMatchObject({ limit: 3, remaining: 0 });
+    expect(blocked.headers.get('retry-after')).toBe('55');
+    expect(limitHeaders(blocked)).toEqual({ limit: 3, remaining: 0, reset: 55 });
   });
 
   it('counts per key: another key of the same workspace is not affected', async () => {
-    await awayFromMinuteBoundary();
+    pinRateClock(5);
     const ws = await createWorkspace(api, { scopes: ['pipelines:read'], rateLimitPerMinute: 1 });
     expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key })).status).toBe(200);
     expectError(await api.request('GET', '/api/v1/pipelines', { key: ws.key }), 429, 'RATE_LIMITED');
@@ -116,7 +127,8 @@ describe('rate limits', () => {
   });
 
   it('shares counters between API replicas through PostgreSQL', async () => {
-    await awayFromMinuteBoundary();
+    // Both APIs run in this process: one clock for both, as NTP gives replicas.
+    pinRateClock(5);
     const replica = await startApi();
     try {
       const ws = await createWorkspace(api, { scopes: ['pipelines:read'], rateLimitPerMinute: 4 });
@@ -132,8 +144,8 @@ describe('rate limits', () => {
   });
 
   it('limits GET /api/v1/pipelines to 120 requests a minute per IP, before authentication', async () => {
-    await awayFromMinuteBoundary();
-    const ip = '192.0.2.77';
+    pinRateClock(5);
+    const ip = uniqueIp();
     const statuses: number[] = [];
     for (let i = 0; i < 120; i += 1) {
       const res = await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': ip } });
@@ -142,25 +154,25 @@ describe('rate limits', () => {
     expect(new Set(statuses)).toEqual(new Set([401]));
     const blocked = await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': ip } });
     expectError(blocked, 429, 'IP_RATE_LIMITED');
-    expect(limitHeaders(blocked)).toMatchObject({ limit: 120, remaining: 0 });
-    expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(limitHeaders(blocked)).toEqual({ limit: 120, remaining: 0, reset: 55 });
+    expect(blocked.headers.get('retry-after')).toBe('55');
     // Even a valid key is refused from that IP; another IP is untouched.
     const ws = await createWorkspace(api, { scopes: ['pipelines:read'] });
     expectError(await api.request('GET', '/api/v1/pipelines', { key: ws.key, headers: { 'x-forwarded-for': ip } }), 429, 'IP_RATE_LIMITED');
-    expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key, headers: { 'x-forwarded-for': '192.0.2.78' } })).status).toBe(200);
+    expect((await api.request('GET', '/api/v1/pipelines', { key: ws.key, headers: { 'x-forwarded-for': uniqueIp() } })).status).toBe(200);
   });
 
   it('holds the send profile at 15 a minute per key even when the key allows 1000', async () => {
-    await awayFromMinuteBoundary();
+    pinRateClock(5);
     const ws = await createWorkspace(api, { scopes: ['conversations:send'], rateLimitPerMinute: 1000 });
     for (let i = 0; i < 15; i += 1) expect((await api.request('POST', '/api/v1/__test/send', { key: ws.key })).status).toBe(200);
     const blocked = await api.request('POST', '/api/v1/__test/send', { key: ws.key });
     expectError(blocked, 429, 'SEND_RATE_LIMITED');
-    expect(limitHeaders(blocked)).toMatchObject({ limit: 15, remaining: 0 });
+    expect(limitHeaders(blocked)).toEqual({ limit: 15, remaining: 0, reset: 55 });
   });
 
   it('holds the cold-send profile at 5 a minute per key even when the key allows 1000', async () => {
-    await awayFromMinuteBoundary();
+    pinRateClock(5);
     const ws = await createWorkspace(api, { scopes: ['conversations:send'], rateLimitPerMinute: 1000 });
     const remaining = [];
     for (let i = 0; i < 5; i += 1) {
@@ -172,7 +184,102 @@ describe('rate limits', () => {
     expect(remaining[0].limit).toBe(5);
     const blocked = await api.request('POST', '/api/v1/__test/cold-send', { key: ws.key });
     expectError(blocked, 429, 'COLD_SEND_RATE_LIMITED');
-    expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(blocked.headers.get('retry-after')).toBe('55');
+  });
+
+  describe("counts in the clock's minute", () => {
+    const MINUTE = 60_000;
+
+    it('a request at hh:mm:59.9 counts in that minute, one at hh:(mm+1):00.0 starts the count again; Reset and Retry-After follow the clock (one exact statement a request)', async () => {
+      const { start } = pinRateClock(5);
+      const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 2 });
+      const get = () => api.request('GET', '/api/v1/tags', { key: ws.key });
+      setNow(start + 59_900);
+      expect(limitHeaders(await get())).toEqual({ limit: 2, remaining: 1, reset: 1 });
+      expect(limitHeaders(await get())).toEqual({ limit: 2, remaining: 0, reset: 1 });
+      const blocked = await get();
+      expectError(blocked, 429, 'RATE_LIMITED');
+      expect(blocked.headers.get('retry-after')).toBe('1');
+      setNow(start + MINUTE);
+      const next = await get();
+      expect(next.status).toBe(200);
+      expect(limitHeaders(next)).toEqual({ limit: 2, remaining: 1, reset: 60 });
+      setNow(start + MINUTE + 30_500);
+      expect(limitHeaders(await get())).toEqual({ limit: 2, remaining: 0, reset: 30 });
+      const again = await get();
+      expectError(again, 429, 'RATE_LIMITED');
+      expect(again.headers.get('retry-after')).toBe('30');
+    });
+
+    it('so does a per-IP count before authentication', async () => {
+      const { start } = pinRateClock(5);
+      const ip = uniqueIp();
+      const anonymous = () => api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': ip } });
+      setNow(start + 59_900);
+      expect(limitHeaders(await anonymous())).toEqual({ limit: 120, remaining: 119, reset: 1 });
+      expect(limitHeaders(await anonymous())).toEqual({ limit: 120, remaining: 118, reset: 1 });
+      setNow(start + MINUTE);
+      expect(limitHeaders(await anonymous())).toEqual({ limit: 120, remaining: 119, reset: 60 });
+    });
+
+    it("so does a batch's items (counted only if they fit)", async () => {
+      const { start } = pinRateClock(5);
+      const ws = await createWorkspace(api, { scopes: ['leads:write'], rateLimitPerMinute: 3 });
+      const batch = (label: string) =>
+        api.request('POST', '/api/v1/leads/batch', {
+          key: ws.key,
+          body: { leads: [1, 2, 3].map((i) => ({ phone: uniqueMobile(), name: `${label} ${i}` })) },
+        });
+      setNow(start + 59_900);
+      const first = await batch('last second');
+      expect(first.status).toBe(200);
+      expect(limitHeaders(first)).toEqual({ limit: 3, remaining: 0, reset: 1 });
+      setNow(start + MINUTE);
+      const next = await batch('new minute');
+      expect(next.status).toBe(200);
+      expect(limitHeaders(next)).toEqual({ limit: 3, remaining: 0, reset: 60 });
+    });
+
+    it('so does a high-rate key counted in memory', async () => {
+      const { start } = pinRateClock(5);
+      const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 1000 });
+      const get = () => api.request('GET', '/api/v1/tags', { key: ws.key });
+      setNow(start + 59_900);
+      // The first request reads the key with the exact statement; the next ones, within the second, need none.
+      expect(limitHeaders(await get())).toEqual({ limit: 1000, remaining: 999, reset: 1 });
+      expect(limitHeaders(await get())).toEqual({ limit: 1000, remaining: 998, reset: 1 });
+      setNow(start + MINUTE);
+      expect(limitHeaders(await get())).toEqual({ limit: 1000, remaining: 999, reset: 60 });
+      expect(limitHeaders(await get())).toEqual({ limit: 1000, remaining: 998, reset: 60 });
+    });
+  });
+
+  it("prunes only the counters that are over two minutes old by the clock and by PostgreSQL both: never a process's current window", async () => {
+    const bucket = `prune:${process.pid}:${uniqueIp()}`;
+    const [{ m }] = (await api.db.raw(`SELECT extract(epoch FROM date_trunc('minute', now()))::bigint * 1000 AS m`)).rows;
+    const realMinute = Number(m); // PostgreSQL's current minute
+    const MINUTE = 60_000;
+    const insert = (...windows: number[]) =>
+      api.db('rate_limit_counters').insert(windows.map((w) => ({ bucket, window_start: new Date(w), shard: 0, count: 1 })));
+    const left = async (): Promise<number[]> =>
+      (await api.db('rate_limit_counters').where({ bucket }).orderBy('window_start').select('window_start')).map(
+        (r: { window_start: Date }) => r.window_start.getTime(),
+      );
+
+    // The clock ten minutes behind PostgreSQL: its current window and the one before stay; two minutes and 5 s
+    // before it is gone. Rows old only by PostgreSQL's now() stay too.
+    const past = realMinute - 10 * MINUTE;
+    await insert(realMinute, realMinute - 3 * MINUTE, past, past - MINUTE, past - 2 * MINUTE);
+    setNow(past + 5_000);
+    await pruneCounters(api.db);
+    expect(await left()).toEqual([past - MINUTE, past, realMinute - 3 * MINUTE, realMinute]);
+
+    // The clock ten minutes ahead: PostgreSQL's current minute stays, and so does the clock's.
+    const future = realMinute + 10 * MINUTE;
+    await insert(future);
+    setNow(future + 5_000);
+    await pruneCounters(api.db);
+    expect(await left()).toEqual([realMinute, future]);
   });
 
   it('puts the rate-limit headers on every /api/v1 response: success, 401, 403, 400 and unknown routes', async () => {
@@ -223,7 +330,9 @@ describe('rate limits', () => {
   });
 
   it('holds a large limit across two API processes on one database, counted in memory and on several rows, within the documented overshoot', async () => {
-    await awayFromMinuteBoundary();
+    // The second API is a process of its own, on the real clock: so is this one here, and the 700
+    // requests (a few seconds) must fall in one real minute.
+    await realMinuteWithRoom(30_000);
     const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 1000 });
     const ip = uniqueIp();
     const TOTAL = 700;
@@ -314,7 +423,7 @@ describe('rate limits', () => {
   });
 
   it('refuses a revoked high-rate key on the other process more than a second after its revocation, even while its counter rows are locked (reads and flushes stall)', async () => {
-    await awayFromMinuteBoundary();
+    // The second process counts on the real clock; the lock holds this real minute's rows and the next's.
     const ws = await createWorkspace(api, { scopes: ['tags:read'], rateLimitPerMinute: 1000 });
     for (let i = 0; i < 3; i++) expect((await second.get('/api/v1/tags', ws.key)).status).toBe(200); // cached there, counted in memory
     // What stalls a flush for real: another transaction holding the key's counter rows (every shard,

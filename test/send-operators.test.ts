@@ -3,13 +3,14 @@
  */
 import { loadConfig } from '../domain/platform/config';
 import { searchHash, temporalClientFactory } from '../domain/platform/temporal';
-import { createWorkspace, expectError, startApi, TestApi, awayFromMinuteBoundary } from './helpers';
+import { resetClock } from '../domain/kernel/clock';
+import { createWorkspace, expectError, pinRateClock, startApi, TestApi } from './helpers';
+import { uniqueMobile } from './phones';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
 const temporal = temporalClientFactory(loadConfig());
-let seq = 0;
-const mobile = (): string => `55219${String(30000000 + ((process.pid * 11 + ++seq * 6007) % 60000000))}`;
+const mobile = (): string => uniqueMobile('21');
 
 beforeAll(async () => {
   api = await startApi();
@@ -18,6 +19,7 @@ afterAll(async () => {
   await api.close();
   await temporal.close();
 });
+afterEach(() => resetClock());
 
 async function workspaceWithInstance() {
   const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
@@ -86,13 +88,13 @@ it('shows a stuck send in Temporal: found by its search attributes, the provider
 it('limits conversation sends to 15 per minute per key (SEND_RATE_LIMITED)', async () => {
   const { ws } = await workspaceWithInstance();
   const path = '/api/v1/conversations/00000000-0000-4000-8000-000000000000/messages';
-  await awayFromMinuteBoundary();
+  pinRateClock(5);
   const statuses: number[] = [];
   for (let i = 0; i < 15; i++) statuses.push((await api.request('POST', path, { key: ws.key, body: { text: 'x' } })).status);
   expect(new Set(statuses)).toEqual(new Set([404]));
   const blocked = await api.request('POST', path, { key: ws.key, body: { text: 'x' } });
   expectError(blocked, 429, 'SEND_RATE_LIMITED');
-  expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
+  expect(blocked.headers.get('retry-after')).toBe('55');
 });
 
 it('gives up on a provider that stays down: SEND_FAILED after the retries, and the compensation leaves nothing behind', async () => {

@@ -39,6 +39,7 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
     const hash = hashApiKey(token);
     const scaledIp = scaled(ctx, ip);
     const bucketsOf = (key: KeyRow) => scaled(ctx, keyBuckets(key.id, key.rate_limit_per_minute, keyProfile));
+    // Real time, for the key cache and expiry; the rate windows follow domain/kernel/clock (LocalCounts' default).
     const now = Date.now();
     // A key that needs no statement: read in the last second, usable, every bucket's limit large.
     const inMemory = (candidate: KeyRow | undefined) => {
@@ -61,7 +62,7 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
       setAuth(ctx, key);
       markCountedInMemory(ctx);
       // The IP's states first: when both are exhausted, the IP's answers, as on the exact path.
-      record(ctx, ctx.limits.counts.take(buckets, now));
+      record(ctx, ctx.limits.counts.take(buckets));
     } else {
       // One round trip: the IP's count, the key, and the key's counts when the key is usable. The
       // statement decides whether the key is usable (not revoked, not expired by the database's
@@ -88,7 +89,7 @@ export function apiKeyAuth(scopes: Scope[], keyProfile?: KeyProfile, ipProfile?:
       setAuth(ctx, key);
       const keyStates = bucketStates(bucketsOf(key), found.counted);
       // What this request's statement counted, for the requests of a usable key counted in memory next.
-      ctx.limits.counts.learn([...ipStates, ...keyStates], now);
+      ctx.limits.counts.learn([...ipStates, ...keyStates]);
       record(ctx, keyStates);
     }
     const suspended = suspension(key, 'api');

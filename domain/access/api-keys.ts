@@ -8,6 +8,7 @@ import {
   SHARDS,
   shardsFor,
   THIS_MINUTE,
+  windowAt,
   type CountedRow,
   type KeyProfile,
 } from './rate-limit';
@@ -133,10 +134,11 @@ export async function authenticateAndCount(
   profile: KeyProfile | null,
   scale: number,
 ): Promise<{ key: KeyRow | undefined; counted: CountedRow[] }> {
+  const window = windowAt();
   const { rows } = await db.raw<{
     rows: {
       key: (Omit<KeyRow, 'expires_at' | 'revoked_at'> & { expires_at: string | null; revoked_at: string | null }) | null;
-      counted: CountedRow[] | null;
+      counted: Omit<CountedRow, 'reset'>[] | null;
     }[];
   }>(
     `WITH k AS (
@@ -161,11 +163,11 @@ export async function authenticateAndCount(
             WHERE v.name IS NOT NULL
          ) AS requested`)}
      SELECT (SELECT row_to_json(k) FROM k) AS key, (SELECT json_agg(counted) FROM counted) AS counted`,
-    { hash: keyHash, ip: ip?.name ?? null, ipShards: ip ? shardsFor(ip.limit) : 1, profile, scale },
+    { hash: keyHash, ip: ip?.name ?? null, ipShards: ip ? shardsFor(ip.limit) : 1, profile, scale, windowStart: window.windowStart },
   );
   const raw = rows[0].key;
   const key: KeyRow | undefined = raw
     ? { ...raw, expires_at: raw.expires_at ? new Date(raw.expires_at) : null, revoked_at: raw.revoked_at ? new Date(raw.revoked_at) : null }
     : undefined;
-  return { key, counted: rows[0].counted ?? [] };
+  return { key, counted: (rows[0].counted ?? []).map((row) => ({ ...row, reset: window.resetSeconds })) };
 }

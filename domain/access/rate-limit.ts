@@ -1,9 +1,17 @@
 import ipaddr from 'ipaddr.js';
+import { clock } from '../kernel';
 import type { Db } from '../platform';
 
 /**
  * Rate limits are fixed one-minute windows counted in PostgreSQL, so every API replica shares
  * them. One statement increments every bucket a request touches and returns the counts.
+ *
+ * The window is the calendar minute of the process's clock (domain/kernel/clock.ts), not of
+ * PostgreSQL's: each statement is given the window's start as a bound parameter (windowAt), and
+ * the seconds until it ends are computed from the same instant. So the replicas' own clocks decide
+ * which minute a request counts in: replicas skewed by a few milliseconds (NTP) disagree only on
+ * the requests of those milliseconds around the minute's turn. Tests set the clock of the process
+ * they run the API in; production never does.
  */
 
 /** Per-IP limits applied before authentication, by operation profile (requests per minute). */
@@ -96,15 +104,36 @@ export function shardsFor(limit: number): number {
   return limit >= SHARDED_LIMIT ? SHARDS : 1;
 }
 
-/** The `window_start` column of a request counted now: the current calendar minute. */
-export const THIS_MINUTE = `date_trunc('minute', now())`;
+export const WINDOW_MS = 60_000;
+
+/** A rate-limit window as an instant of the clock sees it: the calendar minute it falls in. */
+export interface RateWindow {
+  /** The minute's first millisecond (ms since the epoch). */
+  start: number;
+  /** `start` as the bound value of THIS_MINUTE (ISO 8601). */
+  windowStart: string;
+  /** Seconds from the instant to the minute's end, rounded up, at least 1 (`X-RateLimit-Reset`, `Retry-After`). */
+  resetSeconds: number;
+}
+
+/** The window a request counted at `at` (the clock's reading) falls in. */
+export function windowAt(at: number = clock.now()): RateWindow {
+  const start = Math.floor(at / WINDOW_MS) * WINDOW_MS;
+  return { start, windowStart: new Date(start).toISOString(), resetSeconds: Math.max(1, Math.ceil((start + WINDOW_MS - at) / 1000)) };
+}
+
+/**
+ * The `window_start` of a request counted now: the named binding `windowStart`, a RateWindow's
+ * (never PostgreSQL's now(): the clock decides the window, and the text stays one statement).
+ */
+export const THIS_MINUTE = `CAST(:windowStart AS timestamptz)`;
 
 /**
  * Adds `n` requests to each bucket named by `namesSql` (a query with `name`, `shards`, `n` and
  * `window_start` columns), on this connection's shard row: two CTEs, `counted` holding each
  * bucket's total across its rows afterwards, usable alone or in a larger statement (see
  * authenticateAndCount, LocalCounts). Names are taken in sorted order, so concurrent multi-row
- * upserts never deadlock.
+ * upserts never deadlock. No binding of its own: the caller's window is in `namesSql`.
  */
 export const COUNT_BUCKETS_CTES = (namesSql: string): string =>
   `counted_rows AS (
@@ -115,25 +144,36 @@ export const COUNT_BUCKETS_CTES = (namesSql: string): string =>
    ), counted AS (
      SELECT r.bucket, r.window_start,
             (r.count + coalesce((SELECT sum(o.count) FROM rate_limit_counters o
-                                  WHERE o.bucket = r.bucket AND o.window_start = r.window_start AND o.shard <> r.shard), 0))::int AS count,
-            ceil(extract(epoch FROM (r.window_start + interval '1 minute' - now()))) AS reset
+                                  WHERE o.bucket = r.bucket AND o.window_start = r.window_start AND o.shard <> r.shard), 0))::int AS count
        FROM counted_rows r
    )`;
 
+/** A bucket's total in a window, and the seconds until the window ends (its RateWindow's resetSeconds). */
 export interface CountedRow {
   bucket: string;
   count: number;
-  reset: string | number;
+  reset: number;
 }
 
-/** Adds each bucket's `n` (1 when unset) to its count in the current minute and returns the buckets' states (one statement). */
+/** Adds each bucket's `n` (1 when unset) to its count in the clock's current minute and returns the buckets' states (one statement). */
 export async function consume(db: Db, buckets: Bucket[]): Promise<BucketState[]> {
   if (buckets.length === 0) return [];
-  const result = await db.raw<{ rows: CountedRow[] }>(
-    `WITH ${COUNT_BUCKETS_CTES(`SELECT unnest(?::text[]) AS name, unnest(?::int[]) AS shards, unnest(?::int[]) AS n, ${THIS_MINUTE} AS window_start`)} SELECT bucket, count, reset FROM counted`,
-    [buckets.map((b) => b.name), buckets.map((b) => shardsFor(b.limit)), buckets.map((b) => b.n ?? 1)],
+  const window = windowAt();
+  const result = await db.raw<{ rows: { bucket: string; count: number }[] }>(
+    `WITH ${COUNT_BUCKETS_CTES(
+      `SELECT unnest(CAST(:names AS text[])) AS name, unnest(CAST(:shards AS int[])) AS shards, unnest(CAST(:n AS int[])) AS n, ${THIS_MINUTE} AS window_start`,
+    )} SELECT bucket, count FROM counted`,
+    {
+      names: buckets.map((b) => b.name),
+      shards: buckets.map((b) => shardsFor(b.limit)),
+      n: buckets.map((b) => b.n ?? 1),
+      windowStart: window.windowStart,
+    },
   );
-  return bucketStates(buckets, result.rows);
+  return bucketStates(
+    buckets,
+    result.rows.map((row) => ({ ...row, reset: window.resetSeconds })),
+  );
 }
 
 /**
@@ -145,7 +185,8 @@ export async function consume(db: Db, buckets: Bucket[]): Promise<BucketState[]>
  * bound. Taken or not, the state is the bucket's count afterwards (refused: as last seen).
  */
 export async function consumeIfRoom(db: Db, bucket: Bucket & { n: number }): Promise<{ state: BucketState; taken: boolean }> {
-  const { rows } = await db.raw<{ rows: { taken: boolean; count: number; reset: string | number }[] }>(
+  const window = windowAt();
+  const { rows } = await db.raw<{ rows: { taken: boolean; count: number }[] }>(
     `WITH others AS (
        SELECT coalesce(sum(o.count), 0) AS count FROM rate_limit_counters o
         WHERE o.bucket = CAST(:name AS text) AND o.window_start = ${THIS_MINUTE} AND o.shard <> pg_backend_pid() % CAST(:shards AS int)
@@ -161,11 +202,10 @@ export async function consumeIfRoom(db: Db, bucket: Bucket & { n: number }): Pro
        RETURNING count
      )
      SELECT EXISTS (SELECT 1 FROM taken) AS taken,
-            CAST(coalesce((SELECT count FROM taken), (SELECT count FROM own)) + (SELECT count FROM others) AS int) AS count,
-            ceil(extract(epoch FROM (${THIS_MINUTE} + interval '1 minute' - now()))) AS reset`,
-    { name: bucket.name, n: bucket.n, limit: bucket.limit, shards: shardsFor(bucket.limit) },
+            CAST(coalesce((SELECT count FROM taken), (SELECT count FROM own)) + (SELECT count FROM others) AS int) AS count`,
+    { name: bucket.name, n: bucket.n, limit: bucket.limit, shards: shardsFor(bucket.limit), windowStart: window.windowStart },
   );
-  const [state] = bucketStates([bucket], [{ bucket: bucket.name, count: rows[0].count, reset: rows[0].reset }]);
+  const [state] = bucketStates([bucket], [{ bucket: bucket.name, count: rows[0].count, reset: window.resetSeconds }]);
   return { state, taken: rows[0].taken };
 }
 
@@ -188,8 +228,16 @@ export function tightest(states: BucketState[]): BucketState | undefined {
   return states.reduce<BucketState | undefined>((best, s) => (best === undefined || s.remaining < best.remaining ? s : best), undefined);
 }
 
+/**
+ * Deletes the counters of windows that began over two minutes ago. A row goes only when it is that
+ * old by the clock and by PostgreSQL's now() both, so no process's current window is removed,
+ * whatever the clock says (a test's set in the past or the future, a replica's skewed).
+ */
 export async function pruneCounters(db: Db): Promise<number> {
-  return db('rate_limit_counters').where('window_start', '<', db.raw(`now() - interval '2 minutes'`)).delete();
+  const cutoff = new Date(clock.now() - 2 * WINDOW_MS).toISOString();
+  return db('rate_limit_counters')
+    .where('window_start', '<', db.raw(`LEAST(CAST(? AS timestamptz), now() - interval '2 minutes')`, [cutoff]))
+    .delete();
 }
 
 /**
@@ -224,8 +272,8 @@ export class LocalCounts {
     this.timer.unref();
   }
 
-  /** Counts one request in each bucket and returns their states (no statement). */
-  take(buckets: Bucket[], now = Date.now()): BucketState[] {
+  /** Counts one request in each bucket and returns their states (no statement); `now` is the clock's reading. */
+  take(buckets: Bucket[], now = clock.now()): BucketState[] {
     return buckets.map((bucket) => {
       const local = this.current(bucket, now);
       local.pending += 1;
@@ -238,7 +286,7 @@ export class LocalCounts {
    * (no statement): a batch's items beyond the request itself. Its overshoot bound is take's, in
    * items: what other processes admitted since the last flush.
    */
-  takeIfRoom(bucket: Bucket & { n: number }, now = Date.now()): { state: BucketState; taken: boolean } {
+  takeIfRoom(bucket: Bucket & { n: number }, now = clock.now()): { state: BucketState; taken: boolean } {
     const local = this.current(bucket, now);
     const taken = local.base + local.pending + bucket.n <= bucket.limit;
     if (taken) local.pending += bucket.n;
@@ -247,7 +295,7 @@ export class LocalCounts {
 
   /** The bucket's entry for the minute of `now`; an entry of an earlier minute with counts still to flush is kept apart for the flush. */
   private current(bucket: Bucket, now: number): LocalBucket {
-    const window = Math.floor(now / 60_000) * 60_000;
+    const window = windowAt(now).start;
     let local = this.buckets.get(bucket.name);
     if (!local || local.window !== window) {
       if (local && local.pending > 0) this.buckets.set(`${bucket.name}\u0000${local.window}`, local); // flushed into its own minute
@@ -259,7 +307,8 @@ export class LocalCounts {
 
   private state(bucket: Bucket, local: LocalBucket, now: number): BucketState {
     const count = local.base + local.pending;
-    const resetSeconds = Math.max(1, Math.ceil((local.window + 60_000 - now) / 1000));
+    // local.window is windowAt(now).start (current() just made it so): the same instant's reset.
+    const { resetSeconds } = windowAt(now);
     return { ...bucket, count, remaining: Math.max(0, bucket.limit - count), resetSeconds };
   }
 
@@ -269,8 +318,8 @@ export class LocalCounts {
    * the last flush, which did not include that request. Never lowers what is known; only buckets
    * counted in memory (large limits) are kept.
    */
-  learn(states: BucketState[], now = Date.now()): void {
-    const window = Math.floor(now / 60_000) * 60_000;
+  learn(states: BucketState[], now = clock.now()): void {
+    const window = windowAt(now).start;
     for (const state of states) {
       if (shardsFor(state.limit) <= 1) continue;
       const local = this.buckets.get(state.name);
@@ -288,7 +337,7 @@ export class LocalCounts {
   private async flushNow(): Promise<void> {
     const due = [...this.buckets.entries()].filter(([, b]) => b.pending > 0);
     // Forget finished minutes that have nothing left to flush.
-    const current = Math.floor(Date.now() / 60_000) * 60_000;
+    const current = windowAt().start;
     for (const [name, b] of this.buckets) if (b.window < current && b.pending === 0) this.buckets.delete(name);
     if (due.length === 0) return;
     const taken = due.map(([, b]) => b.pending);

@@ -1,3 +1,4 @@
+export * from './clock';
 export * from './deal-statuses';
 export * from './errors';
 export * from './ids';

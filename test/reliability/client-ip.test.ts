@@ -4,10 +4,12 @@
  */
 import { randomInt } from 'node:crypto';
 import { IP_PROFILES } from '../../domain/access/rate-limit';
-import { awayFromMinuteBoundary, expectError, startApi, TestApi } from '../helpers';
+import { resetClock } from '../../domain/kernel/clock';
+import { expectError, pinRateClock, startApi, TestApi } from '../helpers';
 
 const apis: TestApi[] = [];
 afterAll(() => Promise.all(apis.map((a) => a.close())));
+afterEach(() => resetClock());
 
 const forged = (): string => `${randomInt(1, 223)}.${randomInt(0, 255)}.${randomInt(0, 255)}.${randomInt(1, 254)}`;
 
@@ -22,14 +24,16 @@ async function rotating(api: TestApi, header: () => string): Promise<number[]> {
 it.each([1, 2])('with %i trusted proxy hop(s), forging X-Forwarded-For does not rotate the per-IP limit', async (hops) => {
   const api = await startApi({ config: { trustProxy: hops } });
   apis.push(api);
-  await awayFromMinuteBoundary();
+  pinRateClock(5);
   const seen = `198.${50 + hops}.${randomInt(0, 255)}.${randomInt(1, 254)}`;
   // What reaches the API: the client's own entries, then what each of our proxies appended.
   const header = () => [forged(), forged(), seen, ...(hops === 2 ? ['10.0.0.2'] : [])].join(', ');
   const statuses = await rotating(api, header);
   expect(statuses.slice(0, IP_PROFILES.pipelines).every((s) => s === 401)).toBe(true);
   expect(statuses[IP_PROFILES.pipelines]).toBe(429);
-  expectError(await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': header() } }), 429, 'IP_RATE_LIMITED');
+  const refused = await api.request('GET', '/api/v1/pipelines', { headers: { 'x-forwarded-for': header() } });
+  expectError(refused, 429, 'IP_RATE_LIMITED');
+  expect(refused.headers.get('retry-after')).toBe('55');
   // Another client behind the same proxies is untouched.
   expect(
     (

@@ -13,10 +13,12 @@ import { z } from 'zod';
 import { ROUTES } from '../../api/app';
 import { loadConfig } from '../../domain/platform/config';
 import { IP_PROFILES } from '../../domain/access/rate-limit';
-import { awayFromMinuteBoundary, createWorkspace, expectError, startApi, TestApi, uniqueIp } from '../helpers';
+import { resetClock } from '../../domain/kernel/clock';
+import { createWorkspace, expectError, pinRateClock, startApi, TestApi, uniqueIp } from '../helpers';
 import { firstLeadDelivery } from './workspace-fixture';
 
 jest.setTimeout(60_000);
+afterEach(() => resetClock());
 
 describe('GET /ready', () => {
   let api: TestApi;
@@ -335,7 +337,7 @@ describe('per-IP limits count an IPv6 client by its /64', () => {
   const hex = () => Math.floor(Math.random() * 0xffff).toString(16);
 
   it('shares one bucket across the /64, and keeps other /64s and IPv4 clients apart', async () => {
-    await awayFromMinuteBoundary();
+    pinRateClock(5);
     const net = `2001:db8:${hex()}:${hex()}`;
     const first = await remainingAfter(`${net}::1`);
     // Other addresses of the same /64, in any notation: the same client.
@@ -367,7 +369,7 @@ describe('GET /ready is limited per IP', () => {
   });
 
   it(`answers 429 IP_RATE_LIMITED past ${IP_PROFILES.ready} calls a minute from one client, with the headers, and other clients are not affected`, async () => {
-    await awayFromMinuteBoundary();
+    pinRateClock(5);
     const ip = uniqueIp();
     const statuses: number[] = [];
     for (let i = 0; i < IP_PROFILES.ready; i++)
@@ -376,7 +378,7 @@ describe('GET /ready is limited per IP', () => {
     const over = await api.request<{ code: string }>('GET', '/ready', { headers: { 'x-forwarded-for': ip } });
     expect(over.status).toBe(429);
     expect(over.body.code).toBe('IP_RATE_LIMITED');
-    expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(over.headers.get('retry-after')).toBe('55');
     expect(over.headers.get('x-ratelimit-limit')).toBe(String(IP_PROFILES.ready));
     expect((await api.request('GET', '/ready', { headers: { 'x-forwarded-for': uniqueIp() } })).status).toBe(200);
   }, 60_000);

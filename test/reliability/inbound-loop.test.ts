@@ -9,10 +9,10 @@
 import { CHAIN_RUN_BUDGET, MAX_CHAIN_DEPTH } from '../../domain/automations/automations';
 import { ALL_SCOPES } from '../../domain/access/scopes';
 import {
-  awayFromMinuteBoundary,
   createWorkspace,
   eventually,
   expectError,
+  realMinuteWithRoom,
   Receiver,
   settleOutbox,
   startApi,
@@ -20,7 +20,7 @@ import {
   TestApi,
   Workspace,
 } from '../helpers';
-import { uniquePhone } from './workspace-fixture';
+import { uniqueMobile } from '../phones';
 
 let api: TestApi;
 let receiver: Receiver;
@@ -95,7 +95,7 @@ describe('loop protection across the inbound edge', () => {
     });
     const sub = await subscribe(ws, flow.url, ['contact.tag_removed']);
 
-    const root = await api.request('POST', flow.path, { body: { phone: uniquePhone() } });
+    const root = await api.request('POST', flow.path, { body: { phone: uniqueMobile('41') } });
     expect(root.status).toBe(202);
     expect(root.body.data.status).toBe('accepted');
 
@@ -126,7 +126,7 @@ describe('loop protection across the inbound edge', () => {
     await subscribe(a, flowB.url, ['contact.tag_removed']);
     await subscribe(b, flowA.url, ['contact.tag_removed']);
 
-    expect((await api.request('POST', flowA.path, { body: { phone: uniquePhone() } })).status).toBe(202);
+    expect((await api.request('POST', flowA.path, { body: { phone: uniqueMobile('41') } })).status).toBe(202);
     await chainEnded([a, b], [flowA.id, flowB.id]);
     const [runsA, runsB] = await Promise.all([runsOf(flowA.id), runsOf(flowB.id)]);
     // A's root call (0), B's run (2), A's (4), B's refused (6): one chain across the two workspaces.
@@ -147,9 +147,9 @@ describe('loop protection across the inbound edge', () => {
     async function capturedDelivery(ws: Workspace) {
       const path = `/ok/${unique('captured')}`;
       await subscribe(ws, `${receiver.url}${path}`, ['lead.created']);
-      expect((await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniquePhone(), name: 'Captured' } })).status).toBe(
-        201,
-      );
+      expect(
+        (await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniqueMobile('41'), name: 'Captured' } })).status,
+      ).toBe(201);
       const got = await eventually('the delivery at the receiver', async () => receiver.to(path)[0]);
       const eventId = String(got.headers['x-service-event-id']);
       const replay = (url: string, headers: Record<string, string> = {}) =>
@@ -257,7 +257,9 @@ describe('loop protection across the inbound edge', () => {
 
 describe("inbound runs count against the plan's automationRunsPerMinute", () => {
   it('refuses a call over the budget with 429 RATE_LIMITED and Retry-After, recording nothing; triggered runs share the budget', async () => {
-    await awayFromMinuteBoundary();
+    // One budget, counted by this API (inbound calls) and by the worker's dispatcher (triggered
+    // runs), a process whose clock a test cannot set: both on the real clock, in one real minute.
+    await realMinuteWithRoom(15_000);
     const ws = await workspace({ automationRunsPerMinute: 2 });
     const flow = await inboundAutomation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'wait', seconds: 1 }] });
     const call = (n: number) => api.request('POST', flow.path, { body: { order: n } });
@@ -278,7 +280,7 @@ describe("inbound runs count against the plan's automationRunsPerMinute", () => 
       body: { name: 'on tag', trigger: { type: 'contact_updated' }, actions: [{ type: 'add_note', body: 'tagged' }] },
     });
     expect(triggered.status).toBe(201);
-    const lead = await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniquePhone(), name: 'Budget' } });
+    const lead = await api.request('POST', '/api/v1/leads', { key: ws.key, body: { phone: uniqueMobile('41'), name: 'Budget' } });
     expect((await api.request('POST', `/api/v1/leads/${lead.body.data.id}/tags`, { key: ws.key, body: { tag: 'vip' } })).status).toBe(200);
     const refused = await eventually('the triggered run', async () => (await runsOf(triggered.body.data.id))[0]);
     expect(refused.status).toBe('failed');

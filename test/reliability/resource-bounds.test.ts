@@ -8,13 +8,15 @@ import { route } from '../../api/route';
 import { IP_PROFILES } from '../../domain/access/rate-limit';
 import { MAX_OFFSET } from '../../domain/kernel/pagination';
 import { pruneRetention } from '../../domain/maintenance/retention';
-import { awayFromMinuteBoundary, createWorkspace, expectError, startApi, TestApi } from '../helpers';
+import { resetClock } from '../../domain/kernel/clock';
+import { createWorkspace, expectError, pinRateClock, startApi, TestApi } from '../helpers';
 
 let api: TestApi;
 beforeAll(async () => {
   api = await startApi();
 });
 afterAll(() => api.close());
+afterEach(() => resetClock());
 
 describe('before authentication', () => {
   it('reads no body: a refused caller gets 401 (not a parse error), an unknown path 404', async () => {
@@ -33,13 +35,15 @@ describe('before authentication', () => {
   });
 
   it('limits unknown paths per IP, outside /api/v1 too', async () => {
-    await awayFromMinuteBoundary();
+    pinRateClock(5);
     const ip = `203.0.${Math.floor(Math.random() * 255)}.${1 + Math.floor(Math.random() * 250)}`;
     const statuses = new Set<number>();
     for (let i = 0; i < IP_PROFILES.read; i++)
       statuses.add((await api.request('GET', `/no/such/path/${i}`, { headers: { 'x-forwarded-for': ip } })).status);
     expect([...statuses]).toEqual([404]);
-    expectError(await api.request('GET', '/no/such/path', { headers: { 'x-forwarded-for': ip } }), 429, 'IP_RATE_LIMITED');
+    const over = await api.request('GET', '/no/such/path', { headers: { 'x-forwarded-for': ip } });
+    expectError(over, 429, 'IP_RATE_LIMITED');
+    expect(over.headers.get('retry-after')).toBe('55');
   });
 });
 
