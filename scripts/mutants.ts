@@ -542,8 +542,8 @@ const MUTANTS: Mutant[] = [
     id: 'send-replay-comparison-flipped',
     rule: 'Send replay window',
     file: 'api/send.ts',
-    find: 'if (Date.now() - closed < IDEMPOTENCY_MEMO_MS) {',
-    replace: 'if (Date.now() - closed > IDEMPOTENCY_MEMO_MS) {',
+    find: 'if (clock.now() - closed < IDEMPOTENCY_MEMO_MS) {',
+    replace: 'if (clock.now() - closed > IDEMPOTENCY_MEMO_MS) {',
     tests: E2E_MESSAGES,
   },
 

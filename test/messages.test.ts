@@ -17,6 +17,7 @@ import {
   Workspace,
 } from './helpers';
 import { uniqueMobile, uniqueSubscriber } from './phones';
+import { resetClock, setNow } from '../domain/kernel/clock';
 import { signBody } from '../domain/messaging/inbound';
 import { TEMPLATE_STATUSES } from '../domain/messaging/templates';
 import { temporalClientFactory } from '../domain/platform/temporal';
@@ -591,6 +592,33 @@ describe('idempotency', () => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body).toEqual(winner.body);
     expect(await callsTo(phone)).toHaveLength(1);
+  });
+
+  it('replays a completed send for 10 minutes, and after that the same key is a new send', async () => {
+    const s = await setup({ keys: 3 });
+    const phone = uniqueMobile();
+    const key = `memo-${phone}`;
+    const first = await send(s.keys[0], template(phone), { 'Idempotency-Key': key });
+    expect(first.status).toBe(201);
+    try {
+      // Just inside the window (the send closed before this instant, so less than 10 minutes have passed).
+      setNow(Date.now() + 10 * 60_000 - 30_000);
+      const replay = await send(s.keys[1], template(phone), { 'Idempotency-Key': key });
+      expect({ status: replay.status, replayed: replay.headers.get('idempotent-replayed'), body: replay.body }).toEqual({
+        status: 200,
+        replayed: 'true',
+        body: first.body,
+      });
+      expect(await callsTo(phone)).toHaveLength(1);
+      // Past the window: the key names a new send, with a provider call of its own.
+      setNow(Date.now() + 10 * 60_000 + 5_000);
+      const fresh = await send(s.keys[2], template(phone), { 'Idempotency-Key': key });
+      expect({ status: fresh.status, replayed: fresh.headers.get('idempotent-replayed') }).toEqual({ status: 201, replayed: null });
+      expect(fresh.body.data.id).not.toBe(first.body.data.id);
+      expect(await callsTo(phone)).toHaveLength(2);
+    } finally {
+      resetClock();
+    }
   });
 
   it('frees the key after a failed send so the same key can be retried', async () => {

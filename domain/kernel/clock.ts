@@ -1,6 +1,7 @@
 /**
- * The service's notion of "now" for rate-limit windows (domain/access/rate-limit.ts): which
- * calendar minute a request is counted in, and the seconds until that minute ends. It is the
+ * The service's notion of "now" for the API's time windows: which calendar minute a request is
+ * counted in for rate limits (domain/access/rate-limit.ts) and the seconds until that minute ends,
+ * and whether a send's Idempotency-Key is still within its 10-minute replay window (api/send.ts). It is the
  * process's own clock (`Date.now()`), so the replicas of a deployment agree on the window to
  * within their clocks' skew (NTP keeps it to milliseconds).
  *
