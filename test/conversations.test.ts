@@ -1,4 +1,5 @@
 import { countQueries, createWorkspace, expectError, seedContact, startApi, TestApi, Workspace } from './helpers';
+import { uniqueMobile } from './phones';
 
 /**
  * Conversations and messages. Inbound provider traffic has its own suite (inbound.test.ts), so conversations
@@ -12,7 +13,7 @@ afterAll(async () => api.close());
 
 let phoneCounter = 0;
 /** A valid, distinct Brazilian mobile (55 + 11 + 9 digits starting with 9). */
-const nextPhone = (): string => `55119${String(10_000_000 + ((process.pid * 1000 + ++phoneCounter) % 89_999_999)).padStart(8, '0')}`;
+const nextPhone = (): string => uniqueMobile('11');
 
 async function seedInstance(
   ws: { id: string },
@@ -195,7 +196,7 @@ describe('GET /api/v1/conversations', () => {
         Array.from({ length: 27 }, (_, i) => ({
           workspace_id: ws.id,
           name: `Bulk ${i}`,
-          phone: `5511900000${String(i).padStart(3, '0')}`,
+          phone: uniqueMobile('11'),
           phone_key: `bulk-${i}`,
         })),
       )

@@ -10,13 +10,13 @@ import {
   TestApi,
   Workspace,
 } from './helpers';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 let ws: Workspace;
 let pipeline: Awaited<ReturnType<typeof seedPipeline>>;
 let contact: { id: string; name: string; phone: string };
-let phoneSeq = 0;
-const newPhone = (): string => `55219${String(70000000 + ++phoneSeq * 97 + (process.pid % 1000)).slice(0, 8)}`;
+const newPhone = (): string => uniqueMobile('21');
 
 beforeAll(async () => {
   api = await startApi();

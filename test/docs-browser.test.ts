@@ -4,14 +4,15 @@
  * apt-get). The page is Scalar's renderer of /api/v1/openapi.json, so only a browser proves it:
  * that it lists every operation under its tag, shows a response schema, finds an operation by
  * search, sends a try-it request to its own origin, and asks nothing of any other host.
- * When Chromium truly cannot be had, this file says why, loudly, and skips.
+ * When Chromium cannot be had (none on PATH or at CHROMIUM_PATH, and not root with apt-get to
+ * install one), every browser case fails, saying why and how to provide one: never a silent skip.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium as playwright, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { DOCS_CSP, scalarBundlePath } from '../api/docs';
-import { CHROMIUM_FLAGS, ensureChromium, findChromium, which } from '../scripts/chromium';
+import { CHROMIUM_FLAGS, CHROMIUM_NAMES, ensureChromium, findChromium, which } from '../scripts/chromium';
 import { startApi, TestApi } from './helpers';
 
 const INSTALL_TIMEOUT_MS = 15 * 60_000;
@@ -19,23 +20,25 @@ const BROWSER_TIMEOUT_MS = 120_000;
 /** How long one element may take to appear: the bundle parses the whole document first. */
 const UI_TIMEOUT_MS = 30_000;
 
-/** Decided while collecting tests: a browser is on PATH or can be installed (root with apt-get). */
+/** Decided while collecting tests: why no browser can be had (none found, none installable as root with apt-get), or null. */
 function preflight(): string | null {
   if (findChromium()) return null;
-  if (!which(['apt-get'])) return 'no chromium/chromium-browser/google-chrome on PATH and no apt-get to install one';
-  if (typeof process.getuid === 'function' && process.getuid() !== 0) {
-    return 'no chromium/chromium-browser/google-chrome on PATH and not root, so apt-get cannot install chromium';
-  }
+  const where = process.env.CHROMIUM_PATH
+    ? `CHROMIUM_PATH=${process.env.CHROMIUM_PATH} is not an executable file and no ${CHROMIUM_NAMES.join('/')} is on PATH`
+    : `CHROMIUM_PATH is not set and no ${CHROMIUM_NAMES.join('/')} is on PATH`;
+  if (!which(['apt-get'])) return `${where}, and there is no apt-get to install one`;
+  if (typeof process.getuid === 'function' && process.getuid() !== 0)
+    return `${where}, and this is not root, so apt-get cannot install chromium`;
   return null;
 }
 
 const unavailable = preflight();
-if (unavailable) {
-  console.warn(
-    `\n!!! SKIPPING the /docs browser test: ${unavailable}.\n!!! Install Chromium (apt-get install -y chromium) or set CHROMIUM_PATH to run it.\n`,
-  );
-}
-const browserIt = unavailable ? it.skip : it;
+/** The failure of every browser case when there is no browser: what is missing and how to provide it. */
+const NO_BROWSER = unavailable
+  ? `The /docs browser test needs a headless Chromium: ${unavailable}. Provide one: set CHROMIUM_PATH to a Chromium or ` +
+    `Chrome executable (CHROMIUM_PATH=/usr/bin/chromium npm test), put one on PATH (apt-get install -y chromium), or run the ` +
+    `tests as root with apt-get available, and this test installs it.`
+  : null;
 
 type JsonSchema = { $ref?: string; properties?: Record<string, JsonSchema> };
 interface OpenApi {
@@ -95,7 +98,8 @@ describe('/docs in a headless browser', () => {
     operations = Object.entries(openapi.paths).flatMap(([p, ops]) =>
       Object.entries(ops).map(([method, op]) => ({ method, path: p, tag: (op.tags ?? ['Other'])[0], summary: op.summary ?? '' })),
     );
-    if (unavailable) return;
+    // No browser to be had: each browser case fails with NO_BROWSER (the case above still runs).
+    if (NO_BROWSER) return;
     const result = await ensureChromium((m) => console.log(`[chromium] ${m}`));
     if (result.path === null) {
       // Root with apt-get should have been able to install it: that is a failure, not a skip.
@@ -132,8 +136,9 @@ describe('/docs in a headless browser', () => {
     await api?.close();
   });
 
-  /** beforeAll either launched a browser or threw; this only guards the types. */
+  /** The browser beforeAll launched; without one, the case fails here with NO_BROWSER (or beforeAll's error). */
   const browser = (): BrowserContext => {
+    if (NO_BROWSER) throw new Error(NO_BROWSER);
     if (!context) throw new Error('no Chromium: see the error of beforeAll');
     return context;
   };
@@ -206,7 +211,7 @@ describe('/docs in a headless browser', () => {
     expect((await api.request('GET', '/docs/assets/nothing.0123456789abcdef.js')).status).toBe(404);
   });
 
-  browserIt(
+  it(
     'lists every operation of the document under its tag, each with its section, and renders markdown',
     async () => {
       const page = await openDocs();
@@ -240,12 +245,12 @@ describe('/docs in a headless browser', () => {
         const sections = await page.locator('[id^="crm/tag/"]').evaluateAll((els) => els.map((e) => e.id));
         expect(operations.map(sectionId).filter((id) => !sections.includes(id))).toEqual([]);
         // The deals endpoints, by name, as a sanity check of the parsing above.
-        expect(links.get('#tag/deals/POST/api/v1/deals')).toBeDefined();
-        expect(links.get('#tag/deals/PATCH/api/v1/deals/{id}')).toBeDefined();
+        expect(links.get('#tag/deals/POST/api/v1/deals')).toContain(openapi.paths['/api/v1/deals'].post.summary!);
+        expect(links.get('#tag/deals/PATCH/api/v1/deals/{id}')).toContain(openapi.paths['/api/v1/deals/{id}'].patch.summary!);
 
         // Markdown renders: the description's `leads:write` is code, with no backtick left.
         const pipelines = await renderedSection(page, { tag: 'Pipelines', method: 'get', path: '/api/v1/pipelines' });
-        expect(openapi.paths['/api/v1/pipelines'].get).toBeDefined();
+        expect(openapi.paths['/api/v1/pipelines'].get.tags).toEqual(['Pipelines']);
         await pipelines.locator('code', { hasText: 'leads:write' }).first().waitFor();
         expect(await pipelines.locator('.markdown').first().innerText()).not.toContain('`');
       } finally {
@@ -255,7 +260,7 @@ describe('/docs in a headless browser', () => {
     BROWSER_TIMEOUT_MS,
   );
 
-  browserIt(
+  it(
     "shows the response schema of GET /api/v1/leads/{id}: the 200 answer's lead fields",
     async () => {
       const op = { tag: 'Leads', method: 'get', path: '/api/v1/leads/{id}' };
@@ -284,11 +289,11 @@ describe('/docs in a headless browser', () => {
     BROWSER_TIMEOUT_MS,
   );
 
-  browserIt(
+  it(
     "finds an operation with the renderer's search box and goes to it",
     async () => {
       const target = { tag: 'Leads', method: 'get', path: '/api/v1/leads/{id}/insight' };
-      expect(openapi.paths[target.path]?.get).toBeDefined();
+      expect(openapi.paths[target.path]?.get?.tags).toEqual(['Leads']);
       const page = await openDocs();
       try {
         await page
@@ -311,7 +316,7 @@ describe('/docs in a headless browser', () => {
     BROWSER_TIMEOUT_MS,
   );
 
-  browserIt(
+  it(
     "sends a try-it request to the page's own origin",
     async () => {
       const op = { tag: 'Pipelines', method: 'get', path: '/api/v1/pipelines' };
@@ -338,11 +343,13 @@ describe('/docs in a headless browser', () => {
     BROWSER_TIMEOUT_MS,
   );
 
-  browserIt(
+  it(
     'asked nothing of any other host, broke no rule of its Content-Security-Policy and threw no error',
-    () => {
-      browser();
-      // What the cases above loaded: the page, our assets, the document (and the try-it call).
+    async () => {
+      // A page of its own, so the case holds alone (-t) too; with the others, it checks what they loaded as well.
+      const page = await openDocs();
+      await page.close();
+      // What the cases loaded: the page, our assets, the document (and the try-it call).
       expect(requests).toEqual(expect.arrayContaining([`${api.url}/docs`, `${api.url}/api/v1/openapi.json`]));
       expect(requests.some((u) => u.startsWith(`${api.url}/docs/assets/scalar-api-reference.`))).toBe(true);
       expect(requests.filter((u) => !u.startsWith('data:') && new URL(u).origin !== origin)).toEqual([]);

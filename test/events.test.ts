@@ -20,6 +20,7 @@ import {
   TestApi,
   Workspace,
 } from './helpers';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 let receiver: Receiver;
@@ -34,7 +35,7 @@ afterAll(async () => {
 });
 
 let seq = 0;
-const phone = (): string => `55319${String(70_000_000 + ((++seq * 7919 + (process.pid % 997) * 131) % 29_000_000))}`;
+const phone = (): string => uniqueMobile('31');
 const unique = (label: string): string => `${label}-${process.pid}-${++seq}`;
 
 interface FeedEvent {
@@ -191,8 +192,9 @@ describe('GET /api/v1/events', () => {
     });
     await isRecorded;
     const quick = await upsert(ws, { phone: phone(), name: 'Quick' });
-    // The quick event is committed, but a reader must not hand out a cursor past it yet.
-    await new Promise((r) => setTimeout(r, 300));
+    // The quick event is committed (its request answered), but a reader must not hand out a cursor
+    // past it while the slow writer's transaction, which started before it, is open: no wait makes
+    // a difference, the horizon is that transaction's start for as long as it stays open.
     const during = await readAll(ws, `order=asc&cursor=${before.cursor}`);
     expect(during.events).toEqual([]);
 
@@ -256,11 +258,18 @@ describe('GET /api/v1/events', () => {
         `UPDATE outbox_events SET created_at = now() - make_interval(days => ?) WHERE workspace_id = ? AND payload->>'contact_id' = ?`,
         [days, ws.id, contactId],
       );
+    // Another workspace's event as old: the pass is scoped to this test's workspace (other files'
+    // rows are not this test's to delete), so it stays.
+    const other = await createWorkspace(api, { scopes: ['events:read', 'leads:write'] });
+    const elsewhere = await upsert(other, { phone: phone(), name: 'Elsewhere' });
+    await settleOutbox(api, other.id);
+    await api.db.raw(`UPDATE outbox_events SET created_at = now() - make_interval(days => 31) WHERE workspace_id = ?`, [other.id]);
     await age(old.id, 31);
     await age(recent.id, 29);
-    await pruneRetention(api.db, 30);
+    await pruneRetention(api.db, 30, { workspaceId: ws.id });
     const left = await readAll(ws, 'order=asc');
     expect(left.events.map((e) => e.payload.contact_id)).toEqual([recent.id]);
+    expect((await readAll(other, 'order=asc')).events.map((e) => e.payload.contact_id)).toEqual([elsewhere.id]);
   });
 });
 

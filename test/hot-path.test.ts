@@ -4,6 +4,7 @@ import { leadListQuery, listLeads } from '../domain/leads/lead-list';
 import { ipClient, LocalCounts } from '../domain/access/rate-limit';
 import { iso } from '../domain/kernel/time';
 import { countQueries, createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
+import { uniqueMobile } from './phones';
 
 /**
  * What the request path does to save CPU must not change an answer: instants read as text, a
@@ -171,7 +172,7 @@ describe('a first search asked by many requests at once', () => {
     for (let i = 0; i < 12; i++) {
       const res = await api.request('POST', '/api/v1/leads', {
         key: w.key,
-        body: { phone: `5521987${String(600000 + i * 7 + (process.pid % 7))}`, name: i % 3 === 0 ? `Herd Quixote ${i}` : `Other ${i}` },
+        body: { phone: uniqueMobile('21'), name: i % 3 === 0 ? `Herd Quixote ${i}` : `Other ${i}` },
       });
       expect(res.status).toBe(201);
     }
@@ -195,7 +196,7 @@ describe("a search's first page, compiled once", () => {
     for (let i = 0; i < names.length; i++) {
       const res = await api.request('POST', '/api/v1/leads', {
         key: w.key,
-        body: { phone: `5521986${String(300000 + i * 11 + (process.pid % 7))}`, name: names[i] },
+        body: { phone: uniqueMobile('21'), name: names[i] },
       });
       expect(res.status).toBe(201);
     }
@@ -228,7 +229,7 @@ describe("a repeated search's page", () => {
     for (let i = 0; i < 5; i++) {
       const res = await api.request('POST', '/api/v1/leads', {
         key: w.key,
-        body: { phone: `5521984${String(500000 + i * 17 + (process.pid % 7))}`, name: i === 4 ? 'Someone Else' : `Repeat Lopes ${i}` },
+        body: { phone: uniqueMobile('21'), name: i === 4 ? 'Someone Else' : `Repeat Lopes ${i}` },
       });
       expect(res.status).toBe(201);
       ids.push(res.body.data.id);
@@ -283,7 +284,7 @@ describe("a page walked in its filter's own index, compiled once", () => {
     const pipeline = await seedPipeline(api, w.id, { name: 'Walk', stages: ['One', 'Two'] });
     for (let i = 0; i < 7; i++) {
       const body = {
-        phone: `5521985${String(400000 + i * 13 + (process.pid % 7))}`,
+        phone: uniqueMobile('21'),
         name: `Walker ${i}`,
         tags: i % 2 === 0 ? ['Even'] : ['Odd'],
       };

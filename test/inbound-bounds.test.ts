@@ -4,6 +4,7 @@ import { settledHorizon } from '../domain/platform/cursor';
 import { ITEMS_PER_TRANSACTION, MAX_DELIVERY_ITEMS } from '../domain/messaging/inbound';
 import { freePort, nodeTs, ROOT, startChild, waitForHttp } from '../scripts/stack';
 import { ApiResponse, createWorkspace, eventually, expectError, startApi, TestApi, Workspace } from './helpers';
+import { uniqueMobile } from './phones';
 
 /**
  * Bounds of an inbound provider delivery (issue 32, "no tenant can slow down the others"): a
@@ -25,8 +26,12 @@ const OUR_NUMBER = '5511930000000';
 const PHONE_NUMBER_ID = 'PN-BOUNDS';
 const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
 
-/** The i-th distinct mobile of a workspace (each test has its own workspace): 55 11 9 8xxxxxxx. */
-const mobile = (i: number): string => `55119${80_000_000 + i}`;
+/** The i-th distinct mobile of this file, the same number for the same i (each test has its own workspace); from the one allocator. */
+const mobiles = new Map<number, string>();
+const mobile = (i: number): string => {
+  if (!mobiles.has(i)) mobiles.set(i, uniqueMobile('11'));
+  return mobiles.get(i)!;
+};
 let seq = 0;
 const wamid = (tag: string): string => `wamid.${tag}.${process.pid}.${Date.now().toString(36)}.${++seq}`;
 /** Unix seconds as the Cloud API sends them (a string), `ago` seconds in the past. */

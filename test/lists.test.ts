@@ -1,4 +1,5 @@
 import { countQueries, createKey, createWorkspace, expectError, seedContact, startApi, TestApi, Workspace } from './helpers';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -8,9 +9,8 @@ afterAll(async () => api.close());
 
 const newWorkspace = (): Promise<Workspace> => createWorkspace(api, { scopes: ['lists:read', 'lists:write'] });
 
-let phoneSeq = 0;
 /** Distinct valid mobile numbers (55 + DDD 11 + 9 digits starting with 9). */
-const nextPhone = (): string => `55119${String(87000000 + (phoneSeq += 1)).padStart(8, '0')}`;
+const nextPhone = (): string => uniqueMobile('11');
 
 const seed = (ws: Workspace, name: string, tags?: string[]) => seedContact(api, ws.id, { phone: nextPhone(), name, tags });
 
@@ -54,7 +54,11 @@ describe('lists', () => {
     expect(deleted.body).toEqual({ data: { id, deleted: true } });
     expectError(await api.request('GET', `/api/v1/lists/${id}`, { key: ws.key }), 404, 'NOT_FOUND');
     expectError(await api.request('DELETE', `/api/v1/lists/${id}`, { key: ws.key }), 404, 'NOT_FOUND');
-    expect(await api.db('contacts').where({ id: contact.id }).first()).toBeDefined();
+    expect(await api.db('contacts').where({ id: contact.id }).first('id', 'name', 'deleted_at')).toEqual({
+      id: contact.id,
+      name: 'Ana',
+      deleted_at: null,
+    });
   });
 
   it('validates names and contact ids, naming the field', async () => {

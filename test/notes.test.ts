@@ -1,4 +1,5 @@
 import { createKey, createWorkspace, expectError, seedContact, seedMember, startApi, TestApi, Workspace } from './helpers';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -8,8 +9,7 @@ afterAll(async () => api.close());
 
 const newWorkspace = (): Promise<Workspace> => createWorkspace(api, { scopes: ['notes:read', 'notes:write'] });
 
-let phoneSeq = 0;
-const nextPhone = (): string => `55219${String(88000000 + (phoneSeq += 1)).padStart(8, '0')}`;
+const nextPhone = (): string => uniqueMobile('21');
 const seed = (ws: Workspace, name = 'Lead') => seedContact(api, ws.id, { phone: nextPhone(), name });
 
 const notesPath = (leadId: string, noteId?: string): string => `/api/v1/leads/${leadId}/notes${noteId ? `/${noteId}` : ''}`;

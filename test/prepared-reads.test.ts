@@ -1,5 +1,6 @@
 import { ensureDatabase, migrateLatest } from '../scripts/stack';
 import { createWorkspace, seedContact, seedPipeline, startApi, TestApi } from './helpers';
+import { uniqueMobile } from './phones';
 
 /**
  * The hot reads run as named prepared statements (domain/platform/db.ts `prepared`): deal activities,
@@ -8,8 +9,7 @@ import { createWorkspace, seedContact, seedPipeline, startApi, TestApi } from '.
  * shapes (each a statement text of its own).
  */
 let api: TestApi;
-let phoneSeq = 0;
-const newPhone = (): string => `55219${String(71000000 + ++phoneSeq * 89 + (process.pid % 1000)).slice(0, 8)}`;
+const newPhone = (): string => uniqueMobile('21');
 
 // A database of its own: adding a column to contacts locks the table and holds back every other
 // test file's transactions (a sync reading beside it sees its cursor held back and reads a row twice).

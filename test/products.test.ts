@@ -1,5 +1,6 @@
 import { countQueries, createWorkspace, expectError, seedContact, seedPipeline, startApi, TestApi, Workspace } from './helpers';
 import { parsePrice } from '../domain/sales/products';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 let ws: Workspace;
@@ -22,8 +23,7 @@ async function make(body: Record<string, unknown>, key = ws.key): Promise<any> {
   return res.body.data;
 }
 
-let phoneSeq = 0;
-const nextPhone = () => `55119${String(10_000_000 + (process.pid % 1000) * 10_000 + (phoneSeq += 1)).slice(-8)}`;
+const nextPhone = (): string => uniqueMobile('11');
 
 /** A deal row inserted directly (the deals endpoints are not ours), optionally with a product. */
 async function insertDeal(workspaceId: string, productId: string | null): Promise<string> {

@@ -19,6 +19,7 @@ import {
   sendThroughProvider,
   webAdapter,
 } from '../activities/providers';
+import { uniqueMobile } from './phones';
 
 const TOKEN = 'test-token';
 const EMULATOR_URL = process.env.EMULATOR_URL as string;
@@ -34,9 +35,8 @@ const web: ProviderConnection = {
   config: { baseUrl: EMULATOR_URL, instanceName: 'web-inst', accessToken: TOKEN },
 };
 
-// 55 + DDD + 96 + 7 digits: a 13-digit mobile, unique to this file's run.
-let counter = Math.floor(Math.random() * 9_000_000);
-const phone = (ddd = '11'): string => `55${ddd}96${String(counter++ % 10_000_000).padStart(7, '0')}`;
+// 55 + DDD + 9 + 8 digits: a 13-digit mobile no other file uses (the one allocator, ./phones).
+const phone = (ddd = '11'): string => uniqueMobile(ddd);
 
 async function emu<T = any>(method: string, path: string, body?: unknown): Promise<{ status: number; headers: Headers; body: T }> {
   const res = await fetch(EMULATOR_URL + path, {
@@ -311,9 +311,9 @@ describe('Cloud API adapter: error mapping', () => {
   test('a slow provider beyond the timeout → UNAVAILABLE (retryable), and the provider did receive the call', async () => {
     const to = phone();
     await script({ to, behaviour: 'ok', delayMs: 1500 });
-    const started = Date.now();
+    // The timeout, not the provider, ended the call: the provider would have answered ok (at 1.5 s),
+    // and the error is the timeout's own, naming its 0.3 s.
     const err = await failure(cloudAdapter.send(cloud, msg(to), { timeoutMs: 300 }));
-    expect(Date.now() - started).toBeLessThan(1400);
     expect(err.failure).toBe('UNAVAILABLE');
     expect(err.retryable).toBe(true);
     expect(err.message).toMatch(/did not answer within 0\.3 s/);
@@ -578,14 +578,18 @@ describe('bounded answers and streamed media', () => {
   });
 
   test('excerpt: linear time on text full of `<` without `>` (milliseconds for a megabyte)', () => {
-    // Quadratic, 20 000 characters took the regex seconds: checked first, so the old code fails here instead of hanging.
+    // Linear time is the documented promise (docs/reliability.md: 20,000 `<` took the old regex about
+    // 0.35 s, a megabyte would take minutes), so these bounds stay, kept generous for a loaded
+    // machine: 40,000 `<` cost the quadratic regex four times the 0.35 s of 20,000 (checked first,
+    // so the old code fails here instead of hanging) and cost this one milliseconds at most; the
+    // megabytes below take it tens of milliseconds.
     let started = performance.now();
-    expect(excerpt('<'.repeat(20_000))).toBe(`${'<'.repeat(200)}…`);
-    expect(performance.now() - started).toBeLessThan(50);
+    expect(excerpt('<'.repeat(40_000))).toBe(`${'<'.repeat(200)}…`);
+    expect(performance.now() - started).toBeLessThan(500);
     started = performance.now();
     expect(excerpt(`${'<a'.repeat(500_000)}`)).toHaveLength(201);
     expect(excerpt(`${' '.repeat(1_000_000)}<`)).toBe('<');
-    expect(performance.now() - started).toBeLessThan(200);
+    expect(performance.now() - started).toBeLessThan(2_000);
   });
 
   test(`an endless answer: at most ${MAX_ANSWER_BYTES / 1024} KiB read, the connection closed, the error still says what the provider answered`, async () => {
@@ -600,11 +604,11 @@ describe('bounded answers and streamed media', () => {
       pump();
     });
     try {
-      const started = Date.now();
+      // Reading it whole would never end, so the send's timeout would end it instead (UNAVAILABLE,
+      // "did not answer within 5 s"): the 400 with its excerpt is the capped reader's answer.
       const err = await failure(
         cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: hostile.url } }, msg(phone()), { timeoutMs: 5000 }),
       );
-      expect(Date.now() - started).toBeLessThan(2000);
       expect([err.failure, err.retryable, err.httpStatus]).toEqual(['REJECTED', false, 400]);
       expect(err.message).toContain(`WhatsApp said (HTTP 400): ${'<'.repeat(200)}…`);
       // The reader stopped and closed the connection while the provider was still writing.

@@ -10,6 +10,7 @@ import { loadConfig } from '../domain/platform/config';
 import { temporalClientFactory } from '../domain/platform/temporal';
 import { Child, ROOT, nodeTs, startChild, waitFor, waitForWorker } from '../scripts/stack';
 import { createWorkspace, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
+import { uniqueMobile } from './phones';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 const TASK_QUEUE = `crm-crash-${process.pid}`;
@@ -21,8 +22,7 @@ const temporal = temporalClientFactory(loadConfig());
 let api: TestApi;
 let worker: Child | undefined;
 let workers = 0;
-let seq = 0;
-const mobile = (): string => `55119${String(10000000 + ((process.pid * 17 + ++seq * 7349) % 40000000))}`;
+const mobile = (): string => uniqueMobile('11');
 
 async function startWorker(): Promise<Child> {
   workers += 1;

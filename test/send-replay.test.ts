@@ -15,14 +15,14 @@ import { EncryptionCodec } from '../domain/platform/payload-codec';
 import { temporalClientFactory } from '../domain/platform/temporal';
 import { nodeTs } from '../scripts/stack';
 import { createWorkspace, historyPayloads, startApi, TestApi, Workspace } from './helpers';
+import { uniqueMobile } from './phones';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 const FIXTURES = path.join(__dirname, 'fixtures');
 const temporal = temporalClientFactory(loadConfig());
 let api: TestApi;
 let dir: string;
-let seq = 0;
-const mobile = (): string => `55319${String(10000000 + ((process.pid * 13 + ++seq * 7919) % 80000000))}`;
+const mobile = (): string => uniqueMobile('31');
 
 beforeAll(async () => {
   api = await startApi();

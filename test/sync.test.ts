@@ -1,6 +1,7 @@
 import type { Scope } from '../domain/access/scopes';
 import { settledHorizon } from '../domain/platform/cursor';
 import { ApiResponse, createKey, createWorkspace, eventually, expectError, seedPipeline, startApi, TestApi, Workspace } from './helpers';
+import { uniqueMobile } from './phones';
 
 /**
  * Incremental sync (cursor paging) of leads, deals, tasks, products and conversations, through the
@@ -28,9 +29,8 @@ const EVERY: Scope[] = [
 ];
 const workspace = () => createWorkspace(api, { scopes: EVERY });
 
-let seq = 0;
 /** A distinct mobile per call: 55 + area 41 + 9 + 8 digits. */
-const mobile = (): string => `55419${String(10_000_000 + (((process.pid % 1000) * 10_000 + ++seq) % 89_999_999)).padStart(8, '0')}`;
+const mobile = (): string => uniqueMobile('41');
 
 type Page = { data: any[]; pagination: { limit: number; hasMore: boolean; nextCursor: string } };
 const get = (w: Workspace, path: string): Promise<ApiResponse> => api.request('GET', path, { key: w.key });

@@ -104,7 +104,7 @@ describe('tags', () => {
     }
     const running = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/broadcasts`, { tagIds: [tag.id], status: 'in_progress' });
     expectError(await api.request('DELETE', `/api/v1/tags/${tag.id}`, { key: ws.key }), 409, 'TAG_IN_USE');
-    expect(await api.db('tags').where({ id: tag.id }).first()).toBeDefined();
+    expect(await api.db('tags').where({ id: tag.id }).first('id', 'name')).toEqual({ id: tag.id, name: 'campaign' });
     // Completed, draft and cancelled broadcasts do not block.
     expect((await api.request('DELETE', `/api/v1/tags/${done.id}`, { key: ws.key })).status).toBe(200);
     // Once the broadcast completes the tag can go.

@@ -11,6 +11,7 @@ import {
   Workspace,
 } from './helpers';
 import { createTask } from '../domain/sales/tasks';
+import { uniqueMobile } from './phones';
 
 let api: TestApi;
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
@@ -21,8 +22,7 @@ beforeAll(async () => {
 });
 afterAll(async () => api.close());
 
-let phoneSeq = 0;
-const nextPhone = () => `55119${String(20_000_000 + (process.pid % 1000) * 10_000 + (phoneSeq += 1)).slice(-8)}`;
+const nextPhone = (): string => uniqueMobile('11');
 
 interface Fixture {
   ws: Workspace;
@@ -259,7 +259,7 @@ describe('GET and DELETE /api/v1/tasks/{id}', () => {
     expectError(await get(task.id), 404, 'NOT_FOUND');
     expectError(await del(task.id), 404, 'NOT_FOUND');
     expectError(await get('nope'), 404, 'NOT_FOUND');
-    expect(await api.db('contacts').where({ id: f.contact.id }).first()).toBeDefined();
+    expect(await api.db('contacts').where({ id: f.contact.id }).first('id', 'deleted_at')).toEqual({ id: f.contact.id, deleted_at: null });
   });
 });
 

@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { type Db, STORED_ANSWER_HOURS } from '../platform';
 
 /**
@@ -21,16 +22,23 @@ export const RETENTION_TABLES: Record<string, { done: string; hours?: number }> 
 /** Rows deleted per statement: short transactions, no long lock on a busy table. */
 const BATCH = 5000;
 
-/** Deletes what is past retention, oldest first, in batches; returns how many rows per table. */
-export async function pruneRetention(db: Db, days: number): Promise<Record<string, number>> {
+/**
+ * Deletes what is past retention, oldest first, in batches; returns how many rows per table. The
+ * worker's job prunes every workspace; `scope.workspaceId` limits each delete to one workspace's
+ * rows (every table pruned has `workspace_id`), so a test can prune its own workspace without
+ * removing rows other tests, running at the same time, still read.
+ */
+export async function pruneRetention(db: Db, days: number, scope: { workspaceId?: string } = {}): Promise<Record<string, number>> {
   const removed: Record<string, number> = {};
+  const scoped = <Q extends Knex.QueryBuilder>(q: Q): Q =>
+    scope.workspaceId === undefined ? q : (q.where('workspace_id', scope.workspaceId) as Q);
   for (const [table, { done, hours }] of Object.entries(RETENTION_TABLES)) {
     removed[table] = 0;
     const cutoff =
       hours === undefined ? db.raw(`now() - make_interval(days => ?)`, [days]) : db.raw(`now() - make_interval(hours => ?)`, [hours]);
     for (;;) {
-      const n: number = await db(table)
-        .whereIn('id', db(table).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('id'))
+      const n: number = await scoped(db(table))
+        .whereIn('id', scoped(db(table)).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('id'))
         .delete();
       removed[table] += n;
       if (n < BATCH) break;

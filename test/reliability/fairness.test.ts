@@ -75,6 +75,11 @@ afterAll(async () => {
 });
 
 const ATTACKER_AUTOMATIONS = 3_000;
+/**
+ * The documented promise itself (docs/reliability.md, "Tenants": the victim's lead.created and runs
+ * within 2 s in every sample under the flood; measured 20-130 ms and 0.2-0.8 s), so this elapsed-time
+ * bound stays: it is what the test proves, and it is ten times the measured figures.
+ */
 const VICTIM_TARGET_MS = 2_000;
 
 /** Runs `fn` for each of `items`, `width` at a time. */

@@ -24,6 +24,7 @@ import {
 } from '../../scripts/stack';
 import { ALL_SCOPES } from '../../domain/access/scopes';
 import { createWorkspace, eventually, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
+import { uniqueMobile } from '../phones';
 
 const EMULATOR = process.env.EMULATOR_URL!;
 const STACK_DIR = path.join(
@@ -171,8 +172,7 @@ async function cloudInstanceWithTemplate(ws: Workspace): Promise<void> {
   expect(template.status).toBe(201);
 }
 
-let seq = 0;
-const mobile = (): string => `55219${String(60000000 + ((process.pid * 31 + ++seq * 7927) % 39999999))}`;
+const mobile = (): string => uniqueMobile('21');
 
 async function subscribe(ws: Workspace, url: string, events: string[]): Promise<string> {
   const res = await api.request('POST', '/api/v1/webhooks', { key: ws.key, body: { url, events } });
@@ -204,6 +204,28 @@ async function expectEachContactDeliveredOnce(ws: Workspace, receiver: Receiver,
   }
   expect([...deliveriesPerContact.keys()].sort()).toEqual([...contacts].sort());
   for (const ids of deliveriesPerContact.values()) expect(ids.size).toBe(1);
+  // Once for good, not only so far: each contact has one creation event in the outbox (written with
+  // it), and what arrived for it is that event's one delivery to this receiver (unique per event and
+  // subscription, so a re-dispatch after a lease expiry finds the same row, and its id).
+  const events: { id: string; contact_id: string }[] = await api
+    .db('outbox_events')
+    .where({ workspace_id: ws.id, kind: 'webhook' })
+    .whereIn('name', CREATED)
+    .select('id', api.db.raw(`payload->>'contact_id' AS contact_id`));
+  expect(events.map((e) => e.contact_id).sort()).toEqual([...contacts].sort());
+  const rows: { event_id: string; id: string }[] = await api
+    .db('webhook_deliveries as d')
+    .join('webhook_subscriptions as s', 's.id', 'd.subscription_id')
+    .where({ 'd.workspace_id': ws.id, 's.url': receiver.url })
+    .whereIn(
+      'd.event_id',
+      events.map((e) => e.id),
+    )
+    .select('d.event_id', 'd.id');
+  const contactOf = new Map(events.map((e) => [e.id, e.contact_id]));
+  expect(rows.map((r) => `${contactOf.get(r.event_id)} ${r.id}`).sort()).toEqual(
+    [...deliveriesPerContact].map(([contact, ids]) => `${contact} ${[...ids][0]}`).sort(),
+  );
   return contacts.length;
 }
 
@@ -282,6 +304,8 @@ describe('PostgreSQL restarted during load', () => {
     // Only success or a clear 503 with the stable code: never a 500 or a hang.
     for (const o of load.outcomes) expect([201, 503]).toContain(o.status);
     for (const o of load.outcomes.filter((x) => x.status === 503)) expect(o.code).toBe('UNAVAILABLE');
+    // "A prompt 503, never a hang" is the documented promise (docs/reliability.md), so a bound stays:
+    // a generous one (answers are measured in milliseconds to a few seconds), far below a hang.
     expect(Math.max(...duringDown.map((o) => o.ms))).toBeLessThan(15_000);
     // Every lead the API confirmed is stored, once.
     const created = load.outcomes.filter((o) => o.status === 201).map((o) => o.phone);
@@ -396,11 +420,23 @@ describe('Temporal restarted during sends, deliveries and automation runs', () =
     );
     expect(downSend.status).toBe(503);
     expect(downSend.body).toMatchObject({ code: 'UNAVAILABLE' });
+    // "503 within seconds" is the documented promise (docs/reliability.md), not the API's 30 s wait: a generous bound.
     expect(sendMs).toBeLessThan(12_000);
     // The receiver does not need Temporal to accept: the run and its start are recorded together.
     expect(downRun.status).toBe(202);
     expect(downRun.body.data).toMatchObject({ status: 'accepted' });
-    expect(runMs).toBeLessThan(2_000);
+    // Accepted without Temporal, not after waiting for it: the run is recorded running with the
+    // outbox row that starts it, and that row is still undispatched (no workflow can start yet).
+    expect(await api.db('automation_runs').where({ workspace_id: ws.id, id: downRun.body.data.runId }).first('status')).toEqual({
+      status: 'running',
+    });
+    expect(
+      await api
+        .db('outbox_events')
+        .where({ workspace_id: ws.id, kind: 'trigger', name: 'webhook_received' })
+        .whereRaw(`payload->>'runId' = ?`, [downRun.body.data.runId])
+        .select('dispatched_at'),
+    ).toEqual([{ dispatched_at: null }]);
     expect(read.status).toBe(200);
     expect(writeWhileDown.status).toBe(201);
 

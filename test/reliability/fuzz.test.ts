@@ -54,6 +54,7 @@ import {
   uniqueIp,
   Workspace,
 } from '../helpers';
+import { uniqueMobile } from '../phones';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 424242);
 const RUNS = Number(process.env.FUZZ_RUNS ?? 200);
@@ -113,11 +114,19 @@ interface AdminFixture {
   tagId: string;
 }
 
-let phoneSeq = 0;
-/** A distinct Brazilian mobile (area 11, ninth digit). */
-const mobile = (): string => `55119${String(60_000_000 + ((process.pid * 13 + ++phoneSeq * 7919) % 9_000_000))}`;
-/** A mobile derived from a generated number (for example bodies). */
-const mobileOf = (n: number): string => `55119${String(70_000_000 + (n % 29_000_000))}`;
+/** A distinct Brazilian mobile (area 11, ninth digit), from the one allocator (../phones). */
+const mobile = (): string => uniqueMobile('11');
+/**
+ * A mobile derived from a generated number (for example bodies): one of 1,000 of this file's own
+ * allocator numbers, the same one for the same `n % 1000`, so a case still reads the same number
+ * for the same seed (and n, n + 1 are two numbers).
+ */
+const generatedMobiles = new Map<number, string>();
+const mobileOf = (n: number): string => {
+  const slot = ((n % 1000) + 1000) % 1000;
+  if (!generatedMobiles.has(slot)) generatedMobiles.set(slot, uniqueMobile('11'));
+  return generatedMobiles.get(slot)!;
+};
 
 const sign = (raw: string, secret = APP_SECRET): string => `sha256=${createHmac('sha256', secret).update(raw, 'utf8').digest('hex')}`;
 

@@ -78,7 +78,16 @@ describe('secrets appear only where the contract shows them', () => {
   const secrets: Record<string, string> = {};
   let oldInboundToken = '';
 
-  it('runs a session that creates, uses, changes and breaks every kind of secret', async () => {
+  /**
+   * The session every case below reads (its answers, the secrets it made): run once, by whichever
+   * case comes first, so each case also runs alone (-t) and none relies on another having run.
+   */
+  let session: Promise<void> | undefined;
+  const runSession = (): Promise<void> => (session ??= recordSession());
+
+  it('runs a session that creates, uses, changes and breaks every kind of secret', () => runSession());
+
+  async function recordSession(): Promise<void> {
     // --- API keys (admin) -------------------------------------------------------------------
     const created = await asAdmin('create api key', 'POST', `/admin/v1/workspaces/${ws.id}/api-keys`, {
       name: 'integration',
@@ -286,9 +295,10 @@ describe('secrets appear only where the contract shows them', () => {
     expect((await req('openapi', 'GET', '/api/v1/openapi.json')).status).toBe(200);
     expect((await req('docs', 'GET', '/docs')).status).toBe(200);
     await settleOutbox(api, ws.id);
-  });
+  }
 
-  it('shows each secret only in the answers the contract allows', () => {
+  it('shows each secret only in the answers the contract allows', async () => {
+    await runSession();
     expect(callsShowing(secrets.apiKey)).toEqual(['create api key']);
     expect(callsShowing(secrets.apiKeyHiddenPart)).toEqual(['create api key']);
     expect(callsShowing(secrets.webhookSecret)).toEqual(['create webhook']);
@@ -304,6 +314,7 @@ describe('secrets appear only where the contract shows them', () => {
   });
 
   it('logs none of them (API log lines and the worker log)', async () => {
+    await runSession();
     const apiLog = api.logs.join('\n');
     expect(api.logs.length).toBeGreaterThan(30);
     expect(apiLog).toContain('/webhook-in/[redacted]');

@@ -15,6 +15,7 @@ import { saveSendRequest } from '../../domain/messaging/send-requests';
 import { searchHash, withoutPhoneNumbers } from '../../domain/platform/temporal';
 import { searchQuery } from '../../scripts/search-hash';
 import { createWorkspace, eventually, expectError, historyPayloads, startApi, TestApi, uniqueIp, Workspace } from '../helpers';
+import { uniqueMobile } from '../phones';
 
 let api: TestApi;
 let connection: Connection;
@@ -30,11 +31,8 @@ afterAll(async () => {
   await api.close();
 });
 
-/**
- * A random mobile of its own: the emulator keeps scripted behaviours per number, and other test
- * files' pid-based numbers (workspace-fixture's uniquePhone) can meet across jest workers.
- */
-const uniquePhone = (): string => `55119${String(10_000_000 + Math.floor(Math.random() * 89_999_999))}`;
+/** A mobile of this file's own (the emulator keeps scripted behaviours per number): the one allocator's. */
+const uniquePhone = (): string => uniqueMobile('11');
 
 type Payload = temporal.api.common.v1.IPayload;
 type WirePayload = { metadata: Record<string, string>; data: string };

@@ -17,6 +17,7 @@ import {
   TestApi,
   Workspace,
 } from '../helpers';
+import { uniqueMobile } from '../phones';
 
 export interface Fixture {
   ws: Workspace;
@@ -36,13 +37,8 @@ export interface Fixture {
   automation: { id: string };
 }
 
-// Jest loads this module anew for every test file, and one worker process runs several files: a
-// sequence starting at 0 gave the files of one process the same numbers, so a file could meet a
-// number another had scripted at the shared emulator (a 100 MB send once got "not on WhatsApp").
-// Each load starts at a random point instead, like uniqueIp in ../helpers.
-let seq = Math.floor(Math.random() * 29_000_000);
-/** A valid Brazilian mobile that no other test file uses (a random start per file, pid-salted). */
-export const uniquePhone = (): string => `55419${String(70000000 + ((++seq * 7919 + (process.pid % 997) * 131) % 29_000_000))}`;
+/** A valid Brazilian mobile (area 41) that no other test file uses: the one allocator's (../phones). */
+export const uniquePhone = (): string => uniqueMobile('41');
 
 /** A workspace with one record of every kind, created through the API where an endpoint exists. */
 /**
