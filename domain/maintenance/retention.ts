@@ -38,7 +38,11 @@ export async function pruneRetention(db: Db, days: number, scope: { workspaceId?
       hours === undefined ? db.raw(`now() - make_interval(days => ?)`, [days]) : db.raw(`now() - make_interval(hours => ?)`, [hours]);
     for (;;) {
       const n: number = await scoped(db(table))
-        .whereIn('id', scoped(db(table)).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('id'))
+        // By (workspace_id, id): send_requests' ids are clients' Idempotency-Keys, unique only within a workspace.
+        .whereIn(
+          ['workspace_id', 'id'],
+          scoped(db(table)).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('workspace_id', 'id'),
+        )
         .delete();
       removed[table] += n;
       if (n < BATCH) break;

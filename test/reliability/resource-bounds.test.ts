@@ -8,6 +8,7 @@ import { route } from '../../api/route';
 import { IP_PROFILES } from '../../domain/access/rate-limit';
 import { MAX_OFFSET } from '../../domain/kernel/pagination';
 import { pruneRetention } from '../../domain/maintenance/retention';
+import type { Db } from '../../domain/platform/db';
 import { resetClock } from '../../domain/kernel/clock';
 import { createWorkspace, expectError, pinRateClock, startApi, TestApi } from '../helpers';
 
@@ -149,21 +150,36 @@ describe('retention', () => {
         { workspace_id: ws.id, id: `new-${ws.id}`, message },
       ])
       .returning('id');
+    // A send request's id is the client's Idempotency-Key: another workspace may use the same one.
+    const other = await createWorkspace(api, { scopes: ['leads:read'] });
+    const shared = `order-${ws.id}`;
+    await api.db('send_requests').insert([
+      { workspace_id: ws.id, id: shared, message, created_at: old },
+      { workspace_id: other.id, id: shared, message },
+    ]);
 
-    await pruneRetention(api.db, 30);
-    const left = async (table: string, ids: { id: string }[]) =>
-      (
-        await api
-          .db(table)
-          .whereIn(
-            'id',
-            ids.map((r) => r.id),
-          )
-          .pluck('id')
-      ).sort();
-    expect(await left('outbox_events', events)).toEqual([events[1].id, events[2].id].sort());
-    expect(await left('webhook_deliveries', deliveries)).toEqual([deliveries[2].id]);
-    expect(await left('automation_runs', runs)).toEqual([runs[2].id]);
-    expect(await left('send_requests', requests)).toEqual([requests[1].id]);
+    // The production pass (every workspace), inside a transaction rolled back afterwards, so it
+    // removes nothing the test files running beside this one still read.
+    const trx = await api.db.transaction();
+    try {
+      await pruneRetention(trx as unknown as Db, 30);
+      const left = async (table: string, ids: { id: string }[]) =>
+        (
+          await trx(table)
+            .whereIn(
+              'id',
+              ids.map((r) => r.id),
+            )
+            .pluck('id')
+        ).sort();
+      expect(await left('outbox_events', events)).toEqual([events[1].id, events[2].id].sort());
+      expect(await left('webhook_deliveries', deliveries)).toEqual([deliveries[2].id]);
+      expect(await left('automation_runs', runs)).toEqual([runs[2].id]);
+      expect(await left('send_requests', requests)).toEqual([requests[1].id]);
+      // The old request of this workspace went; the other workspace's fresh one with the same key stays.
+      expect(await trx('send_requests').where({ id: shared }).pluck('workspace_id')).toEqual([other.id]);
+    } finally {
+      await trx.rollback();
+    }
   });
 });
