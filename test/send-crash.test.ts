@@ -7,6 +7,7 @@
  */
 import path from 'node:path';
 import { loadConfig } from '../domain/platform/config';
+import { saoPauloDay } from '../domain/messaging/sending';
 import { temporalClientFactory } from '../domain/platform/temporal';
 import { Child, ROOT, nodeTs, startChild, waitFor, waitForWorker } from '../scripts/stack';
 import { createWorkspace, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
@@ -114,7 +115,18 @@ const send = (s: Setup, phone: string, key: string) =>
     body: body(phone),
     headers: { 'x-forwarded-for': uniqueIp(), 'Idempotency-Key': key },
   });
-const saoPauloToday = (): string => new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
+/**
+ * The daily cold-slot rows a send's prepare step may take, held by the caller's uncommitted insert:
+ * today's and tomorrow's (by the code's own saoPauloDay, the unit tier pins it), so a São Paulo
+ * midnight between the hold and the send still finds its row held.
+ */
+const coldSlotRows = (workspaceId: string) =>
+  [0, 86_400_000].map((ahead) => ({
+    workspace_id: workspaceId,
+    day: saoPauloDay(new Date(Date.now() + ahead)),
+    kind: 'cold_conversations',
+    count: 0,
+  }));
 const workflowId = (s: Setup, key: string): string => `send/${s.ws.id}/key/${key}`;
 
 /**
@@ -257,7 +269,7 @@ describe('a worker killed mid-send', () => {
     // provider call. Its transaction never commits (the client that would commit it is dead).
     const blocker = await api.db.transaction();
     const blockerPid = (await blocker.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-    await blocker('daily_counters').insert({ workspace_id: s.ws.id, day: saoPauloToday(), kind: 'cold_conversations', count: 0 });
+    await blocker('daily_counters').insert(coldSlotRows(s.ws.id));
     const started = Date.now();
     const pending = send(s, phone, key);
     try {
@@ -285,7 +297,7 @@ describe('a worker killed mid-send', () => {
     // then an uncommitted attempt row with that reference stops the provider step's claim, after
     // prepare committed the contact and the conversation.
     const slot = await api.db.transaction();
-    await slot('daily_counters').insert({ workspace_id: s.ws.id, day: saoPauloToday(), kind: 'cold_conversations', count: 0 });
+    await slot('daily_counters').insert(coldSlotRows(s.ws.id));
     const slotPid = (await slot.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
     const started = Date.now();
     const pending = send(s, phone, key);
@@ -359,7 +371,7 @@ describe('a worker killed mid-send', () => {
     // provider: the row `in_flight`, no provider call. Written by the test while prepare waits.
     const blocker = await api.db.transaction();
     const blockerPid = (await blocker.raw('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-    await blocker('daily_counters').insert({ workspace_id: s.ws.id, day: saoPauloToday(), kind: 'cold_conversations', count: 0 });
+    await blocker('daily_counters').insert(coldSlotRows(s.ws.id));
     const started = Date.now();
     const pending = send(s, phone, key);
     try {
