@@ -2,6 +2,7 @@ import type { Scope } from '../domain/access/scopes';
 import { settledHorizon } from '../domain/platform/cursor';
 import { ApiResponse, createKey, createWorkspace, eventually, expectError, seedPipeline, startApi, TestApi, Workspace } from './helpers';
 import { uniqueMobile } from './phones';
+import { ensureDatabase, migrateLatest } from '../scripts/stack';
 
 /**
  * Incremental sync (cursor paging) of leads, deals, tasks, products and conversations, through the
@@ -10,7 +11,12 @@ import { uniqueMobile } from './phones';
  */
 let api: TestApi;
 beforeAll(async () => {
-  api = await startApi();
+  // A database of its own: the settled horizon is the oldest transaction open on the database, and
+  // the other test files, running side by side, hold transactions open for seconds on purpose (a
+  // send held in its prepare step, a lock to wait on). Here only this file's transactions count.
+  const databaseUrl = await ensureDatabase(process.env.TEST_ADMIN_DATABASE_URL!, 'crm_sync_test', true);
+  await migrateLatest(databaseUrl, () => undefined);
+  api = await startApi({ config: { databaseUrl } });
 });
 afterAll(async () => api.close());
 
@@ -37,9 +43,8 @@ const get = (w: Workspace, path: string): Promise<ApiResponse> => api.request('G
 
 /**
  * Waits until every transaction open on the database when called has ended (the settled horizon of
- * domain/platform/cursor.ts has passed that moment). Test files run side by side on one database, and a
- * transaction of another file holds back what a sync reads here, by design: a page read at once
- * could end before this test's own last write.
+ * domain/platform/cursor.ts has passed that moment): a page read at once could end before this
+ * test's own last write. The database is this file's own, so only its own transactions count.
  */
 async function settled(): Promise<void> {
   const since = BigInt(Date.now()) * 1000n;
