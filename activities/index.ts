@@ -1,6 +1,7 @@
 import type { Config } from '../domain/platform/config';
 import type { Db } from '../domain/platform/db';
 import { createAutomationActivities } from './automations';
+import { createBroadcastActivities } from './broadcasts';
 import { createMediaActivities } from './media';
 import { createMessagingActivities } from './messaging';
 import { createWebhookActivities } from './webhooks';
@@ -11,7 +12,7 @@ import { createWebhookActivities } from './webhooks';
  */
 export interface ActivityDeps {
   db: Db;
-  config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'>;
+  config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> & Partial<Pick<Config, 'sendReconcileWindowMs'>>;
 }
 
 export function createActivities({ db, config }: ActivityDeps) {
@@ -25,6 +26,7 @@ export function createActivities({ db, config }: ActivityDeps) {
     ...createMediaActivities({ db, config }),
     ...createWebhookActivities({ db, config }),
     ...createAutomationActivities({ db }),
+    ...createBroadcastActivities({ db, config }),
   };
 }
 

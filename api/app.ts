@@ -29,6 +29,7 @@ import { providerWebhookRoutes } from './routes/provider-webhooks';
 import { webhookRoutes } from './routes/webhooks';
 import { eventRoutes } from './routes/events';
 import { automationRoutes } from './routes/automations';
+import { broadcastRoutes } from './routes/broadcasts';
 import { CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH } from '../domain/platform/codec-session';
 
 /** Every endpoint of the service, in documentation order. */
@@ -47,6 +48,7 @@ export const ROUTES: AnyRoute[] = [
   ...webhookRoutes,
   ...eventRoutes,
   ...automationRoutes,
+  ...broadcastRoutes,
   ...systemRoutes,
   ...adminRoutes,
   ...providerWebhookRoutes,

@@ -39,6 +39,7 @@ export const TAGS: { name: string; description: string }[] = [
   { name: 'Webhooks', description: 'Subscriptions that receive signed business events, and their deliveries.' },
   { name: 'Events', description: 'The business events the webhooks carry, read back by cursor: catch up after an outage.' },
   { name: 'Automations', description: 'Automations started by events or by an inbound webhook, and their runs.' },
+  { name: 'Broadcasts', description: 'An approved template sent to a segment of leads: paced, pausable, once per recipient.' },
   { name: 'System', description: 'Liveness and readiness probes.' },
   { name: 'Admin', description: 'Operator set-up with the ADMIN_TOKEN: workspaces, keys, members, pipelines, instances.' },
   { name: 'Provider webhooks', description: 'Callbacks of the messaging providers (signed by them).' },

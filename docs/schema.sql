@@ -90,6 +90,30 @@ CREATE TABLE automations (
 CREATE INDEX automations_trigger_idx ON public.automations USING btree (workspace_id, trigger_type) WHERE active;
 CREATE UNIQUE INDEX automations_webhook_token_hash_uq ON public.automations USING btree (webhook_token_hash);
 
+CREATE TABLE broadcast_recipients (
+  workspace_id uuid NOT NULL,
+  broadcast_id uuid NOT NULL,
+  contact_id uuid NOT NULL,
+  phone text NOT NULL,
+  position integer NOT NULL,
+  status text DEFAULT 'pending'::text NOT NULL,
+  code text,
+  message_id uuid,
+  conversation_id uuid,
+  sent_at timestamp with time zone,
+  reference text NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT broadcast_recipients_pkey PRIMARY KEY (broadcast_id, contact_id),
+  CONSTRAINT broadcast_recipients_code_check CHECK (((code IS NULL) OR (length(code) <= 100))),
+  CONSTRAINT broadcast_recipients_position_check CHECK (("position" >= 0)),
+  CONSTRAINT broadcast_recipients_reference_key UNIQUE (reference),
+  CONSTRAINT broadcast_recipients_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'sent'::text, 'delivered'::text, 'read'::text, 'failed'::text, 'skipped'::text]))),
+  CONSTRAINT broadcast_recipients_workspace_id_broadcast_id_fkey FOREIGN KEY (workspace_id, broadcast_id) REFERENCES broadcasts(workspace_id, id) ON DELETE CASCADE
+);
+CREATE INDEX broadcast_recipients_pending_idx ON public.broadcast_recipients USING btree (broadcast_id, "position") WHERE (status = 'pending'::text);
+CREATE INDEX broadcast_recipients_status_idx ON public.broadcast_recipients USING btree (broadcast_id, status, "position");
+
 CREATE TABLE broadcast_tags (
   workspace_id uuid NOT NULL,
   broadcast_id uuid NOT NULL,
@@ -105,11 +129,28 @@ CREATE TABLE broadcasts (
   workspace_id uuid NOT NULL,
   status text NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  name text DEFAULT ''::text NOT NULL,
+  instance_id uuid,
+  audience jsonb DEFAULT '{}'::jsonb NOT NULL,
+  template jsonb,
+  scheduled_at timestamp with time zone,
+  started_at timestamp with time zone,
+  finished_at timestamp with time zone,
+  waiting_until timestamp with time zone,
+  rate_per_second integer DEFAULT 20 NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL,
   CONSTRAINT broadcasts_pkey PRIMARY KEY (id),
-  CONSTRAINT broadcasts_status_check CHECK ((status = ANY (ARRAY['draft'::text, 'scheduled'::text, 'in_progress'::text, 'completed'::text, 'cancelled'::text]))),
+  CONSTRAINT broadcasts_audience_check CHECK ((jsonb_typeof(audience) = 'object'::text)),
+  CONSTRAINT broadcasts_instance_fkey FOREIGN KEY (workspace_id, instance_id) REFERENCES instances(workspace_id, id),
+  CONSTRAINT broadcasts_name_check CHECK ((length(name) <= 200)),
+  CONSTRAINT broadcasts_rate_per_second_check CHECK (((rate_per_second >= 1) AND (rate_per_second <= 80))),
+  CONSTRAINT broadcasts_status_check CHECK ((status = ANY (ARRAY['draft'::text, 'scheduled'::text, 'in_progress'::text, 'paused'::text, 'completed'::text, 'cancelled'::text]))),
+  CONSTRAINT broadcasts_template_check CHECK (((template IS NULL) OR (jsonb_typeof(template) = 'object'::text))),
   CONSTRAINT broadcasts_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE,
   CONSTRAINT broadcasts_workspace_id_id_key UNIQUE (workspace_id, id)
 );
+CREATE INDEX broadcasts_instance_idx ON public.broadcasts USING btree (instance_id) WHERE (instance_id IS NOT NULL);
+CREATE INDEX broadcasts_workspace_created_idx ON public.broadcasts USING btree (workspace_id, created_at DESC, id DESC);
 
 CREATE TABLE contact_counts (
   workspace_id uuid NOT NULL,

@@ -13,3 +13,4 @@ export async function systemCheckWorkflow(): Promise<{ databaseTime: string }> {
 export { sendMessageWorkflow } from './send-message';
 export { webhookDeliveryWorkflow } from './webhook-delivery';
 export { automationRunWorkflow } from './automation-run';
+export { broadcastWorkflow } from './broadcast';

@@ -126,3 +126,32 @@ export const WEBHOOK_ATTEMPT: LocalActivityOptions = {
   startToCloseTimeout: '20 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 5 },
 };
+
+/**
+ * A broadcast's batch (activities/broadcasts.ts sendBroadcastBatch): it runs for at most 30 s
+ * (BATCH_BUDGET_MS) and heartbeats every recipient, so a dead worker is noticed within the
+ * heartbeat timeout and the retry carries on where the rows say (each recipient's claim keeps its
+ * provider call to one). Throttling or an outage fails the batch retryably: the growing waits are
+ * how the broadcast slows down; it never gives up (nothing is dropped).
+ */
+export const BROADCAST_BATCH: ActivityOptions = {
+  startToCloseTimeout: '2 minutes',
+  heartbeatTimeout: '10 seconds',
+  retry: {
+    initialInterval: '1 second',
+    backoffCoefficient: 2,
+    maximumInterval: '1 minute',
+    maximumAttempts: Number.POSITIVE_INFINITY,
+  },
+};
+
+/** A broadcast's own steps (freeze the audience, complete, read the status): short transactions, retried until the database answers. */
+export const BROADCAST_STEP: ActivityOptions = {
+  startToCloseTimeout: '30 seconds',
+  retry: {
+    initialInterval: '500 milliseconds',
+    backoffCoefficient: 2,
+    maximumInterval: '30 seconds',
+    maximumAttempts: Number.POSITIVE_INFINITY,
+  },
+};

@@ -337,8 +337,8 @@ export const adminRoutes: AnyRoute[] = [
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/broadcasts',
-    operationId: 'createBroadcast',
-    summary: 'Record a broadcast using tags (one in progress blocks deleting those tags)',
+    operationId: 'recordBroadcast',
+    summary: 'Record a broadcast using tags, without sending (a scheduled, in-progress or paused one blocks deleting those tags)',
     status: 201,
     params: ws,
     body: z.object({

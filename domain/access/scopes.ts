@@ -26,6 +26,8 @@ export const ALL_SCOPES = [
   'events:read',
   'automations:read',
   'automations:write',
+  'broadcasts:read',
+  'broadcasts:write',
 ] as const;
 
 export type Scope = (typeof ALL_SCOPES)[number];

@@ -1,11 +1,12 @@
 import type { Db } from '../platform';
 import { ApiError, iso } from '../kernel';
 
-export const BROADCAST_STATUSES = ['draft', 'scheduled', 'in_progress', 'completed', 'cancelled'] as const;
+export const BROADCAST_STATUSES = ['draft', 'scheduled', 'in_progress', 'paused', 'completed', 'cancelled'] as const;
 
 /**
  * Records a broadcast and the tags it uses, all of the workspace (an unknown tag is 404
- * NOT_FOUND); an `in_progress` one blocks deleting those tags (deleteTag).
+ * NOT_FOUND); a `scheduled`, `in_progress` or `paused` one blocks deleting those tags (deleteTag).
+ * The admin API's record for operators' tests: it starts no workflow (see resource.ts for the public one).
  */
 export async function createBroadcast(
   db: Db,

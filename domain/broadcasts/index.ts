@@ -1,1 +1,2 @@
 export * from './broadcasts';
+export * from './resource';

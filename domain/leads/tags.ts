@@ -66,8 +66,12 @@ export async function updateTag(db: Writer, workspaceId: string, tagId: string, 
   return serializeTag(rows[0]);
 }
 
+/** Broadcast statuses that keep their tags (domain/broadcasts TAG_BLOCKING_STATUSES; leads cannot import broadcasts). */
+const TAG_BLOCKING_BROADCASTS: readonly string[] = ['scheduled', 'in_progress', 'paused'];
+
 /**
- * Deletes a tag unless a broadcast in progress uses it (409 TAG_IN_USE). The tag row is locked
+ * Deletes a tag unless a broadcast that has not finished uses it (scheduled, in progress or
+ * paused: 409 TAG_IN_USE). The tag row is locked
  * first (which blocks a concurrent insert of a broadcast_tags row referencing it: the foreign-key
  * check needs a share lock on the tag), then the broadcasts using it are share-locked, so a
  * broadcast being switched to `in_progress` concurrently is either seen as in progress or waits
@@ -86,7 +90,7 @@ export async function deleteTag(db: Db, workspaceId: string, tagId: string): Pro
         FOR SHARE OF b`,
       [workspaceId, tagId],
     );
-    const inProgress = (rows as { id: string; status: string }[]).filter((b) => b.status === 'in_progress');
+    const inProgress = (rows as { id: string; status: string }[]).filter((b) => TAG_BLOCKING_BROADCASTS.includes(b.status));
     if (inProgress.length) {
       throw new ApiError('TAG_IN_USE', 'The tag is used by a broadcast in progress', {
         hint: `Broadcast${inProgress.length > 1 ? 's' : ''} ${inProgress

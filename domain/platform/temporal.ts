@@ -17,6 +17,7 @@ export const SEARCH_ATTRIBUTES = {
   InstanceId: 'Keyword',
   IdempotencyKey: 'Keyword',
   AutomationId: 'Keyword',
+  BroadcastId: 'Keyword',
 } as const;
 
 /** What a keyed hash stands for: it is part of the hashed text, so a phone's hash never equals an externalId's. */

@@ -19,6 +19,9 @@ export const WEBHOOK_EVENTS = [
   'card.moved',
   'card.won',
   'card.lost',
+  // A broadcast froze its audience and began sending; it sent (or skipped) every recipient.
+  'broadcast.started',
+  'broadcast.completed',
 ] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 

@@ -103,6 +103,8 @@ interface Fixture {
   automationIn: { id: string; token: string };
   /** PATCH, token regeneration and removal, DELETE aim here. */
   automationEdit: { id: string };
+  /** Scheduled far ahead: reads, pause/resume (409) and cancel aim here. */
+  broadcast: { id: string };
 }
 
 interface AdminFixture {
@@ -247,6 +249,7 @@ async function buildFixture(): Promise<Fixture> {
     trigger: { type: 'webhook_received' },
     actions: [{ type: 'add_note', body: 'hello {{webhook.x}}' }],
   });
+  const broadcast = await call('POST', '/api/v1/broadcasts', broadcastBody(contact.id, 0));
   return {
     ws,
     contact: { id: contact.id, phone: contact.phone, name: contact.name },
@@ -266,8 +269,18 @@ async function buildFixture(): Promise<Fixture> {
     delivery: { id: delivery.id },
     automationIn: { id: automationIn.id, token: String(automationIn.webhookUrl).split('/').pop()! },
     automationEdit: { id: automationEdit.id },
+    broadcast: { id: broadcast.id },
   };
 }
+
+/** A broadcast of the approved template to one lead, 30 days ahead (it sends nothing during the run). */
+const broadcastBody = (contactId: string, n: number) => ({
+  name: `Broadcast ${n}`,
+  audience: { leadIds: [contactId] },
+  template: { name: 'welcome', language: 'pt_BR', variables: ['{{contact.name}}'] },
+  scheduledAt: new Date(Date.now() + 30 * 86_400_000).toISOString(),
+  ratePerSecond: 1 + (n % 80),
+});
 
 async function buildAdminFixture(): Promise<AdminFixture> {
   const ws = await api.admin('POST', '/admin/v1/workspaces', { name: 'Fuzz admin target' });
@@ -408,6 +421,7 @@ const EXAMPLES: Record<string, Example> = {
     n % 2
       ? { type: 'text', text: `hello ${n}` }
       : { type: 'document', mediaUrl: `${EMULATOR}/__emulator/media/2000/file.pdf`, fileName: 'file.pdf', caption: 'doc' },
+  'post /api/v1/broadcasts': (n) => broadcastBody(f.contact.id, n),
   'post /api/v1/webhooks': (n) => ({ url: `${receiver.url}/ok/new-${n}`, events: ['card.lost'], active: true }),
   'patch /api/v1/webhooks/{id}': (n) =>
     n % 2 ? { events: ['card.lost', 'card.won'], active: true } : { url: `${receiver.url}/ok/edited-${n}` },
@@ -564,6 +578,8 @@ function ownIds(r: AnyRoute, param: string): string[] {
         : key.endsWith('/runs')
           ? [f.automationIn.id]
           : [f.automationEdit.id];
+    case 'broadcasts':
+      return [f.broadcast.id];
     default:
       throw new Error(`fuzz: no fixture record for {${param}} of ${key}; add it to ownIds`);
   }

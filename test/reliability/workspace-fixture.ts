@@ -35,6 +35,7 @@ export interface Fixture {
   webhook: { id: string };
   delivery: { id: string };
   automation: { id: string };
+  broadcast: { id: string };
 }
 
 /** A valid Brazilian mobile (area 41) that no other test file uses: the one allocator's (../phones). */
@@ -109,10 +110,44 @@ export async function buildFixture(api: TestApi, receiver: Receiver, name: strin
     trigger: { type: 'webhook_received' },
     actions: [{ type: 'add_tag', tag: 'x' }],
   });
+  // A broadcast scheduled far ahead (it sends nothing during the tests), to the lead by id so the tag stays deletable.
+  await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
+    instanceId: instance.id,
+    name: 'fixture',
+    language: 'pt_BR',
+    status: 'approved',
+  });
+  const broadcast = await call('POST', '/api/v1/broadcasts', broadcastBody(instance.id, contact.id, `${name} broadcast`));
   const [delivery] = await api.db('webhook_deliveries').where({ workspace_id: ws.id, subscription_id: webhook.id }).select('id');
   if (!delivery) throw new Error('fixture: no webhook delivery recorded');
-  return { ws, contact, tag, list, note, pipeline, member, product, deal, task, instance, conversation, webhook, delivery, automation };
+  return {
+    ws,
+    contact,
+    tag,
+    list,
+    note,
+    pipeline,
+    member,
+    product,
+    deal,
+    task,
+    instance,
+    conversation,
+    webhook,
+    delivery,
+    automation,
+    broadcast,
+  };
 }
+
+/** A broadcast of the fixture's approved template `fixture` to one lead, starting in 30 days. */
+const broadcastBody = (instanceId: string, contactId: string, name: string) => ({
+  name,
+  instanceId,
+  audience: { leadIds: [contactId] },
+  template: { name: 'fixture', language: 'pt_BR' },
+  scheduledAt: new Date(Date.now() + 30 * 86_400_000).toISOString(),
+});
 
 /** Every row of a workspace, in every table that carries workspace_id (rate-limit counters and keys' last_used_at aside). */
 export async function snapshot(api: TestApi, workspaceId: string): Promise<Record<string, unknown[]>> {
@@ -148,6 +183,7 @@ const BY_SEGMENT: Record<string, (f: Fixture) => string> = {
   workspaces: (f) => f.ws.id,
   'api-keys': (f) => f.ws.keyId,
   instances: (f) => f.instance.id,
+  broadcasts: (f) => f.broadcast.id,
 };
 
 /** `/api/v1/deals/{id}` with the fixture's deal id; throws for a collection it does not know. */
@@ -191,6 +227,7 @@ export const BODIES: Record<string, (f: Fixture, receiverUrl: string) => unknown
   'patch /api/v1/webhooks/{id}': () => ({ active: false }),
   'post /api/v1/automations': () => ({ name: 'sneaked in', trigger: { type: 'deal_won' }, actions: [{ type: 'add_tag', tag: 'x' }] }),
   'patch /api/v1/automations/{id}': () => ({ name: 'hijacked', active: false }),
+  'post /api/v1/broadcasts': (f) => broadcastBody(f.instance.id, f.contact.id, 'sneaked in'),
   // Admin
   'post /admin/v1/workspaces': () => ({ name: 'sneaked in' }),
   'post /admin/v1/temporal-codec/decode': () => ({ payloads: [] }),
