@@ -543,6 +543,39 @@ describe('retries, failures and the delivery log', () => {
   });
 });
 
+describe('throughput', () => {
+  it('carries a burst to a receiver that answers at once on first attempts, not a workflow per delivery', async () => {
+    const ws = await workspace();
+    const path = `/ok/${unique('burst')}`;
+    await subscribe(ws, path, ['lead.created']);
+    // 100 events at once: more than the workspace's 16 first-attempt slots in one dispatcher pass.
+    const res = await api.request('POST', '/api/v1/leads/batch', {
+      key: ws.key,
+      body: { leads: Array.from({ length: 100 }, (_, i) => ({ phone: phone(), name: `Burst ${i}` })) },
+    });
+    expect(res.status).toBe(200);
+    const { deliveries } = await deliveredOnce(api, temporal, receiver, ws.id, path);
+    expect(deliveries).toHaveLength(100);
+    // A delivery whose first attempt found no free slot within FIRST_ATTEMPT_WAIT_MS went to a
+    // workflow (as every one beyond the 16 slots did before the lane waited for them: about 70%).
+    const withWorkflow = await Promise.all(
+      deliveries.map((d) =>
+        temporal.workflow
+          .getHandle(deliveryWorkflowId(ws.id, d.subscription_id, d.event_id))
+          .describe()
+          .then(
+            () => true,
+            (err: unknown) => {
+              if (err instanceof WorkflowNotFoundError) return false;
+              throw err;
+            },
+          ),
+      ),
+    );
+    expect(withWorkflow.filter(Boolean).length).toBeLessThanOrEqual(10);
+  });
+});
+
 describe('the outbox dispatcher recovers from a crash', () => {
   async function insertEvent(ws: Workspace, name: string, lease: string | null) {
     const [row] = await api

@@ -59,9 +59,19 @@ export const ROWS_PER_WORKSPACE = 50;
 const FIRST_ATTEMPT_SLOTS = 128;
 /**
  * First attempts in flight at once for one workspace: a subscriber that answers slowly holds at
- * most these, never every slot; its workspace's other new deliveries go to workflows at once.
+ * most these, never every slot; its workspace's other new deliveries go to workflows after
+ * FIRST_ATTEMPT_WAIT_MS.
  */
 export const FIRST_ATTEMPT_SLOTS_PER_WORKSPACE = 16;
+/**
+ * How long a lane waits for its workspace's first-attempt slots to free before the rest of its
+ * new deliveries go to workflows. Most receivers answer in milliseconds, so a burst is carried by
+ * the same slots instead of a workflow per delivery (workflows are what limits throughput: 63-75
+ * deliveries a second through them against 757 on first attempts, docs/performance.md); a slow
+ * receiver holds them longer, and its workspace's other deliveries go to workflows after this.
+ * Only the workspace's own lane waits, which also paces a workspace that floods.
+ */
+export const FIRST_ATTEMPT_WAIT_MS = 250;
 /** A pending delivery untouched this long (not created, not attempted) is checked for a workflow. */
 const ORPHAN_AFTER_SECONDS = 60;
 
@@ -118,14 +128,29 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   const firstAttemptsByWorkspace = new Map<string, number>();
 
   /**
-   * Whether a first attempt may start now, without waiting: a free slot in this process and in
-   * the workspace's share of them. No pass ever waits for a slot; a delivery without one goes to
-   * its workflow at once.
+   * Whether a first attempt may start now: a free slot in this process and in the workspace's
+   * share of them. Only the workspace's own lane waits for one (FIRST_ATTEMPT_WAIT_MS at most).
    */
   function firstAttemptSlot(workspaceId: string): boolean {
     return (
       firstAttemptsInFlight < FIRST_ATTEMPT_SLOTS && (firstAttemptsByWorkspace.get(workspaceId) ?? 0) < FIRST_ATTEMPT_SLOTS_PER_WORKSPACE
     );
+  }
+
+  /** Lanes waiting for a first-attempt slot to free: each is woken when any first attempt ends. */
+  const slotWaiters = new Set<() => void>();
+
+  /** Resolves when a first attempt ends, or after `ms`. */
+  function slotFreed(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        slotWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      slotWaiters.add(done);
+    });
   }
 
   /**
@@ -171,6 +196,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
         else firstAttemptsByWorkspace.delete(d.workspace_id);
         attempting.delete(d.id);
         firstAttempts.delete(attempt);
+        for (const wake of [...slotWaiters]) wake();
       });
     firstAttempts.add(attempt);
   }
@@ -187,10 +213,21 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     const fresh = deliveries.filter((d) => d.status === 'pending' && d.attempts === 0 && !attempting.has(d.id));
     const retrying = await retryingSubscriptions(workspaceId, fresh);
     const toWorkflows: NewDelivery[] = [];
+    const forFirstAttempts: NewDelivery[] = [];
     for (const d of fresh) {
-      if (options.attempt && !retrying.has(d.subscription_id) && firstAttemptSlot(d.workspace_id)) attemptFirst(d);
+      if (options.attempt && !retrying.has(d.subscription_id)) forFirstAttempts.push(d);
       else toWorkflows.push(d);
     }
+    // As many first attempts as the slots allow; the rest wait a moment for slots to free (this
+    // lane only), and those still without one go to workflows.
+    const deadline = Date.now() + FIRST_ATTEMPT_WAIT_MS;
+    while (forFirstAttempts.length > 0) {
+      while (forFirstAttempts.length > 0 && firstAttemptSlot(workspaceId)) attemptFirst(forFirstAttempts.shift()!);
+      const left = deadline - Date.now();
+      if (forFirstAttempts.length === 0 || left <= 0 || !running) break;
+      await slotFreed(left);
+    }
+    toWorkflows.push(...forFirstAttempts);
     for (let i = 0; i < toWorkflows.length; i += START_CONCURRENCY) {
       const results = await Promise.allSettled(toWorkflows.slice(i, i + START_CONCURRENCY).map((d) => startWorkflow(d)));
       const failed = results.find((r) => r.status === 'rejected');
