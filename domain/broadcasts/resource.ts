@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, iso, isUuid, type Page } from '../kernel';
 import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sendingPlan } from '../messaging';
+import { canonical } from '../leads';
 import { recordOutbox } from '../webhooks';
 
 type Reader = Db | Knex.Transaction;
@@ -133,25 +134,19 @@ async function withCounts(db: Reader, row: BroadcastRow): Promise<Broadcast> {
 function audienceQuery(db: Reader, workspaceId: string, audience: BroadcastAudience): Knex.QueryBuilder {
   const tagIds = audience.tagIds ?? [];
   const leadIds = audience.leadIds ?? [];
-  return db('contacts as c')
-    .where('c.workspace_id', workspaceId)
-    .whereNull('c.deleted_at')
-    .whereNull('c.merged_into_id')
-    .where('c.is_group', false)
-    .where((q) => {
-      q.whereRaw('false');
-      if (tagIds.length)
-        q.orWhereExists(
-          db('contact_tags as ct').whereRaw('ct.contact_id = c.id').where('ct.workspace_id', workspaceId).whereIn('ct.tag_id', tagIds),
-        );
-      if (audience.listId)
-        q.orWhereExists(
-          db('list_members as lm')
-            .whereRaw('lm.contact_id = c.id')
-            .where({ 'lm.workspace_id': workspaceId, 'lm.list_id': audience.listId }),
-        );
-      if (leadIds.length) q.orWhereIn('c.id', leadIds);
-    });
+  // Canonical contacts only (leads' one condition: not merged, not deleted, not a group chat).
+  return canonical(db('contacts as c').where('c.workspace_id', workspaceId), 'c').where((q) => {
+    q.whereRaw('false');
+    if (tagIds.length)
+      q.orWhereExists(
+        db('contact_tags as ct').whereRaw('ct.contact_id = c.id').where('ct.workspace_id', workspaceId).whereIn('ct.tag_id', tagIds),
+      );
+    if (audience.listId)
+      q.orWhereExists(
+        db('list_members as lm').whereRaw('lm.contact_id = c.id').where({ 'lm.workspace_id': workspaceId, 'lm.list_id': audience.listId }),
+      );
+    if (leadIds.length) q.orWhereIn('c.id', leadIds);
+  });
 }
 
 /** How many contacts the audience holds now. */
@@ -431,7 +426,9 @@ export async function completeBroadcast(db: Db, workspaceId: string, id: string)
     const row: BroadcastRow | undefined = await trx('broadcasts').where({ workspace_id: workspaceId, id }).forUpdate().first();
     if (!row) return 'cancelled';
     if (row.status !== 'in_progress') return row.status;
-    const pending = await trx('broadcast_recipients').where({ broadcast_id: id, status: 'pending' }).first('contact_id');
+    const pending = await trx('broadcast_recipients')
+      .where({ workspace_id: workspaceId, broadcast_id: id, status: 'pending' })
+      .first('contact_id');
     if (pending) return row.status;
     await trx('broadcasts')
       .where({ workspace_id: workspaceId, id })
