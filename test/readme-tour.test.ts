@@ -134,6 +134,10 @@ test('the README tour runs top to bottom as printed, and each step shows what it
     ['10. ...', /^\{"changed":"(Ana Costa|Bruno Dias)"\}$/],
     ['10. ... and João to remove', /^\{"removed":"[0-9a-f-]{36}"\}$/],
     ['10. the deletion in the events feed', /^\{"type":"contact.deleted","name":"João Lima"\}$/],
+    [
+      '11. the broadcast to the hot tag completed, none pending or failed',
+      /^\{"status":"completed","total":[1-9]\d*,"pending":0,"failed":0\}$/,
+    ],
   ];
   let at = 0;
   for (const [step, pattern] of expected) {
