@@ -34,6 +34,7 @@ import {
   standingSincePrepare,
   takeDaily,
   touchConversation,
+  attemptQuietFor,
 } from '../domain/messaging';
 import { recordWaId } from '../domain/leads/contacts';
 import {
@@ -52,7 +53,7 @@ import {
 } from '../domain/broadcasts';
 import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE } from '../types/messaging';
 import { sendThroughProvider } from './providers';
-import { ProviderError, type OutboundMessage, type ProviderFailure } from './providers/types';
+import { failureCode, mayHaveReachedProvider, ProviderError, type OutboundMessage } from './providers/types';
 
 /** What the broadcast workflow (workflows/broadcast.ts) is told by one batch. */
 export type BatchResult =
@@ -91,18 +92,6 @@ interface PreparedRecipient {
 
 /** A daily unit (quota or cold cap) refused inside prepare: the transaction rolls back and the broadcast waits. */
 class DailyLimit extends Error {}
-
-const FAILURE_CODES: Partial<Record<ProviderFailure, string>> = {
-  WINDOW_CLOSED: 'WINDOW_CLOSED',
-  TEMPLATE_INVALID: 'TEMPLATE_INVALID',
-};
-
-/** Same rule as the single send (activities/messaging.ts): a call that may have been accepted although no answer says so. */
-function mayHaveReachedProvider(err: unknown): boolean {
-  if (!(err instanceof ProviderError)) return false;
-  if (err.httpStatus !== undefined) return err.httpStatus >= 200 && err.httpStatus < 300;
-  return err.mayHaveReached;
-}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -277,7 +266,7 @@ export function createBroadcastActivities({
         if (!(err instanceof ProviderError)) throw message === full ? err : new Error(message);
         // Throttling (Cloud API 130429/131056) or an outage: the activity's retries slow the broadcast down; the recipient stays.
         if (err.retryable) throw ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);
-        await fail(b, p, FAILURE_CODES[err.failure] ?? 'SEND_FAILED');
+        await fail(b, p, failureCode(err.failure));
         return 'failed';
       }
     }
@@ -293,11 +282,7 @@ export function createBroadcastActivities({
       const row = await readAttempt(db, workspaceId, reference);
       if (!row || row.state === 'failed') return 'failed';
       if (row.state === 'sent') return 'sent';
-      const { rows } = await db.raw<{ rows: { expired: boolean }[] }>(
-        `SELECT updated_at < now() - (?::int * interval '1 millisecond') AS expired FROM send_attempts WHERE reference = ?`,
-        [windowMs, reference],
-      );
-      if (rows[0]?.expired) {
+      if (await attemptQuietFor(db, workspaceId, reference, windowMs)) {
         await failAttempt(
           db,
           reference,

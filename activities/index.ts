@@ -1,5 +1,5 @@
 import type { Config } from '../domain/platform/config';
-import type { Db } from '../domain/platform/db';
+import { databaseNow, type Db } from '../domain/platform/db';
 import { createAutomationActivities } from './automations';
 import { createBroadcastActivities } from './broadcasts';
 import { createMediaActivities } from './media';
@@ -19,8 +19,7 @@ export function createActivities({ db, config }: ActivityDeps) {
   return {
     /** Proves a workflow can reach PostgreSQL through an activity: returns the database clock. */
     async databaseTime(): Promise<string> {
-      const { rows } = await db.raw<{ rows: { now: Date }[] }>('SELECT now() AS now');
-      return rows[0].now.toISOString();
+      return (await databaseNow(db)).toISOString();
     },
     ...createMessagingActivities({ db, config }),
     ...createMediaActivities({ db, config }),

@@ -34,7 +34,7 @@ import { sendRequestOf } from '../domain/messaging/send-requests';
 import { instanceChannel, liveInstanceConfig, openInstanceConfig, sendCandidates } from '../domain/messaging/instances';
 import type { Config } from '../domain/platform/config';
 import { adapterFor, sendThroughProvider } from './providers';
-import { MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError, ProviderFailure } from './providers/types';
+import { failureCode, mayHaveReachedProvider, MEDIA_SEND_TIMEOUT_MS, OutboundMessage, ProviderError } from './providers/types';
 import { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from './media';
 import {
   PROVIDER_RETRYABLE,
@@ -61,24 +61,6 @@ type ContentRef = { requestId: string; message?: undefined } | { requestId?: und
  * The rules are domain/messaging/sending.ts; these activities load what the rules look at, and record.
  * Refusals become final failures whose `type` is the API's error code (domain/messaging/failures.ts).
  */
-
-/** Provider refusals the API reports under their own code; anything else final is SEND_FAILED. */
-const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE'>> = {
-  WINDOW_CLOSED: 'WINDOW_CLOSED',
-  TEMPLATE_INVALID: 'TEMPLATE_INVALID',
-  MEDIA_TOO_LARGE: 'MEDIA_TOO_LARGE',
-};
-
-/**
- * Whether a failed provider call may nevertheless have been accepted: no HTTP answer (timeout,
- * connection lost mid-exchange) or a success answer we could not read. A refusal the provider
- * answered, or a connection that never opened, is definitely not a sent message.
- */
-function mayHaveReachedProvider(err: unknown): boolean {
-  if (!(err instanceof ProviderError)) return false;
-  if (err.httpStatus !== undefined) return err.httpStatus >= 200 && err.httpStatus < 300;
-  return err.mayHaveReached;
-}
 
 /**
  * `unconfirmed` for a provider that echoes our reference in status callbacks (Cloud API
@@ -293,7 +275,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
           await failAttempt(db, input.reference, full.slice(0, 1000));
           if (!(err instanceof ProviderError)) throw message === full ? err : new Error(message);
           if (err.retryable) throw ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);
-          throw toFailure(new ApiError(FAILURE_CODES[err.failure] ?? 'SEND_FAILED', message));
+          throw toFailure(new ApiError(failureCode(err.failure), message));
         } finally {
           download?.close();
         }

@@ -91,6 +91,29 @@ export class ProviderError extends Error {
   }
 }
 
+/** Provider refusals reported under their own code; anything else final is SEND_FAILED. */
+const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE'>> = {
+  WINDOW_CLOSED: 'WINDOW_CLOSED',
+  TEMPLATE_INVALID: 'TEMPLATE_INVALID',
+  MEDIA_TOO_LARGE: 'MEDIA_TOO_LARGE',
+};
+
+/** The code a final provider refusal is reported under (a send's error, a broadcast recipient's `code`). */
+export function failureCode(failure: ProviderFailure): 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE' | 'SEND_FAILED' {
+  return FAILURE_CODES[failure] ?? 'SEND_FAILED';
+}
+
+/**
+ * Whether a failed provider call may nevertheless have been accepted: no HTTP answer (timeout,
+ * connection lost mid-exchange) or a success answer we could not read. A refusal the provider
+ * answered, or a connection that never opened, is definitely not a sent message.
+ */
+export function mayHaveReachedProvider(err: unknown): boolean {
+  if (!(err instanceof ProviderError)) return false;
+  if (err.httpStatus !== undefined) return err.httpStatus >= 200 && err.httpStatus < 300;
+  return err.mayHaveReached;
+}
+
 /** How long one send may take, connection and answer included, before it counts as UNAVAILABLE. */
 export const DEFAULT_SEND_TIMEOUT_MS = 10_000;
 /** The same for a send that carries the file itself (base64: a 100 MB document is a 134 MB body). */

@@ -82,6 +82,14 @@ export async function readAttempt(db: Db, workspaceId: string, reference: string
   return db('send_attempts').where({ reference, workspace_id: workspaceId }).first('state', 'provider_message_id', 'wa_id', 'error');
 }
 
+/** Whether the attempt has not changed for `ms` (by the database's clock): past a reconciliation window without a status callback. */
+export async function attemptQuietFor(db: Db, workspaceId: string, reference: string, ms: number): Promise<boolean> {
+  const row = await db('send_attempts')
+    .where({ reference, workspace_id: workspaceId })
+    .first(db.raw(`updated_at < now() - (?::int * interval '1 millisecond') AS expired`, [ms]));
+  return row?.expired === true;
+}
+
 /** `in_flight` → `failed` (conditional on the state, so a concurrent settle wins once); returns the rows changed. */
 export async function failAttempt(db: Db, reference: string, error: string, workspaceId?: string): Promise<number> {
   return db('send_attempts')

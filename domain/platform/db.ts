@@ -192,6 +192,12 @@ export async function pingDatabase(db: Db): Promise<void> {
   await db.raw('SELECT 1');
 }
 
+/** The database's clock (the `databaseTime` activity: a workflow proving it reaches PostgreSQL). */
+export async function databaseNow(db: Db): Promise<Date> {
+  const { rows } = await db.raw<{ rows: { now: Date }[] }>('SELECT now() AS now');
+  return rows[0].now;
+}
+
 // Connection-level failures: refused or lost connections, the server shutting down or starting up
 // (57P01-57P03), too many clients (53300), connection exceptions (class 08), and a pool that could
 // not hand out a connection in time. A query error (syntax, constraint) is not among them.
