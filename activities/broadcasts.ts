@@ -9,13 +9,10 @@ import {
   attemptOf,
   chooseInstance,
   claimAttempt,
-  claimUndo,
   dailyUnits,
-  deleteEmptyConversation,
   failAttempt,
   findOrCreateConversation,
   findPreparation,
-  giveBackDaily,
   instanceChannel,
   liveInstanceConfig,
   lockAttemptStatus,
@@ -35,6 +32,7 @@ import {
   takeDaily,
   touchConversation,
   attemptQuietFor,
+  undoPreparedSend,
 } from '../domain/messaging';
 import { recordWaId } from '../domain/leads/contacts';
 import {
@@ -181,11 +179,7 @@ export function createBroadcastActivities({
   /** A recipient the provider definitely did not take: its daily units back (once), its empty new conversation removed. */
   async function fail(b: BroadcastRow, p: PreparedRecipient, code: string, status: 'failed' | 'skipped' = 'failed'): Promise<void> {
     await db.transaction(async (trx) => {
-      if (await claimUndo(trx, b.workspace_id, p.reference)) {
-        await giveBackDaily(trx, b.workspace_id, 'messages', p.day);
-        if (p.tookCold) await giveBackDaily(trx, b.workspace_id, 'cold_conversations', p.day);
-        if (p.createdConversation) await deleteEmptyConversation(trx, b.workspace_id, p.conversationId);
-      }
+      await undoPreparedSend(trx, b.workspace_id, p);
       await settleRecipient(trx, b.workspace_id, b.id, p.contactId, status, code);
     });
   }

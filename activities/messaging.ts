@@ -3,12 +3,11 @@ import type { Db } from '../domain/platform/db';
 import { ApiError } from '../domain/kernel/errors';
 import { outcomeUnknown, chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/messaging/sending';
 import { refusalsAsFailures, toFailure } from '../domain/messaging/failures';
-import { deleteUnusedContact, recordContactCreated, recordWaId, requirePhone } from '../domain/leads/contacts';
-import { conversationForSend, deleteEmptyConversation, lockConversation, touchConversation } from '../domain/messaging/conversations';
+import { recordContactCreated, recordWaId, requirePhone } from '../domain/leads/contacts';
+import { conversationForSend, lockConversation, touchConversation } from '../domain/messaging/conversations';
 import {
   findOrCreateContact,
   findOrCreateConversation,
-  giveBackDaily,
   recordOutboundMessage,
   sendingPlan,
   takeDaily,
@@ -16,7 +15,7 @@ import {
 import {
   attemptOf,
   claimAttempt,
-  claimUndo,
+  undoPreparedSend,
   failAttempt,
   findPreparation,
   lockAttemptStatus,
@@ -190,15 +189,8 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
     /** Saga compensation of prepareSend, in reverse order: quota, daily slot, conversation, contact. */
     async undoPrepare(prepared: PreparedSend): Promise<void> {
       const workspaceId = prepared.workspaceId;
-      await db.transaction(async (trx) => {
-        // Once only, even when this compensation is retried after its commit.
-        if (!(await claimUndo(trx, workspaceId, prepared.reference))) return;
-        await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
-        if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
-        if (prepared.createdConversation) await deleteEmptyConversation(trx, workspaceId, prepared.conversationId);
-        // Only if nothing else started using the contact meanwhile (another send, a deal, a note...).
-        if (prepared.createdContact) await deleteUnusedContact(trx, workspaceId, prepared.contactId);
-      });
+      // Once only, even when this compensation is retried after its commit.
+      await db.transaction((trx) => undoPreparedSend(trx, workspaceId, prepared));
     },
 
     /**

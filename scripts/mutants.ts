@@ -500,13 +500,13 @@ const MUTANTS: Mutant[] = [
     tests: E2E_MERGE,
   },
 
-  // Compensation once (activities/messaging.ts undoPrepare, send-attempts.ts claimUndo). Not a
+  // Compensation once (send-attempts.ts undoPreparedSend and claimUndo). Not a
   // mutant: the workflow running each compensation twice, which the once-guard masks (it is what
   // the guard is for); the guard itself is mutated instead.
   {
     id: 'undo-once-guard-ignored',
     rule: 'Compensation once',
-    file: 'activities/messaging.ts',
+    file: 'domain/messaging/send-attempts.ts',
     find: 'if (!(await claimUndo(trx, workspaceId, prepared.reference))) return;',
     replace: 'await claimUndo(trx, workspaceId, prepared.reference);',
     tests: E2E_SAGA,
@@ -522,10 +522,10 @@ const MUTANTS: Mutant[] = [
   {
     id: 'undo-quota-given-back-twice',
     rule: 'Compensation once',
-    file: 'activities/messaging.ts',
+    file: 'domain/messaging/send-attempts.ts',
     find: "await giveBackDaily(trx, workspaceId, 'messages', prepared.day);",
     replace:
-      "await giveBackDaily(trx, workspaceId, 'messages', prepared.day);\n        await giveBackDaily(trx, workspaceId, 'messages', prepared.day);",
+      "await giveBackDaily(trx, workspaceId, 'messages', prepared.day);\n  await giveBackDaily(trx, workspaceId, 'messages', prepared.day);",
     tests: E2E_SAGA,
   },
 

@@ -1,5 +1,8 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
+import { deleteUnusedContact } from '../leads';
+import { deleteEmptyConversation } from './conversations';
+import { giveBackDaily } from './messaging';
 
 type Writer = Db | Knex.Transaction;
 
@@ -28,6 +31,32 @@ export async function claimUndo(trx: Knex.Transaction, workspaceId: string, refe
     .whereNull('undone_at')
     .update({ undone_at: trx.fn.now() });
   return claimed > 0;
+}
+
+/**
+ * A prepared send's compensation, once per reference even when retried after its commit (the
+ * single send's undoPrepare, a broadcast recipient the provider did not take): its daily units
+ * back, the conversation it created removed if still empty, and the contact it created removed
+ * if nothing else started using it meanwhile (a deal, a note, another send).
+ */
+export async function undoPreparedSend(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  prepared: {
+    reference: string;
+    day: string;
+    tookCold: boolean;
+    createdConversation: boolean;
+    conversationId: string;
+    createdContact?: boolean;
+    contactId: string;
+  },
+): Promise<void> {
+  if (!(await claimUndo(trx, workspaceId, prepared.reference))) return;
+  await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
+  if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
+  if (prepared.createdConversation) await deleteEmptyConversation(trx, workspaceId, prepared.conversationId);
+  if (prepared.createdContact) await deleteUnusedContact(trx, workspaceId, prepared.contactId);
 }
 
 /**
