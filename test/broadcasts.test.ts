@@ -11,7 +11,7 @@ import { uniqueMobile } from './phones';
 import { saoPauloDay } from '../domain/messaging/sending';
 import { temporalClientFactory } from '../domain/platform/temporal';
 import { loadConfig } from '../domain/platform/config';
-import { broadcastWorkflowId } from '../domain/broadcasts';
+import { broadcastWorkflowId, MAX_ACTIVE_BROADCASTS } from '../domain/broadcasts';
 import { signBody } from '../domain/messaging/inbound';
 
 const EMULATOR = process.env.EMULATOR_URL!;
@@ -188,6 +188,27 @@ describe('creating a broadcast', () => {
     expect(res.body.data).toMatchObject({ status: 'scheduled', counts: { total: 0 } });
     expect(people).toHaveLength(2);
     expect((await request(s, 'POST', `/api/v1/broadcasts/${res.body.data.id}/cancel`)).body.data.status).toBe('cancelled');
+  });
+
+  it(`holds at most ${MAX_ACTIVE_BROADCASTS} unfinished broadcasts a workspace: the next is 402 ACTIVE_BROADCAST_LIMIT_REACHED until one ends`, async () => {
+    const s = await setup();
+    const t = await tag(s, 'many');
+    await leads(s, 1, 'many');
+    const later = { audience: { tagIds: [t] }, scheduledAt: new Date(Date.now() + 3_600_000).toISOString() };
+    const ids: string[] = [];
+    for (let i = 0; i < MAX_ACTIVE_BROADCASTS; i++) {
+      const res = await create(s, later);
+      expect(res.status).toBe(201);
+      ids.push(res.body.data.id);
+    }
+    expectError(await create(s, later), 402, 'ACTIVE_BROADCAST_LIMIT_REACHED');
+    // A cancelled one no longer counts.
+    expect((await request(s, 'POST', `/api/v1/broadcasts/${ids[0]}/cancel`)).body.data.status).toBe('cancelled');
+    const next = await create(s, later);
+    expect(next.status).toBe(201);
+    for (const id of [...ids.slice(1), next.body.data.id]) {
+      expect((await request(s, 'POST', `/api/v1/broadcasts/${id}/cancel`)).status).toBe(200);
+    }
   });
 
   it('answers NO_INSTANCE without an instance and INSTANCE_REQUIRED with several, as a send does', async () => {

@@ -14,6 +14,7 @@ import {
   listRecipients,
   MAX_AUDIENCE_LEADS,
   MAX_AUDIENCE_TAGS,
+  MAX_ACTIVE_BROADCASTS,
   MAX_RATE_PER_SECOND,
   MIN_RATE_PER_SECOND,
   moveBroadcast,
@@ -127,7 +128,8 @@ export const broadcastRoutes = [
       '`INSTANCE_REQUIRED`, `INSTANCE_DISCONNECTED`, `TEMPLATE_UNSUPPORTED`); the template, approved on that instance and given ' +
       'as many `variables` as it takes (422 `TEMPLATE_INVALID`); the tags and list, of the workspace (404 `NOT_FOUND`); the ' +
       "audience's size against the plan's `broadcastLimit` (402 `BROADCAST_LIMIT_REACHED`, checked again when the audience is " +
-      'frozen). `variables` are positional and may use `{{contact.name}}`, `{{contact.phone}}` and `{{contact.email}}`. ' +
+      `frozen); then the broadcasts not finished yet, at most ${MAX_ACTIVE_BROADCASTS} per workspace (402 ` +
+      '`ACTIVE_BROADCAST_LIMIT_REACHED`). `variables` are positional and may use `{{contact.name}}`, `{{contact.phone}}` and `{{contact.email}}`. ' +
       `\`ratePerSecond\` (${MIN_RATE_PER_SECOND} to ${MAX_RATE_PER_SECOND}, default ${DEFAULT_RATE_PER_SECOND}) bounds the provider ` +
       'calls a second. Each recipient follows the send rules (opted out: `skipped` `OPTED_OUT`; deleted: `skipped` ' +
       '`CONTACT_DELETED`), consumes the daily message quota and, for a new conversation, the cold cap; at either the broadcast ' +
@@ -163,6 +165,7 @@ export const broadcastRoutes = [
       'TEMPLATE_INVALID',
       'NOT_FOUND',
       'BROADCAST_LIMIT_REACHED',
+      'ACTIVE_BROADCAST_LIMIT_REACHED',
       'UNAVAILABLE',
     ],
     handler: async (ctx, { body }) => {

@@ -17,6 +17,8 @@ export type RecipientStatus = (typeof RECIPIENT_STATUSES)[number];
 /** Audience bounds (tag ids, lead ids) and pacing bounds (provider calls a second). */
 export const MAX_AUDIENCE_TAGS = 20;
 export const MAX_AUDIENCE_LEADS = 1000;
+/** Broadcasts not finished yet (scheduled, in progress, paused) a workspace may hold: each is a workflow. */
+export const MAX_ACTIVE_BROADCASTS = 20;
 export const MIN_RATE_PER_SECOND = 1;
 export const MAX_RATE_PER_SECOND = 80;
 export const DEFAULT_RATE_PER_SECOND = 20;
@@ -213,6 +215,18 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
     if (plan?.broadcast_limit !== null && plan?.broadcast_limit !== undefined) {
       const size = await audienceSize(trx, workspaceId, { ...audience, leadIds });
       if (size > plan.broadcast_limit) throw limitReached(plan.broadcast_limit, size);
+    }
+
+    // The workspace row lock makes concurrent creations count one by one.
+    await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('id');
+    const { active } = await trx('broadcasts')
+      .where({ workspace_id: workspaceId })
+      .whereIn('status', TAG_BLOCKING_STATUSES)
+      .first(trx.raw('count(*)::int AS active'));
+    if (active >= MAX_ACTIVE_BROADCASTS) {
+      throw new ApiError('ACTIVE_BROADCAST_LIMIT_REACHED', `At most ${MAX_ACTIVE_BROADCASTS} broadcasts can be unfinished at once`, {
+        hint: 'Wait for one to complete, or cancel one.',
+      });
     }
 
     const now = Date.now();
