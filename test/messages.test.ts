@@ -418,7 +418,7 @@ describe('POST /api/v1/messages', () => {
   });
 
   it('validates the body: PHONE_REQUIRED, INVALID_PHONE, bounds naming the field, INVALID_URL', async () => {
-    const s = await setup({ keys: 3 });
+    const s = await setup({ keys: 4 });
     const k = (i: number) => s.keys[Math.floor(i / 5)];
     const cases: [Record<string, unknown>, number, string, string?][] = [
       [{ text: 'x' }, 400, 'PHONE_REQUIRED'],
@@ -440,6 +440,8 @@ describe('POST /api/v1/messages', () => {
       [template(uniqueMobile(), { templateLanguage: 'p' }), 400, 'VALIDATION', 'body.templateLanguage'],
       [template(uniqueMobile(), { templateVariables: Array(21).fill('v') }), 400, 'VALIDATION', 'body.templateVariables'],
       [{ phone: uniqueMobile(), type: 'image', mediaUrl: 'ftp://example.com/a.jpg' }, 400, 'INVALID_URL'],
+      // The document states mediaUrl's pattern for every type: a text that carries a broken one is refused, not sent without it.
+      [{ phone: uniqueMobile(), text: 'x', mediaUrl: '0' }, 400, 'INVALID_URL'],
       [{ phone: uniqueMobile(), type: 'image', mediaUrl: `https://example.com/${'a'.repeat(2040)}` }, 400, 'VALIDATION', 'body.mediaUrl'],
       [{ phone: '5'.repeat(33), text: 'x' }, 400, 'VALIDATION', 'body.phone'],
       [{ phone: uniqueMobile(), type: 'sticker', text: 'x' }, 400, 'VALIDATION', 'body.type'],

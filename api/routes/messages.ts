@@ -26,12 +26,15 @@ function requireForType(body: ContentInput, zctx: z.RefinementCtx): void {
     zctx.addIssue({ code: 'custom', path: [field], message: `required when type is "${body.type}"` });
 }
 
-/** The message as it travels on; a media URL passes the anti-SSRF syntax check first (400 INVALID_URL). */
+/**
+ * The message as it travels on. A media URL passes the anti-SSRF syntax check first (400
+ * INVALID_URL) even when the type does not carry it (a text drops it): the document states the
+ * field's pattern for every type, so a request breaking it is refused, never quietly accepted.
+ */
 function messageOf(ctx: Context, body: ContentInput): MessageContent {
-  const message = messageContent(body);
-  if (message.mediaUrl !== undefined)
-    assertSafeUrlSyntax(message.mediaUrl, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
-  return message;
+  if (body.mediaUrl !== undefined)
+    assertSafeUrlSyntax(body.mediaUrl, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
+  return messageContent(body);
 }
 
 const SendResult = z
