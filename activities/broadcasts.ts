@@ -70,9 +70,8 @@ export interface BroadcastRef {
   broadcastId: string;
 }
 
-/** How long one batch may run and how many recipients it may take, so it stays well inside its activity timeout. */
+/** How long one batch may run, so it stays well inside its activity timeout (its recipients: BROADCAST_BATCH_SIZE). */
 export const BATCH_BUDGET_MS = 30_000;
-export const BATCH_MAX_RECIPIENTS = 500;
 
 /** What a broadcast's send of one recipient prepared (recorded in send_preparations under its reference). */
 interface PreparedRecipient {
@@ -106,9 +105,12 @@ export function createBroadcastActivities({
   config,
 }: {
   db: Db;
-  config: Pick<Config, 'encryptionKeys'> & { sendReconcileWindowMs?: number };
+  config: Pick<Config, 'encryptionKeys'> & Partial<Pick<Config, 'sendReconcileWindowMs' | 'broadcastBatchSize' | 'rateLimitScale'>>;
 }) {
   const windowMs = config.sendReconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS;
+  const batchSize = config.broadcastBatchSize ?? 500;
+  /** RATE_LIMIT_SCALE lifts the pacing as it lifts every limit (benchmarks only). */
+  const rateScale = config.rateLimitScale ?? 1;
 
   /**
    * Everything before one recipient's provider call, once per recipient (its reference): the
@@ -336,7 +338,7 @@ export function createBroadcastActivities({
 
     /**
      * Sends to the next pending recipients, in position order, for up to BATCH_BUDGET_MS or
-     * BATCH_MAX_RECIPIENTS. Before EACH recipient it re-reads the broadcast: paused or cancelled
+     * BROADCAST_BATCH_SIZE recipients. Before EACH recipient it re-reads the broadcast: paused or cancelled
      * stops the batch at once (a pause's 200 is followed by no new provider call). Paced at
      * `ratePerSecond` provider calls a second; heartbeats every recipient. At the daily quota or
      * the cold cap it stops and says until when the broadcast waits.
@@ -357,7 +359,7 @@ export function createBroadcastActivities({
     const started = Date.now();
     const deadline = started + BATCH_BUDGET_MS;
     let nextCallAt = 0;
-    for (let n = 0; n < BATCH_MAX_RECIPIENTS && Date.now() < deadline; n++) {
+    for (let n = 0; n < batchSize && Date.now() < deadline; n++) {
       heartbeat();
       // Pacing: at most ratePerSecond provider calls a second. Waited before the status is read,
       // so a pause during the wait is seen before the next call.
@@ -379,7 +381,7 @@ export function createBroadcastActivities({
         return { state: 'waiting', until: until.toISOString() };
       }
       if (b.waiting_until) await setWaitingUntil(db, b.workspace_id, b.id, null);
-      nextCallAt = Math.max(Date.now(), nextCallAt) + 1000 / b.rate_per_second;
+      nextCallAt = Math.max(Date.now(), nextCallAt) + 1000 / (b.rate_per_second * rateScale);
       const sent = await call(b, prepared, deadline);
       if (sent === 'failed') continue;
       if (sent === 'wait') return { state: 'reconciling' };

@@ -12,7 +12,8 @@ import { createWebhookActivities } from './webhooks';
  */
 export interface ActivityDeps {
   db: Db;
-  config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> & Partial<Pick<Config, 'sendReconcileWindowMs'>>;
+  config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> &
+    Partial<Pick<Config, 'sendReconcileWindowMs' | 'broadcastBatchSize' | 'rateLimitScale'>>;
 }
 
 export function createActivities({ db, config }: ActivityDeps) {

@@ -38,6 +38,11 @@ export interface Config {
    * for the provider's status callback before it counts as not accepted and is sent again.
    */
   sendReconcileWindowMs: number;
+  /**
+   * Recipients one broadcast batch (one activity) may take (BROADCAST_BATCH_SIZE, default 500):
+   * a batch is a few history events, so fewer, larger batches keep a broadcast's history short.
+   */
+  broadcastBatchSize: number;
   /** Whether this worker runs the outbox dispatcher (OUTBOX_DISPATCHER); at least one worker must. */
   outboxDispatcher: boolean;
   /** How often the worker's outbox dispatcher looks for new events when it is idle. */
@@ -48,7 +53,7 @@ export interface Config {
   automationWaitScale: number;
   /** Inbound automation webhooks accepted per token per minute. */
   inboundTokenLimit: number;
-  /** A factor on every rate limit (IP profiles, keys, tokens): benchmarks only; default 1. */
+  /** A factor on every rate limit (IP profiles, keys, tokens, broadcast pacing): benchmarks only; default 1. */
   rateLimitScale: number;
   /** PostgreSQL pool size of each API and worker process. */
   dbPoolMax: number;
@@ -162,6 +167,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       'SEND_RECONCILE_WINDOW_MS',
       number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS),
     ),
+    broadcastBatchSize: count('BROADCAST_BATCH_SIZE', env.BROADCAST_BATCH_SIZE, 500),
     dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
     encryptionKeys: env.ENCRYPTION_KEYS ? parseKeyRing(env.ENCRYPTION_KEYS) : null,
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),
