@@ -33,6 +33,7 @@ import {
   touchConversation,
   attemptQuietFor,
   undoPreparedSend,
+  preparedNeverCalled,
 } from '../domain/messaging';
 import { recordWaId } from '../domain/leads/contacts';
 import {
@@ -45,7 +46,11 @@ import {
   personalise,
   recipientContact,
   settleRecipient,
-  setWaitingUntil,
+  setWaiting,
+  cancelBroadcastFor,
+  pendingReferences,
+  reserveInstanceSlot,
+  MAX_RATE_PER_SECOND,
   type BroadcastRow,
   type RecipientRow,
 } from '../domain/broadcasts';
@@ -88,7 +93,27 @@ interface PreparedRecipient {
 }
 
 /** A daily unit (quota or cold cap) refused inside prepare: the transaction rolls back and the broadcast waits. */
-class DailyLimit extends Error {}
+class DailyLimit extends Error {
+  constructor(readonly code: string) {
+    super(code);
+  }
+}
+
+/**
+ * Refusals that are about the broadcast, not the recipient: failing recipient after recipient for
+ * them would burn the audience. The broadcast waits (looking again every BLOCKED_RETRY_MS) until
+ * the instance is reconnected, the subscription active again, the template approved again.
+ */
+const WAIT_CODES = new Set(['INSTANCE_DISCONNECTED', 'SUBSCRIPTION_INACTIVE', 'TEMPLATE_INVALID']);
+/** Refusals no wait can cure (the instance removed, or one that cannot carry templates): the broadcast is cancelled, saying why. */
+const CANCEL_CODES = new Set(['INSTANCE_NOT_FOUND', 'NO_INSTANCE', 'CHANNEL_UNSUPPORTED', 'TEMPLATE_UNSUPPORTED']);
+/** A wait for the instance's next slot longer than this re-reads the broadcast before the call (pause and cancel act within 1 s). */
+const SLOT_RECHECK_MS = 250;
+/** How long a broadcast blocked by a WAIT_CODES refusal waits before it looks again. */
+export const BLOCKED_RETRY_MS = 60_000;
+
+/** What stops a batch before a recipient's provider call: wait (until, why) or cancel (why). */
+type Blocked = { wait: string; until: Date } | { cancel: string };
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -111,6 +136,8 @@ export function createBroadcastActivities({
   const batchSize = config.broadcastBatchSize ?? 500;
   /** RATE_LIMIT_SCALE lifts the pacing as it lifts every limit (benchmarks only). */
   const rateScale = config.rateLimitScale ?? 1;
+  /** One provider call of an instance's throughput (the Cloud API's default per number: MAX_RATE_PER_SECOND calls a second). */
+  const instanceIntervalMs = 1000 / (MAX_RATE_PER_SECOND * rateScale);
 
   /**
    * Everything before one recipient's provider call, once per recipient (its reference): the
@@ -118,7 +145,7 @@ export function createBroadcastActivities({
    * skipped OPTED_OUT; instance, template), the conversation found or created, the cold slot and
    * one message of the daily quota. One transaction: a reached daily unit rolls it all back.
    */
-  async function prepare(b: BroadcastRow, r: RecipientRow): Promise<PreparedRecipient | 'settled' | 'limit'> {
+  async function prepare(b: BroadcastRow, r: RecipientRow): Promise<PreparedRecipient | 'settled' | Blocked> {
     try {
       return await db.transaction(async (trx) => {
         if (!(await lockPendingRecipient(trx, b.workspace_id, b.id, r.contact_id))) return 'settled' as const;
@@ -149,13 +176,15 @@ export function createBroadcastActivities({
           refuseUnsendable({ instance, contact, conversation: { last_inbound_at: null }, message, template: approved, now });
         } catch (err) {
           if (!(err instanceof ApiError)) throw err;
+          if (WAIT_CODES.has(err.code)) return { wait: err.code, until: new Date(now.getTime() + BLOCKED_RETRY_MS) };
+          if (CANCEL_CODES.has(err.code)) return { cancel: err.code };
           await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, err.code === 'OPTED_OUT' ? 'skipped' : 'failed', err.code);
           return 'settled' as const;
         }
         const conv = await findOrCreateConversation(trx, b.workspace_id, contact.id, instance);
         const day = saoPauloDay(now);
         for (const unit of dailyUnits(plan!, conv.created)) {
-          if (!(await takeDaily(trx, b.workspace_id, unit.counter, day, unit.cap))) throw new DailyLimit(unit.counter);
+          if (!(await takeDaily(trx, b.workspace_id, unit.counter, day, unit.cap))) throw new DailyLimit(unit.refusal().code);
         }
         const prepared: PreparedRecipient = {
           reference: r.reference,
@@ -173,8 +202,10 @@ export function createBroadcastActivities({
         return prepared;
       });
     } catch (err) {
-      if (err instanceof DailyLimit) return 'limit';
-      throw err;
+      if (!(err instanceof DailyLimit)) throw err;
+      // The counters reset at São Paulo midnight: the broadcast sleeps until then.
+      const now = new Date();
+      return { wait: err.code, until: new Date(now.getTime() + secondsUntilSaoPauloMidnight(now) * 1000) };
     }
   }
 
@@ -199,7 +230,7 @@ export function createBroadcastActivities({
     b: BroadcastRow,
     p: PreparedRecipient,
     deadline: number,
-  ): Promise<{ providerMessageId: string; waId?: string } | 'failed' | 'wait'> {
+  ): Promise<{ providerMessageId: string; waId?: string } | 'failed' | 'wait' | Blocked> {
     for (;;) {
       const instance = await liveInstanceConfig(db, b.workspace_id, p.instanceId);
       if (!instance) {
@@ -223,11 +254,15 @@ export function createBroadcastActivities({
       if (!claimed.fresh) {
         // A retry minutes later: an opt-out or a suspension since prepare stops it as it would have stopped the send.
         const standing = await standingSincePrepare(db, b.workspace_id, p.reference);
-        const refusal = standing && (suspension(standing, 'send') ?? (standing.opted_out ? 'OPTED_OUT' : null));
-        if (refusal) {
-          const code = typeof refusal === 'string' ? refusal : refusal.code;
-          await failAttempt(db, p.reference, code);
-          await fail(b, p, code, code === 'OPTED_OUT' ? 'skipped' : 'failed');
+        const suspended = standing && suspension(standing, 'send');
+        if (suspended) {
+          // Not the recipient's doing: it stays pending with its units, and the broadcast waits.
+          await failAttempt(db, p.reference, suspended.code);
+          return { wait: suspended.code, until: new Date(Date.now() + BLOCKED_RETRY_MS) };
+        }
+        if (standing?.opted_out) {
+          await failAttempt(db, p.reference, 'OPTED_OUT');
+          await fail(b, p, 'OPTED_OUT', 'skipped');
           return 'failed';
         }
       }
@@ -337,6 +372,39 @@ export function createBroadcastActivities({
     },
 
     /**
+     * A cancelled broadcast's recipients that were prepared and never called (a worker died
+     * between the two): their daily units back and their empty new conversations removed, each
+     * once (undoPreparedSend). Recipients whose call may have reached the provider keep theirs.
+     */
+    async releaseCancelledBroadcast(input: BroadcastRef): Promise<{ released: number }> {
+      const { workspaceId, broadcastId } = input;
+      const b = await broadcastForRun(db, workspaceId, broadcastId);
+      if (b?.status !== 'cancelled') return { released: 0 };
+      let released = 0;
+      for (let after = -1; ;) {
+        heartbeat();
+        const page = await pendingReferences(db, workspaceId, broadcastId, after, 1000);
+        if (page.length === 0) return { released };
+        after = page[page.length - 1].position;
+        for (const reference of await preparedNeverCalled(
+          db,
+          workspaceId,
+          page.map((r) => r.reference),
+        )) {
+          await db.transaction(async (trx) => {
+            const prepared = await findPreparation<PreparedRecipient>(trx, workspaceId, reference);
+            if (!prepared || !(await lockPendingRecipient(trx, workspaceId, broadcastId, prepared.contactId))) return;
+            // Checked again under the recipient's lock, which a preparation also takes.
+            if ((await preparedNeverCalled(trx, workspaceId, [reference])).length) {
+              await undoPreparedSend(trx, workspaceId, prepared);
+              released += 1;
+            }
+          });
+        }
+      }
+    },
+
+    /**
      * Sends to the next pending recipients, in position order, for up to BATCH_BUDGET_MS or
      * BROADCAST_BATCH_SIZE recipients. Before EACH recipient it re-reads the broadcast: paused or cancelled
      * stops the batch at once (a pause's 200 is followed by no new provider call). Paced at
@@ -354,6 +422,16 @@ export function createBroadcastActivities({
     },
   };
 
+  /** A batch stopped before a call: the broadcast waits (saying until when and why) or is cancelled (saying why). */
+  async function stopFor(b: BroadcastRow, blocked: Blocked): Promise<BatchResult> {
+    if ('cancel' in blocked) {
+      await cancelBroadcastFor(db, b.workspace_id, b.id, blocked.cancel);
+      return { state: 'cancelled' };
+    }
+    await setWaiting(db, b.workspace_id, b.id, blocked.until, blocked.wait);
+    return { state: 'waiting', until: blocked.until.toISOString() };
+  }
+
   /** One batch (sendBroadcastBatch's work). */
   async function runBatch(input: BroadcastRef): Promise<BatchResult> {
     const started = Date.now();
@@ -366,29 +444,39 @@ export function createBroadcastActivities({
       const wait = nextCallAt - Date.now();
       if (wait > 0) await sleep(wait);
       const b = await broadcastForRun(db, input.workspaceId, input.broadcastId);
-      if (!b || b.status === 'cancelled') return { state: 'cancelled' };
-      if (b.status === 'paused') return { state: 'paused' };
-      if (b.status === 'completed') return { state: 'completed' };
-      if (b.status !== 'in_progress') return { state: 'paused' };
+      if (b?.status !== 'in_progress') return stoppedState(b);
       const r = await nextPendingRecipient(db, b.workspace_id, b.id);
       if (!r) return { state: 'done' };
       const prepared = await prepare(b, r);
       if (prepared === 'settled') continue;
-      if (prepared === 'limit') {
-        const now = new Date();
-        const until = new Date(now.getTime() + secondsUntilSaoPauloMidnight(now) * 1000);
-        await setWaitingUntil(db, b.workspace_id, b.id, until);
-        return { state: 'waiting', until: until.toISOString() };
-      }
-      if (b.waiting_until) await setWaitingUntil(db, b.workspace_id, b.id, null);
+      if (!('reference' in prepared)) return stopFor(b, prepared);
+      if (b.waiting_until || b.code) await setWaiting(db, b.workspace_id, b.id, null, null);
       nextCallAt = Math.max(Date.now(), nextCallAt) + 1000 / (b.rate_per_second * rateScale);
+      // The instance's throughput is shared by its broadcasts: this call takes the next free slot.
+      const slot = await reserveInstanceSlot(db, b.workspace_id, prepared.instanceId, instanceIntervalMs);
+      if (slot > 0) {
+        await sleep(slot);
+        // A long turn (many broadcasts on the instance): a pause meanwhile stops this call.
+        if (slot > SLOT_RECHECK_MS) {
+          const now = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+          if (now?.status !== 'in_progress') return stoppedState(now);
+        }
+      }
       const sent = await call(b, prepared, deadline);
       if (sent === 'failed') continue;
       if (sent === 'wait') return { state: 'reconciling' };
+      if (!('providerMessageId' in sent)) return stopFor(b, sent);
       await record(b, prepared, sent);
     }
     return { state: 'more' };
   }
+}
+
+/** What a batch tells the workflow when the broadcast is not in progress (gone: cancelled). */
+function stoppedState(b: BroadcastRow | undefined): BatchResult {
+  if (!b || b.status === 'cancelled') return { state: 'cancelled' };
+  if (b.status === 'completed') return { state: 'completed' };
+  return { state: 'paused' };
 }
 
 export type BroadcastActivities = ReturnType<typeof createBroadcastActivities>;

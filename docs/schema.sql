@@ -90,6 +90,14 @@ CREATE TABLE automations (
 CREATE INDEX automations_trigger_idx ON public.automations USING btree (workspace_id, trigger_type) WHERE active;
 CREATE UNIQUE INDEX automations_webhook_token_hash_uq ON public.automations USING btree (webhook_token_hash);
 
+CREATE TABLE broadcast_instance_pacing (
+  workspace_id uuid NOT NULL,
+  instance_id uuid NOT NULL,
+  next_call_at timestamp with time zone NOT NULL,
+  CONSTRAINT broadcast_instance_pacing_pkey PRIMARY KEY (instance_id),
+  CONSTRAINT broadcast_instance_pacing_workspace_id_instance_id_fkey FOREIGN KEY (workspace_id, instance_id) REFERENCES instances(workspace_id, id) ON DELETE CASCADE
+);
+
 CREATE TABLE broadcast_recipients (
   workspace_id uuid NOT NULL,
   broadcast_id uuid NOT NULL,
@@ -139,8 +147,10 @@ CREATE TABLE broadcasts (
   waiting_until timestamp with time zone,
   rate_per_second integer DEFAULT 20 NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  code text,
   CONSTRAINT broadcasts_pkey PRIMARY KEY (id),
   CONSTRAINT broadcasts_audience_check CHECK ((jsonb_typeof(audience) = 'object'::text)),
+  CONSTRAINT broadcasts_code_check CHECK (((code IS NULL) OR (length(code) <= 100))),
   CONSTRAINT broadcasts_instance_fkey FOREIGN KEY (workspace_id, instance_id) REFERENCES instances(workspace_id, id),
   CONSTRAINT broadcasts_name_check CHECK ((length(name) <= 200)),
   CONSTRAINT broadcasts_rate_per_second_check CHECK (((rate_per_second >= 1) AND (rate_per_second <= 80))),

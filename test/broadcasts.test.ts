@@ -447,6 +447,7 @@ describe('running a broadcast', () => {
       return b.waitingUntil ? b : undefined;
     });
     expect(waiting.status).toBe('in_progress');
+    expect(waiting.code).toBe('MESSAGE_LIMIT_REACHED');
     expect(waiting.counts).toMatchObject({ total: 3, sent: 2, pending: 1 });
     // The next São Paulo midnight: a new day begins exactly then.
     const until = Date.parse(waiting.waitingUntil);
@@ -454,8 +455,126 @@ describe('running a broadcast', () => {
     expect(saoPauloDay(new Date(until))).not.toBe(saoPauloDay(new Date(until - 1000)));
     expect(until - Date.now()).toBeLessThanOrEqual(86_400_000);
     expect((await calls(s)).length).toBe(2);
-    expect((await request(s, 'POST', `/api/v1/broadcasts/${id}/cancel`)).body.data.status).toBe('cancelled');
+    const cancelled = (await request(s, 'POST', `/api/v1/broadcasts/${id}/cancel`)).body.data;
+    // Cancelled by the user: no longer waiting, and no service reason.
+    expect(cancelled).toMatchObject({ status: 'cancelled', waitingUntil: null, code: null });
     await finished(s, id);
+  });
+});
+
+/** `scheduledAt` this many ms from now. */
+const inMs = (ms: number) => new Date(Date.now() + ms).toISOString();
+
+describe('when a broadcast cannot go on', () => {
+  const admin = (s: Setup, method: string, path: string, body: unknown) =>
+    api.admin(method, `/admin/v1/workspaces/${s.ws.id}${path}`, body);
+
+  it('a disconnected instance makes it wait (INSTANCE_DISCONNECTED), never fail its recipients; reconnected, it finishes', async () => {
+    const s = await setup();
+    const t = await tag(s, 'disconnected');
+    const people = await leads(s, 3, 'disconnected');
+    const id = (await create(s, { audience: { tagIds: [t] }, ratePerSecond: 1 })).body.data.id;
+    await eventually('a first provider call', async () => (await calls(s)).length >= 1);
+    expect((await admin(s, 'PATCH', `/instances/${s.instanceId}`, { connected: false })).status).toBe(200);
+    const waiting = await eventually('waiting', async () => {
+      const b = await get(s, id);
+      return b.code ? b : undefined;
+    });
+    expect(waiting).toMatchObject({ status: 'in_progress', code: 'INSTANCE_DISCONNECTED', counts: { failed: 0, skipped: 0 } });
+    expect(Date.parse(waiting.waitingUntil)).toBeGreaterThan(Date.now());
+    expect(waiting.counts.pending).toBeGreaterThan(0);
+    const callsWhileWaiting = (await calls(s)).length;
+
+    expect((await admin(s, 'PATCH', `/instances/${s.instanceId}`, { connected: true })).status).toBe(200);
+    // It looks again within a minute on its own; a pause and a resume make it look now.
+    await request(s, 'POST', `/api/v1/broadcasts/${id}/pause`);
+    await request(s, 'POST', `/api/v1/broadcasts/${id}/resume`);
+    const done = await finished(s, id);
+    expect(done).toMatchObject({ status: 'completed', code: null, waitingUntil: null });
+    expect(done.counts).toMatchObject({ total: 3, sent: 3, failed: 0, pending: 0 });
+    expect(callsWhileWaiting).toBeLessThan(3);
+    expect(await callsPerNumber(s)).toEqual(Object.fromEntries(people.map((p) => [p.phone, 1])));
+  });
+
+  it('an inactive subscription makes it wait (SUBSCRIPTION_INACTIVE) with every recipient kept', async () => {
+    const s = await setup();
+    const t = await tag(s, 'inactive');
+    await leads(s, 2, 'inactive');
+    const id = (await create(s, { audience: { tagIds: [t] }, scheduledAt: inMs(1500), ratePerSecond: 80 })).body.data.id;
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${s.ws.id}`, { plan: { active: false } })).status).toBe(200);
+    const waiting = await eventually('waiting', async () => {
+      const b = (await api.db('broadcasts').where({ id }).first('status', 'code', 'waiting_until')) as any;
+      return b.code ? b : undefined;
+    });
+    expect(waiting).toMatchObject({ status: 'in_progress', code: 'SUBSCRIPTION_INACTIVE' });
+    expect(await api.db('broadcast_recipients').where({ broadcast_id: id }).pluck('status')).toEqual(['pending', 'pending']);
+    expect(await calls(s)).toEqual([]);
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${s.ws.id}`, { plan: { active: true } })).status).toBe(200);
+    await request(s, 'POST', `/api/v1/broadcasts/${id}/pause`);
+    await request(s, 'POST', `/api/v1/broadcasts/${id}/resume`);
+    expect((await finished(s, id)).counts).toMatchObject({ total: 2, sent: 2 });
+  });
+
+  it('an archived instance cancels it, saying why (INSTANCE_NOT_FOUND); nobody is sent', async () => {
+    const s = await setup();
+    const t = await tag(s, 'archived');
+    await leads(s, 2, 'archived');
+    const id = (await create(s, { audience: { tagIds: [t] }, scheduledAt: inMs(1500) })).body.data.id;
+    expect((await admin(s, 'PATCH', `/instances/${s.instanceId}`, { archived: true })).status).toBe(200);
+    const done = await finished(s, id);
+    expect(done).toMatchObject({ status: 'cancelled', code: 'INSTANCE_NOT_FOUND', counts: { total: 2, pending: 2 } });
+    expect(done.finishedAt).not.toBeNull();
+    expect(await calls(s)).toEqual([]);
+  });
+
+  it('an audience grown over the plan limit by the time it starts cancels it, saying why (BROADCAST_LIMIT_REACHED)', async () => {
+    const s = await setup({ plan: { broadcastLimit: 2 } });
+    const t = await tag(s, 'grown');
+    await leads(s, 2, 'grown');
+    const res = await create(s, { audience: { tagIds: [t] }, scheduledAt: inMs(1500) });
+    expect(res.status).toBe(201);
+    await leads(s, 1, 'grown');
+    const done = await finished(s, res.body.data.id);
+    expect(done).toMatchObject({ status: 'cancelled', code: 'BROADCAST_LIMIT_REACHED', startedAt: null, counts: { total: 0 } });
+    expect(await calls(s)).toEqual([]);
+  });
+
+  it('a scheduled broadcast can be paused: it does not start until resumed, then starts at once', async () => {
+    const s = await setup();
+    const t = await tag(s, 'held');
+    const people = await leads(s, 2, 'held');
+    const id = (await create(s, { audience: { tagIds: [t] }, scheduledAt: inMs(1000), ratePerSecond: 80 })).body.data.id;
+    const paused = await request(s, 'POST', `/api/v1/broadcasts/${id}/pause`);
+    expect(paused.status).toBe(200);
+    expect(paused.body.data).toMatchObject({ status: 'paused', startedAt: null });
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    expect(await get(s, id)).toMatchObject({ status: 'paused', startedAt: null, counts: { total: 0 } });
+    expect(await calls(s)).toEqual([]);
+    const resumed = await request(s, 'POST', `/api/v1/broadcasts/${id}/resume`);
+    // Its time has passed: scheduled again, and it starts at once.
+    expect(resumed.body.data.status).toBe('scheduled');
+    const done = await finished(s, id);
+    expect(done.counts).toMatchObject({ total: 2, sent: 2 });
+    expect(await callsPerNumber(s)).toEqual(Object.fromEntries(people.map((p) => [p.phone, 1])));
+  });
+
+  it('cancelled while the provider throttles it: a recipient prepared and never sent gets its daily units back', async () => {
+    const s = await setup();
+    const t = await tag(s, 'refund');
+    await leads(s, 2, 'refund');
+    // Every call through this number is refused with 130429: the batch retries with backoff, its recipient prepared.
+    await emulator('/__emulator/script', { phoneNumberId: s.phoneNumberId, behaviour: 'error', code: 130429, httpStatus: 429 });
+    const id = (await create(s, { audience: { tagIds: [t] }, ratePerSecond: 80 })).body.data.id;
+    await eventually('a refused call', async () => (await calls(s)).length >= 1);
+    const counted = (kind: string) => api.db('daily_counters').where({ workspace_id: s.ws.id, kind }).sum({ n: 'count' }).first();
+    expect(Number((await counted('messages'))!.n)).toBe(1);
+    expect((await request(s, 'POST', `/api/v1/broadcasts/${id}/cancel`)).status).toBe(200);
+    expect((await finished(s, id)).counts).toMatchObject({ total: 2, pending: 2, sent: 0 });
+    expect(Number((await counted('messages'))!.n)).toBe(0);
+    expect(Number((await counted('cold_conversations'))!.n)).toBe(0);
+    // The conversation it opened for that recipient held no message: removed.
+    expect(await api.db('conversations').where({ workspace_id: s.ws.id }).count({ n: '*' })).toEqual([{ n: 0 }]);
+    await emulator('/__emulator/reset', { phoneNumberId: s.phoneNumberId });
   });
 });
 
@@ -481,27 +600,28 @@ describe('tags of broadcasts', () => {
  * a kill often lands while a provider call is under way; its status callback (carrying the
  * recipient's reference) reaches this API's webhook and settles the attempt.
  */
+const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
+let workersStarted = 0;
+
+/** A worker process of this file's own on its own task queue (the suite's worker must not be killed or reconfigured). */
+async function ownWorker(taskQueue: string, env: Record<string, string> = {}): Promise<Child> {
+  workersStarted += 1;
+  const child = startChild({
+    name: `broadcast-worker-${workersStarted}`,
+    ...nodeTs('workers/main.ts'),
+    env: { TEMPORAL_TASK_QUEUE: taskQueue, OUTBOX_DISPATCHER: 'false', ...env },
+    logFile: path.join(LOG_DIR, `worker-${taskQueue}-${workersStarted}.log`),
+  });
+  await waitForWorker(child);
+  return child;
+}
+
 describe('a worker killed during a broadcast', () => {
   const TASK_QUEUE = `crm-broadcast-crash-${process.pid}`;
-  const LOG_DIR = path.join(
-    process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'),
-    'logs',
-  );
   let worker: Child | undefined;
-  let started = 0;
   let suiteApi: TestApi;
 
-  async function startWorker(): Promise<Child> {
-    started += 1;
-    const child = startChild({
-      name: `broadcast-crash-worker-${started}`,
-      ...nodeTs('workers/main.ts'),
-      env: { TEMPORAL_TASK_QUEUE: TASK_QUEUE, OUTBOX_DISPATCHER: 'false', SEND_RECONCILE_WINDOW_MS: '4000' },
-      logFile: path.join(LOG_DIR, `worker-${TASK_QUEUE}-${started}.log`),
-    });
-    await waitForWorker(child);
-    return child;
-  }
+  const startWorker = () => ownWorker(TASK_QUEUE, { SEND_RECONCILE_WINDOW_MS: '4000' });
 
   async function killWorker(child: Child): Promise<void> {
     const exited = new Promise<void>((resolve) => child.process.once('exit', () => resolve()));
@@ -547,4 +667,55 @@ describe('a worker killed during a broadcast', () => {
     const attempts = (history.events ?? []).map((e) => e.activityTaskStartedEventAttributes?.attempt ?? 0);
     expect(Math.max(...attempts)).toBeGreaterThan(1);
   }, 240_000);
+});
+
+/**
+ * Two broadcasts on one instance share its throughput (80 provider calls a second, the Cloud
+ * API's default per number) instead of each taking all of it. A worker of this file's own with
+ * RATE_LIMIT_SCALE 0.1 makes that 8 a second (and each broadcast's own 80 a second 8 too), so the
+ * sharing shows within seconds on a slow machine.
+ */
+describe('broadcasts of one instance', () => {
+  const TASK_QUEUE = `crm-broadcast-pacing-${process.pid}`;
+  let worker: Child | undefined;
+  let suiteApi: TestApi;
+
+  beforeAll(async () => {
+    suiteApi = api;
+    apiFor = await startApi({ config: { taskQueue: TASK_QUEUE } });
+    api = apiFor;
+    worker = await ownWorker(TASK_QUEUE, { RATE_LIMIT_SCALE: '0.1' });
+  }, 120_000);
+  afterAll(async () => {
+    await worker?.stop();
+    await apiFor?.close();
+    api = suiteApi;
+  });
+
+  it("share the instance's throughput evenly: together no faster than one alone, taking turns", async () => {
+    const s = await setup();
+    const [a, b] = [await tag(s, 'turn-a'), await tag(s, 'turn-b')];
+    const [groupA, groupB] = [await leads(s, 12, 'turn-a'), await leads(s, 12, 'turn-b')];
+    const at = inMs(1500);
+    const ids = [
+      (await create(s, { audience: { tagIds: [a] }, scheduledAt: at, ratePerSecond: 80 })).body.data.id,
+      (await create(s, { audience: { tagIds: [b] }, scheduledAt: at, ratePerSecond: 80 })).body.data.id,
+    ];
+    for (const id of ids) expect((await finished(s, id)).counts).toMatchObject({ total: 12, sent: 12 });
+    const all = await calls(s);
+    expect(all).toHaveLength(24);
+    // Together at most 8 a second: any 9 consecutive calls span at least a second (a few ms of jitter allowed).
+    const times = all.map((c) => Date.parse(c.at));
+    for (let i = 8; i < times.length; i++) expect(times[i] - times[i - 8]).toBeGreaterThanOrEqual(950);
+    // Taking turns: while both run, neither gets more than a few calls ahead of the other.
+    const inA = new Set(groupA.map((p) => p.phone));
+    let lead = 0;
+    let widest = 0;
+    for (const c of all.slice(0, 16)) {
+      lead += inA.has(c.to) ? 1 : -1;
+      widest = Math.max(widest, Math.abs(lead));
+    }
+    expect(widest).toBeLessThanOrEqual(3);
+    expect(new Set(all.map((c) => c.to))).toEqual(new Set([...groupA, ...groupB].map((p) => p.phone)));
+  }, 120_000);
 });

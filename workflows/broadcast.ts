@@ -26,9 +26,11 @@ const RECONCILE_PAUSE_MS = 1000;
 /**
  * One broadcast, start to finish (domain/broadcasts README): waits durably until `scheduledAt`,
  * freezes the audience, then sends in batches (activities, never a workflow per recipient)
- * until no recipient is pending, and completes. Paused: it waits for a wake signal (or polls
- * every minute). At the daily quota or cold cap it sleeps until the São Paulo reset. Cancelled:
- * it ends. Every BATCHES_PER_RUN batches it continues as new.
+ * until no recipient is pending, and completes. Paused (before or after it started): it waits for
+ * a wake signal (or polls every minute). At the daily quota or cold cap it sleeps until the São
+ * Paulo reset; blocked by its instance, subscription or template, it looks again every minute.
+ * Cancelled: it gives back the units of recipients prepared and never sent, and ends. Every
+ * BATCHES_PER_RUN loop turns it continues as new.
  */
 export async function broadcastWorkflow(input: BroadcastWorkflowInput): Promise<{ status: string }> {
   const ref: BroadcastRef = { workspaceId: input.workspaceId, broadcastId: input.broadcastId };
@@ -42,15 +44,28 @@ export async function broadcastWorkflow(input: BroadcastWorkflowInput): Promise<
     if (ms > 0) await condition(() => woken, ms);
   };
 
+  /** The end of the broadcast: a cancelled one gives back what recipients prepared and never sent took. */
+  const end = async (status: string) => {
+    if (status === 'cancelled') await batches.releaseCancelledBroadcast(ref);
+    return { status };
+  };
+
   if (!input.started) {
     // Date.now() in a workflow is the workflow clock: replayed identically.
     const at = input.scheduledAt ? Date.parse(input.scheduledAt) : 0;
-    while (Date.now() < at) {
-      await rest(at - Date.now());
-      if (woken && (await steps.broadcastStatus(ref)).status !== 'scheduled') break;
+    for (let turn = 0; ; turn++) {
+      // Paused for days before it started: its history stays bounded too.
+      if (turn === BATCHES_PER_RUN) return continueAsNew<typeof broadcastWorkflow>(input);
+      while (Date.now() < at) {
+        await rest(at - Date.now());
+        if (woken && (await steps.broadcastStatus(ref)).status === 'cancelled') return end('cancelled');
+      }
+      const { status } = await steps.startBroadcast(ref);
+      if (status === 'in_progress') break;
+      if (status !== 'paused' && status !== 'scheduled') return end(status);
+      // Paused before it started: it starts once resumed (the resume signals).
+      await rest(PAUSED_POLL_MS);
     }
-    const { status } = await steps.startBroadcast(ref);
-    if (status !== 'in_progress' && status !== 'paused') return { status };
   }
 
   for (let i = 0; i < BATCHES_PER_RUN; i++) {
@@ -62,12 +77,12 @@ export async function broadcastWorkflow(input: BroadcastWorkflowInput): Promise<
         const { status } = await steps.completeBroadcast(ref);
         // Paused between the last batch and now: it completes after resume.
         if (status === 'paused') await rest(PAUSED_POLL_MS);
-        else if (status !== 'in_progress') return { status };
+        else if (status !== 'in_progress') return end(status);
         break;
       }
       case 'cancelled':
       case 'completed':
-        return { status: result.state };
+        return end(result.state);
       case 'paused':
         await rest(PAUSED_POLL_MS);
         break;

@@ -54,7 +54,17 @@ const BroadcastRecord = z
     scheduledAt: z.string().nullable(),
     startedAt: z.string().nullable(),
     finishedAt: z.string().nullable(),
-    waitingUntil: z.string().nullable(),
+    waitingUntil: z
+      .string()
+      .nullable()
+      .describe('While it waits (the daily counters, its instance, the subscription, the template): until when'),
+    code: z
+      .string()
+      .nullable()
+      .describe(
+        'Why it waits (`MESSAGE_LIMIT_REACHED`, `COLD_LIMIT_REACHED`, `INSTANCE_DISCONNECTED`, `SUBSCRIPTION_INACTIVE`, ' +
+          '`TEMPLATE_INVALID`), or why the service cancelled it (`BROADCAST_LIMIT_REACHED`, `INSTANCE_NOT_FOUND`, ...); else null',
+      ),
     ratePerSecond: z.number().int(),
     counts: Counts,
     createdAt: z.string(),
@@ -87,9 +97,10 @@ const MOVES = [
   {
     move: 'pause' as const,
     operationId: 'pauseBroadcast',
-    summary: 'Pause a broadcast in progress',
+    summary: 'Pause a scheduled broadcast or one in progress',
     description:
-      'Only an `in_progress` broadcast can be paused (else 409 `INVALID_STATE`). The answer already says `paused`: the batch ' +
+      'A `scheduled` or `in_progress` broadcast can be paused (else 409 `INVALID_STATE`); a scheduled one does not start until ' +
+      'resumed. The answer already says `paused`: the batch ' +
       'sending it reads the status before each recipient, so no provider call starts more than a second after this answer. ' +
       'A recipient whose call had started is recorded as it ends.',
   },
@@ -97,7 +108,9 @@ const MOVES = [
     move: 'resume' as const,
     operationId: 'resumeBroadcast',
     summary: 'Resume a paused broadcast',
-    description: 'Only a `paused` broadcast can be resumed (else 409 `INVALID_STATE`); it carries on with the recipients still pending.',
+    description:
+      'Only a `paused` broadcast can be resumed (else 409 `INVALID_STATE`); it carries on with the recipients still pending. ' +
+      'One paused before it started is `scheduled` again, and starts at `scheduledAt` (at once if that has passed).',
   },
   {
     move: 'cancel' as const,
@@ -105,7 +118,7 @@ const MOVES = [
     summary: 'Cancel a broadcast',
     description:
       'A `scheduled`, `in_progress` or `paused` broadcast can be cancelled (else 409 `INVALID_STATE`). The answer already says ' +
-      '`cancelled`; recipients not yet sent stay `pending` and are never sent.',
+      '`cancelled`; recipients not yet sent stay `pending` and are never sent (the daily units of any prepared and not sent are given back).',
   },
 ];
 

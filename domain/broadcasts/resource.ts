@@ -59,6 +59,7 @@ export interface BroadcastRow {
   started_at: Date | null;
   finished_at: Date | null;
   waiting_until: Date | null;
+  code: string | null;
   rate_per_second: number;
   created_at: Date;
   updated_at: Date;
@@ -117,6 +118,7 @@ export function serializeBroadcast(row: BroadcastRow, counts: BroadcastCounts) {
     startedAt: iso(row.started_at),
     finishedAt: iso(row.finished_at),
     waitingUntil: iso(row.waiting_until),
+    code: row.code,
     ratePerSecond: row.rate_per_second,
     counts,
     createdAt: iso(row.created_at)!,
@@ -337,22 +339,24 @@ export async function listRecipients(db: Db, workspaceId: string, id: string, in
 
 function invalidState(row: BroadcastRow, move: string): ApiError {
   return new ApiError('INVALID_STATE', `A broadcast that is ${row.status} cannot be ${move}`, {
-    hint: 'Pause an in-progress broadcast, resume a paused one, cancel one that has not finished.',
+    hint: 'Pause a scheduled or in-progress broadcast, resume a paused one, cancel one that has not finished.',
   });
 }
 
 /**
  * Pause, resume, cancel: one conditional update under the row's lock, so the answer already
  * carries the new status, and the batch that re-reads it before each recipient stops at once.
- * Pause: `in_progress` → `paused`. Resume: `paused` → `in_progress`. Cancel: `scheduled`,
- * `in_progress` or `paused` → `cancelled` (recipients not yet sent stay `pending`).
+ * Pause: `scheduled` or `in_progress` → `paused`. Resume: `paused` → `in_progress`, or back to
+ * `scheduled` when it was paused before it started (it then starts at `scheduledAt`, or at once
+ * if that has passed). Cancel: `scheduled`, `in_progress` or `paused` → `cancelled` (recipients
+ * not yet sent stay `pending`). A move by the user clears the service's `code`.
  */
 export async function moveBroadcast(db: Db, workspaceId: string, id: string, move: 'pause' | 'resume' | 'cancel'): Promise<Broadcast> {
   return db.transaction(async (trx) => {
     const row = await broadcastRow(trx, workspaceId, id, true);
     const moves: Record<typeof move, { from: string[]; to: string; past: string }> = {
-      pause: { from: ['in_progress'], to: 'paused', past: 'paused' },
-      resume: { from: ['paused'], to: 'in_progress', past: 'resumed' },
+      pause: { from: ['scheduled', 'in_progress'], to: 'paused', past: 'paused' },
+      resume: { from: ['paused'], to: row.started_at ? 'in_progress' : 'scheduled', past: 'resumed' },
       cancel: { from: ['scheduled', 'in_progress', 'paused'], to: 'cancelled', past: 'cancelled' },
     };
     const rule = moves[move];
@@ -361,6 +365,7 @@ export async function moveBroadcast(db: Db, workspaceId: string, id: string, mov
       .where({ workspace_id: workspaceId, id })
       .update({
         status: rule.to,
+        code: null,
         updated_at: trx.fn.now(),
         ...(move === 'cancel' ? { finished_at: trx.fn.now(), waiting_until: null } : {}),
       })
@@ -391,10 +396,10 @@ export function recipientReference(broadcastId: string, contactId: string): stri
 /**
  * Starts a scheduled broadcast: the audience is frozen (one recipient row per contact, inserted
  * once whatever the retries), the plan's broadcastLimit checked again (over it, the broadcast is
- * cancelled without sending), the status moves to `in_progress` and `broadcast.started` is
+ * cancelled without sending, code BROADCAST_LIMIT_REACHED), the status moves to `in_progress` and `broadcast.started` is
  * recorded, all in one transaction. Anything but `scheduled` is left as it is and returned.
  */
-export async function freezeAudience(db: Db, workspaceId: string, id: string): Promise<{ status: string; overLimit?: boolean }> {
+export async function freezeAudience(db: Db, workspaceId: string, id: string): Promise<{ status: string }> {
   return db.transaction(async (trx) => {
     const row: BroadcastRow | undefined = await trx('broadcasts').where({ workspace_id: workspaceId, id }).forUpdate().first();
     if (!row) return { status: 'cancelled' };
@@ -405,8 +410,8 @@ export async function freezeAudience(db: Db, workspaceId: string, id: string): P
     if (limit !== null && (await audienceSize(trx, workspaceId, audience)) > limit) {
       await trx('broadcasts')
         .where({ workspace_id: workspaceId, id })
-        .update({ status: 'cancelled', finished_at: trx.fn.now(), updated_at: trx.fn.now() });
-      return { status: 'cancelled', overLimit: true };
+        .update({ status: 'cancelled', code: 'BROADCAST_LIMIT_REACHED', finished_at: trx.fn.now(), updated_at: trx.fn.now() });
+      return { status: 'cancelled' };
     }
     const contacts = audienceQuery(trx, workspaceId, audience).select(
       trx.raw('?::uuid AS workspace_id', [workspaceId]),
@@ -446,7 +451,7 @@ export async function completeBroadcast(db: Db, workspaceId: string, id: string)
     if (pending) return row.status;
     await trx('broadcasts')
       .where({ workspace_id: workspaceId, id })
-      .update({ status: 'completed', finished_at: trx.fn.now(), waiting_until: null, updated_at: trx.fn.now() });
+      .update({ status: 'completed', finished_at: trx.fn.now(), waiting_until: null, code: null, updated_at: trx.fn.now() });
     const counts = (await broadcastCounts(trx, workspaceId, [id])).get(id)!;
     await recordOutbox(trx, workspaceId, [{ event: 'broadcast.completed', fields: { broadcast_id: id, name: row.name, counts } }]);
     return 'completed';
@@ -535,10 +540,58 @@ export async function markRecipientSent(
     });
 }
 
-/** The broadcast waits for the daily counters' reset (null: it does not wait). */
-export async function setWaitingUntil(db: Reader, workspaceId: string, id: string, until: Date | null): Promise<void> {
+/**
+ * The broadcast waits until `until`, and says why (`code`: the daily counter reached, the
+ * instance disconnected, the subscription inactive, the template no longer approved); null, null:
+ * it does not wait. Only an `in_progress` broadcast: a pause or cancel meanwhile is not undone.
+ */
+export async function setWaiting(db: Reader, workspaceId: string, id: string, until: Date | null, code: string | null): Promise<void> {
+  await db('broadcasts')
+    .where({ workspace_id: workspaceId, id, status: 'in_progress' })
+    .whereRaw('(waiting_until IS DISTINCT FROM ? OR code IS DISTINCT FROM ?)', [until, code])
+    .update({ waiting_until: until, code, updated_at: db.fn.now() });
+}
+
+/**
+ * The service cancels a broadcast it can never finish (its instance removed, or one that cannot
+ * carry templates), saying why in `code`; a no-op once it finished. Its status after.
+ */
+export async function cancelBroadcastFor(db: Reader, workspaceId: string, id: string, code: string): Promise<void> {
   await db('broadcasts')
     .where({ workspace_id: workspaceId, id })
-    .whereRaw('waiting_until IS DISTINCT FROM ?', [until])
-    .update({ waiting_until: until, updated_at: db.fn.now() });
+    .whereIn('status', ['scheduled', 'in_progress', 'paused'])
+    .update({ status: 'cancelled', code, waiting_until: null, finished_at: db.fn.now(), updated_at: db.fn.now() });
+}
+
+/**
+ * The pending recipients' references, by position, after `after` (a page of `limit`): what a
+ * cancelled broadcast looks through for sends prepared and never called.
+ */
+export async function pendingReferences(db: Reader, workspaceId: string, id: string, after: number, limit: number) {
+  return db('broadcast_recipients')
+    .where({ workspace_id: workspaceId, broadcast_id: id, status: 'pending' })
+    .where('position', '>', after)
+    .orderBy('position')
+    .limit(limit)
+    .select<{ position: number; reference: string }[]>('position', 'reference');
+}
+
+/**
+ * One provider-call slot of an instance's throughput, shared by all its broadcasts: the time of
+ * the instance's next free slot is moved on by `intervalMs` and the reserved slot returned, as
+ * milliseconds from now (0: at once). Each broadcast holds one reservation at a time, so
+ * broadcasts of one instance take turns and share its throughput evenly, whatever each one's own
+ * rate (a slower one takes fewer turns; the others take the rest).
+ */
+export async function reserveInstanceSlot(db: Reader, workspaceId: string, instanceId: string, intervalMs: number): Promise<number> {
+  const { rows } = await db.raw<{ rows: { wait_ms: number }[] }>(
+    `INSERT INTO broadcast_instance_pacing AS p (workspace_id, instance_id, next_call_at)
+     VALUES (?, ?, clock_timestamp() + ? * interval '1 millisecond')
+     ON CONFLICT (instance_id) DO UPDATE
+       SET next_call_at = greatest(p.next_call_at, clock_timestamp()) + ? * interval '1 millisecond'
+     WHERE p.workspace_id = EXCLUDED.workspace_id
+     RETURNING greatest(0, extract(epoch FROM (p.next_call_at - clock_timestamp())) * 1000 - ?)::float8 AS wait_ms`,
+    [workspaceId, instanceId, intervalMs, intervalMs, intervalMs],
+  );
+  return rows[0]?.wait_ms ?? 0;
 }

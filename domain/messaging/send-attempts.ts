@@ -24,6 +24,21 @@ export async function recordPreparation(trx: Writer, workspaceId: string, refere
   await trx('send_preparations').insert({ reference, workspace_id: workspaceId, prepared: JSON.stringify(prepared) });
 }
 
+/**
+ * Of these references, the prepared sends never called that keep their units: a preparation not
+ * undone, with no attempt or a failed one. A cancelled broadcast gives their units back.
+ */
+export async function preparedNeverCalled(db: Writer, workspaceId: string, references: string[]): Promise<string[]> {
+  if (references.length === 0) return [];
+  const { rows } = await db.raw<{ rows: { reference: string }[] }>(
+    `SELECT p.reference FROM send_preparations p
+       LEFT JOIN send_attempts a ON a.reference = p.reference AND a.workspace_id = p.workspace_id
+      WHERE p.workspace_id = ? AND p.reference = ANY(?::text[]) AND p.undone_at IS NULL AND (a.reference IS NULL OR a.state = 'failed')`,
+    [workspaceId, references],
+  );
+  return rows.map((r) => r.reference);
+}
+
 /** Marks the preparation undone; false when it already was (the compensation runs once). */
 export async function claimUndo(trx: Knex.Transaction, workspaceId: string, reference: string): Promise<boolean> {
   const claimed = await trx('send_preparations')
