@@ -4,9 +4,9 @@
  * recipient). Each test has its own workspace and instance (its own phone-number id at the
  * emulator), so calls are counted per test.
  */
-import path from 'node:path';
 import { createWorkspace, eventually, expectError, outbox, seedContact, startApi, TestApi, uniqueIp, Workspace } from './helpers';
-import { Child, ROOT, nodeTs, startChild, waitForWorker } from '../scripts/stack';
+import type { Child } from '../scripts/stack';
+import { cloudInstance, emulator, killWorker, ownWorker } from './stack-fixtures';
 import { uniqueMobile } from './phones';
 import { saoPauloDay } from '../domain/messaging/sending';
 import { temporalClientFactory } from '../domain/platform/temporal';
@@ -18,14 +18,6 @@ const EMULATOR = process.env.EMULATOR_URL!;
 let api: TestApi;
 let apiFor: TestApi | undefined;
 const temporal = temporalClientFactory(loadConfig());
-
-async function emulator(path: string, body?: unknown): Promise<any> {
-  const res = await fetch(
-    `${EMULATOR}${path}`,
-    body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
-  );
-  return res.json();
-}
 
 interface Setup {
   ws: Workspace;
@@ -44,39 +36,20 @@ async function callsPerNumber(s: Setup): Promise<Record<string, number>> {
   return out;
 }
 
-let setups = 0;
-/** A workspace with one connected Cloud API instance on the emulator (its status callbacks registered) and approved templates. */
-async function setup(options: { plan?: Record<string, unknown>; template?: boolean } = {}): Promise<Setup> {
+/** A workspace with one connected Cloud API instance on the emulator (its status callbacks registered) and templates: `welcome` approved, `draft` pending. */
+async function setup(options: { plan?: Record<string, unknown> } = {}): Promise<Setup> {
   const ws = await createWorkspace(api, {
     scopes: ['broadcasts:read', 'broadcasts:write', 'tags:write', 'leads:write', 'leads:read'],
     plan: options.plan,
   });
-  const phoneNumberId = `PN-bc-${ws.id.slice(0, 8)}-${++setups}`;
-  const appSecret = `secret-${ws.id.slice(0, 8)}`;
-  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main',
-    channel: 'whatsapp',
-    provider: 'cloud',
-    connected: true,
-    config: { baseUrl: EMULATOR, phoneNumberId, accessToken: 'token-never-logged', appSecret },
+  const instance = await cloudInstance(api, ws.id, {
+    label: 'bc',
+    templates: [
+      { name: 'welcome', status: 'approved' },
+      { name: 'draft', status: 'pending' },
+    ],
   });
-  expect(instance.status).toBe(201);
-  const instanceId = instance.body.data.id as string;
-  for (const [name, status] of [
-    ['welcome', 'approved'],
-    ['draft', 'pending'],
-  ]) {
-    const t = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
-      instanceId,
-      name,
-      language: 'pt_BR',
-      variableCount: 1,
-      status,
-    });
-    expect(t.status).toBe(201);
-  }
-  await emulator('/__emulator/webhook', { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, appSecret });
-  return { ws, instanceId, phoneNumberId };
+  return { ws, ...instance };
 }
 
 const request = (s: Setup, method: string, path: string, body?: unknown) =>
@@ -600,36 +573,12 @@ describe('tags of broadcasts', () => {
  * a kill often lands while a provider call is under way; its status callback (carrying the
  * recipient's reference) reaches this API's webhook and settles the attempt.
  */
-const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
-let workersStarted = 0;
-
-/** A worker process of this file's own on its own task queue (the suite's worker must not be killed or reconfigured). */
-async function ownWorker(taskQueue: string, env: Record<string, string> = {}): Promise<Child> {
-  workersStarted += 1;
-  const child = startChild({
-    name: `broadcast-worker-${workersStarted}`,
-    ...nodeTs('workers/main.ts'),
-    env: { TEMPORAL_TASK_QUEUE: taskQueue, OUTBOX_DISPATCHER: 'false', ...env },
-    logFile: path.join(LOG_DIR, `worker-${taskQueue}-${workersStarted}.log`),
-  });
-  await waitForWorker(child);
-  return child;
-}
-
 describe('a worker killed during a broadcast', () => {
   const TASK_QUEUE = `crm-broadcast-crash-${process.pid}`;
   let worker: Child | undefined;
   let suiteApi: TestApi;
 
   const startWorker = () => ownWorker(TASK_QUEUE, { SEND_RECONCILE_WINDOW_MS: '4000' });
-
-  async function killWorker(child: Child): Promise<void> {
-    const exited = new Promise<void>((resolve) => child.process.once('exit', () => resolve()));
-    child.process.kill('SIGKILL');
-    await exited;
-    expect(child.process.signalCode).toBe('SIGKILL');
-    await child.stop();
-  }
 
   beforeAll(async () => {
     suiteApi = api;

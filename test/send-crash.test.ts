@@ -5,39 +5,25 @@
  * emulator posts the Cloud API's `sent` status callbacks (with our `biz_opaque_callback_data`)
  * to that API's webhook URL, as Meta would to the app's configured callback URL.
  */
-import path from 'node:path';
 import { loadConfig } from '../domain/platform/config';
 import { saoPauloDay } from '../domain/messaging/sending';
 import { temporalClientFactory } from '../domain/platform/temporal';
-import { Child, ROOT, nodeTs, startChild, waitFor, waitForWorker } from '../scripts/stack';
+import { Child, waitFor } from '../scripts/stack';
+import { cloudInstance, emulator, killWorker, ownWorker } from './stack-fixtures';
 import { createWorkspace, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
 import { uniqueMobile } from './phones';
 
-const EMULATOR = process.env.EMULATOR_URL!;
 const TASK_QUEUE = `crm-crash-${process.pid}`;
-const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
 /** Short in tests: how long a send whose provider call may have happened waits for the status callback. */
 const RECONCILE_WINDOW_MS = 4000;
 
 const temporal = temporalClientFactory(loadConfig());
 let api: TestApi;
 let worker: Child | undefined;
-let workers = 0;
 const mobile = (): string => uniqueMobile('11');
 
-async function startWorker(): Promise<Child> {
-  workers += 1;
-  const child = startChild({
-    name: `crash-worker-${workers}`,
-    ...nodeTs('workers/main.ts'),
-    // No outbox dispatcher: it would lease the other suites' events (and start their automation runs
-    // on this task queue), and each SIGKILL would hold them back for the lease's minute.
-    env: { TEMPORAL_TASK_QUEUE: TASK_QUEUE, OUTBOX_DISPATCHER: 'false' },
-    logFile: path.join(LOG_DIR, `worker-${TASK_QUEUE}-${workers}.log`),
-  });
-  await waitForWorker(child);
-  return child;
-}
+// No outbox dispatcher in it (ownWorker): it would lease the other suites' events, and each SIGKILL would hold them back for the lease's minute.
+const startWorker = () => ownWorker(TASK_QUEUE);
 
 /** Until some statement waits on a lock held by the backend `pid` (the test's own transaction). */
 async function blockedBy(pid: number, what: string): Promise<void> {
@@ -52,22 +38,6 @@ async function blockedBy(pid: number, what: string): Promise<void> {
 }
 
 /** SIGKILL: no graceful shutdown, no chance to finish or report the running activity. */
-async function killWorker(child: Child): Promise<void> {
-  const exited = new Promise<void>((resolve) => child.process.once('exit', () => resolve()));
-  child.process.kill('SIGKILL');
-  await exited;
-  expect(child.process.signalCode).toBe('SIGKILL');
-  await child.stop();
-}
-
-async function emulator(pathname: string, body?: unknown): Promise<any> {
-  const res = await fetch(
-    `${EMULATOR}${pathname}`,
-    body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
-  );
-  expect(res.ok).toBe(true);
-  return res.json();
-}
 const callsTo = async (to: string): Promise<any[]> => (await emulator(`/__emulator/calls?to=${to}`)).calls;
 
 interface Setup {
@@ -79,27 +49,7 @@ interface Setup {
 /** A workspace with a Cloud API instance on the emulator, an approved template, and the instance's webhook registered with the emulator. */
 async function setup(): Promise<Setup> {
   const ws = await createWorkspace(api, { scopes: ['conversations:send', 'conversations:read'] });
-  const phoneNumberId = `PN-crash-${ws.id.slice(0, 8)}`;
-  const appSecret = `secret-${ws.id.slice(0, 8)}`;
-  const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-    name: 'Main',
-    channel: 'whatsapp',
-    provider: 'cloud',
-    connected: true,
-    config: { baseUrl: EMULATOR, phoneNumberId, accessToken: 'token-never-logged', appSecret },
-  });
-  expect(instance.status).toBe(201);
-  const instanceId = instance.body.data.id as string;
-  const template = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/templates`, {
-    instanceId,
-    name: 'welcome',
-    language: 'pt_BR',
-    variableCount: 1,
-    status: 'approved',
-  });
-  expect(template.status).toBe(201);
-  await emulator('/__emulator/webhook', { phoneNumberId, url: `${api.url}/webhooks/whatsapp/${instanceId}`, appSecret });
-  return { ws, instanceId, phoneNumberId };
+  return { ws, ...(await cloudInstance(api, ws.id, { label: 'crash' })) };
 }
 
 const body = (phone: string) => ({

@@ -17,7 +17,7 @@ export interface BroadcastWorkflowInput extends BroadcastRef {
 }
 
 /** Batches per run before continue-as-new: each is a few history events, so a run's history stays small at any audience size. */
-const BATCHES_PER_RUN = 100;
+export const BATCHES_PER_RUN = 100;
 /** How often a paused broadcast looks at its row without a wake signal. */
 const PAUSED_POLL_MS = 60_000;
 /** How long a batch that found a recipient's provider call unsettled waits before the next look. */
@@ -38,10 +38,15 @@ export async function broadcastWorkflow(input: BroadcastWorkflowInput): Promise<
   setHandler(broadcastWake, () => {
     woken = true;
   });
-  /** Sleeps until `ms` passed or a wake signal came. */
-  const rest = async (ms: number) => {
-    woken = false;
+  /**
+   * Sleeps until `ms` passed or a wake signal came since the last rest; whether woken. A signal that
+   * arrived while a batch was still answering `paused` is not lost: the rest after it ends at once.
+   */
+  const rest = async (ms: number): Promise<boolean> => {
     if (ms > 0) await condition(() => woken, ms);
+    const wasWoken = woken;
+    woken = false;
+    return wasWoken;
   };
 
   /** The end of the broadcast: a cancelled one gives back what recipients prepared and never sent took. */
@@ -57,8 +62,7 @@ export async function broadcastWorkflow(input: BroadcastWorkflowInput): Promise<
       // Paused for days before it started: its history stays bounded too.
       if (turn === BATCHES_PER_RUN) return continueAsNew<typeof broadcastWorkflow>(input);
       while (Date.now() < at) {
-        await rest(at - Date.now());
-        if (woken && (await steps.broadcastStatus(ref)).status === 'cancelled') return end('cancelled');
+        if ((await rest(at - Date.now())) && (await steps.broadcastStatus(ref)).status === 'cancelled') return end('cancelled');
       }
       const { status } = await steps.startBroadcast(ref);
       if (status === 'in_progress') break;
