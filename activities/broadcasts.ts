@@ -43,7 +43,7 @@ import {
   markRecipientSent,
   lockPendingRecipient,
   nextPendingRecipient,
-  personalise,
+  recipientVariables,
   recipientContact,
   settleRecipient,
   setWaiting,
@@ -159,12 +159,12 @@ export function createBroadcastActivities({
         const now = new Date();
         const plan = await sendingPlan(trx, b.workspace_id);
         const template = b.template!;
-        const variables = (template.variables ?? []).map((v) => personalise(v, contact));
+        const given = template.variables ?? [];
         const message = {
           type: 'template' as const,
           templateName: template.name,
           templateLanguage: template.language,
-          templateVariables: variables,
+          templateVariables: given,
         };
         let instance;
         try {
@@ -179,6 +179,11 @@ export function createBroadcastActivities({
           if (WAIT_CODES.has(err.code)) return { wait: err.code, until: new Date(now.getTime() + BLOCKED_RETRY_MS) };
           if (CANCEL_CODES.has(err.code)) return { cancel: err.code };
           await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, err.code === 'OPTED_OUT' ? 'skipped' : 'failed', err.code);
+          return 'settled' as const;
+        }
+        const variables = await recipientVariables(trx, b.workspace_id, contact, given);
+        if (!variables) {
+          await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'VARIABLE_EMPTY');
           return 'settled' as const;
         }
         const conv = await findOrCreateConversation(trx, b.workspace_id, contact.id, instance);

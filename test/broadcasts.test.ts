@@ -4,7 +4,19 @@
  * recipient). Each test has its own workspace and instance (its own phone-number id at the
  * emulator), so calls are counted per test.
  */
-import { createWorkspace, eventually, expectError, outbox, seedContact, startApi, TestApi, uniqueIp, Workspace } from './helpers';
+import {
+  createKey,
+  createWorkspace,
+  eventually,
+  expectError,
+  outbox,
+  seedContact,
+  seedPipeline,
+  startApi,
+  TestApi,
+  uniqueIp,
+  Workspace,
+} from './helpers';
 import type { Child } from '../scripts/stack';
 import { cloudInstance, emulator, killWorker, ownWorker } from './stack-fixtures';
 import { uniqueMobile } from './phones';
@@ -334,6 +346,46 @@ describe('running a broadcast', () => {
     const throttled = (await calls(s)).filter((c) => c.to === people[0].phone).map((c) => c.outcome);
     expect(throttled).toEqual(['error', 'error', 'ok']);
     expect((await callsPerNumber(s))[people[1].phone]).toBe(1);
+  });
+
+  it("personalises with custom values: {{contact.<key>}} from the contact's latest deal holding it; nothing to fill in skips (VARIABLE_EMPTY)", async () => {
+    const s = await setup();
+    const admin = (path: string, body: unknown) => api.admin('POST', `/admin/v1/workspaces/${s.ws.id}${path}`, body);
+    expect((await admin('/custom-fields', { key: 'city', label: 'Cidade', type: 'text' })).status).toBe(201);
+    const pipeline = await seedPipeline(api, s.ws.id, { name: 'Vendas', stages: ['Novo'] });
+    const dealsKey = (await createKey(api, s.ws.id, ['deals:write'])).key;
+    const deal = async (contactId: string, customValues: Record<string, unknown>) => {
+      const res = await api.request('POST', '/api/v1/deals', {
+        key: dealsKey,
+        body: { contactId, pipeline: pipeline.id, customValues },
+        headers: { 'x-forwarded-for': uniqueIp() },
+      });
+      expect(res.status).toBe(201);
+    };
+    const t = await tag(s, 'custom');
+    const [recife, salvador, none] = await leads(s, 3, 'custom');
+    await deal(recife.id, { city: 'Recife' });
+    await deal(salvador.id, { city: 'Natal' });
+    await deal(salvador.id, { city: 'Salvador' });
+    await deal(none.id, { city: '' });
+
+    // A key that is not a custom field of the workspace: refused at creation, not recipient by recipient.
+    const unknown = await create(s, { audience: { tagIds: [t] }, template: { ...TEMPLATE, variables: ['{{contact.shoeSize}}'] } });
+    expectError(unknown, 422, 'TEMPLATE_INVALID');
+    expect(unknown.body.error).toContain('{{contact.shoeSize}}');
+
+    const res = await create(s, {
+      audience: { tagIds: [t] },
+      template: { ...TEMPLATE, variables: ['{{contact.name}} de {{ contact.city }}'] },
+      ratePerSecond: 80,
+    });
+    expect(res.status).toBe(201);
+    const done = await finished(s, res.body.data.id);
+    expect(done.counts).toMatchObject({ total: 3, sent: 2, skipped: 1 });
+    const texts = Object.fromEntries((await calls(s)).map((c) => [c.to, c.body.template.components[0].parameters[0].text]));
+    expect(texts).toEqual({ [recife.phone]: `${recife.name} de Recife`, [salvador.phone]: `${salvador.name} de Salvador` });
+    const skipped = (await request(s, 'GET', `/api/v1/broadcasts/${res.body.data.id}/recipients?status=skipped`)).body.data;
+    expect(skipped).toEqual([expect.objectContaining({ contactId: none.id, code: 'VARIABLE_EMPTY' })]);
   });
 
   it('audience: the union of tags, a list and leads, each contact once', async () => {

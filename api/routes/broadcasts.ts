@@ -142,7 +142,9 @@ export const broadcastRoutes = [
       'as many `variables` as it takes (422 `TEMPLATE_INVALID`); the tags and list, of the workspace (404 `NOT_FOUND`); the ' +
       "audience's size against the plan's `broadcastLimit` (402 `BROADCAST_LIMIT_REACHED`, checked again when the audience is " +
       `frozen); then the broadcasts not finished yet, at most ${MAX_ACTIVE_BROADCASTS} per workspace (402 ` +
-      '`ACTIVE_BROADCAST_LIMIT_REACHED`). `variables` are positional and may use `{{contact.name}}`, `{{contact.phone}}` and `{{contact.email}}`. ' +
+      '`ACTIVE_BROADCAST_LIMIT_REACHED`). `variables` are positional and may use `{{contact.name}}`, `{{contact.phone}}`, ' +
+      "`{{contact.email}}` and `{{contact.<key>}}` for a custom field's key (the value of the contact's latest deal holding it; " +
+      'an unknown key is 422 `TEMPLATE_INVALID`); a recipient with nothing to fill in is `skipped` `VARIABLE_EMPTY`. ' +
       `\`ratePerSecond\` (${MIN_RATE_PER_SECOND} to ${MAX_RATE_PER_SECOND}, default ${DEFAULT_RATE_PER_SECOND}) bounds the provider ` +
       'calls a second. Each recipient follows the send rules (opted out: `skipped` `OPTED_OUT`; deleted: `skipped` ' +
       '`CONTACT_DELETED`), consumes the daily message quota and, for a new conversation, the cold cap; at either the broadcast ' +
@@ -249,7 +251,7 @@ export const broadcastRoutes = [
     ipProfile: 'read',
     summary: "List a broadcast's recipients",
     description:
-      'In audience order. `code` says why a recipient failed or was skipped (`OPTED_OUT`, `CONTACT_DELETED`, `SEND_FAILED`, ' +
+      'In audience order. `code` says why a recipient failed or was skipped (`OPTED_OUT`, `CONTACT_DELETED`, `VARIABLE_EMPTY`, `SEND_FAILED`, ' +
       '`TEMPLATE_INVALID`, ...). Empty until the broadcast starts.',
     params: IdParams,
     query: pageQuery().extend({ status: z.enum(RECIPIENT_STATUSES).optional() }),

@@ -3,6 +3,7 @@ import type { Db } from '../platform';
 import { ApiError, iso, isUuid, type Page } from '../kernel';
 import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sendingPlan } from '../messaging';
 import { canonical } from '../leads';
+import { contactCustomValues, definedCustomFieldKeys } from '../sales';
 import { recordOutbox } from '../webhooks';
 
 type Reader = Db | Knex.Transaction;
@@ -169,7 +170,7 @@ function limitReached(limit: number, size: number): ApiError {
  * A new broadcast, checked in this order (the first failure answers): the instance, with the
  * rules of a send (404 INSTANCE_NOT_FOUND, 422 NO_INSTANCE / INSTANCE_REQUIRED /
  * INSTANCE_DISCONNECTED / TEMPLATE_UNSUPPORTED); the template, approved on that instance with as
- * many variables as given (422 TEMPLATE_INVALID); the audience's tags and list, of the workspace
+ * many variables as given, each `{{contact.<key>}}` a contact field or a custom field key (422 TEMPLATE_INVALID); the audience's tags and list, of the workspace
  * (404 NOT_FOUND); its size against the plan's broadcastLimit (402 BROADCAST_LIMIT_REACHED).
  * Lead ids that are not leads of the workspace add nobody. The broadcast is `scheduled`; its
  * workflow (workflows/broadcast.ts) freezes the audience when it starts.
@@ -195,6 +196,14 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
       template,
       now: new Date(),
     });
+    const keys = customVariableKeys(message.templateVariables);
+    const defined = await definedCustomFieldKeys(trx, workspaceId, keys);
+    const unknown = keys.filter((k) => !defined.includes(k));
+    if (unknown.length) {
+      throw new ApiError('TEMPLATE_INVALID', `Unknown variable {{contact.${unknown[0]}}}`, {
+        hint: 'A variable may use {{contact.name}}, {{contact.phone}}, {{contact.email}} and the key of a custom field.',
+      });
+    }
 
     const tagIds = [...new Set(input.audience.tagIds ?? [])];
     const leadIds = [...new Set(input.audience.leadIds ?? [])].filter(isUuid);
@@ -501,9 +510,53 @@ export async function recipientContact(
   return contact;
 }
 
-/** `{{contact.name}}`, `{{contact.phone}}`, `{{contact.email}}` in a template variable, from the recipient's contact. */
-export function personalise(variable: string, contact: { name: string; phone: string; email: string | null }): string {
-  return variable.replace(/\{\{\s*contact\.(name|phone|email)\s*\}\}/g, (_, field: 'name' | 'phone' | 'email') => contact[field] ?? '');
+/** `{{contact.<field>}}` in a template variable: the contact's own fields, or a custom field key (its pattern). */
+const CONTACT_VARIABLE = /\{\{\s*contact\.([A-Za-z][A-Za-z0-9_]{0,63})\s*\}\}/g;
+const CONTACT_FIELDS = ['name', 'phone', 'email'];
+
+/** The custom field keys the variables use (`{{contact.<key>}}` other than name, phone, email), each once. */
+export function customVariableKeys(variables: string[]): string[] {
+  const keys = variables.flatMap((v) => [...v.matchAll(CONTACT_VARIABLE)].map((m) => m[1]));
+  return [...new Set(keys.filter((k) => !CONTACT_FIELDS.includes(k)))];
+}
+
+/** A custom value as text in a message: a list's items joined by commas; nothing for null. */
+function asText(value: unknown): string {
+  if (value === null || value === undefined) return '';
+  if (Array.isArray(value)) return value.filter((v) => v !== null && v !== undefined).join(', ');
+  return String(value);
+}
+
+/**
+ * The template variables with `{{contact.name}}`, `{{contact.phone}}`, `{{contact.email}}` and
+ * `{{contact.<custom field key>}}` filled from the recipient's contact and its custom values
+ * (contactCustomValues). Null when one of them has nothing to fill in: the message would go out
+ * with a hole (or be refused by the provider), so the recipient is skipped (VARIABLE_EMPTY).
+ */
+export function personalise(
+  variables: string[],
+  contact: { name: string; phone: string; email: string | null },
+  customValues: Record<string, unknown> = {},
+): string[] | null {
+  let empty = false;
+  const filled = variables.map((variable) =>
+    variable.replace(CONTACT_VARIABLE, (_, field: string) => {
+      const value = CONTACT_FIELDS.includes(field) ? asText(contact[field as 'name' | 'phone' | 'email']) : asText(customValues[field]);
+      if (value.trim() === '') empty = true;
+      return value;
+    }),
+  );
+  return empty ? null : filled;
+}
+
+/** A recipient's template variables, personalised (null: one has nothing to fill in); its custom values read only when a variable uses one. */
+export async function recipientVariables(
+  db: Reader,
+  workspaceId: string,
+  contact: { id: string; name: string; phone: string; email: string | null },
+  variables: string[],
+): Promise<string[] | null> {
+  return personalise(variables, contact, await contactCustomValues(db, workspaceId, contact.id, customVariableKeys(variables)));
 }
 
 /** Marks a pending recipient skipped or failed with its code (a no-op once it left `pending`). */

@@ -242,6 +242,33 @@ async function knownCustomValues(
   return Object.fromEntries(keys.filter((k) => defined.includes(k)).map((k) => [k, values[k]]));
 }
 
+/** Which of `keys` are custom field keys of the workspace (global or of any pipeline). */
+export async function definedCustomFieldKeys(db: Reader, workspaceId: string, keys: string[]): Promise<string[]> {
+  if (keys.length === 0) return [];
+  return db('custom_fields').where({ workspace_id: workspaceId }).whereIn('key', keys).distinct().pluck('key');
+}
+
+/**
+ * A contact's values of the custom fields `keys`, as a message to it is personalised with them (a
+ * broadcast's `{{contact.<key>}}`): from its deals, the most recently updated deal holding a key winning.
+ */
+export async function contactCustomValues(
+  db: Reader,
+  workspaceId: string,
+  contactId: string,
+  keys: string[],
+): Promise<Record<string, unknown>> {
+  if (keys.length === 0) return {};
+  const { rows } = await db.raw<{ rows: { key: string; value: unknown }[] }>(
+    `SELECT DISTINCT ON (kv.key) kv.key, kv.value
+       FROM deals d, jsonb_each(d.custom_values) kv
+      WHERE d.workspace_id = ? AND d.contact_id = ? AND kv.key = ANY(?::text[])
+      ORDER BY kv.key, d.updated_at DESC, d.id DESC`,
+    [workspaceId, contactId, keys],
+  );
+  return Object.fromEntries(rows.map((r) => [r.key, r.value]));
+}
+
 /** Takes a unit of the plan's deal quota: the workspace row lock makes concurrent creations count one by one. */
 async function takeDealQuota(trx: Trx, workspaceId: string): Promise<void> {
   const plan = await trx('workspaces').where({ id: workspaceId }).first('deal_limit');
