@@ -45,6 +45,12 @@ import { koaBody } from 'koa-body';
  *   phone_number_id }, statuses: [{ id: <wamid>, status: 'sent', timestamp, recipient_id: <wa_id>,
  *   biz_opaque_callback_data? }] } }] }] }`, signed `X-Hub-Signature-256: sha256=<hex
  *   HMAC-SHA256(appSecret, raw body)>`, retrying a non-2xx answer or a network error a few times.
+ * - `POST /__emulator/status` `{ messageId, status: sent|delivered|read|failed, errorCode?, timestamp? (ms) }`:
+ *   a later status of a message it accepted, reported as the provider does: a Cloud API
+ *   `statuses[]` notification (signed; a failed one with `errors: [{ code }]`, default 131026) to
+ *   the phone-number id's webhook, or a web gateway `messages.update` ack (`{ keyId, remoteJid,
+ *   fromMe: true, status: SERVER_ACK|DELIVERY_ACK|READ|ERROR }`) to the instance's webhook.
+ *   Answers `{ delivered: <status>, answer }`; 409 without a webhook.
  * - `GET /__emulator/webhook?phoneNumberId=`: `{ webhook, deliveries: [{ seq, at, phoneNumberId,
  *   messageId, status, attempt, httpStatus?, error? }] }`, one entry per delivery attempt.
  * - `HEAD|GET /__emulator/media/{bytes}/{name}`: a media file of that many bytes (zeros), its
@@ -663,6 +669,35 @@ export function createEmulator(): Emulator {
    * The `sent` status callback of an accepted Cloud API message, as Meta posts it to the app's
    * webhook: asynchronous, signed with the app secret, retried on failure.
    */
+  /** A Cloud API status notification of `phoneNumberId`'s webhook, signed as Meta signs it: its body and headers. */
+  const cloudStatusRequest = (webhook: EmulatorWebhook, phoneNumberId: string, status: Record<string, unknown>) => {
+    const raw = JSON.stringify({
+      object: 'whatsapp_business_account',
+      entry: [
+        {
+          id: webhook.wabaId,
+          changes: [
+            {
+              value: {
+                messaging_product: 'whatsapp',
+                metadata: { display_phone_number: webhook.displayPhoneNumber, phone_number_id: phoneNumberId },
+                statuses: [status],
+              },
+              field: 'messages',
+            },
+          ],
+        },
+      ],
+    });
+    const headers = {
+      'content-type': 'application/json',
+      'user-agent': 'facebookexternalua',
+      'x-hub-signature': `sha1=${createHmac('sha1', webhook.appSecret).update(raw, 'utf8').digest('hex')}`,
+      'x-hub-signature-256': `sha256=${createHmac('sha256', webhook.appSecret).update(raw, 'utf8').digest('hex')}`,
+    };
+    return { raw, headers };
+  };
+
   const scheduleStatusCallback = (phoneNumberId: string, sent: { messageId: string; waId: string; reference?: string }): void => {
     const timestamp = String(Math.floor(Date.now() / 1000));
     const deliver = async (attempt: number): Promise<void> => {
@@ -670,24 +705,7 @@ export function createEmulator(): Emulator {
       if (!webhook) return;
       const status: Record<string, unknown> = { id: sent.messageId, status: 'sent', timestamp, recipient_id: sent.waId };
       if (sent.reference !== undefined) status.biz_opaque_callback_data = sent.reference;
-      const raw = JSON.stringify({
-        object: 'whatsapp_business_account',
-        entry: [
-          {
-            id: webhook.wabaId,
-            changes: [
-              {
-                value: {
-                  messaging_product: 'whatsapp',
-                  metadata: { display_phone_number: webhook.displayPhoneNumber, phone_number_id: phoneNumberId },
-                  statuses: [status],
-                },
-                field: 'messages',
-              },
-            ],
-          },
-        ],
-      });
+      const { raw, headers } = cloudStatusRequest(webhook, phoneNumberId, status);
       const entry: EmulatorDelivery = {
         seq: ++deliverySeq,
         at: new Date().toISOString(),
@@ -699,12 +717,7 @@ export function createEmulator(): Emulator {
       try {
         const res = await fetch(webhook.url, {
           method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'user-agent': 'facebookexternalua',
-            'x-hub-signature': `sha1=${createHmac('sha1', webhook.appSecret).update(raw, 'utf8').digest('hex')}`,
-            'x-hub-signature-256': `sha256=${createHmac('sha256', webhook.appSecret).update(raw, 'utf8').digest('hex')}`,
-          },
+          headers,
           body: raw,
           redirect: 'manual',
           signal: AbortSignal.timeout(CALLBACK_TIMEOUT_MS),
@@ -914,6 +927,60 @@ export function createEmulator(): Emulator {
       if (body.url === null) webWebhooks.delete(body.instanceName);
       else webWebhooks.set(body.instanceName, { url: body.url as string, apikey: body.apikey as string });
       ctx.body = { webhook: body.url === null ? null : { instanceName: body.instanceName, url: body.url } };
+      return;
+    }
+    if (ctx.method === 'POST' && ctx.path === '/__emulator/status') {
+      // A later status of a message the emulator accepted, as the provider reports it: a Cloud API
+      // `statuses[]` notification to the phone-number id's webhook, or a web gateway `messages.update` ack.
+      const body = ((ctx.request as { body?: unknown }).body ?? {}) as Record<string, unknown>;
+      const call = isText(body.messageId) ? calls.find((c) => c.messageId === body.messageId) : undefined;
+      const status = String(body.status);
+      if (!call || !['sent', 'delivered', 'read', 'failed'].includes(status)) {
+        ctx.status = 400;
+        ctx.body = { error: 'messageId (of an accepted send) and status (sent, delivered, read, failed) are required' };
+        return;
+      }
+      const timestamp = Math.floor((typeof body.timestamp === 'number' ? body.timestamp : Date.now()) / 1000);
+      let target: { url: string; raw: string; headers: Record<string, string> } | undefined;
+      if (call.api === 'cloud') {
+        const webhook = webhooks.get(call.phoneNumberId);
+        const notification: Record<string, unknown> = { id: call.messageId, status, timestamp: String(timestamp), recipient_id: call.waId };
+        // Meta echoes the send's biz_opaque_callback_data in every status notification of the message.
+        const reference = (call.body as { biz_opaque_callback_data?: unknown } | undefined)?.biz_opaque_callback_data;
+        if (typeof reference === 'string') notification.biz_opaque_callback_data = reference;
+        if (status === 'failed') {
+          const code = typeof body.errorCode === 'number' ? body.errorCode : 131026;
+          notification.errors = [
+            { code, title: 'Message undeliverable', message: 'Message undeliverable', error_data: { details: 'Emulated' } },
+          ];
+        }
+        if (webhook) target = { url: webhook.url, ...cloudStatusRequest(webhook, call.phoneNumberId, notification) };
+      } else {
+        const hook = webWebhooks.get(call.phoneNumberId);
+        const ack = { sent: 'SERVER_ACK', delivered: 'DELIVERY_ACK', read: 'READ', failed: 'ERROR' }[status];
+        const event = {
+          event: 'messages.update',
+          instance: call.phoneNumberId,
+          data: {
+            keyId: call.messageId,
+            remoteJid: `${call.to}@s.whatsapp.net`,
+            fromMe: true,
+            status: ack,
+            timestamp,
+            instanceId: call.phoneNumberId,
+          },
+          date_time: new Date(timestamp * 1000).toISOString(),
+          apikey: hook?.apikey,
+        };
+        if (hook) target = { url: hook.url, raw: JSON.stringify(event), headers: { 'content-type': 'application/json' } };
+      }
+      if (!target) {
+        ctx.status = 409;
+        ctx.body = { error: 'no webhook is set for that number or instance' };
+        return;
+      }
+      const res = await fetch(target.url, { method: 'POST', headers: target.headers, body: target.raw, redirect: 'manual' });
+      ctx.body = { delivered: res.status, answer: await res.json().catch(() => null) };
       return;
     }
     if (ctx.method === 'POST' && ctx.path === '/__emulator/web/inbound') {

@@ -334,11 +334,12 @@ describe('a large delivery below the cap', () => {
       data: { received: messages.length - recorded, duplicates: recorded, statuses: 10, ignored: 0 },
     });
     const after = await written(ws.id);
+    // Each message its contact.created and message.received; each status its message.status_updated, once.
     expect(after).toEqual({
       contacts: before.contacts + 1000,
       conversations: before.conversations + 1000,
       messages: before.messages + 1000,
-      events: before.events + 2000,
+      events: before.events + 2000 + 10,
     });
     const { rows: events } = await api.db.raw(
       `SELECT name, count(*)::int AS n, count(DISTINCT coalesce(payload->>'message_id', payload->>'contact_id'))::int AS distinct_items
@@ -348,6 +349,7 @@ describe('a large delivery below the cap', () => {
     expect(events).toEqual([
       { name: 'contact.created', n: 1001, distinct_items: 1001 },
       { name: 'message.received', n: 1001, distinct_items: 1001 },
+      { name: 'message.status_updated', n: 10, distinct_items: 10 },
     ]);
     expect(await api.db('messages').where({ workspace_id: ws.id, direction: 'out' }).pluck('status')).toEqual(Array(10).fill('delivered'));
 

@@ -584,8 +584,12 @@ describe('POST /webhooks/whatsapp/{instanceId}: status callbacks', () => {
     });
     expect((await deliver(instanceId, unknown)).body.data).toEqual({ received: 0, duplicates: 0, statuses: 0, ignored: 2 });
     expect((await api.db('messages').where({ workspace_id: ws.id, direction: 'in' }).first('status')).status).toBe('received');
-    // Status callbacks are not business events.
-    expect((await outbox(api, ws.id)).length).toBe(eventsBefore);
+    // Each move announced once, from where it was; nothing for what moved nothing.
+    const events = (await outbox(api, ws.id)).slice(eventsBefore);
+    expect(events.map((e) => [e.name, e.payload.message_id, e.payload.previous_status, e.payload.status])).toEqual([
+      ['message.status_updated', out.id, 'sent', 'delivered'],
+      ['message.status_updated', out.id, 'delivered', 'read'],
+    ]);
   });
 
   it("moves a sent message to failed, and ignores another workspace's message id", async () => {

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { Db, KeyRing } from '../platform';
 import { ApiError, isUuid, storable } from '../kernel';
 import { InstanceRow, openInstanceConfig } from './instances';
-import { findOrCreateContact, findOrCreateConversation } from './messaging';
+import { findOrCreateContact, findOrCreateConversation, recordStatusEvent } from './messaging';
 import { recordEvent } from '../webhooks';
 import { digitsOfPersonJid, parsePhone, Phone } from '../leads';
 import { consentFromMessage } from './sending';
@@ -129,6 +129,10 @@ export interface StatusUpdate {
   reference?: string;
   /** `recipient_id`: the provider's identity (wa_id) of the recipient. */
   recipientId?: string;
+  /** When the provider says the status happened (never later than when it reached us). */
+  timestamp: Date;
+  /** A failed status: the provider's error code (Cloud API `errors[0].code`, e.g. `131026`). */
+  errorCode?: string;
 }
 
 export interface Skipped {
@@ -289,11 +293,16 @@ export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstan
             ? status.biz_opaque_callback_data
             : undefined;
         const recipientId = str(status?.recipient_id);
+        const code = obj(arr(status?.errors)[0])?.code;
+        const errorCode =
+          state === 'failed' && (typeof code === 'number' || typeof code === 'string') ? String(code).slice(0, 32) : undefined;
         result.statuses.push({
           providerMessageId: id,
           status: state,
           ...(reference ? { reference } : {}),
           ...(recipientId && /^\d{8,20}$/.test(recipientId) ? { recipientId } : {}),
+          timestamp: providerTime(status?.timestamp, now),
+          ...(errorCode ? { errorCode } : {}),
         });
       }
     }
@@ -313,19 +322,61 @@ const WEB_KINDS: Record<string, InboundType> = {
 };
 
 /**
- * Reads a web gateway event. Only `messages.upsert` from a person (not our own `fromMe` sends,
- * not groups) counts; `data` may be one message or a list. Same leniency as the Cloud parser.
+ * The web gateway's acks (Baileys' WAMessageStatus, by name or number) as our statuses: the server
+ * took it (sent), the phone got it (delivered), it was read or played (read), or an error.
+ */
+const WEB_ACKS: Record<string, StatusUpdate['status']> = {
+  ERROR: 'failed',
+  '0': 'failed',
+  SERVER_ACK: 'sent',
+  '2': 'sent',
+  DELIVERY_ACK: 'delivered',
+  '3': 'delivered',
+  READ: 'read',
+  '4': 'read',
+  PLAYED: 'read',
+  '5': 'read',
+};
+
+/**
+ * A web gateway `messages.update`: acks of our own messages (`fromMe`), as Evolution API v2
+ * (`{ keyId, remoteJid, fromMe, status }`) or v1 (`{ key: { id, remoteJid, fromMe }, update: { status } }`) posts them.
+ */
+function parseWebAcks(items: unknown[], result: ParsedWebhook, now: Date): void {
+  for (const item of items) {
+    const data = obj(item);
+    const key = obj(data?.key);
+    const id = str(data?.keyId) ?? str(data?.messageId) ?? str(key?.id);
+    const fromMe = data?.fromMe ?? key?.fromMe;
+    const ack = obj(data?.update)?.status ?? data?.status;
+    const status = WEB_ACKS[String(ack)];
+    if (!id || id.length > 256 || fromMe !== true || !status) {
+      result.skipped.push({ reason: `ack ${String(ack ?? 'missing')} is not handled`, ...(id && id.length <= 256 ? { id } : {}) });
+      continue;
+    }
+    result.statuses.push({ providerMessageId: id, status, timestamp: providerTime(data?.timestamp, now) });
+  }
+}
+
+/**
+ * Reads a web gateway event: `messages.upsert` from a person (not our own `fromMe` sends, not
+ * groups), and `messages.update`, the acks of the messages we sent; `data` may be one item or a
+ * list. Same leniency as the Cloud parser.
  */
 export function parseWebGatewayWebhook(payload: unknown, now = new Date()): ParsedWebhook {
   const result: ParsedWebhook = { messages: [], statuses: [], skipped: [], items: 0 };
   const root = obj(payload);
   const event = str(root?.event)?.toLowerCase().replace('_', '.');
-  if (!root || event !== 'messages.upsert') {
+  if (!root || (event !== 'messages.upsert' && event !== 'messages.update')) {
     result.skipped.push({ reason: `event ${String(root?.event ?? 'missing')} is not handled` });
     return result;
   }
   const items: unknown[] = Array.isArray(root.data) ? root.data : [root.data];
   result.items = items.length;
+  if (event === 'messages.update') {
+    parseWebAcks(items, result, now);
+    return result;
+  }
   for (const item of items) {
     const data = obj(item);
     const key = obj(data?.key);
@@ -493,15 +544,34 @@ async function applyStatus(trx: Knex.Transaction, instance: WebhookInstance, sta
     .where({ workspace_id: workspaceId, provider_message_id: status.providerMessageId, state: 'sent' })
     .whereRaw(`coalesce(provider_status, 'sent') = ANY(?::text[])`, [FROM[status.status]])
     .update({ provider_status: status.status, updated_at: trx.fn.now() });
-  const moved = await trx.raw(
-    `UPDATE messages AS m SET status = ?
-       FROM conversations AS c
-      WHERE m.workspace_id = ? AND m.provider_message_id = ? AND m.direction = 'out'
-        AND m.status = ANY(?::text[])
-        AND c.workspace_id = m.workspace_id AND c.id = m.conversation_id AND c.instance_id = ?`,
-    [status.status, workspaceId, status.providerMessageId, FROM[status.status], instance.id],
+  // The row locked as it was, so the event can say what it moved from.
+  const moved = await trx.raw<{ rows: { id: string; conversation_id: string; contact_id: string; previous: string }[] }>(
+    `WITH before AS (
+       SELECT m.id, m.status AS previous, c.contact_id
+         FROM messages AS m
+         JOIN conversations AS c ON c.workspace_id = m.workspace_id AND c.id = m.conversation_id AND c.instance_id = ?
+        WHERE m.workspace_id = ? AND m.provider_message_id = ? AND m.direction = 'out' AND m.status = ANY(?::text[])
+          FOR UPDATE OF m
+     )
+     UPDATE messages AS m SET status = ?
+       FROM before
+      WHERE m.workspace_id = ? AND m.id = before.id
+     RETURNING m.id, m.conversation_id, before.contact_id, before.previous`,
+    [instance.id, workspaceId, status.providerMessageId, FROM[status.status], status.status, workspaceId],
   );
-  return moved.rowCount > 0 || kept > 0 || reconciled;
+  for (const row of moved.rows) {
+    await recordStatusEvent(trx, workspaceId, {
+      messageId: row.id,
+      conversationId: row.conversation_id,
+      contactId: row.contact_id,
+      instanceId: instance.id,
+      status: status.status,
+      previous: row.previous,
+      errorCode: status.errorCode ?? null,
+      timestamp: status.timestamp,
+    });
+  }
+  return moved.rows.length > 0 || kept > 0 || reconciled;
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { type Phone, canonical } from '../leads';
+import { recordEvent } from '../webhooks';
 
 type Writer = Db | Knex.Transaction;
 
@@ -112,9 +113,58 @@ export async function recordOutboundMessage(
      RETURNING id, timestamp`,
     [workspaceId, message.conversationId, message.type, message.body, message.mediaUrl, message.status, message.providerMessageId],
   );
-  if (inserted.rows[0]) return { ...inserted.rows[0], inserted: true };
+  if (inserted.rows[0]) {
+    if (message.status !== 'sent') {
+      // Its status callback came before it was recorded (kept on the send attempt): announced now, from `sent`.
+      const conversation = await trx('conversations')
+        .where({ workspace_id: workspaceId, id: message.conversationId })
+        .first('contact_id', 'instance_id');
+      await recordStatusEvent(trx, workspaceId, {
+        messageId: inserted.rows[0].id,
+        conversationId: message.conversationId,
+        contactId: conversation.contact_id,
+        instanceId: conversation.instance_id,
+        status: message.status,
+        previous: 'sent',
+        errorCode: null,
+        timestamp: new Date(),
+      });
+    }
+    return { ...inserted.rows[0], inserted: true };
+  }
   const row = await trx('messages')
     .where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId })
     .first('id', 'timestamp');
   return { ...row, inserted: false };
+}
+
+/**
+ * `message.status_updated`: an outbound message moved forward (sent → delivered → read, or
+ * failed). Deliveries are not ordered: `previous_status` and `timestamp` (the provider's) say where
+ * this one stands. The initial `sent` is never announced: the send's answer says it.
+ */
+export async function recordStatusEvent(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  moved: {
+    messageId: string;
+    conversationId: string;
+    contactId: string;
+    instanceId: string;
+    status: string;
+    previous: string;
+    errorCode: string | null;
+    timestamp: Date;
+  },
+): Promise<void> {
+  await recordEvent(trx, workspaceId, 'message.status_updated', {
+    message_id: moved.messageId,
+    conversation_id: moved.conversationId,
+    contact_id: moved.contactId,
+    instance_id: moved.instanceId,
+    status: moved.status,
+    previous_status: moved.previous,
+    error_code: moved.status === 'failed' ? moved.errorCode : null,
+    timestamp: moved.timestamp.toISOString(),
+  });
 }

@@ -13,6 +13,8 @@ export const WEBHOOK_EVENTS = [
   'contact.deleted',
   'contact.merged',
   'message.received',
+  // An outbound message moved forward: delivered, read, or failed (never the initial sent).
+  'message.status_updated',
   'contact.tag_added',
   'contact.tag_removed',
   'card.created',

@@ -158,19 +158,55 @@ describe('parseCloudWebhook', () => {
       ...extra,
     });
 
-    it.each(['sent', 'delivered', 'read'])('%s, with the recipient wa_id', (state) => {
+    /** The status's own time: an hour before now (T). */
+    const AT = new Date(T * 1000);
+
+    it.each(['sent', 'delivered', 'read'])('%s, with the recipient wa_id and the provider time', (state) => {
       expect(parseCloudWebhook(cloud({ statuses: [status({ status: state })] }), instance(), NOW)).toStrictEqual(
-        parsed({ statuses: [{ providerMessageId: 'wamid.OUT1', status: state, recipientId: '5511987654321' }], items: 1 }),
+        parsed({ statuses: [{ providerMessageId: 'wamid.OUT1', status: state, recipientId: '5511987654321', timestamp: AT }], items: 1 }),
       );
     });
 
-    it('failed, its error codes not kept (the status is what moves)', () => {
+    it('failed, with the provider error code (the first of errors[])', () => {
       const payload = cloud({
-        statuses: [status({ status: 'failed', errors: [{ code: 131026, title: 'Message undeliverable', error_data: { details: 'x' } }] })],
+        statuses: [
+          status({
+            status: 'failed',
+            errors: [
+              { code: 131026, title: 'Message undeliverable', error_data: { details: 'x' } },
+              { code: 1, title: 'other' },
+            ],
+          }),
+        ],
       });
       expect(parseCloudWebhook(payload, instance(), NOW)).toStrictEqual(
-        parsed({ statuses: [{ providerMessageId: 'wamid.OUT1', status: 'failed', recipientId: '5511987654321' }], items: 1 }),
+        parsed({
+          statuses: [
+            { providerMessageId: 'wamid.OUT1', status: 'failed', recipientId: '5511987654321', timestamp: AT, errorCode: '131026' },
+          ],
+          items: 1,
+        }),
       );
+    });
+
+    it.each([
+      ['no errors', {}, undefined],
+      ['a string code', { errors: [{ code: 'E1' }] }, 'E1'],
+      ['a code that is an object (dropped)', { errors: [{ code: { x: 1 } }] }, undefined],
+      ['a code of 40 characters (cut to 32)', { errors: [{ code: 'c'.repeat(40) }] }, 'c'.repeat(32)],
+      ['errors on a status that is not failed (ignored)', { status: 'read', errors: [{ code: 1 }] }, undefined],
+    ])('error code: %s', (_label, extra, errorCode) => {
+      const [parsedStatus] = parseCloudWebhook(cloud({ statuses: [status({ status: 'failed', ...extra })] }), instance(), NOW).statuses;
+      expect(parsedStatus.errorCode).toBe(errorCode);
+    });
+
+    it.each([
+      ['in the future (now instead: never later than it reached us)', String(NOW_S + 60), NOW],
+      ['missing (now)', undefined, NOW],
+      ['not a number (now)', 'soon', NOW],
+    ])('a status time %s', (_label, timestamp, expected) => {
+      const [parsedStatus] = parseCloudWebhook(cloud({ statuses: [status({ status: 'read', timestamp })] }), instance(), NOW).statuses;
+      expect(parsedStatus.timestamp).toEqual(expected);
     });
 
     it.each([
@@ -182,7 +218,7 @@ describe('parseCloudWebhook', () => {
     ])('%s', (_label, extra, expected) => {
       const payload = cloud({ statuses: [status({ status: 'sent', ...extra })] });
       expect(parseCloudWebhook(payload, instance(), NOW).statuses).toStrictEqual([
-        { providerMessageId: 'wamid.OUT1', status: 'sent', ...expected, recipientId: '5511987654321' },
+        { providerMessageId: 'wamid.OUT1', status: 'sent', ...expected, recipientId: '5511987654321', timestamp: AT },
       ]);
     });
 
@@ -197,7 +233,7 @@ describe('parseCloudWebhook', () => {
     ])('recipient_id of %s', (_label, recipientId, expected) => {
       const payload = cloud({ statuses: [{ id: 'wamid.OUT1', status: 'read', timestamp: String(T), recipient_id: recipientId }] });
       expect(parseCloudWebhook(payload, instance(), NOW).statuses).toStrictEqual([
-        { providerMessageId: 'wamid.OUT1', status: 'read', ...expected },
+        { providerMessageId: 'wamid.OUT1', status: 'read', ...expected, timestamp: AT },
       ]);
     });
 
@@ -616,7 +652,6 @@ describe('parseWebGatewayWebhook', () => {
     ['messages.upsert', 'messages.upsert', true],
     ['MESSAGES_UPSERT', 'MESSAGES_UPSERT', true],
     ['messages_upsert', 'messages_upsert', true],
-    ['messages.update', 'messages.update', false],
     ['connection.update', 'connection.update', false],
     ['send.message', 'send.message', false],
   ])('event %s: taken = %s', (_label, event, taken) => {
@@ -625,6 +660,48 @@ describe('parseWebGatewayWebhook', () => {
       taken ? parsed({ messages: result.messages, items: 1 }) : parsed({ skipped: [{ reason: `event ${event} is not handled` }] }),
     );
     expect(result.messages).toHaveLength(taken ? 1 : 0);
+  });
+
+  describe('messages.update: the acks of our own messages', () => {
+    const ack = (data: unknown, event = 'messages.update') => ({ event, instance: 'main', data, apikey: 'k' });
+    const status = (providerMessageId: string, state: string) => ({ providerMessageId, status: state, timestamp: NOW });
+
+    it.each([
+      ['DELIVERY_ACK (v2)', { keyId: 'W1', remoteJid: '5511987654321@s.whatsapp.net', fromMe: true, status: 'DELIVERY_ACK' }, 'delivered'],
+      ['READ (v2)', { keyId: 'W1', fromMe: true, status: 'READ' }, 'read'],
+      ['PLAYED (a voice note heard)', { keyId: 'W1', fromMe: true, status: 'PLAYED' }, 'read'],
+      ['SERVER_ACK', { keyId: 'W1', fromMe: true, status: 'SERVER_ACK' }, 'sent'],
+      ['ERROR', { keyId: 'W1', fromMe: true, status: 'ERROR' }, 'failed'],
+      ['3, by number (v1)', { key: { id: 'W1', fromMe: true }, update: { status: 3 } }, 'delivered'],
+      ['4, by number (v1)', { key: { id: 'W1', fromMe: true }, update: { status: 4 } }, 'read'],
+      ['messageId instead of keyId', { messageId: 'W1', fromMe: true, status: 'READ' }, 'read'],
+    ])('%s', (_label, data, state) => {
+      expect(parseWebGatewayWebhook(ack(data), NOW)).toStrictEqual(parsed({ statuses: [status('W1', state)], items: 1 }));
+    });
+
+    it('a list of acks, MESSAGES_UPDATE spelled as the gateway may', () => {
+      const data = [
+        { keyId: 'W1', fromMe: true, status: 'DELIVERY_ACK' },
+        { keyId: 'W2', fromMe: true, status: 'READ' },
+      ];
+      expect(parseWebGatewayWebhook(ack(data, 'MESSAGES_UPDATE'), NOW)).toStrictEqual(
+        parsed({ statuses: [status('W1', 'delivered'), status('W2', 'read')], items: 2 }),
+      );
+    });
+
+    it.each([
+      [
+        'an ack of a message we did not send (fromMe false)',
+        { keyId: 'W1', fromMe: false, status: 'READ' },
+        { reason: 'ack READ is not handled', id: 'W1' },
+      ],
+      ['PENDING (1): nothing moved', { keyId: 'W1', fromMe: true, status: 1 }, { reason: 'ack 1 is not handled', id: 'W1' }],
+      ['no status', { keyId: 'W1', fromMe: true }, { reason: 'ack missing is not handled', id: 'W1' }],
+      ['no id', { fromMe: true, status: 'READ' }, { reason: 'ack READ is not handled' }],
+      ['an id of 257 characters', { keyId: 'x'.repeat(257), fromMe: true, status: 'READ' }, { reason: 'ack READ is not handled' }],
+    ])('%s is skipped', (_label, data, skipped) => {
+      expect(parseWebGatewayWebhook(ack(data), NOW)).toStrictEqual(parsed({ skipped: [skipped], items: 1 }));
+    });
   });
 
   it.each([
