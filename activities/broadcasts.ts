@@ -31,18 +31,30 @@ import {
   standingSincePrepare,
   takeDaily,
   touchConversation,
+  touchConversations,
+  findOrCreateConversations,
+  findPreparations,
+  lockAttemptStatuses,
+  lockConversations,
+  recordOutboundMessages,
+  recordPreparations,
+  takeDailyUnits,
   attemptQuietFor,
   undoPreparedSend,
   preparedNeverCalled,
 } from '../domain/messaging';
-import { recordWaId } from '../domain/leads/contacts';
+import { recordWaId, recordWaIds } from '../domain/leads/contacts';
 import {
   broadcastForRun,
   completeBroadcast,
   freezeAudience,
   markRecipientSent,
   lockPendingRecipient,
-  nextPendingRecipient,
+  nextPendingRecipients,
+  lockPendingRecipients,
+  recipientContacts,
+  markRecipientsSent,
+  lastSentAt,
   recipientVariables,
   recipientContact,
   settleRecipient,
@@ -109,6 +121,17 @@ const WAIT_CODES = new Set(['INSTANCE_DISCONNECTED', 'SUBSCRIPTION_INACTIVE', 'T
 const CANCEL_CODES = new Set(['INSTANCE_NOT_FOUND', 'NO_INSTANCE', 'CHANNEL_UNSUPPORTED', 'TEMPLATE_UNSUPPORTED']);
 /** A wait for the instance's next slot longer than this re-reads the broadcast before the call (pause and cancel act within 1 s). */
 const SLOT_RECHECK_MS = 250;
+/**
+ * A batch's recipients go in pages: each page prepared in one transaction and recorded in one, its
+ * provider calls one by one between (a round trip per statement is what a recipient cost). A page
+ * holds a quarter of a second of the broadcast's rate (one recipient at 7 calls a second or less,
+ * MAX_PAGE at most), so a slow broadcast prepares nothing ahead of its turn; up to MAX_LANES pages
+ * are in flight at once when the rate allows (a lane per LANE_RATE calls a second).
+ */
+const MAX_PAGE = 25;
+const PAGES_PER_SECOND = 4;
+const MAX_LANES = 8;
+const LANE_RATE = 20;
 /** How long a broadcast blocked by a WAIT_CODES refusal waits before it looks again. */
 export const BLOCKED_RETRY_MS = 60_000;
 
@@ -188,9 +211,6 @@ export function createBroadcastActivities({
         }
         const conv = await findOrCreateConversation(trx, b.workspace_id, contact.id, instance);
         const day = saoPauloDay(now);
-        for (const unit of dailyUnits(plan!, conv.created)) {
-          if (!(await takeDaily(trx, b.workspace_id, unit.counter, day, unit.cap))) throw new DailyLimit(unit.refusal().code);
-        }
         const prepared: PreparedRecipient = {
           reference: r.reference,
           instanceId: instance.id,
@@ -204,6 +224,11 @@ export function createBroadcastActivities({
           variables,
         };
         await recordPreparation(trx, b.workspace_id, r.reference, prepared);
+        // The daily units last, just before the commit: their counter rows are the workspace's (every
+        // lane and every send takes them), so their locks are held for one statement and the commit.
+        for (const unit of dailyUnits(plan!, conv.created)) {
+          if (!(await takeDaily(trx, b.workspace_id, unit.counter, day, unit.cap))) throw new DailyLimit(unit.refusal().code);
+        }
         return prepared;
       });
     } catch (err) {
@@ -359,6 +384,218 @@ export function createBroadcastActivities({
     });
   }
 
+  /**
+   * prepare() for a page of recipients in one transaction: the recipients still pending locked (in
+   * position order), their earlier preparations found, their contacts, the workspace's plan, the
+   * instance and the template read once, the send rules (domain/messaging) applied to each as
+   * prepare() applies them, the conversations found or made for all, the preparations recorded,
+   * and last the page's daily units taken at once. When the units do not all fit, the transaction
+   * rolls back and the page goes through prepare() one recipient at a time, which takes what is
+   * left and stops at the limit. The prepared recipients come back in position order, with what
+   * stopped the page (a wait or a cancel) if anything did.
+   */
+  async function preparePage(b: BroadcastRow, page: RecipientRow[]): Promise<{ prepared: PreparedRecipient[]; blocked?: Blocked }> {
+    if (page.length === 1) {
+      const one = await prepare(b, page[0]);
+      if (one === 'settled') return { prepared: [] };
+      return 'reference' in one ? { prepared: [one] } : { prepared: [], blocked: one };
+    }
+    try {
+      return await db.transaction(async (trx) => {
+        const ws = b.workspace_id;
+        const pending = await lockPendingRecipients(
+          trx,
+          ws,
+          b.id,
+          page.map((r) => r.contact_id),
+        );
+        const rows = page.filter((r) => pending.has(r.contact_id));
+        const done = await findPreparations<PreparedRecipient>(
+          trx,
+          ws,
+          rows.map((r) => r.reference),
+        );
+        const fresh = rows.filter((r) => !done.has(r.reference));
+        const made = new Map<string, PreparedRecipient>();
+        let blocked: Blocked | undefined;
+        if (fresh.length) {
+          const contacts = await recipientContacts(
+            trx,
+            ws,
+            fresh.map((r) => r.contact_id),
+          );
+          const now = new Date();
+          const plan = await sendingPlan(trx, ws);
+          const template = b.template!;
+          const given = template.variables ?? [];
+          // What prepare() reads per recipient, read once: the same for every recipient of the page.
+          let shared: { instance: ReturnType<typeof chooseInstance>; approved: Awaited<ReturnType<typeof approvedTemplate>> } | ApiError;
+          try {
+            const suspended = plan && suspension(plan, 'send');
+            if (suspended) throw suspended;
+            const instance = chooseInstance(await sendCandidates(trx, ws, b.instance_id ?? undefined), b.instance_id ?? undefined);
+            shared = { instance, approved: await approvedTemplate(trx, ws, instance.id, template.name, template.language) };
+          } catch (err) {
+            if (!(err instanceof ApiError)) throw err;
+            shared = err;
+          }
+          const sendable: { r: RecipientRow; contact: NonNullable<ReturnType<typeof contacts.get>>; variables: string[] }[] = [];
+          for (const r of fresh) {
+            const contact = contacts.get(r.contact_id);
+            if (!contact) {
+              await settleRecipient(trx, ws, b.id, r.contact_id, 'skipped', 'CONTACT_DELETED');
+              continue;
+            }
+            try {
+              if (shared instanceof ApiError) throw shared;
+              const message = {
+                type: 'template' as const,
+                templateName: template.name,
+                templateLanguage: template.language,
+                templateVariables: given,
+              };
+              // Templates need no window: the conversation's last inbound does not matter.
+              refuseUnsendable({
+                instance: shared.instance,
+                contact,
+                conversation: { last_inbound_at: null },
+                message,
+                template: shared.approved,
+                now,
+              });
+            } catch (err) {
+              if (!(err instanceof ApiError)) throw err;
+              if (WAIT_CODES.has(err.code)) blocked = { wait: err.code, until: new Date(now.getTime() + BLOCKED_RETRY_MS) };
+              else if (CANCEL_CODES.has(err.code)) blocked = { cancel: err.code };
+              if (blocked) break;
+              await settleRecipient(trx, ws, b.id, r.contact_id, err.code === 'OPTED_OUT' ? 'skipped' : 'failed', err.code);
+              continue;
+            }
+            const variables = await recipientVariables(trx, ws, contact, given);
+            if (!variables) {
+              await settleRecipient(trx, ws, b.id, r.contact_id, 'skipped', 'VARIABLE_EMPTY');
+              continue;
+            }
+            sendable.push({ r, contact, variables });
+          }
+          if (sendable.length && !(shared instanceof ApiError)) {
+            const { instance } = shared;
+            const conversations = await findOrCreateConversations(
+              trx,
+              ws,
+              sendable.map((x) => x.contact.id),
+              instance,
+            );
+            const day = saoPauloDay(now);
+            for (const { r, contact, variables } of sendable) {
+              const conv = conversations.get(contact.id)!;
+              made.set(r.reference, {
+                reference: r.reference,
+                instanceId: instance.id,
+                provider: instance.provider,
+                contactId: contact.id,
+                conversationId: conv.id,
+                to: contact.wa_id ?? contact.phone,
+                day,
+                createdConversation: conv.created,
+                tookCold: conv.created,
+                variables,
+              });
+            }
+            await recordPreparations(
+              trx,
+              ws,
+              [...made.values()].map((p) => ({ reference: p.reference, prepared: p })),
+            );
+            // The daily units last, just before the commit (their counter rows are the workspace's), all at once.
+            const opened = [...made.values()].filter((p) => p.createdConversation).length;
+            for (const unit of dailyUnits(plan!, opened > 0)) {
+              const n = unit.counter === 'cold_conversations' ? opened : made.size;
+              if (!(await takeDailyUnits(trx, ws, unit.counter, day, unit.cap, n))) throw new DailyLimit(unit.refusal().code);
+            }
+          }
+        }
+        const prepared = rows.map((r) => done.get(r.reference) ?? made.get(r.reference)).filter((p): p is PreparedRecipient => !!p);
+        return { prepared, blocked };
+      });
+    } catch (err) {
+      if (!(err instanceof DailyLimit)) throw err;
+    }
+    // The page's units do not all fit: one recipient at a time, up to the limit.
+    const prepared: PreparedRecipient[] = [];
+    for (const r of page) {
+      const one = await prepare(b, r);
+      if (one === 'settled') continue;
+      if (!('reference' in one)) return { prepared, blocked: one };
+      prepared.push(one);
+    }
+    return { prepared };
+  }
+
+  /**
+   * record() for the recipients of a page the provider accepted, in one transaction: their
+   * conversations and attempts locked (in one order each), the messages recorded, the
+   * conversations touched, the wa_ids kept, the recipients marked sent. A recipient whose
+   * conversation went meanwhile (merged, deleted) goes through record(), which finds or makes one.
+   */
+  async function recordPage(
+    b: BroadcastRow,
+    sent: Array<{ p: PreparedRecipient; s: { providerMessageId: string; waId?: string } }>,
+  ): Promise<void> {
+    if (sent.length === 0) return;
+    if (sent.length === 1) return record(b, sent[0].p, sent[0].s);
+    const template = b.template!;
+    const ws = b.workspace_id;
+    const lost = await db.transaction(async (trx) => {
+      const live = await lockConversations(
+        trx,
+        ws,
+        sent.map(({ p }) => p.conversationId),
+      );
+      const here = sent.filter(({ p }) => live.has(p.conversationId));
+      const statuses = await lockAttemptStatuses(
+        trx,
+        ws,
+        here.map(({ s }) => s.providerMessageId),
+      );
+      const rows = await recordOutboundMessages(
+        trx,
+        ws,
+        here.map(({ p, s }) => ({
+          conversationId: p.conversationId,
+          type: 'template',
+          body: `[template] ${template.name}`,
+          mediaUrl: null,
+          status: statuses.get(s.providerMessageId) ?? 'sent',
+          providerMessageId: s.providerMessageId,
+        })),
+      );
+      const inserted = here.filter(({ s }) => rows.get(s.providerMessageId)!.inserted);
+      await touchConversations(
+        trx,
+        ws,
+        inserted.map(({ p, s }) => ({ id: p.conversationId, lastMessageAt: rows.get(s.providerMessageId)!.timestamp })),
+      );
+      await recordWaIds(
+        trx,
+        ws,
+        inserted.filter(({ s }) => s.waId).map(({ p, s }) => ({ contactId: p.contactId, waId: s.waId! })),
+      );
+      await markRecipientsSent(
+        trx,
+        ws,
+        b.id,
+        here.map(({ p, s }) => ({
+          contactId: p.contactId,
+          messageId: rows.get(s.providerMessageId)!.id,
+          conversationId: p.conversationId,
+        })),
+      );
+      return sent.filter(({ p }) => !live.has(p.conversationId));
+    });
+    for (const { p, s } of lost) await record(b, p, s);
+  }
+
   return {
     /** Freezes the audience and starts the broadcast (domain/broadcasts freezeAudience); its status after. */
     async startBroadcast(input: BroadcastRef): Promise<{ status: string }> {
@@ -437,45 +674,130 @@ export function createBroadcastActivities({
     return { state: 'waiting', until: blocked.until.toISOString() };
   }
 
-  /** One batch (sendBroadcastBatch's work). */
+  /**
+   * One batch (sendBroadcastBatch's work): pages of recipients (preparePage), each page's provider
+   * calls one at a time, then the page recorded (recordPage); up to `lanes` pages in flight at
+   * once. Before EACH provider call the lane takes its pacing slot (the broadcast's rate, shared by
+   * the lanes), re-reads the broadcast (paused or cancelled: no call) and takes the instance's
+   * slot. The first stop (paused, cancelled, waiting, reconciling, done) ends every lane after its
+   * current call; what its page sent is recorded; recipients prepared and not called stay pending
+   * with their preparation (resumed: called; cancelled: their units are given back).
+   */
   async function runBatch(input: BroadcastRef): Promise<BatchResult> {
     const started = Date.now();
     const deadline = started + BATCH_BUDGET_MS;
-    let nextCallAt = 0;
-    for (let n = 0; n < batchSize && Date.now() < deadline; n++) {
-      heartbeat();
-      // Pacing: at most ratePerSecond provider calls a second. Waited before the status is read,
-      // so a pause during the wait is seen before the next call.
-      const wait = nextCallAt - Date.now();
-      if (wait > 0) await sleep(wait);
-      const b = await broadcastForRun(db, input.workspaceId, input.broadcastId);
-      if (b?.status !== 'in_progress') return stoppedState(b);
-      const r = await nextPendingRecipient(db, b.workspace_id, b.id);
-      if (!r) return { state: 'done' };
-      const prepared = await prepare(b, r);
-      if (prepared === 'settled') continue;
-      if (!('reference' in prepared)) return stopFor(b, prepared);
-      if (b.waiting_until || b.code) await setWaiting(db, b.workspace_id, b.id, null, null);
-      nextCallAt = Math.max(Date.now(), nextCallAt) + 1000 / (b.rate_per_second * rateScale);
-      // The instance's throughput is shared by its broadcasts: this call takes the next free slot.
-      const slot = await reserveInstanceSlot(db, b.workspace_id, prepared.instanceId, instanceIntervalMs);
-      if (slot > 0) {
-        await sleep(slot);
-        // A long turn (many broadcasts on the instance): a pause meanwhile stops this call.
-        if (slot > SLOT_RECHECK_MS) {
-          const now = await broadcastForRun(db, input.workspaceId, input.broadcastId);
-          if (now?.status !== 'in_progress') return stoppedState(now);
-        }
+    const first = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+    if (first?.status !== 'in_progress') return stoppedState(first);
+    const callsPerSecond = first.rate_per_second * rateScale;
+    const intervalMs = 1000 / callsPerSecond;
+    const pageSize = Math.max(1, Math.min(MAX_PAGE, Math.floor(callsPerSecond / PAGES_PER_SECOND)));
+    const lanes = Math.max(1, Math.min(MAX_LANES, Math.ceil(callsPerSecond / LANE_RATE)));
+    // The pacing carries over from the last batch (a pause and a quick resume do not shorten the gap).
+    const last = await lastSentAt(db, input.workspaceId, input.broadcastId);
+    let nextCallAt = last ? last.getTime() + intervalMs : 0;
+    let taken = 0;
+    let outcome: BatchResult | undefined;
+    let failure: { error: unknown } | undefined;
+    const stop = (result: BatchResult): void => {
+      if (!outcome || STOP_RANK[result.state] > STOP_RANK[outcome.state]) outcome = result;
+    };
+    const going = () => !outcome && !failure && taken < batchSize && Date.now() < deadline;
+    /** A stop that ends the calls of pages in flight too ('done' only means no page is left to take). */
+    const halted = () => !!failure || (!!outcome && outcome.state !== 'done');
+
+    // Pending recipients in position order, read ahead in pages and handed out once each.
+    const queue: RecipientRow[] = [];
+    let after = -1;
+    let exhausted = false;
+    let reading: Promise<void> | undefined;
+    const nextPage = async (size: number): Promise<RecipientRow[]> => {
+      while (queue.length < size && !exhausted) {
+        reading ??= nextPendingRecipients(db, input.workspaceId, input.broadcastId, after, Math.max(size * lanes, 50))
+          .then((rows) => {
+            if (rows.length === 0) exhausted = true;
+            else {
+              after = rows[rows.length - 1].position;
+              queue.push(...rows);
+            }
+          })
+          .finally(() => {
+            reading = undefined;
+          });
+        await reading;
       }
-      const sent = await call(b, prepared, deadline);
-      if (sent === 'failed') continue;
-      if (sent === 'wait') return { state: 'reconciling' };
-      if (!('providerMessageId' in sent)) return stopFor(b, sent);
-      await record(b, prepared, sent);
-    }
-    return { state: 'more' };
+      return queue.splice(0, size);
+    };
+
+    const lane = async (): Promise<void> => {
+      while (going()) {
+        const b = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+        if (b?.status !== 'in_progress') return stop(stoppedState(b));
+        // The page's share of the batch is counted before the read, so lanes reading together never take more than the batch's size.
+        const want = Math.min(pageSize, batchSize - taken);
+        if (want <= 0) return;
+        taken += want;
+        const page = await nextPage(want);
+        taken -= want - page.length;
+        if (page.length === 0) return stop({ state: 'done' });
+        const { prepared, blocked } = await preparePage(b, page);
+        if (prepared.length && (b.waiting_until || b.code)) await setWaiting(db, b.workspace_id, b.id, null, null);
+        const sent: Array<{ p: PreparedRecipient; s: { providerMessageId: string; waId?: string } }> = [];
+        try {
+          for (const p of prepared) {
+            // Pacing: at most ratePerSecond provider calls a second, the slots shared by the lanes.
+            // Waited before the status is read, so a pause during the wait is seen before the call.
+            const slotAt = Math.max(Date.now(), nextCallAt);
+            nextCallAt = slotAt + intervalMs;
+            if (slotAt > Date.now()) await sleep(slotAt - Date.now());
+            if (halted()) return;
+            const now = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+            if (now?.status !== 'in_progress') return stop(stoppedState(now));
+            // The instance's throughput is shared by its broadcasts: this call takes the next free slot.
+            const slot = await reserveInstanceSlot(db, now.workspace_id, p.instanceId, instanceIntervalMs);
+            if (slot > 0) {
+              await sleep(slot);
+              // A long turn (many broadcasts on the instance): a pause meanwhile stops this call.
+              if (slot > SLOT_RECHECK_MS) {
+                const later = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+                if (later?.status !== 'in_progress') return stop(stoppedState(later));
+              }
+            }
+            const result = await call(now, p, deadline);
+            if (result === 'failed') continue;
+            if (result === 'wait') return stop({ state: 'reconciling' });
+            if (!('providerMessageId' in result)) return stop(await stopFor(now, result));
+            sent.push({ p, s: result });
+          }
+        } finally {
+          // What the provider took is recorded whatever stopped the page (a retry would find it sent and record it too).
+          await recordPage(b, sent);
+        }
+        if (blocked) return stop(await stopFor(b, blocked));
+      }
+    };
+    // A lane that throws stops the others after their current call; the batch fails (and is retried) once all have ended.
+    await Promise.all(
+      Array.from({ length: lanes }, () =>
+        lane().catch((error: unknown) => {
+          failure ??= { error };
+        }),
+      ),
+    );
+    if (failure) throw failure.error;
+    return outcome ?? { state: 'more' };
   }
 }
+
+/** Which stop a batch reports when its lanes stop for different reasons: the broadcast's own state first. */
+const STOP_RANK: Record<BatchResult['state'], number> = {
+  more: 0,
+  done: 1,
+  reconciling: 2,
+  waiting: 3,
+  paused: 4,
+  completed: 5,
+  cancelled: 5,
+};
 
 /** What a batch tells the workflow when the broadcast is not in progress (gone: cancelled). */
 function stoppedState(b: BroadcastRow | undefined): BatchResult {

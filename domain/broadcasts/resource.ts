@@ -475,12 +475,20 @@ export interface RecipientRow {
   status: RecipientStatus;
 }
 
-/** The next recipient still to send, by position. */
-export async function nextPendingRecipient(db: Reader, workspaceId: string, broadcastId: string): Promise<RecipientRow | undefined> {
+/** The next recipients still to send after `after` (a position; -1: from the first), by position. */
+export async function nextPendingRecipients(
+  db: Reader,
+  workspaceId: string,
+  broadcastId: string,
+  after: number,
+  limit: number,
+): Promise<RecipientRow[]> {
   return db('broadcast_recipients')
     .where({ workspace_id: workspaceId, broadcast_id: broadcastId, status: 'pending' })
+    .where('position', '>', after)
     .orderBy('position')
-    .first('contact_id', 'phone', 'position', 'reference', 'status');
+    .limit(limit)
+    .select('contact_id', 'phone', 'position', 'reference', 'status');
 }
 
 /** Locks a recipient's row for its preparation (one at a time, whatever retries); whether it is still pending. */
@@ -495,6 +503,41 @@ export async function lockPendingRecipient(
     .forUpdate()
     .first('status');
   return locked?.status === 'pending';
+}
+
+/** lockPendingRecipient for a page of recipients, in position order: the contact ids still pending. */
+export async function lockPendingRecipients(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  broadcastId: string,
+  contactIds: string[],
+): Promise<Set<string>> {
+  if (contactIds.length === 0) return new Set();
+  const rows: { contact_id: string; status: string }[] = await trx('broadcast_recipients')
+    .where({ workspace_id: workspaceId, broadcast_id: broadcastId })
+    .whereIn('contact_id', contactIds)
+    .orderBy('position')
+    .forUpdate()
+    .select('contact_id', 'status');
+  return new Set(rows.filter((r) => r.status === 'pending').map((r) => r.contact_id));
+}
+
+/** recipientContact for a page of recipients: the contacts a send may still use (not deleted or merged), by id. */
+export async function recipientContacts(
+  db: Reader,
+  workspaceId: string,
+  contactIds: string[],
+): Promise<Map<string, { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null }>> {
+  if (contactIds.length === 0) return new Map();
+  const rows = await db('contacts')
+    .where({ workspace_id: workspaceId })
+    .whereIn('id', contactIds)
+    .whereNull('deleted_at')
+    .whereNull('merged_into_id')
+    .select('id', 'name', 'phone', 'email', 'opted_out', 'wa_id');
+  return new Map(
+    rows.map((c: { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null }) => [c.id, c]),
+  );
 }
 
 /** A recipient's contact as a send needs it, or undefined once deleted or merged (skipped CONTACT_DELETED). */
@@ -591,6 +634,29 @@ export async function markRecipientSent(
       sent_at: trx.fn.now(),
       updated_at: trx.fn.now(),
     });
+}
+
+/** markRecipientSent for a page of recipients: each pending one sent, with its message and conversation. */
+export async function markRecipientsSent(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  broadcastId: string,
+  sent: { contactId: string; messageId: string; conversationId: string }[],
+): Promise<void> {
+  if (sent.length === 0) return;
+  await trx.raw(
+    `UPDATE broadcast_recipients r
+        SET status = 'sent', code = NULL, message_id = s.message_id, conversation_id = s.conversation_id, sent_at = now(), updated_at = now()
+       FROM unnest(?::uuid[], ?::uuid[], ?::uuid[]) AS s(contact_id, message_id, conversation_id)
+      WHERE r.workspace_id = ? AND r.broadcast_id = ? AND r.contact_id = s.contact_id AND r.status = 'pending'`,
+    [sent.map((s) => s.contactId), sent.map((s) => s.messageId), sent.map((s) => s.conversationId), workspaceId, broadcastId],
+  );
+}
+
+/** When the broadcast's last recipient was recorded sent (null: none yet): a new batch paces its first call from it. */
+export async function lastSentAt(db: Reader, workspaceId: string, id: string): Promise<Date | null> {
+  const row = await db('broadcast_recipients').where({ workspace_id: workspaceId, broadcast_id: id }).max({ at: 'sent_at' }).first();
+  return row?.at ?? null;
 }
 
 /**

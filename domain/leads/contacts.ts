@@ -738,6 +738,17 @@ export async function recordWaId(trx: Trx, workspaceId: string, contactId: strin
     .update({ wa_id: waId });
 }
 
+/** recordWaId for many contacts at once (a broadcast's page): one UPDATE, so the contacts' statement triggers run once. */
+export async function recordWaIds(trx: Trx, workspaceId: string, waIds: { contactId: string; waId: string }[]): Promise<void> {
+  if (waIds.length === 0) return;
+  await trx.raw(
+    `UPDATE contacts c SET wa_id = t.wa_id
+       FROM unnest(?::uuid[], ?::text[]) AS t(id, wa_id)
+      WHERE c.workspace_id = ? AND c.id = t.id AND c.wa_id IS DISTINCT FROM t.wa_id`,
+    [waIds.map((w) => w.contactId), waIds.map((w) => w.waId), workspaceId],
+  );
+}
+
 /** The contact.created event of a contact made by a send (recorded once the provider accepted it). */
 export async function recordContactCreated(trx: Trx, workspaceId: string, contactId: string): Promise<void> {
   const contact = await trx('contacts').where({ workspace_id: workspaceId, id: contactId }).first('id', 'name', 'phone', 'email');

@@ -230,6 +230,33 @@ export async function touchConversation(
     .update({ last_message_at: lastMessageAt, updated_at: trx.fn.now() });
 }
 
+/** lockConversation for many at once (a broadcast's page), in one lock order: the ids that still exist. */
+export async function lockConversations(trx: Knex.Transaction, workspaceId: string, conversationIds: string[]): Promise<Set<string>> {
+  if (conversationIds.length === 0) return new Set();
+  const rows: { id: string }[] = await trx('conversations')
+    .where({ workspace_id: workspaceId })
+    .whereIn('id', conversationIds)
+    .orderBy('id')
+    .forUpdate()
+    .select('id');
+  return new Set(rows.map((r) => r.id));
+}
+
+/** touchConversation for many at once (a broadcast's page). */
+export async function touchConversations(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  touches: { id: string; lastMessageAt: Date }[],
+): Promise<void> {
+  if (touches.length === 0) return;
+  await trx.raw(
+    `UPDATE conversations c SET last_message_at = t.at, updated_at = now()
+       FROM unnest(?::uuid[], ?::timestamptz[]) AS t(id, at)
+      WHERE c.workspace_id = ? AND c.id = t.id`,
+    [touches.map((t) => t.id), touches.map((t) => t.lastMessageAt), workspaceId],
+  );
+}
+
 /** Deletes the conversation unless it holds a message (a send's compensation). */
 export async function deleteEmptyConversation(trx: Knex.Transaction, workspaceId: string, conversationId: string): Promise<void> {
   await trx('conversations')

@@ -61,6 +61,37 @@ export async function findOrCreateConversation(
   return { conversation: existing, created: false };
 }
 
+/**
+ * findOrCreateConversation for many contacts of one instance at once (a broadcast's page): one
+ * INSERT ... ON CONFLICT for all, then one read of those that existed. `created`: this call made it.
+ */
+export async function findOrCreateConversations(
+  trx: Writer,
+  workspaceId: string,
+  contactIds: string[],
+  instance: { id: string; channel: string },
+): Promise<Map<string, { id: string; created: boolean }>> {
+  const out = new Map<string, { id: string; created: boolean }>();
+  if (contactIds.length === 0) return out;
+  const inserted = await trx.raw<{ rows: { id: string; contact_id: string }[] }>(
+    `INSERT INTO conversations (workspace_id, contact_id, instance_id, channel)
+     SELECT ?, c, ?, ? FROM unnest(?::uuid[]) AS c
+     ON CONFLICT (instance_id, contact_id) DO NOTHING
+     RETURNING id, contact_id`,
+    [workspaceId, instance.id, instance.channel, contactIds],
+  );
+  for (const row of inserted.rows) out.set(row.contact_id, { id: row.id, created: true });
+  const existed = contactIds.filter((id) => !out.has(id));
+  if (existed.length) {
+    const rows: { id: string; contact_id: string }[] = await trx('conversations')
+      .where({ workspace_id: workspaceId, instance_id: instance.id })
+      .whereIn('contact_id', existed)
+      .select('id', 'contact_id');
+    for (const row of rows) out.set(row.contact_id, { id: row.id, created: false });
+  }
+  return out;
+}
+
 export type DailyCounter = 'messages' | 'cold_conversations';
 
 /**
@@ -82,6 +113,29 @@ export async function takeDaily(trx: Writer, workspaceId: string, kind: DailyCou
     return false;
   }
   return true;
+}
+
+/**
+ * takeDaily for `n` units at once, all or none (a broadcast's page). False when they do not all fit
+ * under `cap`: the caller must then roll its transaction back (a first take over the cap inserted its row).
+ */
+export async function takeDailyUnits(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  kind: DailyCounter,
+  day: string,
+  cap: number | null,
+  n: number,
+): Promise<boolean> {
+  if (n === 0) return true;
+  const result = await trx.raw<{ rows: { count: number }[] }>(
+    `INSERT INTO daily_counters (workspace_id, day, kind, count) VALUES (?, ?, ?, ?)
+     ON CONFLICT (workspace_id, day, kind) DO UPDATE SET count = daily_counters.count + EXCLUDED.count
+       WHERE ?::int IS NULL OR daily_counters.count + EXCLUDED.count <= ?::int
+     RETURNING count`,
+    [workspaceId, day, kind, n, cap, cap],
+  );
+  return result.rows.length === 1 && (cap === null || result.rows[0].count <= cap);
 }
 
 /** Returns a unit taken by a send that did not happen (saga compensation). */
@@ -167,4 +221,70 @@ export async function recordStatusEvent(
     error_code: moved.status === 'failed' ? moved.errorCode : null,
     timestamp: moved.timestamp.toISOString(),
   });
+}
+
+/**
+ * recordOutboundMessage for many messages at once (a broadcast's page), each once per provider
+ * message id; keyed by provider message id. `inserted`: this call made the row.
+ */
+export async function recordOutboundMessages(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  messages: { conversationId: string; type: string; body: string; mediaUrl: string | null; status: string; providerMessageId: string }[],
+): Promise<Map<string, { id: string; timestamp: Date; inserted: boolean }>> {
+  const out = new Map<string, { id: string; timestamp: Date; inserted: boolean }>();
+  if (messages.length === 0) return out;
+  const column = <K extends keyof (typeof messages)[number]>(k: K) => messages.map((m) => m[k]);
+  const inserted = await trx.raw<{ rows: { id: string; timestamp: Date; provider_message_id: string }[] }>(
+    `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_url, status, provider_message_id)
+     SELECT ?, m.conversation_id, 'out', m.type, m.body, m.media_url, m.status, m.provider_message_id
+       FROM unnest(?::uuid[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[])
+            AS m(conversation_id, type, body, media_url, status, provider_message_id)
+     ON CONFLICT (workspace_id, provider_message_id) WHERE provider_message_id IS NOT NULL DO NOTHING
+     RETURNING id, timestamp, provider_message_id`,
+    [
+      workspaceId,
+      column('conversationId'),
+      column('type'),
+      column('body'),
+      column('mediaUrl') as string[],
+      column('status'),
+      column('providerMessageId'),
+    ],
+  );
+  for (const row of inserted.rows) out.set(row.provider_message_id, { id: row.id, timestamp: row.timestamp, inserted: true });
+  const earlier = messages.map((m) => m.providerMessageId).filter((id) => !out.has(id));
+  if (earlier.length) {
+    const rows: { id: string; timestamp: Date; provider_message_id: string }[] = await trx('messages')
+      .where({ workspace_id: workspaceId })
+      .whereIn('provider_message_id', earlier)
+      .select('id', 'timestamp', 'provider_message_id');
+    for (const row of rows) out.set(row.provider_message_id, { id: row.id, timestamp: row.timestamp, inserted: false });
+  }
+  // As recordOutboundMessage: a status callback that came before the message was recorded is announced now, from `sent`.
+  const early = messages.filter((m) => m.status !== 'sent' && out.get(m.providerMessageId)?.inserted);
+  if (early.length) {
+    const conversations: { id: string; contact_id: string; instance_id: string }[] = await trx('conversations')
+      .where({ workspace_id: workspaceId })
+      .whereIn(
+        'id',
+        early.map((m) => m.conversationId),
+      )
+      .select('id', 'contact_id', 'instance_id');
+    const byId = new Map(conversations.map((c) => [c.id, c]));
+    for (const m of early) {
+      const conversation = byId.get(m.conversationId)!;
+      await recordStatusEvent(trx, workspaceId, {
+        messageId: out.get(m.providerMessageId)!.id,
+        conversationId: m.conversationId,
+        contactId: conversation.contact_id,
+        instanceId: conversation.instance_id,
+        status: m.status,
+        previous: 'sent',
+        errorCode: null,
+        timestamp: new Date(),
+      });
+    }
+  }
+  return out;
 }

@@ -19,6 +19,28 @@ export async function findPreparation<T>(trx: Writer, workspaceId: string, refer
   return done ? (done.prepared as T) : undefined;
 }
 
+/** findPreparation for many references at once (a broadcast's page), keyed by reference. */
+export async function findPreparations<T>(trx: Writer, workspaceId: string, references: string[]): Promise<Map<string, T>> {
+  if (references.length === 0) return new Map();
+  const rows: { reference: string; prepared: T }[] = await trx('send_preparations')
+    .where({ workspace_id: workspaceId })
+    .whereIn('reference', references)
+    .select('reference', 'prepared');
+  return new Map(rows.map((r) => [r.reference, r.prepared]));
+}
+
+/** recordPreparation for many at once (a broadcast's page): one INSERT; a duplicate rolls the transaction back. */
+export async function recordPreparations(
+  trx: Writer,
+  workspaceId: string,
+  preparations: { reference: string; prepared: object }[],
+): Promise<void> {
+  if (preparations.length === 0) return;
+  await trx('send_preparations').insert(
+    preparations.map((p) => ({ reference: p.reference, workspace_id: workspaceId, prepared: JSON.stringify(p.prepared) })),
+  );
+}
+
 /** A concurrent duplicate conflicts here (primary key) and rolls back its transaction. */
 export async function recordPreparation(trx: Writer, workspaceId: string, reference: string, prepared: object): Promise<void> {
   await trx('send_preparations').insert({ reference, workspace_id: workspaceId, prepared: JSON.stringify(prepared) });
@@ -166,4 +188,20 @@ export async function lockAttemptStatus(
     .where({ workspace_id: workspaceId, provider_message_id: providerMessageId })
     .forUpdate()
     .first('provider_status');
+}
+
+/** lockAttemptStatus for many provider message ids at once (a broadcast's page), in one lock order; keyed by provider message id. */
+export async function lockAttemptStatuses(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  providerMessageIds: string[],
+): Promise<Map<string, string | null>> {
+  if (providerMessageIds.length === 0) return new Map();
+  const rows: { provider_message_id: string; provider_status: string | null }[] = await trx('send_attempts')
+    .where({ workspace_id: workspaceId })
+    .whereIn('provider_message_id', providerMessageIds)
+    .orderBy('reference')
+    .forUpdate()
+    .select('provider_message_id', 'provider_status');
+  return new Map(rows.map((r) => [r.provider_message_id, r.provider_status]));
 }
