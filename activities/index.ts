@@ -2,8 +2,10 @@ import type { Config } from '../domain/platform/config';
 import { databaseNow, type Db } from '../domain/platform/db';
 import { createAutomationActivities } from './automations';
 import { createBroadcastActivities } from './broadcasts';
+import { createInboundMediaActivities } from './inbound-media';
 import { createMediaActivities } from './media';
 import { createMessagingActivities } from './messaging';
+import { createTemplateActivities } from './templates';
 import { createWebhookActivities } from './webhooks';
 
 /**
@@ -24,9 +26,11 @@ export function createActivities({ db, config }: ActivityDeps) {
     },
     ...createMessagingActivities({ db, config }),
     ...createMediaActivities({ db, config }),
+    ...createInboundMediaActivities({ db, config }),
     ...createWebhookActivities({ db, config }),
     ...createAutomationActivities({ db }),
     ...createBroadcastActivities({ db, config }),
+    ...createTemplateActivities({ db, config }),
   };
 }
 

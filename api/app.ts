@@ -18,6 +18,7 @@ import { dealRoutes } from './routes/deals';
 import { leadRoutes } from './routes/leads';
 import { listRoutes } from './routes/lists';
 import { messageRoutes } from './routes/messages';
+import { mediaRoutes } from './routes/media';
 import { noteRoutes } from './routes/notes';
 import { productRoutes } from './routes/products';
 import { tagRoutes } from './routes/tags';
@@ -43,6 +44,7 @@ export const ROUTES: AnyRoute[] = [
   ...productRoutes,
   ...taskRoutes,
   ...conversationRoutes,
+  ...mediaRoutes,
   ...messageRoutes,
   ...instanceRoutes,
   ...webhookRoutes,

@@ -180,7 +180,7 @@ export function buildOpenApi(routes: AnyRoute[], serverUrl: string): object {
                 ? "Every item's answer, in request order (also a replay of an earlier answer with the same Idempotency-Key: `Idempotent-Replayed: true`)"
                 : 'Success',
         headers: responseHeaders(def, status, []),
-        ...(def.response ? { content: { 'application/json': { schema: def.response } } } : {}),
+        ...(def.response ? { content: { [def.responseContentType ?? 'application/json']: { schema: def.response } } } : {}),
       };
     }
     for (const [status, codes] of [...byStatus].sort((a, b) => a[0] - b[0])) {

@@ -55,6 +55,8 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
   alsoStatus?: number[];
   /** Response body schema, for the OpenAPI document. */
   response?: z.ZodType;
+  /** The success answer's media type in the OpenAPI document when it is not JSON (a file: `application/octet-stream`). */
+  responseContentType?: string;
   /** Error codes this endpoint can answer with (beyond the ones every endpoint has). */
   errors?: ErrorCode[];
   /**

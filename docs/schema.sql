@@ -454,6 +454,49 @@ CREATE TABLE members (
 CREATE UNIQUE INDEX members_workspace_email_uq ON public.members USING btree (workspace_id, lower(email));
 CREATE INDEX members_workspace_name_idx ON public.members USING btree (workspace_id, lower(name));
 
+CREATE TABLE message_media (
+  message_id uuid NOT NULL,
+  workspace_id uuid NOT NULL,
+  instance_id uuid NOT NULL,
+  type text NOT NULL,
+  media_ref text NOT NULL,
+  status text DEFAULT 'pending'::text NOT NULL,
+  mime_type text,
+  size bigint,
+  file_name text,
+  sha256 text,
+  reason text,
+  started_at timestamp with time zone,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT message_media_pkey PRIMARY KEY (message_id),
+  CONSTRAINT message_media_check CHECK (((status = 'stored'::text) = ((sha256 IS NOT NULL) AND (size IS NOT NULL)))),
+  CONSTRAINT message_media_check1 CHECK (((status = 'unavailable'::text) = (reason IS NOT NULL))),
+  CONSTRAINT message_media_file_name_check CHECK ((length(file_name) <= 255)),
+  CONSTRAINT message_media_media_ref_check CHECK (((length(media_ref) >= 1) AND (length(media_ref) <= 256))),
+  CONSTRAINT message_media_message_id_fkey FOREIGN KEY (message_id) REFERENCES messages(id) ON DELETE CASCADE,
+  CONSTRAINT message_media_mime_type_check CHECK ((length(mime_type) <= 255)),
+  CONSTRAINT message_media_reason_check CHECK ((length(reason) <= 1000)),
+  CONSTRAINT message_media_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
+  CONSTRAINT message_media_size_check CHECK ((size >= 0)),
+  CONSTRAINT message_media_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'stored'::text, 'unavailable'::text]))),
+  CONSTRAINT message_media_type_check CHECK ((type = ANY (ARRAY['image'::text, 'audio'::text, 'video'::text, 'document'::text, 'sticker'::text]))),
+  CONSTRAINT message_media_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE
+);
+CREATE INDEX message_media_to_start_idx ON public.message_media USING btree (created_at) WHERE (status = 'pending'::text);
+CREATE INDEX message_media_workspace_idx ON public.message_media USING btree (workspace_id, message_id);
+
+CREATE TABLE message_media_chunks (
+  message_id uuid NOT NULL,
+  workspace_id uuid NOT NULL,
+  seq integer NOT NULL,
+  data bytea NOT NULL,
+  CONSTRAINT message_media_chunks_pkey PRIMARY KEY (message_id, seq),
+  CONSTRAINT message_media_chunks_data_check CHECK (((octet_length(data) >= 1) AND (octet_length(data) <= 1048576))),
+  CONSTRAINT message_media_chunks_message_id_fkey FOREIGN KEY (message_id) REFERENCES message_media(message_id) ON DELETE CASCADE,
+  CONSTRAINT message_media_chunks_seq_check CHECK ((seq >= 0))
+);
+
 CREATE TABLE messages (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
   workspace_id uuid NOT NULL,
@@ -697,14 +740,23 @@ CREATE TABLE templates (
   variable_count integer DEFAULT 0 NOT NULL,
   status text NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  category text,
+  components jsonb,
+  provider_template_id text,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL,
   CONSTRAINT templates_pkey PRIMARY KEY (id),
+  CONSTRAINT templates_category_check CHECK (((category IS NULL) OR ((length(category) >= 1) AND (length(category) <= 32)))),
+  CONSTRAINT templates_components_check CHECK (((components IS NULL) OR (jsonb_typeof(components) = 'object'::text))),
   CONSTRAINT templates_instance_id_name_language_key UNIQUE (instance_id, name, language),
   CONSTRAINT templates_language_check CHECK (((length(language) >= 2) AND (length(language) <= 15))),
   CONSTRAINT templates_name_check CHECK (((length(name) >= 1) AND (length(name) <= 512))),
+  CONSTRAINT templates_provider_template_id_check CHECK (((provider_template_id IS NULL) OR ((length(provider_template_id) >= 1) AND (length(provider_template_id) <= 64)))),
   CONSTRAINT templates_status_check CHECK ((status = ANY (ARRAY['approved'::text, 'pending'::text, 'rejected'::text, 'paused'::text, 'disabled'::text]))),
   CONSTRAINT templates_variable_count_check CHECK (((variable_count >= 0) AND (variable_count <= 20))),
   CONSTRAINT templates_workspace_id_instance_id_fkey FOREIGN KEY (workspace_id, instance_id) REFERENCES instances(workspace_id, id) ON DELETE CASCADE
 );
+CREATE INDEX templates_provider_id ON public.templates USING btree (instance_id, provider_template_id) WHERE (provider_template_id IS NOT NULL);
+CREATE INDEX templates_workspace_created ON public.templates USING btree (workspace_id, created_at, id);
 
 CREATE TABLE webhook_deliveries (
   id uuid DEFAULT gen_random_uuid() NOT NULL,

@@ -4,6 +4,8 @@ import { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import Koa from 'koa';
 import { koaBody } from 'koa-body';
+import { createTemplateEmulator } from './templates';
+import { createMediaEmulator } from './media';
 
 /**
  * A local stand-in for the WhatsApp providers, speaking their wire formats: the only thing the
@@ -58,8 +60,12 @@ import { koaBody } from 'koa-body';
  *
  * - `POST /__emulator/web/webhook` `{ instanceName, url, apikey }`: a web gateway instance's webhook
  *   (`url: null` removes it). `POST /__emulator/web/inbound` `{ instanceName, from, text?, name?, id?,
- *   fromMe? }`: a contact writes to that instance; the gateway posts `messages.upsert` (the
+ *   fromMe?, media? }`: a contact writes to that instance; the gateway posts `messages.upsert` (the
  *   instance's `apikey` in the body) to the webhook and answers `{ delivered: <status>, id, answer }`.
+ *   With `media` (`{ type, bytes, ... }`, emulator/media.ts) a media message whose file the
+ *   gateway's base64 endpoint serves (the answer then carries its `sha256`).
+ * - Inbound media of both providers, `POST /__emulator/inbound` (a Cloud API inbound message,
+ *   text or media) and `POST|GET /__emulator/media`: see emulator/media.ts.
  *
  * A webhook receiver, to try the service's outbound webhooks on one machine (the README tour):
  * - `POST /__emulator/inbox/{name}` (name: letters, digits, `.`, `_`, `-`): answers 200
@@ -647,8 +653,12 @@ export function createEmulator(): Emulator {
   const byTo = new Map<string, EmulatorScript & { left?: number }>();
   const byId = new Map<string, EmulatorScript & { left?: number }>();
   const webhooks = new Map<string, EmulatorWebhook>();
+  /** Business accounts' message templates and their notifications (emulator/templates.ts). */
+  const templates = createTemplateEmulator(webhooks);
   /** Web gateway instances' webhooks (instance name → URL and the instance's apikey it sends along). */
   const webWebhooks = new Map<string, { url: string; apikey: string }>();
+  /** Inbound media files and both providers' media endpoints (emulator/media.ts). */
+  const mediaEmulator = createMediaEmulator(webhooks, webWebhooks);
   const deliveries: EmulatorDelivery[] = [];
   const inboxes = new Map<string, { seq: number; at: string; headers: Record<string, string>; body: string }[]>();
   let seq = 0;
@@ -663,6 +673,8 @@ export function createEmulator(): Emulator {
     webhooks.clear();
     webWebhooks.clear();
     deliveries.length = 0;
+    templates.reset();
+    mediaEmulator.reset();
   };
 
   /**
@@ -854,6 +866,11 @@ export function createEmulator(): Emulator {
     return jsonBody(ctx, next);
   });
 
+  // Message templates: the Graph API's list and the control routes that set and change them.
+  app.use(templates.middleware);
+  // Inbound media: the Cloud API's media ids and files, the web gateway's base64 endpoint, and their control routes.
+  app.use(mediaEmulator.middleware);
+
   // Control routes.
   app.use(async (ctx, next) => {
     if (ctx.method === 'GET' && ctx.path === '/health') {
@@ -994,14 +1011,20 @@ export function createEmulator(): Emulator {
       }
       const id = isText(body.id) ? body.id : randomBytes(10).toString('hex').toUpperCase();
       const text = isText(body.text) ? body.text : 'Oi';
+      const inboundMedia = mediaEmulator.webInbound(body.media, id);
+      if (typeof inboundMedia === 'string') {
+        ctx.status = 400;
+        ctx.body = { error: inboundMedia };
+        return;
+      }
       const event = {
         event: 'messages.upsert',
         instance: body.instanceName,
         data: {
           key: { remoteJid: `${digitsOf(body.from)}@s.whatsapp.net`, fromMe: body.fromMe === true, id },
           pushName: isText(body.name) ? body.name : '',
-          message: { conversation: text },
-          messageType: 'conversation',
+          message: inboundMedia ? inboundMedia.message : { conversation: text },
+          messageType: inboundMedia ? inboundMedia.messageType : 'conversation',
           messageTimestamp: Math.floor(Date.now() / 1000),
           instanceId: body.instanceName,
           source: 'android',
@@ -1012,7 +1035,12 @@ export function createEmulator(): Emulator {
         apikey: hook.apikey,
       };
       const res = await fetch(hook.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(event) });
-      ctx.body = { delivered: res.status, id, answer: await res.json().catch(() => null) };
+      ctx.body = {
+        delivered: res.status,
+        id,
+        ...(inboundMedia ? { sha256: inboundMedia.sha256 } : {}),
+        answer: await res.json().catch(() => null),
+      };
       return;
     }
     if (ctx.method === 'POST' && ctx.path === '/__emulator/webhook') {

@@ -342,6 +342,8 @@ describe('GET /api/v1/conversations/{id}', () => {
         timestamp: '2026-04-01T12:02:00.000Z',
         status: 'received',
         mediaUrl: 'https://cdn.example.com/a.jpg',
+        // No stored file: an external URL is not fetched.
+        media: null,
       },
       {
         id: m2,
@@ -350,8 +352,9 @@ describe('GET /api/v1/conversations/{id}', () => {
         body: 'Olá! Como posso ajudar?',
         timestamp: '2026-04-01T12:01:00.000Z',
         status: 'delivered',
+        media: null,
       },
-      { id: m1, direction: 'in', type: 'text', body: 'Oi', timestamp: '2026-04-01T12:00:00.000Z', status: 'received' },
+      { id: m1, direction: 'in', type: 'text', body: 'Oi', timestamp: '2026-04-01T12:00:00.000Z', status: 'received', media: null },
     ]);
 
     // A conversation of the same workspace without messages.

@@ -357,7 +357,15 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
     const read = await api.request('GET', `/api/v1/conversations/${conversation.id}`, { key: ws.key });
     expect(read.status).toBe(200);
     expect(read.body.data.messages).toEqual([
-      { id: message.id, direction: 'in', type: 'text', body: 'Quero um orçamento', timestamp: expect.any(String), status: 'received' },
+      {
+        id: message.id,
+        direction: 'in',
+        type: 'text',
+        body: 'Quero um orçamento',
+        timestamp: expect.any(String),
+        status: 'received',
+        media: null,
+      },
     ]);
   });
 

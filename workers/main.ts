@@ -10,7 +10,9 @@ import { pruneRetention, PRUNE_EVERY_MS } from '../domain/maintenance/retention'
 import { sealStoredSecrets } from '../domain/maintenance/secrets-at-rest';
 import { dataConverterFor, temporalClientFactory } from '../domain/platform/temporal';
 import { createTriggerHandler } from './automation-triggers';
+import { createMediaDispatcher } from './media-dispatcher';
 import { createOutboxDispatcher } from './outbox-dispatcher';
+import { ensureTemplateSyncSchedule } from './template-schedule';
 import { bundleWorkflowsApart } from './workflow-bundle';
 
 /**
@@ -97,6 +99,14 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
     attempt: webhookActivities.attemptWebhookDelivery,
     sweepMs: config.deliverySweepMs,
   });
+  // Inbound media files: their fetch workflows, started from the messages' pending media rows.
+  const mediaDispatcher = createMediaDispatcher({
+    db,
+    temporal: temporal.get,
+    taskQueue: config.taskQueue,
+    logger,
+    pollMs: Math.max(config.outboxPollMs, 250),
+  });
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
   const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
   if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens > 0)
@@ -109,8 +119,18 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
     );
   // A worker dedicated to its task queue (OUTBOX_DISPATCHER=false) leaves the outbox to the others:
   // a dispatcher starts automation runs on its own task queue and leases the rows it claims.
-  if (config.outboxDispatcher) dispatcher.start();
-  else logger.info('outbox dispatcher off (OUTBOX_DISPATCHER=false)');
+  if (config.outboxDispatcher) {
+    dispatcher.start();
+    mediaDispatcher.start();
+  } else logger.info('outbox dispatcher off (OUTBOX_DISPATCHER=false)');
+  // The hourly template sync's schedule, created once (left to the same workers as the outbox: a
+  // worker dedicated to a queue of its own must not make the schedule start runs on that queue).
+  if (config.outboxDispatcher)
+    void temporal
+      .get()
+      .then((client) => ensureTemplateSyncSchedule(client, config.taskQueue))
+      .then((created) => created && logger.info('template sync schedule created'))
+      .catch((err) => logger.warn({ err }, 'template sync schedule: not created (tried again at the next start)'));
   const prune = () =>
     pruneRetention(db, config.retentionDays)
       .then((removed) => logger.info({ removed, retentionDays: config.retentionDays }, 'retention: pruned'))
@@ -123,6 +143,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   await Promise.all([worker.run(), webhookWorker.run()]);
   clearInterval(pruner);
   await dispatcher.stop();
+  await mediaDispatcher.stop();
   await Promise.allSettled([connection.close(), temporal.close(), db.destroy()]);
   logger.info('worker stopped');
 }

@@ -14,3 +14,5 @@ export { sendMessageWorkflow } from './send-message';
 export { webhookDeliveryWorkflow } from './webhook-delivery';
 export { automationRunWorkflow } from './automation-run';
 export { broadcastWorkflow } from './broadcast';
+export { templateSyncWorkflow, templateSyncAllWorkflow } from './template-sync';
+export { inboundMediaWorkflow } from './inbound-media';

@@ -155,3 +155,31 @@ export const BROADCAST_STEP: ActivityOptions = {
     maximumAttempts: Number.POSITIVE_INFINITY,
   },
 };
+
+/**
+ * One instance's template sync (activities/templates.ts syncInstanceTemplates): at most 60 pages of
+ * 15 s each (activities/providers/cloud-templates.ts), heartbeating after every page, so a dead
+ * worker is noticed within 30 s. Throttling and outages are retried a few times with growing
+ * waits; the next scheduled run tries again anyway.
+ */
+export const TEMPLATE_SYNC: ActivityOptions = {
+  startToCloseTimeout: '20 minutes',
+  heartbeatTimeout: '30 seconds',
+  retry: { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 5 },
+};
+
+/**
+ * The fetch of an inbound media file (activities/inbound-media.ts): one try may take a few minutes
+ * (a 100 MB document), heartbeating every chunk it stores, so a dead worker is noticed within 30 s.
+ * Tries back off from 1 s, doubling up to 10 minutes apart, for at most an hour in all
+ * (MEDIA_FETCH_WINDOW); then the workflow marks the media `unavailable` with the last failure.
+ * Final answers (the provider no longer has the file, a file over its type's limit) are no
+ * failures: the activity marks the media `unavailable` itself and returns.
+ */
+export const MEDIA_FETCH_WINDOW = '1 hour';
+export const MEDIA_FETCH: ActivityOptions = {
+  startToCloseTimeout: '5 minutes',
+  heartbeatTimeout: '30 seconds',
+  scheduleToCloseTimeout: MEDIA_FETCH_WINDOW,
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 minutes', maximumAttempts: 25 },
+};

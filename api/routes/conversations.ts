@@ -12,6 +12,19 @@ import {
 import { pageQuery } from '../../domain/kernel/pagination';
 import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
 
+const MessageMedia = z
+  .object({
+    status: z
+      .enum(['pending', 'stored', 'unavailable'])
+      .describe('`pending` while being fetched, `stored` once downloadable, `unavailable` when it could not be fetched (see `reason`)'),
+    mimeType: z.string().nullable(),
+    size: z.number().int().nullable().describe('Bytes; null until stored'),
+    fileName: z.string().nullable(),
+    sha256: z.string().nullable().describe('Hex SHA-256 of the stored bytes; null until stored'),
+    reason: z.string().nullable().describe('Why the file is unavailable; null otherwise'),
+  })
+  .openapi('MessageMedia');
+
 const Message = z
   .object({
     id: z.string(),
@@ -24,6 +37,10 @@ const Message = z
       .string()
       .optional()
       .describe('Present only when the media has an external https URL; internal storage references are never exposed'),
+    media: MessageMedia.nullable().describe(
+      'The file of an inbound image, audio, video, document or sticker, fetched from the provider and stored ' +
+        '(download: `GET /api/v1/messages/{id}/media`); null for a message without one.',
+    ),
   })
   .openapi('Message');
 

@@ -3,6 +3,7 @@ import { route } from '../route';
 import { listOf } from '../schemas';
 import { listInstances } from '../../domain/messaging/instances';
 import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+import { templateRoutes } from './templates';
 
 const Instance = z
   .object({
@@ -32,4 +33,5 @@ export const instanceRoutes = [
       return listEnvelope(rows, total, query);
     },
   }),
+  ...templateRoutes,
 ];

@@ -20,6 +20,7 @@ import {
   type WebhookInstance,
   type WebhookOutcome,
 } from '../../domain/messaging/inbound';
+import { applyTemplateStatusUpdates, parseTemplateStatusUpdates } from '../../domain/messaging/templates';
 
 /**
  * Provider → service traffic (docs/messaging.md, inbound provider webhooks): Meta's WhatsApp Cloud API
@@ -139,7 +140,9 @@ export const providerWebhookRoutes: AnyRoute[] = [
       'and emits `contact.created` (new contact) and `message.received`. The same provider message id delivered again ' +
       'records nothing. Group messages, echoes of our own number, senders outside Brazil and unsupported types are ' +
       'skipped. Status callbacks move our outbound messages forward (`sent` → `delivered` → `read`; `failed` only from ' +
-      '`sent`); unknown ids are ignored. An archived instance answers 200 and records nothing.\n\n' +
+      '`sent`); unknown ids are ignored. A `message_template_status_update` change sets the status of the template it names ' +
+      '(by provider template id, else name and language) at once: `APPROVED`/`REINSTATED` approved, `PAUSED` paused, `REJECTED` ' +
+      'rejected, `DISABLED` (and deleted, archived) disabled; `FLAGGED` changes nothing. An archived instance answers 200 and records nothing.\n\n' +
       'Items: the `messages`, `statuses` and `contacts` of every change of every entry. ' +
       BOUNDS,
     ...inboundDelivery,
@@ -152,7 +155,11 @@ export const providerWebhookRoutes: AnyRoute[] = [
           hint: 'Send X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body with the app secret>.',
         });
       }
-      return { data: await apply(ctx, instance, parseCloudWebhook(requestBody(ctx), instance)) };
+      const body = requestBody(ctx);
+      const outcome = await apply(ctx, instance, parseCloudWebhook(body, instance));
+      // A template's status the provider changed (field message_template_status_update) applies at once.
+      if (!instance.archived) await applyTemplateStatusUpdates(ctx.deps.db, instance, parseTemplateStatusUpdates(body));
+      return { data: outcome };
     },
   }),
   route({

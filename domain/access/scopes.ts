@@ -28,6 +28,8 @@ export const ALL_SCOPES = [
   'automations:write',
   'broadcasts:read',
   'broadcasts:write',
+  'templates:read',
+  'templates:write',
 ] as const;
 
 export type Scope = (typeof ALL_SCOPES)[number];

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { assertSafeUrlSyntax, type Db, SyncRead, syncPage } from '../platform';
 import { ApiError, listEnvelope, Page, pageWithTotal, Pagination, isUuid, iso } from '../kernel';
 import { canonical } from '../leads';
+import { mediaOfMessages, type MediaRecord } from './media';
 
 type Reader = Db | Knex.Transaction;
 
@@ -96,7 +97,11 @@ export function externalMediaUrl(value: string | null | undefined): string | und
   }
 }
 
-export function serializeMessage(row: MessageRow) {
+/**
+ * A message as the API shows it. `media`: the stored inbound file's state (domain/messaging/media.ts),
+ * null for a message without one (text, and outbound media, which keep their `mediaUrl`).
+ */
+export function serializeMessage(row: MessageRow, media: MediaRecord | null = null) {
   const mediaUrl = externalMediaUrl(row.media_url);
   return {
     id: row.id,
@@ -106,6 +111,7 @@ export function serializeMessage(row: MessageRow) {
     timestamp: iso(row.timestamp) as string,
     status: row.status,
     ...(mediaUrl ? { mediaUrl } : {}),
+    media,
   };
 }
 
@@ -173,7 +179,16 @@ export async function getConversationWithMessages(
       ])
       .select('id', 'direction', 'type', 'body', 'media_url', 'timestamp', 'status'),
   );
-  const envelope = listEnvelope(rows.map(serializeMessage), total, page);
+  const media = await mediaOfMessages(
+    db,
+    workspaceId,
+    rows.filter((r) => r.direction === 'in' && r.type !== 'text').map((r) => r.id),
+  );
+  const envelope = listEnvelope(
+    rows.map((r) => serializeMessage(r, media.get(r.id) ?? null)),
+    total,
+    page,
+  );
   return { data: { ...conversation, messages: envelope.data }, pagination: envelope.pagination };
 }
 

@@ -9,6 +9,7 @@ import { recordEvent } from '../webhooks';
 import { digitsOfPersonJid, parsePhone, Phone } from '../leads';
 import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../../types/messaging';
+import { recordPendingMedia } from './media';
 
 /**
  * Inbound provider traffic of the WhatsApp Cloud API (docs/messaging.md):
@@ -116,6 +117,9 @@ export interface InboundMessage {
   body: string;
   /** The provider's media id: an internal reference, never a public URL. */
   mediaRef: string | null;
+  /** What the provider says of the file, when it does (the stored media's first MIME type and file name). */
+  mediaMimeType?: string;
+  mediaFileName?: string;
   timestamp: Date;
 }
 
@@ -178,12 +182,20 @@ function isGroup(message: Json): boolean {
 }
 
 /** Our type and the text we keep for a message, or undefined for a type we do not take in. */
-function content(message: Json): { type: InboundType; body: string; mediaRef: string | null } | undefined {
+function content(
+  message: Json,
+): { type: InboundType; body: string; mediaRef: string | null; mediaMimeType?: string; mediaFileName?: string } | undefined {
   const kind = str(message.type);
   if (kind === 'text') return { type: 'text', body: str(obj(message.text)?.body) ?? '', mediaRef: null };
   if (kind && INBOUND_MEDIA_KINDS.has(kind)) {
     const media = obj(message[kind]) ?? {};
-    return { type: kind as InboundType, body: str(media.caption) ?? '', mediaRef: str(media.id) ?? null };
+    return {
+      type: kind as InboundType,
+      body: str(media.caption) ?? '',
+      mediaRef: str(media.id) ?? null,
+      ...(str(media.mime_type) ? { mediaMimeType: str(media.mime_type) } : {}),
+      ...(str(media.filename) ? { mediaFileName: str(media.filename) } : {}),
+    };
   }
   // A tap on a template's quick-reply button or on an interactive reply is the contact's text.
   if (kind === 'button') return { type: 'text', body: str(obj(message.button)?.text) ?? '', mediaRef: null };
@@ -419,6 +431,8 @@ export function parseWebGatewayWebhook(payload: unknown, now = new Date()): Pars
       body: body ?? '',
       // The gateway's media URLs are its own (encrypted WhatsApp media): never exposed.
       mediaRef: type === 'text' ? null : id,
+      ...(type !== 'text' && str(inner.mimetype) ? { mediaMimeType: str(inner.mimetype) } : {}),
+      ...(type !== 'text' && str(inner.fileName) ? { mediaFileName: str(inner.fileName) } : {}),
       timestamp: providerTime(data.messageTimestamp, now),
     });
   }
@@ -630,6 +644,19 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
   }
   const row = inserted.rows[0] as { id: string } | undefined;
   if (!row) return false;
+
+  // The file itself is fetched after the commit (domain/messaging/media.ts): this row is its work item.
+  if (message.mediaRef && message.type !== 'text') {
+    await recordPendingMedia(trx, {
+      workspaceId,
+      messageId: row.id,
+      instanceId: instance.id,
+      type: message.type,
+      mediaRef: message.mediaRef,
+      mimeType: message.mediaMimeType,
+      fileName: message.mediaFileName,
+    });
+  }
 
   // The contact's own word on being messaged: STOP opts out, START back in.
   const consent = message.type === 'text' ? consentFromMessage(message.body) : undefined;

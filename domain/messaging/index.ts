@@ -2,6 +2,7 @@ export * from './conversations';
 export * from './failures';
 export * from './inbound';
 export * from './instances';
+export * from './media';
 export * from './messaging';
 export * from './send-attempts';
 export * from './send-requests';

@@ -21,6 +21,11 @@ export const instanceConfigSchema = z
       .max(16),
     /** "web" gateways name their connection instead of using a phone-number id. */
     instanceName: z.string().min(1).max(200),
+    /** Cloud API: the WhatsApp Business account id whose templates the instance follows (domain/messaging/templates.ts). */
+    wabaId: z
+      .string()
+      .regex(/^\d{1,32}$/)
+      .max(32),
   })
   .partial();
 export type InstanceConfig = z.infer<typeof instanceConfigSchema>;

@@ -3,6 +3,7 @@
  * as the tenant-isolation fixture), a snapshot of every row of a workspace, and the route-table
  * helpers that put real ids into path parameters and give every write a body that would succeed.
  */
+import { createHash } from 'node:crypto';
 import type { AnyRoute } from '../../api/route';
 import { ALL_SCOPES } from '../../domain/access/scopes';
 import {
@@ -32,6 +33,8 @@ export interface Fixture {
   task: { id: string };
   instance: { id: string };
   conversation: { id: string };
+  /** An inbound image whose file is stored (GET /api/v1/messages/{id}/media). */
+  message: { id: string };
   webhook: { id: string };
   delivery: { id: string };
   automation: { id: string };
@@ -101,6 +104,23 @@ export async function buildFixture(api: TestApi, receiver: Receiver, name: strin
   await api
     .db('messages')
     .insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'in', type: 'text', body: 'hi', status: 'received' });
+  const [message] = await api
+    .db('messages')
+    .insert({ workspace_id: ws.id, conversation_id: conversation.id, direction: 'in', type: 'image', body: '', status: 'received' })
+    .returning('id');
+  const file = Buffer.from('fixture image bytes');
+  await api.db('message_media').insert({
+    message_id: message.id,
+    workspace_id: ws.id,
+    instance_id: instance.id,
+    type: 'image',
+    media_ref: 'fixture-media-id',
+    status: 'stored',
+    mime_type: 'image/jpeg',
+    size: file.length,
+    sha256: createHash('sha256').update(file).digest('hex'),
+  });
+  await api.db('message_media_chunks').insert({ message_id: message.id, workspace_id: ws.id, seq: 0, data: file });
   await api.admin('PUT', `/admin/v1/workspaces/${ws.id}/contacts/${contact.id}/insight`, { summary: 'summary' });
   const webhook = await call('POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/reliability-${name}`, events: ['*'] });
   await call('PATCH', `/api/v1/deals/${deal.id}`, { status: 'won' });
@@ -133,6 +153,7 @@ export async function buildFixture(api: TestApi, receiver: Receiver, name: strin
     task,
     instance,
     conversation,
+    message: { id: message.id },
     webhook,
     delivery,
     automation,
@@ -177,6 +198,7 @@ const BY_SEGMENT: Record<string, (f: Fixture) => string> = {
   products: (f) => f.product.id,
   tasks: (f) => f.task.id,
   conversations: (f) => f.conversation.id,
+  messages: (f) => f.message.id,
   webhooks: (f) => f.webhook.id,
   deliveries: (f) => f.delivery.id,
   automations: (f) => f.automation.id,

@@ -76,33 +76,55 @@ describe('parseCloudWebhook', () => {
   });
 
   it.each([
-    ['image', { image: { id: 'media-1', mime_type: 'image/jpeg', sha256: 'x', caption: 'a photo' } }, 'a photo', 'media-1'],
-    ['video', { video: { id: 'media-2', mime_type: 'video/mp4', caption: 'a clip' } }, 'a clip', 'media-2'],
-    ['audio', { audio: { id: 'media-3', mime_type: 'audio/ogg; codecs=opus', voice: true } }, '', 'media-3'],
-    ['document', { document: { id: 'media-4', filename: 'a.pdf', caption: 'the contract' } }, 'the contract', 'media-4'],
-    ['sticker', { sticker: { id: 'media-5', mime_type: 'image/webp', animated: false } }, '', 'media-5'],
-    ['image', { image: {} }, '', null],
-    ['document', {}, '', null],
-  ])('media: %s %j is body %p, mediaRef %p (the provider id, never a URL)', (type, extra, body, mediaRef) => {
-    const payload = cloud({ messages: [msg({ type, ...extra })] });
-    expect(parseCloudWebhook(payload, instance(), NOW)).toStrictEqual(
-      parsed({
-        messages: [
-          {
-            providerMessageId: 'wamid.A1',
-            phone: MOBILE,
-            waId: '5511987654321',
-            profileName: undefined,
-            type,
-            body,
-            mediaRef,
-            timestamp: AT_T,
-          },
-        ],
-        items: 1,
-      }),
-    );
-  });
+    [
+      'image',
+      { image: { id: 'media-1', mime_type: 'image/jpeg', sha256: 'x', caption: 'a photo' } },
+      'a photo',
+      'media-1',
+      { mediaMimeType: 'image/jpeg' },
+    ],
+    ['video', { video: { id: 'media-2', mime_type: 'video/mp4', caption: 'a clip' } }, 'a clip', 'media-2', { mediaMimeType: 'video/mp4' }],
+    [
+      'audio',
+      { audio: { id: 'media-3', mime_type: 'audio/ogg; codecs=opus', voice: true } },
+      '',
+      'media-3',
+      { mediaMimeType: 'audio/ogg; codecs=opus' },
+    ],
+    [
+      'document',
+      { document: { id: 'media-4', filename: 'a.pdf', caption: 'the contract' } },
+      'the contract',
+      'media-4',
+      { mediaFileName: 'a.pdf' },
+    ],
+    ['sticker', { sticker: { id: 'media-5', mime_type: 'image/webp', animated: false } }, '', 'media-5', { mediaMimeType: 'image/webp' }],
+    ['image', { image: {} }, '', null, {}],
+    ['document', {}, '', null, {}],
+  ])(
+    'media: %s %j is body %p, mediaRef %p (the provider id, never a URL), with its MIME type and file name %j',
+    (type, extra, body, mediaRef, file) => {
+      const payload = cloud({ messages: [msg({ type, ...extra })] });
+      expect(parseCloudWebhook(payload, instance(), NOW)).toStrictEqual(
+        parsed({
+          messages: [
+            {
+              providerMessageId: 'wamid.A1',
+              phone: MOBILE,
+              waId: '5511987654321',
+              profileName: undefined,
+              type,
+              body,
+              mediaRef,
+              ...file,
+              timestamp: AT_T,
+            },
+          ],
+          items: 1,
+        }),
+      );
+    },
+  );
 
   it.each([
     ['a quick-reply button tap', { type: 'button', button: { payload: 'YES', text: 'Sim, quero' } }, 'Sim, quero'],
@@ -537,21 +559,29 @@ describe('parseWebGatewayWebhook', () => {
   });
 
   it.each([
-    ['extendedTextMessage', { extendedTextMessage: { text: 'veja https://example.com' } }, 'text', 'veja https://example.com', null],
+    ['extendedTextMessage', { extendedTextMessage: { text: 'veja https://example.com' } }, 'text', 'veja https://example.com', null, {}],
     [
       'imageMessage',
       { imageMessage: { url: 'https://mmg.whatsapp.net/x', caption: 'a photo', mimetype: 'image/jpeg' } },
       'image',
       'a photo',
       '3EB0C0FFEE',
+      { mediaMimeType: 'image/jpeg' },
     ],
-    ['videoMessage', { videoMessage: { caption: 'a clip' } }, 'video', 'a clip', '3EB0C0FFEE'],
-    ['audioMessage', { audioMessage: { url: 'https://mmg.whatsapp.net/a', ptt: true } }, 'audio', '', '3EB0C0FFEE'],
-    ['documentMessage', { documentMessage: { fileName: 'a.pdf', caption: 'the contract' } }, 'document', 'the contract', '3EB0C0FFEE'],
-    ['stickerMessage', { stickerMessage: { url: 'https://mmg.whatsapp.net/s' } }, 'sticker', '', '3EB0C0FFEE'],
-    ['imageMessage', {}, 'image', '', '3EB0C0FFEE'],
-    ['conversation', {}, 'text', '', null],
-  ])('%s %j: type %s, body %p, mediaRef %p (the message id, never the gateway URL)', (messageType, message, type, body, mediaRef) => {
+    ['videoMessage', { videoMessage: { caption: 'a clip' } }, 'video', 'a clip', '3EB0C0FFEE', {}],
+    ['audioMessage', { audioMessage: { url: 'https://mmg.whatsapp.net/a', ptt: true } }, 'audio', '', '3EB0C0FFEE', {}],
+    [
+      'documentMessage',
+      { documentMessage: { fileName: 'a.pdf', caption: 'the contract' } },
+      'document',
+      'the contract',
+      '3EB0C0FFEE',
+      { mediaFileName: 'a.pdf' },
+    ],
+    ['stickerMessage', { stickerMessage: { url: 'https://mmg.whatsapp.net/s' } }, 'sticker', '', '3EB0C0FFEE', {}],
+    ['imageMessage', {}, 'image', '', '3EB0C0FFEE', {}],
+    ['conversation', {}, 'text', '', null, {}],
+  ])('%s %j: type %s, body %p, mediaRef %p (the message id, never the gateway URL)', (messageType, message, type, body, mediaRef, file) => {
     expect(parseWebGatewayWebhook(upsert(webMsg({ messageType, message })), NOW)).toStrictEqual(
       parsed({
         messages: [
@@ -563,6 +593,7 @@ describe('parseWebGatewayWebhook', () => {
             type,
             body,
             mediaRef,
+            ...file,
             timestamp: AT_T,
           },
         ],

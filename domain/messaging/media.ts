@@ -1,0 +1,313 @@
+import type { Knex } from 'knex';
+import type { Db, KeyRing } from '../platform';
+import { openInstanceConfig, type InstanceConfig } from './instances';
+import { ApiError, isUuid } from '../kernel';
+import { MEDIA_LIMITS } from './sending';
+
+/**
+ * Inbound media (docs/messaging.md, "Media"): the file of an inbound image, audio, video, document
+ * or sticker, fetched from the provider by `inboundMediaWorkflow` (workflows/inbound-media.ts) and
+ * stored in PostgreSQL: `message_media` (one row per message: status, MIME type, size, file name,
+ * sha256, reason) and `message_media_chunks` (the bytes, at most MEDIA_CHUNK_BYTES a row, so
+ * neither the fetch nor the download holds a whole file in memory).
+ *
+ * The `pending` row is written in the webhook's transaction, with the message; it is also the
+ * work queue of the worker's media dispatcher (workers/media-dispatcher.ts), which starts the
+ * workflow once the transaction has committed. A row stays `pending` until the workflow stores
+ * the file (`stored`) or gives up (`unavailable`, with a reason). Media follow their message's
+ * lifetime: deleting the message (its conversation, contact or workspace) deletes them.
+ */
+
+export type InboundMediaType = 'image' | 'audio' | 'video' | 'document' | 'sticker';
+export type MediaStatus = 'pending' | 'stored' | 'unavailable';
+
+/** The bytes of one `message_media_chunks` row: 1 MiB. */
+export const MEDIA_CHUNK_BYTES = 1024 * 1024;
+
+/**
+ * The most bytes an inbound file of a type may have: the Cloud API's limits (MEDIA_LIMITS, what
+ * WhatsApp itself accepts), and 500 KB for a sticker (an animated one; a static one is 100 KB).
+ */
+export const INBOUND_MEDIA_LIMITS: Record<InboundMediaType, number> = {
+  image: MEDIA_LIMITS.image,
+  audio: MEDIA_LIMITS.audio,
+  video: MEDIA_LIMITS.video,
+  document: MEDIA_LIMITS.document,
+  sticker: 500 * 1024,
+};
+
+/** The limit in words: "5 MB", "500 KB". */
+export function limitText(type: InboundMediaType): string {
+  const limit = INBOUND_MEDIA_LIMITS[type];
+  return limit >= 1024 * 1024 ? `${limit / (1024 * 1024)} MB` : `${limit / 1024} KB`;
+}
+
+export interface MediaRow {
+  message_id: string;
+  workspace_id: string;
+  instance_id: string;
+  type: InboundMediaType;
+  media_ref: string;
+  status: MediaStatus;
+  mime_type: string | null;
+  size: string | number | null;
+  file_name: string | null;
+  sha256: string | null;
+  reason: string | null;
+}
+
+const clip = (value: string | undefined | null, max: number): string | null => (value ? value.slice(0, max) : null);
+
+/** The pending row of an inbound media message, in the webhook's transaction (nothing when it exists). */
+export async function recordPendingMedia(
+  trx: Knex.Transaction,
+  media: {
+    workspaceId: string;
+    messageId: string;
+    instanceId: string;
+    type: InboundMediaType;
+    mediaRef: string;
+    mimeType?: string;
+    fileName?: string;
+  },
+): Promise<void> {
+  await trx.raw(
+    `INSERT INTO message_media (message_id, workspace_id, instance_id, type, media_ref, mime_type, file_name)
+     VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
+    [
+      media.messageId,
+      media.workspaceId,
+      media.instanceId,
+      media.type,
+      media.mediaRef.slice(0, 256),
+      clip(media.mimeType, 255),
+      clip(media.fileName, 255),
+    ],
+  );
+}
+
+/** The `media` of a message record: null without media, else every field, unknown ones null. */
+export interface MediaRecord {
+  status: MediaStatus;
+  mimeType: string | null;
+  size: number | null;
+  fileName: string | null;
+  sha256: string | null;
+  reason: string | null;
+}
+
+export function serializeMedia(row: Pick<MediaRow, 'status' | 'mime_type' | 'size' | 'file_name' | 'sha256' | 'reason'>): MediaRecord {
+  return {
+    status: row.status,
+    mimeType: row.mime_type,
+    size: row.size === null ? null : Number(row.size),
+    fileName: row.file_name,
+    sha256: row.sha256,
+    reason: row.reason,
+  };
+}
+
+/** The media of some of a workspace's messages, by message id (one query). */
+export async function mediaOfMessages(
+  db: Db | Knex.Transaction,
+  workspaceId: string,
+  messageIds: string[],
+): Promise<Map<string, MediaRecord>> {
+  if (messageIds.length === 0) return new Map();
+  const rows: MediaRow[] = await db('message_media')
+    .where({ workspace_id: workspaceId })
+    .whereIn('message_id', messageIds)
+    .select('message_id', 'status', 'mime_type', 'size', 'file_name', 'sha256', 'reason');
+  return new Map(rows.map((r) => [r.message_id, serializeMedia(r)]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fetch's side (activities/inbound-media.ts)
+
+/** The row the fetch works on, or undefined (the message was deleted). */
+export async function mediaToFetch(db: Db, workspaceId: string, messageId: string): Promise<MediaRow | undefined> {
+  return db('message_media').where({ workspace_id: workspaceId, message_id: messageId }).first();
+}
+
+/** The instance that received the message: its provider and configuration, secrets opened; undefined once deleted. */
+export async function instanceOfMedia(
+  db: Db,
+  ring: KeyRing,
+  row: Pick<MediaRow, 'workspace_id' | 'instance_id'>,
+): Promise<{ provider: 'cloud' | 'web'; config: InstanceConfig } | undefined> {
+  const instance: { provider: 'cloud' | 'web'; config: InstanceConfig } | undefined = await db('instances')
+    .where({ workspace_id: row.workspace_id, id: row.instance_id })
+    .first('provider', 'config');
+  return instance && { provider: instance.provider, config: openInstanceConfig(ring, instance.config, row.workspace_id) };
+}
+
+/** Forgets the chunks an interrupted earlier try wrote: a try always writes the file from its start. */
+export async function clearChunks(db: Db, workspaceId: string, messageId: string): Promise<void> {
+  await db('message_media_chunks').where({ workspace_id: workspaceId, message_id: messageId }).delete();
+}
+
+export async function writeChunk(db: Db, workspaceId: string, messageId: string, seq: number, data: Buffer): Promise<void> {
+  await db('message_media_chunks').insert({ workspace_id: workspaceId, message_id: messageId, seq, data });
+}
+
+/**
+ * `stored`, once: only a pending row moves (a second fetch of the same file changes nothing), and
+ * only when its chunks hold exactly `size` bytes (a try that overlapped another's cannot store a
+ * file the other cut short). Answers whether it moved; `mismatch` when the chunks did not add up.
+ */
+export async function markStored(
+  db: Db,
+  workspaceId: string,
+  messageId: string,
+  file: { size: number; sha256: string; mimeType: string; fileName: string | null },
+): Promise<boolean | 'mismatch'> {
+  const n = await db('message_media')
+    .where({ workspace_id: workspaceId, message_id: messageId, status: 'pending' })
+    .whereRaw('(SELECT coalesce(sum(octet_length(data)), 0) FROM message_media_chunks WHERE workspace_id = ? AND message_id = ?) = ?', [
+      workspaceId,
+      messageId,
+      file.size,
+    ])
+    .update({
+      status: 'stored',
+      size: file.size,
+      sha256: file.sha256,
+      mime_type: file.mimeType.slice(0, 255),
+      file_name: db.raw('coalesce(file_name, ?)', [clip(file.fileName, 255)]),
+      reason: null,
+      updated_at: db.fn.now(),
+    });
+  if (n > 0) return true;
+  const row: { status: MediaStatus } | undefined = await db('message_media')
+    .where({ workspace_id: workspaceId, message_id: messageId })
+    .first('status');
+  return row?.status === 'pending' ? 'mismatch' : false;
+}
+
+/** `unavailable` with a reason (its chunks, if a try left any, deleted); only a pending row moves. */
+export async function markUnavailable(
+  db: Db,
+  workspaceId: string,
+  messageId: string,
+  reason: string,
+  known: { mimeType?: string; size?: number } = {},
+): Promise<boolean> {
+  return db.transaction(async (trx) => {
+    const n = await trx('message_media')
+      .where({ workspace_id: workspaceId, message_id: messageId, status: 'pending' })
+      .update({
+        status: 'unavailable',
+        reason: reason.slice(0, 1000),
+        ...(known.mimeType ? { mime_type: known.mimeType.slice(0, 255) } : {}),
+        updated_at: trx.fn.now(),
+      });
+    if (n > 0) await trx('message_media_chunks').where({ workspace_id: workspaceId, message_id: messageId }).delete();
+    return n > 0;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The media dispatcher's side (workers/media-dispatcher.ts)
+
+/** How long after a start a still-pending row is started again (a start that was lost, a workflow terminated). */
+export const RESTART_AFTER_MINUTES = 15;
+
+/**
+ * Pending rows whose workflow is to be started (never started, or started over
+ * RESTART_AFTER_MINUTES ago and still pending), marked started now; SKIP LOCKED, so two workers
+ * never take the same row at once.
+ */
+export async function claimMediaToStart(db: Db, limit: number): Promise<{ workspace_id: string; message_id: string }[]> {
+  const result = await db.raw<{ rows: { workspace_id: string; message_id: string }[] }>(
+    `UPDATE message_media SET started_at = now()
+      WHERE message_id IN (
+        SELECT message_id FROM message_media
+         WHERE status = 'pending' AND (started_at IS NULL OR started_at < now() - make_interval(mins => ?))
+         ORDER BY created_at
+         LIMIT ?
+         FOR UPDATE SKIP LOCKED)
+     RETURNING workspace_id, message_id`,
+    [RESTART_AFTER_MINUTES, limit],
+  );
+  return result.rows;
+}
+
+/** A start that failed: the row is taken again at the next pass. */
+export async function unclaimMedia(db: Db, messageIds: string[]): Promise<void> {
+  if (messageIds.length > 0)
+    await db('message_media').whereIn('message_id', messageIds).where({ status: 'pending' }).update({ started_at: null });
+}
+
+/** The workflow id of a message's media fetch. */
+export function mediaWorkflowId(workspaceId: string, messageId: string): string {
+  return `media/${workspaceId}/${messageId}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The download (GET /api/v1/messages/{id}/media)
+
+export interface StoredMedia {
+  messageId: string;
+  mimeType: string;
+  size: number;
+  fileName: string;
+  sha256: string;
+  /** The bytes, one chunk (≤ 1 MiB) read from the database at a time, as the client takes them. */
+  chunks: AsyncIterable<Buffer>;
+}
+
+const EXTENSIONS: Record<string, string> = {
+  'image/jpeg': 'jpg',
+  'image/png': 'png',
+  'image/webp': 'webp',
+  'audio/ogg': 'ogg',
+  'audio/mpeg': 'mp3',
+  'audio/mp4': 'm4a',
+  'video/mp4': 'mp4',
+  'application/pdf': 'pdf',
+};
+
+/**
+ * The stored file of one of the workspace's messages. 404 NOT_FOUND for an unknown message, one
+ * of another workspace, or one without media; 409 MEDIA_NOT_STORED while pending; 409
+ * MEDIA_UNAVAILABLE once given up (the reason in the message).
+ */
+export async function openStoredMedia(db: Db, workspaceId: string, messageId: string): Promise<StoredMedia> {
+  if (!isUuid(messageId)) throw new ApiError('NOT_FOUND', 'Message not found');
+  const message = await db('messages').where({ workspace_id: workspaceId, id: messageId }).first('id');
+  if (!message) throw new ApiError('NOT_FOUND', 'Message not found');
+  const row: MediaRow | undefined = await db('message_media').where({ workspace_id: workspaceId, message_id: messageId }).first();
+  if (!row) throw new ApiError('NOT_FOUND', 'This message has no media file', { hint: 'Only inbound media messages have a file here.' });
+  if (row.status === 'pending') {
+    throw new ApiError('MEDIA_NOT_STORED', 'The media file is still being fetched from the provider', {
+      hint: "Try again in a few seconds; the message's media.status says when it is stored.",
+    });
+  }
+  if (row.status === 'unavailable') {
+    throw new ApiError('MEDIA_UNAVAILABLE', `The media file could not be fetched from the provider: ${row.reason ?? 'unknown reason'}`, {
+      hint: 'The file is not stored and will not be fetched again.',
+    });
+  }
+  const mimeType = row.mime_type ?? 'application/octet-stream';
+  const fileName = row.file_name ?? `${row.type}-${messageId}.${EXTENSIONS[mimeType.split(';')[0]] ?? 'bin'}`;
+  async function* chunks(): AsyncGenerator<Buffer> {
+    for (let seq = 0; ; seq += 1) {
+      const chunk: { data: Buffer } | undefined = await db('message_media_chunks')
+        .where({ workspace_id: workspaceId, message_id: messageId, seq })
+        .first('data');
+      if (!chunk) return;
+      yield chunk.data;
+    }
+  }
+  return { messageId, mimeType, size: Number(row.size), fileName, sha256: row.sha256!, chunks: chunks() };
+}
+
+/** `Content-Disposition: attachment` with an ASCII fallback and the RFC 5987 UTF-8 name. */
+export function contentDisposition(fileName: string): string {
+  const ascii = fileName
+    .replace(/[^\x20-\x7e]/g, '_')
+    .replace(/["\\]/g, '_')
+    .replace(/[\r\n]/g, '');
+  const encoded = encodeURIComponent(fileName).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encoded}`;
+}
