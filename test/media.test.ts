@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createWorkspace, eventually, expectError, startApi, TestApi, Workspace } from './helpers';
-import { cloudInstance, emulator } from './stack-fixtures';
+import { cloudInstance, emulator, LOG_DIR } from './stack-fixtures';
 import { uniqueMobile } from './phones';
 import { Child, nodeTs, startChild, waitForHttp } from '../scripts/stack';
 
@@ -306,7 +306,7 @@ describe('memory of the API process while downloading', () => {
       name: 'media-api',
       ...nodeTs('api/server.ts'),
       env: { PORT: String(port), PUBLIC_BASE_URL: url },
-      logFile: path.join(process.env.TEST_STACK_DIR ?? '/tmp', 'logs', `media-api-${port}.log`),
+      logFile: path.join(LOG_DIR, `media-api-${port}.log`),
     });
     await waitForHttp(`${url}/health`, child);
     const pid = child.process.pid!;

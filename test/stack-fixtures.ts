@@ -7,7 +7,11 @@ import { Child, ROOT, nodeTs, startChild, waitForWorker } from '../scripts/stack
 import type { TestApi } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
-const LOG_DIR = path.join(process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'), 'logs');
+/** The test stack's log directory (where the suite's own children log). */
+export const LOG_DIR = path.join(
+  process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(ROOT, '.data', 'test'),
+  'logs',
+);
 
 /** A control route of the emulator: GET without a body, POST with one; its JSON answer (a control route never fails). */
 export async function emulator(pathname: string, body?: unknown): Promise<any> {

@@ -94,6 +94,8 @@ interface Fixture {
   task: { id: string };
   instance: { id: string; phoneNumberId: string };
   conversation: { id: string };
+  /** The fixture's inbound message (text: its media route answers 404, no file). */
+  message: { id: string };
   /** Ping, deliveries and retry aim here (events card.won only, so few deliveries pile up). */
   webhookRead: { id: string };
   /** PATCH and DELETE aim here. */
@@ -229,6 +231,7 @@ async function buildFixture(): Promise<Fixture> {
   });
   if (inbound.status !== 200 || inbound.body.data.received !== 1) throw new Error(`fixture inbound: ${inbound.status} ${inbound.text}`);
   const conversation = await api.db('conversations').where({ workspace_id: ws.id, contact_id: contact.id }).first('id');
+  const message = await api.db('messages').where({ workspace_id: ws.id, provider_message_id: 'wamid.fuzz.fixture' }).first('id');
   const webhookRead = await call('POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/fuzz-read`, events: ['card.won'] });
   const webhookEdit = await call('POST', '/api/v1/webhooks', { url: `${receiver.url}/ok/fuzz-edit`, events: ['card.lost'] });
   await call('PATCH', `/api/v1/deals/${deal.id}`, { status: 'won' });
@@ -264,6 +267,7 @@ async function buildFixture(): Promise<Fixture> {
     task: { id: task.id },
     instance: { id: instance.id, phoneNumberId },
     conversation: { id: conversation.id },
+    message: { id: message.id },
     webhookRead: { id: webhookRead.id },
     webhookEdit: { id: webhookEdit.id },
     delivery: { id: delivery.id },
@@ -580,6 +584,10 @@ function ownIds(r: AnyRoute, param: string): string[] {
           : [f.automationEdit.id];
     case 'broadcasts':
       return [f.broadcast.id];
+    case 'messages':
+      return [f.message.id];
+    case 'instances':
+      return [f.instance.id];
     default:
       throw new Error(`fuzz: no fixture record for {${param}} of ${key}; add it to ownIds`);
   }
