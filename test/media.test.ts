@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createWorkspace, eventually, expectError, startApi, TestApi, Workspace } from './helpers';
-import { cloudInstance, emulator, LOG_DIR } from './stack-fixtures';
+import { cloudInstance, emulator, LOG_DIR, webInstance } from './stack-fixtures';
 import { uniqueMobile } from './phones';
 import { Child, nodeTs, startChild, waitForHttp } from '../scripts/stack';
 
@@ -239,17 +239,7 @@ describe('lifetime', () => {
 describe('web gateway inbound media', () => {
   it('is fetched through the base64 endpoint, stored and downloaded byte-identical with its file name', async () => {
     const ws = await createWorkspace(api, { scopes: [...SCOPES] });
-    const instanceName = uniqueId('gw');
-    const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-      name: 'Gateway',
-      channel: 'whatsapp',
-      provider: 'web',
-      connected: true,
-      config: { baseUrl: process.env.EMULATOR_URL, instanceName, accessToken: 'gateway-key' },
-    });
-    expect(created.status).toBe(201);
-    const instanceId = created.body.data.id;
-    await emulator('/__emulator/web/webhook', { instanceName, url: `${api.url}/webhooks/web/${instanceId}`, apikey: 'gateway-key' });
+    const { instanceName } = await webInstance(api, ws.id, 'gw');
     const fileName = 'contrato ação "final".pdf';
     const sent = await emulator('/__emulator/web/inbound', {
       instanceName,

@@ -5,7 +5,7 @@
  * (`POST /__emulator/status`). Never backwards, never twice, never for the initial `sent`.
  */
 import { createWorkspace, eventually, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
-import { cloudInstance, emulator } from './stack-fixtures';
+import { cloudInstance, emulator, webInstance } from './stack-fixtures';
 import { uniqueMobile } from './phones';
 import { signBody } from '../domain/messaging/inbound';
 
@@ -183,17 +183,7 @@ describe('Cloud API status notifications', () => {
 describe('web gateway acks (messages.update)', () => {
   it('DELIVERY_ACK then READ: one event each; a repeated ack emits nothing', async () => {
     const ws = await createWorkspace(api, { scopes: [...SCOPES] });
-    const instanceName = `web-st-${ws.id.slice(0, 8)}`;
-    const created = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
-      name: 'Web',
-      channel: 'whatsapp',
-      provider: 'web',
-      connected: true,
-      config: { baseUrl: process.env.EMULATOR_URL, instanceName, accessToken: 'gateway-key' },
-    });
-    expect(created.status).toBe(201);
-    const instanceId = created.body.data.id;
-    await emulator('/__emulator/web/webhook', { instanceName, url: `${api.url}/webhooks/web/${instanceId}`, apikey: 'gateway-key' });
+    const { instanceId } = await webInstance(api, ws.id, 'web-st');
     const sent = await request(ws, 'POST', '/api/v1/messages', { phone: uniqueMobile(), text: 'Olá!' });
     expect(sent.status).toBe(201);
     const message = sent.body.data;

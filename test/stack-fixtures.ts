@@ -60,6 +60,25 @@ export async function cloudInstance(
   return { instanceId, phoneNumberId };
 }
 
+/**
+ * A connected web gateway instance of `workspaceId` on the emulator (its own instance name), whose
+ * gateway posts its events (messages.upsert, messages.update) to `api`'s webhook with the right apikey.
+ */
+export async function webInstance(api: TestApi, workspaceId: string, label = 'gw'): Promise<{ instanceId: string; instanceName: string }> {
+  const instanceName = `${label}-${workspaceId.slice(0, 8)}-${++numbers}`;
+  const created = await api.admin('POST', `/admin/v1/workspaces/${workspaceId}/instances`, {
+    name: 'Gateway',
+    channel: 'whatsapp',
+    provider: 'web',
+    connected: true,
+    config: { baseUrl: EMULATOR, instanceName, accessToken: 'gateway-key' },
+  });
+  if (created.status !== 201) throw new Error(`web instance: ${created.status} ${created.text}`);
+  const instanceId = created.body.data.id as string;
+  await emulator('/__emulator/web/webhook', { instanceName, url: `${api.url}/webhooks/web/${instanceId}`, apikey: 'gateway-key' });
+  return { instanceId, instanceName };
+}
+
 let workers = 0;
 
 /**
