@@ -1,4 +1,5 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
+import type { Knex } from 'knex';
 import type { Db } from '../domain/platform/db';
 import type { Config } from '../domain/platform/config';
 import { ApiError } from '../domain/kernel/errors';
@@ -42,6 +43,7 @@ import {
   attemptQuietFor,
   undoPreparedSend,
   preparedNeverCalled,
+  type SendInstance,
 } from '../domain/messaging';
 import { recordWaId, recordWaIds } from '../domain/leads/contacts';
 import {
@@ -65,6 +67,7 @@ import {
   MAX_RATE_PER_SECOND,
   type BroadcastRow,
   type RecipientRow,
+  type RecipientContact,
 } from '../domain/broadcasts';
 import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE } from '../types/messaging';
 import { sendThroughProvider } from './providers';
@@ -168,6 +171,78 @@ export function createBroadcastActivities({
    * skipped OPTED_OUT; instance, template), the conversation found or created, the cold slot and
    * one message of the daily quota. One transaction: a reached daily unit rolls it all back.
    */
+  /**
+   * What every recipient of the broadcast is checked against, read once per preparation: the
+   * workspace's plan and standing, the instance and the approved template, or the refusal among them.
+   */
+  async function sendingContext(trx: Knex.Transaction, b: BroadcastRow) {
+    const plan = await sendingPlan(trx, b.workspace_id);
+    const template = b.template!;
+    let shared: { instance: SendInstance; approved: Awaited<ReturnType<typeof approvedTemplate>> } | ApiError;
+    try {
+      const suspended = plan && suspension(plan, 'send');
+      if (suspended) throw suspended;
+      const instance = chooseInstance(await sendCandidates(trx, b.workspace_id, b.instance_id ?? undefined), b.instance_id ?? undefined);
+      shared = { instance, approved: await approvedTemplate(trx, b.workspace_id, instance.id, template.name, template.language) };
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      shared = err;
+    }
+    return { plan, shared, now: new Date() };
+  }
+
+  /**
+   * One recipient through the send rules of domain/messaging: its contact gone (skipped
+   * CONTACT_DELETED), a refusal about the broadcast (a wait or a cancel, returned), about the
+   * recipient (skipped OPTED_OUT, else failed with its code), a variable with nothing to fill in
+   * (skipped VARIABLE_EMPTY); else its personalised variables, with its contact and instance.
+   */
+  async function screen(
+    trx: Knex.Transaction,
+    b: BroadcastRow,
+    r: RecipientRow,
+    contact: RecipientContact | undefined,
+    context: Awaited<ReturnType<typeof sendingContext>>,
+  ): Promise<'settled' | Blocked | { variables: string[]; contact: RecipientContact; instance: SendInstance }> {
+    if (!contact) {
+      await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'CONTACT_DELETED');
+      return 'settled';
+    }
+    const template = b.template!;
+    const given = template.variables ?? [];
+    const { shared, now } = context;
+    let instance: SendInstance;
+    try {
+      if (shared instanceof ApiError) throw shared;
+      instance = shared.instance;
+      const message = {
+        type: 'template' as const,
+        templateName: template.name,
+        templateLanguage: template.language,
+        templateVariables: given,
+      };
+      // Templates need no window: the conversation's last inbound does not matter.
+      refuseUnsendable({
+        instance: shared.instance,
+        contact,
+        conversation: { last_inbound_at: null },
+        message,
+        template: shared.approved,
+        now,
+      });
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      if (WAIT_CODES.has(err.code)) return { wait: err.code, until: new Date(now.getTime() + BLOCKED_RETRY_MS) };
+      if (CANCEL_CODES.has(err.code)) return { cancel: err.code };
+      await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, err.code === 'OPTED_OUT' ? 'skipped' : 'failed', err.code);
+      return 'settled';
+    }
+    const variables = await recipientVariables(trx, b.workspace_id, contact, given);
+    if (variables) return { variables, contact, instance };
+    await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'VARIABLE_EMPTY');
+    return 'settled';
+  }
+
   async function prepare(b: BroadcastRow, r: RecipientRow): Promise<PreparedRecipient | 'settled' | Blocked> {
     try {
       return await db.transaction(async (trx) => {
@@ -175,49 +250,20 @@ export function createBroadcastActivities({
         const done = await findPreparation<PreparedRecipient>(trx, b.workspace_id, r.reference);
         if (done) return done;
         const contact = await recipientContact(trx, b.workspace_id, r.contact_id);
-        if (!contact) {
-          await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'CONTACT_DELETED');
-          return 'settled' as const;
-        }
-        const now = new Date();
-        const plan = await sendingPlan(trx, b.workspace_id);
-        const template = b.template!;
-        const given = template.variables ?? [];
-        const message = {
-          type: 'template' as const,
-          templateName: template.name,
-          templateLanguage: template.language,
-          templateVariables: given,
-        };
-        let instance;
-        try {
-          const suspended = plan && suspension(plan, 'send');
-          if (suspended) throw suspended;
-          instance = chooseInstance(await sendCandidates(trx, b.workspace_id, b.instance_id ?? undefined), b.instance_id ?? undefined);
-          const approved = await approvedTemplate(trx, b.workspace_id, instance.id, template.name, template.language);
-          // Templates need no window: the conversation's last inbound does not matter.
-          refuseUnsendable({ instance, contact, conversation: { last_inbound_at: null }, message, template: approved, now });
-        } catch (err) {
-          if (!(err instanceof ApiError)) throw err;
-          if (WAIT_CODES.has(err.code)) return { wait: err.code, until: new Date(now.getTime() + BLOCKED_RETRY_MS) };
-          if (CANCEL_CODES.has(err.code)) return { cancel: err.code };
-          await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, err.code === 'OPTED_OUT' ? 'skipped' : 'failed', err.code);
-          return 'settled' as const;
-        }
-        const variables = await recipientVariables(trx, b.workspace_id, contact, given);
-        if (!variables) {
-          await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'VARIABLE_EMPTY');
-          return 'settled' as const;
-        }
-        const conv = await findOrCreateConversation(trx, b.workspace_id, contact.id, instance);
+        const context = await sendingContext(trx, b);
+        const screened = await screen(trx, b, r, contact, context);
+        if (screened === 'settled' || !('variables' in screened)) return screened;
+        const { variables, instance } = screened;
+        const { plan, now } = context;
+        const conv = await findOrCreateConversation(trx, b.workspace_id, screened.contact.id, instance);
         const day = saoPauloDay(now);
         const prepared: PreparedRecipient = {
           reference: r.reference,
           instanceId: instance.id,
           provider: instance.provider,
-          contactId: contact.id,
+          contactId: screened.contact.id,
           conversationId: conv.conversation.id,
-          to: contact.wa_id ?? contact.phone,
+          to: screened.contact.wa_id ?? screened.contact.phone,
           day,
           createdConversation: conv.created,
           tookCold: conv.created,
@@ -424,62 +470,21 @@ export function createBroadcastActivities({
             ws,
             fresh.map((r) => r.contact_id),
           );
-          const now = new Date();
-          const plan = await sendingPlan(trx, ws);
-          const template = b.template!;
-          const given = template.variables ?? [];
-          // What prepare() reads per recipient, read once: the same for every recipient of the page.
-          let shared: { instance: ReturnType<typeof chooseInstance>; approved: Awaited<ReturnType<typeof approvedTemplate>> } | ApiError;
-          try {
-            const suspended = plan && suspension(plan, 'send');
-            if (suspended) throw suspended;
-            const instance = chooseInstance(await sendCandidates(trx, ws, b.instance_id ?? undefined), b.instance_id ?? undefined);
-            shared = { instance, approved: await approvedTemplate(trx, ws, instance.id, template.name, template.language) };
-          } catch (err) {
-            if (!(err instanceof ApiError)) throw err;
-            shared = err;
-          }
-          const sendable: { r: RecipientRow; contact: NonNullable<ReturnType<typeof contacts.get>>; variables: string[] }[] = [];
+          const context = await sendingContext(trx, b);
+          const { plan, now } = context;
+          const sendable: { r: RecipientRow; contact: RecipientContact; instance: SendInstance; variables: string[] }[] = [];
           for (const r of fresh) {
-            const contact = contacts.get(r.contact_id);
-            if (!contact) {
-              await settleRecipient(trx, ws, b.id, r.contact_id, 'skipped', 'CONTACT_DELETED');
-              continue;
+            const screened = await screen(trx, b, r, contacts.get(r.contact_id), context);
+            if (screened === 'settled') continue;
+            if (!('variables' in screened)) {
+              blocked = screened;
+              break;
             }
-            try {
-              if (shared instanceof ApiError) throw shared;
-              const message = {
-                type: 'template' as const,
-                templateName: template.name,
-                templateLanguage: template.language,
-                templateVariables: given,
-              };
-              // Templates need no window: the conversation's last inbound does not matter.
-              refuseUnsendable({
-                instance: shared.instance,
-                contact,
-                conversation: { last_inbound_at: null },
-                message,
-                template: shared.approved,
-                now,
-              });
-            } catch (err) {
-              if (!(err instanceof ApiError)) throw err;
-              if (WAIT_CODES.has(err.code)) blocked = { wait: err.code, until: new Date(now.getTime() + BLOCKED_RETRY_MS) };
-              else if (CANCEL_CODES.has(err.code)) blocked = { cancel: err.code };
-              if (blocked) break;
-              await settleRecipient(trx, ws, b.id, r.contact_id, err.code === 'OPTED_OUT' ? 'skipped' : 'failed', err.code);
-              continue;
-            }
-            const variables = await recipientVariables(trx, ws, contact, given);
-            if (!variables) {
-              await settleRecipient(trx, ws, b.id, r.contact_id, 'skipped', 'VARIABLE_EMPTY');
-              continue;
-            }
-            sendable.push({ r, contact, variables });
+            sendable.push({ r, ...screened });
           }
-          if (sendable.length && !(shared instanceof ApiError)) {
-            const { instance } = shared;
+          if (sendable.length) {
+            // Every sendable recipient passed the same instance (the page's context).
+            const { instance } = sendable[0];
             const conversations = await findOrCreateConversations(
               trx,
               ws,

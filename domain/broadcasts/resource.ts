@@ -523,11 +523,7 @@ export async function lockPendingRecipients(
 }
 
 /** recipientContact for a page of recipients: the contacts a send may still use (not deleted or merged), by id. */
-export async function recipientContacts(
-  db: Reader,
-  workspaceId: string,
-  contactIds: string[],
-): Promise<Map<string, { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null }>> {
+export async function recipientContacts(db: Reader, workspaceId: string, contactIds: string[]): Promise<Map<string, RecipientContact>> {
   if (contactIds.length === 0) return new Map();
   const rows = await db('contacts')
     .where({ workspace_id: workspaceId })
@@ -535,17 +531,21 @@ export async function recipientContacts(
     .whereNull('deleted_at')
     .whereNull('merged_into_id')
     .select('id', 'name', 'phone', 'email', 'opted_out', 'wa_id');
-  return new Map(
-    rows.map((c: { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null }) => [c.id, c]),
-  );
+  return new Map(rows.map((c: RecipientContact) => [c.id, c]));
+}
+
+/** A recipient's contact as a send needs it. */
+export interface RecipientContact {
+  id: string;
+  name: string;
+  phone: string;
+  email: string | null;
+  opted_out: boolean;
+  wa_id: string | null;
 }
 
 /** A recipient's contact as a send needs it, or undefined once deleted or merged (skipped CONTACT_DELETED). */
-export async function recipientContact(
-  db: Reader,
-  workspaceId: string,
-  contactId: string,
-): Promise<{ id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null } | undefined> {
+export async function recipientContact(db: Reader, workspaceId: string, contactId: string): Promise<RecipientContact | undefined> {
   const contact = await db('contacts')
     .where({ workspace_id: workspaceId, id: contactId })
     .first('id', 'name', 'phone', 'email', 'opted_out', 'wa_id', 'deleted_at', 'merged_into_id');
