@@ -29,9 +29,9 @@ for (const signal of Object.keys(SIGNALS)) {
   });
 }
 
-function run(command, args, stdio = 'inherit') {
+function run(command, args, stdio = 'inherit', env = {}) {
   return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd: root, stdio, env: process.env });
+    const child = spawn(command, args, { cwd: root, stdio, env: { ...process.env, ...env } });
     current = child;
     child.once('error', (err) => {
       current = null;
@@ -173,7 +173,45 @@ async function main() {
     console.error('[test] installing the test tools failed (see above), so the integration tests did not run.');
     process.exit(tools.code ?? 1);
   }
-  exitLike(await run(process.execPath, [path.join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--ci', ...extra]));
+  // Then the integration tier in two runs: every file but a few, two at a time; then those few
+  // (test/alone.js: they time themselves under their own load) one at a time with nothing beside
+  // them, on a stack of their own in a subdirectory, so the first run's logs stay. Arguments filter
+  // both runs; a filter that matches no file at all fails, it never passes on nothing.
+  const jest = path.join(root, 'node_modules', 'jest', 'bin', 'jest.js');
+  const stackDir = process.env.TEST_STACK_DIR ? path.resolve(process.env.TEST_STACK_DIR) : path.join(root, '.data', 'test');
+  const runs = [
+    { config: 'jest.config.js', env: {} },
+    { config: 'jest.alone.config.js', env: { TEST_STACK_DIR: path.join(stackDir, 'alone') } },
+  ];
+  if (extra.length > 0) {
+    for (const r of runs) r.files = (await listTests(jest, r.config)).length;
+    if (runs.every((r) => r.files === 0)) {
+      console.error(`[test] no integration test file matches ${extra.join(' ')}.`);
+      process.exit(1);
+    }
+  }
+  let failed = null;
+  for (const r of runs) {
+    if (r.files === 0) continue;
+    const result = await run(process.execPath, [jest, '--ci', '--config', path.join(root, r.config), ...extra], 'inherit', r.env);
+    if (received) exitLike(result);
+    if (result.code !== 0) failed ??= result;
+  }
+  exitLike(failed ?? { code: 0 });
+}
+
+/** The test files a jest configuration runs with this run's arguments. */
+async function listTests(jest, config) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [jest, '--listTests', '--config', path.join(root, config), ...extra], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    let out = '';
+    child.stdout.on('data', (chunk) => (out += chunk));
+    child.once('error', reject);
+    child.once('exit', () => resolve(out.split('\n').filter((line) => line.endsWith('.test.ts'))));
+  });
 }
 
 void main();
