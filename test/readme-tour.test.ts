@@ -138,6 +138,12 @@ test('the README tour runs top to bottom as printed, and each step shows what it
       '11. the broadcast to the hot tag completed, none pending or failed',
       /^\{"status":"completed","total":[1-9]\d*,"pending":0,"failed":0\}$/,
     ],
+    [
+      '12. delivered, then read: one event each',
+      /^\[\{"previous_status":"sent","status":"delivered"\},\{"previous_status":"delivered","status":"read"\}\]$/,
+    ],
+    ['12. her photo, stored', /^\{"type":"image","body":"A foto","media":\{"status":"stored","mimeType":"image\/jpeg","size":48000\}\}$/],
+    ['12. the download is byte for byte her photo', /^photo downloaded, identical$/],
   ];
   let at = 0;
   for (const [step, pattern] of expected) {
