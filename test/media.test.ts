@@ -212,6 +212,42 @@ describe('Cloud API inbound media', () => {
   });
 });
 
+describe('fair between workspaces', () => {
+  it("one workspace's backlog of fetches never holds back another's: at most 16 of a workspace in flight, another's file claimed at once", async () => {
+    const flood = await createWorkspace(api, { scopes: [...SCOPES] });
+    const other = await createWorkspace(api, { scopes: [...SCOPES] });
+    const [flooded, quiet] = await Promise.all([
+      cloudInstance(api, flood.id, { label: 'mf' }),
+      cloudInstance(api, other.id, { label: 'mq' }),
+    ]);
+    // 40 files whose first three fetches fail: each stays in flight for its retries (1 s, 2 s, 4 s).
+    const ids = Array.from({ length: 40 }, () => uniqueId('wamid.flood'));
+    await Promise.all(ids.map((id) => cloudInbound(flooded.phoneNumberId, { id, media: { type: 'image', bytes: 2_000, failTimes: 3 } })));
+    const inFlight = async () => {
+      const rows = await api.db('message_media').where({ workspace_id: flood.id, status: 'pending' }).select('started_at');
+      return { started: rows.filter((r) => r.started_at !== null).length, waiting: rows.filter((r) => r.started_at === null).length };
+    };
+    let most = 0;
+    const watch = setInterval(() => void inFlight().then((n) => (most = Math.max(most, n.started))), 50);
+    try {
+      await eventually('the flood to fill its share of fetches', async () => (await inFlight()).started >= 16, 30_000, 50);
+      // The other workspace's file arrives behind 40 of the flood's: it is claimed at the next pass
+      // and stored while the flood still has files that have not even started.
+      const id = uniqueId('wamid.quiet');
+      await cloudInbound(quiet.phoneNumberId, { id, media: { type: 'image', bytes: 2_000 } });
+      expect((await settled(other, id, 30_000)).media.status).toBe('stored');
+      expect((await inFlight()).waiting).toBeGreaterThan(0);
+      // The flood drains at its own pace, never more than its share at once.
+      await eventually('the flood to drain', async () => (await inFlight()).started + (await inFlight()).waiting === 0, 120_000, 200);
+    } finally {
+      clearInterval(watch);
+    }
+    expect(most).toBe(16);
+    const stored = await api.db('message_media').where({ workspace_id: flood.id, status: 'stored' }).count({ n: '*' }).first();
+    expect(Number(stored!.n)).toBe(40);
+  }, 180_000);
+});
+
 describe('lifetime', () => {
   it('media live as long as their message: deleting the contact, or the workspace, deletes the file and its chunks', async () => {
     const ws = await createWorkspace(api, { scopes: [...SCOPES] });

@@ -12,7 +12,8 @@ const BATCH = 50;
  * Starts the media fetch of inbound media messages (workflows/inbound-media.ts). The webhook's
  * transaction writes the message and its `pending` message_media row together, so the row is the
  * durable work item: this loop, beside the outbox dispatcher in the worker, claims rows never
- * started (SKIP LOCKED, `started_at` set) and starts one workflow per message, id
+ * started (`started_at` set; fair between workspaces, at most MEDIA_FETCHES_PER_WORKSPACE of one
+ * workspace in flight: domain/messaging/media.ts claimMediaToStart) and starts one workflow per message, id
  * `media/<workspaceId>/<messageId>`. A start that fails gives the row back; a worker that dies
  * after claiming leaves it `pending` with `started_at` set, and it is claimed again after
  * RESTART_AFTER_MINUTES (domain/messaging/media.ts), like a row whose workflow was terminated:

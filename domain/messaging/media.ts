@@ -213,21 +213,44 @@ export async function markUnavailable(
 export const RESTART_AFTER_MINUTES = 15;
 
 /**
+ * How many fetches of one workspace may be in flight at once (started, still pending, started
+ * less than RESTART_AFTER_MINUTES ago). A workspace flooded with inbound media (or whose provider
+ * keeps failing its fetches) waits behind its own fetches only: every other workspace's media are
+ * claimed at the next pass.
+ */
+export const MEDIA_FETCHES_PER_WORKSPACE = 16;
+
+/**
  * Pending rows whose workflow is to be started (never started, or started over
- * RESTART_AFTER_MINUTES ago and still pending), marked started now; SKIP LOCKED, so two workers
- * never take the same row at once.
+ * RESTART_AFTER_MINUTES ago and still pending), marked started now. Fair between workspaces:
+ * each gets at most MEDIA_FETCHES_PER_WORKSPACE in flight, and a pass takes the workspaces with
+ * fewest in flight first (each one's oldest rows), so one workspace's backlog never delays
+ * another's first file. The update re-checks each row, so two workers never start the same row
+ * twice (the second one's update finds it started and skips it); with two workers at once, a
+ * workspace can briefly have a few more in flight than the bound.
  */
 export async function claimMediaToStart(db: Db, limit: number): Promise<{ workspace_id: string; message_id: string }[]> {
   const result = await db.raw<{ rows: { workspace_id: string; message_id: string }[] }>(
-    `UPDATE message_media SET started_at = now()
-      WHERE message_id IN (
-        SELECT message_id FROM message_media
-         WHERE status = 'pending' AND (started_at IS NULL OR started_at < now() - make_interval(mins => ?))
-         ORDER BY created_at
-         LIMIT ?
-         FOR UPDATE SKIP LOCKED)
-     RETURNING workspace_id, message_id`,
-    [RESTART_AFTER_MINUTES, limit],
+    `WITH pending AS (
+       SELECT message_id, workspace_id, created_at,
+              coalesce(started_at >= now() - make_interval(mins => :restart), false) AS in_flight
+         FROM message_media
+        WHERE status = 'pending'
+     ), ranked AS (
+       SELECT message_id, created_at,
+              count(*) FILTER (WHERE in_flight) OVER w
+                + row_number() OVER (PARTITION BY workspace_id, in_flight ORDER BY created_at, message_id) AS slot,
+              in_flight
+         FROM pending
+       WINDOW w AS (PARTITION BY workspace_id)
+     )
+     UPDATE message_media m SET started_at = now()
+       FROM (SELECT message_id FROM ranked WHERE NOT in_flight AND slot <= :perWorkspace ORDER BY slot, created_at LIMIT :limit) pick
+      WHERE m.message_id = pick.message_id
+        AND m.status = 'pending'
+        AND (m.started_at IS NULL OR m.started_at < now() - make_interval(mins => :restart))
+     RETURNING m.workspace_id, m.message_id`,
+    { restart: RESTART_AFTER_MINUTES, perWorkspace: MEDIA_FETCHES_PER_WORKSPACE, limit },
   );
   return result.rows;
 }
