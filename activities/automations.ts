@@ -44,15 +44,16 @@ function triggerOf(recorded: Record<string, unknown>): NonNullable<RunInput['tri
   };
 }
 
-/** String params are rendered from the run's variables; other values pass as they are. */
+/** String params are rendered from the run's variables (in arrays and objects too: a template's buttons); other values pass as they are. */
 function renderParams<T extends Record<string, unknown>>(params: T, vars: Record<string, string>): T {
+  const one = (value: unknown): unknown => {
+    if (typeof value === 'string') return render(value, vars);
+    if (Array.isArray(value)) return value.map(one);
+    if (value && typeof value === 'object') return renderParams(value as Record<string, unknown>, vars);
+    return value;
+  };
   const out: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(params)) {
-    if (typeof value === 'string') out[key] = render(value, vars);
-    else if (Array.isArray(value)) out[key] = value.map((v) => (typeof v === 'string' ? render(v, vars) : v));
-    else if (value && typeof value === 'object') out[key] = renderParams(value as Record<string, unknown>, vars);
-    else out[key] = value;
-  }
+  for (const [key, value] of Object.entries(params)) out[key] = one(value);
   return out as T;
 }
 

@@ -43,6 +43,7 @@ import {
   attemptQuietFor,
   undoPreparedSend,
   preparedNeverCalled,
+  templateComponents,
   type SendInstance,
 } from '../domain/messaging';
 import { recordWaId, recordWaIds } from '../domain/leads/contacts';
@@ -57,7 +58,8 @@ import {
   recipientContacts,
   markRecipientsSent,
   lastSentAt,
-  recipientVariables,
+  broadcastMessage,
+  recipientTemplate,
   recipientContact,
   settleRecipient,
   setWaiting,
@@ -69,7 +71,7 @@ import {
   type RecipientRow,
   type RecipientContact,
 } from '../domain/broadcasts';
-import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE } from '../types/messaging';
+import { DEFAULT_RECONCILE_WINDOW_MS, PROVIDER_RETRYABLE, type TemplateWireComponent } from '../types/messaging';
 import { sendThroughProvider } from './providers';
 import { failureCode, mayHaveReachedProvider, ProviderError, type OutboundMessage } from './providers/types';
 
@@ -105,6 +107,8 @@ interface PreparedRecipient {
   createdConversation: boolean;
   tookCold: boolean;
   variables: string[];
+  /** The template's components for this recipient (header, body, buttons personalised); absent in a preparation made before headers. */
+  components?: TemplateWireComponent[];
 }
 
 /** A daily unit (quota or cold cap) refused inside prepare: the transaction rolls back and the broadcast waits. */
@@ -195,7 +199,7 @@ export function createBroadcastActivities({
    * One recipient through the send rules of domain/messaging: its contact gone (skipped
    * CONTACT_DELETED), a refusal about the broadcast (a wait or a cancel, returned), about the
    * recipient (skipped OPTED_OUT, else failed with its code), a variable with nothing to fill in
-   * (skipped VARIABLE_EMPTY); else its personalised variables, with its contact and instance.
+   * (skipped VARIABLE_EMPTY); else its personalised variables and template components, with its contact and instance.
    */
   async function screen(
     trx: Knex.Transaction,
@@ -203,24 +207,21 @@ export function createBroadcastActivities({
     r: RecipientRow,
     contact: RecipientContact | undefined,
     context: Awaited<ReturnType<typeof sendingContext>>,
-  ): Promise<'settled' | Blocked | { variables: string[]; contact: RecipientContact; instance: SendInstance }> {
+  ): Promise<
+    'settled' | Blocked | { variables: string[]; components: TemplateWireComponent[]; contact: RecipientContact; instance: SendInstance }
+  > {
     if (!contact) {
       await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'CONTACT_DELETED');
       return 'settled';
     }
     const template = b.template!;
-    const given = template.variables ?? [];
     const { shared, now } = context;
     let instance: SendInstance;
+    let approved: NonNullable<Exclude<typeof shared, ApiError>['approved']>;
     try {
       if (shared instanceof ApiError) throw shared;
       instance = shared.instance;
-      const message = {
-        type: 'template' as const,
-        templateName: template.name,
-        templateLanguage: template.language,
-        templateVariables: given,
-      };
+      const message = broadcastMessage(template);
       // Templates need no window: the conversation's last inbound does not matter.
       refuseUnsendable({
         instance: shared.instance,
@@ -230,6 +231,7 @@ export function createBroadcastActivities({
         template: shared.approved,
         now,
       });
+      approved = shared.approved!;
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
       if (WAIT_CODES.has(err.code)) return { wait: err.code, until: new Date(now.getTime() + BLOCKED_RETRY_MS) };
@@ -237,10 +239,24 @@ export function createBroadcastActivities({
       await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, err.code === 'OPTED_OUT' ? 'skipped' : 'failed', err.code);
       return 'settled';
     }
-    const variables = await recipientVariables(trx, b.workspace_id, contact, given);
-    if (variables) return { variables, contact, instance };
-    await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'VARIABLE_EMPTY');
-    return 'settled';
+    const personal = await recipientTemplate(trx, b.workspace_id, contact, template);
+    if (!personal) {
+      await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'skipped', 'VARIABLE_EMPTY');
+      return 'settled';
+    }
+    try {
+      // The shape passed above; only this recipient's values are new (a refusal of them is this recipient's alone).
+      return {
+        variables: personal.variables ?? [],
+        components: templateComponents(approved, broadcastMessage(personal)),
+        contact,
+        instance,
+      };
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      await settleRecipient(trx, b.workspace_id, b.id, r.contact_id, 'failed', err.code);
+      return 'settled';
+    }
   }
 
   async function prepare(b: BroadcastRow, r: RecipientRow): Promise<PreparedRecipient | 'settled' | Blocked> {
@@ -253,7 +269,7 @@ export function createBroadcastActivities({
         const context = await sendingContext(trx, b);
         const screened = await screen(trx, b, r, contact, context);
         if (screened === 'settled' || !('variables' in screened)) return screened;
-        const { variables, instance } = screened;
+        const { variables, components, instance } = screened;
         const { plan, now } = context;
         const conv = await findOrCreateConversation(trx, b.workspace_id, screened.contact.id, instance);
         const day = saoPauloDay(now);
@@ -268,6 +284,7 @@ export function createBroadcastActivities({
           createdConversation: conv.created,
           tookCold: conv.created,
           variables,
+          components,
         };
         await recordPreparation(trx, b.workspace_id, r.reference, prepared);
         // The daily units last, just before the commit: their counter rows are the workspace's (every
@@ -348,6 +365,7 @@ export function createBroadcastActivities({
         templateName: template.name,
         templateLanguage: template.language,
         templateVariables: p.variables,
+        ...(p.components ? { templateComponents: p.components } : {}),
         to: p.to,
         reference: p.reference,
       };
@@ -472,7 +490,13 @@ export function createBroadcastActivities({
           );
           const context = await sendingContext(trx, b);
           const { plan, now } = context;
-          const sendable: { r: RecipientRow; contact: RecipientContact; instance: SendInstance; variables: string[] }[] = [];
+          const sendable: {
+            r: RecipientRow;
+            contact: RecipientContact;
+            instance: SendInstance;
+            variables: string[];
+            components: TemplateWireComponent[];
+          }[] = [];
           for (const r of fresh) {
             const screened = await screen(trx, b, r, contacts.get(r.contact_id), context);
             if (screened === 'settled') continue;
@@ -492,7 +516,7 @@ export function createBroadcastActivities({
               instance,
             );
             const day = saoPauloDay(now);
-            for (const { r, contact, variables } of sendable) {
+            for (const { r, contact, variables, components } of sendable) {
               const conv = conversations.get(contact.id)!;
               made.set(r.reference, {
                 reference: r.reference,
@@ -505,6 +529,7 @@ export function createBroadcastActivities({
                 createdConversation: conv.created,
                 tookCold: conv.created,
                 variables,
+                components,
               });
             }
             await recordPreparations(

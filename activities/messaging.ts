@@ -1,7 +1,15 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Db } from '../domain/platform/db';
 import { ApiError } from '../domain/kernel/errors';
-import { outcomeUnknown, chooseInstance, dailyUnits, refuseUnsendable, saoPauloDay, type SendInstance } from '../domain/messaging/sending';
+import {
+  outcomeUnknown,
+  chooseInstance,
+  dailyUnits,
+  refuseUnsendable,
+  saoPauloDay,
+  templateComponents,
+  type SendInstance,
+} from '../domain/messaging/sending';
 import { refusalsAsFailures, toFailure } from '../domain/messaging/failures';
 import { recordContactCreated, recordWaId, requirePhone } from '../domain/leads/contacts';
 import { conversationForSend, lockConversation, touchConversation } from '../domain/messaging/conversations';
@@ -235,6 +243,20 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
         }
         const { message } = await sendRequestOf(db, input);
         const outbound: OutboundMessage = { ...message, to: input.to, reference: input.reference };
+        if (message.type === 'template') {
+          // The template's header, body and buttons at the provider's wire format (prepare checked them;
+          // a template paused or changed since is refused here, before any call).
+          try {
+            const template = await approvedTemplate(db, input.workspaceId, instance.id, message.templateName, message.templateLanguage);
+            if (!template)
+              throw new ApiError('TEMPLATE_INVALID', `The template "${message.templateName}" is no longer approved on this instance`);
+            outbound.templateComponents = templateComponents(template, message);
+          } catch (err) {
+            if (!(err instanceof ApiError)) throw err;
+            await failAttempt(db, input.reference, err.message);
+            throw toFailure(err);
+          }
+        }
         let sent: SentMessage;
         let download: MediaDownload | undefined;
         try {

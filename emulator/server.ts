@@ -349,17 +349,9 @@ function validateCloudBody(body: unknown): string | undefined {
       if (!isObject(content.language) || !isText(content.language.code)) return "The parameter template['language']['code'] is required";
       if (content.components !== undefined) {
         if (!Array.isArray(content.components)) return "Param template['components'] must be an array";
-        for (const component of content.components) {
-          if (!isObject(component) || !['header', 'body', 'button', 'footer'].includes(String(component.type))) {
-            return "Param template['components'][]['type'] must be one of {header, body, button}";
-          }
-          if (component.parameters !== undefined) {
-            if (!Array.isArray(component.parameters)) return "Param template['components'][]['parameters'] must be an array";
-            for (const p of component.parameters) {
-              if (!isObject(p) || typeof p.type !== 'string') return "Param template['components'][]['parameters'][]['type'] is required";
-              if (p.type === 'text' && !isText(p.text)) return "Param template['components'][]['parameters'][]['text'] is required";
-            }
-          }
+        for (const [i, component] of content.components.entries()) {
+          const problem = validateTemplateComponent(component, `template['components'][${i}]`);
+          if (problem) return problem;
         }
       }
       return undefined;
@@ -367,6 +359,62 @@ function validateCloudBody(body: unknown): string | undefined {
     default:
       return undefined;
   }
+}
+
+/** Parameter types each component takes (Graph API), and what a media parameter's object must hold. */
+const COMPONENT_PARAMETERS: Record<string, string[]> = {
+  header: ['text', 'image', 'video', 'document', 'location'],
+  body: ['text', 'currency', 'date_time'],
+};
+const BUTTON_SUB_TYPES = ['url', 'quick_reply', 'copy_code', 'flow', 'catalog', 'mpm'];
+
+/**
+ * One `template.components[]` entry of a send, at the Graph API's wire format: lower-case `type`
+ * (`header`, `body`, `button`); header parameters `text` (`{ type, text }`) or media (`{ type:
+ * 'image', image: { link | id } }`, likewise video and document); a `button` with `sub_type`,
+ * `index` a string `"0"`..`"9"`, and, for a URL button, one `{ type: 'text', text }` (the URL's
+ * suffix), for a quick reply `{ type: 'payload', payload }`.
+ */
+function validateTemplateComponent(component: unknown, at: string): string | undefined {
+  if (!isObject(component) || !['header', 'body', 'button', 'footer'].includes(String(component.type))) {
+    return `Param ${at}['type'] must be one of {header, body, button}`;
+  }
+  const type = component.type as string;
+  if (component.parameters !== undefined && !Array.isArray(component.parameters)) return `Param ${at}['parameters'] must be an array`;
+  const parameters = (component.parameters ?? []) as unknown[];
+  if (type === 'button') {
+    if (!BUTTON_SUB_TYPES.includes(String(component.sub_type)))
+      return `Param ${at}['sub_type'] must be one of {${BUTTON_SUB_TYPES.join(', ')}}`;
+    if (typeof component.index !== 'string' || !/^[0-9]$/.test(component.index))
+      return `Param ${at}['index'] must be a string from "0" to "9"`;
+    if (parameters.length !== 1) return `Param ${at}['parameters'] must hold exactly one parameter`;
+    const [p] = parameters;
+    if (component.sub_type === 'url') {
+      if (!isObject(p) || p.type !== 'text') return `Param ${at}['parameters'][0]['type'] must be text for a url button`;
+      if (!isText(p.text)) return `Param ${at}['parameters'][0]['text'] is required`;
+    } else if (component.sub_type === 'quick_reply') {
+      if (!isObject(p) || p.type !== 'payload' || !isText(p.payload))
+        return `Param ${at}['parameters'][0] must be { type: payload, payload }`;
+    }
+    return undefined;
+  }
+  if (type === 'header' && parameters.length > 1) return `Param ${at}['parameters'] must hold at most one parameter for a header`;
+  for (const [j, p] of parameters.entries()) {
+    const where = `${at}['parameters'][${j}]`;
+    if (!isObject(p) || typeof p.type !== 'string') return `Param ${where}['type'] is required`;
+    const allowed = COMPONENT_PARAMETERS[type] ?? [];
+    if (!allowed.includes(p.type)) return `Param ${where}['type'] must be one of {${allowed.join(', ')}}`;
+    if (p.type === 'text' && !isText(p.text)) return `Param ${where}['text'] is required`;
+    if (['image', 'video', 'document'].includes(p.type)) {
+      const media = p[p.type];
+      if (!isObject(media) || (!isText(media.link) && !isText(media.id))) return `Param ${where}['${p.type}'] must have a link or an id`;
+      if (media.link !== undefined && (!isText(media.link) || !/^https?:\/\//i.test(media.link)))
+        return `Param ${where}['${p.type}']['link'] must be a valid URL`;
+      for (const other of ['image', 'video', 'document'])
+        if (other !== p.type && p[other] !== undefined) return `Param ${where}['${other}'] is not allowed when type is ${p.type}`;
+    }
+  }
+  return undefined;
 }
 
 function validateWebBody(kind: 'sendText' | 'sendMedia', body: unknown, streamed?: StreamedMedia): string[] {

@@ -24,7 +24,39 @@ export interface MessageContent {
   templateName?: string;
   templateLanguage?: string;
   templateVariables?: string[];
+  /** A template's header parameter: `text` for a text header with a variable, `mediaUrl` for an image, video or document header. */
+  templateHeader?: TemplateHeader;
+  /** The variable suffix of each URL button of a template that has one, by the button's position in the template. */
+  templateButtons?: TemplateButton[];
 }
+
+/** Exactly one of `text` and `mediaUrl` (the API refuses both or neither). */
+export interface TemplateHeader {
+  text?: string;
+  mediaUrl?: string;
+}
+
+export interface TemplateButton {
+  /** The button's position among the template's buttons (0-based, as the Cloud API counts them). */
+  index: number;
+  urlVariable: string;
+}
+
+/** One parameter of a template component, at the Cloud API's wire format. */
+export type TemplateWireParameter =
+  | { type: 'text'; text: string }
+  | { type: 'image'; image: { link: string } }
+  | { type: 'video'; video: { link: string } }
+  | { type: 'document'; document: { link: string } };
+
+/**
+ * One `template.components[]` entry of a Cloud API send: `header`, `body`, or a URL `button`
+ * (`sub_type: 'url'`, `index` a string, as the Graph API takes it). Built by the send rules
+ * (domain/messaging/sending.ts templateComponents) from the template and the message.
+ */
+export type TemplateWireComponent =
+  | { type: 'header' | 'body'; parameters: TemplateWireParameter[] }
+  | { type: 'button'; sub_type: 'url'; index: string; parameters: { type: 'text'; text: string }[] };
 
 /**
  * Where a send goes and what it says, as the API (or an automation's send_message action) asked.

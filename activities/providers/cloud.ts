@@ -17,7 +17,8 @@ import {
  *
  * `POST {baseUrl}/{apiVersion}/{phoneNumberId}/messages`, `Authorization: Bearer <accessToken>`,
  * body `{ messaging_product: 'whatsapp', recipient_type: 'individual', to, type, <type>: {...},
- * biz_opaque_callback_data }`; success `{ messaging_product, contacts: [{ input, wa_id }],
+ * biz_opaque_callback_data }` (a template: `{ name, language: { code }, components: [{ type:
+ * 'header' | 'body', parameters }, { type: 'button', sub_type: 'url', index: '0', parameters }] }`); success `{ messaging_product, contacts: [{ input, wa_id }],
  * messages: [{ id }] }`; failure `{ error: { message, type, code, error_data: { details },
  * error_subcode?, fbtrace_id } }`.
  *
@@ -111,11 +112,16 @@ function buildBody(message: OutboundMessage): Record<string, unknown> {
       };
       break;
     case 'template': {
+      // Header, body and URL buttons as the send rules built them; without them (a broadcast
+      // prepared before templates had headers), the body's variables.
       const variables = message.templateVariables ?? [];
+      const components =
+        message.templateComponents ??
+        (variables.length > 0 ? [{ type: 'body', parameters: variables.map((text) => ({ type: 'text', text })) }] : []);
       body.template = {
         name: need(message.templateName, 'a template name'),
         language: { code: need(message.templateLanguage, 'a template language') },
-        ...(variables.length > 0 ? { components: [{ type: 'body', parameters: variables.map((text) => ({ type: 'text', text })) }] } : {}),
+        ...(components.length > 0 ? { components } : {}),
       };
       break;
     }

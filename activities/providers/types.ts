@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { NETWORK_WORDS } from '../../domain/platform/safe-http';
-import type { MessageContent } from '../../types/messaging';
+import type { MessageContent, TemplateWireComponent } from '../../types/messaging';
 /**
  * What the sending path asks of a messaging provider, whichever wire format it speaks.
  * Adapters: `cloud.ts` (WhatsApp Cloud API) and `web.ts` (the unofficial "web" gateway style).
@@ -20,6 +20,12 @@ export interface OutboundMessage extends MessageContent {
    * for an adapter that is given bytes instead of the URL (`ProviderAdapter.wantsMediaBytes`).
    */
   mediaFile?: MediaFile;
+  /**
+   * A template's `components` as the Cloud API takes them (header, body, URL buttons), built from
+   * the message and the template by domain/messaging/sending.ts templateComponents. Absent: the
+   * body's variables only.
+   */
+  templateComponents?: TemplateWireComponent[];
 }
 
 export interface MediaFile {

@@ -77,8 +77,9 @@ const ACTIONS_DOC =
   'Actions run in order: `add_tag {tag}`, `remove_tag {tag}`, `update_contact {fields: {name?, email?, phone?, notes?}}`, ' +
   '`create_deal {pipeline, stage?, name?, value?}`, `move_deal {stage}`, `set_deal_status {status, lostReason?}`, ' +
   '`create_task {title, taskType?, dueInMinutes, assignedTo?}`, `add_note {body}`, ' +
-  '`send_message {instanceId?, messageType?, text?, mediaUrl?, caption?, fileName?, templateName?, templateLanguage?, templateVariables?}` ' +
-  '(`messageType` because `type` names the action), `wait {seconds}`. String params may use `{{contact.name}}`, `{{contact.email}}`, ' +
+  '`send_message {instanceId?, messageType?, text?, mediaUrl?, caption?, fileName?, templateName?, templateLanguage?, templateVariables?, templateHeader?, templateButtons?}` ' +
+  '(`messageType` because `type` names the action; the other fields follow the rules of `POST /api/v1/messages`, and a literal ' +
+  '`templateHeader.mediaUrl` is checked when the automation is saved), `wait {seconds}`. String params may use `{{contact.name}}`, `{{contact.email}}`, ' +
   '`{{contact.phone}}`, `{{deal.name}}`, `{{deal.value}}`, `{{webhook.<field>}}`, `{{changedFields}}`, `{{pipelineId}}`.';
 
 export const automationRoutes = [

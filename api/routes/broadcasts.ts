@@ -21,7 +21,8 @@ import {
   PUBLIC_BROADCAST_STATUSES,
   RECIPIENT_STATUSES,
 } from '../../domain/broadcasts';
-import { MESSAGE_CONTENT_FIELDS } from '../../domain/messaging/sending';
+import { MESSAGE_CONTENT_FIELDS, TEMPLATE_BUTTONS, TEMPLATE_HEADER } from '../../domain/messaging/sending';
+import { assertSafeUrlSyntax } from '../../domain/platform/url-safety';
 import { isoInstant, listEnvelope, pageQuery } from '../../domain/kernel/pagination';
 import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
 import { workspacePriority } from '../../domain/platform/temporal';
@@ -50,7 +51,15 @@ const BroadcastRecord = z
     status: z.enum(PUBLIC_BROADCAST_STATUSES),
     instanceId: z.string().nullable(),
     audience: Audience,
-    template: z.object({ name: z.string(), language: z.string(), variables: z.array(z.string()).optional() }).nullable(),
+    template: z
+      .object({
+        name: z.string(),
+        language: z.string(),
+        variables: z.array(z.string()).optional(),
+        header: z.object({ text: z.string().optional(), mediaUrl: z.string().optional() }).optional(),
+        buttons: z.array(z.object({ index: z.number().int(), urlVariable: z.string() })).optional(),
+      })
+      .nullable(),
     scheduledAt: z.string().nullable(),
     startedAt: z.string().nullable(),
     finishedAt: z.string().nullable(),
@@ -137,14 +146,16 @@ export const broadcastRoutes = [
       'The audience is the union of the leads tagged with any of `tagIds` (at most ' +
       `${MAX_AUDIENCE_TAGS}), the members of \`listId\` and the leads in \`leadIds\` (at most ${MAX_AUDIENCE_LEADS}), each contact once; ` +
       'it is frozen when the broadcast starts (`scheduledAt`, or now when absent or past). Checked in this order, the first ' +
-      'failure answering: the body (400); the instance, with the rules of a send (404 `INSTANCE_NOT_FOUND`, 422 `NO_INSTANCE`, ' +
+      "failure answering: the body (400; a header `mediaUrl` is checked like a send's, 400 `INVALID_URL`); the instance, with the rules of a send (404 `INSTANCE_NOT_FOUND`, 422 `NO_INSTANCE`, " +
       '`INSTANCE_REQUIRED`, `INSTANCE_DISCONNECTED`, `TEMPLATE_UNSUPPORTED`); the template, approved on that instance and given ' +
-      'as many `variables` as it takes (422 `TEMPLATE_INVALID`); the tags and list, of the workspace (404 `NOT_FOUND`); the ' +
+      "as many `variables` as it takes, and its `header` and URL `buttons` by the rules of a send's `templateHeader` and " +
+      '`templateButtons` (422 `TEMPLATE_INVALID`); the tags and list, of the workspace (404 `NOT_FOUND`); the ' +
       "audience's size against the plan's `broadcastLimit` (402 `BROADCAST_LIMIT_REACHED`, checked again when the audience is " +
       `frozen); then the broadcasts not finished yet, at most ${MAX_ACTIVE_BROADCASTS} per workspace (402 ` +
       '`ACTIVE_BROADCAST_LIMIT_REACHED`). `variables` are positional and may use `{{contact.name}}`, `{{contact.phone}}`, ' +
       "`{{contact.email}}` and `{{contact.<key>}}` for a custom field's key (the value of the contact's latest deal holding it; " +
-      'an unknown key is 422 `TEMPLATE_INVALID`); a recipient with nothing to fill in is `skipped` `VARIABLE_EMPTY`. ' +
+      'an unknown key is 422 `TEMPLATE_INVALID`), and so may `header.text` and each `buttons[].urlVariable`; a recipient with ' +
+      'nothing to fill in is `skipped` `VARIABLE_EMPTY`. ' +
       `\`ratePerSecond\` (${MIN_RATE_PER_SECOND} to ${MAX_RATE_PER_SECOND}, default ${DEFAULT_RATE_PER_SECOND}) bounds the provider ` +
       'calls a second. Each recipient follows the send rules (opted out: `skipped` `OPTED_OUT`; deleted: `skipped` ' +
       '`CONTACT_DELETED`), consumes the daily message quota and, for a new conversation, the cold cap; at either the broadcast ' +
@@ -165,6 +176,13 @@ export const broadcastRoutes = [
         name: MESSAGE_CONTENT_FIELDS.templateName.unwrap(),
         language: MESSAGE_CONTENT_FIELDS.templateLanguage.unwrap(),
         variables: MESSAGE_CONTENT_FIELDS.templateVariables,
+        header: TEMPLATE_HEADER.optional().describe(
+          "The template's header parameter, as a send's `templateHeader`: `{ text }` (may use the same `{{contact.*}}` placeholders as " +
+            '`variables`) or `{ mediaUrl }`.',
+        ),
+        buttons: TEMPLATE_BUTTONS.optional().describe(
+          "The template's URL button variables, as a send's `templateButtons`; `urlVariable` may use the `{{contact.*}}` placeholders.",
+        ),
       }),
       scheduledAt: isoInstant.optional(),
       ratePerSecond: z.number().int().min(MIN_RATE_PER_SECOND).max(MAX_RATE_PER_SECOND).optional(),
@@ -178,6 +196,7 @@ export const broadcastRoutes = [
       'TEMPLATE_UNSUPPORTED',
       'CHANNEL_UNSUPPORTED',
       'TEMPLATE_INVALID',
+      'INVALID_URL',
       'NOT_FOUND',
       'BROADCAST_LIMIT_REACHED',
       'ACTIVE_BROADCAST_LIMIT_REACHED',
@@ -185,6 +204,9 @@ export const broadcastRoutes = [
     ],
     handler: async (ctx, { body }) => {
       const workspaceId = ctx.state.auth!.workspaceId;
+      const headerUrl = body.template.header?.mediaUrl;
+      if (headerUrl !== undefined)
+        assertSafeUrlSyntax(headerUrl, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'template.header.mediaUrl' });
       const data = await createPublicBroadcast(ctx.deps.db, workspaceId, {
         ...body,
         scheduledAt: body.scheduledAt?.toISOString(),

@@ -182,7 +182,12 @@ function storedTrigger(trigger: Omit<TriggerConfig, 'type'>): string {
  */
 export function assertActionMediaUrls(actions: readonly Action[] | undefined, policy: UrlPolicy): void {
   actions?.forEach((action, i) => {
-    if (action.type !== 'send_message' || !isMediaType(action.messageType)) return;
+    if (action.type !== 'send_message') return;
+    // A template's header file, the same way (the Cloud API fetches it: checked when literal).
+    const header = action.messageType === 'template' ? action.templateHeader?.mediaUrl : undefined;
+    if (header !== undefined && !header.includes('{{'))
+      assertSafeUrlSyntax(header, policy, { field: `body.actions.${i}.templateHeader.mediaUrl` });
+    if (!isMediaType(action.messageType)) return;
     if (action.mediaUrl === undefined || action.mediaUrl.includes('{{')) return;
     assertSafeUrlSyntax(action.mediaUrl, policy, { field: `body.actions.${i}.mediaUrl` });
   });

@@ -5,6 +5,7 @@ import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sen
 import { canonical } from '../leads';
 import { contactCustomValues, definedCustomFieldKeys } from '../sales';
 import { recordOutbox } from '../webhooks';
+import type { MessageContent, TemplateButton, TemplateHeader } from '../../types/messaging';
 
 type Reader = Db | Knex.Transaction;
 
@@ -37,6 +38,31 @@ export interface BroadcastTemplate {
   name: string;
   language: string;
   variables?: string[];
+  /** The send's `templateHeader`; its `text` may use `{{contact.*}}` like the variables. */
+  header?: TemplateHeader;
+  /** The send's `templateButtons`; each `urlVariable` may use `{{contact.*}}` like the variables. */
+  buttons?: TemplateButton[];
+}
+
+/** A broadcast's template as a send's message carries it (the send rules check it: domain/messaging templateComponents). */
+export function broadcastMessage(template: BroadcastTemplate): MessageContent & { type: 'template'; templateVariables: string[] } {
+  return {
+    type: 'template',
+    templateName: template.name,
+    templateLanguage: template.language,
+    templateVariables: template.variables ?? [],
+    ...(template.header ? { templateHeader: template.header } : {}),
+    ...(template.buttons?.length ? { templateButtons: template.buttons } : {}),
+  };
+}
+
+/** The texts of a template that `{{contact.*}}` placeholders fill, in order: the variables, the header's text, the buttons' URL variables. */
+function personalTexts(template: BroadcastTemplate): string[] {
+  return [
+    ...(template.variables ?? []),
+    ...(template.header?.text !== undefined ? [template.header.text] : []),
+    ...(template.buttons ?? []).map((b) => b.urlVariable),
+  ];
 }
 
 export interface BroadcastInput {
@@ -169,8 +195,9 @@ function limitReached(limit: number, size: number): ApiError {
 /**
  * A new broadcast, checked in this order (the first failure answers): the instance, with the
  * rules of a send (404 INSTANCE_NOT_FOUND, 422 NO_INSTANCE / INSTANCE_REQUIRED /
- * INSTANCE_DISCONNECTED / TEMPLATE_UNSUPPORTED); the template, approved on that instance with as
- * many variables as given, each `{{contact.<key>}}` a contact field or a custom field key (422 TEMPLATE_INVALID); the audience's tags and list, of the workspace
+ * INSTANCE_DISCONNECTED / TEMPLATE_UNSUPPORTED); the template, approved on that instance, its
+ * variables, header and buttons fitting it (domain/messaging templateComponents), each
+ * `{{contact.<key>}}` a contact field or a custom field key (422 TEMPLATE_INVALID); the audience's tags and list, of the workspace
  * (404 NOT_FOUND); its size against the plan's broadcastLimit (402 BROADCAST_LIMIT_REACHED).
  * Lead ids that are not leads of the workspace add nobody. The broadcast is `scheduled`; its
  * workflow (workflows/broadcast.ts) freezes the audience when it starts.
@@ -180,12 +207,7 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
     if (input.instanceId !== undefined && !isUuid(input.instanceId))
       throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
     const instance = chooseInstance(await sendCandidates(trx, workspaceId, input.instanceId), input.instanceId);
-    const message = {
-      type: 'template' as const,
-      templateName: input.template.name,
-      templateLanguage: input.template.language,
-      templateVariables: input.template.variables ?? [],
-    };
+    const message = broadcastMessage(input.template);
     const template = await approvedTemplate(trx, workspaceId, instance.id, input.template.name, input.template.language);
     // The send's own rules, for any recipient: an opt-out is decided per recipient, and a template needs no window.
     refuseUnsendable({
@@ -196,7 +218,7 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
       template,
       now: new Date(),
     });
-    const keys = customVariableKeys(message.templateVariables);
+    const keys = customVariableKeys(personalTexts(input.template));
     const defined = await definedCustomFieldKeys(trx, workspaceId, keys);
     const unknown = keys.filter((k) => !defined.includes(k));
     if (unknown.length) {
@@ -249,7 +271,13 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
         name: input.name,
         instance_id: instance.id,
         audience: JSON.stringify(audience),
-        template: JSON.stringify({ name: input.template.name, language: input.template.language, variables: message.templateVariables }),
+        template: JSON.stringify({
+          name: input.template.name,
+          language: input.template.language,
+          variables: message.templateVariables,
+          ...(message.templateHeader ? { header: message.templateHeader } : {}),
+          ...(message.templateButtons ? { buttons: message.templateButtons } : {}),
+        }),
         // No time, or one in the past: now.
         scheduled_at: scheduled && scheduled.getTime() > now ? scheduled : new Date(now),
         rate_per_second: input.ratePerSecond ?? DEFAULT_RATE_PER_SECOND,
@@ -600,6 +628,24 @@ export async function recipientVariables(
   variables: string[],
 ): Promise<string[] | null> {
   return personalise(variables, contact, await contactCustomValues(db, workspaceId, contact.id, customVariableKeys(variables)));
+}
+
+/**
+ * A recipient's template: its variables, header text and button URL variables personalised
+ * (recipientVariables over all of them); null when one has nothing to fill in (VARIABLE_EMPTY).
+ */
+export async function recipientTemplate(
+  db: Reader,
+  workspaceId: string,
+  contact: { id: string; name: string; phone: string; email: string | null },
+  template: BroadcastTemplate,
+): Promise<BroadcastTemplate | null> {
+  const filled = await recipientVariables(db, workspaceId, contact, personalTexts(template));
+  if (!filled) return null;
+  const variables = filled.splice(0, template.variables?.length ?? 0);
+  const header = template.header?.text !== undefined ? { text: filled.shift()! } : template.header;
+  const buttons = template.buttons?.map((b, i) => ({ index: b.index, urlVariable: filled[i] }));
+  return { ...template, variables, ...(header ? { header } : {}), ...(buttons ? { buttons } : {}) };
 }
 
 /** Marks a pending recipient skipped or failed with its code (a no-op once it left `pending`). */

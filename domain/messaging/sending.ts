@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ApiError, HTTP_URL } from '../kernel';
 import type { DailyCounter } from './messaging';
+import type { TemplateComponents } from './templates';
 import {
   isMediaType,
   MESSAGE_TYPES,
@@ -9,6 +10,7 @@ import {
   SEND_OUTCOME_UNKNOWN,
   type MessageContent,
   type MessageType,
+  type TemplateWireComponent,
 } from '../../types/messaging';
 
 /**
@@ -39,15 +41,61 @@ function providerText(max: number) {
     });
 }
 
+/** A template's header text parameter: WhatsApp limits a header's text to 60 characters. */
+export const TEMPLATE_HEADER_TEXT_MAX = 60;
+/** A URL button's variable suffix: WhatsApp limits a button's URL to 2000 characters. */
+export const TEMPLATE_URL_VARIABLE_MAX = 2000;
+/** WhatsApp templates have at most 10 buttons (indexes 0 to 9). */
+export const MAX_TEMPLATE_BUTTONS = 10;
+
+const MEDIA_URL = z.string().min(1).max(2048).meta({ pattern: HTTP_URL });
+
+/** `templateHeader`: `{ text }` or `{ mediaUrl }`, exactly one (the rules against the template: templateComponents). */
+export const TEMPLATE_HEADER = z
+  .object({
+    text: providerText(TEMPLATE_HEADER_TEXT_MAX).optional().describe('For a text header with a variable: its value'),
+    mediaUrl: MEDIA_URL.optional().describe("For an image, video or document header: the file's https URL (checked like `mediaUrl`)"),
+  })
+  .refine((h) => (h.text === undefined) !== (h.mediaUrl === undefined), { message: 'expected exactly one of text and mediaUrl' })
+  .meta({ oneOf: [{ required: ['text'] }, { required: ['mediaUrl'] }] });
+
+/** `templateButtons`: the variable suffix of each URL button that has one, by the button's index in the template. */
+export const TEMPLATE_BUTTONS = z
+  .array(
+    z.object({
+      index: z
+        .number()
+        .int()
+        .min(0)
+        .max(MAX_TEMPLATE_BUTTONS - 1)
+        .describe("The button's position among the template's buttons (0-based)"),
+      urlVariable: providerText(TEMPLATE_URL_VARIABLE_MAX).describe("What fills the `{{1}}` of the button's URL"),
+    }),
+  )
+  .max(MAX_TEMPLATE_BUTTONS);
+
 /** The message fields of both send endpoints and of the automation send_message action, with their bounds. */
 export const MESSAGE_CONTENT_FIELDS = {
   text: providerText(4096).optional(),
-  mediaUrl: z.string().min(1).max(2048).optional().meta({ pattern: HTTP_URL }),
+  mediaUrl: MEDIA_URL.optional(),
   caption: providerText(1024).optional(),
   fileName: z.string().min(1).max(255).optional(),
   templateName: z.string().min(1).max(512).optional(),
   templateLanguage: z.string().min(2).max(15).optional(),
   templateVariables: z.array(z.string().max(1024)).max(20).optional(),
+  templateHeader: TEMPLATE_HEADER.optional().describe(
+    "A template's header parameter (type `template`): `{ text }` for a text header with a variable (at most " +
+      `${TEMPLATE_HEADER_TEXT_MAX} characters), \`{ mediaUrl }\` for an image, video or document header (an https URL, checked like ` +
+      '`mediaUrl`: 400 `INVALID_URL`). Required when the template has such a header; given to a template without one, with a ' +
+      'fixed text header, or of the other kind (or a `mediaUrl` whose file extension is of another format, a `.pdf` for an image ' +
+      'header), 422 `TEMPLATE_INVALID` with a hint naming `header`.',
+  ),
+  templateButtons: TEMPLATE_BUTTONS.optional().describe(
+    "A template's URL button variables (type `template`): one `{ index, urlVariable }` for each URL button of the template " +
+      "whose URL ends in a variable, `index` the button's position among the template's buttons (0-based), `urlVariable` (1 to " +
+      `${TEMPLATE_URL_VARIABLE_MAX} characters) what fills it. A missing, unknown or repeated index, or one naming a button ` +
+      'without a URL variable, is 422 `TEMPLATE_INVALID` with a hint naming `buttons[<index>]`.',
+  ),
 };
 
 /** The fields a message of `type` cannot go without. */
@@ -98,13 +146,153 @@ export function messageContent(content: MessageContent): MessageContent {
     });
   }
   if (content.type === 'template') {
+    const header = content.templateHeader;
     Object.assign(message, {
       templateName: content.templateName,
       templateLanguage: content.templateLanguage,
       templateVariables: content.templateVariables ?? [],
+      ...(header ? { templateHeader: header.text !== undefined ? { text: header.text } : { mediaUrl: header.mediaUrl } } : {}),
+      ...(content.templateButtons?.length
+        ? { templateButtons: content.templateButtons.map(({ index, urlVariable }) => ({ index, urlVariable })) }
+        : {}),
     });
   }
   return message;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Template parameters
+ * ---------------------------------------------------------------------------------------------- */
+
+/** A template as a send reads it: an operator's row (components null) has a body only, no header and no buttons. */
+export interface SendableTemplate {
+  variable_count: number;
+  components?: TemplateComponents | null;
+}
+
+/**
+ * File extensions each header format takes (the Cloud API's media types), and the other media
+ * extensions we know: a header `mediaUrl` naming a known extension its format does not take
+ * (a `.pdf` for an image header) is refused before the provider is called. A URL without a
+ * known extension is the provider's to judge.
+ */
+const HEADER_EXTENSIONS: Record<'image' | 'video' | 'document', readonly string[]> = {
+  image: ['jpg', 'jpeg', 'png'],
+  video: ['mp4', '3gp'],
+  document: ['pdf', 'txt', 'doc', 'docx', 'xls', 'xlsx', 'ppt', 'pptx'],
+};
+const KNOWN_EXTENSIONS = new Set([...Object.values(HEADER_EXTENSIONS).flat(), 'webp', 'aac', 'amr', 'mp3', 'm4a', 'ogg', 'opus']);
+
+/** The known media extension of a URL's path that `format` does not take, if any. */
+function foreignExtension(format: 'image' | 'video' | 'document', url: string): string | undefined {
+  let path: string;
+  try {
+    path = new URL(url).pathname;
+  } catch {
+    return undefined;
+  }
+  const ext = /\.([A-Za-z0-9]+)$/.exec(path)?.[1]?.toLowerCase();
+  return ext && KNOWN_EXTENSIONS.has(ext) && !HEADER_EXTENSIONS[format].includes(ext) ? ext : undefined;
+}
+
+const invalid = (message: string, hint: string) => new ApiError('TEMPLATE_INVALID', message, { hint });
+const article = (format: string) => (format === 'image' ? 'an image' : `a ${format}`);
+
+/**
+ * A template message's parameters checked against the template's components, and what the Cloud
+ * API is sent (`template.components`: header, body, URL buttons, in that order). 422
+ * TEMPLATE_INVALID, its hint naming the component (`header`, `body`, `buttons[<index>]`), when:
+ * - body: `templateVariables` are not exactly as many as the body's variables;
+ * - header: given to a template without one, or with a fixed text one; missing when the template
+ *   needs it (a media header, or a text header with a variable); of the other kind (`text` for a
+ *   media header, `mediaUrl` for a text one); a `mediaUrl` naming a file type of another format;
+ * - buttons: an entry whose `index` is no button of the template, or a button without a URL
+ *   variable, or an index given twice; a URL button with a variable left without its entry.
+ * The one place these rules live: the send saga's prepare, automations' send_message (through
+ * it), a broadcast's creation and each of its recipients (refuseUnsendable), and the provider call.
+ */
+export function templateComponents(
+  template: SendableTemplate,
+  message: Pick<MessageContent, 'templateVariables' | 'templateHeader' | 'templateButtons'>,
+): TemplateWireComponent[] {
+  const wire: TemplateWireComponent[] = [];
+  const header = template.components?.header ?? null;
+  const given = message.templateHeader;
+  if (!header) {
+    if (given)
+      throw invalid('The template has no header, but templateHeader was given', 'header: leave templateHeader out for this template.');
+  } else if (header.format === 'text') {
+    if (header.variableCount === 0) {
+      if (given)
+        throw invalid(
+          "The template's header is fixed text: it takes no templateHeader",
+          'header: leave templateHeader out for this template.',
+        );
+    } else if (given?.text === undefined) {
+      throw invalid(
+        given
+          ? "The template's header is text: templateHeader takes text, not mediaUrl"
+          : "The template's header takes a variable: templateHeader is required",
+        'header: give templateHeader { text }.',
+      );
+    } else {
+      wire.push({ type: 'header', parameters: [{ type: 'text', text: given.text }] });
+    }
+  } else {
+    const format = header.format;
+    const hint = `header: give templateHeader { mediaUrl } with the https URL of ${article(format)} file.`;
+    if (given?.mediaUrl === undefined) {
+      throw invalid(
+        given
+          ? `The template's header is ${article(format)}: templateHeader takes mediaUrl, not text`
+          : `The template's header is ${article(format)}: templateHeader is required`,
+        hint,
+      );
+    }
+    const ext = foreignExtension(format, given.mediaUrl);
+    if (ext) throw invalid(`The template's header is ${article(format)}, but templateHeader.mediaUrl names a .${ext} file`, hint);
+    const link = { link: given.mediaUrl };
+    wire.push({
+      type: 'header',
+      parameters: [
+        format === 'image'
+          ? { type: 'image', image: link }
+          : format === 'video'
+            ? { type: 'video', video: link }
+            : { type: 'document', document: link },
+      ],
+    });
+  }
+
+  const variables = message.templateVariables ?? [];
+  if (variables.length !== template.variable_count)
+    throw invalid(
+      `The template takes ${template.variable_count} variables, ${variables.length} given`,
+      `body: give exactly ${template.variable_count} templateVariables, in order.`,
+    );
+  if (variables.length > 0) wire.push({ type: 'body', parameters: variables.map((text) => ({ type: 'text', text })) });
+
+  const buttons = template.components?.buttons ?? [];
+  const filled = new Map<number, string>();
+  (message.templateButtons ?? []).forEach(({ index, urlVariable }, i) => {
+    const button = buttons[index];
+    const hint = `buttons[${index}]: templateButtons takes one entry for each URL button with a variable, by its index.`;
+    if (!button) throw invalid(`templateButtons[${i}]: the template has no button ${index}`, hint);
+    if (!button.urlVariable) throw invalid(`templateButtons[${i}]: the template's button ${index} has no URL variable`, hint);
+    if (filled.has(index)) throw invalid(`templateButtons[${i}]: button ${index} is given twice`, hint);
+    filled.set(index, urlVariable);
+  });
+  buttons.forEach((button, index) => {
+    if (!button.urlVariable) return;
+    const text = filled.get(index);
+    if (text === undefined)
+      throw invalid(
+        `The template's button ${index} takes a URL variable: templateButtons has no entry for it`,
+        `buttons[${index}]: give templateButtons { index: ${index}, urlVariable }.`,
+      );
+    wire.push({ type: 'button', sub_type: 'url', index: String(index), parameters: [{ type: 'text', text }] });
+  });
+  return wire;
 }
 
 /** Largest media the provider accepts per type (WhatsApp Cloud API limits). */
@@ -195,16 +383,17 @@ export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'prov
 
 /**
  * What refuses a send once its instance, contact and conversation are known: a disconnected
- * instance, a contact who opted out, a template that is not approved on the instance or gets the
- * wrong number of variables, and (Cloud API only) anything but a template outside the 24-hour
- * window. `template` is the approved template of that name and language, when the message is one.
+ * instance, a contact who opted out, a template that is not approved on the instance or whose
+ * parameters do not fit it (templateComponents), and (Cloud API only) anything but a template
+ * outside the 24-hour window. `template` is the approved template of that name and language, when
+ * the message is one.
  */
 export function refuseUnsendable(send: {
   instance: SendInstance;
   contact: { opted_out: boolean };
   conversation: { last_inbound_at: Date | null };
   message: MessageContent;
-  template?: { variable_count: number };
+  template?: SendableTemplate;
   now: Date;
 }): void {
   const { instance, message } = send;
@@ -220,9 +409,7 @@ export function refuseUnsendable(send: {
         'TEMPLATE_INVALID',
         `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`,
       );
-    const given = message.templateVariables?.length ?? 0;
-    if (given !== send.template.variable_count)
-      throw new ApiError('TEMPLATE_INVALID', `The template takes ${send.template.variable_count} variables, ${given} given`);
+    templateComponents(send.template, message);
   } else if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
     throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
       hint: 'Send type "template" with an approved template.',

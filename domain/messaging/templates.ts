@@ -74,17 +74,21 @@ export async function createTemplate(db: Db, workspaceId: string, input: Templat
   };
 }
 
-/** The approved template of this name and language on the instance, if any (what a template send needs). */
+/**
+ * The approved template of this name and language on the instance, if any: what a template send
+ * needs, its body's variable count and its components (null for an operator's row: a body only),
+ * checked by sending.ts templateComponents.
+ */
 export async function approvedTemplate(
   trx: Db | Knex.Transaction,
   workspaceId: string,
   instanceId: string,
   name: string | undefined,
   language: string | undefined,
-): Promise<{ variable_count: number } | undefined> {
+): Promise<{ variable_count: number; components: TemplateComponents | null } | undefined> {
   return trx('templates')
     .where({ workspace_id: workspaceId, instance_id: instanceId, name, language, status: 'approved' })
-    .first('variable_count');
+    .first('variable_count', 'components');
 }
 
 /** The public shape (GET /api/v1/templates). An operator's row has no category and only its body's variable count. */
