@@ -485,6 +485,7 @@ CREATE TABLE message_media (
 );
 CREATE INDEX message_media_to_start_idx ON public.message_media USING btree (created_at) WHERE (status = 'pending'::text);
 CREATE INDEX message_media_workspace_idx ON public.message_media USING btree (workspace_id, message_id);
+CREATE TRIGGER message_media_touch_message AFTER UPDATE OF status, mime_type, size, file_name, sha256, reason ON public.message_media FOR EACH ROW WHEN (((((((old.status IS DISTINCT FROM new.status) OR (old.mime_type IS DISTINCT FROM new.mime_type)) OR (old.size IS DISTINCT FROM new.size)) OR (old.file_name IS DISTINCT FROM new.file_name)) OR (old.sha256 IS DISTINCT FROM new.sha256)) OR (old.reason IS DISTINCT FROM new.reason))) EXECUTE FUNCTION touch_message_of_media();
 
 CREATE TABLE message_media_chunks (
   message_id uuid NOT NULL,
@@ -511,6 +512,7 @@ CREATE TABLE messages (
   sent_by_member_id uuid,
   timestamp timestamp with time zone DEFAULT now() NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL,
   CONSTRAINT messages_pkey PRIMARY KEY (id),
   CONSTRAINT messages_direction_check CHECK ((direction = ANY (ARRAY['in'::text, 'out'::text]))),
   CONSTRAINT messages_status_check CHECK ((status = ANY (ARRAY['sent'::text, 'delivered'::text, 'received'::text, 'read'::text, 'failed'::text]))),
@@ -518,7 +520,11 @@ CREATE TABLE messages (
   CONSTRAINT messages_workspace_id_conversation_id_fkey FOREIGN KEY (workspace_id, conversation_id) REFERENCES conversations(workspace_id, id) ON DELETE CASCADE
 );
 CREATE INDEX messages_conversation_idx ON public.messages USING btree (conversation_id, "timestamp" DESC, id DESC);
+CREATE INDEX messages_conversation_updated_idx ON public.messages USING btree (conversation_id, updated_at, id);
 CREATE UNIQUE INDEX messages_provider_id_uq ON public.messages USING btree (workspace_id, provider_message_id) WHERE (provider_message_id IS NOT NULL);
+CREATE INDEX messages_workspace_timestamp_idx ON public.messages USING btree (workspace_id, "timestamp" DESC, id DESC);
+CREATE INDEX messages_workspace_updated_idx ON public.messages USING btree (workspace_id, updated_at, id);
+CREATE TRIGGER messages_stamp_move BEFORE UPDATE OF conversation_id ON public.messages FOR EACH ROW WHEN ((old.conversation_id IS DISTINCT FROM new.conversation_id)) EXECUTE FUNCTION stamp_moved_message();
 
 CREATE TABLE notes (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -1002,6 +1008,15 @@ BEGIN
   END LOOP;
 END $function$;
 
+CREATE OR REPLACE FUNCTION public.stamp_moved_message()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  NEW.updated_at := now();
+  RETURN NEW;
+END $function$;
+
 CREATE OR REPLACE FUNCTION public.tag_contact_counts_add(ws uuid, tag uuid, d bigint)
  RETURNS void
  LANGUAGE plpgsql
@@ -1076,6 +1091,15 @@ CREATE OR REPLACE FUNCTION public.touch_conversations_of_instance()
 AS $function$
 BEGIN
   UPDATE conversations SET updated_at = now() WHERE workspace_id = NEW.workspace_id AND instance_id = NEW.id;
+  RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.touch_message_of_media()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  UPDATE messages SET updated_at = now() WHERE workspace_id = NEW.workspace_id AND id = NEW.message_id;
   RETURN NULL;
 END $function$;
 

@@ -25,7 +25,7 @@ const MessageMedia = z
   })
   .openapi('MessageMedia');
 
-const Message = z
+export const Message = z
   .object({
     id: z.string(),
     direction: z.enum(['in', 'out']).describe('`in` received, `out` sent'),

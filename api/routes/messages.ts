@@ -10,6 +10,11 @@ import { MESSAGE_CONTENT_FIELDS, messageContent, messageRequirements, missingFie
 import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/leads/phone';
 import { isUuid } from '../../domain/kernel/ids';
 import { assertSafeUrlSyntax } from '../../domain/platform/url-safety';
+import { listOrSyncOf } from '../schemas';
+import { Message } from './conversations';
+import { pageQuery } from '../../domain/kernel/pagination';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
+import { listMessages, MESSAGE_DIRECTIONS, MESSAGE_SYNC_FILTERS, syncMessages } from '../../domain/messaging/message-list';
 
 /** The message fields of both send endpoints (the rule of each type: domain/messaging/sending.ts). */
 const content = {
@@ -32,8 +37,10 @@ function requireForType(body: ContentInput, zctx: z.RefinementCtx): void {
  * field's pattern for every type, so a request breaking it is refused, never quietly accepted.
  */
 function messageOf(ctx: Context, body: ContentInput): MessageContent {
-  if (body.mediaUrl !== undefined)
-    assertSafeUrlSyntax(body.mediaUrl, { allowPrivate: ctx.deps.config.allowPrivateUrls }, { field: 'mediaUrl' });
+  const policy = { allowPrivate: ctx.deps.config.allowPrivateUrls };
+  if (body.mediaUrl !== undefined) assertSafeUrlSyntax(body.mediaUrl, policy, { field: 'mediaUrl' });
+  if (body.templateHeader?.mediaUrl !== undefined)
+    assertSafeUrlSyntax(body.templateHeader.mediaUrl, policy, { field: 'templateHeader.mediaUrl' });
   return messageContent(body);
 }
 
@@ -72,6 +79,24 @@ const IDEMPOTENCY =
   'SEND_FAILED, or a refusal) frees the key. A key names one request: reused on another body or the other send endpoint it is ' +
   '422 IDEMPOTENCY_KEY_REUSED. A send the provider may have accepted without our knowing (no answer in time) is 409 ' +
   'SEND_OUTCOME_UNKNOWN, never sent twice, and its key keeps that answer: check the conversation before sending again.';
+
+/** The list and sync of every message (docs/messaging.md, "Reading every message"). */
+const ListedMessage = z
+  .object({
+    ...Message.shape,
+    conversationId: z.string(),
+    updatedAt: z.string().describe('Moves with the status, the media and a move to another conversation (a lead merge)'),
+  })
+  .openapi('ListedMessage');
+
+const MessageListQuery = pageQuery().extend({
+  conversationId: z.uuid().optional().meta({
+    description: "Only this conversation's messages (another workspace's conversation, or one not listed, gives an empty list)",
+  }),
+  direction: z.enum(MESSAGE_DIRECTIONS).optional().meta({ description: '`in` received, `out` sent' }),
+  updatedAfter: updatedAfterParam,
+  ...syncParams('messages'),
+});
 
 export const messageRoutes = [
   route({
@@ -146,6 +171,33 @@ export const messageRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const data = await runSend(ctx, { workspaceId, conversationId: params.id, message: messageOf(ctx, body) }, { kind: 'conversation' });
       return { data };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/v1/messages',
+    operationId: 'listMessages',
+    tag: 'Conversations',
+    auth: 'apiKey',
+    scopes: ['conversations:read'],
+    ipProfile: 'read',
+    summary: 'List the messages of every conversation, newest first, or sync them',
+    description:
+      "Every message of the workspace's conversations, as a conversation shows them plus `conversationId` and `updatedAt`: a " +
+      'warehouse mirrors every conversation, statuses and media included, without reading each one. Offset pages are ordered ' +
+      'by `timestamp` descending, then `id` descending. Filters: `conversationId`, `direction` (`in`, `out`), `updatedAfter`. ' +
+      'Messages of group chats, of merged or deleted contacts and of archived connections never appear, like their conversations. ' +
+      'A status move, the media stored or unavailable, and a move to another conversation (a lead merge) move `updatedAt`.\n\n' +
+      syncDescription(', `updatedAfter` (first page)', MESSAGE_SYNC_FILTERS) +
+      " Messages leave with their conversation, without a tombstone of their own (a deleted lead's tombstone says so).",
+    query: MessageListQuery,
+    response: listOrSyncOf(ListedMessage),
+    handler: async (ctx, { query }) => {
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const read = syncRead(ctx.query, query, Object.keys(MessageListQuery.shape), [], MESSAGE_SYNC_FILTERS);
+      const { conversationId, direction, updatedAfter, limit, offset } = query;
+      if (read) return syncMessages(ctx.deps.db, workspaceId, { conversationId, direction }, read);
+      return listMessages(ctx.deps.db, workspaceId, { conversationId, direction, updatedAfter }, { limit, offset });
     },
   }),
 ];

@@ -25,7 +25,8 @@ interface ConversationRow {
   updated_at: Date;
 }
 
-interface MessageRow {
+/** The columns of a message row the API shows (MESSAGE_COLUMNS). */
+export interface MessageRow {
   id: string;
   direction: 'in' | 'out';
   type: string;
@@ -115,6 +116,24 @@ export function serializeMessage(row: MessageRow, media: MediaRecord | null = nu
   };
 }
 
+/** The columns serializeMessage reads, as selected from `messages` (or `messages as m`, with the prefix). */
+export const messageColumns = (prefix = ''): string[] =>
+  ['id', 'direction', 'type', 'body', 'media_url', 'timestamp', 'status'].map((c) => `${prefix}${c}`);
+
+/** Messages as the API shows them, with their media (one query for the page's inbound media messages). */
+export async function serializeMessages<Row extends MessageRow>(
+  db: Reader,
+  workspaceId: string,
+  rows: Row[],
+): Promise<{ row: Row; message: ReturnType<typeof serializeMessage> }[]> {
+  const media = await mediaOfMessages(
+    db,
+    workspaceId,
+    rows.filter((r) => r.direction === 'in' && r.type !== 'text').map((r) => r.id),
+  );
+  return rows.map((row) => ({ row, message: serializeMessage(row, media.get(row.id) ?? null) }));
+}
+
 export interface ConversationFilters {
   instanceId?: string;
   status?: ConversationStatus;
@@ -177,15 +196,10 @@ export async function getConversationWithMessages(
         { column: 'timestamp', order: 'desc' },
         { column: 'id', order: 'desc' },
       ])
-      .select('id', 'direction', 'type', 'body', 'media_url', 'timestamp', 'status'),
-  );
-  const media = await mediaOfMessages(
-    db,
-    workspaceId,
-    rows.filter((r) => r.direction === 'in' && r.type !== 'text').map((r) => r.id),
+      .select(messageColumns()),
   );
   const envelope = listEnvelope(
-    rows.map((r) => serializeMessage(r, media.get(r.id) ?? null)),
+    (await serializeMessages(db, workspaceId, rows)).map((m) => m.message),
     total,
     page,
   );

@@ -567,7 +567,7 @@ async function applyStatus(trx: Knex.Transaction, instance: WebhookInstance, sta
         WHERE m.workspace_id = ? AND m.provider_message_id = ? AND m.direction = 'out' AND m.status = ANY(?::text[])
           FOR UPDATE OF m
      )
-     UPDATE messages AS m SET status = ?
+     UPDATE messages AS m SET status = ?, updated_at = now()
        FROM before
       WHERE m.workspace_id = ? AND m.id = before.id
      RETURNING m.id, m.conversation_id, before.contact_id, before.previous`,

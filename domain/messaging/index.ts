@@ -3,6 +3,7 @@ export * from './failures';
 export * from './inbound';
 export * from './instances';
 export * from './media';
+export * from './message-list';
 export * from './messaging';
 export * from './send-attempts';
 export * from './send-requests';

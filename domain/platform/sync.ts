@@ -5,14 +5,14 @@ import type { Db } from './db';
 import { ApiError, isoInstant } from '../kernel';
 
 /**
- * Incremental sync (cursor paging) of the record lists: leads, deals, tasks, products and
- * conversations, in (updatedAt, id) order from a position, read only up to the settled horizon
+ * Incremental sync (cursor paging) of the record lists: leads, deals, tasks, products,
+ * conversations and messages, in (updatedAt, id) order from a position, read only up to the settled horizon
  * (domain/platform/cursor.ts), so a job reading "everything changed since my last run" while others write
  * neither misses nor repeats a row. The list routes answer offset pages unless asked for this.
  */
 
 /** The lists that sync, each its own cursor kind: a deals cursor on leads is 400 VALIDATION. */
-export type SyncKind = 'leads' | 'deals' | 'tasks' | 'products' | 'conversations';
+export type SyncKind = 'leads' | 'deals' | 'tasks' | 'products' | 'conversations' | 'messages';
 
 /** A position in (updatedAt, id) order: after the row whose updated_at (in microseconds since the epoch) and id these are. */
 export type Position = string[];
@@ -43,17 +43,25 @@ export const updatedAfterParam = isoInstant
   .optional()
   .meta({ description: 'Changed at or after this instant (ISO 8601; inclusive). With cursor paging: where the first page starts.' });
 
-/** The parameters cursor paging takes; the list's others (offset, sort, order, filters) are refused with it. */
+/** The parameters cursor paging takes; the list's others (offset, sort, order, filters but its sync filters) are refused with it. */
 const SYNC_PARAMS = ['paging', 'cursor', 'updatedAfter', 'limit'];
 
-/** What the operation descriptions of the syncing lists say about cursor paging. */
-export function syncDescription(extra = ''): string {
+/**
+ * What the operation descriptions of the syncing lists say about cursor paging. `filters`: the
+ * list's sync filters (syncRead's `filters`), which cursor paging takes too.
+ */
+export function syncDescription(extra = '', filters: readonly string[] = []): string {
+  const takes = filters.length
+    ? `\`limit\`${extra} and the filters ${filters.map((f) => `\`${f}\``).join(' and ')} (the same ones on every page of a ` +
+      'pass: a cursor holds a position, never a filter)'
+    : `\`limit\`${extra}`;
   return (
     'Incremental sync: `paging=cursor` (first page; `updatedAfter` to start at an instant) or `cursor=<pagination.nextCursor>` ' +
     '(later pages) answers `{ data, pagination: { limit, hasMore, nextCursor } }` in (`updatedAt`, `id`) order, each row once, ' +
     'even while others write; store `nextCursor` (always present) and resume from it on the next run. Cursor paging takes only ' +
-    `\`limit\`${extra}; \`offset\`, \`sort\`, \`order\` or a filter with it is 400 \`VALIDATION\`. Rows changed in the last moments ` +
-    'appear once no transaction that began before them is still open. Without `paging` or `cursor`: offset pages as usual.'
+    `${takes}; \`offset\`, \`sort\`, \`order\` or ${filters.length ? 'another' : 'a'} filter with it is 400 \`VALIDATION\`. ` +
+    'Rows changed in the last moments appear once no transaction that began before them is still open. Without `paging` or ' +
+    '`cursor`: offset pages as usual.'
   );
 }
 
@@ -70,13 +78,17 @@ const refuse = (name: string, problem: string, hint: string) =>
  * The sync read a list request asks for, or undefined when it asks for an offset page. `raw` is
  * the query string as received (a parameter with a default is refused only when it was sent),
  * `known` the list's parameters (unknown ones are ignored, as everywhere), `cursorOnly` those that
- * only cursor paging takes (400 VALIDATION on an offset page).
+ * only cursor paging takes (400 VALIDATION on an offset page), `filters` the list's filters that
+ * cursor paging takes too. The caller applies them to the page's scope; they must select on what
+ * a row's updated_at covers, so a row changed into the filter is read again after the position
+ * (the cursor holds the position only, never the filters).
  */
 export function syncRead(
   raw: Record<string, unknown>,
   query: { paging?: 'cursor'; cursor?: Position; updatedAfter?: Date; limit: number },
   known: readonly string[],
   cursorOnly: readonly string[] = [],
+  filters: readonly string[] = [],
 ): SyncRead | undefined {
   const sent = known.filter((name) => raw[name] !== undefined);
   if (query.paging !== 'cursor' && query.cursor === undefined) {
@@ -84,7 +96,7 @@ export function syncRead(
     if (misplaced) throw refuse(misplaced, 'only with cursor paging', 'send it with paging=cursor or cursor=<pagination.nextCursor>.');
     return undefined;
   }
-  const takes = [...SYNC_PARAMS, ...cursorOnly];
+  const takes = [...SYNC_PARAMS, ...cursorOnly, ...filters];
   const refused = sent.find((name) => !takes.includes(name));
   if (refused) {
     throw refuse(

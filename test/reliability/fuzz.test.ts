@@ -1586,6 +1586,12 @@ const QUERY_EXAMPLES: Record<string, () => [string, string][]> = {
     ['order', 'desc'],
     ['offset', '1'],
   ],
+  'get /api/v1/messages': () => [
+    ['conversationId', f.conversation.id],
+    ['direction', 'in'],
+    ['updatedAfter', '2020-01-01'],
+    ['limit', '5'],
+  ],
 };
 
 function queryArb(r: AnyRoute): fc.Arbitrary<string> {
@@ -1988,8 +1994,8 @@ async function allPages(r: AnyRoute, p: string): Promise<{ id: string }[]> {
 
 /**
  * Every list endpoint of the fixture workspace (leads, deals, tasks, products, tags, lists,
- * conversations, webhooks, automations, instances; pipelines), each item read by id, and each
- * item's sub-lists (a lead's notes and insight, a deal's activities, a list's contacts, ...).
+ * conversations, messages, webhooks, automations, instances; pipelines), each item read by id, and
+ * each item's sub-lists (a lead's notes and insight, a deal's activities, a list's contacts, ...).
  */
 async function listBack(): Promise<string> {
   const counts: string[] = [];
@@ -2002,8 +2008,14 @@ async function listBack(): Promise<string> {
     }
     const items = await allPages(list, list.path);
     const single = byKey(`get ${list.path}/{id}`);
+    // A download (a message's media file) is no sub-record every item has: only media messages answer one.
     const subs = ROUTES.filter(
-      (r) => r.auth === 'apiKey' && r.method === 'get' && r.path.startsWith(`${list.path}/{id}/`) && paramNames(r).length === 1,
+      (r) =>
+        r.auth === 'apiKey' &&
+        r.method === 'get' &&
+        r.path.startsWith(`${list.path}/{id}/`) &&
+        paramNames(r).length === 1 &&
+        !r.responseContentType,
     );
     let subItems = 0;
     for (const item of items) {
