@@ -13,6 +13,8 @@ import {
   limitText,
   markStored,
   markUnavailable,
+  mediaStorageRoom,
+  storageFullReason,
   MEDIA_CHUNK_BYTES,
   mediaToFetch,
   writeChunk,
@@ -66,6 +68,8 @@ class ChunkWriter {
   constructor(
     private readonly db: Db,
     private readonly row: MediaRow,
+    /** The workspace's room for stored media when the fetch began: a file past it is not kept. */
+    readonly room: { limitMb: number; bytes: number },
   ) {}
 
   async write(data: Buffer): Promise<void> {
@@ -74,6 +78,7 @@ class ChunkWriter {
     const limit = INBOUND_MEDIA_LIMITS[this.row.type];
     if (this.size > limit)
       throw new Final(`the ${this.row.type} is more than ${limitText(this.row.type)}, the provider's limit for its type`);
+    if (this.size > this.room.bytes) throw new Final(storageFullReason(this.room.limitMb));
     this.hash.update(data);
     this.parts.push(data);
     this.held += data.length;
@@ -192,6 +197,7 @@ async function fetchCloud(
       `the ${row.type} is ${(declared / 1048576).toFixed(1)} MB; the provider's limit for its type is ${limitText(row.type)}`,
     );
   }
+  if (Number.isFinite(declared) && declared > sink.room.bytes) throw new Final(storageFullReason(sink.room.limitMb));
   if (typeof meta.url !== 'string') throw retryable('the WhatsApp Cloud API answered the media id without a url');
   const res = await open(meta.url, {
     method: 'GET',
@@ -387,7 +393,7 @@ export function createInboundMediaActivities({ db, config }: { db: Db; config: P
       }
       const instanceConfig = instance.config;
       await clearChunks(db, row.workspace_id, row.message_id);
-      const sink = new ChunkWriter(db, row);
+      const sink = new ChunkWriter(db, row, await mediaStorageRoom(db, row.workspace_id));
       try {
         const said =
           instance.provider === 'cloud'
@@ -401,6 +407,8 @@ export function createInboundMediaActivities({ db, config }: { db: Db; config: P
         });
         // Another try of the same file overlapped this one (a worker presumed dead): write it again.
         if (stored === 'mismatch') throw retryable('the stored chunks do not add up to the file; fetching it again');
+        // Other files of the workspace were stored meanwhile and this one no longer fits: not kept.
+        if (stored === 'full') return { status: 'unavailable' };
         return { status: 'stored' };
       } catch (err) {
         if (!(err instanceof Final)) throw err;

@@ -483,6 +483,7 @@ CREATE TABLE message_media (
   CONSTRAINT message_media_type_check CHECK ((type = ANY (ARRAY['image'::text, 'audio'::text, 'video'::text, 'document'::text, 'sticker'::text]))),
   CONSTRAINT message_media_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE
 );
+CREATE INDEX message_media_stored_size ON public.message_media USING btree (workspace_id) INCLUDE (size) WHERE (status = 'stored'::text);
 CREATE INDEX message_media_to_start_idx ON public.message_media USING btree (created_at) WHERE (status = 'pending'::text);
 CREATE INDEX message_media_workspace_idx ON public.message_media USING btree (workspace_id, message_id);
 CREATE TRIGGER message_media_touch_message AFTER UPDATE OF status, mime_type, size, file_name, sha256, reason ON public.message_media FOR EACH ROW WHEN (((((((old.status IS DISTINCT FROM new.status) OR (old.mime_type IS DISTINCT FROM new.mime_type)) OR (old.size IS DISTINCT FROM new.size)) OR (old.file_name IS DISTINCT FROM new.file_name)) OR (old.sha256 IS DISTINCT FROM new.sha256)) OR (old.reason IS DISTINCT FROM new.reason))) EXECUTE FUNCTION touch_message_of_media();
@@ -825,6 +826,7 @@ CREATE TABLE workspaces (
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
   automation_limit integer DEFAULT 100 NOT NULL,
   automation_runs_per_minute integer DEFAULT 600 NOT NULL,
+  media_storage_mb integer DEFAULT 10240 NOT NULL,
   CONSTRAINT workspaces_pkey PRIMARY KEY (id),
   CONSTRAINT workspaces_automation_limit_check CHECK ((automation_limit >= 0)),
   CONSTRAINT workspaces_automation_runs_per_minute_check CHECK ((automation_runs_per_minute >= 0)),
@@ -832,6 +834,7 @@ CREATE TABLE workspaces (
   CONSTRAINT workspaces_daily_message_quota_check CHECK ((daily_message_quota >= 0)),
   CONSTRAINT workspaces_deal_limit_check CHECK ((deal_limit >= 0)),
   CONSTRAINT workspaces_inbound_webhook_quota_check CHECK ((inbound_webhook_quota >= 0)),
+  CONSTRAINT workspaces_media_storage_mb_check CHECK ((media_storage_mb >= 0)),
   CONSTRAINT workspaces_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
   CONSTRAINT workspaces_webhook_quota_check CHECK ((webhook_quota >= 0))
 );

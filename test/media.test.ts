@@ -212,6 +212,40 @@ describe('Cloud API inbound media', () => {
   });
 });
 
+describe("the plan's media storage limit", () => {
+  it('keeps files while they fit in mediaStorageMb; one that would pass it is unavailable with the reason, and its bytes are not kept', async () => {
+    const ws = await createWorkspace(api, { scopes: [...SCOPES], plan: { mediaStorageMb: 1 } });
+    const { phoneNumberId } = await cloudInstance(api, ws.id, { label: 'ms' });
+    const first = uniqueId('wamid.fits');
+    await cloudInbound(phoneNumberId, { id: first, media: { type: 'image', bytes: 600_000 } });
+    expect((await settled(ws, first)).media).toMatchObject({ status: 'stored', size: 600_000 });
+    // 600,000 + 500,000 bytes > 1 MB (1,048,576): the Cloud API declares the size, so nothing is downloaded.
+    const second = uniqueId('wamid.over');
+    const secondMedia = uniqueId('9400');
+    await cloudInbound(phoneNumberId, { id: second, media: { type: 'image', bytes: 500_000, mediaId: secondMedia } });
+    const refused = await settled(ws, second);
+    expect(refused.media).toMatchObject({ status: 'unavailable', size: null, sha256: null });
+    expect(refused.media.reason).toBe(
+      "the workspace's stored media would pass its plan's limit (mediaStorageMb: 1 MB); the file was not kept",
+    );
+    expect((await emulator(`/__emulator/media?id=${secondMedia}`)).fetches.map((f: any) => f.api)).toEqual(['meta']);
+    expect(await api.db('message_media_chunks').where({ message_id: refused.id })).toEqual([]);
+    expectError(await api.request('GET', `/api/v1/messages/${refused.id}/media`, { key: ws.key }), 409, 'MEDIA_UNAVAILABLE');
+    // A smaller one still fits; the limit counts stored bytes, and a raised limit makes room at once.
+    const small = uniqueId('wamid.small');
+    await cloudInbound(phoneNumberId, { id: small, media: { type: 'image', bytes: 400_000 } });
+    expect((await settled(ws, small)).media.status).toBe('stored');
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}`, { plan: { mediaStorageMb: 2 } })).status).toBe(200);
+    const later = uniqueId('wamid.later');
+    await cloudInbound(phoneNumberId, { id: later, media: { type: 'image', bytes: 500_000 } });
+    expect((await settled(ws, later)).media.status).toBe('stored');
+    // Never unlimited: null is refused, and a workspace gets the default.
+    expectError(await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}`, { plan: { mediaStorageMb: null } }), 400, 'VALIDATION');
+    const fresh = await api.admin('POST', '/admin/v1/workspaces', { name: 'Default media limit' });
+    expect(fresh.body.data.plan.mediaStorageMb).toBe(10_240);
+  });
+});
+
 describe('fair between workspaces', () => {
   it("one workspace's backlog of fetches never holds back another's: at most 16 of a workspace in flight, another's file claimed at once", async () => {
     const flood = await createWorkspace(api, { scopes: [...SCOPES] });
@@ -231,12 +265,11 @@ describe('fair between workspaces', () => {
     const watch = setInterval(() => void inFlight().then((n) => (most = Math.max(most, n.started))), 50);
     try {
       await eventually('the flood to fill its share of fetches', async () => (await inFlight()).started >= 16, 30_000, 50);
-      // The other workspace's file arrives behind 40 of the flood's: it is claimed at the next pass
-      // and stored while the flood still has files that have not even started.
+      // The other workspace's file arrives behind 40 of the flood's: it is claimed at the next pass,
+      // before the flood's files still waiting for their turn (checked below, once all are done).
       const id = uniqueId('wamid.quiet');
       await cloudInbound(quiet.phoneNumberId, { id, media: { type: 'image', bytes: 2_000 } });
       expect((await settled(other, id, 30_000)).media.status).toBe('stored');
-      expect((await inFlight()).waiting).toBeGreaterThan(0);
       // The flood drains at its own pace, never more than its share at once.
       await eventually('the flood to drain', async () => (await inFlight()).started + (await inFlight()).waiting === 0, 120_000, 200);
     } finally {
@@ -245,6 +278,15 @@ describe('fair between workspaces', () => {
     expect(most).toBe(16);
     const stored = await api.db('message_media').where({ workspace_id: flood.id, status: 'stored' }).count({ n: '*' }).first();
     expect(Number(stored!.n)).toBe(40);
+    // Claimed in turn: some of the flood's files, there before the other's, started only after it.
+    const { started_at: otherStarted } = await api.db('message_media').where({ workspace_id: other.id }).first('started_at');
+    const after = await api
+      .db('message_media')
+      .where({ workspace_id: flood.id })
+      .where('started_at', '>', otherStarted)
+      .count({ n: '*' })
+      .first();
+    expect(Number(after!.n)).toBeGreaterThan(0);
   }, 180_000);
 });
 

@@ -65,8 +65,9 @@ const ws = z.object({ id: z.uuid() });
 const PLAN_DOC =
   `Limits on counts the tenant controls always hold a number, never unlimited: \`automationLimit\` (default ${PLAN_DEFAULTS.automationLimit}; ` +
   `creating one more automation is 402 \`AUTOMATION_LIMIT_REACHED\`), \`webhookQuota\` (webhook subscriptions, default ${PLAN_DEFAULTS.webhookQuota}; ` +
-  `402 \`WEBHOOK_LIMIT_REACHED\`) and \`automationRunsPerMinute\` (runs started by triggers and by the inbound receiver, default ` +
-  `${PLAN_DEFAULTS.automationRunsPerMinute}); null for them is 400 \`VALIDATION\`. Lowering one below what the workspace has refuses only new ones. ` +
+  `402 \`WEBHOOK_LIMIT_REACHED\`), \`automationRunsPerMinute\` (runs started by triggers and by the inbound receiver, default ` +
+  `${PLAN_DEFAULTS.automationRunsPerMinute}) and \`mediaStorageMb\` (the inbound media files kept, in MB, default ${PLAN_DEFAULTS.mediaStorageMb}; ` +
+  `a file that would pass it is not kept: its media is \`unavailable\` with the reason); null for them is 400 \`VALIDATION\`. Lowering one below what the workspace has refuses only new ones. ` +
   'The other limits (`dealLimit`, `dailyMessageQuota`, `broadcastLimit`, `inboundWebhookQuota`) are unlimited when null or absent.';
 const wsAnd = <K extends string>(key: K) => z.object({ id: z.uuid(), [key]: z.uuid() } as { id: z.ZodUUID } & Record<K, z.ZodUUID>);
 

@@ -12,9 +12,10 @@ const limit = z.number().int().min(0).max(INT_MAX).nullable();
  * Defaults of the plan limits on counts a tenant controls itself (how many automations and
  * webhook subscriptions it makes, how many runs they start): such a limit always has a value,
  * never unlimited, since one tenant's unbounded count slows every other tenant's dispatch
- * (docs/reliability.md). The migration 20261126200100_plan_limit_defaults sets the same column defaults.
+ * (docs/reliability.md). The migrations 20261126200100_plan_limit_defaults and
+ * 20261127060100_media_storage_limit set the same column defaults.
  */
-export const PLAN_DEFAULTS = { automationLimit: 100, webhookQuota: 10, automationRunsPerMinute: 600 } as const;
+export const PLAN_DEFAULTS = { automationLimit: 100, webhookQuota: 10, automationRunsPerMinute: 600, mediaStorageMb: 10_240 } as const;
 
 /** A limit on a count the tenant controls: a number (null, unlimited, is 400 VALIDATION); absent on creation, its default. */
 const boundedLimit = (field: keyof typeof PLAN_DEFAULTS) =>
@@ -44,6 +45,7 @@ export const planSchema = z
     webhookQuota: boundedLimit('webhookQuota'),
     automationLimit: boundedLimit('automationLimit'),
     automationRunsPerMinute: boundedLimit('automationRunsPerMinute'),
+    mediaStorageMb: boundedLimit('mediaStorageMb'),
     apiAccess: z.boolean(),
     active: z.boolean(),
   })
@@ -58,6 +60,7 @@ const PLAN_COLUMNS = {
   webhookQuota: 'webhook_quota',
   automationLimit: 'automation_limit',
   automationRunsPerMinute: 'automation_runs_per_minute',
+  mediaStorageMb: 'media_storage_mb',
   apiAccess: 'api_access',
   active: 'active',
 } as const;
@@ -72,6 +75,7 @@ export interface WorkspaceRow {
   webhook_quota: number;
   automation_limit: number;
   automation_runs_per_minute: number;
+  media_storage_mb: number;
   api_access: boolean;
   active: boolean;
   created_at: Date;
@@ -99,6 +103,7 @@ export function serializeWorkspace(row: WorkspaceRow) {
       webhookQuota: row.webhook_quota,
       automationLimit: row.automation_limit,
       automationRunsPerMinute: row.automation_runs_per_minute,
+      mediaStorageMb: row.media_storage_mb,
       apiAccess: row.api_access,
       active: row.active,
     },

@@ -150,38 +150,69 @@ export async function writeChunk(db: Db, workspaceId: string, messageId: string,
   await db('message_media_chunks').insert({ workspace_id: workspaceId, message_id: messageId, seq, data });
 }
 
+/** Why a file is not kept when the workspace's stored media would pass its plan's `mediaStorageMb`. */
+export function storageFullReason(limitMb: number): string {
+  return `the workspace's stored media would pass its plan's limit (mediaStorageMb: ${limitMb} MB); the file was not kept`;
+}
+
+/**
+ * Room left for stored media in the workspace (its plan's `mediaStorageMb` less the files stored):
+ * a fetch stops as soon as its file would not fit (markStored decides, under a lock).
+ */
+export async function mediaStorageRoom(db: Db | Knex.Transaction, workspaceId: string): Promise<{ limitMb: number; bytes: number }> {
+  const row: { limit_mb: number; used: string } | undefined = await db('workspaces')
+    .where({ id: workspaceId })
+    .first({
+      limit_mb: 'media_storage_mb',
+      used: db.raw(`(SELECT coalesce(sum(size), 0) FROM message_media WHERE workspace_id = ? AND status = 'stored')`, [workspaceId]),
+    });
+  if (!row) return { limitMb: 0, bytes: 0 };
+  return { limitMb: row.limit_mb, bytes: Math.max(0, row.limit_mb * 1_048_576 - Number(row.used)) };
+}
+
 /**
  * `stored`, once: only a pending row moves (a second fetch of the same file changes nothing), and
  * only when its chunks hold exactly `size` bytes (a try that overlapped another's cannot store a
  * file the other cut short). Answers whether it moved; `mismatch` when the chunks did not add up.
+ * A file that would take the workspace's stored media past its plan's `mediaStorageMb` is not
+ * kept: `unavailable` with the reason, chunks deleted, answer `full`. The check and the move hold
+ * the workspace's media lock, so two fetches finishing at once cannot both pass the limit.
  */
 export async function markStored(
   db: Db,
   workspaceId: string,
   messageId: string,
   file: { size: number; sha256: string; mimeType: string; fileName: string | null },
-): Promise<boolean | 'mismatch'> {
-  const n = await db('message_media')
-    .where({ workspace_id: workspaceId, message_id: messageId, status: 'pending' })
-    .whereRaw('(SELECT coalesce(sum(octet_length(data)), 0) FROM message_media_chunks WHERE workspace_id = ? AND message_id = ?) = ?', [
-      workspaceId,
-      messageId,
-      file.size,
-    ])
-    .update({
-      status: 'stored',
-      size: file.size,
-      sha256: file.sha256,
-      mime_type: file.mimeType.slice(0, 255),
-      file_name: db.raw('coalesce(file_name, ?)', [clip(file.fileName, 255)]),
-      reason: null,
-      updated_at: db.fn.now(),
-    });
-  if (n > 0) return true;
-  const row: { status: MediaStatus } | undefined = await db('message_media')
-    .where({ workspace_id: workspaceId, message_id: messageId })
-    .first('status');
-  return row?.status === 'pending' ? 'mismatch' : false;
+): Promise<boolean | 'mismatch' | 'full'> {
+  return db.transaction(async (trx) => {
+    await trx.raw(`SELECT pg_advisory_xact_lock(hashtextextended('media-storage:' || ?, 0))`, [workspaceId]);
+    const room = await mediaStorageRoom(trx, workspaceId);
+    if (file.size > room.bytes) {
+      const moved = await markUnavailableIn(trx, workspaceId, messageId, storageFullReason(room.limitMb), { mimeType: file.mimeType });
+      return moved ? 'full' : false;
+    }
+    const n = await trx('message_media')
+      .where({ workspace_id: workspaceId, message_id: messageId, status: 'pending' })
+      .whereRaw('(SELECT coalesce(sum(octet_length(data)), 0) FROM message_media_chunks WHERE workspace_id = ? AND message_id = ?) = ?', [
+        workspaceId,
+        messageId,
+        file.size,
+      ])
+      .update({
+        status: 'stored',
+        size: file.size,
+        sha256: file.sha256,
+        mime_type: file.mimeType.slice(0, 255),
+        file_name: trx.raw('coalesce(file_name, ?)', [clip(file.fileName, 255)]),
+        reason: null,
+        updated_at: trx.fn.now(),
+      });
+    if (n > 0) return true;
+    const row: { status: MediaStatus } | undefined = await trx('message_media')
+      .where({ workspace_id: workspaceId, message_id: messageId })
+      .first('status');
+    return row?.status === 'pending' ? 'mismatch' : false;
+  });
 }
 
 /** `unavailable` with a reason (its chunks, if a try left any, deleted); only a pending row moves. */
@@ -190,20 +221,28 @@ export async function markUnavailable(
   workspaceId: string,
   messageId: string,
   reason: string,
-  known: { mimeType?: string; size?: number } = {},
+  known: { mimeType?: string } = {},
 ): Promise<boolean> {
-  return db.transaction(async (trx) => {
-    const n = await trx('message_media')
-      .where({ workspace_id: workspaceId, message_id: messageId, status: 'pending' })
-      .update({
-        status: 'unavailable',
-        reason: reason.slice(0, 1000),
-        ...(known.mimeType ? { mime_type: known.mimeType.slice(0, 255) } : {}),
-        updated_at: trx.fn.now(),
-      });
-    if (n > 0) await trx('message_media_chunks').where({ workspace_id: workspaceId, message_id: messageId }).delete();
-    return n > 0;
-  });
+  return db.transaction((trx) => markUnavailableIn(trx, workspaceId, messageId, reason, known));
+}
+
+async function markUnavailableIn(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  messageId: string,
+  reason: string,
+  known: { mimeType?: string },
+): Promise<boolean> {
+  const n = await trx('message_media')
+    .where({ workspace_id: workspaceId, message_id: messageId, status: 'pending' })
+    .update({
+      status: 'unavailable',
+      reason: reason.slice(0, 1000),
+      ...(known.mimeType ? { mime_type: known.mimeType.slice(0, 255) } : {}),
+      updated_at: trx.fn.now(),
+    });
+  if (n > 0) await trx('message_media_chunks').where({ workspace_id: workspaceId, message_id: messageId }).delete();
+  return n > 0;
 }
 
 // ---------------------------------------------------------------------------------------------
