@@ -8,7 +8,9 @@
  * - POST /api/v1/messages, POST /api/v1/conversations/{id}/messages: `mediaUrl` (syntax and
  *   address-literal check at the API; the DNS check and the pinned HEAD run in the send saga's
  *   media activity, proven below by calling that activity with the strict policy);
- * - POST/PATCH /api/v1/automations: `actions[].mediaUrl` of send_message (literal URLs checked on save);
+ * - POST/PATCH /api/v1/automations: `actions[].mediaUrl` and `actions[].templateHeader.mediaUrl` of
+ *   send_message (literal URLs checked on save); the sends' `templateHeader.mediaUrl` like `mediaUrl`;
+ * - POST /api/v1/broadcasts: `template.header.mediaUrl` (syntax and address literals, like a send's);
  * - admin instance `config.baseUrl`: operator configuration, not subject to the check (docs/api-conventions.md).
  *
  * A media URL must serve the file itself: a redirect is 400 INVALID_URL for every provider, and a
@@ -141,6 +143,7 @@ async function stored(): Promise<unknown> {
     conversations: await rows('conversations'),
     messages: await rows('messages'),
     subscriptions: await rows('webhook_subscriptions'),
+    broadcasts: await rows('broadcasts'),
     automations: await rows('automations'),
     outbox: await rows('outbox_events'),
   };
@@ -155,7 +158,7 @@ beforeAll(async () => {
   };
   api = await startApi({ config: { allowPrivateUrls: false, rateLimitScale: 100_000 } });
   ws = await createWorkspace(api, {
-    scopes: ['webhooks:write', 'webhooks:read', 'conversations:send', 'automations:write', 'automations:read'],
+    scopes: ['webhooks:write', 'webhooks:read', 'conversations:send', 'automations:write', 'automations:read', 'broadcasts:write'],
     name: 'ssrf',
   });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
@@ -193,7 +196,7 @@ afterAll(async () => {
   (dns.promises as { lookup: unknown }).lookup = realLookup;
   if (table.length)
     console.log(
-      `SSRF corpus (${CORPUS.length} forms; W+ webhook create, W~ webhook patch, M messages, C conversation messages, A+ automation create, A~ automation patch, media activity):\n${table.join('\n')}`,
+      `SSRF corpus (${CORPUS.length} forms; W+ webhook create, W~ webhook patch, M messages, C conversation messages, A+ automation create, A~ automation patch, H a template header in a send, AT in an automation, B in a broadcast, media activity):\n${table.join('\n')}`,
     );
   await api?.close();
 });
@@ -242,6 +245,35 @@ async function refusedEverywhere(client: TestApi, form: Form, allowPrivate: bool
       'A~',
       await client.request('PATCH', `/api/v1/automations/${automationId}`, { key: ws.key, body: { actions: [action] } }),
     );
+    // A template's header file, in a send (H), an automation's send (AT) and a broadcast (B).
+    const templateHeader = { mediaUrl: form.url };
+    const template = { templateName: 'promo', templateLanguage: 'pt_BR', templateHeader };
+    await expectInvalid(
+      'H',
+      await client.request('POST', '/api/v1/messages', {
+        key: ws.key,
+        body: { phone: uniquePhone(), instanceId, type: 'template', ...template },
+      }),
+    );
+    await expectInvalid(
+      'AT',
+      await client.request('POST', '/api/v1/automations', {
+        key: ws.key,
+        body: { name: 'x', trigger: { type: 'deal_won' }, actions: [{ type: 'send_message', messageType: 'template', ...template }] },
+      }),
+    );
+    await expectInvalid(
+      'B',
+      await client.request('POST', '/api/v1/broadcasts', {
+        key: ws.key,
+        body: {
+          name: 'x',
+          instanceId,
+          audience: { leadIds: ['00000000-0000-4000-8000-000000000000'] },
+          template: { name: 'promo', language: 'pt_BR', header: templateHeader },
+        },
+      }),
+    );
   } else {
     cells.push('M/C/A: resolved at send time');
   }
@@ -276,6 +308,7 @@ describe('the endpoints that take a URL', () => {
         'post /api/v1/conversations/{id}/messages mediaUrl',
         'post /api/v1/automations mediaUrl',
         'patch /api/v1/automations/{id} mediaUrl',
+        'post /api/v1/broadcasts mediaUrl',
         'post /admin/v1/workspaces/{id}/instances baseUrl',
         'patch /admin/v1/workspaces/{id}/instances/{instanceId} baseUrl',
       ].sort(),
