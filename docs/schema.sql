@@ -119,6 +119,7 @@ CREATE TABLE broadcast_recipients (
   CONSTRAINT broadcast_recipients_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'sent'::text, 'delivered'::text, 'read'::text, 'failed'::text, 'skipped'::text]))),
   CONSTRAINT broadcast_recipients_workspace_id_broadcast_id_fkey FOREIGN KEY (workspace_id, broadcast_id) REFERENCES broadcasts(workspace_id, id) ON DELETE CASCADE
 );
+CREATE INDEX broadcast_recipients_message_idx ON public.broadcast_recipients USING btree (message_id) WHERE (message_id IS NOT NULL);
 CREATE INDEX broadcast_recipients_pending_idx ON public.broadcast_recipients USING btree (broadcast_id, "position") WHERE (status = 'pending'::text);
 CREATE INDEX broadcast_recipients_status_idx ON public.broadcast_recipients USING btree (broadcast_id, status, "position");
 
@@ -525,6 +526,7 @@ CREATE INDEX messages_conversation_updated_idx ON public.messages USING btree (c
 CREATE UNIQUE INDEX messages_provider_id_uq ON public.messages USING btree (workspace_id, provider_message_id) WHERE (provider_message_id IS NOT NULL);
 CREATE INDEX messages_workspace_timestamp_idx ON public.messages USING btree (workspace_id, "timestamp" DESC, id DESC);
 CREATE INDEX messages_workspace_updated_idx ON public.messages USING btree (workspace_id, updated_at, id);
+CREATE TRIGGER messages_move_broadcast_recipient AFTER UPDATE OF status ON public.messages FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (new.status = ANY (ARRAY['delivered'::text, 'read'::text, 'failed'::text])))) EXECUTE FUNCTION broadcast_recipient_follows_message();
 CREATE TRIGGER messages_stamp_move BEFORE UPDATE OF conversation_id ON public.messages FOR EACH ROW WHEN ((old.conversation_id IS DISTINCT FROM new.conversation_id)) EXECUTE FUNCTION stamp_moved_message();
 
 CREATE TABLE notes (
@@ -838,6 +840,17 @@ CREATE TABLE workspaces (
   CONSTRAINT workspaces_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
   CONSTRAINT workspaces_webhook_quota_check CHECK ((webhook_quota >= 0))
 );
+
+CREATE OR REPLACE FUNCTION public.broadcast_recipient_follows_message()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  UPDATE broadcast_recipients SET status = NEW.status, updated_at = now()
+   WHERE message_id = NEW.id AND workspace_id = NEW.workspace_id
+     AND status IN ('sent', 'delivered', 'read') AND status <> NEW.status;
+  RETURN NULL;
+END $function$;
 
 CREATE OR REPLACE FUNCTION public.contact_counts_add(ws uuid, d bigint)
  RETURNS void

@@ -105,22 +105,18 @@ export interface BroadcastCounts {
 const notFound = () => new ApiError('NOT_FOUND', 'Broadcast not found');
 
 /**
- * A recipient's status as the API shows it: the row's own status, except that a `sent` one
- * follows the provider's status callbacks on its message (`delivered`, `read`, `failed`), which
- * domain/messaging/inbound.ts records on the message row.
+ * Counts of each broadcast's recipients by status; one row per recipient, so they add up to
+ * `total`. A `sent` recipient follows the provider's status callbacks on its message
+ * (`delivered`, `read`, `failed`): a trigger on `messages` moves the row (migration
+ * 20261127070100), so this reads the broadcast's own rows only.
  */
-const EFFECTIVE_STATUS = `CASE WHEN r.status = 'sent' AND m.status IN ('delivered', 'read', 'failed') THEN m.status ELSE r.status END`;
-const RECIPIENTS_WITH_MESSAGES = `broadcast_recipients r
-  LEFT JOIN messages m ON m.workspace_id = r.workspace_id AND m.id = r.message_id`;
-
-/** Counts of each broadcast's recipients by status; one row per recipient, so they add up to `total`. */
 export async function broadcastCounts(db: Reader, workspaceId: string, broadcastIds: string[]): Promise<Map<string, BroadcastCounts>> {
   const out = new Map<string, BroadcastCounts>();
   for (const id of broadcastIds) out.set(id, { total: 0, pending: 0, sent: 0, delivered: 0, read: 0, failed: 0, skipped: 0 });
   if (broadcastIds.length === 0) return out;
   const { rows } = await db.raw<{ rows: { broadcast_id: string; status: RecipientStatus; n: number }[] }>(
-    `SELECT r.broadcast_id, ${EFFECTIVE_STATUS} AS status, count(*)::int AS n
-       FROM ${RECIPIENTS_WITH_MESSAGES}
+    `SELECT r.broadcast_id, r.status, count(*)::int AS n
+       FROM broadcast_recipients r
       WHERE r.workspace_id = ? AND r.broadcast_id = ANY(?::uuid[])
       GROUP BY 1, 2`,
     [workspaceId, broadcastIds],
@@ -330,7 +326,7 @@ export async function getPublicBroadcast(db: Db, workspaceId: string, id: string
 
 export async function listRecipients(db: Db, workspaceId: string, id: string, input: Page & { status?: RecipientStatus }) {
   await broadcastRow(db, workspaceId, id);
-  const filter = input.status ? `AND ${EFFECTIVE_STATUS} = ?` : '';
+  const filter = input.status ? `AND r.status = ?` : '';
   const params: (string | number)[] = [workspaceId, id, ...(input.status ? [input.status] : [])];
   const { rows } = await db.raw<{
     rows: {
@@ -344,9 +340,9 @@ export async function listRecipients(db: Db, workspaceId: string, id: string, in
       total: number;
     }[];
   }>(
-    `SELECT r.contact_id, r.phone, ${EFFECTIVE_STATUS} AS status, r.code, r.message_id, r.conversation_id, r.sent_at,
+    `SELECT r.contact_id, r.phone, r.status, r.code, r.message_id, r.conversation_id, r.sent_at,
             count(*) OVER ()::int AS total
-       FROM ${RECIPIENTS_WITH_MESSAGES}
+       FROM broadcast_recipients r
       WHERE r.workspace_id = ? AND r.broadcast_id = ? ${filter}
       ORDER BY r.position
       LIMIT ? OFFSET ?`,
@@ -355,7 +351,7 @@ export async function listRecipients(db: Db, workspaceId: string, id: string, in
   let total = rows[0]?.total;
   if (total === undefined) {
     const counted = await db.raw<{ rows: { n: number }[] }>(
-      `SELECT count(*)::int AS n FROM ${RECIPIENTS_WITH_MESSAGES} WHERE r.workspace_id = ? AND r.broadcast_id = ? ${filter}`,
+      `SELECT count(*)::int AS n FROM broadcast_recipients r WHERE r.workspace_id = ? AND r.broadcast_id = ? ${filter}`,
       params,
     );
     total = counted.rows[0].n;
@@ -662,7 +658,16 @@ export async function settleRecipient(
     .update({ status, code: code.slice(0, 100), updated_at: db.fn.now() });
 }
 
-/** Marks a pending recipient sent, with its message and conversation. */
+/**
+ * A recipient recorded sent takes its message's status when the provider's callback moved the
+ * message already (it arrived before the record: domain/messaging recordOutboundMessage); later
+ * moves reach the row through the trigger on `messages`.
+ */
+const MESSAGE_STATUS_OR_SENT = `coalesce(
+  (SELECT m.status FROM messages m WHERE m.id = ? AND m.workspace_id = ? AND m.status IN ('delivered', 'read', 'failed')),
+  'sent')`;
+
+/** Marks a pending recipient sent (or as far as its message got), with its message and conversation. */
 export async function markRecipientSent(
   trx: Knex.Transaction,
   workspaceId: string,
@@ -673,7 +678,7 @@ export async function markRecipientSent(
   await trx('broadcast_recipients')
     .where({ workspace_id: workspaceId, broadcast_id: broadcastId, contact_id: contactId, status: 'pending' })
     .update({
-      status: 'sent',
+      status: trx.raw(MESSAGE_STATUS_OR_SENT, [sent.messageId, workspaceId]),
       code: null,
       message_id: sent.messageId,
       conversation_id: sent.conversationId,
@@ -682,7 +687,7 @@ export async function markRecipientSent(
     });
 }
 
-/** markRecipientSent for a page of recipients: each pending one sent, with its message and conversation. */
+/** markRecipientSent for a page of recipients: each pending one sent (or as far as its message got), with its message and conversation. */
 export async function markRecipientsSent(
   trx: Knex.Transaction,
   workspaceId: string,
@@ -692,7 +697,11 @@ export async function markRecipientsSent(
   if (sent.length === 0) return;
   await trx.raw(
     `UPDATE broadcast_recipients r
-        SET status = 'sent', code = NULL, message_id = s.message_id, conversation_id = s.conversation_id, sent_at = now(), updated_at = now()
+        SET status = coalesce(
+              (SELECT m.status FROM messages m
+                WHERE m.id = s.message_id AND m.workspace_id = r.workspace_id AND m.status IN ('delivered', 'read', 'failed')),
+              'sent'),
+            code = NULL, message_id = s.message_id, conversation_id = s.conversation_id, sent_at = now(), updated_at = now()
        FROM unnest(?::uuid[], ?::uuid[], ?::uuid[]) AS s(contact_id, message_id, conversation_id)
       WHERE r.workspace_id = ? AND r.broadcast_id = ? AND r.contact_id = s.contact_id AND r.status = 'pending'`,
     [sent.map((s) => s.contactId), sent.map((s) => s.messageId), sent.map((s) => s.conversationId), workspaceId, broadcastId],
