@@ -36,6 +36,7 @@ import {
   freePort,
   migrateLatest,
   nodeTs,
+  workerCommand,
   startChild,
   startEmbeddedPostgres,
   seconds,
@@ -222,7 +223,12 @@ async function startStack(running: Running[]) {
     if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
     return command;
   };
-  const worker = startChild({ name: 'worker', ...profiled('worker', nodeTs('scripts/bench/worker.ts')), env, logFile: logFile('worker') });
+  const worker = startChild({
+    name: 'worker',
+    ...profiled('worker', workerCommand('scripts/bench/worker.ts')),
+    env,
+    logFile: logFile('worker'),
+  });
   running.push(worker);
   const apiCommand = profiled('api', nodeTs('scripts/bench/api.ts'));
   const api = startChild({ name: 'api', ...apiCommand, env, logFile: logFile('api') });

@@ -15,6 +15,7 @@ import {
   freePort,
   migrateLatest,
   nodeTs,
+  workerCommand,
   startChild,
   startEmbeddedPostgres,
   stackEncryptionKeys,
@@ -98,7 +99,7 @@ export default async function globalSetup(): Promise<void> {
   running.push(emulator);
   const worker: Child = startChild({
     name: 'worker',
-    ...nodeTs('workers/main.ts'),
+    ...workerCommand(),
     env,
     logFile: path.join(TEST_DIR, 'logs', 'worker.log'),
   });
