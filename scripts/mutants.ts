@@ -605,6 +605,60 @@ const MUTANTS: Mutant[] = [
     replace: '',
     tests: UNIT_URL_SAFETY,
   },
+
+  // Rich template sends (issue 37): the header and buttons checked against the template's components.
+  {
+    id: 'template-media-header-optional',
+    rule: 'Template components',
+    file: SENDING,
+    find: 'if (given?.mediaUrl === undefined) {',
+    replace: 'if (given?.mediaUrl === undefined && given !== undefined) {',
+    tests: ['test/unit/template-components.test.ts'],
+  },
+  {
+    id: 'template-button-without-url-variable',
+    rule: 'Template components',
+    file: SENDING,
+    find: 'if (!button.urlVariable) throw invalid(',
+    replace: 'if (false) throw invalid(',
+    tests: ['test/unit/template-components.test.ts'],
+  },
+  {
+    id: 'template-button-twice',
+    rule: 'Template components',
+    file: SENDING,
+    find: 'if (filled.has(index)) throw invalid(',
+    replace: 'if (false) throw invalid(',
+    tests: ['test/unit/template-components.test.ts'],
+  },
+
+  // Inbound media (issue 37): one workspace's fetches bounded, stored bytes within the plan.
+  {
+    id: 'media-fetches-unbounded',
+    rule: 'Media fairness',
+    file: 'domain/messaging/media.ts',
+    find: 'export const MEDIA_FETCHES_PER_WORKSPACE = 16;',
+    replace: 'export const MEDIA_FETCHES_PER_WORKSPACE = 1000;',
+    tests: ['test/media.test.ts'],
+  },
+  {
+    id: 'media-storage-unlimited',
+    rule: 'Media storage limit',
+    file: 'domain/messaging/media.ts',
+    find: 'bytes: Math.max(0, row.limit_mb * 1_048_576 - Number(row.used))',
+    replace: 'bytes: Number.MAX_SAFE_INTEGER',
+    tests: ['test/media.test.ts'],
+  },
+
+  // Broadcasts (issue 36): a recipient follows its message's status into its row and the counts.
+  {
+    id: 'broadcast-recipient-ignores-status',
+    rule: 'Broadcast statuses',
+    file: 'migrations/20261127070100_broadcast_recipient_follows_message.ts',
+    find: "FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status AND NEW.status IN ('delivered', 'read', 'failed'))",
+    replace: "FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status AND NEW.status IN ('none'))",
+    tests: ['test/broadcasts.test.ts'],
+  },
 ];
 
 /* ------------------------------------------------------------------------------------------------
