@@ -36,7 +36,6 @@ import {
   freePort,
   migrateLatest,
   nodeTs,
-  workerCommand,
   startChild,
   startEmbeddedPostgres,
   seconds,
@@ -223,12 +222,7 @@ async function startStack(running: Running[]) {
     if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
     return command;
   };
-  const worker = startChild({
-    name: 'worker',
-    ...profiled('worker', workerCommand('scripts/bench/worker.ts')),
-    env,
-    logFile: logFile('worker'),
-  });
+  const worker = startChild({ name: 'worker', ...profiled('worker', nodeTs('scripts/bench/worker.ts')), env, logFile: logFile('worker') });
   running.push(worker);
   const apiCommand = profiled('api', nodeTs('scripts/bench/api.ts'));
   const api = startChild({ name: 'api', ...apiCommand, env, logFile: logFile('api') });

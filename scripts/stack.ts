@@ -430,22 +430,6 @@ export function nodeTs(entry: string): { command: string; args: string[] } {
 }
 
 /**
- * V8 flags of every worker process (npm start, the tests, the bench; docker-compose.yml's worker
- * command repeats them, and test/compose.test.ts keeps the two the same). The old generation may
- * grow to 1.5 x what the last full collection kept, instead of up to 4 x under a high allocation
- * rate: during a 50,000-recipient broadcast the worker's RSS grew 0 MB instead of 83 (its old
- * generation about 75 MB instead of 240 MB of mostly garbage), for about 9% more worker CPU per
- * send (docs/performance.md, "Broadcasts").
- */
-export const WORKER_V8_FLAGS = ['--heap-growing-percent=50'];
-
-/** A worker entry point (workers/main.ts, or the bench's) as a command, with WORKER_V8_FLAGS. */
-export function workerCommand(entry = 'workers/main.ts'): { command: string; args: string[] } {
-  const command = nodeTs(entry);
-  return { ...command, args: [...WORKER_V8_FLAGS, ...command.args] };
-}
-
-/**
  * The Temporal server's dynamic configuration, one file for docker-compose's server and the dev
  * server (as `--dynamic-config-value` flags): each key's first value.
  */

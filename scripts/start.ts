@@ -21,7 +21,6 @@ import {
   ensureTemporalCli,
   migrateLatest,
   nodeTs,
-  workerCommand,
   portInUse,
   seconds,
   stackEncryptionKeys,
@@ -194,7 +193,7 @@ async function main(): Promise<void> {
     notStopping();
 
     started = Date.now();
-    const worker = await keep(startChild({ name: 'worker', ...workerCommand(), env, logFile: logFile('worker') }));
+    const worker = await keep(startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: logFile('worker') }));
     const api = await keep(startChild({ name: 'api', ...nodeTs('api/server.ts'), env, logFile: logFile('api') }));
     await Promise.all([
       waitForWorker(worker).then(() => log(`worker ready (${seconds(started)})`)),

@@ -15,7 +15,6 @@ import {
   freePort,
   migrateLatest,
   nodeTs,
-  workerCommand,
   startChild,
   startEmbeddedPostgres,
   stackEncryptionKeys,
@@ -99,7 +98,7 @@ export default async function globalSetup(): Promise<void> {
   running.push(emulator);
   const worker: Child = startChild({
     name: 'worker',
-    ...workerCommand(),
+    ...nodeTs('workers/main.ts'),
     env,
     logFile: path.join(TEST_DIR, 'logs', 'worker.log'),
   });
