@@ -658,16 +658,7 @@ export async function settleRecipient(
     .update({ status, code: code.slice(0, 100), updated_at: db.fn.now() });
 }
 
-/**
- * A recipient recorded sent takes its message's status when the provider's callback moved the
- * message already (it arrived before the record: domain/messaging recordOutboundMessage); later
- * moves reach the row through the trigger on `messages`.
- */
-const MESSAGE_STATUS_OR_SENT = `coalesce(
-  (SELECT m.status FROM messages m WHERE m.id = ? AND m.workspace_id = ? AND m.status IN ('delivered', 'read', 'failed')),
-  'sent')`;
-
-/** Marks a pending recipient sent (or as far as its message got), with its message and conversation. */
+/** Marks a pending recipient sent (or as far as its message got), with its message and conversation: markRecipientsSent for one. */
 export async function markRecipientSent(
   trx: Knex.Transaction,
   workspaceId: string,
@@ -675,19 +666,15 @@ export async function markRecipientSent(
   contactId: string,
   sent: { messageId: string; conversationId: string },
 ): Promise<void> {
-  await trx('broadcast_recipients')
-    .where({ workspace_id: workspaceId, broadcast_id: broadcastId, contact_id: contactId, status: 'pending' })
-    .update({
-      status: trx.raw(MESSAGE_STATUS_OR_SENT, [sent.messageId, workspaceId]),
-      code: null,
-      message_id: sent.messageId,
-      conversation_id: sent.conversationId,
-      sent_at: trx.fn.now(),
-      updated_at: trx.fn.now(),
-    });
+  await markRecipientsSent(trx, workspaceId, broadcastId, [{ contactId, ...sent }]);
 }
 
-/** markRecipientSent for a page of recipients: each pending one sent (or as far as its message got), with its message and conversation. */
+/**
+ * A page of pending recipients recorded sent, with their messages and conversations. A recipient
+ * takes its message's status when the provider's callback moved the message already (it arrived
+ * before the record: domain/messaging recordOutboundMessage); later moves reach the row through
+ * the trigger on `messages`.
+ */
 export async function markRecipientsSent(
   trx: Knex.Transaction,
   workspaceId: string,
