@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Db, KeyRing } from '../platform';
+import { lockUntilCommit, type Db, type KeyRing } from '../platform';
 import { openInstanceConfig, type InstanceConfig } from './instances';
 import { ApiError, isUuid } from '../kernel';
 import { MEDIA_LIMITS } from './sending';
@@ -185,7 +185,7 @@ export async function markStored(
   file: { size: number; sha256: string; mimeType: string; fileName: string | null },
 ): Promise<boolean | 'mismatch' | 'full'> {
   return db.transaction(async (trx) => {
-    await trx.raw(`SELECT pg_advisory_xact_lock(hashtextextended('media-storage:' || ?, 0))`, [workspaceId]);
+    await lockUntilCommit(trx, `media-storage:${workspaceId}`);
     const room = await mediaStorageRoom(trx, workspaceId);
     if (file.size > room.bytes) {
       const moved = await markUnavailableIn(trx, workspaceId, messageId, storageFullReason(room.limitMb), { mimeType: file.mimeType });

@@ -187,6 +187,14 @@ export function instantsAsText<T extends Knex.QueryBuilder | Knex.Raw>(statement
   return statement;
 }
 
+/**
+ * A lock held until the transaction ends, named by `key` (for example `pipelines:<workspaceId>`):
+ * what must be checked and written by one transaction at a time, without a row to lock.
+ */
+export function lockUntilCommit(trx: Knex.Transaction, key: string): Promise<unknown> {
+  return trx.raw('SELECT pg_advisory_xact_lock(hashtext(?))', [key]);
+}
+
 /** The readiness probe: one round trip to PostgreSQL. */
 export async function pingDatabase(db: Db): Promise<void> {
   await db.raw('SELECT 1');

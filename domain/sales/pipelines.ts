@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { prepared, type Db } from '../platform';
+import { lockUntilCommit, prepared, type Db } from '../platform';
 import { ApiError, trimmedText } from '../kernel';
 
 export const CUSTOM_FIELD_TYPES = ['text', 'number', 'date', 'boolean', 'select', 'multiselect', 'url', 'email', 'phone'] as const;
@@ -61,7 +61,7 @@ type Trx = Knex.Transaction;
 
 /** One lock per workspace for pipelines and custom fields: a key is checked and inserted under it. */
 function lockFields(trx: Trx, workspaceId: string) {
-  return trx.raw('SELECT pg_advisory_xact_lock(hashtext(?))', [`pipelines:${workspaceId}`]);
+  return lockUntilCommit(trx, `pipelines:${workspaceId}`);
 }
 
 /**
