@@ -29,6 +29,19 @@ export default defineConfig(
     rules: { '@typescript-eslint/no-explicit-any': 'off' },
   },
   {
+    // Calls to providers, subscribers and media hosts go through Node's http (postJson, safe-http):
+    // fetch left about 30 KB of old-generation garbage per call, which grew a broadcast's worker by
+    // 80 MB (docs/performance.md, Broadcasts). The template list's hourly GET is the one exception.
+    files: ['activities/**', 'domain/**', 'workers/**'],
+    ignores: ['activities/providers/cloud-templates.ts'],
+    rules: {
+      'no-restricted-globals': [
+        'error',
+        { name: 'fetch', message: 'Use postJson (activities/providers/types.ts) or safe-http: see docs/performance.md, Broadcasts.' },
+      ],
+    },
+  },
+  {
     // The .js files are CommonJS (jest's configurations): require is how they load each other.
     files: ['**/*.js'],
     rules: { '@typescript-eslint/no-require-imports': 'off' },

@@ -214,20 +214,20 @@ interface Exchange {
   cancel(): void;
 }
 
+/** How a POST's body is written: whole, or as `parts` yields it (see httpPost). */
+type PostBody = { whole: string } | { parts: AsyncIterator<Uint8Array>; on: { failed: (err: unknown) => void; ended: () => void } };
+
 /**
- * A POST whose body is written as `parts` yields it, one part at a time as the connection takes
- * it (so a slow provider slows the source too). Node's http, not fetch: fetch (undici 6) kept
- * every part of a streamed request body until the request was collected, a 100 MB file's worth.
- * `on.failed` gets a part's error (the request is then destroyed), `on.ended` says the whole
- * body was handed to the connection. Never follows a redirect (http.request does not).
+ * A POST through Node's http, never fetch. A body held whole is written at once; one given as
+ * `parts` is written one part at a time as the connection takes it (so a slow provider slows the
+ * source too), `on.failed` getting a part's error (the request is then destroyed) and `on.ended`
+ * saying the whole body was handed to the connection. Not fetch: fetch (undici 6) kept every part
+ * of a streamed request body until the request was collected, a 100 MB file's worth, and for a
+ * small JSON body its web streams, abort signals and request objects cost a broadcast's worker
+ * about 30 KB of old-generation garbage per provider call (docs/performance.md). Never follows a
+ * redirect (http.request does not).
  */
-function streamedPost(
-  url: URL,
-  headers: Record<string, string>,
-  parts: AsyncIterator<Uint8Array>,
-  signal: AbortSignal,
-  on: { failed: (err: unknown) => void; ended: () => void },
-): Promise<Exchange> {
+function httpPost(url: URL, headers: Record<string, string>, body: PostBody, signal: AbortSignal): Promise<Exchange> {
   return new Promise<Exchange>((resolve, reject) => {
     const transport = url.protocol === 'https:' ? https : http;
     const req = transport.request(url, { method: 'POST', headers, signal });
@@ -236,6 +236,11 @@ function streamedPost(
       res.on('error', () => undefined); // kept for whoever reads the body
       resolve({ status: res.statusCode ?? 0, location: res.headers.location ?? null, body: res, cancel: () => res.destroy() });
     });
+    if ('whole' in body) {
+      req.end(body.whole);
+      return;
+    }
+    const { parts, on } = body;
     const writable = (): Promise<void> =>
       new Promise((done) => {
         const go = (): void => {
@@ -264,23 +269,12 @@ function streamedPost(
   });
 }
 
-/** The same exchange through fetch, for a body held whole. */
-async function fetchedPost(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<Exchange> {
-  const res = await fetch(url, { method: 'POST', headers, body, redirect: 'manual', signal });
-  return {
-    status: res.status,
-    location: res.headers.get('location'),
-    body: res.body as AsyncIterable<Uint8Array> | null,
-    cancel: () => void res.body?.cancel().catch(() => undefined),
-  };
-}
-
 function networkErrorCode(err: unknown): string | undefined {
   return (err as { cause?: { code?: string } })?.cause?.code ?? (err as { code?: string })?.code;
 }
 
 /** Network failures that happen before a request is written: nothing reached the provider. */
-const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
 
 function describeNetworkError(err: unknown): string {
   const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
@@ -334,17 +328,21 @@ export async function postJson(
   const headers = { 'content-type': 'application/json', accept: 'application/json', ...init.headers };
   let exchange: Exchange | undefined;
   try {
-    const res = (exchange = parts
-      ? await streamedPost(parsed, headers, parts, controller.signal, {
-          failed: (error) => {
-            sourceFailure = { error };
-            controller.abort();
+    const body: PostBody = parts
+      ? {
+          parts,
+          on: {
+            failed: (error) => {
+              sourceFailure = { error };
+              controller.abort();
+            },
+            ended: () => {
+              bodyWhole = true;
+            },
           },
-          ended: () => {
-            bodyWhole = true;
-          },
-        })
-      : await fetchedPost(parsed, headers, JSON.stringify(init.body), controller.signal));
+        }
+      : { whole: JSON.stringify(init.body) };
+    const res = (exchange = await httpPost(parsed, headers, body, controller.signal));
     if (res.status >= 300 && res.status < 400) {
       let target = '';
       if (res.location) {
