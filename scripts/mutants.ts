@@ -632,6 +632,15 @@ const MUTANTS: Mutant[] = [
     tests: ['test/unit/template-components.test.ts'],
   },
 
+  {
+    id: 'template-not-rechecked-before-retry',
+    rule: 'Template components',
+    file: 'activities/messaging.ts',
+    find: 'if (!template)\n              throw new ApiError(',
+    replace: 'if (!template && false)\n              throw new ApiError(',
+    tests: ['test/template-sends.test.ts'],
+  },
+
   // Inbound media (issue 37): one workspace's fetches bounded, stored bytes within the plan.
   {
     id: 'media-fetches-unbounded',

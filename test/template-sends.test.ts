@@ -190,6 +190,27 @@ describe('sending a template with a header and buttons', () => {
     expect(await api.db('contacts').where({ workspace_id: s.ws.id }).count('* as n').first()).toEqual({ n: 0 });
   });
 
+  it('a template paused between the first provider call and its retry is refused before the retry calls: one call, 422 TEMPLATE_INVALID', async () => {
+    const s = await setup();
+    const phone = uniqueMobile();
+    // The first call is throttled, slowly: while it waits, Meta pauses the template and we synchronise.
+    await emulator('/__emulator/script', { to: phone, behaviour: 'error', code: 130429, httpStatus: 429, delayMs: 2000, times: 1 });
+    const sending = request(s, 'POST', '/api/v1/messages', promo(phone));
+    await eventually('the first, throttled call', async () => (await calls(s)).length === 1);
+    const { webhook } = await emulator(`/__emulator/webhook?phoneNumberId=${s.phoneNumberId}`);
+    await emulator('/__emulator/templates', {
+      wabaId: webhook.wabaId,
+      templates: TEMPLATES.map((t) => (t.name === 'promo' ? { ...t, status: 'PAUSED' } : t)),
+    });
+    const synced = await api.request('POST', `/api/v1/instances/${s.instanceId}/templates/sync`, { key: s.ws.key });
+    expect(synced.status).toBe(200);
+    // The retry (throttling is retried) re-reads the template: no longer approved, no second call.
+    const res = await sending;
+    expectError(res, 422, 'TEMPLATE_INVALID');
+    expect(res.body.error).toMatch(/no longer approved/);
+    expect((await calls(s)).map((c) => c.outcome)).toEqual(['error']);
+  });
+
   it('binds an Idempotency-Key to the header and buttons: another header is 422 IDEMPOTENCY_KEY_REUSED, the same body replays', async () => {
     const s = await setup();
     const phone = uniqueMobile();
