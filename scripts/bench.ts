@@ -23,6 +23,7 @@ import { MAX_OFFSET } from '../domain/kernel/pagination';
 import { BEGINNING, syncPageQuery, type Position } from '../domain/platform/sync';
 import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './bench/floor';
 import { rssSeries, workflowRuns } from './bench/broadcasts';
+import { summariseHeapProfile } from './bench/heap-profile';
 import { broadcastWorkflowId } from '../domain/broadcasts';
 import { createDb, type Db } from '../domain/platform/db';
 import { loadConfig } from '../domain/platform/config';
@@ -56,8 +57,13 @@ const wanted = (group: string): boolean => !ONLY || ONLY.includes(group);
 const BENCH_DIR = path.join(ROOT, '.data', 'bench');
 const PROFILE = process.argv.includes('--profile');
 const PROFILE_DIR = path.join(BENCH_DIR, 'profiles');
+/** `--heap-profile`: the API and the worker sample their old-generation garbage (scripts/bench/heap-profile.ts). */
+const HEAP_PROFILE = process.argv.includes('--heap-profile');
+const HEAP_PROFILE_DIR = path.join(BENCH_DIR, 'heap-profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench-results');
 const DURATION = QUICK ? 3 : 10;
+/** Names this run's files (heap profiles). */
+const RUN_STAMP = new Date().toISOString().replace(/[:.]/g, '-');
 /** Deals seeded per transaction (see seedWorkspace). */
 const DEAL_CHUNK = 2000;
 const SIZES = QUICK
@@ -222,10 +228,18 @@ async function startStack(running: Running[]) {
     if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
     return command;
   };
-  const worker = startChild({ name: 'worker', ...profiled('worker', nodeTs('scripts/bench/worker.ts')), env, logFile: logFile('worker') });
+  // `--heap-profile`: each process writes its heap profile at exit; summarised after the run.
+  const heapProfiled = (name: string) =>
+    HEAP_PROFILE ? { ...env, BENCH_HEAP_PROFILE_FILE: path.join(HEAP_PROFILE_DIR, `${name}-${RUN_STAMP}.heapprofile`) } : env;
+  const worker = startChild({
+    name: 'worker',
+    ...profiled('worker', nodeTs('scripts/bench/worker.ts')),
+    env: heapProfiled('worker'),
+    logFile: logFile('worker'),
+  });
   running.push(worker);
   const apiCommand = profiled('api', nodeTs('scripts/bench/api.ts'));
-  const api = startChild({ name: 'api', ...apiCommand, env, logFile: logFile('api') });
+  const api = startChild({ name: 'api', ...apiCommand, env: heapProfiled('api'), logFile: logFile('api') });
   running.push(api);
   await Promise.all([
     waitForHttp(`${env.EMULATOR_URL}/health`, emulator),
@@ -992,6 +1006,7 @@ async function main(): Promise<void> {
     await stopAll();
   }
   if (PROFILE) summariseProfiles();
+  if (HEAP_PROFILE) summariseHeapProfiles();
   process.exit(results.every((r) => r.pass) ? 0 : 1);
 }
 
@@ -1017,6 +1032,19 @@ function summariseProfiles(): void {
     const newest = Math.max(...files.map((f) => fs.statSync(f).mtimeMs));
     const run = files.filter((f) => newest - fs.statSync(f).mtimeMs < 60_000).sort((a, b) => fs.statSync(b).size - fs.statSync(a).size);
     for (const file of run.slice(0, name === 'worker' ? 2 : 1)) summariseProfile(name, file);
+  }
+}
+
+/** The API's and the worker's heap profiles of this run (`--heap-profile`), summarised. */
+function summariseHeapProfiles(): void {
+  for (const name of ['api', 'worker']) {
+    const file = path.join(HEAP_PROFILE_DIR, `${name}-${RUN_STAMP}.heapprofile`);
+    if (!fs.existsSync(file)) {
+      log(`no heap profile was written for the ${name}`);
+      continue;
+    }
+    console.log(`\n${name} heap profile (${path.relative(ROOT, file)}):`);
+    console.log(summariseHeapProfile(file, ROOT).join('\n'));
   }
 }
 

@@ -1,3 +1,4 @@
+import { sampleHeapUntilExit } from './heap-profile';
 import { runWorker } from '../../workers/main';
 import { benchActivities } from './activities';
 
@@ -6,6 +7,7 @@ import { benchActivities } from './activities';
  * service's worker, built by the same function from the same configuration, with the bench's
  * floor workflows added to its bundle and their no-op activity to its activities.
  */
+sampleHeapUntilExit();
 runWorker({ workflowsPath: require.resolve('./workflows'), activities: benchActivities }).catch((err) => {
   console.error('worker failed:', err);
   process.exit(1);
