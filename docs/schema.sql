@@ -252,6 +252,8 @@ CREATE TABLE conversations (
   last_inbound_at timestamp with time zone,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  messages_in integer DEFAULT 0 NOT NULL,
+  messages_out integer DEFAULT 0 NOT NULL,
   CONSTRAINT conversations_pkey PRIMARY KEY (id),
   CONSTRAINT conversations_channel_check CHECK ((channel = ANY (ARRAY['whatsapp'::text, 'instagram'::text]))),
   CONSTRAINT conversations_instance_id_contact_id_key UNIQUE (instance_id, contact_id),
@@ -526,6 +528,9 @@ CREATE INDEX messages_conversation_updated_idx ON public.messages USING btree (c
 CREATE UNIQUE INDEX messages_provider_id_uq ON public.messages USING btree (workspace_id, provider_message_id) WHERE (provider_message_id IS NOT NULL);
 CREATE INDEX messages_workspace_timestamp_idx ON public.messages USING btree (workspace_id, "timestamp" DESC, id DESC);
 CREATE INDEX messages_workspace_updated_idx ON public.messages USING btree (workspace_id, updated_at, id);
+CREATE TRIGGER messages_count_added AFTER INSERT ON public.messages REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
+CREATE TRIGGER messages_count_moved AFTER UPDATE OF conversation_id, direction ON public.messages FOR EACH ROW WHEN (((old.conversation_id IS DISTINCT FROM new.conversation_id) OR (old.direction IS DISTINCT FROM new.direction))) EXECUTE FUNCTION conversation_counts_moved_message();
+CREATE TRIGGER messages_count_removed AFTER DELETE ON public.messages REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
 CREATE TRIGGER messages_move_broadcast_recipient AFTER UPDATE OF status ON public.messages FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (new.status = ANY (ARRAY['delivered'::text, 'read'::text, 'failed'::text])))) EXECUTE FUNCTION broadcast_recipient_follows_message();
 CREATE TRIGGER messages_stamp_move BEFORE UPDATE OF conversation_id ON public.messages FOR EACH ROW WHEN ((old.conversation_id IS DISTINCT FROM new.conversation_id)) EXECUTE FUNCTION stamp_moved_message();
 
@@ -930,6 +935,42 @@ CREATE OR REPLACE FUNCTION public.contacts_created_at_to_tags()
 AS $function$
 BEGIN
   UPDATE contact_tags SET contact_created_at = NEW.created_at WHERE contact_id = NEW.id;
+  RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.conversation_counts_messages()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    UPDATE conversations c
+       SET messages_in = c.messages_in + d.n_in, messages_out = c.messages_out + d.n_out
+      FROM (SELECT workspace_id, conversation_id,
+                   count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
+              FROM added GROUP BY 1, 2) d
+     WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
+  ELSE
+    -- A conversation deleted with its messages (ON DELETE CASCADE) is no longer there to update.
+    UPDATE conversations c
+       SET messages_in = c.messages_in - d.n_in, messages_out = c.messages_out - d.n_out
+      FROM (SELECT workspace_id, conversation_id,
+                   count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
+              FROM removed GROUP BY 1, 2) d
+     WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
+  END IF;
+  RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.conversation_counts_moved_message()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  UPDATE conversations SET messages_in = messages_in - (OLD.direction = 'in')::int, messages_out = messages_out - (OLD.direction <> 'in')::int
+   WHERE workspace_id = OLD.workspace_id AND id = OLD.conversation_id;
+  UPDATE conversations SET messages_in = messages_in + (NEW.direction = 'in')::int, messages_out = messages_out + (NEW.direction <> 'in')::int
+   WHERE workspace_id = NEW.workspace_id AND id = NEW.conversation_id;
   RETURN NULL;
 END $function$;
 

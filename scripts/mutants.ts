@@ -641,6 +641,16 @@ const MUTANTS: Mutant[] = [
     tests: ['test/template-sends.test.ts'],
   },
 
+  // Message list totals from the conversations' counts (migration 20261127090100).
+  {
+    id: 'message-count-not-moved-on-merge',
+    rule: 'Message list totals',
+    file: 'migrations/20261127090100_conversation_message_counts.ts',
+    find: 'FOR EACH ROW WHEN (OLD.conversation_id IS DISTINCT FROM NEW.conversation_id OR',
+    replace: 'FOR EACH ROW WHEN (false AND',
+    tests: ['test/message-sync.test.ts'],
+  },
+
   // Inbound media (issue 37): one workspace's fetches bounded, stored bytes within the plan.
   {
     id: 'media-fetches-unbounded',

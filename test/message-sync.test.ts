@@ -6,7 +6,7 @@
  * reports statuses and serves media at the providers' wire formats.
  */
 import { settledHorizon } from '../domain/platform/cursor';
-import { ApiResponse, createWorkspace, eventually, expectError, startApi, TestApi, Workspace } from './helpers';
+import { ApiResponse, createKey, createWorkspace, eventually, expectError, startApi, TestApi, Workspace } from './helpers';
 import { cloudInstance, emulator } from './stack-fixtures';
 import { uniqueMobile } from './phones';
 
@@ -162,6 +162,89 @@ describe('offset pages', () => {
       expectError(res, 400, 'VALIDATION');
       expect(res.body.error).toContain(name);
     }
+  });
+
+  it("totals come from the conversations' counts and stay exact as messages are written, moved, hidden and removed", async () => {
+    const ws = await workspace();
+    const { instanceId, phoneNumberId } = await cloudInstance(api, ws.id, { label: 'mt' });
+    const ana = await inbound(ws, phoneNumberId, uniqueMobile());
+    await inbound(ws, phoneNumberId, uniqueMobile());
+    const bia = await inbound(ws, phoneNumberId, uniqueMobile());
+    await inbound(ws, phoneNumberId, uniqueMobile());
+    expect(
+      (
+        await api.request('POST', `/api/v1/conversations/${ana.conversationId}/messages`, {
+          key: ws.key,
+          body: { type: 'text', text: 'Olá' },
+        })
+      ).status,
+    ).toBe(201);
+
+    /** Every total the list answers, against the messages counted in SQL under the same visibility. */
+    const expectExactTotals = async () => {
+      const visible = await api
+        .db('messages as m')
+        .join('conversations as c', 'c.id', 'm.conversation_id')
+        .join('contacts as ct', 'ct.id', 'c.contact_id')
+        .join('instances as i', 'i.id', 'c.instance_id')
+        .where({ 'm.workspace_id': ws.id, 'i.archived': false, 'ct.is_group': false })
+        .whereNull('ct.merged_into_id')
+        .whereNull('ct.deleted_at')
+        .select('m.id', 'm.direction', 'm.conversation_id');
+      const conversations = [...new Set([ana.conversationId, bia.conversationId, ...visible.map((m) => m.conversation_id)])];
+      const cases: Array<[string, (m: { direction: string; conversation_id: string }) => boolean]> = [
+        ['', () => true],
+        ['direction=in', (m) => m.direction === 'in'],
+        ['direction=out', (m) => m.direction === 'out'],
+        ...conversations.flatMap((id): Array<[string, (m: { direction: string; conversation_id: string }) => boolean]> => [
+          [`conversationId=${id}`, (m) => m.conversation_id === id],
+          [`conversationId=${id}&direction=out`, (m) => m.conversation_id === id && m.direction === 'out'],
+        ]),
+      ];
+      for (const [qs, keep] of cases) {
+        expect({ qs, total: (await offsetPage(ws, `?limit=1&${qs}`)).pagination.total }).toEqual({
+          qs,
+          total: visible.filter(keep).length,
+        });
+      }
+      return visible.length;
+    };
+    expect(await expectExactTotals()).toBe(5);
+
+    // One statement writing several conversations' messages at once, as a broadcast page records them.
+    await api.db.raw(
+      `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, status)
+       VALUES (?, ?, 'out', 'text', 'x', 'sent'), (?, ?, 'out', 'text', 'y', 'sent'), (?, ?, 'in', 'text', 'z', 'received')`,
+      [ws.id, ana.conversationId, ws.id, bia.conversationId, ws.id, bia.conversationId],
+    );
+    expect(await expectExactTotals()).toBe(8);
+
+    // A lead merge moves the duplicate's messages into the survivor's conversation.
+    const contactOf = async (conversationId: string) =>
+      (await api.db('conversations').where({ id: conversationId }).first('contact_id')).contact_id as string;
+    const merged = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/contacts/${await contactOf(bia.conversationId)}/merge`, {
+      intoId: await contactOf(ana.conversationId),
+    });
+    expect(merged.status).toBe(200);
+    expect(await expectExactTotals()).toBe(8);
+
+    // A deleted lead's conversation leaves the list with its messages.
+    const others = await api.db('conversations').where({ workspace_id: ws.id }).whereNotIn('id', [ana.conversationId, bia.conversationId]);
+    const leadsKey = (await createKey(api, ws.id, ['leads:write'])).key;
+    expect((await api.request('DELETE', `/api/v1/leads/${others[0].contact_id}`, { key: leadsKey })).status).toBe(200);
+    expect(await expectExactTotals()).toBe(7);
+
+    // A message removed (an operator's delete) leaves the totals.
+    const oneOut = await api
+      .db('messages')
+      .where({ workspace_id: ws.id, conversation_id: ana.conversationId, direction: 'out' })
+      .first('id');
+    await api.db('messages').where({ id: oneOut.id }).del();
+    expect(await expectExactTotals()).toBe(6);
+
+    // An archived connection hides every conversation it carries.
+    expect((await api.admin('PATCH', `/admin/v1/workspaces/${ws.id}/instances/${instanceId}`, { archived: true })).status).toBe(200);
+    expect(await expectExactTotals()).toBe(0);
   });
 
   it('needs conversations:read', async () => {

@@ -43,14 +43,17 @@ export const PAGE_TOTAL = '__page_total';
 
 /**
  * One page of a filtered query and its exact total. `scope` carries only the workspace scope and
- * filters; `shape` adds order and selected columns to the page query.
+ * filters; `shape` adds order and selected columns to the page query. `total`, when given, is a
+ * query of one row whose `total` column is the scope's exact count, read from counts kept
+ * elsewhere (otherwise the scope's rows are counted).
  */
 export async function pageWithTotal<T>(
   scope: Knex.QueryBuilder,
   page: Page,
   shape: (q: Knex.QueryBuilder) => Knex.QueryBuilder,
+  total?: Knex.QueryBuilder,
 ): Promise<{ rows: T[]; total: number }> {
-  const count = scope.clone().clearSelect().clearOrder().count<{ total: number }[]>({ total: '*' });
+  const count = total ?? scope.clone().clearSelect().clearOrder().count<{ total: number }[]>({ total: '*' });
   // The page and its exact total in one statement: one round trip, where each statement costs the
   // API a socket write (the largest share of its CPU under load). A page past the end has no row
   // to carry the total, so that rare case counts on its own.
@@ -58,9 +61,9 @@ export async function pageWithTotal<T>(
     .select({ [PAGE_TOTAL]: count })
     .limit(page.limit)
     .offset(page.offset);
-  const total = rows.length > 0 ? Number(rows[0][PAGE_TOTAL]) : Number((await count)[0].total);
+  const counted = rows.length > 0 ? Number(rows[0][PAGE_TOTAL]) : Number((await count)[0].total);
   for (const row of rows) delete row[PAGE_TOTAL];
-  return { rows, total };
+  return { rows, total: counted };
 }
 
 /** The list envelope: `{ data, pagination: { total, limit, offset, hasMore } }`. */

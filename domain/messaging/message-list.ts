@@ -55,14 +55,32 @@ async function serialize(db: Db, workspaceId: string, rows: ListedMessageRow[]) 
 export type ListedMessage = Awaited<ReturnType<typeof serialize>>[number];
 
 /**
+ * The exact number of visible messages under `filters`, from the conversations' own counts
+ * (`messages_in`, `messages_out`, kept by triggers on messages: migration 20261127090100): a sum
+ * over the workspace's visible conversations, never a count of its messages.
+ */
+function countedMessages(db: Db, workspaceId: string, filters: MessageFilters): Knex.QueryBuilder {
+  const counted =
+    filters.direction === 'in' ? 'c.messages_in' : filters.direction === 'out' ? 'c.messages_out' : 'c.messages_in + c.messages_out';
+  const q = visibleConversations(db, workspaceId).select(db.raw(`COALESCE(SUM(${counted}), 0) AS total`));
+  if (filters.conversationId !== undefined) q.where('c.id', filters.conversationId);
+  return q;
+}
+
+/**
  * One offset page, newest first (`timestamp` descending, then id descending, as a conversation's
- * messages), and the exact total under the same filters; `updatedAfter` is inclusive.
+ * messages), and the exact total under the same filters; `updatedAfter` is inclusive. Without
+ * `updatedAfter` the total comes from the conversations' counts; with it, the messages since then
+ * are counted (the (workspace, updated_at) index bounds that to them).
  */
 export async function listMessages(db: Db, workspaceId: string, filters: MessageFilters & { updatedAfter?: Date }, page: Page) {
   const scope = visibleMessages(db, workspaceId, filters);
   if (filters.updatedAfter !== undefined) scope.where('m.updated_at', '>=', filters.updatedAfter);
-  const { rows, total } = await pageWithTotal<ListedMessageRow>(scope, page, (q) =>
-    q.orderByRaw('m.timestamp DESC, m.id DESC').select(COLUMNS),
+  const { rows, total } = await pageWithTotal<ListedMessageRow>(
+    scope,
+    page,
+    (q) => q.orderByRaw('m.timestamp DESC, m.id DESC').select(COLUMNS),
+    filters.updatedAfter === undefined ? countedMessages(db, workspaceId, filters) : undefined,
   );
   return listEnvelope(await serialize(db, workspaceId, rows), total, page);
 }
