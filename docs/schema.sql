@@ -528,9 +528,9 @@ CREATE INDEX messages_conversation_updated_idx ON public.messages USING btree (c
 CREATE UNIQUE INDEX messages_provider_id_uq ON public.messages USING btree (workspace_id, provider_message_id) WHERE (provider_message_id IS NOT NULL);
 CREATE INDEX messages_workspace_timestamp_idx ON public.messages USING btree (workspace_id, "timestamp" DESC, id DESC);
 CREATE INDEX messages_workspace_updated_idx ON public.messages USING btree (workspace_id, updated_at, id);
-CREATE TRIGGER messages_count_added AFTER INSERT ON public.messages REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
+CREATE TRIGGER messages_count_added AFTER INSERT ON public.messages REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
 CREATE TRIGGER messages_count_moved AFTER UPDATE OF conversation_id, direction ON public.messages FOR EACH ROW WHEN (((old.conversation_id IS DISTINCT FROM new.conversation_id) OR (old.direction IS DISTINCT FROM new.direction))) EXECUTE FUNCTION conversation_counts_moved_message();
-CREATE TRIGGER messages_count_removed AFTER DELETE ON public.messages REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
+CREATE TRIGGER messages_count_removed AFTER DELETE ON public.messages REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
 CREATE TRIGGER messages_move_broadcast_recipient AFTER UPDATE OF status ON public.messages FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (new.status = ANY (ARRAY['delivered'::text, 'read'::text, 'failed'::text])))) EXECUTE FUNCTION broadcast_recipient_follows_message();
 CREATE TRIGGER messages_stamp_move BEFORE UPDATE OF conversation_id ON public.messages FOR EACH ROW WHEN ((old.conversation_id IS DISTINCT FROM new.conversation_id)) EXECUTE FUNCTION stamp_moved_message();
 
@@ -942,23 +942,16 @@ CREATE OR REPLACE FUNCTION public.conversation_counts_messages()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+  sign integer := CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    UPDATE conversations c
-       SET messages_in = c.messages_in + d.n_in, messages_out = c.messages_out + d.n_out
-      FROM (SELECT workspace_id, conversation_id,
-                   count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
-              FROM added GROUP BY 1, 2) d
-     WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
-  ELSE
-    -- A conversation deleted with its messages (ON DELETE CASCADE) is no longer there to update.
-    UPDATE conversations c
-       SET messages_in = c.messages_in - d.n_in, messages_out = c.messages_out - d.n_out
-      FROM (SELECT workspace_id, conversation_id,
-                   count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
-              FROM removed GROUP BY 1, 2) d
-     WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
-  END IF;
+  -- A conversation deleted with its messages (ON DELETE CASCADE) is no longer there to update.
+  UPDATE conversations c
+     SET messages_in = c.messages_in + sign * d.n_in, messages_out = c.messages_out + sign * d.n_out
+    FROM (SELECT workspace_id, conversation_id,
+                 count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
+            FROM changed GROUP BY 1, 2) d
+   WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
   RETURN NULL;
 END $function$;
 

@@ -16,30 +16,24 @@ ALTER TABLE conversations
   ADD COLUMN messages_in integer NOT NULL DEFAULT 0,
   ADD COLUMN messages_out integer NOT NULL DEFAULT 0;
 
+-- Both statement triggers name their transition table "changed": the inserted rows count up, the deleted ones down.
 CREATE FUNCTION conversation_counts_messages() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  sign integer := CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    UPDATE conversations c
-       SET messages_in = c.messages_in + d.n_in, messages_out = c.messages_out + d.n_out
-      FROM (SELECT workspace_id, conversation_id,
-                   count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
-              FROM added GROUP BY 1, 2) d
-     WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
-  ELSE
-    -- A conversation deleted with its messages (ON DELETE CASCADE) is no longer there to update.
-    UPDATE conversations c
-       SET messages_in = c.messages_in - d.n_in, messages_out = c.messages_out - d.n_out
-      FROM (SELECT workspace_id, conversation_id,
-                   count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
-              FROM removed GROUP BY 1, 2) d
-     WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
-  END IF;
+  -- A conversation deleted with its messages (ON DELETE CASCADE) is no longer there to update.
+  UPDATE conversations c
+     SET messages_in = c.messages_in + sign * d.n_in, messages_out = c.messages_out + sign * d.n_out
+    FROM (SELECT workspace_id, conversation_id,
+                 count(*) FILTER (WHERE direction = 'in') AS n_in, count(*) FILTER (WHERE direction <> 'in') AS n_out
+            FROM changed GROUP BY 1, 2) d
+   WHERE c.workspace_id = d.workspace_id AND c.id = d.conversation_id;
   RETURN NULL;
 END $$;
 CREATE TRIGGER messages_count_added AFTER INSERT ON messages
-  REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
+  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
 CREATE TRIGGER messages_count_removed AFTER DELETE ON messages
-  REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
+  REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION conversation_counts_messages();
 
 CREATE FUNCTION conversation_counts_moved_message() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
