@@ -899,7 +899,9 @@ type Outcome = { status: 'killed' | 'survived' | 'error' | 'skipped'; detail: st
 function outcomeOf(run: RunResult): Outcome {
   if (run.failed.length > 0) return { status: 'killed', detail: `killed by ${run.failed.join(', ')}` };
   if (run.timedOut) return { status: 'killed', detail: `killed: its tests did not finish in time (${run.logFile})` };
-  if (run.noReport && run.code !== 0) return { status: 'killed', detail: `killed: jest failed before any test file ran (${run.logFile})` };
+  // No report: jest stopped before writing it (before any test file ran, or crashed after a failing one): the log says which.
+  if (run.noReport && run.code !== 0)
+    return { status: 'killed', detail: `killed: jest exited ${run.code} without a report (${run.logFile})` };
   if (run.code === 0) return { status: 'survived', detail: 'SURVIVED' };
   return { status: 'error', detail: `ERROR: jest exited with ${run.code} though every test file passed (${run.logFile})` };
 }
