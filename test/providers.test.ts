@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import fc from 'fast-check';
 import {
   MAX_ANSWER_BYTES,
+  PROVIDER_USER_AGENT,
   OutboundMessage,
   ProviderConnection,
   ProviderError,
@@ -364,6 +365,32 @@ describe('Cloud API adapter: error mapping', () => {
     expect(err.retryable).toBe(false);
     expect(err.mayHaveReached).toBe(false);
     expect(err.message).toMatch(/nothing was sent/);
+  });
+
+  test('a provider receives one JSON request: our user agent, its length declared, the body whole', async () => {
+    let seen: { headers: http.IncomingHttpHeaders; body: string } | undefined;
+    const server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
+      req.on('end', () => {
+        seen = { headers: req.headers, body };
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ messages: [{ id: 'wamid.ua-1' }], contacts: [{ wa_id: '5511999990000' }] }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const sent = await cloudAdapter.send({ ...cloud, config: { ...cloud.config, baseUrl: `http://127.0.0.1:${port}` } }, msg(phone()));
+      expect(sent.providerMessageId).toBe('wamid.ua-1');
+      expect(seen!.headers['user-agent']).toBe(PROVIDER_USER_AGENT);
+      expect(seen!.headers['content-type']).toBe('application/json');
+      expect(seen!.headers['transfer-encoding']).toBeUndefined();
+      expect(Number(seen!.headers['content-length'])).toBe(Buffer.byteLength(seen!.body));
+      expect(JSON.parse(seen!.body)).toMatchObject({ messaging_product: 'whatsapp', type: 'text' });
+    } finally {
+      server.close();
+    }
   });
 
   test('a provider that echoes the token: every message is scrubbed', async () => {

@@ -214,6 +214,12 @@ interface Exchange {
   cancel(): void;
 }
 
+/**
+ * Who calls (fetch used to send `node`): a gateway behind a firewall that refuses requests without
+ * a user agent still takes ours.
+ */
+export const PROVIDER_USER_AGENT = 'Service-Messaging/1.0';
+
 /** How a POST's body is written: whole, or as `parts` yields it (see httpPost). */
 type PostBody = { whole: string } | { parts: AsyncIterator<Uint8Array>; on: { failed: (err: unknown) => void; ended: () => void } };
 
@@ -325,7 +331,7 @@ export async function postJson(
   // Until the whole body is written, the provider cannot have accepted anything.
   let bodyWhole = !init.stream;
   const parts = init.stream?.parts[Symbol.asyncIterator]();
-  const headers = { 'content-type': 'application/json', accept: 'application/json', ...init.headers };
+  const headers = { 'content-type': 'application/json', accept: 'application/json', 'user-agent': PROVIDER_USER_AGENT, ...init.headers };
   let exchange: Exchange | undefined;
   try {
     const body: PostBody = parts
