@@ -23,7 +23,7 @@ import { MAX_OFFSET } from '../domain/kernel/pagination';
 import { BEGINNING, syncPageQuery, type Position } from '../domain/platform/sync';
 import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './bench/floor';
 import { rssSeries, workflowRuns } from './bench/broadcasts';
-import { summariseHeapProfile } from './bench/heap-profile';
+import { placeOf, summariseHeapProfile } from './bench/heap-profile';
 import { broadcastWorkflowId } from '../domain/broadcasts';
 import { createDb, type Db } from '../domain/platform/db';
 import { loadConfig } from '../domain/platform/config';
@@ -1059,16 +1059,7 @@ function summariseProfile(name: string, file: string): void {
   const busy = profile.samples.filter((id) => byId.get(id)!.callFrame.functionName !== '(idle)');
   for (const id of busy) {
     const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
-    const where = url.includes('node_modules/')
-      ? url
-          .split('node_modules/')
-          .pop()!
-          .split('/')
-          .slice(0, url.includes('node_modules/@') ? 2 : 1)
-          .join('/')
-      : url.startsWith('node:') || url === ''
-        ? url || '(native)'
-        : path.relative(ROOT, url.replace('file://', ''));
+    const where = placeOf(url, ROOT);
     const key = `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}`;
     fn.set(key, (fn.get(key) ?? 0) + 1);
     pkg.set(where.split(':')[0], (pkg.get(where.split(':')[0]) ?? 0) + 1);

@@ -37,8 +37,8 @@ interface HeapNode {
   children?: HeapNode[];
 }
 
-/** Where a frame's code lives: a package, a node: module, or a file of the repository. */
-function placeOf(url: string, root: string): string {
+/** Where a profile frame's code lives: a package, a node: module, or a file of the repository (CPU and heap profiles). */
+export function placeOf(url: string, root: string): string {
   if (url.includes('node_modules/')) {
     const parts = url.split('node_modules/').pop()!.split('/');
     return parts.slice(0, parts[0].startsWith('@') ? 2 : 1).join('/');
