@@ -64,6 +64,8 @@ const RESULTS_DIR = path.join(ROOT, 'bench-results');
 const DURATION = QUICK ? 3 : 10;
 /** Names this run's files (heap profiles). */
 const RUN_STAMP = new Date().toISOString().replace(/[:.]/g, '-');
+/** This run's heap profile of a process (`--heap-profile`): written by it at exit, summarised after the run. */
+const heapProfileFile = (name: string) => path.join(HEAP_PROFILE_DIR, `${name}-${RUN_STAMP}.heapprofile`);
 /** Deals seeded per transaction (see seedWorkspace). */
 const DEAL_CHUNK = 2000;
 const SIZES = QUICK
@@ -229,8 +231,7 @@ async function startStack(running: Running[]) {
     return command;
   };
   // `--heap-profile`: each process writes its heap profile at exit; summarised after the run.
-  const heapProfiled = (name: string) =>
-    HEAP_PROFILE ? { ...env, BENCH_HEAP_PROFILE_FILE: path.join(HEAP_PROFILE_DIR, `${name}-${RUN_STAMP}.heapprofile`) } : env;
+  const heapProfiled = (name: string) => (HEAP_PROFILE ? { ...env, BENCH_HEAP_PROFILE_FILE: heapProfileFile(name) } : env);
   const worker = startChild({
     name: 'worker',
     ...profiled('worker', nodeTs('scripts/bench/worker.ts')),
@@ -1038,7 +1039,7 @@ function summariseProfiles(): void {
 /** The API's and the worker's heap profiles of this run (`--heap-profile`), summarised. */
 function summariseHeapProfiles(): void {
   for (const name of ['api', 'worker']) {
-    const file = path.join(HEAP_PROFILE_DIR, `${name}-${RUN_STAMP}.heapprofile`);
+    const file = heapProfileFile(name);
     if (!fs.existsSync(file)) {
       log(`no heap profile was written for the ${name}`);
       continue;
