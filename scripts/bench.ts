@@ -18,6 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/leads/lead-list';
+import { matchingDealsOfContact } from '../domain/sales';
 import { encodeCursor, microsOf, settledHorizon } from '../domain/platform/cursor';
 import { MAX_OFFSET } from '../domain/kernel/pagination';
 import { BEGINNING, syncPageQuery, type Position } from '../domain/platform/sync';
@@ -565,7 +566,7 @@ async function statementMeter(db: Db) {
 /** The plans of the API's own lead-list statements (page and exact count) for a request path. */
 async function explainLeadList(db: Db, workspaceId: string, requestPath: string): Promise<Record<string, string[]>> {
   const query = leadListQuery.parse(Object.fromEntries(new URL(requestPath, 'http://x').searchParams));
-  const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query);
+  const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query, { deals: matchingDealsOfContact });
   // A page with a fixed plan and no prefix is the sort order itself, or a filter's own index walked (domain/leads/lead-list.ts).
   const pageLabel = !probe && pagePlanFixed ? 'page' : 'page over every match';
   const statements: Record<string, string> = {

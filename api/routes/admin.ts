@@ -21,7 +21,8 @@ import { createInstance, instanceConfigSchema, updateInstance } from '../../doma
 import { addMember, requireMember } from '../../domain/access/members';
 import { createTemplate, TEMPLATE_STATUSES } from '../../domain/messaging/templates';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts/broadcasts';
-import { mergeContacts, panelCreateContact, panelUpdateContact } from '../../domain/leads/contacts';
+import { panelCreateContact, panelUpdateContact } from '../../domain/leads/contacts';
+import { mergeContacts } from '../../domain/merge';
 import {
   CODEC_SESSION_COOKIE,
   CODEC_SESSION_PAGE_PATH,

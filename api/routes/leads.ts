@@ -20,6 +20,7 @@ import { requireContact } from '../../domain/leads/contact-refs';
 import { getInsight } from '../../domain/leads/insights';
 import { PHONE_INTEGER_SCHEMA, PHONE_TEXT_SCHEMA } from '../../domain/leads/phone';
 import { atLeastOne, emailAddress, trimmedText } from '../../domain/kernel/input-rules';
+import { matchingDealsOfContact } from '../../domain/sales';
 
 const Insight = z
   .object({
@@ -83,7 +84,7 @@ export const leadRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const read = syncRead(ctx.query, query, Object.keys(leadListQuery.shape), ['includeDeleted']);
       if (read) return syncLeads(ctx.deps.db, workspaceId, read, { includeDeleted: query.includeDeleted === true });
-      const { rows, total } = await listLeads(ctx.deps.db, workspaceId, query);
+      const { rows, total } = await listLeads(ctx.deps.db, workspaceId, query, matchingDealsOfContact);
       return listEnvelope(rows, total, query);
     },
   }),

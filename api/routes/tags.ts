@@ -4,6 +4,7 @@ import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
 import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/leads/tags';
 import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
 import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
+import { refuseTagInUse } from '../../domain/broadcasts';
 
 const TagRecord = Tag.extend({ createdAt: z.string() });
 const name = trimmedText(100);
@@ -90,6 +91,6 @@ export const tagRoutes = [
     params: IdParams,
     response: Deleted,
     errors: ['TAG_IN_USE'],
-    handler: async (ctx, { params }) => ({ data: await deleteTag(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) }),
+    handler: async (ctx, { params }) => ({ data: await deleteTag(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, refuseTagInUse) }),
   }),
 ];

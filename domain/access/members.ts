@@ -50,6 +50,15 @@ export async function memberNames(db: Reader, workspaceId: string, ids: (string 
   return new Map(rows.map((r) => [r.id, r.name]));
 }
 
+/**
+ * A member's name as a column of another area's statement, read in the same statement:
+ * `(SELECT members.name ...) AS <as>` for the member `memberColumn` names in the workspace
+ * `workspaceColumn` names (column references of the caller's query, e.g. `deals.assigned_to`).
+ */
+export function memberNameSql(workspaceColumn: string, memberColumn: string, as: string): string {
+  return `(SELECT members.name FROM members WHERE members.workspace_id = ${workspaceColumn} AND members.id = ${memberColumn}) AS ${as}`;
+}
+
 /** Who made a change: recorded by name (activities expose the actor by name, never by id). */
 export interface Actor {
   memberId: string | null;

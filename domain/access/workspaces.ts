@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Db } from '../platform';
 import { ApiError, notFound, iso } from '../kernel';
@@ -110,6 +111,41 @@ export function serializeWorkspace(row: WorkspaceRow) {
     createdAt: iso(row.created_at),
     updatedAt: iso(row.updated_at),
   };
+}
+
+type Reader = Db | Knex.Transaction;
+
+/** A plan or standing column of the workspace row (WorkspaceRow less its identity and timestamps). */
+export type PlanColumn = Exclude<keyof WorkspaceRow, 'id' | 'name' | 'created_at' | 'updated_at'>;
+
+/**
+ * The workspace's row as a query of its own, for an area that reads plan columns beside its own
+ * (a sub-select of its rows in the same statement: domain/messaging's stored media room).
+ */
+export function workspaceQuery(db: Reader, workspaceId: string): Knex.QueryBuilder {
+  return db('workspaces').where({ id: workspaceId });
+}
+
+/**
+ * Plan and standing columns of a workspace (undefined when it does not exist). `lock`: the row
+ * locked FOR NO KEY UPDATE first, so concurrent creations of a counted thing (deals, webhook
+ * subscriptions, automations, broadcasts) count one by one against the plan without blocking
+ * inserts that reference the workspace.
+ */
+export async function workspacePlan<C extends PlanColumn>(
+  db: Reader,
+  workspaceId: string,
+  columns: readonly C[],
+  options: { lock?: boolean } = {},
+): Promise<Pick<WorkspaceRow, C> | undefined> {
+  const q = workspaceQuery(db, workspaceId);
+  if (options.lock) q.forNoKeyUpdate();
+  return (await q.first(...columns)) as Pick<WorkspaceRow, C> | undefined;
+}
+
+/** Locks the workspace row FOR NO KEY UPDATE (see workspacePlan): creations counted against the plan queue one by one. */
+export async function lockWorkspace(trx: Knex.Transaction, workspaceId: string): Promise<void> {
+  await workspaceQuery(trx, workspaceId).forNoKeyUpdate().first('id');
 }
 
 export async function createWorkspace(db: Db, name: string, plan: PlanInput = {}): Promise<WorkspaceRow> {

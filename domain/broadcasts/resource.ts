@@ -2,7 +2,8 @@ import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, iso, isUuid, type Page } from '../kernel';
 import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sendingPlan } from '../messaging';
-import { canonical } from '../leads';
+import { contactForSend, contactsForSend, type ContactForSend, existingTagIds, listExists, segmentContacts } from '../leads';
+import { lockWorkspace } from '../access';
 import { contactCustomValues, definedCustomFieldKeys } from '../sales';
 import { recordOutbox } from '../webhooks';
 import type { MessageContent, TemplateButton, TemplateHeader } from '../../types/messaging';
@@ -25,7 +26,7 @@ export const MIN_RATE_PER_SECOND = 1;
 export const MAX_RATE_PER_SECOND = 80;
 export const DEFAULT_RATE_PER_SECOND = 20;
 
-/** Statuses in which a broadcast still uses its tags: deleting one of them is 409 TAG_IN_USE (domain/leads/tags.ts). */
+/** Statuses in which a broadcast still uses its tags: deleting one of them is 409 TAG_IN_USE (refuseTagInUse). */
 export const TAG_BLOCKING_STATUSES = ['scheduled', 'in_progress', 'paused'] as const;
 
 export interface BroadcastAudience {
@@ -156,24 +157,11 @@ async function withCounts(db: Reader, row: BroadcastRow): Promise<Broadcast> {
 
 /**
  * The contacts of an audience: canonical leads (not deleted, merged or groups) tagged with any of
- * the tags, in the list, or named, each once, oldest first. `select` picks the columns.
+ * the tags, in the list, or named, each once (domain/leads segmentContacts, `contacts as c`).
+ * `select` picks the columns.
  */
 function audienceQuery(db: Reader, workspaceId: string, audience: BroadcastAudience): Knex.QueryBuilder {
-  const tagIds = audience.tagIds ?? [];
-  const leadIds = audience.leadIds ?? [];
-  // Canonical contacts only (leads' one condition: not merged, not deleted, not a group chat).
-  return canonical(db('contacts as c').where('c.workspace_id', workspaceId), 'c').where((q) => {
-    q.whereRaw('false');
-    if (tagIds.length)
-      q.orWhereExists(
-        db('contact_tags as ct').whereRaw('ct.contact_id = c.id').where('ct.workspace_id', workspaceId).whereIn('ct.tag_id', tagIds),
-      );
-    if (audience.listId)
-      q.orWhereExists(
-        db('list_members as lm').whereRaw('lm.contact_id = c.id').where({ 'lm.workspace_id': workspaceId, 'lm.list_id': audience.listId }),
-      );
-    if (leadIds.length) q.orWhereIn('c.id', leadIds);
-  });
+  return segmentContacts(db, workspaceId, audience);
 }
 
 /** How many contacts the audience holds now. */
@@ -227,13 +215,11 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
     const leadIds = [...new Set(input.audience.leadIds ?? [])].filter(isUuid);
     if (tagIds.some((id) => !isUuid(id))) throw new ApiError('NOT_FOUND', 'Tag not found in this workspace');
     if (tagIds.length) {
-      const found = await trx('tags').where({ workspace_id: workspaceId }).whereIn('id', tagIds).forShare().pluck('id');
+      const found = await existingTagIds(trx, workspaceId, tagIds, { lock: 'share' });
       if (found.length !== tagIds.length) throw new ApiError('NOT_FOUND', 'Tag not found in this workspace');
     }
     if (input.audience.listId !== undefined) {
-      const list =
-        isUuid(input.audience.listId) && (await trx('lists').where({ workspace_id: workspaceId, id: input.audience.listId }).first('id'));
-      if (!list) throw new ApiError('NOT_FOUND', 'List not found in this workspace');
+      if (!(await listExists(trx, workspaceId, input.audience.listId))) throw new ApiError('NOT_FOUND', 'List not found in this workspace');
     }
     const audience: BroadcastAudience = {
       ...(tagIds.length ? { tagIds } : {}),
@@ -247,7 +233,7 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
     }
 
     // The workspace row lock makes concurrent creations count one by one.
-    await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('id');
+    await lockWorkspace(trx, workspaceId);
     const { active } = await trx('broadcasts')
       .where({ workspace_id: workspaceId })
       .whereIn('status', TAG_BLOCKING_STATUSES)
@@ -548,33 +534,15 @@ export async function lockPendingRecipients(
 
 /** recipientContact for a page of recipients: the contacts a send may still use (not deleted or merged), by id. */
 export async function recipientContacts(db: Reader, workspaceId: string, contactIds: string[]): Promise<Map<string, RecipientContact>> {
-  if (contactIds.length === 0) return new Map();
-  const rows = await db('contacts')
-    .where({ workspace_id: workspaceId })
-    .whereIn('id', contactIds)
-    .whereNull('deleted_at')
-    .whereNull('merged_into_id')
-    .select('id', 'name', 'phone', 'email', 'opted_out', 'wa_id');
-  return new Map(rows.map((c: RecipientContact) => [c.id, c]));
+  return contactsForSend(db, workspaceId, contactIds);
 }
 
 /** A recipient's contact as a send needs it. */
-export interface RecipientContact {
-  id: string;
-  name: string;
-  phone: string;
-  email: string | null;
-  opted_out: boolean;
-  wa_id: string | null;
-}
+export type RecipientContact = ContactForSend;
 
 /** A recipient's contact as a send needs it, or undefined once deleted or merged (skipped CONTACT_DELETED). */
 export async function recipientContact(db: Reader, workspaceId: string, contactId: string): Promise<RecipientContact | undefined> {
-  const contact = await db('contacts')
-    .where({ workspace_id: workspaceId, id: contactId })
-    .first('id', 'name', 'phone', 'email', 'opted_out', 'wa_id', 'deleted_at', 'merged_into_id');
-  if (!contact || contact.deleted_at || contact.merged_into_id) return undefined;
-  return contact;
+  return contactForSend(db, workspaceId, contactId);
 }
 
 /** `{{contact.<field>}}` in a template variable: the contact's own fields, or a custom field key (its pattern). */

@@ -32,3 +32,34 @@ export async function requireContact<T = { id: string; name: string; phone: stri
   if (!row) throw new ApiError(options.code ?? 'CONTACT_NOT_FOUND', 'Contact not found');
   return row as T;
 }
+
+/** `contacts`, aliased unless the alias is the table's own name (the statement's text then stays as it was). */
+const contactsAs = (alias: string) => (alias === 'contacts' ? 'contacts' : `contacts as ${alias}`);
+
+/**
+ * Joins another area's rows to their contact, keeping only rows whose contact is canonical (the
+ * `canonical` condition on `alias`): `on.id` is the caller's contact id column, `on.workspaceId`
+ * (optional) its workspace column, matched too. The contact's columns are then `alias.<column>`.
+ */
+export function joinCanonicalContact(query: Knex.QueryBuilder, alias: string, on: { id: string; workspaceId?: string }): Knex.QueryBuilder {
+  const joined = on.workspaceId
+    ? query.join(contactsAs(alias), function joinContact() {
+        this.on(`${alias}.id`, '=', on.id).andOn(`${alias}.workspace_id`, '=', on.workspaceId!);
+      })
+    : query.join(contactsAs(alias), `${alias}.id`, on.id);
+  return canonical(joined, alias);
+}
+
+/**
+ * Joins another area's rows to their contact only when it is canonical (a LEFT JOIN with the
+ * `canonical` condition in its ON): a row whose contact was merged, soft-deleted or is a group chat
+ * keeps its place with the contact's columns null, so a hidden contact never leaks.
+ */
+export function leftJoinCanonicalContact(query: Knex.QueryBuilder, alias: string, contactIdColumn: string): Knex.QueryBuilder {
+  return query.leftJoin(contactsAs(alias), (j) => {
+    j.on(`${alias}.id`, '=', contactIdColumn)
+      .andOnNull(`${alias}.merged_into_id`)
+      .andOnNull(`${alias}.deleted_at`)
+      .andOnVal(`${alias}.is_group`, '=', false);
+  });
+}

@@ -553,88 +553,66 @@ export async function softDeleteContact(db: Db, workspaceId: string, contactId: 
 }
 
 /**
- * A human merges a duplicate into another contact in the panel. The survivor takes the
- * duplicate's deals, tasks, notes, list memberships, tags, its insight and conversations (when it
- * has none of its own), and its name or e-mail where its own is empty; a conversation on an
- * instance where the survivor already has one gives its messages to the survivor's. The duplicate
- * stays as a merged row (never listed again; `contact.merged` names the survivor). Counts follow
- * by their triggers. The duplicate's phone is not carried over: a message from it later creates
- * a new contact.
+ * The pair of a merge (domain/merge mergeContacts: a duplicate merged into a survivor), both
+ * canonical contacts of the workspace, locked in id order so two merges of one pair, either way
+ * round, cannot deadlock; 404 CONTACT_NOT_FOUND for either.
  */
-export async function mergeContacts(db: Db, workspaceId: string, duplicateRef: string, intoRef: string) {
-  // Ids compared and ordered as PostgreSQL reads them: a uuid in capitals names the same row.
-  const [duplicateId, intoId] = [duplicateRef.toLowerCase(), intoRef.toLowerCase()];
-  if (duplicateId === intoId)
-    throw new ApiError('VALIDATION', 'A contact cannot be merged into itself', { hint: 'intoId must name another contact.' });
-  return db.transaction(async (trx) => {
-    // Both locked in id order: two merges of one pair, either way round, cannot deadlock.
-    const locked = new Map<string, ContactRow>();
-    for (const id of [duplicateId, intoId].sort()) {
-      const row = isUuid(id)
-        ? await canonical(trx('contacts').where({ workspace_id: workspaceId, id }))
-            .forUpdate()
-            .first()
-        : undefined;
-      if (!row) throw new ApiError('CONTACT_NOT_FOUND', id === intoId ? 'The contact to merge into was not found' : 'Contact not found');
-      locked.set(id, row);
-    }
-    const duplicate = locked.get(duplicateId)!;
-    const into = locked.get(intoId)!;
-    const moved = { workspace_id: workspaceId, contact_id: duplicate.id };
-    const now = trx.fn.now();
-    await trx('deals').where(moved).update({ contact_id: into.id, updated_at: now });
-    await trx('tasks').where(moved).update({ contact_id: into.id, updated_at: now });
-    await trx('notes').where(moved).update({ contact_id: into.id });
-    await trx.raw(
-      `INSERT INTO list_members (workspace_id, list_id, contact_id, created_at)
+export async function lockMergePair(
+  trx: Trx,
+  workspaceId: string,
+  duplicateId: string,
+  intoId: string,
+): Promise<{ duplicate: ContactRow; into: ContactRow }> {
+  const locked = new Map<string, ContactRow>();
+  for (const id of [duplicateId, intoId].sort()) {
+    const row = isUuid(id)
+      ? await canonical(trx('contacts').where({ workspace_id: workspaceId, id }))
+          .forUpdate()
+          .first()
+      : undefined;
+    if (!row) throw new ApiError('CONTACT_NOT_FOUND', id === intoId ? 'The contact to merge into was not found' : 'Contact not found');
+    locked.set(id, row);
+  }
+  return { duplicate: locked.get(duplicateId)!, into: locked.get(intoId)! };
+}
+
+/** A merge's rows of leads: the duplicate's notes and list memberships go to the survivor, and its insight when the survivor has none. */
+export async function moveLeadRecords(trx: Trx, workspaceId: string, duplicateId: string, intoId: string): Promise<void> {
+  await trx('notes').where({ workspace_id: workspaceId, contact_id: duplicateId }).update({ contact_id: intoId });
+  await trx.raw(
+    `INSERT INTO list_members (workspace_id, list_id, contact_id, created_at)
        SELECT workspace_id, list_id, ?, created_at FROM list_members WHERE workspace_id = ? AND contact_id = ?
        ON CONFLICT DO NOTHING`,
-      [into.id, workspaceId, duplicate.id],
-    );
-    await trx('list_members').where(moved).delete();
-    await trx.raw(
-      `UPDATE insights SET contact_id = ? WHERE workspace_id = ? AND contact_id = ? AND NOT EXISTS (SELECT 1 FROM insights WHERE contact_id = ?)`,
-      [into.id, workspaceId, duplicate.id, into.id],
-    );
-    // One conversation per contact and instance: where the survivor has one, it takes the messages.
-    const { rows: joined } = await trx.raw(
-      `UPDATE messages m SET conversation_id = mine.id
-         FROM conversations theirs JOIN conversations mine ON mine.instance_id = theirs.instance_id AND mine.contact_id = ?
-        WHERE m.conversation_id = theirs.id AND theirs.workspace_id = ? AND theirs.contact_id = ?
-       RETURNING mine.id`,
-      [into.id, workspaceId, duplicate.id],
-    );
-    const survivorConversations = [...new Set((joined as { id: string }[]).map((r) => r.id))];
-    if (survivorConversations.length) {
-      await trx.raw(
-        `UPDATE conversations c SET updated_at = now(),
-                last_message_at = (SELECT max(timestamp) FROM messages WHERE conversation_id = c.id),
-                last_inbound_at = greatest(c.last_inbound_at, (SELECT max(timestamp) FROM messages WHERE conversation_id = c.id AND direction = 'in'))
-          WHERE c.id = ANY(?::uuid[])`,
-        [survivorConversations],
-      );
-    }
-    await trx.raw(
-      `UPDATE conversations SET contact_id = ?, updated_at = now()
-        WHERE workspace_id = ? AND contact_id = ? AND instance_id NOT IN (SELECT instance_id FROM conversations WHERE contact_id = ?)`,
-      [into.id, workspaceId, duplicate.id, into.id],
-    );
+    [intoId, workspaceId, duplicateId],
+  );
+  await trx('list_members').where({ workspace_id: workspaceId, contact_id: duplicateId }).delete();
+  await trx.raw(
+    `UPDATE insights SET contact_id = ? WHERE workspace_id = ? AND contact_id = ? AND NOT EXISTS (SELECT 1 FROM insights WHERE contact_id = ?)`,
+    [intoId, workspaceId, duplicateId, intoId],
+  );
+}
 
-    const [gone]: ContactRow[] = await trx('contacts')
-      .where({ id: duplicate.id })
-      .update({ merged_into_id: into.id, updated_at: now })
-      .returning('*');
-    await recordEvent(trx, workspaceId, 'contact.merged', { ...leaving(gone), merged_into_id: into.id });
-    const tags = ((await tagsOf(trx, [duplicate.id])).get(duplicate.id) ?? []).map((t) => t.id);
-    const after = await changeContact(
-      trx,
-      workspaceId,
-      into,
-      { name: into.name === '' ? duplicate.name : undefined, email: into.email === null ? duplicate.email : undefined, addTags: tags },
-      { origin: 'panel' },
-    );
-    return withTags(trx, after);
-  });
+/**
+ * A merge's last step, once every area moved its rows: the duplicate stays as a merged row (never
+ * listed again; `contact.merged` names the survivor), and the survivor takes its tags, and its
+ * name or e-mail where its own is empty. The duplicate's phone is not carried over. Answers the
+ * survivor with its tags.
+ */
+export async function finishMerge(trx: Trx, workspaceId: string, duplicate: ContactRow, into: ContactRow) {
+  const [gone]: ContactRow[] = await trx('contacts')
+    .where({ id: duplicate.id })
+    .update({ merged_into_id: into.id, updated_at: trx.fn.now() })
+    .returning('*');
+  await recordEvent(trx, workspaceId, 'contact.merged', { ...leaving(gone), merged_into_id: into.id });
+  const tags = ((await tagsOf(trx, [duplicate.id])).get(duplicate.id) ?? []).map((t) => t.id);
+  const after = await changeContact(
+    trx,
+    workspaceId,
+    into,
+    { name: into.name === '' ? duplicate.name : undefined, email: into.email === null ? duplicate.email : undefined, addTags: tags },
+    { origin: 'panel' },
+  );
+  return withTags(trx, after);
 }
 
 /** Applies one tag (id, or name: created when new) to a contact; `added` is false when it was already there. */
@@ -711,19 +689,25 @@ export function panelUpdateContact(db: Db, workspaceId: string, contactId: strin
 /**
  * Deletes a contact a send created, only if nothing else started using it meanwhile (another
  * send, a note, a tag, a list). One referenced by a deal or a task created in between fails its
- * foreign key: rolled back to a savepoint, it stays (it is someone's contact now).
+ * foreign key: rolled back to a savepoint, it stays (it is someone's contact now). `usedBy`: the
+ * caller's own uses of the contact, each a sub-query of its rows whose contact is the column it is
+ * given (domain/messaging: its conversations); without it, the conversations are looked at here
+ * until messaging passes its own (the one crossing left in leads, allow-listed in
+ * test/unit/architecture.test.ts).
  */
-export async function deleteUnusedContact(trx: Trx, workspaceId: string, contactId: string): Promise<void> {
+export async function deleteUnusedContact(
+  trx: Trx,
+  workspaceId: string,
+  contactId: string,
+  usedBy?: (contactIdColumn: string) => Knex.QueryBuilder[],
+): Promise<void> {
   const unused = (table: string) => trx(table).whereRaw(`${table}.contact_id = contacts.id`).select(trx.raw('1'));
+  const others = usedBy ? usedBy('contacts.id') : [unused('conversations')];
   await trx.raw('SAVEPOINT undo_contact');
   try {
-    await trx('contacts')
-      .where({ workspace_id: workspaceId, id: contactId })
-      .whereNotExists(unused('conversations'))
-      .whereNotExists(unused('notes'))
-      .whereNotExists(unused('contact_tags'))
-      .whereNotExists(unused('list_members'))
-      .delete();
+    const q = trx('contacts').where({ workspace_id: workspaceId, id: contactId });
+    for (const other of others) q.whereNotExists(other);
+    await q.whereNotExists(unused('notes')).whereNotExists(unused('contact_tags')).whereNotExists(unused('list_members')).delete();
     await trx.raw('RELEASE SAVEPOINT undo_contact');
   } catch {
     await trx.raw('ROLLBACK TO SAVEPOINT undo_contact');
@@ -758,4 +742,91 @@ export async function recordContactCreated(trx: Trx, workspaceId: string, contac
     phone: contact.phone,
     email: contact.email,
   });
+}
+
+/**
+ * Shared by every path that meets a phone number through a channel (domain/messaging): the cold
+ * send, the conversation send and inbound provider traffic. Each finds or creates with one
+ * INSERT ... ON CONFLICT, so concurrent arrivals of one number (in either ninth-digit form) make
+ * one contact.
+ */
+export async function findOrCreateContact(
+  trx: Reader,
+  workspaceId: string,
+  phone: Phone,
+  options: { name?: string; waId?: string } = {},
+): Promise<{
+  contact: { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null };
+  created: boolean;
+}> {
+  const inserted = await trx.raw(
+    `INSERT INTO contacts (workspace_id, name, phone, phone_key, wa_id)
+     VALUES (?, ?, ?, ?, ?)
+     ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
+     RETURNING id, name, phone, email, opted_out, wa_id`,
+    [workspaceId, (options.name ?? '').slice(0, 200), phone.e164, phone.key, options.waId ?? null],
+  );
+  if (inserted.rows[0]) return { contact: inserted.rows[0], created: true };
+  const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first(
+    'id',
+    'name',
+    'phone',
+    'email',
+    'opted_out',
+    'wa_id',
+  );
+  // The conflicting contact was deleted or merged between the two statements: a retry resolves it.
+  if (!existing) throw new Error('The contact changed while it was being resolved; retrying');
+  return { contact: existing, created: false };
+}
+
+/**
+ * The contact's own word on being messaged (an inbound STOP or START, domain/messaging): its
+ * opt-out set, and `updated_at` moved, only when it changes. Not a human edit: no contact.updated.
+ */
+export async function recordConsent(trx: Trx, workspaceId: string, contactId: string, optedOut: boolean): Promise<void> {
+  await trx('contacts')
+    .where({ workspace_id: workspaceId, id: contactId })
+    .whereNot({ opted_out: optedOut })
+    .update({ opted_out: optedOut, updated_at: trx.fn.now() });
+}
+
+/**
+ * The contact's opt-out as a scalar sub-query of another area's statement (null when no contact of
+ * the workspace has that id): `contactId` is a value or a column or sub-query of the caller's
+ * statement (domain/messaging: the contact a send prepared).
+ */
+export function contactOptedOut(db: Reader, workspaceId: string, contactId: string | Knex.Raw | Knex.QueryBuilder): Knex.QueryBuilder {
+  return db('contacts').where('contacts.workspace_id', workspaceId).where('contacts.id', contactId).select('contacts.opted_out');
+}
+
+/** A contact as a send needs it (domain/broadcasts: a recipient's contact). */
+export interface ContactForSend {
+  id: string;
+  name: string;
+  phone: string;
+  email: string | null;
+  opted_out: boolean;
+  wa_id: string | null;
+}
+
+/** The contacts a send may still use (not deleted or merged), by id. */
+export async function contactsForSend(db: Reader, workspaceId: string, contactIds: string[]): Promise<Map<string, ContactForSend>> {
+  if (contactIds.length === 0) return new Map();
+  const rows = await db('contacts')
+    .where({ workspace_id: workspaceId })
+    .whereIn('id', contactIds)
+    .whereNull('deleted_at')
+    .whereNull('merged_into_id')
+    .select('id', 'name', 'phone', 'email', 'opted_out', 'wa_id');
+  return new Map(rows.map((c: ContactForSend) => [c.id, c]));
+}
+
+/** A contact as a send needs it, or undefined once deleted or merged. */
+export async function contactForSend(db: Reader, workspaceId: string, contactId: string): Promise<ContactForSend | undefined> {
+  const contact = await db('contacts')
+    .where({ workspace_id: workspaceId, id: contactId })
+    .first('id', 'name', 'phone', 'email', 'opted_out', 'wa_id', 'deleted_at', 'merged_into_id');
+  if (!contact || contact.deleted_at || contact.merged_into_id) return undefined;
+  return contact;
 }

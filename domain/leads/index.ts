@@ -6,3 +6,4 @@ export * from './lists';
 export * from './notes';
 export * from './phone';
 export * from './tags';
+export * from './audience';

@@ -154,3 +154,8 @@ export async function listContactsOfList(db: Db, workspaceId: string, listId: st
   );
   return { rows: await serializeLeads(db, rows), total };
 }
+
+/** Whether `listId` is a list of the workspace (a malformed id is none). */
+export async function listExists(db: Writer, workspaceId: string, listId: string): Promise<boolean> {
+  return isUuid(listId) && !!(await db('lists').where({ workspace_id: workspaceId, id: listId }).first('id'));
+}

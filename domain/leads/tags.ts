@@ -66,39 +66,46 @@ export async function updateTag(db: Writer, workspaceId: string, tagId: string, 
   return serializeTag(rows[0]);
 }
 
-/** Broadcast statuses that keep their tags (domain/broadcasts TAG_BLOCKING_STATUSES; leads cannot import broadcasts). */
-const TAG_BLOCKING_BROADCASTS: readonly string[] = ['scheduled', 'in_progress', 'paused'];
+/**
+ * The ids among `tagIds` that are tags of the workspace. `lock: 'share'`: those tags share-locked
+ * until commit, so none is deleted while the caller records a reference to it (a broadcast's).
+ */
+export async function existingTagIds(
+  db: Writer,
+  workspaceId: string,
+  tagIds: string[],
+  options: { lock?: 'share' } = {},
+): Promise<string[]> {
+  const q = db('tags').where({ workspace_id: workspaceId }).whereIn('id', tagIds);
+  if (options.lock === 'share') q.forShare();
+  return q.pluck('id');
+}
 
 /**
- * Deletes a tag unless a broadcast that has not finished uses it (scheduled, in progress or
- * paused: 409 TAG_IN_USE). The tag row is locked
- * first (which blocks a concurrent insert of a broadcast_tags row referencing it: the foreign-key
- * check needs a share lock on the tag), then the broadcasts using it are share-locked, so a
- * broadcast being switched to `in_progress` concurrently is either seen as in progress or waits
- * until the tag is gone. Contact assignments go with the tag (ON DELETE CASCADE) without
- * `contact.tag_removed` events: deleting a tag is not a per-contact removal.
+ * Refuses to delete a tag another area still uses (409 TAG_IN_USE): given by the caller, run in
+ * the deletion's transaction once the tag row is locked (domain/broadcasts refuseTagInUse: leads
+ * cannot import broadcasts).
  */
-export async function deleteTag(db: Db, workspaceId: string, tagId: string): Promise<{ id: string; deleted: true }> {
+export type TagDeletionGuard = (trx: Knex.Transaction, workspaceId: string, tagId: string) => Promise<void>;
+
+/**
+ * Deletes a tag unless `guard` refuses it (the API's: a broadcast that has not finished uses it,
+ * 409 TAG_IN_USE). The tag row is locked first (which blocks a concurrent insert of a row
+ * referencing it: the foreign-key check needs a share lock on the tag), then the guard runs.
+ * Contact assignments go with the tag (ON DELETE CASCADE) without `contact.tag_removed` events:
+ * deleting a tag is not a per-contact removal.
+ */
+export async function deleteTag(
+  db: Db,
+  workspaceId: string,
+  tagId: string,
+  guard: TagDeletionGuard,
+): Promise<{ id: string; deleted: true }> {
   if (!isUuid(tagId)) throw notFound('Tag');
   return db.transaction(async (trx) => {
     const tag = await trx('tags').where({ workspace_id: workspaceId, id: tagId }).forUpdate().first('id');
     if (!tag) throw notFound('Tag');
-    const { rows } = await trx.raw(
-      `SELECT b.id, b.status FROM broadcasts b
-         JOIN broadcast_tags bt ON bt.broadcast_id = b.id
-        WHERE bt.workspace_id = ? AND bt.tag_id = ?
-        FOR SHARE OF b`,
-      [workspaceId, tagId],
-    );
-    const inProgress = (rows as { id: string; status: string }[]).filter((b) => TAG_BLOCKING_BROADCASTS.includes(b.status));
-    if (inProgress.length) {
-      throw new ApiError('TAG_IN_USE', 'The tag is used by a broadcast in progress', {
-        hint: `Broadcast${inProgress.length > 1 ? 's' : ''} ${inProgress
-          .slice(0, 5)
-          .map((b) => b.id)
-          .join(', ')}; retry when finished.`,
-      });
-    }
+    await guard(trx, workspaceId, tagId);
     await trx('tags').where({ workspace_id: workspaceId, id: tagId }).delete();
     return { id: tagId, deleted: true as const };
   });

@@ -1,5 +1,6 @@
-import { type Db, KeyRing, openText, SealBinding, sealedAs, sealText, SecretPurpose } from '../platform';
+import { columnResealer, type Db, KeyRing, openText, SealBinding, sealedAs, sealText } from '../platform';
 import { INSTANCE_SECRETS, InstanceConfig, instanceSecretBinding, mapInstanceSecrets } from '../messaging';
+import { resealSubscriptionSecrets } from '../webhooks';
 
 /**
  * Secrets stored by the service (provider tokens and app secrets, webhook signing secrets,
@@ -57,25 +58,12 @@ export async function sealStoredSecrets(
     instances++;
   }
 
-  /** One text column of secrets, row by row; a row changed meanwhile (the value compared) is left to the next pass. */
-  const resealColumn = async (table: string, column: string, purpose: SecretPurpose): Promise<number> => {
-    const rows: { id: string; workspace_id: string; value: string }[] = await db(table)
-      .whereNotNull(column)
-      .whereRaw(`?? NOT LIKE ? || workspace_id || ':%'`, [column, `enc:v2:${ring.current.id}:${purpose}:`])
-      .select('id', 'workspace_id', `${column} as value`);
-    let count = 0;
-    for (const row of rows) {
-      const sealed = reseal(row.value, { workspaceId: row.workspace_id, purpose });
-      if (sealed === null) continue;
-      await db(table)
-        .where({ id: row.id, workspace_id: row.workspace_id, [column]: row.value })
-        .update({ [column]: sealed });
-      count++;
-    }
-    return count;
-  };
+  // Each area re-seals its own table's secrets. Instances (domain/messaging) and inbound automation
+  // tokens (domain/automations) are still walked here, allow-listed in test/unit/architecture.test.ts
+  // until those areas export their own re-seal like domain/webhooks resealSubscriptionSecrets.
+  const resealColumn = columnResealer(db, ring, reseal);
+  const webhookSubscriptions = await resealSubscriptionSecrets(resealColumn);
   // Inbound automation tokens are found by their hash (which does not change); the token is kept sealed for its URL.
-  const webhookSubscriptions = await resealColumn('webhook_subscriptions', 'secret', 'webhook.secret');
   const automationTokens = await resealColumn('automations', 'webhook_token', 'automation.webhookToken');
   return { instances, webhookSubscriptions, automationTokens, refused };
 }

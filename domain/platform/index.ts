@@ -11,3 +11,4 @@ export * from './safe-http';
 export * from './sync';
 export * from './temporal';
 export * from './url-safety';
+export * from './reseal';

@@ -4,8 +4,8 @@ import { compiledOnce, instantsAsText, prepared, type Db, answerItem, BatchInput
 import { ApiError, Page, PAGE_TOTAL, pageWithTotal, isUuid, DEAL_STATUSES, type DealStatus, iso } from '../kernel';
 import { Cause, OutboxRecord, outboxInsert, recordOutbox } from '../webhooks';
 import { resolveOrCreateProduct } from './products';
-import { Actor, memberNames, resolveMember } from '../access';
-import { canonical, requireContact } from '../leads';
+import { Actor, lockWorkspace, memberNames, memberNameSql, resolveMember, workspacePlan } from '../access';
+import { joinCanonicalContact, requireContact } from '../leads';
 
 export { DEAL_STATUSES, type DealStatus };
 
@@ -67,8 +67,7 @@ const DEAL_COLUMNS = [
 
 /** A deal with its assignee's name (serializeDeal's second argument), read in the deal's own statement. */
 type DealWithAssignee = DealRow & { assignee_name: string | null };
-const ASSIGNEE_NAME =
-  '(SELECT members.name FROM members WHERE members.workspace_id = deals.workspace_id AND members.id = deals.assigned_to) AS assignee_name';
+const ASSIGNEE_NAME = memberNameSql('deals.workspace_id', 'deals.assigned_to', 'assignee_name');
 
 const money = (value: string | null): number | null => (value === null ? null : Number(value));
 
@@ -107,9 +106,9 @@ export async function serializeDeals(db: Reader, workspaceId: string, rows: Deal
  * deals with it (and restoring it would bring them back); nothing is destroyed.
  */
 export function visibleDeals(db: Reader, workspaceId: string): Knex.QueryBuilder {
-  return canonical(db('deals').join('contacts', 'contacts.id', 'deals.contact_id').where('deals.workspace_id', workspaceId)).select(
-    'deals.*',
-  );
+  return joinCanonicalContact(db('deals'), 'contacts', { id: 'deals.contact_id' })
+    .where('deals.workspace_id', workspaceId)
+    .select('deals.*');
 }
 
 /** The visible deal `id`, its columns named, with its assignee's name. */
@@ -271,10 +270,10 @@ export async function contactCustomValues(
 
 /** Takes a unit of the plan's deal quota: the workspace row lock makes concurrent creations count one by one. */
 async function takeDealQuota(trx: Trx, workspaceId: string): Promise<void> {
-  const plan = await trx('workspaces').where({ id: workspaceId }).first('deal_limit');
+  const plan = await workspacePlan(trx, workspaceId, ['deal_limit']);
   if (!plan || plan.deal_limit === null) return;
   // NO KEY UPDATE: serialises deal creation without blocking inserts that reference the workspace.
-  await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('id');
+  await lockWorkspace(trx, workspaceId);
   const { count } = await trx('deals').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
   if (count >= plan.deal_limit) {
     throw new ApiError('DEAL_LIMIT_REACHED', `The plan allows ${plan.deal_limit} deals`, {
@@ -582,4 +581,29 @@ export async function listDealActivities(db: Db, workspaceId: string, dealId: st
   )) as { rows: Row[] };
   if (rows.length === 0) throw new ApiError('NOT_FOUND', 'Deal not found');
   return { rows: rows.filter((r) => r.id !== null).map(serializeActivity), total: Number(rows[0][PAGE_TOTAL]) };
+}
+
+/** A merge (domain/merge): the duplicate contact's deals become the survivor's. */
+export async function moveContactDeals(trx: Trx, workspaceId: string, fromContactId: string, toContactId: string): Promise<void> {
+  await trx('deals')
+    .where({ workspace_id: workspaceId, contact_id: fromContactId })
+    .update({ contact_id: toContactId, updated_at: trx.fn.now() });
+}
+
+/**
+ * The lead list's deal filters (`pipelineId`, `stageId` and `status` describe ONE deal that must
+ * satisfy all of them): the matching deals of the contact `contactIdColumn` names in the lead
+ * list's statement, as a correlated sub-query (domain/leads listLeads takes it: leads cannot import sales).
+ */
+export function matchingDealsOfContact(
+  db: Reader,
+  workspaceId: string,
+  contactIdColumn: string,
+  f: { pipelineId?: string; stageId?: string; status?: DealStatus },
+): Knex.QueryBuilder {
+  const deal = db('deals as d').whereRaw(`d.contact_id = ${contactIdColumn}`).where('d.workspace_id', workspaceId);
+  if (f.pipelineId) deal.where('d.pipeline_id', f.pipelineId);
+  if (f.stageId) deal.where('d.stage_id', f.stageId);
+  if (f.status) deal.where('d.status', f.status);
+  return deal;
 }

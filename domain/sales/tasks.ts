@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { type Db, SyncRead, syncPage } from '../platform';
 import { ApiError, pageWithTotal, isUuid, iso } from '../kernel';
 import { memberNames, resolveMember } from '../access';
-import { requireContact } from '../leads';
+import { leftJoinCanonicalContact, requireContact } from '../leads';
 
 type Writer = Db | Knex.Transaction;
 
@@ -45,11 +45,7 @@ export type Task = ReturnType<typeof serializeTask>;
  * never leaks.
  */
 function tasksQuery(db: Writer, workspaceId: string): Knex.QueryBuilder {
-  return db('tasks as t')
-    .leftJoin('contacts as c', (j) => {
-      j.on('c.id', '=', 't.contact_id').andOnNull('c.merged_into_id').andOnNull('c.deleted_at').andOnVal('c.is_group', '=', false);
-    })
-    .where('t.workspace_id', workspaceId);
+  return leftJoinCanonicalContact(db('tasks as t'), 'c', 't.contact_id').where('t.workspace_id', workspaceId);
 }
 
 const TASK_COLUMNS = [
@@ -228,4 +224,16 @@ export async function syncTasks(db: Db, workspaceId: string, read: SyncRead) {
     rows.map((r) => r.assigned_to),
   );
   return { data: rows.map((r) => serializeTask(r, names)), pagination };
+}
+
+/** A merge (domain/merge): the duplicate contact's tasks become the survivor's. */
+export async function moveContactTasks(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  fromContactId: string,
+  toContactId: string,
+): Promise<void> {
+  await trx('tasks')
+    .where({ workspace_id: workspaceId, contact_id: fromContactId })
+    .update({ contact_id: toContactId, updated_at: trx.fn.now() });
 }

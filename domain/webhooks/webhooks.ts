@@ -1,6 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import { KeyRing, openText, SealBinding, sealText, type Db, safeRequest, SafeHttpError, assertPublicUrl, UrlPolicy } from '../platform';
+import {
+  KeyRing,
+  openText,
+  SealBinding,
+  sealText,
+  type Db,
+  safeRequest,
+  SafeHttpError,
+  assertPublicUrl,
+  UrlPolicy,
+  type ColumnResealer,
+} from '../platform';
 import { ApiError, notFound, iso, Page, pageWithTotal, isUuid } from '../kernel';
+import { workspacePlan } from '../access';
 import { WEBHOOK_EVENTS } from './outbox';
 import { signWebhook } from './webhook-signature';
 
@@ -164,10 +176,7 @@ export async function createSubscription(
   const secret = generateWebhookSecret();
   const row: SubscriptionRow = await db.transaction(async (trx) => {
     // The plan's quota is always set (default 10): the workspace row lock makes concurrent creations count one by one against it.
-    const plan: { webhook_quota: number } | undefined = await trx('workspaces')
-      .where({ id: workspaceId })
-      .forNoKeyUpdate()
-      .first('webhook_quota');
+    const plan = await workspacePlan(trx, workspaceId, ['webhook_quota'], { lock: true });
     const { count } = await trx('webhook_subscriptions').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
     if (plan && count >= plan.webhook_quota) {
       throw new ApiError('WEBHOOK_LIMIT_REACHED', `The plan allows ${plan.webhook_quota} webhook subscriptions`, {
@@ -427,4 +436,9 @@ export async function recordDeliveryFailed(db: Db, workspaceId: string, delivery
 /** The delivery workflow's id: one per (event, subscription), so a re-dispatch cannot start a second. */
 export function deliveryWorkflowId(workspaceId: string, subscriptionId: string, eventId: string): string {
   return `webhook/${workspaceId}/${subscriptionId}/${eventId}`;
+}
+
+/** Subscriptions' signing secrets re-sealed with the current key (domain/maintenance sealStoredSecrets); answers how many. */
+export function resealSubscriptionSecrets(resealColumn: ColumnResealer): Promise<number> {
+  return resealColumn('webhook_subscriptions', 'secret', 'webhook.secret');
 }

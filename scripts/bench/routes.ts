@@ -5,6 +5,7 @@ import { listDealActivities } from '../../domain/sales/deals';
 import { listLeads } from '../../domain/leads/lead-list';
 import { listEnvelope } from '../../domain/kernel/pagination';
 import { listPipelines } from '../../domain/sales/pipelines';
+import { matchingDealsOfContact } from '../../domain/sales';
 
 /**
  * The benchmark's yardstick query: one contact by primary key, the least work a read can do
@@ -37,7 +38,7 @@ export function benchRoutes(deps: AppDeps) {
         limit: Number(query.get('limit') ?? 25),
         offset: Number(query.get('offset') ?? 0),
       };
-      const { rows, total } = await listLeads(deps.db, workspaceId, filters as never);
+      const { rows, total } = await listLeads(deps.db, workspaceId, filters as never, matchingDealsOfContact);
       return listEnvelope(rows, total, filters);
     },
     pipelines: async ([workspaceId]) => ({ pipelines: await listPipelines(deps.db, workspaceId) }),

@@ -1,0 +1,1 @@
+export { mergeContacts } from './merge';
