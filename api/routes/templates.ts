@@ -6,7 +6,7 @@ import { withTemporal } from '../context';
 import { ApiError } from '../../domain/kernel/errors';
 import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
 import { isTemporalUnreachable, workspacePriority } from '../../domain/platform/temporal';
-import { HEADER_FORMATS, listTemplates, TEMPLATE_STATUSES } from '../../domain/messaging/templates';
+import { HEADER_FORMATS, instanceForTemplateSync, listTemplates, TEMPLATE_STATUSES } from '../../domain/messaging';
 import { MAX_TEMPLATE_PAGES, TEMPLATE_PAGE_SIZE } from '../../activities/providers/cloud-templates';
 import { templateSyncWorkflowId } from '../../types/templates';
 import { templateSyncWorkflow } from '../../workflows/template-sync';
@@ -90,10 +90,7 @@ export const templateRoutes = [
     errors: ['INSTANCE_NOT_FOUND', 'TEMPLATE_UNSUPPORTED', 'SEND_FAILED', 'IN_PROGRESS', 'UNAVAILABLE'],
     handler: async (ctx, { params }) => {
       const workspaceId = ctx.state.auth!.workspaceId;
-      const instance = await ctx.deps
-        .db('instances')
-        .where({ id: params.id, workspace_id: workspaceId, archived: false })
-        .first('id', 'provider');
+      const instance = await instanceForTemplateSync(ctx.deps.db, workspaceId, params.id);
       if (!instance) throw new ApiError('INSTANCE_NOT_FOUND', 'Instance not found in this workspace');
       if (instance.provider !== 'cloud')
         throw new ApiError(

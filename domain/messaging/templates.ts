@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, cut, iso, Page, pageWithTotal, storable } from '../kernel';
+import type { InstanceRow } from './instances';
 
 /**
  * Message templates of an instance (docs/messaging.md, "Templates"). A template is identified by
@@ -342,6 +343,19 @@ export async function applyTemplateStatusUpdates(
       .update({ status: update.status, updated_at: db.fn.now() });
   }
   return changed;
+}
+
+/**
+ * The instance a template sync is asked for (POST /api/v1/instances/{id}/templates/sync): the
+ * workspace's, not archived, with its provider (only a Cloud API instance has a template API);
+ * undefined when the workspace has no such instance.
+ */
+export async function instanceForTemplateSync(
+  db: Db,
+  workspaceId: string,
+  instanceId: string,
+): Promise<Pick<InstanceRow, 'id' | 'provider'> | undefined> {
+  return db('instances').where({ id: instanceId, workspace_id: workspaceId, archived: false }).first('id', 'provider');
 }
 
 /**
