@@ -1,15 +1,16 @@
-import { ApplicationFailure, Context } from '@temporalio/activity';
-import type { Config } from '../domain/platform/config';
-import type { Db } from '../domain/platform/db';
-import { liveInstanceConfig, openInstanceConfig } from '../domain/messaging/instances';
+import { ApplicationFailure } from '@temporalio/activity';
 import {
+  liveInstanceConfig,
+  openInstanceConfig,
   parseProviderTemplate,
   templateSyncInstances,
   upsertProviderTemplates,
   type ProviderTemplate,
-} from '../domain/messaging/templates';
+} from '../domain/messaging';
+import type { Config, Db } from '../domain/platform';
 import type { TemplateSyncInput, TemplateSyncResult, TemplateSyncTarget } from '../types/templates';
 import { listCloudTemplates } from './providers/cloud-templates';
+import { heartbeat } from './providers/heartbeat';
 import { isProviderError } from './providers/types';
 
 /**
@@ -43,13 +44,7 @@ export function createTemplateActivities({ db, config }: { db: Db; config: Pick<
       }
       let listing: Awaited<ReturnType<typeof listCloudTemplates>>;
       try {
-        listing = await listCloudTemplates(settings, () => {
-          try {
-            Context.current().heartbeat();
-          } catch {
-            // Outside an activity (tests): nothing to beat.
-          }
-        });
+        listing = await listCloudTemplates(settings, heartbeat);
       } catch (err) {
         if (isProviderError(err) && !err.retryable) return { refused: { code: 'SEND_FAILED', message: err.message } };
         throw ApplicationFailure.retryable(err instanceof Error ? err.message : String(err), 'TemplateListUnavailable');

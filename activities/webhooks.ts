@@ -1,6 +1,4 @@
-import { openText } from '../domain/platform/encryption';
-import type { Config } from '../domain/platform/config';
-import type { Db } from '../domain/platform/db';
+import { openText, type Config, type Db } from '../domain/platform';
 import {
   deliveryBody,
   getDeliveryToAttempt,
@@ -8,7 +6,7 @@ import {
   recordDeliveryAttempt,
   recordDeliveryFailed,
   webhookSecretBinding,
-} from '../domain/webhooks/webhooks';
+} from '../domain/webhooks';
 import type { AttemptInput, AttemptResult } from '../types/webhooks';
 
 /**

@@ -1,8 +1,10 @@
+import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import { lockUntilCommit, type Db, type KeyRing } from '../platform';
 import { openInstanceConfig, type InstanceConfig } from './instances';
 import { ApiError, isUuid } from '../kernel';
-import { MEDIA_LIMITS } from './sending';
+import { checkMediaSize, MEDIA_LIMITS } from './sending';
+import { sendRequestOf } from './send-requests';
 
 /**
  * Inbound media (docs/messaging.md, "Media"): the file of an inbound image, audio, video, document
@@ -122,7 +124,142 @@ export async function mediaOfMessages(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The fetch's side (activities/inbound-media.ts)
+// The fetch's side (activities/inbound-media.ts, through the provider's adapter in
+// activities/providers/inbound-media.ts)
+
+export interface MediaFetchInput {
+  workspaceId: string;
+  messageId: string;
+}
+
+export interface MediaFetchResult {
+  status: MediaStatus;
+  reason?: string;
+}
+
+/** Final: the media is marked `unavailable` with this message as its reason (trying again cannot fix it). */
+export class MediaUnavailable extends Error {}
+
+/** Where a provider's adapter fetches a file from: the row's reference and type, its instance's provider and configuration. */
+export interface MediaSource {
+  row: MediaRow;
+  provider: 'cloud' | 'web';
+  config: InstanceConfig;
+}
+
+/** What the provider said of a file besides its bytes. */
+export interface FetchedMedia {
+  mimeType?: string;
+  fileName?: string;
+}
+
+/**
+ * The bytes' sink of one fetch: counts them (its type's limit, the workspace's room), hashes them,
+ * and writes a chunk each MEDIA_CHUNK_BYTES, so at most one chunk is held. Past a limit it throws
+ * MediaUnavailable. `onChunk` runs after each chunk written (the activity's heartbeat).
+ */
+export class MediaChunkWriter {
+  private seq = 0;
+  private parts: Buffer[] = [];
+  private held = 0;
+  size = 0;
+  private readonly hash = createHash('sha256');
+  constructor(
+    private readonly db: Db,
+    private readonly row: MediaRow,
+    /** The workspace's room for stored media when the fetch began: a file past it is not kept. */
+    private readonly room: { limitMb: number; bytes: number },
+    private readonly onChunk: () => void = () => {},
+  ) {}
+
+  /** A size the provider declared before the bytes: a file over its type's limit, or past the room, is refused at once. */
+  declare(declared: number): void {
+    if (!Number.isFinite(declared)) return;
+    const type = this.row.type;
+    if (declared > INBOUND_MEDIA_LIMITS[type])
+      throw new MediaUnavailable(
+        `the ${type} is ${(declared / 1048576).toFixed(1)} MB; the provider's limit for its type is ${limitText(type)}`,
+      );
+    if (declared > this.room.bytes) throw new MediaUnavailable(storageFullReason(this.room.limitMb));
+  }
+
+  async write(data: Buffer): Promise<void> {
+    if (data.length === 0) return;
+    this.size += data.length;
+    const limit = INBOUND_MEDIA_LIMITS[this.row.type];
+    if (this.size > limit)
+      throw new MediaUnavailable(`the ${this.row.type} is more than ${limitText(this.row.type)}, the provider's limit for its type`);
+    if (this.size > this.room.bytes) throw new MediaUnavailable(storageFullReason(this.room.limitMb));
+    this.hash.update(data);
+    this.parts.push(data);
+    this.held += data.length;
+    while (this.held >= MEDIA_CHUNK_BYTES) {
+      const all = Buffer.concat(this.parts, this.held);
+      await this.flush(all.subarray(0, MEDIA_CHUNK_BYTES));
+      const rest = all.subarray(MEDIA_CHUNK_BYTES);
+      this.parts = rest.length > 0 ? [Buffer.from(rest)] : [];
+      this.held = rest.length;
+    }
+  }
+
+  private async flush(data: Buffer): Promise<void> {
+    await writeChunk(this.db, this.row.workspace_id, this.row.message_id, this.seq, data);
+    this.seq += 1;
+    this.onChunk();
+  }
+
+  async end(): Promise<{ size: number; sha256: string }> {
+    if (this.held > 0) await this.flush(Buffer.concat(this.parts, this.held));
+    this.parts = [];
+    this.held = 0;
+    return { size: this.size, sha256: this.hash.digest('hex') };
+  }
+}
+
+/**
+ * One try of an inbound media file's fetch (docs/messaging.md, "Media"): the pending row claimed
+ * (a file is never fetched twice), its instance's configuration opened, the chunks of an earlier
+ * try forgotten, the bytes fetched by `fetchFile` (the provider's adapter) into a MediaChunkWriter,
+ * then `stored` (or, past the workspace's room, `unavailable`). A MediaUnavailable from the
+ * adapter or the writer marks the media `unavailable` with its reason. `retry`: another try of the
+ * same file overlapped this one (a worker presumed dead), so the caller fails retryably and the
+ * file is written again.
+ */
+export async function fetchAndStoreMedia(
+  db: Db,
+  ring: KeyRing,
+  input: MediaFetchInput,
+  fetchFile: (source: MediaSource, sink: MediaChunkWriter) => Promise<FetchedMedia>,
+  onChunk?: () => void,
+): Promise<MediaFetchResult | { retry: string }> {
+  const row = await mediaToFetch(db, input.workspaceId, input.messageId);
+  if (!row) return { status: 'unavailable', reason: 'the message was deleted' };
+  if (row.status !== 'pending') return { status: row.status }; // fetched already: never twice
+  const instance = await instanceOfMedia(db, ring, row);
+  if (!instance) {
+    await markUnavailable(db, row.workspace_id, row.message_id, 'the instance that received the message no longer exists');
+    return { status: 'unavailable' };
+  }
+  await clearChunks(db, row.workspace_id, row.message_id);
+  const sink = new MediaChunkWriter(db, row, await mediaStorageRoom(db, row.workspace_id), onChunk);
+  try {
+    const said = await fetchFile({ row, ...instance }, sink);
+    const file = await sink.end();
+    const stored = await markStored(db, row.workspace_id, row.message_id, {
+      ...file,
+      mimeType: row.mime_type ?? said.mimeType ?? 'application/octet-stream',
+      fileName: said.fileName ?? null,
+    });
+    if (stored === 'mismatch') return { retry: 'the stored chunks do not add up to the file; fetching it again' };
+    // Other files of the workspace were stored meanwhile and this one no longer fits: not kept.
+    if (stored === 'full') return { status: 'unavailable' };
+    return { status: 'stored' };
+  } catch (err) {
+    if (!(err instanceof MediaUnavailable)) throw err;
+    await markUnavailable(db, row.workspace_id, row.message_id, err.message);
+    return { status: 'unavailable', reason: err.message };
+  }
+}
 
 /** The row the fetch works on, or undefined (the message was deleted). */
 export async function mediaToFetch(db: Db, workspaceId: string, messageId: string): Promise<MediaRow | undefined> {
@@ -243,6 +380,33 @@ async function markUnavailableIn(
     });
   if (n > 0) await trx('message_media_chunks').where({ workspace_id: workspaceId, message_id: messageId }).delete();
   return n > 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A send's media URL, checked before the send (activities/media.ts checkMedia)
+
+/**
+ * The size check of a send's media: the URL and type of its stored send request (or, for a send
+ * started before send_requests, those given), the size `sizeAt` learns (a HEAD through the media
+ * adapter, activities/providers/media-download.ts; null when it cannot tell), checked against the
+ * type's limit (422 MEDIA_TOO_LARGE). A size nobody can learn is left to the provider, or to the
+ * download for a web gateway.
+ */
+export async function checkSendMedia(
+  db: Db,
+  input: { workspaceId: string; requestId: string } | { url: string; type: string },
+  sizeAt: (url: string) => Promise<number | null>,
+): Promise<{ bytes: number | null }> {
+  const { url, type } = 'url' in input ? input : await mediaOfSend(db, input);
+  const bytes = await sizeAt(url);
+  checkMediaSize(type, bytes);
+  return { bytes };
+}
+
+async function mediaOfSend(db: Db, input: { workspaceId: string; requestId: string }): Promise<{ url: string; type: string }> {
+  const { message } = await sendRequestOf(db, input);
+  if (!message.mediaUrl) throw new ApiError('VALIDATION', 'This send carries no mediaUrl');
+  return { url: message.mediaUrl, type: message.type };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 /**
  * The web gateway's media answer (`{ mediaType, fileName, size, mimetype, base64 }`) read as it
- * arrives (activities/inbound-media.ts Base64AnswerReader): the file decoded a few KB at a time,
+ * arrives (activities/providers/inbound-media.ts Base64AnswerReader): the file decoded a few KB at a time,
  * whatever the chunk boundaries, the key order, JSON escapes or a data-URL prefix.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { Base64AnswerReader } from '../../activities/inbound-media';
+import { Base64AnswerReader } from '../../activities/providers/inbound-media';
 
 async function read(text: string, cut: number): Promise<{ bytes: Buffer; fields: Record<string, string>; sawBase64: boolean }> {
   const parts: Buffer[] = [];
