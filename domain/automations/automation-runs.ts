@@ -132,13 +132,3 @@ export async function withoutRunContactData(db: Db, workspaceId: string, runId: 
     people.push(...(await db('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids).select('name', 'email', 'phone')));
   return withoutPersonalData(error, people);
 }
-
-/** The tag a remove_tag action names: by id, or by name in any case. */
-export async function findTagByRef(db: Db, workspaceId: string, ref: string): Promise<{ id: string } | undefined> {
-  return db('tags')
-    .where({ workspace_id: workspaceId })
-    .where((q) =>
-      isUuid(ref) ? q.where({ id: ref }).orWhereRaw('lower(name) = lower(?)', [ref]) : q.whereRaw('lower(name) = lower(?)', [ref]),
-    )
-    .first('id');
-}

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { KeyRing, openText, SealBinding, sealText, type Db, assertSafeUrlSyntax, UrlPolicy } from '../platform';
+import { KeyRing, openText, SealBinding, sealText, type ColumnResealer, type Db, assertSafeUrlSyntax, UrlPolicy } from '../platform';
 import { z } from 'zod';
 import { isMediaType, MESSAGE_TYPES } from '../../types/messaging';
 import {
@@ -16,7 +16,7 @@ import {
   trimmedText,
 } from '../kernel';
 import { MESSAGE_CONTENT_FIELDS } from '../messaging';
-import { consume, grants, Scope } from '../access';
+import { consume, grants, Scope, workspacePlan } from '../access';
 
 /**
  * Automations (docs/automations.md): definitions, the inbound URL token and its quota,
@@ -355,6 +355,14 @@ export interface AutomationView {
   ring: KeyRing;
 }
 
+/**
+ * Inbound webhook tokens re-sealed with the current key (domain/maintenance sealStoredSecrets);
+ * answers how many. A token is found by its hash, which does not change; it stays sealed for its URL.
+ */
+export function resealAutomationTokens(resealColumn: ColumnResealer): Promise<number> {
+  return resealColumn('automations', 'webhook_token', 'automation.webhookToken');
+}
+
 /** How an inbound token is found: by its SHA-256, never by the token itself. */
 export function tokenHash(token: string): string {
   return createHash('sha256').update(token).digest('hex');
@@ -395,7 +403,7 @@ const automationNotFound = () => notFound('Automation');
  * one by one; units in use are the automations holding a token.
  */
 async function takeInboundUnit(trx: Db, workspaceId: string, exceptId?: string): Promise<void> {
-  const plan = await trx('workspaces').where({ id: workspaceId }).forNoKeyUpdate().first('inbound_webhook_quota');
+  const plan = await workspacePlan(trx, workspaceId, ['inbound_webhook_quota'], { lock: true });
   if (plan?.inbound_webhook_quota === null || plan?.inbound_webhook_quota === undefined) return;
   const q = trx('automations').where({ workspace_id: workspaceId }).whereNotNull('webhook_token');
   if (exceptId) q.whereNot({ id: exceptId });
@@ -416,10 +424,7 @@ async function takeInboundUnit(trx: Db, workspaceId: string, exceptId?: string):
  * makes concurrent creations count one by one.
  */
 async function takeAutomationUnit(trx: Db, workspaceId: string): Promise<void> {
-  const plan: { automation_limit: number } | undefined = await trx('workspaces')
-    .where({ id: workspaceId })
-    .forNoKeyUpdate()
-    .first('automation_limit');
+  const plan = await workspacePlan(trx, workspaceId, ['automation_limit'], { lock: true });
   if (!plan) return;
   const { count } = await trx('automations').where({ workspace_id: workspaceId }).first(trx.raw('count(*)::int AS count'));
   if (count >= plan.automation_limit) {
@@ -495,10 +500,12 @@ export async function getAutomationStanding(
   workspaceId: string,
   id: string,
 ): Promise<{ active: boolean; name: string; workspace_active: boolean; api_access: boolean } | undefined> {
-  return db('automations as a')
-    .join('workspaces as w', 'w.id', 'a.workspace_id')
-    .where({ 'a.workspace_id': workspaceId, 'a.id': id })
-    .first('a.active', 'a.name', 'w.active as workspace_active', 'w.api_access');
+  const automation: { active: boolean; name: string } | undefined = await db('automations')
+    .where({ workspace_id: workspaceId, id })
+    .first('active', 'name');
+  if (!automation) return undefined;
+  const workspace = await workspacePlan(db, workspaceId, ['active', 'api_access']);
+  return workspace && { ...automation, workspace_active: workspace.active, api_access: workspace.api_access };
 }
 
 /** The trigger type cannot change (its token and quota unit belong to the webhook trigger). */
