@@ -1,5 +1,4 @@
-import type { Config } from '../domain/platform/config';
-import { databaseNow, type Db } from '../domain/platform/db';
+import { type Config, databaseNow, type Db } from '../domain/platform';
 import { createAutomationActivities } from './automations';
 import { createBroadcastActivities } from './broadcasts';
 import { createInboundMediaActivities } from './inbound-media';

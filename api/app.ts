@@ -2,9 +2,8 @@ import Koa from 'koa';
 import compose from 'koa-compose';
 import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
-import type { KeyRow } from '../domain/access/api-keys';
-import { KeyCache, LocalCounts } from '../domain/access/rate-limit';
-import { ApiError } from '../domain/kernel/errors';
+import { KeyCache, type KeyRow, LocalCounts } from '../domain/access';
+import { ApiError } from '../domain/kernel';
 import { jsonBody, readsAnyContentType, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
 import { countIpInMemory, enforce, ipBucket, record } from './middleware/rate-limit';
@@ -31,7 +30,7 @@ import { webhookRoutes } from './routes/webhooks';
 import { eventRoutes } from './routes/events';
 import { automationRoutes } from './routes/automations';
 import { broadcastRoutes } from './routes/broadcasts';
-import { CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH } from '../domain/platform/codec-session';
+import { CODEC_SESSION_PAGE_PATH, CODEC_SESSION_PATH } from '../domain/platform';
 
 /** Every endpoint of the service, in documentation order. */
 export const ROUTES: AnyRoute[] = [

@@ -1,9 +1,20 @@
 import type { Context } from 'koa';
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { BATCH_MAX, BatchInput, ItemAnswer, refused, runInChunks } from '../domain/platform/batch';
-import { ERROR_CODES, ErrorCode } from '../domain/kernel/errors';
-import { claimKey, completeKey, fingerprint, recordProgress, releaseKey, STORED_ANSWER_HOURS } from '../domain/platform/idempotency';
+import {
+  BATCH_MAX,
+  BatchInput,
+  claimKey,
+  completeKey,
+  fingerprint,
+  ItemAnswer,
+  recordProgress,
+  refused,
+  releaseKey,
+  runInChunks,
+  STORED_ANSWER_HOURS,
+} from '../domain/platform';
+import { ERROR_CODES, ErrorCode } from '../domain/kernel';
 import type { BatchItem } from './route';
 import { idempotencyKey } from './send';
 

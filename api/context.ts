@@ -1,12 +1,9 @@
 import type { Client } from '@temporalio/client';
 import type { Context } from 'koa';
-import { ApiError } from '../domain/kernel/errors';
-import { isTemporalUnreachable, withDeadline } from '../domain/platform/temporal';
+import { ApiError } from '../domain/kernel';
+import { type Config, type Db, isTemporalUnreachable, withDeadline } from '../domain/platform';
 import type { Logger } from 'pino';
-import type { Config } from '../domain/platform/config';
-import type { Db } from '../domain/platform/db';
-import type { KeyRow } from '../domain/access/api-keys';
-import type { BucketState, KeyCache, LocalCounts } from '../domain/access/rate-limit';
+import type { BucketState, KeyCache, KeyRow, LocalCounts } from '../domain/access';
 
 /** What every request handler can reach: built once per process in `createApp`. */
 export interface AppDeps {

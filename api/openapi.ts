@@ -1,9 +1,8 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31, extendZodWithOpenApi } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
-import { ERROR_CODES, ErrorCode } from '../domain/kernel/errors';
+import { ERROR_CODES, ErrorCode } from '../domain/kernel';
 import type { AnyRoute } from './route';
-import { satisfying } from '../domain/access/scopes';
-import { IN_MEMORY_IP_PROFILES, IP_PROFILES, KEY_PROFILES } from '../domain/access/rate-limit';
+import { IN_MEMORY_IP_PROFILES, IP_PROFILES, KEY_PROFILES, satisfying } from '../domain/access';
 import { BODY_METHODS, readsAnyContentType } from './middleware/body';
 import { isApiPath } from './middleware/rate-limit';
 import { IdempotencyHeaders } from './send';

@@ -1,8 +1,7 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import type { ApiError, ErrorCode } from '../domain/kernel/errors';
-import type { IpProfile, KeyProfile } from '../domain/access/rate-limit';
-import type { Scope } from '../domain/access/scopes';
+import type { ApiError, ErrorCode } from '../domain/kernel';
+import type { IpProfile, KeyProfile, Scope } from '../domain/access';
 
 /**
  * One declaration per endpoint drives the router, the zod validation and the OpenAPI document,

@@ -2,13 +2,12 @@ import { METHODS } from 'node:http';
 import Router from '@koa/router';
 import type { Context, Middleware, Next } from 'koa';
 import { z, ZodError } from 'zod';
-import { ApiError, validationError } from '../domain/kernel/errors';
-import { unstorableReason } from '../domain/kernel/text';
+import { ApiError, unstorableReason, validationError } from '../domain/kernel';
 import { adminAuth, apiKeyAuth } from './middleware/auth';
 import { requestBody } from './middleware/body';
 import { countBatchItems, enforce, ipBucket, record, scaled } from './middleware/rate-limit';
-import { IN_MEMORY_IP_PROFILES } from '../domain/access/rate-limit';
-import { BATCH_MAX } from '../domain/platform/batch';
+import { IN_MEMORY_IP_PROFILES } from '../domain/access';
+import { BATCH_MAX } from '../domain/platform';
 import { AnyObject, AnyRoute, BatchItem, koaPath } from './route';
 import { IdempotencyHeaders } from './send';
 

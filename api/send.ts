@@ -7,12 +7,9 @@ import {
   WorkflowIdReusePolicy,
   WorkflowNotFoundError,
 } from '@temporalio/client';
-import { clock } from '../domain/kernel/clock';
-import { ApiError } from '../domain/kernel/errors';
-import { fromFailure, fromRefusal } from '../domain/messaging/failures';
-import { fingerprint } from '../domain/platform/idempotency';
-import { isTemporalUnreachable, searchHash, workspacePriority } from '../domain/platform/temporal';
-import { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/messaging/send-requests';
+import { ApiError, clock } from '../domain/kernel';
+import { fromFailure, fromRefusal, isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/messaging';
+import { fingerprint, isTemporalUnreachable, searchHash, workspacePriority } from '../domain/platform';
 import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
 import { temporalClient, withTemporal } from './context';

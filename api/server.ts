@@ -2,11 +2,8 @@ import type { Server } from 'node:http';
 import type { Middleware } from 'koa';
 import { createApp } from './app';
 import type { AppDeps } from './context';
-import { assertAdminToken, loadConfig } from '../domain/platform/config';
-import { createServiceDb } from '../domain/platform/db';
-import { createLogger } from '../domain/platform/logger';
-import { pruneCounters } from '../domain/access/rate-limit';
-import { temporalClientFactory } from '../domain/platform/temporal';
+import { assertAdminToken, createLogger, createServiceDb, loadConfig, temporalClientFactory } from '../domain/platform';
+import { pruneCounters } from '../domain/access';
 
 /** What an API process serves beyond the service's own app (scripts/bench/api.ts adds the bench's yardsticks). */
 export interface ApiAdditions {

@@ -1,5 +1,17 @@
-import { newKeyRingValue, parseKeyRing } from '../domain/platform/encryption';
-import { dataConverterFor } from '../domain/platform/temporal';
+import {
+  BEGINNING,
+  createDb,
+  dataConverterFor,
+  type Db,
+  encodeCursor,
+  loadConfig,
+  microsOf,
+  newKeyRingValue,
+  parseKeyRing,
+  type Position,
+  settledHorizon,
+  syncPageQuery,
+} from '../domain/platform';
 /**
  * `npm run bench [-- --quick]`: starts the stack (embedded PostgreSQL whose seeded data is kept in
  * .data/bench for the next run, a fresh Temporal dev server, the worker, the emulator and the API
@@ -17,18 +29,14 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
-import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/leads/lead-list';
+import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/leads';
 import { matchingDealsOfContact } from '../domain/sales';
-import { encodeCursor, microsOf, settledHorizon } from '../domain/platform/cursor';
-import { MAX_OFFSET } from '../domain/kernel/pagination';
-import { BEGINNING, syncPageQuery, type Position } from '../domain/platform/sync';
+import { MAX_OFFSET } from '../domain/kernel';
 import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './bench/floor';
 import { rssSeries, workflowRuns } from './bench/broadcasts';
 import { placeOf, summariseHeapProfile } from './bench/heap-profile';
 import { broadcastWorkflowId } from '../domain/broadcasts';
-import { createDb, type Db } from '../domain/platform/db';
-import { loadConfig } from '../domain/platform/config';
-import { ALL_SCOPES } from '../domain/access/scopes';
+import { ALL_SCOPES } from '../domain/access';
 import {
   ROOT,
   NO_FSYNC_FLAGS,

@@ -1,6 +1,5 @@
 /** `npm run migrate` / `npm run migrate:rollback`: applies or reverts migrations on DATABASE_URL. */
-import { loadConfig } from '../domain/platform/config';
-import { createDb } from '../domain/platform/db';
+import { createDb, loadConfig } from '../domain/platform';
 import { migrationConfig } from '../knexfile';
 
 async function main(): Promise<void> {

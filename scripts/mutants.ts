@@ -56,6 +56,7 @@ const PHONE = 'domain/leads/phone.ts';
 const SIGNATURE = 'domain/webhooks/webhook-signature.ts';
 const URL_SAFETY = 'domain/platform/url-safety.ts';
 const CONTACTS = 'domain/leads/contacts.ts';
+const MERGE = 'domain/merge/merge.ts';
 const AUTOMATION_RECEIVER = 'domain/automations/automation-receiver.ts';
 
 const UNIT_SENDING = ['test/unit/sending.test.ts'];
@@ -442,12 +443,12 @@ const MUTANTS: Mutant[] = [
     tests: UNIT_SENDING,
   },
 
-  // Merge (leads/contacts.ts mergeContacts): each thing the survivor takes over, left behind.
+  // Merge (merge/merge.ts mergeContacts, each area moving its rows): each thing the survivor takes over, left behind.
   {
     id: 'merge-tasks-left',
     rule: 'Merge',
-    file: CONTACTS,
-    find: "await trx('tasks').where(moved).update({ contact_id: into.id, updated_at: now });",
+    file: MERGE,
+    find: 'await moveContactTasks(trx, workspaceId, duplicate.id, into.id);',
     replace: '',
     tests: E2E_MERGE,
   },
@@ -470,7 +471,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'merge-messages-left',
     rule: 'Merge',
-    file: CONTACTS,
+    file: MERGE,
     find: 'WHERE m.conversation_id = theirs.id AND theirs.workspace_id = ?',
     replace: 'WHERE false AND m.conversation_id = theirs.id AND theirs.workspace_id = ?',
     tests: E2E_MERGE,
@@ -478,7 +479,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'merge-conversations-left',
     rule: 'Merge',
-    file: CONTACTS,
+    file: MERGE,
     find: 'WHERE workspace_id = ? AND contact_id = ? AND instance_id NOT IN',
     replace: 'WHERE false AND workspace_id = ? AND contact_id = ? AND instance_id NOT IN',
     tests: E2E_MERGE,
@@ -486,8 +487,8 @@ const MUTANTS: Mutant[] = [
   {
     id: 'merge-deals-left',
     rule: 'Merge',
-    file: CONTACTS,
-    find: "await trx('deals').where(moved).update({ contact_id: into.id, updated_at: now });",
+    file: MERGE,
+    find: 'await moveContactDeals(trx, workspaceId, duplicate.id, into.id);',
     replace: '',
     tests: E2E_MERGE,
   },
@@ -495,7 +496,7 @@ const MUTANTS: Mutant[] = [
     id: 'merge-notes-left',
     rule: 'Merge',
     file: CONTACTS,
-    find: "await trx('notes').where(moved).update({ contact_id: into.id });",
+    find: "await trx('notes').where({ workspace_id: workspaceId, contact_id: duplicateId }).update({ contact_id: intoId });",
     replace: '',
     tests: E2E_MERGE,
   },

@@ -10,9 +10,8 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseKeyRing } from '../domain/platform/encryption';
-import { parsePhone } from '../domain/leads/phone';
-import { searchHashes } from '../domain/platform/temporal';
+import { parseKeyRing, searchHashes } from '../domain/platform';
+import { parsePhone } from '../domain/leads';
 
 export function searchQuery(keys: string, workspaceId: string, value: string): string {
   const ring = parseKeyRing(keys);

@@ -1,11 +1,8 @@
 import fs from 'node:fs';
-import type { Db } from '../domain/platform/db';
-import { generateApiKey, hashApiKey } from '../domain/access/api-keys';
-import { createPipeline } from '../domain/sales/pipelines';
-import { ALL_SCOPES } from '../domain/access/scopes';
-import { createWorkspace } from '../domain/access/workspaces';
-import type { KeyRing } from '../domain/platform/encryption';
-import { openInstanceConfig, sealInstanceConfig } from '../domain/messaging/instances';
+import type { Db, KeyRing } from '../domain/platform';
+import { ALL_SCOPES, createWorkspace, generateApiKey, hashApiKey } from '../domain/access';
+import { createPipeline } from '../domain/sales';
+import { openInstanceConfig, sealInstanceConfig } from '../domain/messaging';
 
 export interface DemoSeed {
   workspaceId: string;

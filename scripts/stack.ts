@@ -12,9 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client as PgClient } from 'pg';
 import { Connection } from '@temporalio/client';
-import { newKeyRingValue } from '../domain/platform/encryption';
-import { createDb } from '../domain/platform/db';
-import { SEARCH_ATTRIBUTES } from '../domain/platform/temporal';
+import { createDb, newKeyRingValue, SEARCH_ATTRIBUTES } from '../domain/platform';
 import { migrationConfig } from '../knexfile';
 import YAML from 'yaml';
 

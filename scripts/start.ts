@@ -8,10 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { assertAdminToken } from '../domain/platform/config';
-import { createDb } from '../domain/platform/db';
-import { parseKeyRing } from '../domain/platform/encryption';
-import { ensureSearchAttributes } from '../domain/platform/temporal';
+import { assertAdminToken, createDb, ensureSearchAttributes, parseKeyRing } from '../domain/platform';
 import { connectEmulatorWebhooks, seedDemo } from './seed';
 import {
   Child,

@@ -1,10 +1,8 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { keepWebhookBodyOnRun, REFUSALS_LISTED_PER_EVENT, runsForEvents } from '../domain/automations/automation-triggers';
-import { runWorkflowId } from '../domain/automations/automations';
-import type { Db } from '../domain/platform/db';
-import type { OutboxRow } from '../domain/webhooks/outbox';
-import { START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/platform/temporal';
+import { keepWebhookBodyOnRun, REFUSALS_LISTED_PER_EVENT, runsForEvents, runWorkflowId } from '../domain/automations';
+import { type Db, START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/platform';
+import type { OutboxRow } from '../domain/webhooks';
 import type { RunInput } from '../types/automations';
 import { automationRunWorkflow } from '../workflows/automation-run';
 

@@ -1,8 +1,7 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Logger } from 'pino';
-import type { Db } from '../domain/platform/db';
-import { claimMediaToStart, mediaWorkflowId, unclaimMedia } from '../domain/messaging/media';
-import { START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/platform/temporal';
+import { type Db, START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/platform';
+import { claimMediaToStart, mediaWorkflowId, unclaimMedia } from '../domain/messaging';
 import { inboundMediaWorkflow } from '../workflows/inbound-media';
 
 /** Rows one pass takes. */

@@ -1,11 +1,26 @@
 import { Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { isDatabaseUnavailable, type Db } from '../domain/platform/db';
-import { claimPendingFairly, markDispatched, releaseClaims, setAside as setAsideRow, type OutboxRow } from '../domain/webhooks/outbox';
-import { createDeliveries, orphanedDeliveries, subscriptionsBeingRetried, type NewDelivery } from '../domain/webhooks/webhook-deliveries';
-import { deliveryWorkflowId } from '../domain/webhooks/webhooks';
+import {
+  type Db,
+  isDatabaseUnavailable,
+  isTemporalUnreachable,
+  START_DEADLINE_MS,
+  withDeadline,
+  workspacePriority,
+} from '../domain/platform';
+import {
+  claimPendingFairly,
+  createDeliveries,
+  deliveryWorkflowId,
+  markDispatched,
+  type NewDelivery,
+  orphanedDeliveries,
+  type OutboxRow,
+  releaseClaims,
+  setAside as setAsideRow,
+  subscriptionsBeingRetried,
+} from '../domain/webhooks';
 import { retryWaitMs, type AttemptInput, type AttemptResult, type DeliveryInput } from '../types/webhooks';
-import { isTemporalUnreachable, START_DEADLINE_MS, withDeadline, workspacePriority } from '../domain/platform/temporal';
 import { webhookDeliveryWorkflow } from '../workflows/webhook-delivery';
 
 /**

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
-import { NETWORK_WORDS } from '../../domain/platform/safe-http';
+import { NETWORK_WORDS } from '../../domain/platform';
 import type { MessageContent, TemplateWireComponent } from '../../types/messaging';
 /**
  * What the sending path asks of a messaging provider, whichever wire format it speaks.

@@ -11,7 +11,7 @@ import {
   postJson,
   redactSecrets,
 } from './types';
-import { digitsOfPersonJid } from '../../domain/leads/phone';
+import { digitsOfPersonJid } from '../../domain/leads';
 
 /**
  * The unofficial "web" gateway style (Evolution-API-like: a WhatsApp Web session behind an HTTP

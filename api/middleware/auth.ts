@@ -1,12 +1,22 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context, Next } from 'koa';
-import { authenticateAndCount, hashApiKey, looksLikeApiKey, type KeyRow } from '../../domain/access/api-keys';
-import { ApiError } from '../../domain/kernel/errors';
-import { bucketStates, IpProfile, KeyProfile, shardsFor } from '../../domain/access/rate-limit';
-import { grants, satisfying, Scope } from '../../domain/access/scopes';
-import { suspension } from '../../domain/access/workspaces';
+import {
+  authenticateAndCount,
+  bucketStates,
+  grants,
+  hashApiKey,
+  IpProfile,
+  KeyProfile,
+  type KeyRow,
+  looksLikeApiKey,
+  satisfying,
+  Scope,
+  shardsFor,
+  suspension,
+} from '../../domain/access';
+import { ApiError } from '../../domain/kernel';
 import { enforce, ipBucket, keyBuckets, markCountedInMemory, record, scaled } from './rate-limit';
-import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, validCodecSession } from '../../domain/platform/codec-session';
+import { CODEC_SESSION_COOKIE, CODEC_SESSION_PATH, validCodecSession } from '../../domain/platform';
 
 /** Who is calling: API keys (with scopes and the plan) for /api/v1, the admin token for /admin/v1. */
 

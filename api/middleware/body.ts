@@ -1,6 +1,6 @@
 import type { Context, Next } from 'koa';
 import { koaBody } from 'koa-body';
-import { ApiError } from '../../domain/kernel/errors';
+import { ApiError } from '../../domain/kernel';
 
 /** The largest JSON body any endpoint accepts. */
 export const JSON_BODY_MAX_BYTES = 1024 * 1024;

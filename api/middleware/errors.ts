@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { Context, Next } from 'koa';
 import type { Logger } from 'pino';
 import { ZodError } from 'zod';
-import { isDatabaseUnavailable } from '../../domain/platform/db';
-import { ApiError, constraintConflict, isPgError, validationError } from '../../domain/kernel/errors';
+import { isDatabaseUnavailable } from '../../domain/platform';
+import { ApiError, constraintConflict, isPgError, validationError } from '../../domain/kernel';
 import { JSON_BODY_LIMIT_HINT } from './body';
 import { countIpInMemory, isApiPath } from './rate-limit';
 

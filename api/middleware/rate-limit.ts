@@ -1,5 +1,5 @@
 import type { Context } from 'koa';
-import { ApiError } from '../../domain/kernel/errors';
+import { ApiError } from '../../domain/kernel';
 import {
   Bucket,
   BucketState,
@@ -11,7 +11,7 @@ import {
   KEY_PROFILES,
   KeyProfile,
   tightest,
-} from '../../domain/access/rate-limit';
+} from '../../domain/access';
 
 /**
  * Rate limits of a request: its buckets counted in PostgreSQL (domain/access/rate-limit.ts), the

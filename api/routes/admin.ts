@@ -1,38 +1,37 @@
 import type { Payload } from '@temporalio/common';
 import { z } from 'zod';
-import { EncryptionCodec } from '../../domain/platform/payload-codec';
-import { ApiError } from '../../domain/kernel/errors';
-import { AnyObject, AnyRoute, route, RouteDef } from '../route';
-import { single } from '../schemas';
-import { createApiKey, revokeApiKey, setApiKeyRateLimit } from '../../domain/access/api-keys';
-import { createGlobalCustomField, createPipeline, customFieldSchema, listPipelines, MAX_CUSTOM_FIELDS } from '../../domain/sales/pipelines';
-import { ALL_SCOPES } from '../../domain/access/scopes';
-import { setInsight } from '../../domain/leads/insights';
-import {
-  createWorkspace,
-  getWorkspace,
-  PLAN_DEFAULTS,
-  planSchema,
-  requireWorkspace,
-  serializeWorkspace,
-  updateWorkspace,
-} from '../../domain/access/workspaces';
-import { createInstance, instanceConfigSchema, updateInstance } from '../../domain/messaging/instances';
-import { addMember, requireMember } from '../../domain/access/members';
-import { createTemplate, TEMPLATE_STATUSES } from '../../domain/messaging/templates';
-import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts/broadcasts';
-import { panelCreateContact, panelUpdateContact } from '../../domain/leads/contacts';
-import { mergeContacts } from '../../domain/merge';
 import {
   CODEC_SESSION_COOKIE,
   CODEC_SESSION_PAGE_PATH,
   CODEC_SESSION_PATH,
   CODEC_SESSION_TTL_MS,
   codecSessionSecure,
+  EncryptionCodec,
   issueCodecSession,
-} from '../../domain/platform/codec-session';
-import { emailAddress, trimmedText } from '../../domain/kernel/input-rules';
-import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/leads/phone';
+} from '../../domain/platform';
+import { ApiError, emailAddress, trimmedText } from '../../domain/kernel';
+import { AnyObject, AnyRoute, route, RouteDef } from '../route';
+import { single } from '../schemas';
+import {
+  addMember,
+  ALL_SCOPES,
+  createApiKey,
+  createWorkspace,
+  getWorkspace,
+  PLAN_DEFAULTS,
+  planSchema,
+  requireMember,
+  requireWorkspace,
+  revokeApiKey,
+  serializeWorkspace,
+  setApiKeyRateLimit,
+  updateWorkspace,
+} from '../../domain/access';
+import { createGlobalCustomField, createPipeline, customFieldSchema, listPipelines, MAX_CUSTOM_FIELDS } from '../../domain/sales';
+import { MAX_PHONE_INPUT, panelCreateContact, panelUpdateContact, PHONE_PATTERN, setInsight } from '../../domain/leads';
+import { createInstance, createTemplate, instanceConfigSchema, TEMPLATE_STATUSES, updateInstance } from '../../domain/messaging';
+import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
+import { mergeContacts } from '../../domain/merge';
 
 /**
  * The operator API (what the CRM panel would do), behind ADMIN_TOKEN: docs/api-conventions.md.

@@ -4,30 +4,30 @@ import {
   ActionSchema,
   assertActionMediaUrls,
   AutomationBody,
+  type AutomationView,
   CHAIN_RUN_BUDGET,
   createAutomation,
   deleteAutomation,
+  deliveryChain,
+  findInboundAutomation,
   getAutomationRow,
   listAutomations,
   listRuns,
   MAX_CHAIN_DEPTH,
+  receiveInboundWebhook,
   regenerateToken,
   removeToken,
   serializeAutomation,
-  type AutomationView,
   TriggerSchema,
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
-} from '../../domain/automations/automations';
-import { deliveryChain, findInboundAutomation, receiveInboundWebhook } from '../../domain/automations/automation-receiver';
-import { ApiError } from '../../domain/kernel/errors';
-import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+} from '../../domain/automations';
+import { ApiError, atLeastOne, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
 import { requestBody } from '../middleware/body';
 import { enforce } from '../middleware/rate-limit';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
-import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
-import { grants } from '../../domain/access/scopes';
+import { grants } from '../../domain/access';
 
 const Automation = z
   .object({

@@ -21,11 +21,9 @@ import {
   PUBLIC_BROADCAST_STATUSES,
   RECIPIENT_STATUSES,
 } from '../../domain/broadcasts';
-import { MESSAGE_CONTENT_FIELDS, TEMPLATE_BUTTONS, TEMPLATE_HEADER } from '../../domain/messaging/sending';
-import { assertSafeUrlSyntax } from '../../domain/platform/url-safety';
-import { isoInstant, listEnvelope, pageQuery } from '../../domain/kernel/pagination';
-import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
-import { workspacePriority } from '../../domain/platform/temporal';
+import { MESSAGE_CONTENT_FIELDS, TEMPLATE_BUTTONS, TEMPLATE_HEADER } from '../../domain/messaging';
+import { assertSafeUrlSyntax, workspacePriority } from '../../domain/platform';
+import { atLeastOne, isoInstant, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
 import type { Context } from 'koa';
 
 const Counts = z.object({

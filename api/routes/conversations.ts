@@ -8,9 +8,9 @@ import {
   MESSAGE_STATUSES,
   syncConversations,
   updateConversationStatus,
-} from '../../domain/messaging/conversations';
-import { pageQuery } from '../../domain/kernel/pagination';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
+} from '../../domain/messaging';
+import { pageQuery } from '../../domain/kernel';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
 
 const MessageMedia = z
   .object({

@@ -2,13 +2,13 @@ import type { Context } from 'koa';
 import { z } from 'zod';
 import { route } from '../route';
 import { IdParams, listOf, listOrSyncOf, single } from '../schemas';
-import type { Actor } from '../../domain/access/members';
+import type { Actor } from '../../domain/access';
 import {
   createDeal,
   customValuesSchema,
-  dealChunk,
-  DealBatchInput,
   DEAL_STATUSES,
+  DealBatchInput,
+  dealChunk,
   dealValue,
   findDeal,
   listDealActivities,
@@ -16,11 +16,9 @@ import {
   serializeDeal,
   syncDeals,
   updateDeal,
-} from '../../domain/sales/deals';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
-import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
-import { trimmedText } from '../../domain/kernel/input-rules';
-import { BATCH_CHUNK, BATCH_MAX } from '../../domain/platform/batch';
+} from '../../domain/sales';
+import { BATCH_CHUNK, BATCH_MAX, syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
+import { listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
 
 const Deal = z

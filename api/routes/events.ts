@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { ApiError } from '../../domain/kernel/errors';
-import { eventListQuery, listEvents } from '../../domain/webhooks/events';
-import { WEBHOOK_EVENTS } from '../../domain/webhooks/outbox';
+import { ApiError } from '../../domain/kernel';
+import { eventListQuery, listEvents, WEBHOOK_EVENTS } from '../../domain/webhooks';
 import { route } from '../route';
 import { cursorListOf } from '../schemas';
 

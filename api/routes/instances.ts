@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { listOf } from '../schemas';
-import { listInstances } from '../../domain/messaging/instances';
-import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+import { listInstances } from '../../domain/messaging';
+import { listEnvelope, pageQuery } from '../../domain/kernel';
 import { templateRoutes } from './templates';
 
 const Instance = z

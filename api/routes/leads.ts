@@ -3,23 +3,24 @@ import { route } from '../route';
 import { Deleted, Lead, LeadTombstone, listOrSyncOf, single, Tag } from '../schemas';
 import {
   addTag,
+  getInsight,
   LeadInput,
+  leadListQuery,
+  listLeads,
+  PHONE_INTEGER_SCHEMA,
+  PHONE_TEXT_SCHEMA,
   removeTag,
+  requireContact,
   serializeLeads,
   softDeleteContact,
+  syncLeads,
   updateContact,
   upsertLead,
   upsertLeadChunk,
-} from '../../domain/leads/contacts';
-import { BATCH_CHUNK, BATCH_MAX } from '../../domain/platform/batch';
+} from '../../domain/leads';
+import { BATCH_CHUNK, BATCH_MAX, syncDescription, syncRead } from '../../domain/platform';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
-import { leadListQuery, listLeads, syncLeads } from '../../domain/leads/lead-list';
-import { syncDescription, syncRead } from '../../domain/platform/sync';
-import { listEnvelope } from '../../domain/kernel/pagination';
-import { requireContact } from '../../domain/leads/contact-refs';
-import { getInsight } from '../../domain/leads/insights';
-import { PHONE_INTEGER_SCHEMA, PHONE_TEXT_SCHEMA } from '../../domain/leads/phone';
-import { atLeastOne, emailAddress, trimmedText } from '../../domain/kernel/input-rules';
+import { atLeastOne, emailAddress, listEnvelope, trimmedText } from '../../domain/kernel';
 import { matchingDealsOfContact } from '../../domain/sales';
 
 const Insight = z

@@ -11,9 +11,8 @@ import {
   MAX_LIST_ADD,
   removeContactFromList,
   renameList,
-} from '../../domain/leads/lists';
-import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
-import { trimmedText } from '../../domain/kernel/input-rules';
+} from '../../domain/leads';
+import { listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
 
 const List = z
   .object({ id: z.string(), name: z.string(), contactCount: z.number(), createdAt: z.string(), updatedAt: z.string() })

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { AnyRoute, route } from '../route';
 // Side effect: zod's .openapi() (registered by the shared schemas module).
 import '../schemas';
-import { contentDisposition, openStoredMedia } from '../../domain/messaging/media';
+import { contentDisposition, openStoredMedia } from '../../domain/messaging';
 
 /**
  * The stored file of an inbound media message (docs/messaging.md, "Media"), streamed from

@@ -4,17 +4,21 @@ import { route } from '../route';
 import { single } from '../schemas';
 import { runSend } from '../send';
 import { MESSAGE_TYPES, type MessageContent } from '../../types/messaging';
-import { requirePhone } from '../../domain/leads/contacts';
-import { ApiError } from '../../domain/kernel/errors';
-import { MESSAGE_CONTENT_FIELDS, messageContent, messageRequirements, missingFields } from '../../domain/messaging/sending';
-import { MAX_PHONE_INPUT, PHONE_PATTERN } from '../../domain/leads/phone';
-import { isUuid } from '../../domain/kernel/ids';
-import { assertSafeUrlSyntax } from '../../domain/platform/url-safety';
+import { MAX_PHONE_INPUT, PHONE_PATTERN, requirePhone } from '../../domain/leads';
+import { ApiError, isUuid, pageQuery } from '../../domain/kernel';
+import {
+  listMessages,
+  MESSAGE_CONTENT_FIELDS,
+  MESSAGE_DIRECTIONS,
+  MESSAGE_SYNC_FILTERS,
+  messageContent,
+  messageRequirements,
+  missingFields,
+  syncMessages,
+} from '../../domain/messaging';
+import { assertSafeUrlSyntax, syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
 import { listOrSyncOf } from '../schemas';
 import { Message } from './conversations';
-import { pageQuery } from '../../domain/kernel/pagination';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
-import { listMessages, MESSAGE_DIRECTIONS, MESSAGE_SYNC_FILTERS, syncMessages } from '../../domain/messaging/message-list';
 
 /** The message fields of both send endpoints (the rule of each type: domain/messaging/sending.ts). */
 const content = {

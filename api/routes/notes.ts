@@ -1,9 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { NON_BLANK } from '../../domain/kernel/input-rules';
+import { listEnvelope, NON_BLANK, pageQuery } from '../../domain/kernel';
 import { Deleted, listOf, single } from '../schemas';
-import { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from '../../domain/leads/notes';
-import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
+import { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from '../../domain/leads';
 
 const Note = z
   .object({ id: z.string(), body: z.string(), authorName: z.string(), createdAt: z.string(), updatedAt: z.string() })

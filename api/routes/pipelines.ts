@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route } from '../route';
 import '../schemas';
-import { listPipelines } from '../../domain/sales/pipelines';
+import { listPipelines } from '../../domain/sales';
 
 const Stage = z.object({ id: z.string(), name: z.string(), order: z.number() });
 const CustomField = z.object({ id: z.string(), key: z.string(), label: z.string(), type: z.string() });

@@ -1,18 +1,9 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
-import { listEnvelope, pageQuery, queryBoolean, sortQuery } from '../../domain/kernel/pagination';
-import {
-  createProduct,
-  deleteProduct,
-  getProduct,
-  listProducts,
-  PRODUCT_SORTS,
-  syncProducts,
-  updateProduct,
-} from '../../domain/sales/products';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
-import { atLeastOne, ECMA_WHITESPACE, trimmedText } from '../../domain/kernel/input-rules';
+import { atLeastOne, ECMA_WHITESPACE, listEnvelope, pageQuery, queryBoolean, sortQuery, trimmedText } from '../../domain/kernel';
+import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, syncProducts, updateProduct } from '../../domain/sales';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
 
 const Product = z
   .object({

@@ -4,23 +4,24 @@ import { AnyRoute, route } from '../route';
 // Side effect: zod's .openapi() (registered by the shared schemas module).
 import '../schemas';
 import { requestBody } from '../middleware/body';
-import { ApiError, type ErrorCode } from '../../domain/kernel/errors';
+import { ApiError, type ErrorCode } from '../../domain/kernel';
 import {
   applyProviderWebhook,
+  applyTemplateStatusUpdates,
   expectedVerifyToken,
   findWebhookInstance,
   ITEMS_PER_TRANSACTION,
   MAX_DELIVERY_ITEMS,
   parseCloudWebhook,
+  type ParsedWebhook,
+  parseTemplateStatusUpdates,
   parseWebGatewayWebhook,
   refuseOversizedDelivery,
   sameToken,
   validSignature,
-  type ParsedWebhook,
   type WebhookInstance,
   type WebhookOutcome,
-} from '../../domain/messaging/inbound';
-import { applyTemplateStatusUpdates, parseTemplateStatusUpdates } from '../../domain/messaging/templates';
+} from '../../domain/messaging';
 
 /**
  * Provider → service traffic (docs/messaging.md, inbound provider webhooks): Meta's WhatsApp Cloud API

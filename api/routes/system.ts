@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { pingDatabase } from '../../domain/platform/db';
+import { pingDatabase } from '../../domain/platform';
 import { route } from '../route';
 
 const READY_TIMEOUT_MS = 2000;

@@ -1,9 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
-import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/leads/tags';
-import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
-import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
+import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/leads';
+import { atLeastOne, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
 import { refuseTagInUse } from '../../domain/broadcasts';
 
 const TagRecord = Tag.extend({ createdAt: z.string() });

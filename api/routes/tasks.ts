@@ -1,11 +1,9 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
-import { isoInstant, listEnvelope, pageQuery, sortQuery } from '../../domain/kernel/pagination';
-import { isUuid } from '../../domain/kernel/ids';
-import { createTask, deleteTask, getTask, listTasks, syncTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/sales/tasks';
-import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform/sync';
-import { atLeastOne, trimmedText } from '../../domain/kernel/input-rules';
+import { atLeastOne, isoInstant, isUuid, listEnvelope, pageQuery, sortQuery, trimmedText } from '../../domain/kernel';
+import { createTask, deleteTask, getTask, listTasks, syncTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/sales';
+import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
 
 const Task = z
   .object({

@@ -1,10 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { z } from 'zod';
-import { ApiError } from '../../domain/kernel/errors';
-import { WEBHOOK_EVENTS } from '../../domain/webhooks/outbox';
-import { listEnvelope, pageQuery } from '../../domain/kernel/pagination';
-import { workspacePriority } from '../../domain/platform/temporal';
+import { ApiError, atLeastOne, HTTP_URL, listEnvelope, pageQuery } from '../../domain/kernel';
 import {
   ALL_EVENTS,
   createSubscription,
@@ -22,13 +19,14 @@ import {
   SUBSCRIBABLE_EVENTS,
   subscriptionTarget,
   updateSubscription,
-} from '../../domain/webhooks/webhooks';
+  WEBHOOK_EVENTS,
+} from '../../domain/webhooks';
+import { workspacePriority } from '../../domain/platform';
 import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput } from '../../types/webhooks';
 import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
 import { route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
-import { atLeastOne, HTTP_URL } from '../../domain/kernel/input-rules';
 
 const Subscription = z
   .object({

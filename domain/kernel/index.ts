@@ -1,8 +1,20 @@
-export * from './clock';
-export * from './deal-statuses';
-export * from './errors';
-export * from './ids';
-export * from './input-rules';
-export * from './pagination';
-export * from './text';
-export * from './time';
+export { clock } from './clock';
+export { DEAL_STATUSES, type DealStatus } from './deal-statuses';
+export { ApiError, constraintConflict, ERROR_CODES, type ErrorCode, isPgError, notFound, validationError } from './errors';
+export { isUuid } from './ids';
+export { atLeastOne, ECMA_WHITESPACE, emailAddress, HTTP_URL, HTTP_URL_OR_TEMPLATE, NON_BLANK, onlyWith, trimmedText } from './input-rules';
+export {
+  isoInstant,
+  likeContains,
+  listEnvelope,
+  MAX_OFFSET,
+  type Page,
+  PAGE_TOTAL,
+  pageQuery,
+  pageWithTotal,
+  type Pagination,
+  queryBoolean,
+  sortQuery,
+} from './pagination';
+export { cut, storable, storableJson, unstorableReason } from './text';
+export { iso } from './time';

@@ -1,9 +1,54 @@
-export * from './contact-refs';
-export * from './contacts';
-export * from './insights';
-export * from './lead-list';
-export * from './lists';
-export * from './notes';
-export * from './phone';
-export * from './tags';
-export * from './audience';
+export { segmentContacts } from './audience';
+export { canonical, joinCanonicalContact, leftJoinCanonicalContact, requireContact } from './contact-refs';
+export {
+  addTag,
+  type ContactForSend,
+  contactForSend,
+  contactOptedOut,
+  contactsForSend,
+  deleteUnusedContact,
+  findOrCreateContact,
+  finishMerge,
+  type LeadInput,
+  lockMergePair,
+  moveLeadRecords,
+  panelCreateContact,
+  panelUpdateContact,
+  recordConsent,
+  recordContactCreated,
+  recordWaId,
+  recordWaIds,
+  removeTag,
+  requirePhone,
+  resolveTagSets,
+  serializeLeads,
+  softDeleteContact,
+  updateContact,
+  upsertLead,
+  upsertLeadChunk,
+} from './contacts';
+export { getInsight, setInsight } from './insights';
+export { leadListQueries, leadListQuery, leadSyncSource, listLeads, syncLeads } from './lead-list';
+export {
+  addContactsToList,
+  createList,
+  deleteList,
+  getList,
+  listContactsOfList,
+  listExists,
+  listLists,
+  MAX_LIST_ADD,
+  removeContactFromList,
+  renameList,
+} from './lists';
+export { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from './notes';
+export {
+  digitsOfPersonJid,
+  MAX_PHONE_INPUT,
+  parsePhone,
+  type Phone,
+  PHONE_INTEGER_SCHEMA,
+  PHONE_PATTERN,
+  PHONE_TEXT_SCHEMA,
+} from './phone';
+export { createTag, DEFAULT_TAG_COLOR, deleteTag, existingTagIds, getTag, listTags, TAG_COLOR, updateTag } from './tags';

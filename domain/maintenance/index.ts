@@ -1,2 +1,2 @@
-export * from './retention';
-export * from './secrets-at-rest';
+export { PRUNE_EVERY_MS, pruneRetention } from './retention';
+export { sealStoredSecrets } from './secrets-at-rest';

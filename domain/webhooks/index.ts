@@ -1,5 +1,43 @@
-export * from './events';
-export * from './outbox';
-export * from './webhook-deliveries';
-export * from './webhook-signature';
-export * from './webhooks';
+export { eventListQuery, listEvents } from './events';
+export {
+  type Cause,
+  claimPendingFairly,
+  markDispatched,
+  outboxInsert,
+  type OutboxRecord,
+  type OutboxRow,
+  recordAcceptedRun,
+  recordEvent,
+  recordEvents,
+  recordOutbox,
+  recordTrigger,
+  releaseClaims,
+  setAside,
+  WEBHOOK_EVENTS,
+} from './outbox';
+export { createDeliveries, type NewDelivery, orphanedDeliveries, subscriptionsBeingRetried } from './webhook-deliveries';
+export { verifyWebhookSignature } from './webhook-signature';
+export {
+  ALL_EVENTS,
+  createSubscription,
+  deleteSubscription,
+  deliveryBody,
+  deliveryWorkflowId,
+  getDelivery,
+  getDeliveryToAttempt,
+  getSubscription,
+  listDeliveries,
+  listSubscriptions,
+  PING_EVENT,
+  postWebhook,
+  recordDeliveryAttempt,
+  recordDeliveryFailed,
+  reopenDelivery,
+  resealSubscriptionSecrets,
+  restoreDelivery,
+  serializeDelivery,
+  SUBSCRIBABLE_EVENTS,
+  subscriptionTarget,
+  updateSubscription,
+  webhookSecretBinding,
+} from './webhooks';

@@ -1,11 +1,9 @@
 import type { Context, Next } from 'koa';
 import type { AppDeps } from '../../api/context';
-import type { Db } from '../../domain/platform/db';
-import { listDealActivities } from '../../domain/sales/deals';
-import { listLeads } from '../../domain/leads/lead-list';
-import { listEnvelope } from '../../domain/kernel/pagination';
-import { listPipelines } from '../../domain/sales/pipelines';
-import { matchingDealsOfContact } from '../../domain/sales';
+import type { Db } from '../../domain/platform';
+import { listDealActivities, listPipelines, matchingDealsOfContact } from '../../domain/sales';
+import { listLeads } from '../../domain/leads';
+import { listEnvelope } from '../../domain/kernel';
 
 /**
  * The benchmark's yardstick query: one contact by primary key, the least work a read can do
