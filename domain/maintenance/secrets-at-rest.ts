@@ -1,6 +1,7 @@
 import { columnResealer, type Db, KeyRing, openText, SealBinding, sealedAs, sealText } from '../platform';
 import { INSTANCE_SECRETS, InstanceConfig, instanceSecretBinding, mapInstanceSecrets } from '../messaging';
 import { resealSubscriptionSecrets } from '../webhooks';
+import { resealAutomationTokens } from '../automations';
 
 /**
  * Secrets stored by the service (provider tokens and app secrets, webhook signing secrets,
@@ -58,12 +59,12 @@ export async function sealStoredSecrets(
     instances++;
   }
 
-  // Each area re-seals its own table's secrets. Instances (domain/messaging) and inbound automation
-  // tokens (domain/automations) are still walked here, allow-listed in test/unit/architecture.test.ts
-  // until those areas export their own re-seal like domain/webhooks resealSubscriptionSecrets.
+  // Each area re-seals its own table's secrets. Instances (domain/messaging) are still walked here,
+  // allow-listed in test/unit/architecture.test.ts until messaging exports its own re-seal like
+  // domain/webhooks resealSubscriptionSecrets.
   const resealColumn = columnResealer(db, ring, reseal);
   const webhookSubscriptions = await resealSubscriptionSecrets(resealColumn);
   // Inbound automation tokens are found by their hash (which does not change); the token is kept sealed for its URL.
-  const automationTokens = await resealColumn('automations', 'webhook_token', 'automation.webhookToken');
+  const automationTokens = await resealAutomationTokens(resealColumn);
   return { instances, webhookSubscriptions, automationTokens, refused };
 }

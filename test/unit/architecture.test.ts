@@ -235,15 +235,13 @@ const TABLE_CROSSINGS_ALLOWED: { file: string; table: string }[] = [
   // The broadcast engine reads a message's status when it records a recipient sent (markRecipientsSent),
   // until domain/messaging exports it as a sub-query.
   { file: 'domain/broadcasts/resource.ts', table: 'messages' },
-  // Rows of messaging and automations moved or re-sealed by the areas above them, until those two
-  // export their part: the merge's conversations and messages (domain/merge), the contact a send
+  // Rows of messaging moved or re-sealed by the areas around it, until messaging exports its part: the merge's conversations and messages (domain/merge), the contact a send
   // created kept while a conversation uses it (leads deleteUnusedContact, until messaging passes its
-  // own `usedBy`), instances' and inbound automation tokens' secrets (domain/maintenance).
+  // own `usedBy`), instances' secrets (domain/maintenance).
   { file: 'domain/merge/merge.ts', table: 'conversations' },
   { file: 'domain/merge/merge.ts', table: 'messages' },
   { file: 'domain/leads/contacts.ts', table: 'conversations' },
   { file: 'domain/maintenance/secrets-at-rest.ts', table: 'instances' },
-  { file: 'domain/maintenance/secrets-at-rest.ts', table: 'automations' },
 ];
 
 describe('each table is written in the SQL of the area that owns it', () => {
