@@ -373,9 +373,8 @@ const MUTANTS: Mutant[] = [
     tests: UNIT_SIGNATURES,
   },
 
-  // Daily quota (sending.ts dailyUnits, messaging.ts takeDaily). Not a mutant: takeDaily's SQL
-  // `count < cap` -> `count <= cap` is masked by its check after the update (`count > cap` gives
-  // the unit back), so it cannot be killed; the check itself is mutated instead.
+  // Daily quota (sending.ts dailyUnits, send/daily.ts takeDailyUnits). Not a mutant: the SQL's
+  // `count + n <= cap` -> `count + n < cap + 1` says the same; its check after the upsert is mutated instead.
   {
     id: 'quota-zero-unlimited',
     rule: 'Daily quota',
@@ -387,17 +386,17 @@ const MUTANTS: Mutant[] = [
   {
     id: 'quota-zero-first-take',
     rule: 'Daily quota',
-    file: 'domain/messaging/messaging.ts',
-    find: 'if (cap !== null && result.rows[0].count > cap) {',
-    replace: 'if (cap && result.rows[0].count > cap) {',
+    file: 'domain/messaging/send/daily.ts',
+    find: '(cap === null || result.rows[0].count <= cap)',
+    replace: '(!cap || result.rows[0].count <= cap)',
     tests: E2E_MESSAGES,
   },
   {
     id: 'quota-one-short',
     rule: 'Daily quota',
-    file: 'domain/messaging/messaging.ts',
-    find: 'if (cap !== null && result.rows[0].count > cap) {',
-    replace: 'if (cap !== null && result.rows[0].count >= cap) {',
+    file: 'domain/messaging/send/daily.ts',
+    find: '(cap === null || result.rows[0].count <= cap)',
+    replace: '(cap === null || result.rows[0].count < cap)',
     tests: E2E_MESSAGES,
   },
 
@@ -501,13 +500,13 @@ const MUTANTS: Mutant[] = [
     tests: E2E_MERGE,
   },
 
-  // Compensation once (send-attempts.ts undoPreparedSend and claimUndo). Not a
+  // Compensation once (send/ledger.ts undoPreparedSend and claimUndo). Not a
   // mutant: the workflow running each compensation twice, which the once-guard masks (it is what
   // the guard is for); the guard itself is mutated instead.
   {
     id: 'undo-once-guard-ignored',
     rule: 'Compensation once',
-    file: 'domain/messaging/send-attempts.ts',
+    file: 'domain/messaging/send/ledger.ts',
     find: 'if (!(await claimUndo(trx, workspaceId, prepared.reference))) return;',
     replace: 'await claimUndo(trx, workspaceId, prepared.reference);',
     tests: E2E_SAGA,
@@ -515,7 +514,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'undo-claim-repeatable',
     rule: 'Compensation once',
-    file: 'domain/messaging/send-attempts.ts',
+    file: 'domain/messaging/send/ledger.ts',
     find: "    .whereNull('undone_at')\n",
     replace: '',
     tests: E2E_SAGA,
@@ -523,7 +522,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'undo-quota-given-back-twice',
     rule: 'Compensation once',
-    file: 'domain/messaging/send-attempts.ts',
+    file: 'domain/messaging/send/ledger.ts',
     find: "await giveBackDaily(trx, workspaceId, 'messages', prepared.day);",
     replace:
       "await giveBackDaily(trx, workspaceId, 'messages', prepared.day);\n  await giveBackDaily(trx, workspaceId, 'messages', prepared.day);",
@@ -636,9 +635,9 @@ const MUTANTS: Mutant[] = [
   {
     id: 'template-not-rechecked-before-retry',
     rule: 'Template components',
-    file: 'activities/messaging.ts',
-    find: 'if (!template)\n              throw new ApiError(',
-    replace: 'if (!template && false)\n              throw new ApiError(',
+    file: 'domain/messaging/send/attempt.ts',
+    find: 'if (!template)\n        throw new ApiError(',
+    replace: 'if (!template && false)\n        throw new ApiError(',
     tests: ['test/template-sends.test.ts'],
   },
 

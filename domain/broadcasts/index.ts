@@ -1,2 +1,3 @@
 export * from './broadcasts';
 export * from './resource';
+export * from './batch';

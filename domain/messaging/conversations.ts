@@ -238,6 +238,53 @@ export async function conversationForSend(trx: Knex.Transaction, workspaceId: st
     );
 }
 
+/**
+ * The conversations of these contacts on one instance, found or created: one INSERT ... ON
+ * CONFLICT for all, then one read of those that existed (so concurrent arrivals make one).
+ * `created`: this call made it.
+ */
+export async function findOrCreateConversations(
+  trx: Reader,
+  workspaceId: string,
+  contactIds: string[],
+  instance: { id: string; channel: string },
+): Promise<Map<string, { id: string; created: boolean }>> {
+  const out = new Map<string, { id: string; created: boolean }>();
+  if (contactIds.length === 0) return out;
+  const inserted = await trx.raw<{ rows: { id: string; contact_id: string }[] }>(
+    `INSERT INTO conversations (workspace_id, contact_id, instance_id, channel)
+     SELECT ?, c, ?, ? FROM unnest(?::uuid[]) AS c
+     ON CONFLICT (instance_id, contact_id) DO NOTHING
+     RETURNING id, contact_id`,
+    [workspaceId, instance.id, instance.channel, contactIds],
+  );
+  for (const row of inserted.rows) out.set(row.contact_id, { id: row.id, created: true });
+  const existed = contactIds.filter((id) => !out.has(id));
+  if (existed.length) {
+    const rows: { id: string; contact_id: string }[] = await trx('conversations')
+      .where({ workspace_id: workspaceId, instance_id: instance.id })
+      .whereIn('contact_id', existed)
+      .select('id', 'contact_id');
+    for (const row of rows) out.set(row.contact_id, { id: row.id, created: false });
+  }
+  return out;
+}
+
+/** The existing conversations of these contacts on one instance (their windows), keyed by contact. */
+export async function conversationsOn(
+  trx: Reader,
+  workspaceId: string,
+  instanceId: string,
+  contactIds: string[],
+): Promise<Map<string, { id: string; last_inbound_at: Date | null }>> {
+  if (contactIds.length === 0) return new Map();
+  const rows: { id: string; contact_id: string; last_inbound_at: Date | null }[] = await trx('conversations')
+    .where({ workspace_id: workspaceId, instance_id: instanceId })
+    .whereIn('contact_id', contactIds)
+    .select('id', 'contact_id', 'last_inbound_at');
+  return new Map(rows.map((r) => [r.contact_id, { id: r.id, last_inbound_at: r.last_inbound_at }]));
+}
+
 /** Locks the conversation if it still exists (a failed concurrent send may have compensated it away). */
 export async function lockConversation(
   trx: Knex.Transaction,

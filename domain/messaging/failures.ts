@@ -1,6 +1,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { ApiError, ERROR_CODES, type ErrorCode } from '../kernel';
 import { dailyLimitRefusal, isDailyLimitCode } from './sending';
+import { PROVIDER_RETRYABLE } from '../../types/messaging';
 
 /**
  * The one boundary between domain errors and Temporal failures, both ways. An activity that
@@ -60,4 +61,9 @@ export function fromFailure(err: unknown, fallback: () => ApiError): ApiError {
   const details = (cause.details?.[0] ?? {}) as { hint?: string };
   if (cause.type && isDailyLimitCode(cause.type)) return dailyLimitRefusal(cause.type, new Date(), cause.message, details.hint);
   return new ApiError(cause.type as ErrorCode, cause.message, { hint: details.hint });
+}
+
+/** A provider's throttling or outage: nothing was sent, and the activity's retry policy is the wait. */
+export function providerThrottled(message: string): ApplicationFailure {
+  return ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);
 }

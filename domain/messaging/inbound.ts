@@ -4,7 +4,9 @@ import type { Logger } from 'pino';
 import type { Db, KeyRing } from '../platform';
 import { ApiError, isUuid, storable } from '../kernel';
 import { InstanceRow, openInstanceConfig } from './instances';
-import { findOrCreateContact, findOrCreateConversation, recordStatusEvent } from './messaging';
+import { findOrCreateContact } from './messaging';
+import { findOrCreateConversations } from './conversations';
+import { recordStatusEvent } from './send/record';
 import { recordEvent } from '../webhooks';
 import { digitsOfPersonJid, parsePhone, Phone } from '../leads';
 import { consentFromMessage } from './sending';
@@ -625,7 +627,7 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
     // The provider's identity of the number reconciles ours (not a human edit: no contact.updated).
     await trx('contacts').where({ workspace_id: workspaceId, id: contact.id }).update({ wa_id: message.waId });
   }
-  const { conversation } = await findOrCreateConversation(trx, workspaceId, contact.id, instance);
+  const conversation = (await findOrCreateConversations(trx, workspaceId, [contact.id], instance)).get(contact.id)!;
 
   const inserted = await trx.raw(
     `INSERT INTO messages (workspace_id, conversation_id, direction, type, body, media_ref, status, provider_message_id, timestamp)

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ApiError, HTTP_URL } from '../kernel';
-import type { DailyCounter } from './messaging';
+import type { DailyCounter } from './send/daily';
 import type { TemplateComponents } from './templates';
 import {
   isMediaType,
@@ -382,11 +382,8 @@ export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'prov
 }
 
 /**
- * What refuses a send once its instance, contact and conversation are known: a disconnected
- * instance, a contact who opted out, a template that is not approved on the instance or whose
- * parameters do not fit it (templateComponents), and (Cloud API only) anything but a template
- * outside the 24-hour window. `template` is the approved template of that name and language, when
- * the message is one.
+ * What refuses a send once its instance, contact and conversation are known: what its instance
+ * and template refuse (refuseOnInstance), then what its recipient refuses (refuseForRecipient).
  */
 export function refuseUnsendable(send: {
   instance: SendInstance;
@@ -396,21 +393,43 @@ export function refuseUnsendable(send: {
   template?: SendableTemplate;
   now: Date;
 }): void {
+  refuseOnInstance(send);
+  refuseForRecipient(send);
+}
+
+/**
+ * What refuses a message on an instance whoever receives it: a channel or message type it cannot
+ * carry, the instance disconnected, a template that is not approved on it. `template` is the
+ * approved template of that name and language, when the message is one.
+ */
+export function refuseOnInstance(send: { instance: SendInstance; message: MessageContent; template?: SendableTemplate }): void {
   const { instance, message } = send;
   refuseUnsupported(instance, message);
   if (!instance.connected)
     throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', {
       hint: 'Reconnect it, or send through another instance.',
     });
+  if (message.type === 'template' && !send.template)
+    throw new ApiError('TEMPLATE_INVALID', `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`);
+}
+
+/**
+ * What refuses a message to one recipient: the contact opted out, template parameters that do not
+ * fit the template (templateComponents), and (Cloud API only) anything but a template outside the
+ * 24-hour window.
+ */
+export function refuseForRecipient(send: {
+  instance: SendInstance;
+  contact: { opted_out: boolean };
+  conversation: { last_inbound_at: Date | null };
+  message: MessageContent;
+  template?: SendableTemplate;
+  now: Date;
+}): void {
+  const { instance, message } = send;
   if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
-  if (message.type === 'template') {
-    if (!send.template)
-      throw new ApiError(
-        'TEMPLATE_INVALID',
-        `No approved template "${message.templateName}" (${message.templateLanguage}) on this instance`,
-      );
-    templateComponents(send.template, message);
-  } else if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
+  if (message.type === 'template') templateComponents(send.template!, message);
+  else if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
     throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
       hint: 'Send type "template" with an approved template.',
     });

@@ -1,8 +1,8 @@
 import type { Knex } from 'knex';
-import type { Db } from '../platform';
-import { deleteUnusedContact } from '../leads';
-import { deleteEmptyConversation } from './conversations';
-import { giveBackDaily } from './messaging';
+import type { Db } from '../../platform';
+import { deleteUnusedContact } from '../../leads';
+import { deleteEmptyConversation } from '../conversations';
+import { giveBackDaily } from './daily';
 
 type Writer = Db | Knex.Transaction;
 
@@ -10,26 +10,20 @@ type Writer = Db | Knex.Transaction;
  * A send's own records, keyed by its reference (workflow id / run id): send_preparations (what
  * prepareSend decided, so a retry after its commit returns it instead of taking a second quota
  * unit) and send_attempts (the provider call, claimed before it so it happens at most once).
- * The rules that read them are in activities/messaging.ts and domain/messaging/sending.ts.
+ * The send engine (prepare.ts, attempt.ts, record.ts beside this file) reads and moves them.
  */
 
-/** The preparation recorded for this reference, if prepare already committed. */
-export async function findPreparation<T>(trx: Writer, workspaceId: string, reference: string): Promise<T | undefined> {
-  const done = await trx('send_preparations').where({ reference, workspace_id: workspaceId }).first('prepared');
-  return done ? (done.prepared as T) : undefined;
-}
-
-/** findPreparation for many references at once (a broadcast's page), keyed by reference. */
+/** The preparations recorded for these references (prepare already committed them), keyed by reference. */
 export async function findPreparations<T>(trx: Writer, workspaceId: string, references: string[]): Promise<Map<string, T>> {
   if (references.length === 0) return new Map();
   const rows: { reference: string; prepared: T }[] = await trx('send_preparations')
     .where({ workspace_id: workspaceId })
     .whereIn('reference', references)
     .select('reference', 'prepared');
-  return new Map(rows.map((r) => [r.reference, r.prepared]));
+  return new Map(rows.map((r): [string, T] => [r.reference, r.prepared]));
 }
 
-/** recordPreparation for many at once (a broadcast's page): one INSERT; a duplicate rolls the transaction back. */
+/** Records preparations in one INSERT; a concurrent duplicate conflicts (primary key) and rolls its transaction back. */
 export async function recordPreparations(
   trx: Writer,
   workspaceId: string,
@@ -39,11 +33,6 @@ export async function recordPreparations(
   await trx('send_preparations').insert(
     preparations.map((p) => ({ reference: p.reference, workspace_id: workspaceId, prepared: JSON.stringify(p.prepared) })),
   );
-}
-
-/** A concurrent duplicate conflicts here (primary key) and rolls back its transaction. */
-export async function recordPreparation(trx: Writer, workspaceId: string, reference: string, prepared: object): Promise<void> {
-  await trx('send_preparations').insert({ reference, workspace_id: workspaceId, prepared: JSON.stringify(prepared) });
 }
 
 /**
@@ -77,7 +66,7 @@ export async function claimUndo(trx: Knex.Transaction, workspaceId: string, refe
  * if nothing else started using it meanwhile (a deal, a note, another send).
  */
 export async function undoPreparedSend(
-  trx: Knex.Transaction,
+  db: Writer,
   workspaceId: string,
   prepared: {
     reference: string;
@@ -89,11 +78,14 @@ export async function undoPreparedSend(
     contactId: string;
   },
 ): Promise<void> {
-  if (!(await claimUndo(trx, workspaceId, prepared.reference))) return;
-  await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
-  if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
-  if (prepared.createdConversation) await deleteEmptyConversation(trx, workspaceId, prepared.conversationId);
-  if (prepared.createdContact) await deleteUnusedContact(trx, workspaceId, prepared.contactId);
+  // Its own transaction, or a savepoint inside the caller's (a broadcast recipient settled with it).
+  await db.transaction(async (trx) => {
+    if (!(await claimUndo(trx, workspaceId, prepared.reference))) return;
+    await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
+    if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
+    if (prepared.createdConversation) await deleteEmptyConversation(trx, workspaceId, prepared.conversationId);
+    if (prepared.createdContact) await deleteUnusedContact(trx, workspaceId, prepared.contactId);
+  });
 }
 
 /**
@@ -176,21 +168,10 @@ export async function markAttemptSent(db: Db, reference: string, sent: { provide
 }
 
 /**
- * The attempt's provider status recorded by a status callback that beat the message row, locked
- * so one arriving now waits until the message row exists (domain/messaging/inbound.ts).
+ * The attempts' provider statuses recorded by status callbacks that beat the message rows, locked
+ * (in one order) so one arriving now waits until the message row exists (domain/messaging/inbound.ts);
+ * keyed by provider message id.
  */
-export async function lockAttemptStatus(
-  trx: Knex.Transaction,
-  workspaceId: string,
-  providerMessageId: string,
-): Promise<{ provider_status: string | null } | undefined> {
-  return trx('send_attempts')
-    .where({ workspace_id: workspaceId, provider_message_id: providerMessageId })
-    .forUpdate()
-    .first('provider_status');
-}
-
-/** lockAttemptStatus for many provider message ids at once (a broadcast's page), in one lock order; keyed by provider message id. */
 export async function lockAttemptStatuses(
   trx: Knex.Transaction,
   workspaceId: string,

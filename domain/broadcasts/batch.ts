@@ -1,0 +1,492 @@
+import type { Knex } from 'knex';
+import type { Db, KeyRing } from '../platform';
+import {
+  attemptSend,
+  findPreparations,
+  prepareSends,
+  preparedNeverCalled,
+  providerThrottled,
+  recordSent,
+  secondsUntilSaoPauloMidnight,
+  settleAttempt,
+  undoPreparedSend,
+  type PrepareItem,
+  type Prepared,
+  type ProviderPort,
+} from '../messaging';
+import type { SentMessage } from '../../types/messaging';
+import {
+  broadcastForRun,
+  broadcastMessage,
+  cancelBroadcastFor,
+  lastSentAt,
+  lockPendingRecipients,
+  markRecipientsSent,
+  nextPendingRecipients,
+  pendingReferences,
+  recipientContacts,
+  recipientTemplate,
+  reserveInstanceSlot,
+  setWaiting,
+  settleRecipient,
+  MAX_RATE_PER_SECOND,
+  type BroadcastRow,
+  type RecipientRow,
+} from './resource';
+
+/**
+ * A broadcast's sends, through the send engine of domain/messaging: pages of recipients prepared
+ * (prepareSends), each recipient's one provider call (attemptSend, settleAttempt), the page
+ * recorded (recordSent). What is the broadcast's own: the frozen audience it reads, how a refusal
+ * is classed (the broadcast waits, is cancelled, or the recipient is skipped or failed), and the
+ * pacing (lanes, page size, the instance's slots).
+ */
+
+/** What the broadcast workflow (workflows/broadcast.ts) is told by one batch. */
+export type BatchResult =
+  | { state: 'more' }
+  | { state: 'done' }
+  | { state: 'paused' }
+  | { state: 'cancelled' }
+  | { state: 'completed' }
+  /** The daily quota or the cold cap is reached: wait until `until` (the São Paulo reset). */
+  | { state: 'waiting'; until: string }
+  /** A recipient's earlier provider call may have been accepted: wait a little for its status callback. */
+  | { state: 'reconciling' };
+
+/** How long one batch may run, so it stays well inside its activity timeout (its recipients: BROADCAST_BATCH_SIZE). */
+export const BATCH_BUDGET_MS = 30_000;
+/** How long a broadcast blocked by a WAIT_CODES refusal waits before it looks again. */
+export const BLOCKED_RETRY_MS = 60_000;
+
+/**
+ * What a recipient's preparation holds: the engine's, and (in a preparation made before
+ * template components were kept) the personalised variables.
+ */
+type PreparedRecipient = Prepared & { variables?: string[] };
+
+/**
+ * Refusals that are about the broadcast, not the recipient: failing recipient after recipient for
+ * them would burn the audience. The broadcast waits (looking again every BLOCKED_RETRY_MS) until
+ * the instance is reconnected, the subscription active again, the template approved again.
+ */
+const WAIT_CODES = new Set(['INSTANCE_DISCONNECTED', 'SUBSCRIPTION_INACTIVE', 'TEMPLATE_INVALID']);
+/** Refusals no wait can cure (the instance removed, or one that cannot carry templates): the broadcast is cancelled, saying why. */
+const CANCEL_CODES = new Set(['INSTANCE_NOT_FOUND', 'NO_INSTANCE', 'CHANNEL_UNSUPPORTED', 'TEMPLATE_UNSUPPORTED']);
+/** A wait for the instance's next slot longer than this re-reads the broadcast before the call (pause and cancel act within 1 s). */
+const SLOT_RECHECK_MS = 250;
+/**
+ * A batch's recipients go in pages: each page prepared in one transaction and recorded in one, its
+ * provider calls one by one between. A page holds a quarter of a second of the broadcast's rate
+ * (one recipient at 7 calls a second or less, MAX_PAGE at most), so a slow broadcast prepares
+ * nothing ahead of its turn; up to MAX_LANES pages are in flight at once when the rate allows (a
+ * lane per LANE_RATE calls a second).
+ */
+const MAX_PAGE = 25;
+const PAGES_PER_SECOND = 4;
+const MAX_LANES = 8;
+const LANE_RATE = 20;
+
+/** What stops a batch before a recipient's provider call: wait (until, why) or cancel (why). */
+type Blocked = { wait: string; until: Date } | { cancel: string };
+
+/** A page whose daily units do not all fit: its transaction rolls back. */
+class DailyLimit extends Error {
+  constructor(readonly code: string) {
+    super(code);
+  }
+}
+
+export interface BatchDeps {
+  db: Db;
+  port: ProviderPort;
+  keys: KeyRing;
+  /** The reconciliation window of an unconfirmed call (SEND_RECONCILE_WINDOW_MS). */
+  windowMs: number;
+  /** Recipients a batch takes at most (BROADCAST_BATCH_SIZE). */
+  batchSize: number;
+  /** RATE_LIMIT_SCALE lifts the pacing as it lifts every limit (benchmarks only). */
+  rateScale: number;
+  /** Called every second and while waiting, so a dead worker is noticed (the activity's heartbeat). */
+  heartbeat: () => void;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Sends to the next pending recipients, in position order, for up to BATCH_BUDGET_MS or
+ * `batchSize` recipients: pages prepared, each page's provider calls one at a time, then the page
+ * recorded; up to `lanes` pages in flight at once. Before EACH provider call the lane takes its
+ * pacing slot (the broadcast's rate, shared by the lanes), re-reads the broadcast (paused or
+ * cancelled: no call) and takes the instance's slot. The first stop (paused, cancelled, waiting,
+ * reconciling, done) ends every lane after its current call; what its page sent is recorded;
+ * recipients prepared and not called stay pending with their preparation (resumed: called;
+ * cancelled: their units are given back by releaseCancelled).
+ */
+export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; broadcastId: string }): Promise<BatchResult> {
+  const { db, batchSize, rateScale } = deps;
+  /** One provider call of an instance's throughput (the Cloud API's default per number: MAX_RATE_PER_SECOND calls a second). */
+  const instanceIntervalMs = 1000 / (MAX_RATE_PER_SECOND * rateScale);
+  const started = Date.now();
+  const deadline = started + BATCH_BUDGET_MS;
+  const first = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+  if (first?.status !== 'in_progress') return stoppedState(first);
+  const callsPerSecond = first.rate_per_second * rateScale;
+  const intervalMs = 1000 / callsPerSecond;
+  const pageSize = Math.max(1, Math.min(MAX_PAGE, Math.floor(callsPerSecond / PAGES_PER_SECOND)));
+  const lanes = Math.max(1, Math.min(MAX_LANES, Math.ceil(callsPerSecond / LANE_RATE)));
+  // The pacing carries over from the last batch (a pause and a quick resume do not shorten the gap).
+  const last = await lastSentAt(db, input.workspaceId, input.broadcastId);
+  let nextCallAt = last ? last.getTime() + intervalMs : 0;
+  let taken = 0;
+  let outcome: BatchResult | undefined;
+  let failure: { error: unknown } | undefined;
+  const stop = (result: BatchResult): void => {
+    if (!outcome || STOP_RANK[result.state] > STOP_RANK[outcome.state]) outcome = result;
+  };
+  const going = () => !outcome && !failure && taken < batchSize && Date.now() < deadline;
+  /** A stop that ends the calls of pages in flight too ('done' only means no page is left to take). */
+  const halted = () => !!failure || (!!outcome && outcome.state !== 'done');
+
+  // Pending recipients in position order, read ahead in pages and handed out once each.
+  const queue: RecipientRow[] = [];
+  let after = -1;
+  let exhausted = false;
+  let reading: Promise<void> | undefined;
+  const nextPage = async (size: number): Promise<RecipientRow[]> => {
+    while (queue.length < size && !exhausted) {
+      reading ??= nextPendingRecipients(db, input.workspaceId, input.broadcastId, after, Math.max(size * lanes, 50))
+        .then((rows) => {
+          if (rows.length === 0) exhausted = true;
+          else {
+            after = rows[rows.length - 1].position;
+            queue.push(...rows);
+          }
+        })
+        .finally(() => {
+          reading = undefined;
+        });
+      await reading;
+    }
+    return queue.splice(0, size);
+  };
+
+  const lane = async (): Promise<void> => {
+    while (going()) {
+      const b = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+      if (b?.status !== 'in_progress') return stop(stoppedState(b));
+      // The page's share of the batch is counted before the read, so lanes reading together never take more than the batch's size.
+      const want = Math.min(pageSize, batchSize - taken);
+      if (want <= 0) return;
+      taken += want;
+      const page = await nextPage(want);
+      taken -= want - page.length;
+      if (page.length === 0) return stop({ state: 'done' });
+      const { prepared, blocked } = await preparePage(deps, b, page);
+      if (prepared.length && (b.waiting_until || b.code)) await setWaiting(db, b.workspace_id, b.id, null, null);
+      const sent: Array<{ p: PreparedRecipient; s: SentMessage }> = [];
+      try {
+        for (const p of prepared) {
+          // Pacing: at most ratePerSecond provider calls a second, the slots shared by the lanes.
+          // Waited before the status is read, so a pause during the wait is seen before the call.
+          const slotAt = Math.max(Date.now(), nextCallAt);
+          nextCallAt = slotAt + intervalMs;
+          if (slotAt > Date.now()) await sleep(slotAt - Date.now());
+          if (halted()) return;
+          const now = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+          if (now?.status !== 'in_progress') return stop(stoppedState(now));
+          // The instance's throughput is shared by its broadcasts: this call takes the next free slot.
+          const slot = await reserveInstanceSlot(db, now.workspace_id, p.instanceId, instanceIntervalMs);
+          if (slot > 0) {
+            await sleep(slot);
+            // A long turn (many broadcasts on the instance): a pause meanwhile stops this call.
+            if (slot > SLOT_RECHECK_MS) {
+              const later = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+              if (later?.status !== 'in_progress') return stop(stoppedState(later));
+            }
+          }
+          const result = await call(deps, now, p, deadline);
+          if (result === 'failed') continue;
+          if (result === 'wait') return stop({ state: 'reconciling' });
+          if (!('providerMessageId' in result)) return stop(await stopFor(db, now, result));
+          sent.push({ p, s: result });
+        }
+      } finally {
+        // What the provider took is recorded whatever stopped the page (a retry would find it sent and record it too).
+        await recordPage(db, b, sent);
+      }
+      if (blocked) return stop(await stopFor(db, b, blocked));
+    }
+  };
+  // A lane that throws stops the others after their current call; the batch fails (and is retried) once all have ended.
+  await Promise.all(
+    Array.from({ length: lanes }, () =>
+      lane().catch((error: unknown) => {
+        failure ??= { error };
+      }),
+    ),
+  );
+  if (failure) throw failure.error;
+  return outcome ?? { state: 'more' };
+}
+
+/** A batch stopped before a call: the broadcast waits (saying until when and why) or is cancelled (saying why). */
+async function stopFor(db: Db, b: BroadcastRow, blocked: Blocked): Promise<BatchResult> {
+  if ('cancel' in blocked) {
+    await cancelBroadcastFor(db, b.workspace_id, b.id, blocked.cancel);
+    return { state: 'cancelled' };
+  }
+  await setWaiting(db, b.workspace_id, b.id, blocked.until, blocked.wait);
+  return { state: 'waiting', until: blocked.until.toISOString() };
+}
+
+/**
+ * A page of recipients prepared in one transaction: those still pending locked (in position
+ * order), their earlier preparations found, the rest through the engine (prepareSends) with their
+ * personalised template, each refusal classed (a deleted contact or an empty variable skips the
+ * recipient; a refusal about the broadcast stops the page: wait or cancel; the recipient's own
+ * refusal skips it when it opted out, else fails it). When the page's daily units do not all fit,
+ * its transaction rolls back and it goes one recipient at a time, which takes what is left and
+ * stops at the limit until the São Paulo reset. The prepared come back in position order.
+ */
+async function preparePage(
+  deps: BatchDeps,
+  b: BroadcastRow,
+  page: RecipientRow[],
+): Promise<{ prepared: PreparedRecipient[]; blocked?: Blocked }> {
+  try {
+    return await deps.db.transaction((trx) => prepareInTransaction(trx, deps.keys, b, page));
+  } catch (err) {
+    if (!(err instanceof DailyLimit)) throw err;
+    if (page.length === 1) {
+      // The counters reset at São Paulo midnight: the broadcast sleeps until then.
+      const now = new Date();
+      return { prepared: [], blocked: { wait: err.code, until: new Date(now.getTime() + secondsUntilSaoPauloMidnight(now) * 1000) } };
+    }
+  }
+  const prepared: PreparedRecipient[] = [];
+  for (const r of page) {
+    const one = await preparePage(deps, b, [r]);
+    prepared.push(...one.prepared);
+    if (one.blocked) return { prepared, blocked: one.blocked };
+  }
+  return { prepared };
+}
+
+async function prepareInTransaction(
+  trx: Knex.Transaction,
+  keys: KeyRing,
+  b: BroadcastRow,
+  page: RecipientRow[],
+): Promise<{ prepared: PreparedRecipient[]; blocked?: Blocked }> {
+  const ws = b.workspace_id;
+  const template = b.template!;
+  const settle = (contactId: string, status: 'skipped' | 'failed', code: string) => settleRecipient(trx, ws, b.id, contactId, status, code);
+  const pending = await lockPendingRecipients(
+    trx,
+    ws,
+    b.id,
+    page.map((r) => r.contact_id),
+  );
+  const rows = page.filter((r) => pending.has(r.contact_id));
+  const done = await findPreparations<PreparedRecipient>(
+    trx,
+    ws,
+    rows.map((r) => r.reference),
+  );
+  const fresh = rows.filter((r) => !done.has(r.reference));
+  const contacts = await recipientContacts(
+    trx,
+    ws,
+    fresh.map((r) => r.contact_id),
+  );
+  const items: PrepareItem[] = [];
+  for (const r of fresh) {
+    const contact = contacts.get(r.contact_id);
+    if (!contact) {
+      await settle(r.contact_id, 'skipped', 'CONTACT_DELETED');
+      continue;
+    }
+    const personal = await recipientTemplate(trx, ws, contact, template);
+    if (!personal) {
+      await settle(r.contact_id, 'skipped', 'VARIABLE_EMPTY');
+      continue;
+    }
+    items.push({ reference: r.reference, to: { contact }, message: broadcastMessage(personal) });
+  }
+  const { results, limit } = await prepareSends(trx, ws, items, {
+    keys,
+    instanceId: b.instance_id ?? undefined,
+    stopsAt: (refused, about) => about === 'send' && (WAIT_CODES.has(refused.code) || CANCEL_CODES.has(refused.code)),
+  });
+  if (limit) throw new DailyLimit(limit.code);
+  let blocked: Blocked | undefined;
+  for (const [reference, result] of results) {
+    if (!('refused' in result)) continue;
+    const { refused, about } = result;
+    if (about === 'send' && WAIT_CODES.has(refused.code)) blocked = { wait: refused.code, until: new Date(Date.now() + BLOCKED_RETRY_MS) };
+    else if (about === 'send' && CANCEL_CODES.has(refused.code)) blocked = { cancel: refused.code };
+    else {
+      const contactId = fresh.find((r) => r.reference === reference)!.contact_id;
+      await settle(contactId, refused.code === 'OPTED_OUT' ? 'skipped' : 'failed', refused.code);
+    }
+  }
+  const prepared = rows
+    .map((r) => {
+      const result = results.get(r.reference);
+      return done.get(r.reference) ?? (result && 'prepared' in result ? result.prepared : undefined);
+    })
+    .filter((p): p is PreparedRecipient => !!p);
+  return { prepared, blocked };
+}
+
+/** A recipient the provider definitely did not take: its daily units back (once), its empty new conversation removed. */
+async function fail(db: Db, b: BroadcastRow, p: PreparedRecipient, code: string, status: 'failed' | 'skipped' = 'failed'): Promise<void> {
+  await db.transaction(async (trx) => {
+    await undoPreparedSend(trx, b.workspace_id, p);
+    await settleRecipient(trx, b.workspace_id, b.id, p.contactId, status, code);
+  });
+}
+
+/**
+ * One recipient's provider call, at most once ever (attemptSend, keyed by the recipient's
+ * reference). An unconfirmed earlier call is not made again: we wait for the provider's status
+ * callback (settleAttempt) until the reconciliation window after the attempt's last change;
+ * without one by then, the provider did not accept it, and it is claimed and called once more.
+ * Returns the provider's message, 'failed' (settled), 'wait' (the window is still open at the
+ * batch's deadline), or what stops the batch.
+ */
+async function call(
+  deps: BatchDeps,
+  b: BroadcastRow,
+  p: PreparedRecipient,
+  deadline: number,
+): Promise<SentMessage | 'failed' | 'wait' | Blocked> {
+  const { db } = deps;
+  const template = b.template!;
+  for (;;) {
+    const result = await attemptSend(db, deps.port, deps.keys, {
+      workspaceId: b.workspace_id,
+      instanceId: p.instanceId,
+      to: p.to,
+      reference: p.reference,
+      message: {
+        type: 'template',
+        templateName: template.name,
+        templateLanguage: template.language,
+        templateVariables: p.variables ?? [],
+        ...(p.components ? { templateComponents: p.components } : {}),
+      },
+    });
+    switch (result.outcome) {
+      case 'sent':
+        return result.sent;
+      case 'throttled':
+        // Throttling or an outage: the activity's retries slow the broadcast down; the recipient stays.
+        throw providerThrottled(result.message);
+      case 'refused': {
+        const { code } = result.error;
+        // Not the recipient's doing: it stays pending with its units, and the broadcast waits.
+        if (code === 'SUBSCRIPTION_INACTIVE') return { wait: code, until: new Date(Date.now() + BLOCKED_RETRY_MS) };
+        await fail(db, b, p, code, code === 'OPTED_OUT' ? 'skipped' : 'failed');
+        return 'failed';
+      }
+      case 'unconfirmed': {
+        if (!result.awaitsCallback) {
+          // No status callback to wait for (web gateway): never twice, so the recipient stops here.
+          await settleRecipient(db, b.workspace_id, b.id, p.contactId, 'failed', 'SEND_OUTCOME_UNKNOWN');
+          return 'failed';
+        }
+        const settled = await waitForCallback(deps, b.workspace_id, p.reference, deadline);
+        if (settled === 'wait') return 'wait';
+        continue; // sent: the claim finds it sent; failed: it is claimed again
+      }
+    }
+  }
+}
+
+/** Waits (heartbeating) for an unconfirmed attempt to be settled, until `deadline` (the batch's budget). */
+async function waitForCallback(deps: BatchDeps, workspaceId: string, reference: string, deadline: number): Promise<'settled' | 'wait'> {
+  for (;;) {
+    const settled = await settleAttempt(deps.db, workspaceId, reference, { quietMs: deps.windowMs });
+    if (settled.outcome !== 'pending') return 'settled';
+    if (Date.now() >= deadline) return 'wait';
+    deps.heartbeat();
+    await sleep(300);
+  }
+}
+
+/** The recipients of a page the provider accepted, recorded at once (recordSent), and marked sent in the same transaction. */
+async function recordPage(db: Db, b: BroadcastRow, sent: Array<{ p: PreparedRecipient; s: SentMessage }>): Promise<void> {
+  await recordSent(
+    db,
+    b.workspace_id,
+    sent.map(({ p, s }) => ({
+      prepared: { instanceId: p.instanceId, contactId: p.contactId, conversationId: p.conversationId },
+      sent: s,
+      message: { type: 'template', body: `[template] ${b.template!.name}`, mediaUrl: null },
+    })),
+    (trx, recorded) =>
+      markRecipientsSent(
+        trx,
+        b.workspace_id,
+        b.id,
+        recorded.map((r) => ({ contactId: r.contactId, messageId: r.id, conversationId: r.conversationId })),
+      ),
+  );
+}
+
+/**
+ * A cancelled broadcast's recipients that were prepared and never called (a worker died between
+ * the two): their daily units back and their empty new conversations removed, each once.
+ * Recipients whose call may have reached the provider keep theirs.
+ */
+export async function releaseCancelled(
+  db: Db,
+  workspaceId: string,
+  broadcastId: string,
+  heartbeat: () => void,
+): Promise<{ released: number }> {
+  const b = await broadcastForRun(db, workspaceId, broadcastId);
+  if (b?.status !== 'cancelled') return { released: 0 };
+  let released = 0;
+  for (let after = -1; ;) {
+    heartbeat();
+    const page = await pendingReferences(db, workspaceId, broadcastId, after, 1000);
+    if (page.length === 0) return { released };
+    after = page[page.length - 1].position;
+    for (const reference of await preparedNeverCalled(
+      db,
+      workspaceId,
+      page.map((r) => r.reference),
+    )) {
+      await db.transaction(async (trx) => {
+        const prepared = (await findPreparations<PreparedRecipient>(trx, workspaceId, [reference])).get(reference);
+        if (!prepared || !(await lockPendingRecipients(trx, workspaceId, broadcastId, [prepared.contactId])).size) return;
+        // Checked again under the recipient's lock, which a preparation also takes.
+        if ((await preparedNeverCalled(trx, workspaceId, [reference])).length) {
+          await undoPreparedSend(trx, workspaceId, prepared);
+          released += 1;
+        }
+      });
+    }
+  }
+}
+
+/** Which stop a batch reports when its lanes stop for different reasons: the broadcast's own state first. */
+const STOP_RANK: Record<BatchResult['state'], number> = {
+  more: 0,
+  done: 1,
+  reconciling: 2,
+  waiting: 3,
+  paused: 4,
+  completed: 5,
+  cancelled: 5,
+};
+
+/** What a batch tells the workflow when the broadcast is not in progress (gone: cancelled). */
+function stoppedState(b: BroadcastRow | undefined): BatchResult {
+  if (!b || b.status === 'cancelled') return { state: 'cancelled' };
+  if (b.status === 'completed') return { state: 'completed' };
+  return { state: 'paused' };
+}

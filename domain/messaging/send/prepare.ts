@@ -1,0 +1,247 @@
+import type { Knex } from 'knex';
+import { searchHash, type Db, type KeyRing } from '../../platform';
+import { ApiError } from '../../kernel';
+import { suspension } from '../../access';
+import { requirePhone } from '../../leads';
+import type { MessageContent, PreparedSend, SendInput, TemplateWireComponent } from '../../../types/messaging';
+import {
+  chooseInstance,
+  dailyUnits,
+  refuseForRecipient,
+  refuseOnInstance,
+  saoPauloDay,
+  templateComponents,
+  type SendableTemplate,
+  type SendInstance,
+} from '../sending';
+import { sendCandidates } from '../instances';
+import { approvedTemplate } from '../templates';
+import { conversationForSend, conversationsOn, findOrCreateConversations } from '../conversations';
+import { findOrCreateContact, sendingPlan } from '../messaging';
+import { sendRequestOf } from '../send-requests';
+import { findPreparations, recordPreparations } from './ledger';
+import { takeDailyUnits } from './daily';
+
+/** A contact a send goes to, as its caller already knows it (a broadcast's recipient). */
+export interface SendContact {
+  id: string;
+  phone: string;
+  opted_out: boolean;
+  wa_id: string | null;
+}
+
+export interface PrepareItem {
+  /** Names the preparation and the one provider attempt (a send workflow's run, a broadcast recipient). */
+  reference: string;
+  /** An existing conversation (a reply), a number found or created (a cold send), or a known contact (a broadcast). */
+  to: { conversationId: string } | { phone: string } | { contact: SendContact };
+  message: MessageContent;
+}
+
+/**
+ * What prepare decided for one send, kept in send_preparations under its reference. `components`:
+ * a template's at the provider's wire format, as checked now.
+ */
+export type Prepared = PreparedSend & {
+  provider: 'cloud' | 'web';
+  phoneHash?: string;
+  components?: TemplateWireComponent[];
+};
+
+export type PrepareResult =
+  | { prepared: Prepared }
+  /**
+   * `about`: `send` when what every item shares refused it (the workspace's standing, the
+   * instance, the template's approval), `recipient` when the item's own contact or values did.
+   */
+  | { refused: ApiError; about: 'send' | 'recipient' };
+
+export interface PreparedPage {
+  /** By reference, in the items' order; an item after a stop has none. */
+  results: Map<string, PrepareResult>;
+  /** The daily quota or the cold cap cannot take every prepared item: the caller's transaction must roll back. */
+  limit?: ApiError;
+}
+
+/**
+ * Everything before the provider call of one or many sends, inside the caller's transaction:
+ * the workspace's standing, the instance (the conversation's, or the one asked for, or the
+ * workspace's only WhatsApp one), the contact (found or created by phone), the send rules of
+ * sending.ts, the conversations found or created, the preparations recorded and, last, the daily
+ * units (one message each, one cold conversation per conversation opened), all or none.
+ * `stopsAt`: a refusal after which nothing more is prepared (a broadcast's wait and cancel codes).
+ */
+export async function prepareSends(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  items: PrepareItem[],
+  options: { keys: KeyRing; instanceId?: string; stopsAt?: (refused: ApiError, about: 'send' | 'recipient') => boolean },
+): Promise<PreparedPage> {
+  const results = new Map<string, PrepareResult>();
+  const now = new Date();
+  const day = saoPauloDay(now);
+  const plan = await sendingPlan(trx, workspaceId);
+  let shared: SendInstance | ApiError | undefined;
+  const instanceAsked = async (): Promise<SendInstance> => {
+    if (!shared) {
+      try {
+        // A named instance of another channel is found, then refused as unsupported; the default is the WhatsApp one.
+        shared = chooseInstance(await sendCandidates(trx, workspaceId, options.instanceId), options.instanceId);
+      } catch (err) {
+        if (!(err instanceof ApiError)) throw err;
+        shared = err;
+      }
+    }
+    if (shared instanceof ApiError) throw shared;
+    return shared;
+  };
+  const templates = new Map<string, SendableTemplate | undefined>();
+  const templateOn = async (instance: SendInstance, message: MessageContent) => {
+    if (message.type !== 'template') return undefined;
+    const key = `${instance.id}\n${message.templateName}\n${message.templateLanguage}`;
+    if (!templates.has(key))
+      templates.set(key, await approvedTemplate(trx, workspaceId, instance.id, message.templateName!, message.templateLanguage!));
+    return templates.get(key);
+  };
+
+  type Passed = {
+    item: PrepareItem;
+    instance: SendInstance;
+    contact: SendContact;
+    conversation?: { id: string };
+    createdContact: boolean;
+    components?: TemplateWireComponent[];
+  };
+  const passed: Passed[] = [];
+  for (const item of items) {
+    let about: 'send' | 'recipient' = 'send';
+    try {
+      const suspended = plan && suspension(plan, 'send');
+      if (suspended) throw suspended;
+      let instance: SendInstance;
+      let contact: SendContact;
+      let conversation: { id: string; last_inbound_at: Date | null } | undefined;
+      let createdContact = false;
+      if ('conversationId' in item.to) {
+        const row = await conversationForSend(trx, workspaceId, item.to.conversationId);
+        if (!row) throw new ApiError('NOT_FOUND', 'Conversation not found');
+        instance = { id: row.instance_id, channel: row.channel, provider: row.provider, connected: row.connected };
+        contact = { id: row.contact_id, phone: row.phone, opted_out: row.opted_out, wa_id: row.wa_id };
+        conversation = { id: row.id, last_inbound_at: row.last_inbound_at };
+      } else if ('phone' in item.to) {
+        about = 'recipient';
+        const phone = requirePhone(item.to.phone);
+        about = 'send';
+        instance = await instanceAsked();
+        const found = await findOrCreateContact(trx, workspaceId, phone);
+        contact = found.contact;
+        createdContact = found.created;
+      } else {
+        instance = await instanceAsked();
+        contact = item.to.contact;
+      }
+      const template = await templateOn(instance, item.message);
+      refuseOnInstance({ instance, message: item.message, template });
+      about = 'recipient';
+      // Only a message outside a template needs the window, which an existing conversation holds.
+      if (!conversation && item.message.type !== 'template')
+        conversation = (await conversationsOn(trx, workspaceId, instance.id, [contact.id])).get(contact.id);
+      refuseForRecipient({
+        instance,
+        contact,
+        conversation: conversation ?? { last_inbound_at: null },
+        message: item.message,
+        template,
+        now,
+      });
+      const components = template ? templateComponents(template, item.message) : undefined;
+      passed.push({ item, instance, contact, conversation, createdContact, components });
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      results.set(item.reference, { refused: err, about });
+      if (options.stopsAt?.(err, about)) break;
+    }
+  }
+
+  // The conversations of the new sends, found or created for all of an instance's at once.
+  const opened = new Map<string, { id: string; created: boolean }>();
+  for (const instance of new Map(passed.map((p) => [p.instance.id, p.instance])).values()) {
+    const mine = passed.filter((p) => p.instance.id === instance.id && !p.conversation?.id);
+    const found = await findOrCreateConversations(
+      trx,
+      workspaceId,
+      mine.map((p) => p.contact.id),
+      instance,
+    );
+    for (const p of mine) opened.set(p.item.reference, found.get(p.contact.id)!);
+  }
+  const prepared: Prepared[] = passed.map((p) => {
+    const conversation = opened.get(p.item.reference) ?? { id: p.conversation!.id, created: false };
+    return {
+      reference: p.item.reference,
+      workspaceId,
+      instanceId: p.instance.id,
+      provider: p.instance.provider,
+      contactId: p.contact.id,
+      conversationId: conversation.id,
+      // Cloud API recipients are addressed by the provider's wa_id once known.
+      to: p.contact.wa_id ?? p.contact.phone,
+      phone: p.contact.phone,
+      createdContact: p.createdContact,
+      createdConversation: conversation.created,
+      day,
+      tookCold: conversation.created,
+      phoneHash: searchHash(options.keys, 'phone', workspaceId, p.contact.phone),
+      ...(p.components ? { components: p.components } : {}),
+    };
+  });
+  // A concurrent duplicate of a preparation conflicts here and rolls its transaction back; its retry reads the row.
+  await recordPreparations(
+    trx,
+    workspaceId,
+    prepared.map((p) => ({ reference: p.reference, prepared: p })),
+  );
+  for (const p of prepared) results.set(p.reference, { prepared: p });
+  // The daily units last, just before the commit: their counter rows are the workspace's (every
+  // send takes them), so their locks are held for one statement and the commit.
+  const openedCount = prepared.filter((p) => p.createdConversation).length;
+  if (prepared.length > 0) {
+    for (const unit of dailyUnits(plan!, openedCount > 0)) {
+      const n = unit.counter === 'cold_conversations' ? openedCount : prepared.length;
+      if (!(await takeDailyUnits(trx, workspaceId, unit.counter, day, unit.cap, n))) return { results, limit: unit.refusal() };
+    }
+  }
+  return { results: ordered(items, results), limit: undefined };
+}
+
+function ordered(items: PrepareItem[], results: Map<string, PrepareResult>): Map<string, PrepareResult> {
+  const out = new Map<string, PrepareResult>();
+  for (const item of items) {
+    const result = results.get(item.reference);
+    if (result) out.set(item.reference, result);
+  }
+  return out;
+}
+
+/**
+ * A send workflow's prepare (the cold send and the conversation send, whatever started them: the
+ * API or an automation's send_message): its request loaded, prepareSends for it alone, in one
+ * transaction so a refusal leaves nothing behind. Retried after its commit, it answers the first
+ * run's preparation, never a second quota unit. Refusals are thrown.
+ */
+export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, reference: string): Promise<Prepared> {
+  return db.transaction(async (trx) => {
+    const done = (await findPreparations<Prepared>(trx, input.workspaceId, [reference])).get(reference);
+    if (done) return done;
+    const request = await sendRequestOf(trx, input);
+    const to = request.conversationId ? { conversationId: request.conversationId } : { phone: request.phone! };
+    const { results, limit } = await prepareSends(trx, input.workspaceId, [{ reference, to, message: request.message }], {
+      keys,
+      instanceId: request.conversationId ? undefined : request.instanceId,
+    });
+    const result = results.get(reference)!;
+    if ('refused' in result) throw result.refused;
+    if (limit) throw limit;
+    return result.prepared;
+  });
+}
