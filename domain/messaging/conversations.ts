@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { assertSafeUrlSyntax, type Db, SyncRead, syncPage } from '../platform';
 import { ApiError, listEnvelope, Page, pageWithTotal, Pagination, isUuid, iso } from '../kernel';
-import { canonical } from '../leads';
+import { joinCanonicalContact } from '../leads';
 import { mediaOfMessages, type MediaRecord } from './media';
 
 type Reader = Db | Knex.Transaction;
@@ -44,15 +44,12 @@ export interface MessageRow {
  */
 export function visibleConversations(db: Reader, workspaceId: string): Knex.QueryBuilder {
   const q = db('conversations as c')
-    .join('contacts as ct', function joinContact() {
-      this.on('ct.id', '=', 'c.contact_id').andOn('ct.workspace_id', '=', 'c.workspace_id');
-    })
     .join('instances as i', function joinInstance() {
       this.on('i.id', '=', 'c.instance_id').andOn('i.workspace_id', '=', 'c.workspace_id');
     })
     .where('c.workspace_id', workspaceId)
     .where('i.archived', false);
-  return canonical(q, 'ct');
+  return joinCanonicalContact(q, 'ct', { id: 'c.contact_id', workspaceId: 'c.workspace_id' });
 }
 
 const COLUMNS = [

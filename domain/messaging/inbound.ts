@@ -4,11 +4,10 @@ import type { Logger } from 'pino';
 import type { Db, KeyRing } from '../platform';
 import { ApiError, isUuid, storable } from '../kernel';
 import { InstanceRow, openInstanceConfig } from './instances';
-import { findOrCreateContact } from './messaging';
 import { findOrCreateConversations } from './conversations';
 import { recordStatusEvent } from './send/record';
 import { recordEvent } from '../webhooks';
-import { digitsOfPersonJid, parsePhone, Phone } from '../leads';
+import { digitsOfPersonJid, findOrCreateContact, parsePhone, Phone, recordConsent, recordWaId } from '../leads';
 import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../../types/messaging';
 import { recordPendingMedia } from './media';
@@ -625,7 +624,7 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
   });
   if (!created && contact.wa_id !== message.waId) {
     // The provider's identity of the number reconciles ours (not a human edit: no contact.updated).
-    await trx('contacts').where({ workspace_id: workspaceId, id: contact.id }).update({ wa_id: message.waId });
+    await recordWaId(trx, workspaceId, contact.id, message.waId);
   }
   const conversation = (await findOrCreateConversations(trx, workspaceId, [contact.id], instance)).get(contact.id)!;
 
@@ -662,12 +661,7 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
 
   // The contact's own word on being messaged: STOP opts out, START back in.
   const consent = message.type === 'text' ? consentFromMessage(message.body) : undefined;
-  if (consent) {
-    await trx('contacts')
-      .where({ workspace_id: workspaceId, id: contact.id })
-      .whereNot({ opted_out: consent === 'opt_out' })
-      .update({ opted_out: consent === 'opt_out', updated_at: trx.fn.now() });
-  }
+  if (consent) await recordConsent(trx, workspaceId, contact.id, consent === 'opt_out');
 
   // The window opens at the message's own time; out-of-order deliveries never move it back.
   await trx('conversations')

@@ -1,15 +1,89 @@
-export * from './conversations';
-export * from './failures';
-export * from './inbound';
-export * from './instances';
-export * from './media';
-export * from './message-list';
-export * from './messaging';
-export * from './send/ledger';
-export * from './send/attempt';
-export * from './send/prepare';
-export * from './send/record';
-export * from './send/daily';
-export * from './send-requests';
-export * from './sending';
-export * from './templates';
+export {
+  CONVERSATION_STATUSES,
+  getConversationWithMessages,
+  listConversations,
+  MESSAGE_STATUSES,
+  syncConversations,
+  updateConversationStatus,
+} from './conversations';
+export { fromFailure, fromRefusal, providerThrottled, refusalsAsFailures, toFailure } from './failures';
+export {
+  applyProviderWebhook,
+  expectedVerifyToken,
+  findWebhookInstance,
+  ITEMS_PER_TRANSACTION,
+  MAX_DELIVERY_ITEMS,
+  parseCloudWebhook,
+  type ParsedWebhook,
+  parseWebGatewayWebhook,
+  refuseOversizedDelivery,
+  sameToken,
+  validSignature,
+  type WebhookInstance,
+  type WebhookOutcome,
+} from './inbound';
+export {
+  createInstance,
+  INSTANCE_SECRETS,
+  type InstanceConfig,
+  instanceConfigSchema,
+  instanceSecretBinding,
+  listInstances,
+  liveInstanceConfig,
+  mapInstanceSecrets,
+  openInstanceConfig,
+  sealInstanceConfig,
+  sendCandidates,
+  updateInstance,
+} from './instances';
+export {
+  checkSendMedia,
+  claimMediaToStart,
+  contentDisposition,
+  fetchAndStoreMedia,
+  type FetchedMedia,
+  markUnavailable,
+  MediaChunkWriter,
+  type MediaFetchInput,
+  type MediaFetchResult,
+  type MediaSource,
+  MediaUnavailable,
+  mediaWorkflowId,
+  openStoredMedia,
+  unclaimMedia,
+} from './media';
+export { listMessages, MESSAGE_DIRECTIONS, MESSAGE_SYNC_FILTERS, syncMessages } from './message-list';
+export { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor, sendRequestOf } from './send-requests';
+export { attemptSend, type ProviderPort, settleAttempt } from './send/attempt';
+export { findPreparations, preparedNeverCalled, undoPreparedSend } from './send/ledger';
+export { type Prepared, type PrepareItem, prepareSend, prepareSends, sendingPlan } from './send/prepare';
+export { messageBody, recordSent } from './send/record';
+export {
+  checkMediaSize,
+  chooseInstance,
+  MEDIA_LIMITS,
+  MESSAGE_CONTENT_FIELDS,
+  messageContent,
+  messageRequirements,
+  missingFields,
+  outcomeUnknown,
+  refuseUnsendable,
+  requiredFields,
+  secondsUntilSaoPauloMidnight,
+  TEMPLATE_BUTTONS,
+  TEMPLATE_HEADER,
+} from './sending';
+export {
+  applyTemplateStatusUpdates,
+  approvedTemplate,
+  createTemplate,
+  HEADER_FORMATS,
+  instanceForTemplateSync,
+  listTemplates,
+  parseProviderTemplate,
+  parseTemplateStatusUpdates,
+  type ProviderTemplate,
+  TEMPLATE_STATUSES,
+  templateSyncInstances,
+  upsertProviderTemplates,
+} from './templates';

@@ -225,13 +225,7 @@ const TABLE_CROSSINGS_ALLOWED: { file: string; table: string }[] = [
   { file: 'domain/automations/automation-runs.ts', table: 'deals' },
   { file: 'domain/automations/automation-triggers.ts', table: 'workspaces' },
   // domain/messaging (its owner switches to the leads and access exports listed in its README).
-  { file: 'domain/messaging/conversations.ts', table: 'contacts' },
-  { file: 'domain/messaging/inbound.ts', table: 'contacts' },
   { file: 'domain/messaging/media.ts', table: 'workspaces' },
-  { file: 'domain/messaging/messaging.ts', table: 'contacts' },
-  { file: 'domain/messaging/messaging.ts', table: 'workspaces' },
-  { file: 'domain/messaging/send/ledger.ts', table: 'workspaces' },
-  { file: 'domain/messaging/send/ledger.ts', table: 'contacts' },
   // The broadcast engine reads a message's status when it records a recipient sent (markRecipientsSent),
   // until domain/messaging exports it as a sub-query.
   { file: 'domain/broadcasts/resource.ts', table: 'messages' },
@@ -275,27 +269,16 @@ describe('each table is written in the SQL of the area that owns it', () => {
   });
 });
 
-/** Indexes still re-exporting everything (`export *`): converted by the send-engine / activities work. */
-const EXPORT_STAR_ALLOWED = ['domain/messaging/index.ts', 'domain/broadcasts/index.ts'];
-
-/**
- * Files outside the domain still importing a module inside an area: owned by the send-engine /
- * activities work, which points them at the area's index.
- */
-const INNER_IMPORTS_ALLOWED = ['api/routes/templates.ts'];
-
 describe('an area is reached through its door', () => {
   it('names what its index exports (no export *)', () => {
     const starred = areas
       .map((area) => `domain/${area}/index.ts`)
       .filter((index) => /^\s*export\s+\*/m.test(fs.readFileSync(path.join(root, index), 'utf8')));
-    expect(starred.filter((index) => !EXPORT_STAR_ALLOWED.includes(index))).toEqual([]);
-    expect(EXPORT_STAR_ALLOWED.filter((index) => !starred.includes(index))).toEqual([]);
+    expect(starred).toEqual([]);
   });
 
   it('is imported from outside the domain through its index only (test/ may import a module to test it alone)', () => {
     const inner: string[] = [];
-    const importers = new Set<string>();
     for (const layer of ['api', 'activities', 'workers', 'scripts', 'workflows', 'types']) {
       for (const file of sourcesUnder(path.join(root, layer))) {
         const rel = path.relative(root, file);
@@ -304,12 +287,10 @@ describe('an area is reached through its door', () => {
           if (target.startsWith('..') || path.isAbsolute(target)) continue;
           const [, ...rest] = target.split(path.sep);
           if (rest.length === 0 || rest.join('/') === 'index') continue;
-          importers.add(rel);
-          if (!INNER_IMPORTS_ALLOWED.includes(rel)) inner.push(`${rel}: imports ${spec} (use the area's index)`);
+          inner.push(`${rel}: imports ${spec} (use the area's index)`);
         }
       }
     }
     expect(inner).toEqual([]);
-    expect(INNER_IMPORTS_ALLOWED.filter((rel) => !importers.has(rel))).toEqual([]);
   });
 });

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from '../../platform';
-import { deleteUnusedContact } from '../../leads';
+import { workspaceQuery } from '../../access';
+import { contactOptedOut, deleteUnusedContact } from '../../leads';
 import { deleteEmptyConversation } from '../conversations';
 import { giveBackDaily } from './daily';
 
@@ -97,15 +98,13 @@ export async function standingSincePrepare(
   workspaceId: string,
   reference: string,
 ): Promise<{ active: boolean; api_access: boolean; opted_out: boolean | null } | undefined> {
-  const { rows } = await db.raw<{ rows: { active: boolean; api_access: boolean; opted_out: boolean | null }[] }>(
-    `SELECT w.active, w.api_access, c.opted_out
-       FROM workspaces w
-       LEFT JOIN send_preparations p ON p.workspace_id = w.id AND p.reference = ?
-       LEFT JOIN contacts c ON c.workspace_id = w.id AND c.id = (p.prepared->>'contactId')::uuid
-      WHERE w.id = ?`,
-    [reference, workspaceId],
+  const preparedContact = db.raw(
+    `(SELECT (prepared->>'contactId')::uuid FROM send_preparations WHERE workspace_id = ? AND reference = ?)`,
+    [workspaceId, reference],
   );
-  return rows[0];
+  return workspaceQuery(db, workspaceId).first('active', 'api_access', {
+    opted_out: contactOptedOut(db, workspaceId, preparedContact),
+  });
 }
 
 export interface SendAttemptRow {

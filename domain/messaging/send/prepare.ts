@@ -1,8 +1,8 @@
 import type { Knex } from 'knex';
 import { searchHash, type Db, type KeyRing } from '../../platform';
 import { ApiError } from '../../kernel';
-import { suspension } from '../../access';
-import { requirePhone } from '../../leads';
+import { suspension, workspacePlan } from '../../access';
+import { findOrCreateContact, requirePhone } from '../../leads';
 import type { MessageContent, PreparedSend, SendInput, TemplateWireComponent } from '../../../types/messaging';
 import {
   chooseInstance,
@@ -17,10 +17,14 @@ import {
 import { sendCandidates } from '../instances';
 import { approvedTemplate } from '../templates';
 import { conversationForSend, conversationsOn, findOrCreateConversations } from '../conversations';
-import { findOrCreateContact, sendingPlan } from '../messaging';
 import { sendRequestOf } from '../send-requests';
 import { findPreparations, recordPreparations } from './ledger';
 import { takeDailyUnits } from './daily';
+
+/** What a send looks at on its workspace: the daily plan and the standing (access suspension). */
+export async function sendingPlan(trx: Knex.Transaction | Db, workspaceId: string) {
+  return workspacePlan(trx, workspaceId, ['daily_message_quota', 'broadcast_limit', 'active', 'api_access']);
+}
 
 /** A contact a send goes to, as its caller already knows it (a broadcast's recipient). */
 export interface SendContact {

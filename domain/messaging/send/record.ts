@@ -1,9 +1,8 @@
 import type { Knex } from 'knex';
 import type { Db } from '../../platform';
-import { recordContactCreated, recordWaIds, requirePhone } from '../../leads';
+import { findOrCreateContact, recordContactCreated, recordWaIds, requirePhone } from '../../leads';
 import { recordEvent } from '../../webhooks';
 import type { SentMessage } from '../../../types/messaging';
-import { findOrCreateContact } from '../messaging';
 import { findOrCreateConversations, lockConversations, touchConversations } from '../conversations';
 import { instanceChannel } from '../instances';
 import { lockAttemptStatuses } from './ledger';
