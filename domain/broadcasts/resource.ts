@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, iso, isUuid, type Page } from '../kernel';
-import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sendingPlan } from '../messaging';
+import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sendingPlan, statusPastSent } from '../messaging';
 import { contactForSend, contactsForSend, type ContactForSend, existingTagIds, listExists, segmentContacts } from '../leads';
 import { lockWorkspace } from '../access';
 import { contactCustomValues, definedCustomFieldKeys } from '../sales';
@@ -652,14 +652,18 @@ export async function markRecipientsSent(
   if (sent.length === 0) return;
   await trx.raw(
     `UPDATE broadcast_recipients r
-        SET status = coalesce(
-              (SELECT m.status FROM messages m
-                WHERE m.id = s.message_id AND m.workspace_id = r.workspace_id AND m.status IN ('delivered', 'read', 'failed')),
-              'sent'),
+        SET status = coalesce(?, 'sent'),
             code = NULL, message_id = s.message_id, conversation_id = s.conversation_id, sent_at = now(), updated_at = now()
        FROM unnest(?::uuid[], ?::uuid[], ?::uuid[]) AS s(contact_id, message_id, conversation_id)
       WHERE r.workspace_id = ? AND r.broadcast_id = ? AND r.contact_id = s.contact_id AND r.status = 'pending'`,
-    [sent.map((s) => s.contactId), sent.map((s) => s.messageId), sent.map((s) => s.conversationId), workspaceId, broadcastId],
+    [
+      statusPastSent(trx, 's.message_id', 'r.workspace_id'),
+      sent.map((s) => s.contactId),
+      sent.map((s) => s.messageId),
+      sent.map((s) => s.conversationId),
+      workspaceId,
+      broadcastId,
+    ],
   );
 }
 

@@ -691,18 +691,16 @@ export function panelUpdateContact(db: Db, workspaceId: string, contactId: strin
  * send, a note, a tag, a list). One referenced by a deal or a task created in between fails its
  * foreign key: rolled back to a savepoint, it stays (it is someone's contact now). `usedBy`: the
  * caller's own uses of the contact, each a sub-query of its rows whose contact is the column it is
- * given (domain/messaging: its conversations); without it, the conversations are looked at here
- * until messaging passes its own (the one crossing left in leads, allow-listed in
- * test/unit/architecture.test.ts).
+ * given (domain/messaging: its conversations).
  */
 export async function deleteUnusedContact(
   trx: Trx,
   workspaceId: string,
   contactId: string,
-  usedBy?: (contactIdColumn: string) => Knex.QueryBuilder[],
+  usedBy: (contactIdColumn: string) => Knex.QueryBuilder[],
 ): Promise<void> {
   const unused = (table: string) => trx(table).whereRaw(`${table}.contact_id = contacts.id`).select(trx.raw('1'));
-  const others = usedBy ? usedBy('contacts.id') : [unused('conversations')];
+  const others = usedBy('contacts.id');
   await trx.raw('SAVEPOINT undo_contact');
   try {
     const q = trx('contacts').where({ workspace_id: workspaceId, id: contactId });
@@ -714,15 +712,7 @@ export async function deleteUnusedContact(
   }
 }
 
-/** Keeps the provider's identity of the contact's number (Cloud API wa_id), when it changed. */
-export async function recordWaId(trx: Trx, workspaceId: string, contactId: string, waId: string): Promise<void> {
-  await trx('contacts')
-    .where({ workspace_id: workspaceId, id: contactId })
-    .whereRaw('wa_id IS DISTINCT FROM ?', [waId])
-    .update({ wa_id: waId });
-}
-
-/** recordWaId for many contacts at once (a broadcast's page): one UPDATE, so the contacts' statement triggers run once. */
+/** Keeps the provider's identity of each contact's number (Cloud API wa_id) where it changed: one UPDATE, so the contacts' statement triggers run once. */
 export async function recordWaIds(trx: Trx, workspaceId: string, waIds: { contactId: string; waId: string }[]): Promise<void> {
   if (waIds.length === 0) return;
   await trx.raw(

@@ -16,7 +16,6 @@ export {
   panelUpdateContact,
   recordConsent,
   recordContactCreated,
-  recordWaId,
   recordWaIds,
   removeTag,
   requirePhone,

@@ -1,5 +1,5 @@
-import { columnResealer, type Db, KeyRing, openText, SealBinding, sealedAs, sealText } from '../platform';
-import { INSTANCE_SECRETS, InstanceConfig, instanceSecretBinding, mapInstanceSecrets } from '../messaging';
+import { columnResealer, type Db, KeyRing, openText, SealBinding, sealText } from '../platform';
+import { resealInstanceSecrets } from '../messaging';
 import { resealSubscriptionSecrets } from '../webhooks';
 import { resealAutomationTokens } from '../automations';
 
@@ -31,37 +31,8 @@ export async function sealStoredSecrets(
     return sealText(ring, plain, binding);
   };
 
-  let instances = 0;
-  for (const row of (await db('instances').select('id', 'workspace_id', 'config')) as {
-    id: string;
-    workspace_id: string;
-    config: InstanceConfig;
-  }[]) {
-    const stale = INSTANCE_SECRETS.filter(
-      (field) =>
-        typeof row.config[field] === 'string' && !sealedAs(ring, row.config[field]!, instanceSecretBinding(row.workspace_id, field)),
-    );
-    if (stale.length === 0) continue;
-    let changed = false;
-    const config = mapInstanceSecrets(row.config, (value, field) => {
-      if (!stale.includes(field)) return value;
-      const sealed = reseal(value, instanceSecretBinding(row.workspace_id, field));
-      if (sealed === null) return value;
-      changed = true;
-      return sealed;
-    });
-    if (!changed) continue;
-    // Only the secrets, merged: a concurrent change of another key of the config is kept.
-    const secrets = Object.fromEntries(INSTANCE_SECRETS.filter((f) => config[f] !== row.config[f]).map((f) => [f, config[f]]));
-    await db('instances')
-      .where({ id: row.id })
-      .update({ config: db.raw('config || ?::jsonb', [JSON.stringify(secrets)]) });
-    instances++;
-  }
-
-  // Each area re-seals its own table's secrets. Instances (domain/messaging) are still walked here,
-  // allow-listed in test/unit/architecture.test.ts until messaging exports its own re-seal like
-  // domain/webhooks resealSubscriptionSecrets.
+  // Each area re-seals its own table's secrets.
+  const instances = await resealInstanceSecrets(db, ring, reseal);
   const resealColumn = columnResealer(db, ring, reseal);
   const webhookSubscriptions = await resealSubscriptionSecrets(resealColumn);
   // Inbound automation tokens are found by their hash (which does not change); the token is kept sealed for its URL.

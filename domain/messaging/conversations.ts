@@ -337,3 +337,54 @@ export async function deleteEmptyConversation(trx: Knex.Transaction, workspaceId
     .whereNotExists(trx('messages').whereRaw('messages.conversation_id = conversations.id').select(trx.raw('1')))
     .delete();
 }
+
+/** A contact's conversations, as a sub-query on the contact id column a statement gives (leads deleteUnusedContact). */
+export function conversationsOfContact(trx: Reader) {
+  return (contactIdColumn: string) => [trx('conversations').whereRaw(`conversations.contact_id = ${contactIdColumn}`).select(trx.raw('1'))];
+}
+
+/**
+ * A merge moves the duplicate's conversations and messages (domain/merge): one conversation per
+ * contact and instance, so where the survivor has one it takes the messages (its clocks follow);
+ * the others become the survivor's.
+ */
+export async function moveContactConversations(
+  trx: Knex.Transaction,
+  workspaceId: string,
+  duplicateId: string,
+  intoId: string,
+): Promise<void> {
+  const { rows: joined } = await trx.raw(
+    `UPDATE messages m SET conversation_id = mine.id
+       FROM conversations theirs JOIN conversations mine ON mine.instance_id = theirs.instance_id AND mine.contact_id = ?
+      WHERE m.conversation_id = theirs.id AND theirs.workspace_id = ? AND theirs.contact_id = ?
+     RETURNING mine.id`,
+    [intoId, workspaceId, duplicateId],
+  );
+  const survivorConversations = [...new Set((joined as { id: string }[]).map((r) => r.id))];
+  if (survivorConversations.length) {
+    await trx.raw(
+      `UPDATE conversations c SET updated_at = now(),
+              last_message_at = (SELECT max(timestamp) FROM messages WHERE conversation_id = c.id),
+              last_inbound_at = greatest(c.last_inbound_at, (SELECT max(timestamp) FROM messages WHERE conversation_id = c.id AND direction = 'in'))
+        WHERE c.id = ANY(?::uuid[])`,
+      [survivorConversations],
+    );
+  }
+  await trx.raw(
+    `UPDATE conversations SET contact_id = ?, updated_at = now()
+      WHERE workspace_id = ? AND contact_id = ? AND instance_id NOT IN (SELECT instance_id FROM conversations WHERE contact_id = ?)`,
+    [intoId, workspaceId, duplicateId, intoId],
+  );
+}
+
+/**
+ * A message's status once past `sent` (delivered, read or failed), else null, as a scalar
+ * sub-query on the message id and workspace columns a statement gives (a broadcast recipient
+ * marked sent takes the status a callback that came first left).
+ */
+export function statusPastSent(trx: Reader, messageIdColumn: string, workspaceIdColumn: string): Knex.Raw {
+  return trx.raw(
+    `(SELECT m.status FROM messages m WHERE m.id = ${messageIdColumn} AND m.workspace_id = ${workspaceIdColumn} AND m.status IN ('delivered', 'read', 'failed'))`,
+  );
+}

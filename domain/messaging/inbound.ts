@@ -7,7 +7,7 @@ import { InstanceRow, openInstanceConfig } from './instances';
 import { findOrCreateConversations } from './conversations';
 import { recordStatusEvent } from './send/record';
 import { recordEvent } from '../webhooks';
-import { digitsOfPersonJid, findOrCreateContact, parsePhone, Phone, recordConsent, recordWaId } from '../leads';
+import { digitsOfPersonJid, findOrCreateContact, parsePhone, Phone, recordConsent, recordWaIds } from '../leads';
 import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../../types/messaging';
 import { recordPendingMedia } from './media';
@@ -624,7 +624,7 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
   });
   if (!created && contact.wa_id !== message.waId) {
     // The provider's identity of the number reconciles ours (not a human edit: no contact.updated).
-    await recordWaId(trx, workspaceId, contact.id, message.waId);
+    await recordWaIds(trx, workspaceId, [{ contactId: contact.id, waId: message.waId }]);
   }
   const conversation = (await findOrCreateConversations(trx, workspaceId, [contact.id], instance)).get(contact.id)!;
 

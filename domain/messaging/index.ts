@@ -3,6 +3,8 @@ export {
   getConversationWithMessages,
   listConversations,
   MESSAGE_STATUSES,
+  moveContactConversations,
+  statusPastSent,
   syncConversations,
   updateConversationStatus,
 } from './conversations';
@@ -24,14 +26,11 @@ export {
 } from './inbound';
 export {
   createInstance,
-  INSTANCE_SECRETS,
-  type InstanceConfig,
   instanceConfigSchema,
-  instanceSecretBinding,
   listInstances,
   liveInstanceConfig,
-  mapInstanceSecrets,
   openInstanceConfig,
+  resealInstanceSecrets,
   sealInstanceConfig,
   sendCandidates,
   updateInstance,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { Knex } from 'knex';
-import { type Db, KeyRing, openText, SealBinding, sealText } from '../platform';
+import { type Db, KeyRing, openText, type Resealer, SealBinding, sealedAs, sealText } from '../platform';
 import { ApiError, Page, pageWithTotal, iso, HTTP_URL } from '../kernel';
 
 /** Operator configuration of a connection. Tokens and secrets never leave the service. */
@@ -172,4 +172,41 @@ export async function instanceChannel(
   instanceId: string,
 ): Promise<{ id: string; channel: string }> {
   return trx('instances').where({ workspace_id: workspaceId, id: instanceId }).first('id', 'channel');
+}
+
+/**
+ * The maintenance pass's re-seal of instances' secrets (domain/maintenance sealStoredSecrets):
+ * each secret not sealed with the current key and bound to its workspace is given to `reseal`
+ * (null: bound elsewhere, left as it is). Only the secrets are written, merged, so a concurrent
+ * change of another key of the config is kept. The number of instances changed.
+ */
+export async function resealInstanceSecrets(db: Db, ring: KeyRing, reseal: Resealer): Promise<number> {
+  let instances = 0;
+  for (const row of (await db('instances').select('id', 'workspace_id', 'config')) as {
+    id: string;
+    workspace_id: string;
+    config: InstanceConfig;
+  }[]) {
+    const stale = INSTANCE_SECRETS.filter(
+      (field) =>
+        typeof row.config[field] === 'string' && !sealedAs(ring, row.config[field]!, instanceSecretBinding(row.workspace_id, field)),
+    );
+    if (stale.length === 0) continue;
+    let changed = false;
+    const config = mapInstanceSecrets(row.config, (value, field) => {
+      if (!stale.includes(field)) return value;
+      const sealed = reseal(value, instanceSecretBinding(row.workspace_id, field));
+      if (sealed === null) return value;
+      changed = true;
+      return sealed;
+    });
+    if (!changed) continue;
+    // Only the secrets, merged: a concurrent change of another key of the config is kept.
+    const secrets = Object.fromEntries(INSTANCE_SECRETS.filter((f) => config[f] !== row.config[f]).map((f) => [f, config[f]]));
+    await db('instances')
+      .where({ id: row.id })
+      .update({ config: db.raw('config || ?::jsonb', [JSON.stringify(secrets)]) });
+    instances++;
+  }
+  return instances;
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import { lockUntilCommit, type Db, type KeyRing } from '../platform';
+import { workspaceQuery } from '../access';
 import { openInstanceConfig, type InstanceConfig } from './instances';
 import { ApiError, isUuid } from '../kernel';
 import { checkMediaSize, MEDIA_LIMITS } from './sending';
@@ -297,12 +298,10 @@ export function storageFullReason(limitMb: number): string {
  * a fetch stops as soon as its file would not fit (markStored decides, under a lock).
  */
 export async function mediaStorageRoom(db: Db | Knex.Transaction, workspaceId: string): Promise<{ limitMb: number; bytes: number }> {
-  const row: { limit_mb: number; used: string } | undefined = await db('workspaces')
-    .where({ id: workspaceId })
-    .first({
-      limit_mb: 'media_storage_mb',
-      used: db.raw(`(SELECT coalesce(sum(size), 0) FROM message_media WHERE workspace_id = ? AND status = 'stored')`, [workspaceId]),
-    });
+  const row: { limit_mb: number; used: string } | undefined = await workspaceQuery(db, workspaceId).first({
+    limit_mb: 'media_storage_mb',
+    used: db.raw(`(SELECT coalesce(sum(size), 0) FROM message_media WHERE workspace_id = ? AND status = 'stored')`, [workspaceId]),
+  });
   if (!row) return { limitMb: 0, bytes: 0 };
   return { limitMb: row.limit_mb, bytes: Math.max(0, row.limit_mb * 1_048_576 - Number(row.used)) };
 }

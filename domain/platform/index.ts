@@ -26,7 +26,7 @@ export { type KeyRing, newKeyRingValue, openText, parseKeyRing, type SealBinding
 export { claimKey, completeKey, fingerprint, recordProgress, releaseKey, STORED_ANSWER_HOURS } from './idempotency';
 export { createLogger } from './logger';
 export { EncryptionCodec } from './payload-codec';
-export { type ColumnResealer, columnResealer } from './reseal';
+export { type ColumnResealer, columnResealer, type Resealer } from './reseal';
 export { NETWORK_WORDS, SafeHttpError, safeRequest, safeStream, type SafeStreamResponse } from './safe-http';
 export {
   BEGINNING,

@@ -224,18 +224,6 @@ const TABLE_CROSSINGS_ALLOWED: { file: string; table: string }[] = [
   { file: 'domain/automations/automation-runs.ts', table: 'contacts' },
   { file: 'domain/automations/automation-runs.ts', table: 'deals' },
   { file: 'domain/automations/automation-triggers.ts', table: 'workspaces' },
-  // domain/messaging (its owner switches to the leads and access exports listed in its README).
-  { file: 'domain/messaging/media.ts', table: 'workspaces' },
-  // The broadcast engine reads a message's status when it records a recipient sent (markRecipientsSent),
-  // until domain/messaging exports it as a sub-query.
-  { file: 'domain/broadcasts/resource.ts', table: 'messages' },
-  // Rows of messaging moved or re-sealed by the areas around it, until messaging exports its part: the merge's conversations and messages (domain/merge), the contact a send
-  // created kept while a conversation uses it (leads deleteUnusedContact, until messaging passes its
-  // own `usedBy`), instances' secrets (domain/maintenance).
-  { file: 'domain/merge/merge.ts', table: 'conversations' },
-  { file: 'domain/merge/merge.ts', table: 'messages' },
-  { file: 'domain/leads/contacts.ts', table: 'conversations' },
-  { file: 'domain/maintenance/secrets-at-rest.ts', table: 'instances' },
 ];
 
 describe('each table is written in the SQL of the area that owns it', () => {

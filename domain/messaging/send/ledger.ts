@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Db } from '../../platform';
 import { workspaceQuery } from '../../access';
 import { contactOptedOut, deleteUnusedContact } from '../../leads';
-import { deleteEmptyConversation } from '../conversations';
+import { conversationsOfContact, deleteEmptyConversation } from '../conversations';
 import { giveBackDaily } from './daily';
 
 type Writer = Db | Knex.Transaction;
@@ -85,7 +85,7 @@ export async function undoPreparedSend(
     await giveBackDaily(trx, workspaceId, 'messages', prepared.day);
     if (prepared.tookCold) await giveBackDaily(trx, workspaceId, 'cold_conversations', prepared.day);
     if (prepared.createdConversation) await deleteEmptyConversation(trx, workspaceId, prepared.conversationId);
-    if (prepared.createdContact) await deleteUnusedContact(trx, workspaceId, prepared.contactId);
+    if (prepared.createdContact) await deleteUnusedContact(trx, workspaceId, prepared.contactId, conversationsOfContact(trx));
   });
 }
 
