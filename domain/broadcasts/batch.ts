@@ -15,6 +15,7 @@ import {
   type ProviderPort,
 } from '../messaging';
 import type { SentMessage } from '../../types/messaging';
+import { paceBatch, pacingFor, type BatchResult } from './pacing';
 import {
   broadcastForRun,
   broadcastMessage,
@@ -42,18 +43,6 @@ import {
  * pacing (lanes, page size, the instance's slots).
  */
 
-/** What the broadcast workflow (workflows/broadcast.ts) is told by one batch. */
-export type BatchResult =
-  | { state: 'more' }
-  | { state: 'done' }
-  | { state: 'paused' }
-  | { state: 'cancelled' }
-  | { state: 'completed' }
-  /** The daily quota or the cold cap is reached: wait until `until` (the São Paulo reset). */
-  | { state: 'waiting'; until: string }
-  /** A recipient's earlier provider call may have been accepted: wait a little for its status callback. */
-  | { state: 'reconciling' };
-
 /** How long one batch may run, so it stays well inside its activity timeout (its recipients: BROADCAST_BATCH_SIZE). */
 export const BATCH_BUDGET_MS = 30_000;
 /** How long a broadcast blocked by a WAIT_CODES refusal waits before it looks again. */
@@ -75,18 +64,6 @@ const WAIT_CODES = new Set(['INSTANCE_DISCONNECTED', 'SUBSCRIPTION_INACTIVE', 'T
 const CANCEL_CODES = new Set(['INSTANCE_NOT_FOUND', 'NO_INSTANCE', 'CHANNEL_UNSUPPORTED', 'TEMPLATE_UNSUPPORTED']);
 /** A wait for the instance's next slot longer than this re-reads the broadcast before the call (pause and cancel act within 1 s). */
 const SLOT_RECHECK_MS = 250;
-/**
- * A batch's recipients go in pages: each page prepared in one transaction and recorded in one, its
- * provider calls one by one between. A page holds a quarter of a second of the broadcast's rate
- * (one recipient at 7 calls a second or less, MAX_PAGE at most), so a slow broadcast prepares
- * nothing ahead of its turn; up to MAX_LANES pages are in flight at once when the rate allows (a
- * lane per LANE_RATE calls a second).
- */
-const MAX_PAGE = 25;
-const PAGES_PER_SECOND = 4;
-const MAX_LANES = 8;
-const LANE_RATE = 20;
-
 /** What stops a batch before a recipient's provider call: wait (until, why) or cancel (why). */
 type Blocked = { wait: string; until: Date } | { cancel: string };
 
@@ -111,7 +88,7 @@ export interface BatchDeps {
   heartbeat: () => void;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
  * Sends to the next pending recipients, in position order, for up to BATCH_BUDGET_MS or
@@ -124,29 +101,15 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * cancelled: their units are given back by releaseCancelled).
  */
 export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; broadcastId: string }): Promise<BatchResult> {
-  const { db, batchSize, rateScale } = deps;
+  const { db } = deps;
+  const { workspaceId, broadcastId } = input;
   /** One provider call of an instance's throughput (the Cloud API's default per number: MAX_RATE_PER_SECOND calls a second). */
-  const instanceIntervalMs = 1000 / (MAX_RATE_PER_SECOND * rateScale);
-  const started = Date.now();
-  const deadline = started + BATCH_BUDGET_MS;
-  const first = await broadcastForRun(db, input.workspaceId, input.broadcastId);
+  const instanceIntervalMs = 1000 / (MAX_RATE_PER_SECOND * deps.rateScale);
+  const deadline = Date.now() + BATCH_BUDGET_MS;
+  const first = await broadcastForRun(db, workspaceId, broadcastId);
   if (first?.status !== 'in_progress') return stoppedState(first);
-  const callsPerSecond = first.rate_per_second * rateScale;
-  const intervalMs = 1000 / callsPerSecond;
-  const pageSize = Math.max(1, Math.min(MAX_PAGE, Math.floor(callsPerSecond / PAGES_PER_SECOND)));
-  const lanes = Math.max(1, Math.min(MAX_LANES, Math.ceil(callsPerSecond / LANE_RATE)));
-  // The pacing carries over from the last batch (a pause and a quick resume do not shorten the gap).
-  const last = await lastSentAt(db, input.workspaceId, input.broadcastId);
-  let nextCallAt = last ? last.getTime() + intervalMs : 0;
-  let taken = 0;
-  let outcome: BatchResult | undefined;
-  let failure: { error: unknown } | undefined;
-  const stop = (result: BatchResult): void => {
-    if (!outcome || STOP_RANK[result.state] > STOP_RANK[outcome.state]) outcome = result;
-  };
-  const going = () => !outcome && !failure && taken < batchSize && Date.now() < deadline;
-  /** A stop that ends the calls of pages in flight too ('done' only means no page is left to take). */
-  const halted = () => !!failure || (!!outcome && outcome.state !== 'done');
+  const callsPerSecond = first.rate_per_second * deps.rateScale;
+  const { lanes } = pacingFor(callsPerSecond);
 
   // Pending recipients in position order, read ahead in pages and handed out once each.
   const queue: RecipientRow[] = [];
@@ -155,7 +118,7 @@ export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; b
   let reading: Promise<void> | undefined;
   const nextPage = async (size: number): Promise<RecipientRow[]> => {
     while (queue.length < size && !exhausted) {
-      reading ??= nextPendingRecipients(db, input.workspaceId, input.broadcastId, after, Math.max(size * lanes, 50))
+      reading ??= nextPendingRecipients(db, workspaceId, broadcastId, after, Math.max(size * lanes, 50))
         .then((rows) => {
           if (rows.length === 0) exhausted = true;
           else {
@@ -171,63 +134,56 @@ export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; b
     return queue.splice(0, size);
   };
 
-  const lane = async (): Promise<void> => {
-    while (going()) {
-      const b = await broadcastForRun(db, input.workspaceId, input.broadcastId);
-      if (b?.status !== 'in_progress') return stop(stoppedState(b));
-      // The page's share of the batch is counted before the read, so lanes reading together never take more than the batch's size.
-      const want = Math.min(pageSize, batchSize - taken);
-      if (want <= 0) return;
-      taken += want;
-      const page = await nextPage(want);
-      taken -= want - page.length;
-      if (page.length === 0) return stop({ state: 'done' });
-      const { prepared, blocked } = await preparePage(deps, b, page);
-      if (prepared.length && (b.waiting_until || b.code)) await setWaiting(db, b.workspace_id, b.id, null, null);
-      const sent: Array<{ p: PreparedRecipient; s: SentMessage }> = [];
-      try {
-        for (const p of prepared) {
-          // Pacing: at most ratePerSecond provider calls a second, the slots shared by the lanes.
-          // Waited before the status is read, so a pause during the wait is seen before the call.
-          const slotAt = Math.max(Date.now(), nextCallAt);
-          nextCallAt = slotAt + intervalMs;
-          if (slotAt > Date.now()) await sleep(slotAt - Date.now());
-          if (halted()) return;
-          const now = await broadcastForRun(db, input.workspaceId, input.broadcastId);
-          if (now?.status !== 'in_progress') return stop(stoppedState(now));
-          // The instance's throughput is shared by its broadcasts: this call takes the next free slot.
-          const slot = await reserveInstanceSlot(db, now.workspace_id, p.instanceId, instanceIntervalMs);
-          if (slot > 0) {
-            await sleep(slot);
-            // A long turn (many broadcasts on the instance): a pause meanwhile stops this call.
-            if (slot > SLOT_RECHECK_MS) {
-              const later = await broadcastForRun(db, input.workspaceId, input.broadcastId);
-              if (later?.status !== 'in_progress') return stop(stoppedState(later));
-            }
+  /**
+   * One page: the broadcast re-read (paused or cancelled: nothing sent), the page prepared, and
+   * before EACH provider call the pacing slot (waited before the status is read, so a pause during
+   * the wait is seen before the call), the broadcast re-read, and the instance's slot.
+   */
+  const sendPage = async (page: RecipientRow[], slot: () => Promise<boolean>): Promise<BatchResult | undefined> => {
+    const b = await broadcastForRun(db, workspaceId, broadcastId);
+    if (b?.status !== 'in_progress') return stoppedState(b);
+    const { prepared, blocked } = await preparePage(deps, b, page);
+    if (prepared.length && (b.waiting_until || b.code)) await setWaiting(db, workspaceId, broadcastId, null, null);
+    const sent: Array<{ p: PreparedRecipient; s: SentMessage }> = [];
+    try {
+      for (const p of prepared) {
+        if (!(await slot())) return undefined;
+        const now = await broadcastForRun(db, workspaceId, broadcastId);
+        if (now?.status !== 'in_progress') return stoppedState(now);
+        // The instance's throughput is shared by its broadcasts: this call takes the next free slot.
+        const wait = await reserveInstanceSlot(db, workspaceId, p.instanceId, instanceIntervalMs);
+        if (wait > 0) {
+          await sleep(wait);
+          // A long turn (many broadcasts on the instance): a pause meanwhile stops this call.
+          if (wait > SLOT_RECHECK_MS) {
+            const later = await broadcastForRun(db, workspaceId, broadcastId);
+            if (later?.status !== 'in_progress') return stoppedState(later);
           }
-          const result = await call(deps, now, p, deadline);
-          if (result === 'failed') continue;
-          if (result === 'wait') return stop({ state: 'reconciling' });
-          if (!('providerMessageId' in result)) return stop(await stopFor(db, now, result));
-          sent.push({ p, s: result });
         }
-      } finally {
-        // What the provider took is recorded whatever stopped the page (a retry would find it sent and record it too).
-        await recordPage(db, b, sent);
+        const result = await call(deps, now, p, deadline);
+        if (result === 'failed') continue;
+        if (result === 'wait') return { state: 'reconciling' };
+        if (!('providerMessageId' in result)) return stopFor(db, now, result);
+        sent.push({ p, s: result });
       }
-      if (blocked) return stop(await stopFor(db, b, blocked));
+    } finally {
+      // What the provider took is recorded whatever stopped the page (a retry would find it sent and record it too).
+      await recordPage(db, b, sent);
     }
+    return blocked ? stopFor(db, b, blocked) : undefined;
   };
-  // A lane that throws stops the others after their current call; the batch fails (and is retried) once all have ended.
-  await Promise.all(
-    Array.from({ length: lanes }, () =>
-      lane().catch((error: unknown) => {
-        failure ??= { error };
-      }),
-    ),
-  );
-  if (failure) throw failure.error;
-  return outcome ?? { state: 'more' };
+
+  const last = await lastSentAt(db, workspaceId, broadcastId);
+  return paceBatch({
+    callsPerSecond,
+    batchSize: deps.batchSize,
+    deadline,
+    lastCallAt: last ? last.getTime() : null,
+    nextPage,
+    sendPage,
+    now: Date.now,
+    sleep,
+  });
 }
 
 /** A batch stopped before a call: the broadcast waits (saying until when and why) or is cancelled (saying why). */
@@ -472,17 +428,6 @@ export async function releaseCancelled(
     }
   }
 }
-
-/** Which stop a batch reports when its lanes stop for different reasons: the broadcast's own state first. */
-const STOP_RANK: Record<BatchResult['state'], number> = {
-  more: 0,
-  done: 1,
-  reconciling: 2,
-  waiting: 3,
-  paused: 4,
-  completed: 5,
-  cancelled: 5,
-};
 
 /** What a batch tells the workflow when the broadcast is not in progress (gone: cancelled). */
 function stoppedState(b: BroadcastRow | undefined): BatchResult {

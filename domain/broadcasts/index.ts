@@ -1,4 +1,5 @@
-export { BATCH_BUDGET_MS, type BatchResult, BLOCKED_RETRY_MS, releaseCancelled, sendBatch } from './batch';
+export { BATCH_BUDGET_MS, BLOCKED_RETRY_MS, releaseCancelled, sendBatch } from './batch';
+export { type BatchResult } from './pacing';
 export { BROADCAST_STATUSES, createBroadcast, refuseTagInUse } from './broadcasts';
 export {
   broadcastForRun,
