@@ -42,10 +42,6 @@ const IMPLIED: Partial<Record<Scope, Scope[]>> = {
   'leads:write': ['pipelines:read'],
 };
 
-export function isScope(value: string): value is Scope {
-  return (ALL_SCOPES as readonly string[]).includes(value);
-}
-
 /** True when the key's scopes (directly or by implication) include one of `required`. */
 export function grants(keyScopes: readonly string[], required: readonly Scope[]): boolean {
   if (required.length === 0) return true;

@@ -17,8 +17,6 @@ import {
 import type { SentMessage } from '../../types/messaging';
 import { paceBatch, pacingFor, type BatchResult } from './pacing';
 import {
-  broadcastForRun,
-  broadcastMessage,
   cancelBroadcastFor,
   lastSentAt,
   lockPendingRecipients,
@@ -30,10 +28,9 @@ import {
   reserveInstanceSlot,
   setWaiting,
   settleRecipient,
-  MAX_RATE_PER_SECOND,
-  type BroadcastRow,
   type RecipientRow,
-} from './resource';
+} from './recipients';
+import { broadcastForRun, broadcastMessage, MAX_RATE_PER_SECOND, type BroadcastRow } from './broadcasts';
 
 /**
  * A broadcast's sends, through the send engine of domain/messaging: pages of recipients prepared

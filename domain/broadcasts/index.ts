@@ -1,7 +1,9 @@
 export { BATCH_BUDGET_MS, BLOCKED_RETRY_MS, releaseCancelled, sendBatch } from './batch';
 export { type BatchResult } from './pacing';
-export { BROADCAST_STATUSES, createBroadcast, refuseTagInUse } from './broadcasts';
 export {
+  BROADCAST_STATUSES,
+  createBroadcast,
+  refuseTagInUse,
   broadcastForRun,
   broadcastWorkflowId,
   completeBroadcast,
@@ -20,4 +22,4 @@ export {
   moveBroadcast,
   PUBLIC_BROADCAST_STATUSES,
   RECIPIENT_STATUSES,
-} from './resource';
+} from './broadcasts';

@@ -282,28 +282,7 @@ export async function conversationsOn(
   return new Map(rows.map((r) => [r.contact_id, { id: r.id, last_inbound_at: r.last_inbound_at }]));
 }
 
-/** Locks the conversation if it still exists (a failed concurrent send may have compensated it away). */
-export async function lockConversation(
-  trx: Knex.Transaction,
-  workspaceId: string,
-  conversationId: string,
-): Promise<{ id: string } | undefined> {
-  return trx('conversations').where({ workspace_id: workspaceId, id: conversationId }).forUpdate().first('id');
-}
-
-/** The conversation's clock moves to its newest message. */
-export async function touchConversation(
-  trx: Knex.Transaction,
-  workspaceId: string,
-  conversationId: string,
-  lastMessageAt: Date,
-): Promise<void> {
-  await trx('conversations')
-    .where({ workspace_id: workspaceId, id: conversationId })
-    .update({ last_message_at: lastMessageAt, updated_at: trx.fn.now() });
-}
-
-/** lockConversation for many at once (a broadcast's page), in one lock order: the ids that still exist. */
+/** Locks the conversations that still exist (a failed concurrent send may have compensated one away), in one lock order: their ids. */
 export async function lockConversations(trx: Knex.Transaction, workspaceId: string, conversationIds: string[]): Promise<Set<string>> {
   if (conversationIds.length === 0) return new Set();
   const rows: { id: string }[] = await trx('conversations')
@@ -315,7 +294,7 @@ export async function lockConversations(trx: Knex.Transaction, workspaceId: stri
   return new Set(rows.map((r) => r.id));
 }
 
-/** touchConversation for many at once (a broadcast's page). */
+/** The conversations' clocks move to their newest messages. */
 export async function touchConversations(
   trx: Knex.Transaction,
   workspaceId: string,

@@ -2,7 +2,7 @@
  * A broadcast's personalisation (domain/broadcasts personalise, customVariableKeys): which custom
  * field keys its variables use, and what each recipient's variables become.
  */
-import { customVariableKeys, personalise } from '../../domain/broadcasts/resource';
+import { customVariableKeys, personalise } from '../../domain/broadcasts/recipients';
 
 const ana = { name: 'Ana', phone: '+5511987654321', email: 'ana@example.com' };
 
