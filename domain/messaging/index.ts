@@ -82,7 +82,10 @@ export {
   parseProviderTemplate,
   parseTemplateStatusUpdates,
   type ProviderTemplate,
+  syncTemplates,
   TEMPLATE_STATUSES,
+  type TemplateLister,
+  type TemplateListing,
   templateSyncInstances,
   upsertProviderTemplates,
 } from './templates';

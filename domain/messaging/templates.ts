@@ -1,13 +1,14 @@
 import type { Knex } from 'knex';
-import type { Db } from '../platform';
+import type { Db, KeyRing } from '../platform';
 import { ApiError, cut, iso, Page, pageWithTotal, storable } from '../kernel';
-import type { InstanceRow } from './instances';
+import { type InstanceConfig, type InstanceRow, liveInstanceConfig, openInstanceConfig } from './instances';
+import type { TemplateSyncInput, TemplateSyncResult } from '../../types/templates';
 
 /**
  * Message templates of an instance (docs/messaging.md, "Templates"). A template is identified by
  * instance, name and language: the row an operator registers (admin API) and the one read from the
  * WhatsApp Business account are one. Cloud API instances follow the provider: a sync
- * (syncInstanceTemplates in activities/templates.ts) upserts what `GET /{version}/{wabaId}/message_templates`
+ * (syncTemplates, run by the activity syncInstanceTemplates) upserts what `GET /{version}/{wabaId}/message_templates`
  * lists, and the `message_template_status_update` webhook field changes a status at once. Only an
  * `approved` template is sendable (approvedTemplate).
  */
@@ -281,6 +282,59 @@ export async function upsertProviderTemplates(
     }
     return { created, updated: updated + disabled, unchanged: unique.length - created - updated };
   });
+}
+
+/**
+ * The provider's template list as an adapter read it (activities/providers): `listed`, every page
+ * (`complete`), or as many as the page cap allows; `refused`, a final refusal that trying again
+ * cannot fix (a token the provider refuses, an answer it cannot read). The adapter throws when
+ * trying again may help (throttling, an outage): the sync then fails, retryably.
+ */
+export type TemplateListing =
+  { outcome: 'listed'; templates: unknown[]; pages: number; complete: boolean } | { outcome: 'refused'; error: string };
+
+/** Reads the list of the business account an instance's (opened) configuration names. */
+export type TemplateLister = (settings: InstanceConfig) => Promise<TemplateListing>;
+
+/**
+ * One instance's template sync (docs/messaging.md, "Templates"): its templates read from the Cloud
+ * API through `list` and upserted (upsertProviderTemplates), the only code path for both the API's
+ * `POST /api/v1/instances/{id}/templates/sync` and the hourly schedule. A refusal that trying again
+ * cannot fix (no such instance, a web gateway instance, no wabaId, a list the provider refuses) is
+ * the result, not a failure, so the API answers it; what `list` throws (throttling, an outage) is
+ * left to the caller's retries.
+ */
+export async function syncTemplates(db: Db, ring: KeyRing, input: TemplateSyncInput, list: TemplateLister): Promise<TemplateSyncResult> {
+  const instance = await liveInstanceConfig(db, input.workspaceId, input.instanceId);
+  if (!instance) return { refused: { code: 'INSTANCE_NOT_FOUND', message: 'Instance not found in this workspace' } };
+  if (instance.provider !== 'cloud') {
+    return {
+      refused: {
+        code: 'TEMPLATE_UNSUPPORTED',
+        message: 'A web gateway instance has no template API: templates are a WhatsApp Cloud API feature',
+      },
+    };
+  }
+  const settings = openInstanceConfig(ring, instance.config, input.workspaceId);
+  if (!settings.wabaId) {
+    return {
+      refused: {
+        code: 'TEMPLATE_UNSUPPORTED',
+        message: 'The instance has no wabaId configured: its WhatsApp Business account id is needed to read its templates',
+      },
+    };
+  }
+  const listing = await list(settings);
+  if (listing.outcome === 'refused') return { refused: { code: 'SEND_FAILED', message: listing.error } };
+  const kept: ProviderTemplate[] = [];
+  const skipped: string[] = [];
+  for (const raw of listing.templates) {
+    const parsed = parseProviderTemplate(raw);
+    if ('template' in parsed) kept.push(parsed.template);
+    else skipped.push(parsed.skipped);
+  }
+  const counts = await upsertProviderTemplates(db, { id: instance.id, workspace_id: input.workspaceId }, kept, listing.complete);
+  return { counts, skipped: skipped.length, pages: listing.pages, complete: listing.complete };
 }
 
 // ---------------------------------------------------------------------------------------------

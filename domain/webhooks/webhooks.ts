@@ -15,6 +15,7 @@ import { ApiError, notFound, iso, Page, pageWithTotal, isUuid } from '../kernel'
 import { workspacePlan } from '../access';
 import { WEBHOOK_EVENTS } from './outbox';
 import { signWebhook } from './webhook-signature';
+import type { AttemptInput, AttemptResult } from '../../types/webhooks';
 
 /**
  * Outbound webhooks (docs/webhooks.md): subscriptions, the signed request, and the
@@ -377,6 +378,34 @@ export async function getDeliveryToAttempt(db: Db, workspaceId: string, delivery
   return rows[0];
 }
 
+/** A delivery as an inbound call that says it carries it is checked against it: the event's chain position and the subscription's sealed secret. */
+export interface DeliveryToVerify {
+  workspace_id: string;
+  event_id: string | null;
+  /** Sealed with webhookSecretBinding(workspace_id). */
+  secret: string;
+  /** The event's depth and chain (null when the event row is gone). */
+  depth: number | null;
+  chain_id: string | null;
+}
+
+/**
+ * The delivery `deliveryId` (a uuid), whatever its workspace, with its subscription's secret and
+ * its event's chain position, in one statement; none when the delivery or its subscription is gone.
+ * domain/automations deliveryChain: the chain an inbound call made by one of our deliveries continues.
+ */
+export async function deliveryToVerify(db: Db, deliveryId: string): Promise<DeliveryToVerify | undefined> {
+  const { rows } = await db.raw<{ rows: DeliveryToVerify[] }>(
+    `SELECT d.workspace_id, d.event_id, s.secret, e.depth, e.chain_id
+       FROM webhook_deliveries d
+       JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
+       LEFT JOIN outbox_events e ON e.workspace_id = d.workspace_id AND e.id = d.event_id
+      WHERE d.id = ?`,
+    [deliveryId],
+  );
+  return rows[0];
+}
+
 /**
  * Records an attempt on a still-pending delivery. `posted`: the request was made (an attempt of a
  * disabled subscription's delivery is not counted and keeps its last attempt time). `gone`: the
@@ -431,6 +460,56 @@ export async function recordDeliveryFailed(db: Db, workspaceId: string, delivery
   await db('webhook_deliveries')
     .where({ workspace_id: workspaceId, id: deliveryId, status: 'pending' })
     .update({ status: 'failed', last_error: error.slice(0, 1000), next_attempt_at: null });
+}
+
+/**
+ * One delivery attempt (workflows/webhook-delivery.ts through activities/webhooks.ts, and the
+ * dispatcher's first attempt): read the delivery with its subscription's current URL and secret (a
+ * PATCH between retries takes effect), POST it signed, record the outcome. Two queries per attempt.
+ * The receiver's answer is the result, never a throw: only a database that did not answer throws
+ * (the activity's retry). If the record fails after the POST, the retry posts again with the same
+ * X-Service-Delivery, which is how receivers recognise a repeat (at-least-once). `final`: a failure
+ * makes the delivery `failed`; a 410 Gone does too, and disables the subscription.
+ */
+export async function attemptDelivery(
+  db: Db,
+  options: { ring: KeyRing; allowPrivateUrls: boolean },
+  input: AttemptInput,
+): Promise<AttemptResult> {
+  const delivery = await getDeliveryToAttempt(db, input.workspaceId, input.deliveryId);
+  if (!delivery) return { status: 'stopped', statusCode: null, error: 'The delivery or its subscription was deleted' };
+  // Already settled (a repeat of an attempt that was recorded): never post twice for it.
+  if (delivery.status !== 'pending') return { status: delivery.status, statusCode: null, error: null };
+
+  const outcome = delivery.active
+    ? await postWebhook({
+        url: delivery.url,
+        secret: openText(options.ring, delivery.secret, webhookSecretBinding(input.workspaceId)),
+        event: delivery.event,
+        deliveryId: delivery.id,
+        eventId: delivery.event_id,
+        body: deliveryBody(delivery.payload),
+        policy: { allowPrivate: options.allowPrivateUrls },
+      })
+    : { ok: false, statusCode: null, error: 'The subscription is disabled, so the delivery stopped', gone: true, durationMs: 0 };
+
+  const status: AttemptResult['status'] = outcome.ok ? 'succeeded' : input.final || outcome.gone ? 'failed' : 'pending';
+  const error = outcome.gone && delivery.active ? `${outcome.error}; the subscription is disabled` : outcome.error;
+  await recordDeliveryAttempt(
+    db,
+    input.workspaceId,
+    { id: input.deliveryId, subscriptionId: delivery.subscription_id },
+    {
+      posted: delivery.active,
+      gone: outcome.gone && delivery.active,
+      status,
+      statusCode: outcome.statusCode,
+      error,
+      nextAttemptInMs: input.nextAttemptInMs,
+      delivered: outcome.ok,
+    },
+  );
+  return { status, statusCode: outcome.statusCode, error };
 }
 
 /** The delivery workflow's id: one per (event, subscription), so a re-dispatch cannot start a second. */
