@@ -45,6 +45,9 @@ it('prepares once and compensates once, however often each step is retried', asy
   const again = await env.run(activities.prepareSend, input);
   expect(again).toEqual(first);
   expect(first).toMatchObject({ createdContact: true, createdConversation: true, tookCold: true });
+  // The workflow's history holds ids and flags, never the message's content (kept in send_preparations).
+  expect(first).not.toHaveProperty('components');
+  expect(JSON.stringify(first)).not.toContain('hello');
   const counters = async () =>
     Object.fromEntries(
       (await api.db('daily_counters').where({ workspace_id: ws.id }).select('kind', 'count')).map((r) => [r.kind, r.count]),

@@ -236,7 +236,7 @@ function ordered(items: PrepareItem[], results: Map<string, PrepareResult>): Map
 export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, reference: string): Promise<Prepared> {
   return db.transaction(async (trx) => {
     const done = (await findPreparations<Prepared>(trx, input.workspaceId, [reference])).get(reference);
-    if (done) return done;
+    if (done) return forWorkflow(done);
     const request = await sendRequestOf(trx, input);
     const to = request.conversationId ? { conversationId: request.conversationId } : { phone: request.phone! };
     const { results, limit } = await prepareSends(trx, input.workspaceId, [{ reference, to, message: request.message }], {
@@ -246,6 +246,15 @@ export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, refer
     const result = results.get(reference)!;
     if ('refused' in result) throw result.refused;
     if (limit) throw limit;
-    return result.prepared;
+    return forWorkflow(result.prepared);
   });
+}
+
+/**
+ * What a send workflow is told of its preparation: ids and flags, never the message's content
+ * (the template's personalised components stay in send_preparations: an operator who can read
+ * Temporal's history reads ids, not messages). Its provider call reads the content again.
+ */
+function forWorkflow({ components: _content, ...prepared }: Prepared): Prepared {
+  return prepared;
 }
