@@ -31,6 +31,7 @@ export { ALL_SCOPES, grants, satisfying, type Scope } from './scopes';
 export {
   createWorkspace,
   getWorkspace,
+  joinWorkspace,
   lockWorkspace,
   PLAN_DEFAULTS,
   planSchema,
@@ -39,5 +40,6 @@ export {
   suspension,
   updateWorkspace,
   workspacePlan,
+  workspacePlans,
   workspaceQuery,
 } from './workspaces';

@@ -143,6 +143,30 @@ export async function workspacePlan<C extends PlanColumn>(
   return (await q.first(...columns)) as Pick<WorkspaceRow, C> | undefined;
 }
 
+/**
+ * Plan and standing columns of many workspaces in one statement, each row with its `id` (a
+ * workspace that does not exist has none): domain/automations reads a trigger batch's plans once.
+ */
+export async function workspacePlans<C extends PlanColumn>(
+  db: Reader,
+  workspaceIds: readonly string[],
+  columns: readonly C[],
+): Promise<(Pick<WorkspaceRow, C> & { id: string })[]> {
+  return (await db('workspaces')
+    .whereIn('id', workspaceIds)
+    .select('id', ...columns)) as (Pick<WorkspaceRow, C> & { id: string })[];
+}
+
+/**
+ * Joins another area's rows to their workspace, in the caller's own statement: `alias` names the
+ * workspace (its columns are then `alias.<column>`), `workspaceIdColumn` is the caller's
+ * workspace id column (domain/automations: an inbound webhook's automation and its workspace's
+ * standing and run rate, found by token in one statement).
+ */
+export function joinWorkspace(query: Knex.QueryBuilder, alias: string, workspaceIdColumn: string): Knex.QueryBuilder {
+  return query.join(`workspaces as ${alias}`, `${alias}.id`, workspaceIdColumn);
+}
+
 /** Locks the workspace row FOR NO KEY UPDATE (see workspacePlan): creations counted against the plan queue one by one. */
 export async function lockWorkspace(trx: Knex.Transaction, workspaceId: string): Promise<void> {
   await workspaceQuery(trx, workspaceId).forNoKeyUpdate().first('id');

@@ -2,8 +2,8 @@ import type { Knex } from 'knex';
 import { applyMapping, loopRefusal, passesFilter, takeInboundRun, tokenHash, TriggerConfig } from './automations';
 import { type Db, KeyRing, openText } from '../platform';
 import { ApiError, isUuid, storableJson } from '../kernel';
-import { recordAcceptedRun, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
-import { suspension } from '../access';
+import { deliveryToVerify, recordAcceptedRun, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
+import { joinWorkspace, suspension } from '../access';
 
 /**
  * The inbound webhook receiver (POST /api/automations/webhook-in/{token}): the URL's token names
@@ -29,8 +29,7 @@ export type InboundStatus = 'accepted' | 'filtered' | 'duplicate';
 
 /** The automation behind an inbound webhook URL; an unknown or revoked token is 404 NOT_FOUND. */
 export async function findInboundAutomation(db: Db, token: string): Promise<InboundAutomation> {
-  const automation = await db('automations as a')
-    .join('workspaces as w', 'w.id', 'a.workspace_id')
+  const automation = await joinWorkspace(db('automations as a'), 'w', 'a.workspace_id')
     .where({ 'a.webhook_token_hash': tokenHash(token) })
     .first(
       'a.id',
@@ -72,17 +71,7 @@ export async function deliveryChain(
   request: { deliveryId: string; signature: string; rawBody: string },
 ): Promise<ChainPosition | null> {
   if (!isUuid(request.deliveryId) || !request.signature) return null;
-  const { rows } = await db.raw<{
-    rows: { workspace_id: string; event_id: string | null; secret: string; depth: number | null; chain_id: string | null }[];
-  }>(
-    `SELECT d.workspace_id, d.event_id, s.secret, e.depth, e.chain_id
-       FROM webhook_deliveries d
-       JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
-       LEFT JOIN outbox_events e ON e.workspace_id = d.workspace_id AND e.id = d.event_id
-      WHERE d.id = ?`,
-    [request.deliveryId],
-  );
-  const delivery = rows[0];
+  const delivery = await deliveryToVerify(db, request.deliveryId);
   if (!delivery?.event_id) return null;
   return signedDeliveryChain(
     {

@@ -1,6 +1,8 @@
 import type { Db } from '../platform';
 import { applyMapping, PersonalData, TriggerConfig, withoutPersonalData } from './automations';
 import { isUuid } from '../kernel';
+import { contactsPersonalData } from '../leads';
+import { dealSummary } from '../sales';
 import type { RunContext, StoredAction } from '../../types/automations';
 
 /**
@@ -84,7 +86,7 @@ export async function finishRun(db: Db, workspaceId: string, runId: string, stat
 export async function runVariables(db: Db, workspaceId: string, context: RunContext): Promise<Record<string, string>> {
   const vars = { ...context.vars };
   if (context.contactId) {
-    const contact = await db('contacts').where({ workspace_id: workspaceId, id: context.contactId }).first('id', 'name', 'email', 'phone');
+    const [contact] = await contactsPersonalData(db, workspaceId, [context.contactId]);
     if (contact)
       Object.assign(vars, {
         'contact.id': contact.id,
@@ -94,9 +96,7 @@ export async function runVariables(db: Db, workspaceId: string, context: RunCont
       });
   }
   if (context.dealId) {
-    const deal = await db('deals')
-      .where({ workspace_id: workspaceId, id: context.dealId })
-      .first('id', 'name', 'value', 'status', 'stage_id', 'pipeline_id');
+    const deal = await dealSummary(db, workspaceId, context.dealId);
     if (deal) {
       Object.assign(vars, {
         'deal.id': deal.id,
@@ -128,7 +128,6 @@ export async function withoutRunContactData(db: Db, workspaceId: string, runId: 
   if (run.webhook_body !== null && run.automation_trigger?.mapping)
     people.push(applyMapping((run.automation_trigger as TriggerConfig).mapping, run.webhook_body).contact);
   const ids = [run.context?.contactId, run.trigger?.contactId].filter((id): id is string => typeof id === 'string' && isUuid(id));
-  if (ids.length > 0)
-    people.push(...(await db('contacts').where({ workspace_id: workspaceId }).whereIn('id', ids).select('name', 'email', 'phone')));
+  if (ids.length > 0) people.push(...(await contactsPersonalData(db, workspaceId, ids)));
   return withoutPersonalData(error, people);
 }

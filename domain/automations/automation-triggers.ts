@@ -1,7 +1,7 @@
 import type { Db } from '../platform';
 import { CHAIN_RUN_BUDGET, CONTACT_FIELDS, MAX_CHAIN_DEPTH, takeRunBudget, TriggerConfig } from './automations';
 import type { OutboxRow } from '../webhooks';
-import { suspension } from '../access';
+import { suspension, workspacePlans } from '../access';
 
 /**
  * Automation triggers: which automations a business event starts, and which of those runs loop
@@ -183,11 +183,7 @@ export async function runsForEvents(db: Db, rows: OutboxRow[]): Promise<{ runs: 
   if (candidates.length === 0) return { runs, unlisted };
   // Each workspace's standing and run rate, read once for the batch.
   const plans = new Map(
-    (
-      (await db('workspaces')
-        .whereIn('id', workspaces)
-        .select('id', 'automation_runs_per_minute', 'active', 'api_access')) as (WorkspacePlan & { id: string })[]
-    ).map((p) => [p.id, p]),
+    (await workspacePlans(db, workspaces, ['automation_runs_per_minute', 'active', 'api_access'])).map((p) => [p.id, p]),
   );
 
   for (const row of rows) {

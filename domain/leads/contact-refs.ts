@@ -33,6 +33,19 @@ export async function requireContact<T = { id: string; name: string; phone: stri
   return row as T;
 }
 
+/**
+ * The id, name, email and phone of these contacts of the workspace, whatever their state: merged,
+ * soft-deleted and group contacts included (domain/automations: a run's `contact.*` variables, and
+ * its error cleared of the data of the contacts it named, which may have been deleted since).
+ */
+export async function contactsPersonalData(
+  db: Reader,
+  workspaceId: string,
+  contactIds: string[],
+): Promise<{ id: string; name: string | null; email: string | null; phone: string | null }[]> {
+  return db('contacts').where({ workspace_id: workspaceId }).whereIn('id', contactIds).select('id', 'name', 'email', 'phone');
+}
+
 /** `contacts`, aliased unless the alias is the table's own name (the statement's text then stays as it was). */
 const contactsAs = (alias: string) => (alias === 'contacts' ? 'contacts' : `contacts as ${alias}`);
 

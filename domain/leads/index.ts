@@ -1,5 +1,5 @@
 export { segmentContacts } from './audience';
-export { canonical, joinCanonicalContact, leftJoinCanonicalContact, requireContact } from './contact-refs';
+export { canonical, contactsPersonalData, joinCanonicalContact, leftJoinCanonicalContact, requireContact } from './contact-refs';
 export {
   addTag,
   type ContactForSend,

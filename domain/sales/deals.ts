@@ -111,6 +111,18 @@ export function visibleDeals(db: Reader, workspaceId: string): Knex.QueryBuilder
     .select('deals.*');
 }
 
+/**
+ * A deal's id, name, value, status, stage and pipeline, visible or not (visibleDeals hides the deals
+ * of a deleted or merged contact; this does not): domain/automations' `deal.*` run variables.
+ */
+export async function dealSummary(
+  db: Reader,
+  workspaceId: string,
+  id: string,
+): Promise<Pick<DealRow, 'id' | 'name' | 'value' | 'status' | 'stage_id' | 'pipeline_id'> | undefined> {
+  return db('deals').where({ workspace_id: workspaceId, id }).first('id', 'name', 'value', 'status', 'stage_id', 'pipeline_id');
+}
+
 /** The visible deal `id`, its columns named, with its assignee's name. */
 function dealById(db: Reader, workspaceId: string, id: string): Knex.QueryBuilder {
   return visibleDeals(db, workspaceId)

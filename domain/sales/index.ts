@@ -5,6 +5,7 @@ export {
   DEAL_STATUSES,
   type DealBatchInput,
   dealChunk,
+  dealSummary,
   dealValue,
   definedCustomFieldKeys,
   findDeal,

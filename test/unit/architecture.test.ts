@@ -209,23 +209,6 @@ function tablesNamed(code: string, strings: string, tables: string[]): string[] 
   return [...new Set(found)];
 }
 
-/**
- * SQL of one area that still names another area's table, each to be replaced by an export of the
- * owner (a function, or a sub-query builder). The owners of these files empty this list; an entry
- * whose crossing is gone fails the check, so the list only shrinks.
- */
-const TABLE_CROSSINGS_ALLOWED: { file: string; table: string }[] = [
-  // domain/automations (its owner switches to access workspacePlan / workspaceQuery, leads and sales
-  // reads, and a webhooks read of a run's deliveries).
-  { file: 'domain/automations/automation-receiver.ts', table: 'workspaces' },
-  { file: 'domain/automations/automation-receiver.ts', table: 'webhook_deliveries' },
-  { file: 'domain/automations/automation-receiver.ts', table: 'webhook_subscriptions' },
-  { file: 'domain/automations/automation-receiver.ts', table: 'outbox_events' },
-  { file: 'domain/automations/automation-runs.ts', table: 'contacts' },
-  { file: 'domain/automations/automation-runs.ts', table: 'deals' },
-  { file: 'domain/automations/automation-triggers.ts', table: 'workspaces' },
-];
-
 describe('each table is written in the SQL of the area that owns it', () => {
   const owner = ownedTables();
 
@@ -235,7 +218,7 @@ describe('each table is written in the SQL of the area that owns it', () => {
       expect({ area, owns: [...owner.values()].includes(area) }).toEqual({ area, owns: true });
   });
 
-  it("names no other area's table, outside the commented allow-list", () => {
+  it("names no other area's table", () => {
     const tables = [...owner.keys()];
     const crossings = new Map<string, string>();
     for (const file of sourcesUnder(domainDir)) {
@@ -250,10 +233,7 @@ describe('each table is written in the SQL of the area that owns it', () => {
         }
       });
     }
-    const allowed = new Set(TABLE_CROSSINGS_ALLOWED.map(({ file, table }) => `${file} → ${table} (${owner.get(table)})`));
-    expect([...crossings].filter(([key]) => !allowed.has(key)).map(([key, at]) => `${key} at ${at}`)).toEqual([]);
-    // An allowed crossing that is gone leaves the list: it only shrinks.
-    expect([...allowed].filter((key) => !crossings.has(key))).toEqual([]);
+    expect([...crossings].map(([key, at]) => `${key} at ${at}`)).toEqual([]);
   });
 });
 
@@ -280,5 +260,21 @@ describe('an area is reached through its door', () => {
       }
     }
     expect(inner).toEqual([]);
+  });
+});
+
+describe('activities are adapters', () => {
+  it('opens no transaction and writes no SQL outside the domain (the domain owns both)', () => {
+    const found: string[] = [];
+    for (const layer of ['activities', 'workers', 'api/routes']) {
+      for (const file of sourcesUnder(path.join(root, layer))) {
+        const source = fs.readFileSync(file, 'utf8');
+        source.split('\n').forEach((line, i) => {
+          if (/\.transaction\s*\(|\b(db|trx)\(['"`]|\.raw\s*[<(]/.test(line))
+            found.push(`${path.relative(root, file)}:${i + 1}: ${line.trim()}`);
+        });
+      }
+    }
+    expect(found).toEqual([]);
   });
 });
