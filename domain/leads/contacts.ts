@@ -811,12 +811,3 @@ export async function contactsForSend(db: Reader, workspaceId: string, contactId
     .select('id', 'name', 'phone', 'email', 'opted_out', 'wa_id');
   return new Map(rows.map((c: ContactForSend) => [c.id, c]));
 }
-
-/** A contact as a send needs it, or undefined once deleted or merged. */
-export async function contactForSend(db: Reader, workspaceId: string, contactId: string): Promise<ContactForSend | undefined> {
-  const contact = await db('contacts')
-    .where({ workspace_id: workspaceId, id: contactId })
-    .first('id', 'name', 'phone', 'email', 'opted_out', 'wa_id', 'deleted_at', 'merged_into_id');
-  if (!contact || contact.deleted_at || contact.merged_into_id) return undefined;
-  return contact;
-}

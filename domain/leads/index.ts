@@ -1,9 +1,8 @@
 export { segmentContacts } from './audience';
-export { canonical, contactsPersonalData, joinCanonicalContact, leftJoinCanonicalContact, requireContact } from './contact-refs';
+export { contactsPersonalData, joinCanonicalContact, leftJoinCanonicalContact, requireContact } from './contact-refs';
 export {
   addTag,
   type ContactForSend,
-  contactForSend,
   contactOptedOut,
   contactsForSend,
   deleteUnusedContact,
