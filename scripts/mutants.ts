@@ -470,7 +470,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'merge-messages-left',
     rule: 'Merge',
-    file: MERGE,
+    file: 'domain/messaging/conversations.ts',
     find: 'WHERE m.conversation_id = theirs.id AND theirs.workspace_id = ?',
     replace: 'WHERE false AND m.conversation_id = theirs.id AND theirs.workspace_id = ?',
     tests: E2E_MERGE,
@@ -478,7 +478,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'merge-conversations-left',
     rule: 'Merge',
-    file: MERGE,
+    file: 'domain/messaging/conversations.ts',
     find: 'WHERE workspace_id = ? AND contact_id = ? AND instance_id NOT IN',
     replace: 'WHERE false AND workspace_id = ? AND contact_id = ? AND instance_id NOT IN',
     tests: E2E_MERGE,
