@@ -641,6 +641,50 @@ const MUTANTS: Mutant[] = [
     tests: ['test/template-sends.test.ts'],
   },
 
+  // The broadcast workflow's waits (workflows/broadcast.ts), on Temporal's time-skipping test server.
+  {
+    id: 'broadcast-no-quota-wait',
+    rule: 'Broadcast waits',
+    file: 'workflows/broadcast.ts',
+    find: 'await rest(Date.parse(result.until) - Date.now());',
+    replace: 'await rest(0);',
+    tests: ['test/unit/broadcast-workflow.test.ts'],
+  },
+  {
+    id: 'broadcast-wake-ignored',
+    rule: 'Broadcast waits',
+    file: 'workflows/broadcast.ts',
+    find: 'if (ms > 0) await condition(() => woken, ms);',
+    replace: 'if (ms > 0) await sleep(ms);',
+    tests: ['test/unit/broadcast-workflow.test.ts'],
+  },
+  {
+    id: 'broadcast-never-continues-as-new',
+    rule: 'Broadcast waits',
+    file: 'workflows/broadcast.ts',
+    find: 'for (let i = 0; i < BATCHES_PER_RUN; i++) {',
+    replace: 'for (let i = 0; ; i++) {',
+    tests: ['test/unit/broadcast-workflow.test.ts'],
+  },
+
+  // A broadcast batch's pacing (domain/broadcasts/pacing.ts), on a virtual clock.
+  {
+    id: 'broadcast-pace-ignores-rate',
+    rule: 'Broadcast pacing',
+    file: 'domain/broadcasts/pacing.ts',
+    find: 'nextCallAt = slotAt + intervalMs;',
+    replace: 'nextCallAt = slotAt;',
+    tests: ['test/unit/broadcast-pacing.test.ts'],
+  },
+  {
+    id: 'broadcast-call-after-stop',
+    rule: 'Broadcast pacing',
+    file: 'domain/broadcasts/pacing.ts',
+    find: '    return !halted();',
+    replace: '    return true;',
+    tests: ['test/unit/broadcast-pacing.test.ts'],
+  },
+
   // Message list totals from the conversations' counts (migration 20261127090100).
   {
     id: 'message-count-not-moved-on-merge',
