@@ -1,10 +1,15 @@
 import { Client, types } from 'pg';
 import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/platform/db';
-import { leadListQuery, listLeads } from '../domain/leads/lead-list';
+import { leadListQuery, listLeads as listLeadsOf } from '../domain/leads/lead-list';
+import { matchingDealsOfContact } from '../domain/sales';
 import { ipClient, LocalCounts } from '../domain/access/rate-limit';
 import { iso } from '../domain/kernel/time';
 import { countQueries, createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
 import { uniqueMobile } from './phones';
+
+/** The lead list as the route reads it: deal filters through sales' sub-query. */
+const listLeads = (...[db, workspaceId, query]: Parameters<typeof listLeadsOf>) =>
+  listLeadsOf(db, workspaceId, query, matchingDealsOfContact);
 
 /**
  * What the request path does to save CPU must not change an answer: instants read as text, a
