@@ -1,7 +1,7 @@
-import { Context } from '@temporalio/activity';
 import type { Config, Db } from '../domain/platform';
 import { broadcastForRun, completeBroadcast, freezeAudience, releaseCancelled, sendBatch, type BatchResult } from '../domain/broadcasts';
 import { DEFAULT_RECONCILE_WINDOW_MS } from '../types/messaging';
+import { heartbeat, heartbeating } from './providers/heartbeat';
 import { providerPort } from './providers/port';
 
 export type { BatchResult } from '../domain/broadcasts';
@@ -10,14 +10,6 @@ export { BATCH_BUDGET_MS, BLOCKED_RETRY_MS } from '../domain/broadcasts';
 export interface BroadcastRef {
   workspaceId: string;
   broadcastId: string;
-}
-
-function heartbeat(): void {
-  try {
-    Context.current().heartbeat();
-  } catch {
-    // Outside an activity (never in production): nothing to beat.
-  }
 }
 
 /** The broadcast workflow's steps (workflows/broadcast.ts), each an adapter over domain/broadcasts. */
@@ -62,12 +54,7 @@ export function createBroadcastActivities({
 
     /** One batch of recipients (sendBatch), heartbeating every second whatever it is doing (a provider call may take 10 s). */
     async sendBroadcastBatch(input: BroadcastRef): Promise<BatchResult> {
-      const beat = setInterval(heartbeat, 1000);
-      try {
-        return await sendBatch(deps, input);
-      } finally {
-        clearInterval(beat);
-      }
+      return heartbeating(() => sendBatch(deps, input));
     },
   };
 }

@@ -13,6 +13,7 @@ import {
   undoPreparedSend,
   type Prepared,
 } from '../domain/messaging';
+import { heartbeating } from './providers/heartbeat';
 import { providerPort } from './providers/port';
 import {
   PROVIDER_RETRYABLE,
@@ -54,7 +55,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
     async sendToProvider(
       input: { workspaceId: string; instanceId: string; to: string; reference: string } & ContentRef,
     ): Promise<ProviderSendResult> {
-      return withHeartbeat(async () => {
+      return heartbeating(async () => {
         const { message } = await sendRequestOf(db, input);
         const result = await attemptSend(db, port, config.encryptionKeys!, { ...input, message });
         switch (result.outcome) {
@@ -107,20 +108,6 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
       return outcome;
     },
   };
-}
-
-/** Runs `work` heartbeating every second (inside an ordinary activity), so a dead worker is detected by the heartbeat timeout. */
-async function withHeartbeat<T>(work: () => Promise<T>): Promise<T> {
-  const context = Context.current();
-  // A local activity cannot heartbeat: its worker holds the workflow task, which times out instead.
-  if (context.info.isLocal) return work();
-  context.heartbeat();
-  const timer = setInterval(() => context.heartbeat(), 1000);
-  try {
-    return await work();
-  } finally {
-    clearInterval(timer);
-  }
 }
 
 export type MessagingActivities = ReturnType<typeof createMessagingActivities>;
