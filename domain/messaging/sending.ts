@@ -385,17 +385,20 @@ export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'prov
  * What refuses a send once its instance, contact and conversation are known: what its instance
  * and template refuse (refuseOnInstance), then what its recipient refuses (refuseForRecipient).
  */
-export function refuseUnsendable(send: {
+export function refuseUnsendable(send: SendToRecipient): void {
+  refuseOnInstance(send);
+  refuseForRecipient(send);
+}
+
+/** A send once its instance, contact and conversation are known. */
+type SendToRecipient = {
   instance: SendInstance;
   contact: { opted_out: boolean };
   conversation: { last_inbound_at: Date | null };
   message: MessageContent;
   template?: SendableTemplate;
   now: Date;
-}): void {
-  refuseOnInstance(send);
-  refuseForRecipient(send);
-}
+};
 
 /**
  * What refuses a message on an instance whoever receives it: a channel or message type it cannot
@@ -418,14 +421,7 @@ export function refuseOnInstance(send: { instance: SendInstance; message: Messag
  * fit the template (templateComponents), and (Cloud API only) anything but a template outside the
  * 24-hour window.
  */
-export function refuseForRecipient(send: {
-  instance: SendInstance;
-  contact: { opted_out: boolean };
-  conversation: { last_inbound_at: Date | null };
-  message: MessageContent;
-  template?: SendableTemplate;
-  now: Date;
-}): void {
+export function refuseForRecipient(send: SendToRecipient): void {
   const { instance, message } = send;
   if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
   if (message.type === 'template') templateComponents(send.template!, message);
