@@ -419,17 +419,18 @@ export function refuseOnInstance(send: { instance: SendInstance; message: Messag
 /**
  * What refuses a message to one recipient: the contact opted out, template parameters that do not
  * fit the template (templateComponents), and (Cloud API only) anything but a template outside the
- * 24-hour window.
+ * 24-hour window. A template's components at the provider's wire format when it passes.
  */
-export function refuseForRecipient(send: SendToRecipient): void {
+export function refuseForRecipient(send: SendToRecipient): TemplateWireComponent[] | undefined {
   const { instance, message } = send;
   if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
-  if (message.type === 'template') templateComponents(send.template!, message);
-  else if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
+  if (message.type === 'template') return templateComponents(send.template!, message);
+  if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
     throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
       hint: 'Send type "template" with an approved template.',
     });
   }
+  return undefined;
 }
 
 /**

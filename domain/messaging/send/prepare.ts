@@ -10,7 +10,6 @@ import {
   refuseForRecipient,
   refuseOnInstance,
   saoPauloDay,
-  templateComponents,
   type SendableTemplate,
   type SendInstance,
 } from '../sending';
@@ -150,7 +149,7 @@ export async function prepareSends(
       // Only a message outside a template needs the window, which an existing conversation holds.
       if (!conversation && item.message.type !== 'template')
         conversation = (await conversationsOn(trx, workspaceId, instance.id, [contact.id])).get(contact.id);
-      refuseForRecipient({
+      const components = refuseForRecipient({
         instance,
         contact,
         conversation: conversation ?? { last_inbound_at: null },
@@ -158,7 +157,6 @@ export async function prepareSends(
         template,
         now,
       });
-      const components = template ? templateComponents(template, item.message) : undefined;
       passed.push({ item, instance, contact, conversation, createdContact, components });
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
