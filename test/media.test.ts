@@ -367,28 +367,36 @@ describe('memory of the API process while downloading', () => {
     const message = await settled(ws, id, 120_000);
     expect(message.media).toMatchObject({ status: 'stored', size });
 
-    // The API as npm start runs it: its own process, so its memory is its own.
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
-    const url = `http://127.0.0.1:${port}`;
-    child = startChild({
-      name: 'media-api',
-      ...nodeTs('api/server.ts'),
-      env: { PORT: String(port), PUBLIC_BASE_URL: url },
-      logFile: path.join(LOG_DIR, `media-api-${port}.log`),
-    });
-    await waitForHttp(`${url}/health`, child);
-    const pid = child.process.pid!;
-    // Warm up (the route's modules and the connection pool), then the baseline.
-    expect((await download(url, ws.key, message.id)).sha256).toBe(sent.sha256);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    const before = rss(pid);
-    let peak = before;
-    const timer = setInterval(() => (peak = Math.max(peak, rss(pid))), 10);
-    const got = await download(url, ws.key, message.id, () => (peak = Math.max(peak, rss(pid))));
-    clearInterval(timer);
-    expect(got).toMatchObject({ status: 200, bytes: size, sha256: sent.sha256 });
-    // Measured: about 17 MB (garbage of the 1 MiB chunks the GC has not collected yet), whatever the file's size.
-    expect({ grewMB: Math.round((peak - before) / MB), underHalfOfFile: peak - before < size / 2 }).toMatchObject({
+    // The API as npm start runs it: its own process, so its memory is its own. One download after a
+    // warm-up, its peak against the baseline just before it. An API that held the file grows by more
+    // than half its size in every fresh process; the garbage of the chunks (about 17 MB measured)
+    // can pass that once when the machine is loaded and the GC lags, so a second fresh process may
+    // measure again (a later download in the same process would reuse the memory the first freed).
+    const grew: number[] = [];
+    for (let attempt = 0; attempt < 2 && !(grew.length && grew[grew.length - 1] < size / 2); attempt++) {
+      await child?.stop();
+      const port = 20_000 + Math.floor(Math.random() * 20_000);
+      const url = `http://127.0.0.1:${port}`;
+      child = startChild({
+        name: 'media-api',
+        ...nodeTs('api/server.ts'),
+        env: { PORT: String(port), PUBLIC_BASE_URL: url },
+        logFile: path.join(LOG_DIR, `media-api-${port}.log`),
+      });
+      await waitForHttp(`${url}/health`, child);
+      const pid = child.process.pid!;
+      // Warm up (the route's modules and the connection pool), then the baseline.
+      expect((await download(url, ws.key, message.id)).sha256).toBe(sent.sha256);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const before = rss(pid);
+      let peak = before;
+      const timer = setInterval(() => (peak = Math.max(peak, rss(pid))), 10);
+      const got = await download(url, ws.key, message.id, () => (peak = Math.max(peak, rss(pid))));
+      clearInterval(timer);
+      expect(got).toMatchObject({ status: 200, bytes: size, sha256: sent.sha256 });
+      grew.push(peak - before);
+    }
+    expect({ grewMB: grew.map((g) => Math.round(g / MB)), underHalfOfFile: grew[grew.length - 1] < size / 2 }).toMatchObject({
       underHalfOfFile: true,
     });
   }, 240_000);
