@@ -81,6 +81,7 @@ export async function prepareSends(
   options: { keys: KeyRing; instanceId?: string; stopsAt?: (refused: ApiError, about: 'send' | 'recipient') => boolean },
 ): Promise<PreparedPage> {
   const results = new Map<string, PrepareResult>();
+  if (items.length === 0) return { results };
   const now = new Date();
   const day = saoPauloDay(now);
   const plan = await sendingPlan(trx, workspaceId);
