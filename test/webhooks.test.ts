@@ -545,6 +545,18 @@ describe('retries, failures and the delivery log', () => {
 
 describe('throughput', () => {
   it('carries a burst to a receiver that answers at once on first attempts, not a workflow per delivery', async () => {
+    // A smaller burst first, in another workspace, so the dispatcher's first-attempt path runs warm
+    // (a worker that has just started, as when this test runs alone, misses the 250 ms wait more).
+    const warm = await workspace();
+    const warmPath = `/ok/${unique('warm')}`;
+    await subscribe(warm, warmPath, ['lead.created']);
+    const warmBurst = await api.request('POST', '/api/v1/leads/batch', {
+      key: warm.key,
+      body: { leads: Array.from({ length: 30 }, (_, i) => ({ phone: phone(), name: `Warm ${i}` })) },
+    });
+    expect(warmBurst.status).toBe(200);
+    expect((await deliveredOnce(api, temporal, receiver, warm.id, warmPath)).deliveries).toHaveLength(30);
+
     const ws = await workspace();
     const path = `/ok/${unique('burst')}`;
     await subscribe(ws, path, ['lead.created']);
