@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { isExecutable, which } from './executables';
 
 export type Log = (message: string) => void;
 
@@ -37,31 +38,10 @@ export const CHROMIUM_FLAGS = [
 /** Executable names tried on PATH, in order. `CHROMIUM_PATH` overrides them. */
 export const CHROMIUM_NAMES = ['chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable'];
 
-function isExecutable(file: string): boolean {
-  try {
-    fs.accessSync(file, fs.constants.X_OK);
-    return fs.statSync(file).isFile();
-  } catch {
-    return false;
-  }
-}
-
-/** The first of `names` found on PATH. */
-export function which(names: string[]): string | null {
-  const dirs = (process.env.PATH ?? '').split(path.delimiter).filter(Boolean);
-  for (const name of names) {
-    for (const dir of dirs) {
-      const candidate = path.join(dir, name);
-      if (isExecutable(candidate)) return candidate;
-    }
-  }
-  return null;
-}
-
 export function findChromium(): string | null {
   const override = process.env.CHROMIUM_PATH;
   if (override && isExecutable(override)) return override;
-  return which(CHROMIUM_NAMES);
+  return which(...CHROMIUM_NAMES) ?? null;
 }
 
 interface RunResult {
@@ -105,7 +85,7 @@ export async function ensureChromium(log: Log = console.log, options: { installT
   const found = findChromium();
   if (found) return { path: found, installed: false, seconds: 0 };
 
-  const apt = which(['apt-get']);
+  const apt = which('apt-get');
   if (!apt) return { path: null, reason: `no ${CHROMIUM_NAMES.join('/')} on PATH and no apt-get to install Debian's chromium package` };
   if (typeof process.getuid === 'function' && process.getuid() !== 0) {
     return {

