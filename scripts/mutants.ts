@@ -11,6 +11,7 @@
  *   npm run mutants                          every mutant
  *   npm run mutants -- --unit-only           only mutants whose tests are all unit tier (seconds each)
  *   npm run mutants -- --only id,id          these mutants
+ *   npm run mutants -- --check               only whether every find still stands once (no tests)
  *
  * Unit-tier tests (test/unit/) run with jest.unit.config.js, no stack. Integration tests run with
  * the default configuration and TEST_STACK_DIR in the copy: each run boots its own PostgreSQL,
@@ -738,12 +739,14 @@ const seconds = (since: number) => `${((Date.now() - since) / 1000).toFixed(1)} 
 
 class Stop extends Error {}
 
-function parseArgs(argv: string[]): { unitOnly: boolean; only: string[] | undefined } {
+function parseArgs(argv: string[]): { unitOnly: boolean; only: string[] | undefined; check: boolean } {
   let unitOnly = false;
+  let check = false;
   let only: string[] | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === '--unit-only') unitOnly = true;
+    else if (arg === '--check') check = true;
     else if (arg === '--only' || arg.startsWith('--only=')) {
       const value = arg === '--only' ? argv[++i] : arg.slice('--only='.length);
       if (!value) throw new Stop('--only needs a comma-separated list of mutant ids');
@@ -751,9 +754,9 @@ function parseArgs(argv: string[]): { unitOnly: boolean; only: string[] | undefi
         .split(',')
         .map((id) => id.trim())
         .filter(Boolean);
-    } else throw new Stop(`unknown argument ${arg} (expected --unit-only, --only <id,...>)`);
+    } else throw new Stop(`unknown argument ${arg} (expected --unit-only, --only <id,...>, --check)`);
   }
-  return { unitOnly, only };
+  return { unitOnly, only, check };
 }
 
 /** A read-only git command's output in the working tree, or undefined (not a checkout, no git). */
@@ -951,7 +954,14 @@ function outcomeOf(run: RunResult): Outcome {
 }
 
 async function main(): Promise<number> {
-  const { unitOnly, only } = parseArgs(process.argv.slice(2));
+  const { unitOnly, only, check } = parseArgs(process.argv.slice(2));
+  if (check) {
+    // After a refactor: does every mutant's find still stand once in the working tree? (No tests run.)
+    const problems = listProblems(ROOT, MUTANTS);
+    if (problems.length) throw new Stop(`the mutant list does not match the code:\n  ${problems.join('\n  ')}`);
+    log(`${MUTANTS.length} mutants: every find stands once in its file`);
+    return 0;
+  }
   const known = new Set(MUTANTS.map((m) => m.id));
   const unknown = (only ?? []).filter((id) => !known.has(id));
   if (unknown.length) throw new Stop(`unknown mutant id(s): ${unknown.join(', ')}`);
