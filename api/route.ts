@@ -93,6 +93,11 @@ export function route<P extends AnyObject = z.ZodObject<{}>, Q extends AnyObject
   return def as AnyRoute;
 }
 
+/** An API-key endpoint's access: documented under `tag`, opened by `scope`, limited per IP by `ipProfile`. */
+export function apiKey(tag: string, scope: Scope, ipProfile: IpProfile): Pick<RouteDef, 'tag' | 'auth' | 'scopes' | 'ipProfile'> {
+  return { tag, auth: 'apiKey', scopes: [scope], ipProfile };
+}
+
 /** `/api/v1/deals/{id}` → `/api/v1/deals/:id` for the Koa router. */
 export function koaPath(path: string): string {
   return path.replace(/\{([A-Za-z0-9_]+)\}/g, ':$1');

@@ -25,7 +25,7 @@ import {
 import { ApiError, atLeastOne, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
 import { requestBody } from '../middleware/body';
 import { enforce } from '../middleware/rate-limit';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 import { grants } from '../../domain/access';
 
@@ -88,10 +88,7 @@ export const automationRoutes = [
     path: '/api/v1/automations',
     operationId: 'createAutomation',
     noStore: true,
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:write'],
-    ipProfile: 'write',
+    ...apiKey('Automations', 'automations:write', 'write'),
     summary: 'Create an automation',
     description:
       'Trigger types: `webhook_received` (with `eventFilter`, `mapping`; gets a `webhookUrl` and takes one unit of the plan’s inbound-webhook ' +
@@ -114,10 +111,7 @@ export const automationRoutes = [
     path: '/api/v1/automations',
     operationId: 'listAutomations',
     noStore: true,
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:read'],
-    ipProfile: 'read',
+    ...apiKey('Automations', 'automations:read', 'read'),
     summary: 'List automations',
     query: pageQuery(),
     response: listOf(Automation),
@@ -135,10 +129,7 @@ export const automationRoutes = [
     path: '/api/v1/automations/{id}',
     operationId: 'getAutomation',
     noStore: true,
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:read'],
-    ipProfile: 'read',
+    ...apiKey('Automations', 'automations:read', 'read'),
     summary: 'Get an automation',
     params: IdParams,
     response: single(Automation),
@@ -151,10 +142,7 @@ export const automationRoutes = [
     path: '/api/v1/automations/{id}',
     operationId: 'updateAutomation',
     noStore: true,
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:write'],
-    ipProfile: 'write',
+    ...apiKey('Automations', 'automations:write', 'write'),
     summary: 'Change an automation',
     description:
       'Any of `name`, `active`, `trigger` (same type), `actions`. Runs already started keep the actions they began with. Changing `actions` or `trigger`, or ' +
@@ -185,10 +173,7 @@ export const automationRoutes = [
     method: 'delete',
     path: '/api/v1/automations/{id}',
     operationId: 'deleteAutomation',
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:write'],
-    ipProfile: 'delete',
+    ...apiKey('Automations', 'automations:write', 'delete'),
     summary: 'Delete an automation',
     description: 'Its inbound URL stops working, its quota unit is returned, its run log goes with it.',
     params: IdParams,
@@ -200,10 +185,7 @@ export const automationRoutes = [
     path: '/api/v1/automations/{id}/token',
     operationId: 'regenerateAutomationToken',
     noStore: true,
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:write'],
-    ipProfile: 'write',
+    ...apiKey('Automations', 'automations:write', 'write'),
     summary: 'Regenerate the inbound webhook URL',
     description:
       'A new token (192 random bits): the old URL answers 404 at once. On an automation whose token was removed this takes a quota unit again.',
@@ -219,10 +201,7 @@ export const automationRoutes = [
     path: '/api/v1/automations/{id}/token',
     operationId: 'deleteAutomationToken',
     noStore: true,
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:write'],
-    ipProfile: 'delete',
+    ...apiKey('Automations', 'automations:write', 'delete'),
     summary: 'Remove the inbound webhook URL',
     description: 'The URL answers 404 at once and the inbound-webhook quota unit is returned.',
     params: IdParams,
@@ -235,10 +214,7 @@ export const automationRoutes = [
     method: 'get',
     path: '/api/v1/automations/{id}/runs',
     operationId: 'listAutomationRuns',
-    tag: 'Automations',
-    auth: 'apiKey',
-    scopes: ['automations:read'],
-    ipProfile: 'read',
+    ...apiKey('Automations', 'automations:read', 'read'),
     summary: 'The run log of an automation',
     description:
       'Newest first; `status` filters. `running`, `completed`, `failed` (with the action and reason in `error`), `filtered` (the eventFilter did ' +

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { WorkflowIdReusePolicy } from '@temporalio/client';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { IdParams, listOf, single } from '../schemas';
 import { withTemporal } from '../context';
 import { broadcastWorkflow, BROADCAST_WAKE_SIGNAL } from '../../workflows/broadcast';
@@ -134,10 +134,7 @@ export const broadcastRoutes = [
     method: 'post',
     path: '/api/v1/broadcasts',
     operationId: 'createBroadcast',
-    tag: 'Broadcasts',
-    auth: 'apiKey',
-    scopes: ['broadcasts:write'],
-    ipProfile: 'write',
+    ...apiKey('Broadcasts', 'broadcasts:write', 'write'),
     status: 201,
     summary: 'Send an approved template to a segment of leads, paced, once per recipient',
     description:
@@ -232,10 +229,7 @@ export const broadcastRoutes = [
     method: 'get',
     path: '/api/v1/broadcasts',
     operationId: 'listBroadcasts',
-    tag: 'Broadcasts',
-    auth: 'apiKey',
-    scopes: ['broadcasts:read'],
-    ipProfile: 'read',
+    ...apiKey('Broadcasts', 'broadcasts:read', 'read'),
     summary: 'List broadcasts',
     description: 'Newest first. `status` filters.',
     query: pageQuery().extend({ status: z.enum(PUBLIC_BROADCAST_STATUSES).optional() }),
@@ -249,10 +243,7 @@ export const broadcastRoutes = [
     method: 'get',
     path: '/api/v1/broadcasts/{id}',
     operationId: 'getBroadcast',
-    tag: 'Broadcasts',
-    auth: 'apiKey',
-    scopes: ['broadcasts:read'],
-    ipProfile: 'read',
+    ...apiKey('Broadcasts', 'broadcasts:read', 'read'),
     summary: 'Get a broadcast with its live counts',
     description:
       '`counts` are computed from the recipients (one per contact of the frozen audience), so they add up to `total`; ' +
@@ -265,10 +256,7 @@ export const broadcastRoutes = [
     method: 'get',
     path: '/api/v1/broadcasts/{id}/recipients',
     operationId: 'listBroadcastRecipients',
-    tag: 'Broadcasts',
-    auth: 'apiKey',
-    scopes: ['broadcasts:read'],
-    ipProfile: 'read',
+    ...apiKey('Broadcasts', 'broadcasts:read', 'read'),
     summary: "List a broadcast's recipients",
     description:
       'In audience order. `code` says why a recipient failed or was skipped (`OPTED_OUT`, `CONTACT_DELETED`, `VARIABLE_EMPTY`, `SEND_FAILED`, ' +
@@ -286,10 +274,7 @@ export const broadcastRoutes = [
       method: 'post',
       path: `/api/v1/broadcasts/{id}/${m.move}`,
       operationId: m.operationId,
-      tag: 'Broadcasts',
-      auth: 'apiKey',
-      scopes: ['broadcasts:write'],
-      ipProfile: 'write',
+      ...apiKey('Broadcasts', 'broadcasts:write', 'write'),
       summary: m.summary,
       description: m.description,
       params: IdParams,

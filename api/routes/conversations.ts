@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnyRoute, route } from '../route';
+import { AnyRoute, apiKey, route } from '../route';
 import { IdParams, listOrSyncOf, Pagination, single } from '../schemas';
 import {
   CONVERSATION_STATUSES,
@@ -74,10 +74,7 @@ export const conversationRoutes: AnyRoute[] = [
     method: 'get',
     path: '/api/v1/conversations',
     operationId: 'listConversations',
-    tag: 'Conversations',
-    auth: 'apiKey',
-    scopes: ['conversations:read'],
-    ipProfile: 'read',
+    ...apiKey('Conversations', 'conversations:read', 'read'),
     summary: 'List conversations, most recent activity first',
     description:
       'Ordered by `lastMessageAt` descending (conversations without messages last). Filters: `instanceId`, `status`, ' +
@@ -101,10 +98,7 @@ export const conversationRoutes: AnyRoute[] = [
     method: 'get',
     path: '/api/v1/conversations/{id}',
     operationId: 'getConversation',
-    tag: 'Conversations',
-    auth: 'apiKey',
-    scopes: ['conversations:read'],
-    ipProfile: 'read',
+    ...apiKey('Conversations', 'conversations:read', 'read'),
     summary: 'Get a conversation with its messages, newest first',
     description: 'Message paging: `limit` 1 to 100 (default 100) and `offset`; `pagination` describes the messages. ' + EXCLUSIONS,
     params: IdParams,
@@ -117,10 +111,7 @@ export const conversationRoutes: AnyRoute[] = [
     method: 'patch',
     path: '/api/v1/conversations/{id}',
     operationId: 'updateConversation',
-    tag: 'Conversations',
-    auth: 'apiKey',
-    scopes: ['conversations:write'],
-    ipProfile: 'write',
+    ...apiKey('Conversations', 'conversations:write', 'write'),
     summary: 'Change the status of a conversation',
     description: '`status` is one of `open`, `waiting`, `snoozed`, `closed`. ' + EXCLUSIONS,
     params: IdParams,

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { IdParams, listOf, listOrSyncOf, single } from '../schemas';
 import type { Actor } from '../../domain/access';
 import {
@@ -121,10 +121,7 @@ export const dealRoutes = [
     method: 'post',
     path: '/api/v1/deals',
     operationId: 'createDeal',
-    tag: 'Deals',
-    auth: 'apiKey',
-    scopes: ['deals:write'],
-    ipProfile: 'write',
+    ...apiKey('Deals', 'deals:write', 'write'),
     status: 201,
     summary: 'Create a deal (card) for an existing contact',
     description:
@@ -149,10 +146,7 @@ export const dealRoutes = [
     method: 'post',
     path: '/api/v1/deals/batch',
     operationId: 'writeDealBatch',
-    tag: 'Deals',
-    auth: 'apiKey',
-    scopes: ['deals:write'],
-    ipProfile: 'write',
+    ...apiKey('Deals', 'deals:write', 'write'),
     summary: 'Create or change up to 100 deals (batch)',
     description:
       `\`deals\`: 1 to ${BATCH_MAX} items. An item without \`id\` creates a deal (the body of \`POST /api/v1/deals\`); an item with ` +
@@ -190,10 +184,7 @@ export const dealRoutes = [
     method: 'get',
     path: '/api/v1/deals',
     operationId: 'listDeals',
-    tag: 'Deals',
-    auth: 'apiKey',
-    scopes: ['deals:read'],
-    ipProfile: 'read',
+    ...apiKey('Deals', 'deals:read', 'read'),
     summary: 'List deals, newest first',
     description:
       'Filters combine (AND). A contact, pipeline or member of another workspace gives an empty list. Deals of a deleted or ' +
@@ -213,10 +204,7 @@ export const dealRoutes = [
     method: 'get',
     path: '/api/v1/deals/{id}',
     operationId: 'getDeal',
-    tag: 'Deals',
-    auth: 'apiKey',
-    scopes: ['deals:read'],
-    ipProfile: 'read',
+    ...apiKey('Deals', 'deals:read', 'read'),
     summary: 'Get a deal',
     params: IdParams,
     response: single(Deal),
@@ -231,10 +219,7 @@ export const dealRoutes = [
     method: 'patch',
     path: '/api/v1/deals/{id}',
     operationId: 'updateDeal',
-    tag: 'Deals',
-    auth: 'apiKey',
-    scopes: ['deals:write'],
-    ipProfile: 'write',
+    ...apiKey('Deals', 'deals:write', 'write'),
     summary: 'Change a deal: rename, value, stage move, assignee, status, custom values',
     description:
       '`status`: any → `won` sets `closedAt` and records `card.won` + `deal_won`; any → `lost` needs `lostReason`, sets `closedAt` ' +
@@ -254,10 +239,7 @@ export const dealRoutes = [
     method: 'get',
     path: '/api/v1/deals/{id}/activities',
     operationId: 'listDealActivities',
-    tag: 'Deals',
-    auth: 'apiKey',
-    scopes: ['activities:read'],
-    ipProfile: 'read',
+    ...apiKey('Deals', 'activities:read', 'read'),
     summary: "A deal's timeline, newest first",
     description: '`meta` keeps only `outcome`, `attemptNo`, `from` and `to` (null when none is present); the actor is given by name.',
     params: IdParams,

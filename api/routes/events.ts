@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ApiError } from '../../domain/kernel';
 import { eventListQuery, listEvents, WEBHOOK_EVENTS } from '../../domain/webhooks';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { cursorListOf } from '../schemas';
 
 const EventDelivery = z
@@ -36,10 +36,7 @@ export const eventRoutes = [
     method: 'get',
     path: '/api/v1/events',
     operationId: 'listEvents',
-    tag: 'Events',
-    auth: 'apiKey',
-    scopes: ['events:read'],
-    ipProfile: 'read',
+    ...apiKey('Events', 'events:read', 'read'),
     summary: 'The business events the webhooks carry, to catch up after an outage',
     description:
       'Every event of the workspace the outbound webhooks carry (same names, same bodies in `payload`), with the delivery state ' +

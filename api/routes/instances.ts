@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { listOf } from '../schemas';
 import { listInstances } from '../../domain/messaging';
 import { listEnvelope, pageQuery } from '../../domain/kernel';
@@ -21,10 +21,7 @@ export const instanceRoutes = [
     method: 'get',
     path: '/api/v1/instances',
     operationId: 'listInstances',
-    tag: 'Instances',
-    auth: 'apiKey',
-    scopes: ['instances:read'],
-    ipProfile: 'read',
+    ...apiKey('Instances', 'instances:read', 'read'),
     summary: 'List connections and their connected state (archived ones never appear)',
     query: pageQuery(),
     response: listOf(Instance),

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { Deleted, Lead, LeadTombstone, listOrSyncOf, single, Tag } from '../schemas';
 import {
   addTag,
@@ -66,10 +66,7 @@ export const leadRoutes = [
     method: 'get',
     path: '/api/v1/leads',
     operationId: 'listLeads',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['leads:read'],
-    ipProfile: 'read',
+    ...apiKey('Leads', 'leads:read', 'read'),
     summary: 'List and search leads',
     description:
       '`q` searches name, phone and e-mail (case-insensitive substring; a phone typed with separators matches its digits). `tag`: ' +
@@ -93,10 +90,7 @@ export const leadRoutes = [
     method: 'post',
     path: '/api/v1/leads',
     operationId: 'upsertLead',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['leads:write'],
-    ipProfile: 'write',
+    ...apiKey('Leads', 'leads:write', 'write'),
     status: 201,
     alsoStatus: [200],
     summary: 'Create or update a lead by phone (upsert)',
@@ -119,10 +113,7 @@ export const leadRoutes = [
     method: 'post',
     path: '/api/v1/leads/batch',
     operationId: 'upsertLeadBatch',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['leads:write'],
-    ipProfile: 'write',
+    ...apiKey('Leads', 'leads:write', 'write'),
     summary: 'Create or update up to 100 leads by phone (batch upsert)',
     description:
       `\`leads\`: 1 to ${BATCH_MAX} items, each exactly the body of \`POST /api/v1/leads\` with the same rules and events. The answer ` +
@@ -146,10 +137,7 @@ export const leadRoutes = [
     method: 'get',
     path: '/api/v1/leads/{id}',
     operationId: 'getLead',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['leads:read'],
-    ipProfile: 'read',
+    ...apiKey('Leads', 'leads:read', 'read'),
     summary: 'Get a lead with its tags',
     params: ContactParams,
     response: single(Lead),
@@ -163,10 +151,7 @@ export const leadRoutes = [
     method: 'patch',
     path: '/api/v1/leads/{id}',
     operationId: 'updateLead',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['leads:write'],
-    ipProfile: 'write',
+    ...apiKey('Leads', 'leads:write', 'write'),
     summary: "Change a lead's name, e-mail, phone, notes or opt-out",
     description:
       'At least one field. A phone already used by another lead is 409 CONFLICT. Fires the `contact_updated` trigger with the ' +
@@ -183,10 +168,7 @@ export const leadRoutes = [
     method: 'delete',
     path: '/api/v1/leads/{id}',
     operationId: 'deleteLead',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['leads:write'],
-    ipProfile: 'delete',
+    ...apiKey('Leads', 'leads:write', 'delete'),
     summary: 'Delete a lead (soft delete)',
     description: 'The lead disappears from every list, lookup, filter and count, its deals and conversations with it; nothing is erased.',
     params: ContactParams,
@@ -201,10 +183,7 @@ export const leadRoutes = [
     method: 'post',
     path: '/api/v1/leads/{id}/tags',
     operationId: 'addLeadTag',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['tags:write'],
-    ipProfile: 'write',
+    ...apiKey('Leads', 'tags:write', 'write'),
     summary: 'Apply a tag to a lead, by tag id or name',
     description:
       'An unknown name creates the tag; an unknown id is 404 NOT_FOUND. `added` is false when the lead already had the tag. ' +
@@ -221,10 +200,7 @@ export const leadRoutes = [
     method: 'delete',
     path: '/api/v1/leads/{id}/tags/{tagId}',
     operationId: 'removeLeadTag',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['tags:write'],
-    ipProfile: 'delete',
+    ...apiKey('Leads', 'tags:write', 'delete'),
     summary: 'Remove a tag from a lead',
     description: '`removed` is false when the tag was not applied. Records `contact.tag_removed` with source `api` only when removed.',
     params: z.object({ id: z.uuid(), tagId: z.uuid() }),
@@ -238,10 +214,7 @@ export const leadRoutes = [
     method: 'get',
     path: '/api/v1/leads/{id}/insight',
     operationId: 'getLeadInsight',
-    tag: 'Leads',
-    auth: 'apiKey',
-    scopes: ['insights:read'],
-    ipProfile: 'read',
+    ...apiKey('Leads', 'insights:read', 'read'),
     summary: "A lead's AI-derived sales insight (null data when none exists yet)",
     params: ContactParams,
     response: single(Insight.nullable()),

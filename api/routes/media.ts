@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { AnyRoute, route } from '../route';
+import { AnyRoute, apiKey, route } from '../route';
 // Side effect: zod's .openapi() (registered by the shared schemas module).
 import '../schemas';
 import { contentDisposition, openStoredMedia } from '../../domain/messaging';
@@ -14,10 +14,7 @@ export const mediaRoutes: AnyRoute[] = [
     method: 'get',
     path: '/api/v1/messages/{id}/media',
     operationId: 'downloadMessageMedia',
-    tag: 'Conversations',
-    auth: 'apiKey',
-    scopes: ['conversations:read'],
-    ipProfile: 'read',
+    ...apiKey('Conversations', 'conversations:read', 'read'),
     summary: "Download an inbound message's media file",
     description:
       'The file of an inbound image, audio, video, document or sticker, as the provider delivered it, once stored ' +

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { single } from '../schemas';
 import { runSend } from '../send';
 import { MESSAGE_TYPES, type MessageContent } from '../../types/messaging';
@@ -107,10 +107,7 @@ export const messageRoutes = [
     method: 'post',
     path: '/api/v1/messages',
     operationId: 'sendMessage',
-    tag: 'Messages',
-    auth: 'apiKey',
-    scopes: ['conversations:send'],
-    ipProfile: 'coldSend',
+    ...apiKey('Messages', 'conversations:send', 'coldSend'),
     keyProfile: 'coldSend',
     status: 201,
     idempotent: 'send',
@@ -158,10 +155,7 @@ export const messageRoutes = [
     method: 'post',
     path: '/api/v1/conversations/{id}/messages',
     operationId: 'sendConversationMessage',
-    tag: 'Messages',
-    auth: 'apiKey',
-    scopes: ['conversations:send'],
-    ipProfile: 'send',
+    ...apiKey('Messages', 'conversations:send', 'send'),
     keyProfile: 'send',
     status: 201,
     idempotent: 'send',
@@ -181,10 +175,7 @@ export const messageRoutes = [
     method: 'get',
     path: '/api/v1/messages',
     operationId: 'listMessages',
-    tag: 'Conversations',
-    auth: 'apiKey',
-    scopes: ['conversations:read'],
-    ipProfile: 'read',
+    ...apiKey('Conversations', 'conversations:read', 'read'),
     summary: 'List the messages of every conversation, newest first, or sync them',
     description:
       "Every message of the workspace's conversations, as a conversation shows them plus `conversationId` and `updatedAt`: a " +

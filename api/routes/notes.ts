@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { listEnvelope, NON_BLANK, pageQuery } from '../../domain/kernel';
 import { Deleted, listOf, single } from '../schemas';
 import { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from '../../domain/leads';
@@ -28,10 +28,7 @@ export const noteRoutes = [
     method: 'get',
     path: '/api/v1/leads/{id}/notes',
     operationId: 'listLeadNotes',
-    tag: 'Notes',
-    auth: 'apiKey',
-    scopes: ['notes:read'],
-    ipProfile: 'read',
+    ...apiKey('Notes', 'notes:read', 'read'),
     summary: "List a lead's notes",
     description: `Newest first. ${LEAD_RULE}`,
     params: LeadParams,
@@ -47,10 +44,7 @@ export const noteRoutes = [
     method: 'post',
     path: '/api/v1/leads/{id}/notes',
     operationId: 'createLeadNote',
-    tag: 'Notes',
-    auth: 'apiKey',
-    scopes: ['notes:write'],
-    ipProfile: 'write',
+    ...apiKey('Notes', 'notes:write', 'write'),
     summary: 'Add a note to a lead',
     description:
       `\`body\`: 1 to ${MAX_NOTE_BODY} characters. \`authorId\` (optional): a member of the workspace, who becomes the author ` +
@@ -69,10 +63,7 @@ export const noteRoutes = [
     method: 'patch',
     path: '/api/v1/leads/{id}/notes/{noteId}',
     operationId: 'updateLeadNote',
-    tag: 'Notes',
-    auth: 'apiKey',
-    scopes: ['notes:write'],
-    ipProfile: 'write',
+    ...apiKey('Notes', 'notes:write', 'write'),
     summary: 'Edit a note',
     description: `\`body\` is required: 1 to ${MAX_NOTE_BODY} characters. The author does not change. ${NOTE_RULE}`,
     params: NoteParams,
@@ -87,10 +78,7 @@ export const noteRoutes = [
     method: 'delete',
     path: '/api/v1/leads/{id}/notes/{noteId}',
     operationId: 'deleteLeadNote',
-    tag: 'Notes',
-    auth: 'apiKey',
-    scopes: ['notes:write'],
-    ipProfile: 'delete',
+    ...apiKey('Notes', 'notes:write', 'delete'),
     summary: 'Delete a note',
     description: NOTE_RULE,
     params: NoteParams,

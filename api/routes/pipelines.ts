@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import '../schemas';
 import { listPipelines } from '../../domain/sales';
 
@@ -14,10 +14,7 @@ export const pipelineRoutes = [
     method: 'get',
     path: '/api/v1/pipelines',
     operationId: 'listPipelines',
-    tag: 'Pipelines',
-    auth: 'apiKey',
-    scopes: ['pipelines:read'],
-    ipProfile: 'pipelines',
+    ...apiKey('Pipelines', 'pipelines:read', 'pipelines'),
     summary: 'List pipelines in display order, with stages and custom fields',
     description:
       'The one list without `data`/`pagination`: `{ pipelines: [...] }`. Identifiers and names listed here are the values ' +

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
 import { atLeastOne, ECMA_WHITESPACE, listEnvelope, pageQuery, queryBoolean, sortQuery, trimmedText } from '../../domain/kernel';
 import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, syncProducts, updateProduct } from '../../domain/sales';
@@ -60,10 +60,7 @@ export const productRoutes = [
     method: 'get',
     path: '/api/v1/products',
     operationId: 'listProducts',
-    tag: 'Products',
-    auth: 'apiKey',
-    scopes: ['products:read'],
-    ipProfile: 'read',
+    ...apiKey('Products', 'products:read', 'read'),
     summary: 'List products',
     description:
       '`sort` is `name` (default, case-insensitive), `createdAt`, `updatedAt` or `price`; `order` `asc` (default) or `desc`. ' +
@@ -84,10 +81,7 @@ export const productRoutes = [
     method: 'post',
     path: '/api/v1/products',
     operationId: 'createProduct',
-    tag: 'Products',
-    auth: 'apiKey',
-    scopes: ['products:write'],
-    ipProfile: 'write',
+    ...apiKey('Products', 'products:write', 'write'),
     status: 201,
     summary: 'Create a product',
     description: 'Names are unique per workspace ignoring case: a duplicate is 409 `CONFLICT`. `active` defaults to true.',
@@ -106,10 +100,7 @@ export const productRoutes = [
     method: 'get',
     path: '/api/v1/products/{id}',
     operationId: 'getProduct',
-    tag: 'Products',
-    auth: 'apiKey',
-    scopes: ['products:read'],
-    ipProfile: 'read',
+    ...apiKey('Products', 'products:read', 'read'),
     summary: 'Get a product',
     params: IdParams,
     response: single(Product),
@@ -119,10 +110,7 @@ export const productRoutes = [
     method: 'patch',
     path: '/api/v1/products/{id}',
     operationId: 'updateProduct',
-    tag: 'Products',
-    auth: 'apiKey',
-    scopes: ['products:write'],
-    ipProfile: 'write',
+    ...apiKey('Products', 'products:write', 'write'),
     summary: 'Change a product',
     description: 'At least one field must be sent. `null` clears `description`, `sku` and `price`. A bad price is 400 `INVALID_PRICE`.',
     params: IdParams,
@@ -144,10 +132,7 @@ export const productRoutes = [
     method: 'delete',
     path: '/api/v1/products/{id}',
     operationId: 'deleteProduct',
-    tag: 'Products',
-    auth: 'apiKey',
-    scopes: ['products:write'],
-    ipProfile: 'delete',
+    ...apiKey('Products', 'products:write', 'delete'),
     summary: 'Delete a product',
     description:
       'Deals that reference the product are kept and detached from it (their `productId` becomes null and their `updatedAt` ' +

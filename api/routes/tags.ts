@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
 import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/leads';
 import { atLeastOne, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
@@ -14,10 +14,7 @@ export const tagRoutes = [
     method: 'get',
     path: '/api/v1/tags',
     operationId: 'listTags',
-    tag: 'Tags',
-    auth: 'apiKey',
-    scopes: ['tags:read'],
-    ipProfile: 'read',
+    ...apiKey('Tags', 'tags:read', 'read'),
     summary: 'List tags',
     description: 'Ordered by name (case-insensitive), then id. `q` matches part of the name, case-insensitively.',
     query: pageQuery().extend({ q: z.string().trim().max(100).optional() }),
@@ -31,10 +28,7 @@ export const tagRoutes = [
     method: 'post',
     path: '/api/v1/tags',
     operationId: 'createTag',
-    tag: 'Tags',
-    auth: 'apiKey',
-    scopes: ['tags:write'],
-    ipProfile: 'write',
+    ...apiKey('Tags', 'tags:write', 'write'),
     summary: 'Create a tag',
     description:
       `\`name\` (1 to 100 characters, trimmed) is unique in the workspace regardless of case: a taken name is 409 \`CONFLICT\`. ` +
@@ -49,10 +43,7 @@ export const tagRoutes = [
     method: 'get',
     path: '/api/v1/tags/{id}',
     operationId: 'getTag',
-    tag: 'Tags',
-    auth: 'apiKey',
-    scopes: ['tags:read'],
-    ipProfile: 'read',
+    ...apiKey('Tags', 'tags:read', 'read'),
     summary: 'Get a tag',
     params: IdParams,
     response: single(TagRecord),
@@ -62,10 +53,7 @@ export const tagRoutes = [
     method: 'patch',
     path: '/api/v1/tags/{id}',
     operationId: 'updateTag',
-    tag: 'Tags',
-    auth: 'apiKey',
-    scopes: ['tags:write'],
-    ipProfile: 'write',
+    ...apiKey('Tags', 'tags:write', 'write'),
     summary: 'Rename a tag or change its colour',
     description: 'At least one of `name` and `color`. Same rules as on create; contacts keep the tag.',
     params: IdParams,
@@ -78,10 +66,7 @@ export const tagRoutes = [
     method: 'delete',
     path: '/api/v1/tags/{id}',
     operationId: 'deleteTag',
-    tag: 'Tags',
-    auth: 'apiKey',
-    scopes: ['tags:write'],
-    ipProfile: 'delete',
+    ...apiKey('Tags', 'tags:write', 'delete'),
     summary: 'Delete a tag',
     description:
       'Fails with 409 `TAG_IN_USE` while a broadcast in progress uses the tag (checked and deleted atomically). ' +

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
 import { atLeastOne, isoInstant, isUuid, listEnvelope, pageQuery, sortQuery, trimmedText } from '../../domain/kernel';
 import { createTask, deleteTask, getTask, listTasks, syncTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/sales';
@@ -63,10 +63,7 @@ export const taskRoutes = [
     method: 'get',
     path: '/api/v1/tasks',
     operationId: 'listTasks',
-    tag: 'Tasks',
-    auth: 'apiKey',
-    scopes: ['tasks:read'],
-    ipProfile: 'read',
+    ...apiKey('Tasks', 'tasks:read', 'read'),
     summary: 'List tasks',
     description:
       '`sort` is `dueAt` (default), `createdAt` or `updatedAt`; `order` `asc` (default) or `desc`. Tasks without a due date ' +
@@ -88,10 +85,7 @@ export const taskRoutes = [
     method: 'post',
     path: '/api/v1/tasks',
     operationId: 'createTask',
-    tag: 'Tasks',
-    auth: 'apiKey',
-    scopes: ['tasks:write'],
-    ipProfile: 'write',
+    ...apiKey('Tasks', 'tasks:write', 'write'),
     status: 201,
     summary: 'Create a task',
     description: '`type` defaults to `task` and `status` to `pending`. Links (`contactId`, `cardId`, `assignedTo`) are optional.',
@@ -104,10 +98,7 @@ export const taskRoutes = [
     method: 'get',
     path: '/api/v1/tasks/{id}',
     operationId: 'getTask',
-    tag: 'Tasks',
-    auth: 'apiKey',
-    scopes: ['tasks:read'],
-    ipProfile: 'read',
+    ...apiKey('Tasks', 'tasks:read', 'read'),
     summary: 'Get a task',
     params: IdParams,
     response: single(Task),
@@ -117,10 +108,7 @@ export const taskRoutes = [
     method: 'patch',
     path: '/api/v1/tasks/{id}',
     operationId: 'updateTask',
-    tag: 'Tasks',
-    auth: 'apiKey',
-    scopes: ['tasks:write'],
-    ipProfile: 'write',
+    ...apiKey('Tasks', 'tasks:write', 'write'),
     summary: 'Change a task',
     description:
       'At least one field must be sent. `status: "done"` records the completion time, `"pending"` clears it. `null` clears ' +
@@ -138,10 +126,7 @@ export const taskRoutes = [
     method: 'delete',
     path: '/api/v1/tasks/{id}',
     operationId: 'deleteTask',
-    tag: 'Tasks',
-    auth: 'apiKey',
-    scopes: ['tasks:write'],
-    ipProfile: 'delete',
+    ...apiKey('Tasks', 'tasks:write', 'delete'),
     summary: 'Delete a task',
     params: IdParams,
     response: Deleted,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { WorkflowFailedError } from '@temporalio/client';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { IdParams, listOf, single } from '../schemas';
 import { withTemporal } from '../context';
 import { ApiError, listEnvelope, pageQuery } from '../../domain/kernel';
@@ -50,10 +50,7 @@ export const templateRoutes = [
     method: 'get',
     path: '/api/v1/templates',
     operationId: 'listTemplates',
-    tag: 'Instances',
-    auth: 'apiKey',
-    scopes: ['templates:read'],
-    ipProfile: 'read',
+    ...apiKey('Instances', 'templates:read', 'read'),
     summary: "List the message templates of the workspace's instances",
     description:
       'Oldest first. `instanceId` and `status` filter. A Cloud API instance with a `wabaId` follows its WhatsApp Business ' +
@@ -71,10 +68,7 @@ export const templateRoutes = [
     method: 'post',
     path: '/api/v1/instances/{id}/templates/sync',
     operationId: 'syncInstanceTemplates',
-    tag: 'Instances',
-    auth: 'apiKey',
-    scopes: ['templates:write'],
-    ipProfile: 'write',
+    ...apiKey('Instances', 'templates:write', 'write'),
     summary: "Sync an instance's templates from its WhatsApp Business account now",
     description:
       "Reads the account's templates from the WhatsApp Cloud API (`GET /{version}/{wabaId}/message_templates`, every page, " +

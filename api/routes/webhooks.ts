@@ -25,7 +25,7 @@ import { workspacePriority } from '../../domain/platform';
 import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInput } from '../../types/webhooks';
 import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
-import { route } from '../route';
+import { apiKey, route } from '../route';
 import { Deleted, IdParams, listOf, single } from '../schemas';
 
 const Subscription = z
@@ -75,10 +75,7 @@ export const webhookRoutes = [
     path: '/api/v1/webhooks',
     operationId: 'createWebhook',
     noStore: true,
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:write'],
-    ipProfile: 'write',
+    ...apiKey('Webhooks', 'webhooks:write', 'write'),
     summary: 'Subscribe a URL to events',
     description:
       'The answer carries `secret` (`whsec_...`): it signs every request (`X-Service-Signature`) and is shown **only here**. ' +
@@ -99,10 +96,7 @@ export const webhookRoutes = [
     method: 'get',
     path: '/api/v1/webhooks',
     operationId: 'listWebhooks',
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:read'],
-    ipProfile: 'read',
+    ...apiKey('Webhooks', 'webhooks:read', 'read'),
     summary: 'List webhook subscriptions',
     description: 'Oldest first. The secret is never listed.',
     query: pageQuery(),
@@ -116,10 +110,7 @@ export const webhookRoutes = [
     method: 'get',
     path: '/api/v1/webhooks/{id}',
     operationId: 'getWebhook',
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:read'],
-    ipProfile: 'read',
+    ...apiKey('Webhooks', 'webhooks:read', 'read'),
     summary: 'Get a webhook subscription',
     description:
       '`active: false` with `disabledReason` when the receiver answered 410 Gone (or the subscription was disabled through the API).',
@@ -131,10 +122,7 @@ export const webhookRoutes = [
     method: 'patch',
     path: '/api/v1/webhooks/{id}',
     operationId: 'updateWebhook',
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:write'],
-    ipProfile: 'write',
+    ...apiKey('Webhooks', 'webhooks:write', 'write'),
     summary: 'Change a subscription’s URL, events or active flag',
     description:
       'At least one of `url`, `events`, `active`. A new URL passes the same check as on create. `active: true` re-enables a subscription ' +
@@ -157,10 +145,7 @@ export const webhookRoutes = [
     method: 'delete',
     path: '/api/v1/webhooks/{id}',
     operationId: 'deleteWebhook',
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:write'],
-    ipProfile: 'delete',
+    ...apiKey('Webhooks', 'webhooks:write', 'delete'),
     summary: 'Delete a webhook subscription',
     description: 'Its delivery log goes with it; a delivery waiting for a retry stops.',
     params: IdParams,
@@ -171,10 +156,7 @@ export const webhookRoutes = [
     method: 'post',
     path: '/api/v1/webhooks/{id}/ping',
     operationId: 'pingWebhook',
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:write'],
-    ipProfile: 'write',
+    ...apiKey('Webhooks', 'webhooks:write', 'write'),
     summary: 'Send test.ping now',
     description:
       'Posts `{ event: "test.ping", workspace_id, timestamp, webhook_id }`, signed like every delivery, and answers with the outcome ' +
@@ -224,10 +206,7 @@ export const webhookRoutes = [
     method: 'get',
     path: '/api/v1/webhooks/{id}/deliveries',
     operationId: 'listWebhookDeliveries',
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:read'],
-    ipProfile: 'read',
+    ...apiKey('Webhooks', 'webhooks:read', 'read'),
     summary: 'The delivery log of a subscription',
     description:
       'Newest first; `status` filters. One delivery per (event, subscription), stable across retries (it is the `X-Service-Delivery` header): ' +
@@ -245,10 +224,7 @@ export const webhookRoutes = [
     method: 'post',
     path: '/api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
     operationId: 'retryWebhookDelivery',
-    tag: 'Webhooks',
-    auth: 'apiKey',
-    scopes: ['webhooks:write'],
-    ipProfile: 'write',
+    ...apiKey('Webhooks', 'webhooks:write', 'write'),
     summary: 'Send one delivery again now',
     description:
       'One more attempt of a `succeeded` or `failed` delivery, with the same body and `X-Service-Delivery`, freshly signed; answers with the ' +
