@@ -5,7 +5,6 @@ import { heartbeat, heartbeating } from './providers/heartbeat';
 import { providerPort } from './providers/port';
 
 export type { BatchResult } from '../domain/broadcasts';
-export { BATCH_BUDGET_MS, BLOCKED_RETRY_MS } from '../domain/broadcasts';
 
 export interface BroadcastRef {
   workspaceId: string;

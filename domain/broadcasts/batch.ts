@@ -14,6 +14,7 @@ import {
   type Prepared,
   type ProviderPort,
 } from '../messaging';
+import { contactsForSend } from '../leads';
 import type { SentMessage } from '../../types/messaging';
 import { paceBatch, pacingFor, type BatchResult } from './pacing';
 import {
@@ -23,7 +24,6 @@ import {
   markRecipientsSent,
   nextPendingRecipients,
   pendingReferences,
-  recipientContacts,
   recipientTemplate,
   reserveInstanceSlot,
   setWaiting,
@@ -41,9 +41,9 @@ import { broadcastForRun, broadcastMessage, MAX_RATE_PER_SECOND, type BroadcastR
  */
 
 /** How long one batch may run, so it stays well inside its activity timeout (its recipients: BROADCAST_BATCH_SIZE). */
-export const BATCH_BUDGET_MS = 30_000;
+const BATCH_BUDGET_MS = 30_000;
 /** How long a broadcast blocked by a WAIT_CODES refusal waits before it looks again. */
-export const BLOCKED_RETRY_MS = 60_000;
+const BLOCKED_RETRY_MS = 60_000;
 
 /**
  * What a recipient's preparation holds: the engine's, and (in a preparation made before
@@ -248,7 +248,7 @@ async function prepareInTransaction(
     rows.map((r) => r.reference),
   );
   const fresh = rows.filter((r) => !done.has(r.reference));
-  const contacts = await recipientContacts(
+  const contacts = await contactsForSend(
     trx,
     ws,
     fresh.map((r) => r.contact_id),

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
-import { ApiError, iso, isUuid, type Page } from '../kernel';
+import { ApiError, iso, isUuid, type Page, pageWithTotal } from '../kernel';
 import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sendingPlan } from '../messaging';
 import { existingTagIds, listExists, segmentContacts } from '../leads';
 import { lockWorkspace } from '../access';
@@ -59,8 +59,6 @@ export function broadcastMessage(template: BroadcastTemplate): MessageContent & 
   };
 }
 
-/** The texts of a template that `{{contact.*}}` placeholders fill, in order: the variables, the header's text, the buttons' URL variables. */
-
 export interface BroadcastInput {
   name: string;
   instanceId?: string;
@@ -88,15 +86,7 @@ export interface BroadcastRow {
   updated_at: Date;
 }
 
-export interface BroadcastCounts {
-  total: number;
-  pending: number;
-  sent: number;
-  delivered: number;
-  read: number;
-  failed: number;
-  skipped: number;
-}
+export type BroadcastCounts = Record<RecipientStatus | 'total', number>;
 
 const notFound = () => new ApiError('NOT_FOUND', 'Broadcast not found');
 
@@ -151,17 +141,11 @@ async function withCounts(db: Reader, row: BroadcastRow): Promise<Broadcast> {
 }
 
 /**
- * The contacts of an audience: canonical leads (not deleted, merged or groups) tagged with any of
- * the tags, in the list, or named, each once (domain/leads segmentContacts, `contacts as c`).
- * `select` picks the columns.
+ * How many contacts the audience holds now: canonical leads (not deleted, merged or groups) tagged
+ * with any of the tags, in the list, or named, each once (domain/leads segmentContacts, `contacts as c`).
  */
-function audienceQuery(db: Reader, workspaceId: string, audience: BroadcastAudience): Knex.QueryBuilder {
-  return segmentContacts(db, workspaceId, audience);
-}
-
-/** How many contacts the audience holds now. */
 export async function audienceSize(db: Reader, workspaceId: string, audience: BroadcastAudience): Promise<number> {
-  const [row] = await audienceQuery(db, workspaceId, audience).count<{ n: string | number }[]>({ n: '*' });
+  const [row] = await segmentContacts(db, workspaceId, audience).count<{ n: string | number }[]>({ n: '*' });
   return Number(row.n);
 }
 
@@ -274,22 +258,20 @@ export async function discardBroadcast(db: Db, workspaceId: string, broadcastId:
 export async function listPublicBroadcasts(db: Db, workspaceId: string, input: Page & { status?: PublicBroadcastStatus }) {
   const scope = db('broadcasts').where({ workspace_id: workspaceId }).whereNot('status', 'draft');
   if (input.status) scope.where({ status: input.status });
-  const [{ total }] = await scope.clone().count<{ total: string | number }[]>({ total: '*' });
-  const rows: BroadcastRow[] = await scope
-    .clone()
-    .orderBy([
-      { column: 'created_at', order: 'desc' },
-      { column: 'id', order: 'desc' },
-    ])
-    .limit(input.limit)
-    .offset(input.offset)
-    .select('*');
+  const { rows, total } = await pageWithTotal<BroadcastRow>(scope, input, (q) =>
+    q
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .select('*'),
+  );
   const counts = await broadcastCounts(
     db,
     workspaceId,
     rows.map((r) => r.id),
   );
-  return { rows: rows.map((r) => serializeBroadcast(r, counts.get(r.id)!)), total: Number(total) };
+  return { rows: rows.map((r) => serializeBroadcast(r, counts.get(r.id)!)), total };
 }
 
 async function broadcastRow(db: Reader, workspaceId: string, id: string, lock = false): Promise<BroadcastRow> {
@@ -307,36 +289,19 @@ export async function getPublicBroadcast(db: Db, workspaceId: string, id: string
 
 export async function listRecipients(db: Db, workspaceId: string, id: string, input: Page & { status?: RecipientStatus }) {
   await broadcastRow(db, workspaceId, id);
-  const filter = input.status ? `AND r.status = ?` : '';
-  const params: (string | number)[] = [workspaceId, id, ...(input.status ? [input.status] : [])];
-  const { rows } = await db.raw<{
-    rows: {
-      contact_id: string;
-      phone: string;
-      status: RecipientStatus;
-      code: string | null;
-      message_id: string | null;
-      conversation_id: string | null;
-      sent_at: Date | null;
-      total: number;
-    }[];
-  }>(
-    `SELECT r.contact_id, r.phone, r.status, r.code, r.message_id, r.conversation_id, r.sent_at,
-            count(*) OVER ()::int AS total
-       FROM broadcast_recipients r
-      WHERE r.workspace_id = ? AND r.broadcast_id = ? ${filter}
-      ORDER BY r.position
-      LIMIT ? OFFSET ?`,
-    [...params, input.limit, input.offset],
+  const scope = db('broadcast_recipients as r').where({ 'r.workspace_id': workspaceId, 'r.broadcast_id': id });
+  if (input.status) scope.where('r.status', input.status);
+  const { rows, total } = await pageWithTotal<{
+    contact_id: string;
+    phone: string;
+    status: RecipientStatus;
+    code: string | null;
+    message_id: string | null;
+    conversation_id: string | null;
+    sent_at: Date | null;
+  }>(scope, input, (q) =>
+    q.orderBy('r.position').select('r.contact_id', 'r.phone', 'r.status', 'r.code', 'r.message_id', 'r.conversation_id', 'r.sent_at'),
   );
-  let total = rows[0]?.total;
-  if (total === undefined) {
-    const counted = await db.raw<{ rows: { n: number }[] }>(
-      `SELECT count(*)::int AS n FROM broadcast_recipients r WHERE r.workspace_id = ? AND r.broadcast_id = ? ${filter}`,
-      params,
-    );
-    total = counted.rows[0].n;
-  }
   return {
     rows: rows.map((r) => ({
       contactId: r.contact_id,
@@ -422,7 +387,7 @@ export async function freezeAudience(db: Db, workspaceId: string, id: string): P
         .update({ status: 'cancelled', code: 'BROADCAST_LIMIT_REACHED', finished_at: trx.fn.now(), updated_at: trx.fn.now() });
       return { status: 'cancelled' };
     }
-    const contacts = audienceQuery(trx, workspaceId, audience).select(
+    const contacts = segmentContacts(trx, workspaceId, audience).select(
       trx.raw('?::uuid AS workspace_id', [workspaceId]),
       trx.raw('?::uuid AS broadcast_id', [id]),
       'c.id AS contact_id',

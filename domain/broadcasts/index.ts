@@ -1,4 +1,4 @@
-export { BATCH_BUDGET_MS, BLOCKED_RETRY_MS, releaseCancelled, sendBatch } from './batch';
+export { releaseCancelled, sendBatch } from './batch';
 export { type BatchResult } from './pacing';
 export {
   BROADCAST_STATUSES,

@@ -1,7 +1,6 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { statusPastSent } from '../messaging';
-import { contactsForSend, type ContactForSend } from '../leads';
 import { contactCustomValues } from '../sales';
 
 import type { BroadcastTemplate, RecipientStatus } from './broadcasts';
@@ -55,14 +54,6 @@ export async function lockPendingRecipients(
   return new Set(rows.filter((r) => r.status === 'pending').map((r) => r.contact_id));
 }
 
-/** recipientContact for a page of recipients: the contacts a send may still use (not deleted or merged), by id. */
-export async function recipientContacts(db: Reader, workspaceId: string, contactIds: string[]): Promise<Map<string, RecipientContact>> {
-  return contactsForSend(db, workspaceId, contactIds);
-}
-
-/** A recipient's contact as a send needs it. */
-export type RecipientContact = ContactForSend;
-
 /** `{{contact.<field>}}` in a template variable: the contact's own fields, or a custom field key (its pattern). */
 const CONTACT_VARIABLE = /\{\{\s*contact\.([A-Za-z][A-Za-z0-9_]{0,63})\s*\}\}/g;
 const CONTACT_FIELDS = ['name', 'phone', 'email'];
@@ -102,19 +93,10 @@ export function personalise(
   return empty ? null : filled;
 }
 
-/** A recipient's template variables, personalised (null: one has nothing to fill in); its custom values read only when a variable uses one. */
-export async function recipientVariables(
-  db: Reader,
-  workspaceId: string,
-  contact: { id: string; name: string; phone: string; email: string | null },
-  variables: string[],
-): Promise<string[] | null> {
-  return personalise(variables, contact, await contactCustomValues(db, workspaceId, contact.id, customVariableKeys(variables)));
-}
-
 /**
  * A recipient's template: its variables, header text and button URL variables personalised
- * (recipientVariables over all of them); null when one has nothing to fill in (VARIABLE_EMPTY).
+ * (personalise over all of them; its custom values read only when one uses them); null when one
+ * has nothing to fill in (VARIABLE_EMPTY).
  */
 export async function recipientTemplate(
   db: Reader,
@@ -122,7 +104,8 @@ export async function recipientTemplate(
   contact: { id: string; name: string; phone: string; email: string | null },
   template: BroadcastTemplate,
 ): Promise<BroadcastTemplate | null> {
-  const filled = await recipientVariables(db, workspaceId, contact, personalTexts(template));
+  const texts = personalTexts(template);
+  const filled = personalise(texts, contact, await contactCustomValues(db, workspaceId, contact.id, customVariableKeys(texts)));
   if (!filled) return null;
   const variables = filled.splice(0, template.variables?.length ?? 0);
   const header = template.header?.text !== undefined ? { text: filled.shift()! } : template.header;
@@ -236,6 +219,7 @@ export async function reserveInstanceSlot(db: Reader, workspaceId: string, insta
   return rows[0]?.wait_ms ?? 0;
 }
 
+/** The texts of a template that `{{contact.*}}` placeholders fill, in order: the variables, the header's text, the buttons' URL variables. */
 export function personalTexts(template: BroadcastTemplate): string[] {
   return [
     ...(template.variables ?? []),
