@@ -10,7 +10,7 @@ import { recordEvent } from '../webhooks';
 import { digitsOfPersonJid, findOrCreateContact, parsePhone, Phone, recordConsent, recordWaIds } from '../leads';
 import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../../types/messaging';
-import { recordPendingMedia } from './media';
+import { type InboundMediaType, recordPendingMedia } from './media';
 
 /**
  * Inbound provider traffic of the WhatsApp Cloud API (docs/messaging.md):
@@ -94,17 +94,10 @@ export function sameToken(given: string | undefined, expected: string | undefine
 // Parsing
 
 /** Our Message `type` for what the provider calls a message type. */
-export type InboundType = 'text' | 'image' | 'audio' | 'video' | 'document' | 'sticker';
+export type InboundType = 'text' | InboundMediaType;
 
-/** The `type` vocabulary of the `message.received` event. */
-export const EVENT_TYPE: Record<InboundType, string> = {
-  text: 'text',
-  image: 'imageMessage',
-  audio: 'audioMessage',
-  video: 'videoMessage',
-  document: 'documentMessage',
-  sticker: 'stickerMessage',
-};
+/** The `type` vocabulary of the `message.received` event: `text`, else the web gateway's kind (`imageMessage`, ...). */
+const eventType = (type: InboundType): string => (type === 'text' ? 'text' : `${type}Message`);
 
 /** Inbound messages that carry a file: the media types we send, and stickers. */
 const INBOUND_MEDIA_KINDS = new Set<string>([...MEDIA_TYPES, 'sticker']);
@@ -158,8 +151,9 @@ export interface ParsedWebhook {
 }
 
 type Json = Record<string, unknown>;
-const obj = (v: unknown): Json | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Json) : undefined);
-const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+/** A JSON object of a provider's payload (not an array), or undefined; `arr`: a JSON array, else empty. */
+export const obj = (v: unknown): Json | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Json) : undefined);
+export const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 /** A string (or number) of the payload as storable text (domain/kernel/text: U+0000 dropped, unpaired surrogates U+FFFD); undefined when empty. */
 const str = (v: unknown): string | undefined => {
   const s = typeof v === 'string' ? storable(v) : typeof v === 'number' ? String(v) : undefined;
@@ -208,6 +202,13 @@ function content(
   return undefined;
 }
 
+/** The changes of every entry of a Cloud API notification; undefined for a body that is not one (`object`). */
+export function cloudChanges(payload: unknown): { change?: Json; value?: Json }[] | undefined {
+  const root = obj(payload);
+  if (!root || root.object !== 'whatsapp_business_account') return undefined;
+  return arr(root.entry).flatMap((entry) => arr(obj(entry)?.changes).map((c) => ({ change: obj(c), value: obj(obj(c)?.value) })));
+}
+
 /**
  * Reads a Cloud API webhook body. Only `field: 'messages'` changes for this instance's phone
  * number id count; inbound messages must come from a Brazilian phone number that is not our own
@@ -215,109 +216,105 @@ function content(
  */
 export function parseCloudWebhook(payload: unknown, instance: Pick<WebhookInstance, 'config'>, now = new Date()): ParsedWebhook {
   const result: ParsedWebhook = { messages: [], statuses: [], skipped: [], items: 0 };
-  const root = obj(payload);
-  if (!root || root.object !== 'whatsapp_business_account') {
+  const changes = cloudChanges(payload);
+  if (!changes) {
     result.skipped.push({ reason: 'not a whatsapp_business_account notification' });
     return result;
   }
-  for (const entry of arr(root.entry)) {
-    for (const change of arr(obj(entry)?.changes)) {
-      const c = obj(change);
-      const value = obj(c?.value);
-      // Counted before any is skipped: the cap bounds what a delivery carries, not what we keep of it.
-      result.items += arr(value?.messages).length + arr(value?.statuses).length + arr(value?.contacts).length;
-      if (!c || !value || (c.field !== undefined && c.field !== 'messages')) {
-        result.skipped.push({ reason: `change field ${String(c?.field ?? 'missing')} is not handled` });
+  for (const { change: c, value } of changes) {
+    // Counted before any is skipped: the cap bounds what a delivery carries, not what we keep of it.
+    result.items += arr(value?.messages).length + arr(value?.statuses).length + arr(value?.contacts).length;
+    if (!c || !value || (c.field !== undefined && c.field !== 'messages')) {
+      result.skipped.push({ reason: `change field ${String(c?.field ?? 'missing')} is not handled` });
+      continue;
+    }
+    const metadata = obj(value.metadata) ?? {};
+    const phoneNumberId = str(metadata.phone_number_id);
+    const ours = instance.config.phoneNumberId;
+    if (ours && phoneNumberId && phoneNumberId !== ours) {
+      // One Meta app may serve several numbers: traffic of another number is not this instance's.
+      result.skipped.push({ reason: 'notification for another phone number id' });
+      continue;
+    }
+    const ownDigits = digitsOf(str(metadata.display_phone_number));
+    const ownParsed = ownDigits ? parsePhone(ownDigits) : undefined;
+    const names = new Map<string, string>();
+    for (const contact of arr(value.contacts)) {
+      const co = obj(contact);
+      const waId = str(co?.wa_id);
+      const name = str(obj(co?.profile)?.name);
+      if (waId && name) names.set(waId, name);
+    }
+
+    for (const raw of arr(value.messages)) {
+      const message = obj(raw);
+      const id = str(message?.id);
+      if (!message || !id) {
+        result.skipped.push({ reason: 'message without id' });
         continue;
       }
-      const metadata = obj(value.metadata) ?? {};
-      const phoneNumberId = str(metadata.phone_number_id);
-      const ours = instance.config.phoneNumberId;
-      if (ours && phoneNumberId && phoneNumberId !== ours) {
-        // One Meta app may serve several numbers: traffic of another number is not this instance's.
-        result.skipped.push({ reason: 'notification for another phone number id' });
+      if (id.length > 256) {
+        result.skipped.push({ reason: 'message id too long' });
         continue;
       }
-      const ownDigits = digitsOf(str(metadata.display_phone_number));
-      const ownParsed = ownDigits ? parsePhone(ownDigits) : undefined;
-      const names = new Map<string, string>();
-      for (const contact of arr(value.contacts)) {
-        const co = obj(contact);
-        const waId = str(co?.wa_id);
-        const name = str(obj(co?.profile)?.name);
-        if (waId && name) names.set(waId, name);
+      if (isGroup(message)) {
+        result.skipped.push({ reason: 'group message', id });
+        continue;
       }
+      const from = str(message.from);
+      if (!from) {
+        result.skipped.push({ reason: 'message without sender', id });
+        continue;
+      }
+      const parsed = parsePhone(from);
+      if (!parsed.ok) {
+        result.skipped.push({ reason: `sender is not a Brazilian phone number (${parsed.reason})`, id });
+        continue;
+      }
+      const own = ownDigits === digitsOf(from) || (ownParsed?.ok === true && ownParsed.phone.key === parsed.phone.key);
+      if (own) {
+        result.skipped.push({ reason: 'echo of our own number', id });
+        continue;
+      }
+      const body = content(message);
+      if (!body) {
+        result.skipped.push({ reason: `message type ${String(message.type ?? 'missing')} is not taken in`, id });
+        continue;
+      }
+      result.messages.push({
+        providerMessageId: id,
+        phone: parsed.phone,
+        waId: from,
+        profileName: names.get(from) ?? (names.size === 1 ? [...names.values()][0] : undefined),
+        ...body,
+        timestamp: providerTime(message.timestamp, now),
+      });
+    }
 
-      for (const raw of arr(value.messages)) {
-        const message = obj(raw);
-        const id = str(message?.id);
-        if (!message || !id) {
-          result.skipped.push({ reason: 'message without id' });
-          continue;
-        }
-        if (id.length > 256) {
-          result.skipped.push({ reason: 'message id too long' });
-          continue;
-        }
-        if (isGroup(message)) {
-          result.skipped.push({ reason: 'group message', id });
-          continue;
-        }
-        const from = str(message.from);
-        if (!from) {
-          result.skipped.push({ reason: 'message without sender', id });
-          continue;
-        }
-        const parsed = parsePhone(from);
-        if (!parsed.ok) {
-          result.skipped.push({ reason: `sender is not a Brazilian phone number (${parsed.reason})`, id });
-          continue;
-        }
-        const own = ownDigits === digitsOf(from) || (ownParsed?.ok === true && ownParsed.phone.key === parsed.phone.key);
-        if (own) {
-          result.skipped.push({ reason: 'echo of our own number', id });
-          continue;
-        }
-        const body = content(message);
-        if (!body) {
-          result.skipped.push({ reason: `message type ${String(message.type ?? 'missing')} is not taken in`, id });
-          continue;
-        }
-        result.messages.push({
-          providerMessageId: id,
-          phone: parsed.phone,
-          waId: from,
-          profileName: names.get(from) ?? (names.size === 1 ? [...names.values()][0] : undefined),
-          ...body,
-          timestamp: providerTime(message.timestamp, now),
-        });
+    for (const raw of arr(value.statuses)) {
+      const status = obj(raw);
+      const id = str(status?.id);
+      const state = str(status?.status);
+      if (!id || (state !== 'sent' && state !== 'delivered' && state !== 'read' && state !== 'failed')) {
+        result.skipped.push({ reason: `status ${String(state ?? 'missing')} is not handled`, id });
+        continue;
       }
-
-      for (const raw of arr(value.statuses)) {
-        const status = obj(raw);
-        const id = str(status?.id);
-        const state = str(status?.status);
-        if (!id || (state !== 'sent' && state !== 'delivered' && state !== 'read' && state !== 'failed')) {
-          result.skipped.push({ reason: `status ${String(state ?? 'missing')} is not handled`, id });
-          continue;
-        }
-        const reference =
-          typeof status?.biz_opaque_callback_data === 'string' && status.biz_opaque_callback_data.length <= 1000
-            ? status.biz_opaque_callback_data
-            : undefined;
-        const recipientId = str(status?.recipient_id);
-        const code = obj(arr(status?.errors)[0])?.code;
-        const errorCode =
-          state === 'failed' && (typeof code === 'number' || typeof code === 'string') ? String(code).slice(0, 32) : undefined;
-        result.statuses.push({
-          providerMessageId: id,
-          status: state,
-          ...(reference ? { reference } : {}),
-          ...(recipientId && /^\d{8,20}$/.test(recipientId) ? { recipientId } : {}),
-          timestamp: providerTime(status?.timestamp, now),
-          ...(errorCode ? { errorCode } : {}),
-        });
-      }
+      const reference =
+        typeof status?.biz_opaque_callback_data === 'string' && status.biz_opaque_callback_data.length <= 1000
+          ? status.biz_opaque_callback_data
+          : undefined;
+      const recipientId = str(status?.recipient_id);
+      const code = obj(arr(status?.errors)[0])?.code;
+      const errorCode =
+        state === 'failed' && (typeof code === 'number' || typeof code === 'string') ? String(code).slice(0, 32) : undefined;
+      result.statuses.push({
+        providerMessageId: id,
+        status: state,
+        ...(reference ? { reference } : {}),
+        ...(recipientId && /^\d{8,20}$/.test(recipientId) ? { recipientId } : {}),
+        timestamp: providerTime(status?.timestamp, now),
+        ...(errorCode ? { errorCode } : {}),
+      });
     }
   }
   return result;
@@ -533,10 +530,7 @@ export async function applyProviderWebhook(
         else counted.ignored += 1;
       }
     });
-    outcome.received += counted.received;
-    outcome.duplicates += counted.duplicates;
-    outcome.statuses += counted.statuses;
-    outcome.ignored += counted.ignored;
+    for (const key of Object.keys(counted) as (keyof WebhookOutcome)[]) outcome[key] += counted[key];
   }
   if (parsed.skipped.length > 0) {
     log?.info({ instanceId: instance.id, workspaceId, skipped: parsed.skipped.slice(0, 20) }, 'inbound webhook: items skipped');
@@ -676,7 +670,7 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
     contact_name: contact.name,
     phone: contact.phone,
     message_id: row.id,
-    type: EVENT_TYPE[message.type],
+    type: eventType(message.type),
     instance_id: instance.id,
     conversation_id: conversation.id,
   });

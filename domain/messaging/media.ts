@@ -31,13 +31,7 @@ export const MEDIA_CHUNK_BYTES = 1024 * 1024;
  * The most bytes an inbound file of a type may have: the Cloud API's limits (MEDIA_LIMITS, what
  * WhatsApp itself accepts), and 500 KB for a sticker (an animated one; a static one is 100 KB).
  */
-export const INBOUND_MEDIA_LIMITS: Record<InboundMediaType, number> = {
-  image: MEDIA_LIMITS.image,
-  audio: MEDIA_LIMITS.audio,
-  video: MEDIA_LIMITS.video,
-  document: MEDIA_LIMITS.document,
-  sticker: 500 * 1024,
-};
+export const INBOUND_MEDIA_LIMITS = { ...MEDIA_LIMITS, sticker: 500 * 1024 } as Record<InboundMediaType, number>;
 
 /** The limit in words: "5 MB", "500 KB". */
 export function limitText(type: InboundMediaType): string {
@@ -90,16 +84,7 @@ export async function recordPendingMedia(
 }
 
 /** The `media` of a message record: null without media, else every field, unknown ones null. */
-export interface MediaRecord {
-  status: MediaStatus;
-  mimeType: string | null;
-  size: number | null;
-  fileName: string | null;
-  sha256: string | null;
-  reason: string | null;
-}
-
-export function serializeMedia(row: Pick<MediaRow, 'status' | 'mime_type' | 'size' | 'file_name' | 'sha256' | 'reason'>): MediaRecord {
+export function serializeMedia(row: Pick<MediaRow, 'status' | 'mime_type' | 'size' | 'file_name' | 'sha256' | 'reason'>) {
   return {
     status: row.status,
     mimeType: row.mime_type,
@@ -109,6 +94,7 @@ export function serializeMedia(row: Pick<MediaRow, 'status' | 'mime_type' | 'siz
     reason: row.reason,
   };
 }
+export type MediaRecord = ReturnType<typeof serializeMedia>;
 
 /** The media of some of a workspace's messages, by message id (one query). */
 export async function mediaOfMessages(
@@ -204,7 +190,12 @@ export class MediaChunkWriter {
   }
 
   private async flush(data: Buffer): Promise<void> {
-    await writeChunk(this.db, this.row.workspace_id, this.row.message_id, this.seq, data);
+    await this.db('message_media_chunks').insert({
+      workspace_id: this.row.workspace_id,
+      message_id: this.row.message_id,
+      seq: this.seq,
+      data,
+    });
     this.seq += 1;
     this.onChunk();
   }
@@ -233,7 +224,9 @@ export async function fetchAndStoreMedia(
   fetchFile: (source: MediaSource, sink: MediaChunkWriter) => Promise<FetchedMedia>,
   onChunk?: () => void,
 ): Promise<MediaFetchResult | { retry: string }> {
-  const row = await mediaToFetch(db, input.workspaceId, input.messageId);
+  const row: MediaRow | undefined = await db('message_media')
+    .where({ workspace_id: input.workspaceId, message_id: input.messageId })
+    .first();
   if (!row) return { status: 'unavailable', reason: 'the message was deleted' };
   if (row.status !== 'pending') return { status: row.status }; // fetched already: never twice
   const instance = await instanceOfMedia(db, ring, row);
@@ -241,7 +234,8 @@ export async function fetchAndStoreMedia(
     await markUnavailable(db, row.workspace_id, row.message_id, 'the instance that received the message no longer exists');
     return { status: 'unavailable' };
   }
-  await clearChunks(db, row.workspace_id, row.message_id);
+  // The chunks an interrupted earlier try wrote are forgotten: a try always writes the file from its start.
+  await db('message_media_chunks').where({ workspace_id: row.workspace_id, message_id: row.message_id }).delete();
   const sink = new MediaChunkWriter(db, row, await mediaStorageRoom(db, row.workspace_id), onChunk);
   try {
     const said = await fetchFile({ row, ...instance }, sink);
@@ -262,30 +256,16 @@ export async function fetchAndStoreMedia(
   }
 }
 
-/** The row the fetch works on, or undefined (the message was deleted). */
-export async function mediaToFetch(db: Db, workspaceId: string, messageId: string): Promise<MediaRow | undefined> {
-  return db('message_media').where({ workspace_id: workspaceId, message_id: messageId }).first();
-}
-
 /** The instance that received the message: its provider and configuration, secrets opened; undefined once deleted. */
 export async function instanceOfMedia(
   db: Db,
   ring: KeyRing,
   row: Pick<MediaRow, 'workspace_id' | 'instance_id'>,
-): Promise<{ provider: 'cloud' | 'web'; config: InstanceConfig } | undefined> {
-  const instance: { provider: 'cloud' | 'web'; config: InstanceConfig } | undefined = await db('instances')
+): Promise<Pick<MediaSource, 'provider' | 'config'> | undefined> {
+  const instance: Pick<MediaSource, 'provider' | 'config'> | undefined = await db('instances')
     .where({ workspace_id: row.workspace_id, id: row.instance_id })
     .first('provider', 'config');
   return instance && { provider: instance.provider, config: openInstanceConfig(ring, instance.config, row.workspace_id) };
-}
-
-/** Forgets the chunks an interrupted earlier try wrote: a try always writes the file from its start. */
-export async function clearChunks(db: Db, workspaceId: string, messageId: string): Promise<void> {
-  await db('message_media_chunks').where({ workspace_id: workspaceId, message_id: messageId }).delete();
-}
-
-export async function writeChunk(db: Db, workspaceId: string, messageId: string, seq: number, data: Buffer): Promise<void> {
-  await db('message_media_chunks').insert({ workspace_id: workspaceId, message_id: messageId, seq, data });
 }
 
 /** Why a file is not kept when the workspace's stored media would pass its plan's `mediaStorageMb`. */
@@ -352,14 +332,8 @@ export async function markStored(
 }
 
 /** `unavailable` with a reason (its chunks, if a try left any, deleted); only a pending row moves. */
-export async function markUnavailable(
-  db: Db,
-  workspaceId: string,
-  messageId: string,
-  reason: string,
-  known: { mimeType?: string } = {},
-): Promise<boolean> {
-  return db.transaction((trx) => markUnavailableIn(trx, workspaceId, messageId, reason, known));
+export async function markUnavailable(db: Db, workspaceId: string, messageId: string, reason: string): Promise<boolean> {
+  return db.transaction((trx) => markUnavailableIn(trx, workspaceId, messageId, reason));
 }
 
 async function markUnavailableIn(
@@ -367,7 +341,7 @@ async function markUnavailableIn(
   workspaceId: string,
   messageId: string,
   reason: string,
-  known: { mimeType?: string },
+  known: { mimeType?: string } = {},
 ): Promise<boolean> {
   const n = await trx('message_media')
     .where({ workspace_id: workspaceId, message_id: messageId, status: 'pending' })

@@ -3,6 +3,7 @@ import type { Db, KeyRing } from '../platform';
 import { ApiError, cut, iso, Page, pageWithTotal, storable } from '../kernel';
 import { type InstanceConfig, type InstanceRow, liveInstanceConfig, openInstanceConfig } from './instances';
 import type { TemplateSyncInput, TemplateSyncResult } from '../../types/templates';
+import { arr, cloudChanges, obj } from './inbound';
 
 /**
  * Message templates of an instance (docs/messaging.md, "Templates"). A template is identified by
@@ -121,9 +122,6 @@ export async function listTemplates(db: Db, workspaceId: string, query: Page & {
 // ---------------------------------------------------------------------------------------------
 // The provider's templates (Graph API `message_templates`) in our shape.
 
-type Json = Record<string, unknown>;
-const obj = (v: unknown): Json | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Json) : undefined);
-const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 const text = (v: unknown, max: number): string | undefined =>
   typeof v === 'string' && v.length > 0 ? cut(storable(v), max) : typeof v === 'number' ? String(v) : undefined;
 
@@ -221,12 +219,6 @@ export function parseProviderTemplate(raw: unknown): { template: ProviderTemplat
   };
 }
 
-export interface TemplateSyncCounts {
-  created: number;
-  updated: number;
-  unchanged: number;
-}
-
 const UPSERT_CHUNK = 200;
 
 /**
@@ -240,7 +232,7 @@ export async function upsertProviderTemplates(
   instance: { id: string; workspace_id: string },
   templates: ProviderTemplate[],
   complete: boolean,
-): Promise<TemplateSyncCounts> {
+): Promise<{ created: number; updated: number; unchanged: number }> {
   // The provider lists each (name, language) once; a repeated one keeps the last.
   const unique = [...new Map(templates.map((t) => [`${t.name}\u0000${t.language}`, t])).values()];
   return db.transaction(async (trx) => {
@@ -307,23 +299,12 @@ export type TemplateLister = (settings: InstanceConfig) => Promise<TemplateListi
 export async function syncTemplates(db: Db, ring: KeyRing, input: TemplateSyncInput, list: TemplateLister): Promise<TemplateSyncResult> {
   const instance = await liveInstanceConfig(db, input.workspaceId, input.instanceId);
   if (!instance) return { refused: { code: 'INSTANCE_NOT_FOUND', message: 'Instance not found in this workspace' } };
-  if (instance.provider !== 'cloud') {
-    return {
-      refused: {
-        code: 'TEMPLATE_UNSUPPORTED',
-        message: 'A web gateway instance has no template API: templates are a WhatsApp Cloud API feature',
-      },
-    };
-  }
+  const unsupported = (message: string): TemplateSyncResult => ({ refused: { code: 'TEMPLATE_UNSUPPORTED', message } });
+  if (instance.provider !== 'cloud')
+    return unsupported('A web gateway instance has no template API: templates are a WhatsApp Cloud API feature');
   const settings = openInstanceConfig(ring, instance.config, input.workspaceId);
-  if (!settings.wabaId) {
-    return {
-      refused: {
-        code: 'TEMPLATE_UNSUPPORTED',
-        message: 'The instance has no wabaId configured: its WhatsApp Business account id is needed to read its templates',
-      },
-    };
-  }
+  if (!settings.wabaId)
+    return unsupported('The instance has no wabaId configured: its WhatsApp Business account id is needed to read its templates');
   const listing = await list(settings);
   if (listing.outcome === 'refused') return { refused: { code: 'SEND_FAILED', message: listing.error } };
   const kept: ProviderTemplate[] = [];
@@ -357,21 +338,15 @@ export const MAX_TEMPLATE_UPDATES_PER_DELIVERY = 100;
  */
 export function parseTemplateStatusUpdates(payload: unknown): TemplateStatusUpdate[] {
   const updates: TemplateStatusUpdate[] = [];
-  const root = obj(payload);
-  if (!root || root.object !== 'whatsapp_business_account') return updates;
-  for (const entry of arr(root.entry)) {
-    for (const change of arr(obj(entry)?.changes)) {
-      const c = obj(change);
-      const value = obj(c?.value);
-      if (!c || !value || c.field !== 'message_template_status_update') continue;
-      const status = templateStatusOf(value.event);
-      const providerId = text(value.message_template_id, 64);
-      const name = text(value.message_template_name, 512);
-      const language = text(value.message_template_language, 15);
-      if (!status || (!providerId && !(name && language))) continue;
-      if (updates.length >= MAX_TEMPLATE_UPDATES_PER_DELIVERY) return updates;
-      updates.push({ status, ...(providerId ? { providerId } : {}), ...(name && language ? { name, language } : {}) });
-    }
+  for (const { change, value } of cloudChanges(payload) ?? []) {
+    if (!value || change?.field !== 'message_template_status_update') continue;
+    const status = templateStatusOf(value.event);
+    const providerId = text(value.message_template_id, 64);
+    const name = text(value.message_template_name, 512);
+    const language = text(value.message_template_language, 15);
+    if (!status || (!providerId && !(name && language))) continue;
+    if (updates.length >= MAX_TEMPLATE_UPDATES_PER_DELIVERY) return updates;
+    updates.push({ status, ...(providerId ? { providerId } : {}), ...(name && language ? { name, language } : {}) });
   }
   return updates;
 }
