@@ -33,11 +33,6 @@ export const SUBSCRIBABLE_EVENTS = [ALL_EVENTS, ...WEBHOOK_EVENTS] as const;
 
 export type DeliveryStatus = 'pending' | 'succeeded' | 'failed';
 
-/** `whsec_` + 256 random bits. */
-export function generateWebhookSecret(): string {
-  return `whsec_${randomBytes(32).toString('base64url')}`;
-}
-
 /**
  * The request body of an event, the same bytes on every attempt: `event`, `workspace_id` and
  * `timestamp` first, then the event's fields (PostgreSQL jsonb keeps them in a stable order).
@@ -154,11 +149,6 @@ function normaliseEvents(events: string[]): string[] {
   return WEBHOOK_EVENTS.filter((e) => events.includes(e));
 }
 
-/** The anti-SSRF check of a subscriber URL, with DNS (private addresses only under ALLOW_PRIVATE_URLS). */
-async function checkSubscriberUrl(url: string, policy: UrlPolicy): Promise<void> {
-  await assertPublicUrl(url, policy, { field: 'url' });
-}
-
 const webhookNotFound = () => notFound('Webhook');
 
 /** A signing secret is sealed bound to its subscription's workspace (domain/platform/encryption.ts SealBinding). */
@@ -172,9 +162,10 @@ export async function createSubscription(
   input: { url: string; events: string[]; active?: boolean },
   policy: UrlPolicy,
 ) {
-  await checkSubscriberUrl(input.url, policy);
+  // The anti-SSRF check of a subscriber URL, with DNS (private addresses only under ALLOW_PRIVATE_URLS).
+  await assertPublicUrl(input.url, policy, { field: 'url' });
   const events = normaliseEvents(input.events);
-  const secret = generateWebhookSecret();
+  const secret = `whsec_${randomBytes(32).toString('base64url')}`; // 256 random bits
   const row: SubscriptionRow = await db.transaction(async (trx) => {
     // The plan's quota is always set (default 10): the workspace row lock makes concurrent creations count one by one against it.
     const plan = await workspacePlan(trx, workspaceId, ['webhook_quota'], { lock: true });
@@ -224,7 +215,7 @@ export async function updateSubscription(
   policy: UrlPolicy,
 ) {
   if (!isUuid(id)) throw webhookNotFound();
-  if (patch.url !== undefined) await checkSubscriberUrl(patch.url, policy);
+  if (patch.url !== undefined) await assertPublicUrl(patch.url, policy, { field: 'url' });
   const changes: Record<string, unknown> = { updated_at: db.fn.now() };
   if (patch.url !== undefined) changes.url = patch.url;
   if (patch.events !== undefined) changes.events = normaliseEvents(patch.events);
@@ -353,31 +344,6 @@ export async function restoreDelivery(
     .update({ status: before.status, delivered_at: before.delivered_at, next_attempt_at: before.next_attempt_at });
 }
 
-/** A delivery as its attempt reads it, with its subscription's current URL, sealed secret and state (a PATCH between retries takes effect). */
-export interface DeliveryToAttempt {
-  id: string;
-  event_id: string;
-  event: string;
-  payload: Record<string, unknown>;
-  status: DeliveryStatus;
-  subscription_id: string;
-  url: string;
-  secret: string;
-  active: boolean;
-}
-
-/** One query: the delivery and its subscription (none when either was deleted). */
-export async function getDeliveryToAttempt(db: Db, workspaceId: string, deliveryId: string): Promise<DeliveryToAttempt | undefined> {
-  const { rows } = await db.raw(
-    `SELECT d.id, d.event_id, d.event, d.payload, d.status, s.id AS subscription_id, s.url, s.secret, s.active
-       FROM webhook_deliveries d
-       JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
-      WHERE d.workspace_id = ? AND d.id = ?`,
-    [workspaceId, deliveryId],
-  );
-  return rows[0];
-}
-
 /** A delivery as an inbound call that says it carries it is checked against it: the event's chain position and the subscription's sealed secret. */
 export interface DeliveryToVerify {
   workspace_id: string;
@@ -406,60 +372,24 @@ export async function deliveryToVerify(db: Db, deliveryId: string): Promise<Deli
   return rows[0];
 }
 
-/**
- * Records an attempt on a still-pending delivery. `posted`: the request was made (an attempt of a
- * disabled subscription's delivery is not counted and keeps its last attempt time). `gone`: the
- * receiver answered 410, so the subscription is disabled with the attempt, atomically; otherwise
- * one statement, no transaction round trips.
- */
-export async function recordDeliveryAttempt(
-  db: Db,
-  workspaceId: string,
-  delivery: { id: string; subscriptionId: string },
-  attempt: {
-    posted: boolean;
-    gone: boolean;
-    status: DeliveryStatus;
-    statusCode: number | null;
-    error: string | null;
-    nextAttemptInMs: number | null;
-    delivered: boolean;
-  },
-): Promise<void> {
-  const record = async (trx: Db) => {
-    await trx('webhook_deliveries')
-      .where({ workspace_id: workspaceId, id: delivery.id, status: 'pending' })
-      .update({
-        attempts: attempt.posted ? trx.raw('attempts + 1') : trx.raw('attempts'),
-        status: attempt.status,
-        last_status_code: attempt.statusCode,
-        last_error: attempt.error ? attempt.error.slice(0, 1000) : null,
-        last_attempt_at: attempt.posted ? trx.fn.now() : trx.raw('last_attempt_at'),
-        next_attempt_at:
-          attempt.status === 'pending' && attempt.nextAttemptInMs !== null
-            ? trx.raw(`now() + make_interval(secs => ?)`, [attempt.nextAttemptInMs / 1000])
-            : null,
-        delivered_at: attempt.delivered ? trx.fn.now() : null,
-      });
-  };
-  if (!attempt.gone) return record(db);
-  await db.transaction(async (trx) => {
-    await trx('webhook_subscriptions')
-      .where({ workspace_id: workspaceId, id: delivery.subscriptionId, active: true })
-      .update({
-        active: false,
-        disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`,
-        updated_at: trx.fn.now(),
-      });
-    await record(trx);
-  });
-}
-
 /** A delivery whose last attempt could not even run (database down through its retries) is failed, with the reason. */
 export async function recordDeliveryFailed(db: Db, workspaceId: string, deliveryId: string, error: string): Promise<void> {
   await db('webhook_deliveries')
     .where({ workspace_id: workspaceId, id: deliveryId, status: 'pending' })
     .update({ status: 'failed', last_error: error.slice(0, 1000), next_attempt_at: null });
+}
+
+/** A delivery as its attempt reads it, with its subscription's current URL, sealed secret and state (a PATCH between retries takes effect). */
+interface DeliveryToAttempt {
+  id: string;
+  event_id: string;
+  event: string;
+  payload: Record<string, unknown>;
+  status: DeliveryStatus;
+  subscription_id: string;
+  url: string;
+  secret: string;
+  active: boolean;
 }
 
 /**
@@ -476,7 +406,16 @@ export async function attemptDelivery(
   options: { ring: KeyRing; allowPrivateUrls: boolean },
   input: AttemptInput,
 ): Promise<AttemptResult> {
-  const delivery = await getDeliveryToAttempt(db, input.workspaceId, input.deliveryId);
+  const { workspaceId, deliveryId } = input;
+  // One query: the delivery and its subscription (none when either was deleted).
+  const { rows } = await db.raw<{ rows: DeliveryToAttempt[] }>(
+    `SELECT d.id, d.event_id, d.event, d.payload, d.status, s.id AS subscription_id, s.url, s.secret, s.active
+       FROM webhook_deliveries d
+       JOIN webhook_subscriptions s ON s.workspace_id = d.workspace_id AND s.id = d.subscription_id
+      WHERE d.workspace_id = ? AND d.id = ?`,
+    [workspaceId, deliveryId],
+  );
+  const delivery = rows[0];
   if (!delivery) return { status: 'stopped', statusCode: null, error: 'The delivery or its subscription was deleted' };
   // Already settled (a repeat of an attempt that was recorded): never post twice for it.
   if (delivery.status !== 'pending') return { status: delivery.status, statusCode: null, error: null };
@@ -484,7 +423,7 @@ export async function attemptDelivery(
   const outcome = delivery.active
     ? await postWebhook({
         url: delivery.url,
-        secret: openText(options.ring, delivery.secret, webhookSecretBinding(input.workspaceId)),
+        secret: openText(options.ring, delivery.secret, webhookSecretBinding(workspaceId)),
         event: delivery.event,
         deliveryId: delivery.id,
         eventId: delivery.event_id,
@@ -494,21 +433,40 @@ export async function attemptDelivery(
     : { ok: false, statusCode: null, error: 'The subscription is disabled, so the delivery stopped', gone: true, durationMs: 0 };
 
   const status: AttemptResult['status'] = outcome.ok ? 'succeeded' : input.final || outcome.gone ? 'failed' : 'pending';
-  const error = outcome.gone && delivery.active ? `${outcome.error}; the subscription is disabled` : outcome.error;
-  await recordDeliveryAttempt(
-    db,
-    input.workspaceId,
-    { id: input.deliveryId, subscriptionId: delivery.subscription_id },
-    {
-      posted: delivery.active,
-      gone: outcome.gone && delivery.active,
-      status,
-      statusCode: outcome.statusCode,
-      error,
-      nextAttemptInMs: input.nextAttemptInMs,
-      delivered: outcome.ok,
-    },
-  );
+  // Posted: the request was made (an attempt of a disabled subscription's delivery is not counted
+  // and keeps its last attempt time).
+  const posted = delivery.active;
+  const gone = outcome.gone && posted;
+  const error = gone ? `${outcome.error}; the subscription is disabled` : outcome.error;
+  const record = (trx: Db) =>
+    trx('webhook_deliveries')
+      .where({ workspace_id: workspaceId, id: deliveryId, status: 'pending' })
+      .update({
+        attempts: posted ? trx.raw('attempts + 1') : trx.raw('attempts'),
+        status,
+        last_status_code: outcome.statusCode,
+        last_error: error ? error.slice(0, 1000) : null,
+        last_attempt_at: posted ? trx.fn.now() : trx.raw('last_attempt_at'),
+        next_attempt_at:
+          status === 'pending' && input.nextAttemptInMs !== null
+            ? trx.raw(`now() + make_interval(secs => ?)`, [input.nextAttemptInMs / 1000])
+            : null,
+        delivered_at: outcome.ok ? trx.fn.now() : null,
+      });
+  // The receiver answered 410: the subscription is disabled with the attempt, atomically;
+  // otherwise one statement, no transaction round trips.
+  if (!gone) await record(db);
+  else
+    await db.transaction(async (trx) => {
+      await trx('webhook_subscriptions')
+        .where({ workspace_id: workspaceId, id: delivery.subscription_id, active: true })
+        .update({
+          active: false,
+          disabled_reason: `The receiver answered 410 Gone at ${new Date().toISOString()}`,
+          updated_at: trx.fn.now(),
+        });
+      await record(trx);
+    });
   return { status, statusCode: outcome.statusCode, error };
 }
 
