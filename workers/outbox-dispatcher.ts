@@ -92,6 +92,7 @@ const ORPHAN_AFTER_SECONDS = 60;
 
 /** An outage holds back every row alike; only other failures single a row out. */
 const isOutage = (err: unknown): boolean => isDatabaseUnavailable(err) || isTemporalUnreachable(err);
+const errorText = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
 export function createOutboxDispatcher(options: DispatcherOptions) {
   const { db, logger } = options;
@@ -107,11 +108,6 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   let lastServed = '00000000-0000-0000-0000-000000000000';
   /** Set by a lane that met an outage (PostgreSQL or Temporal away): the loop backs off. */
   let outage: unknown;
-
-  /** Rows for up to `workspaces` more workspaces, none of those in a lane now (domain/webhooks/outbox.ts claimPendingFairly). */
-  function claim(busy: string[], workspaces: number): Promise<Map<string, OutboxRow[]>> {
-    return claimPendingFairly(db, { busy, after: lastServed, workspaces, rowsPerWorkspace, leaseSeconds });
-  }
 
   /** The delivery's workflow (REJECT_DUPLICATE: one that exists already is left alone). */
   async function startWorkflow(
@@ -180,7 +176,6 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     firstAttemptsByWorkspace.set(d.workspace_id, (firstAttemptsByWorkspace.get(d.workspace_id) ?? 0) + 1);
     attempting.add(d.id);
     const firstWaitMs = retryWaitMs(1, options.retryScale, Math.random());
-    const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
     const attempt: Promise<unknown> = options.attempt!({
       workspaceId: d.workspace_id,
       deliveryId: d.id,
@@ -193,14 +188,14 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
           // Recorded as attempt 1; if the workflow cannot start now, the sweep starts it from there.
           await startWorkflow(d, { attemptsDone: 1, firstWaitMs }).catch((err) =>
             logger.warn(
-              { deliveryId: d.id, err: message(err) },
+              { deliveryId: d.id, err: errorText(err) },
               'retries of a webhook delivery not started yet; the sweep will start them',
             ),
           );
         },
         async (err) => {
           // The attempt could not run or be recorded: the workflow makes it (again, with the same delivery id).
-          logger.warn({ deliveryId: d.id, err: message(err) }, 'first webhook attempt failed to run; handing it to a workflow');
+          logger.warn({ deliveryId: d.id, err: errorText(err) }, 'first webhook attempt failed to run; handing it to a workflow');
           await startWorkflow(d).catch(() => undefined); // if this fails too, the sweep starts it
         },
       )
@@ -216,17 +211,15 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
     firstAttempts.add(attempt);
   }
 
-  /** Subscriptions with a delivery being retried: their new deliveries go straight to workflows. */
-  async function retryingSubscriptions(workspaceId: string, deliveries: NewDelivery[]): Promise<Set<string>> {
-    if (!options.attempt || deliveries.length === 0) return new Set();
-    return subscriptionsBeingRetried(db, workspaceId, [...new Set(deliveries.map((d) => d.subscription_id))]);
-  }
-
   async function startDeliveries(workspaceId: string, deliveries: NewDelivery[]): Promise<void> {
     // A delivery that has already run (an earlier pass crashed before marking its rows), or whose
     // first attempt is under way, is left alone.
     const fresh = deliveries.filter((d) => d.status === 'pending' && d.attempts === 0 && !attempting.has(d.id));
-    const retrying = await retryingSubscriptions(workspaceId, fresh);
+    // Subscriptions with a delivery being retried: their new deliveries go straight to workflows.
+    const retrying =
+      options.attempt && fresh.length > 0
+        ? await subscriptionsBeingRetried(db, workspaceId, [...new Set(fresh.map((d) => d.subscription_id))])
+        : new Set<string>();
     const toWorkflows: NewDelivery[] = [];
     const forFirstAttempts: NewDelivery[] = [];
     for (const d of fresh) {
@@ -320,7 +313,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   }
 
   async function setAside(row: OutboxRow, err: unknown): Promise<void> {
-    const message = err instanceof Error ? err.message : String(err);
+    const message = errorText(err);
     const failures = await setAsideRow(db, row.id, message);
     logger.error(
       { outboxEventId: row.id, workspaceId: row.workspace_id, event: row.name, failures, err: message },
@@ -358,7 +351,9 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
   async function claimLanes(): Promise<number> {
     const free = LANES - lanes.size;
     if (free <= 0) return 0;
-    const claimed = await claim([...lanes.keys()], free);
+    // Rows for up to `free` more workspaces, none of those in a lane now.
+    const busy = [...lanes.keys()];
+    const claimed = await claimPendingFairly(db, { busy, after: lastServed, workspaces: free, rowsPerWorkspace, leaseSeconds });
     for (const [workspaceId, rows] of claimed) startLane(workspaceId, rows);
     // The turn ends at the last workspace in claim's order: those after lastServed, then the wrapped ones.
     const ids = [...claimed.keys()].sort();
@@ -390,10 +385,7 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
         failures += 1;
         const backoff = Math.min(pollMs * 2 ** failures, 5000);
         if (failures === 1 || failures % 20 === 0) {
-          logger.warn(
-            { err: err instanceof Error ? err.message : String(err), failures, retryInMs: backoff },
-            'outbox dispatch failed; retrying',
-          );
+          logger.warn({ err: errorText(err), failures, retryInMs: backoff }, 'outbox dispatch failed; retrying');
         }
         await pause(backoff);
       }
