@@ -189,17 +189,13 @@ export async function applyRunAction(db: Db, input: RunActionInput): Promise<Act
     }
     return answer(await applyActionOnce(db, workspaceId, input.runId, index, !carried, (trx) => perform(trx, action, run)));
   } catch (err) {
-    if (err instanceof ApiError) throw await actionFailure(db, input, `Action ${index + 1} (${type})`, err);
+    const what = `Action ${index + 1} (${type})`;
+    if (err instanceof ApiError) throw await actionFailure(db, input, what, err);
     // Bad data or a broken constraint: the same values would fail again.
     const code = (err as { code?: unknown })?.code;
     if (typeof code === 'string' && /^(22|23)/.test(code) && code !== '23505') {
       // The SQLSTATE only: the database's message can quote the value (a contact's data).
-      throw await actionFailure(
-        db,
-        input,
-        `Action ${index + 1} (${type})`,
-        new ApiError('VALIDATION', `The database refused the values (SQLSTATE ${code})`),
-      );
+      throw await actionFailure(db, input, what, new ApiError('VALIDATION', `The database refused the values (SQLSTATE ${code})`));
     }
     throw err;
   }
@@ -215,15 +211,7 @@ export async function endRun(db: Db, input: { workspaceId: string; runId: string
 async function perform(
   db: Db,
   action: Action,
-  input: {
-    workspaceId: string;
-    runId: string;
-    index: number;
-    depth: number;
-    chain?: string;
-    automationName: string;
-    context: RunContext;
-  },
+  input: Pick<RunActionInput, 'workspaceId' | 'runId' | 'index' | 'depth' | 'chain'> & { automationName: string; context: RunContext },
 ): Promise<ActionResult & { context: RunContext }> {
   const { workspaceId, context } = input;
   const options = { origin: 'automation' as const, cause: { depth: input.depth + 1, chain: input.chain ?? null } };

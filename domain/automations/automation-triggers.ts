@@ -1,5 +1,5 @@
 import type { Db } from '../platform';
-import { CHAIN_RUN_BUDGET, CONTACT_FIELDS, MAX_CHAIN_DEPTH, takeRunBudget, TriggerConfig } from './automations';
+import { CHAIN_RUN_BUDGET, CONTACT_FIELDS, loopRefusal, takeRunBudget, TriggerConfig } from './automations';
 import type { OutboxRow } from '../webhooks';
 import { suspension, workspacePlans } from '../access';
 
@@ -72,8 +72,8 @@ interface Decision {
 /** Which of an event's matching automations may run, and why the others may not. */
 async function decide(db: Db, row: OutboxRow, matching: Candidate[], chain: string, plan: WorkspacePlan | undefined): Promise<Decision[]> {
   const refuseAll = (reason: string): Decision[] => matching.map((automation) => ({ automation, refused: reason }));
-  if (row.depth >= MAX_CHAIN_DEPTH)
-    return refuseAll(`Loop protection: this event comes from a chain of automations ${row.depth} deep; the limit is ${MAX_CHAIN_DEPTH}`);
+  const tooDeep = loopRefusal(row.depth, 0);
+  if (tooDeep) return refuseAll(tooDeep);
   const suspended = plan && suspension(plan, 'automationRun');
   if (suspended) return refuseAll(suspended.message);
 
@@ -102,15 +102,11 @@ async function decide(db: Db, row: OutboxRow, matching: Candidate[], chain: stri
     else eligible.push(automation);
   }
   const inBudget = eligible.slice(0, Math.max(0, CHAIN_RUN_BUDGET - used));
-  for (const automation of eligible.slice(inBudget.length)) {
-    decisions.push({
-      automation,
-      refused: `Loop protection: the event that began this chain of automations has caused ${used + inBudget.length} runs; the limit is ${CHAIN_RUN_BUDGET}`,
-    });
-  }
+  // Past the budget: the chain has then caused used + inBudget.length >= CHAIN_RUN_BUDGET runs.
+  for (const automation of eligible.slice(inBudget.length)) decisions.push({ automation, refused: loopRefusal(0, used + inBudget.length) });
   const limit = plan?.automation_runs_per_minute ?? null;
   const allowed =
-    limit === null || inBudget.length === 0 ? inBudget.length : await takeRunBudget(db, row.workspace_id, limit, inBudget.length);
+    limit === null || inBudget.length === 0 ? inBudget.length : (await takeRunBudget(db, row.workspace_id, limit, inBudget.length)).allowed;
   for (const [i, automation] of inBudget.entries()) {
     decisions.push({
       automation,

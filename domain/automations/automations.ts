@@ -585,13 +585,16 @@ export async function removeToken(db: Db, workspaceId: string, id: string, view:
  * Runs
  * ---------------------------------------------------------------------------------------------- */
 
-/** Takes up to `wanted` runs from the workspace's runs-per-minute budget (bucket `runs:<workspaceId>`, the current minute); returns how many of them may start, 0..wanted. The refused ones are counted too. */
-export async function takeRunBudget(db: Db, workspaceId: string, limit: number, wanted: number): Promise<number> {
-  return (await takeRuns(db, workspaceId, limit, wanted)).allowed;
-}
-
-/** takeRunBudget, with the seconds until the budget's minute ends (a refusal's Retry-After). */
-async function takeRuns(db: Db, workspaceId: string, limit: number, wanted: number): Promise<{ allowed: number; resetSeconds: number }> {
+/**
+ * Takes up to `wanted` runs from the workspace's runs-per-minute budget (bucket `runs:<workspaceId>`, the current minute): how
+ * many of them may start, 0..wanted (the refused ones are counted too), and the seconds until the minute ends (a refusal's Retry-After).
+ */
+export async function takeRunBudget(
+  db: Db,
+  workspaceId: string,
+  limit: number,
+  wanted: number,
+): Promise<{ allowed: number; resetSeconds: number }> {
   if (wanted <= 0) return { allowed: 0, resetSeconds: 60 };
   const [state] = await consume(db, [{ name: `runs:${workspaceId}`, limit, code: 'RATE_LIMITED', n: wanted }]);
   // What the minute had before these: the ones that still fit under the limit may start.
@@ -606,7 +609,7 @@ async function takeRuns(db: Db, workspaceId: string, limit: number, wanted: numb
  * where a 202 for a run that never ran would lose it.
  */
 export async function takeInboundRun(db: Db, workspaceId: string, limit: number): Promise<void> {
-  const { allowed, resetSeconds } = await takeRuns(db, workspaceId, limit, 1);
+  const { allowed, resetSeconds } = await takeRunBudget(db, workspaceId, limit, 1);
   if (allowed === 1) return;
   throw new ApiError('RATE_LIMITED', 'Too many automation runs', {
     hint: `The workspace's plan allows ${limit} automation runs a minute (triggered and inbound together); retry after ${resetSeconds} s.`,
