@@ -25,7 +25,6 @@ export interface Config {
   publicBaseUrl: string;
   allowPrivateUrls: boolean;
   webhookRetryScale: number;
-  /** Trust X-Forwarded-For for the client IP (set only behind a proxy you control). */
   /**
    * How many proxies you control stand in front of the API (TRUST_PROXY; `true` is 1): the client
    * IP is the address the outermost of them saw, the N-th entry from the right of
@@ -99,13 +98,14 @@ function number(name: string, value: string | undefined, fallback: number): numb
   return parsed;
 }
 
-function positive(name: string, value: number): number {
-  if (!(value > 0)) throw new Error(`${name} must be a positive number, got ${value}`);
-  return value;
+function positive(name: string, value: string | undefined, fallback: number): number {
+  const parsed = number(name, value, fallback);
+  if (!(parsed > 0)) throw new Error(`${name} must be a positive number, got ${parsed}`);
+  return parsed;
 }
 
 function count(name: string, value: string | undefined, fallback: number): number {
-  const parsed = positive(name, number(name, value, fallback));
+  const parsed = positive(name, value, fallback);
   if (!Number.isInteger(parsed)) throw new Error(`${name} must be a whole number, got ${parsed}`);
   return parsed;
 }
@@ -154,24 +154,21 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     temporalUiOrigin: origin('TEMPORAL_UI_ORIGIN', env.TEMPORAL_UI_ORIGIN, DEFAULT_TEMPORAL_UI_ORIGIN),
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),
     allowPrivateUrls: bool(env.ALLOW_PRIVATE_URLS, false),
-    webhookRetryScale: positive('WEBHOOK_RETRY_SCALE', number('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1)),
+    webhookRetryScale: positive('WEBHOOK_RETRY_SCALE', env.WEBHOOK_RETRY_SCALE, 1),
     trustProxy: proxyHops(env.TRUST_PROXY),
     logLevel: env.LOG_LEVEL ?? 'info',
-    automationWaitScale: positive('AUTOMATION_WAIT_SCALE', number('AUTOMATION_WAIT_SCALE', env.AUTOMATION_WAIT_SCALE, 1)),
-    inboundTokenLimit: positive('INBOUND_TOKEN_RATE_LIMIT', number('INBOUND_TOKEN_RATE_LIMIT', env.INBOUND_TOKEN_RATE_LIMIT, 300)),
-    rateLimitScale: positive('RATE_LIMIT_SCALE', number('RATE_LIMIT_SCALE', env.RATE_LIMIT_SCALE, 1)),
+    automationWaitScale: positive('AUTOMATION_WAIT_SCALE', env.AUTOMATION_WAIT_SCALE, 1),
+    inboundTokenLimit: positive('INBOUND_TOKEN_RATE_LIMIT', env.INBOUND_TOKEN_RATE_LIMIT, 300),
+    rateLimitScale: positive('RATE_LIMIT_SCALE', env.RATE_LIMIT_SCALE, 1),
     outboxDispatcher: bool(env.OUTBOX_DISPATCHER, true),
-    outboxPollMs: positive('OUTBOX_POLL_MS', number('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100)),
-    deliverySweepMs: positive('DELIVERY_SWEEP_MS', number('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000)),
-    sendReconcileWindowMs: positive(
-      'SEND_RECONCILE_WINDOW_MS',
-      number('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS),
-    ),
+    outboxPollMs: positive('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100),
+    deliverySweepMs: positive('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000),
+    sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS),
     broadcastBatchSize: count('BROADCAST_BATCH_SIZE', env.BROADCAST_BATCH_SIZE, 500),
     dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
     encryptionKeys: env.ENCRYPTION_KEYS ? parseKeyRing(env.ENCRYPTION_KEYS) : null,
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),
-    dbRandomPageCost: positive('DB_RANDOM_PAGE_COST', number('DB_RANDOM_PAGE_COST', env.DB_RANDOM_PAGE_COST, 1.1)),
+    dbRandomPageCost: positive('DB_RANDOM_PAGE_COST', env.DB_RANDOM_PAGE_COST, 1.1),
     retentionDays: count('RETENTION_DAYS', env.RETENTION_DAYS, 30),
     worker: {
       maxActivities: count('WORKER_MAX_ACTIVITIES', env.WORKER_MAX_ACTIVITIES, 200),

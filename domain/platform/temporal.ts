@@ -68,10 +68,6 @@ export function workspacePriority(workspaceId: string): { fairnessKey: string } 
   return { fairnessKey: workspaceId };
 }
 
-/**
- * A lazily connected, shared Temporal client. A failed connection is forgotten so the next call
- * retries: the API keeps serving reads while Temporal is down and recovers by itself.
- */
 /** Every payload through the encryption codec (domain/platform/payload-codec.ts): the worker and every client alike. */
 export function dataConverterFor(config: Pick<Config, 'encryptionKeys'>): DataConverter {
   if (!config.encryptionKeys) throw new Error(ENCRYPTION_KEYS_MISSING);
@@ -81,6 +77,10 @@ export function dataConverterFor(config: Pick<Config, 'encryptionKeys'>): DataCo
 export const ENCRYPTION_KEYS_MISSING =
   'ENCRYPTION_KEYS is not set: it encrypts Temporal payloads and secrets at rest. `npm start` and the tests generate one; elsewhere set it to "k1:" followed by base64 of 32 random bytes (for example `openssl rand -base64 32`).';
 
+/**
+ * A lazily connected, shared Temporal client. A failed connection is forgotten so the next call
+ * retries: the API keeps serving reads while Temporal is down and recovers by itself.
+ */
 export function temporalClientFactory(config: Pick<Config, 'temporalAddress' | 'temporalNamespace' | 'encryptionKeys'>): {
   get: () => Promise<Client>;
   close: () => Promise<void>;
