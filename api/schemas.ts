@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { extendZodWithOpenApi } from '@asteasolutions/zod-to-openapi';
+import { listEnvelope, type Page } from '../domain/kernel';
 
 extendZodWithOpenApi(z);
 
@@ -9,6 +10,11 @@ export const Pagination = z
   .openapi('Pagination');
 
 export const listOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item), pagination: Pagination });
+/** The answer `listOf` documents, from a domain list's offset page (`{ rows, total }`). */
+export async function pageOf<T>(list: Promise<{ rows: T[]; total: number }>, page: Page) {
+  const { rows, total } = await list;
+  return listEnvelope(rows, total, page);
+}
 /**
  * The page of a cursor-paged read (the events feed, incremental sync): no total and no offset,
  * whose cost would grow with depth. `nextCursor` is always given: the position after this page,

@@ -111,6 +111,14 @@ function hasBody(ctx: Context): boolean {
   return Number(ctx.get('content-length') || 0) > 0 || ctx.get('transfer-encoding') !== '';
 }
 
+/**
+ * The exact text received, or '' when no body was: a signature covers these bytes, not a
+ * re-serialisation of the JSON (koa-body keeps them with `includeUnparsed`, readAsJson too).
+ */
+export function rawBody(ctx: Context): string {
+  return (ctx.request as { rawBody?: string }).rawBody ?? '';
+}
+
 /** The parsed JSON body, or undefined when none was sent. */
 export function requestBody(ctx: Context): unknown {
   const body = (ctx.request as { body?: unknown }).body;

@@ -11,7 +11,7 @@ import {
 } from '../../domain/platform';
 import { ApiError, emailAddress, trimmedText } from '../../domain/kernel';
 import { AnyObject, AnyRoute, route, RouteDef } from '../route';
-import { single } from '../schemas';
+import { IdParams, single } from '../schemas';
 import {
   addMember,
   ALL_SCOPES,
@@ -59,7 +59,6 @@ function workspaceRoute<P extends z.ZodObject<{ id: z.ZodUUID }>, B extends z.Zo
     },
   });
 }
-const ws = z.object({ id: z.uuid() });
 
 /** The plan's fields as the workspace routes describe them. */
 const PLAN_DOC =
@@ -171,7 +170,7 @@ export const adminRoutes: AnyRoute[] = [
     path: '/admin/v1/workspaces/{id}',
     operationId: 'getWorkspace',
     summary: 'Get a workspace and its plan',
-    params: ws,
+    params: IdParams,
     handler: async (ctx, { params }) => ({ data: await getWorkspace(ctx.deps.db, params.id) }),
   }),
   adminRoute({
@@ -180,7 +179,7 @@ export const adminRoutes: AnyRoute[] = [
     operationId: 'updateWorkspace',
     summary: 'Change the name or plan of a workspace',
     description: `Plan fields not given keep their values. ${PLAN_DOC}`,
-    params: ws,
+    params: IdParams,
     body: z.object({ name: trimmedText(200).optional(), plan: planSchema.optional() }),
     handler: async (ctx, { params, body }) => {
       const data = await updateWorkspace(ctx.deps.db, params.id, body);
@@ -195,7 +194,7 @@ export const adminRoutes: AnyRoute[] = [
     noStore: true,
     summary: 'Create an API key (the key is shown only in this response)',
     status: 201,
-    params: ws,
+    params: IdParams,
     body: z.object({
       name: trimmedText(200),
       scopes: z.array(z.enum(ALL_SCOPES)).max(ALL_SCOPES.length),
@@ -240,7 +239,7 @@ export const adminRoutes: AnyRoute[] = [
     operationId: 'createMember',
     summary: 'Add a member to the workspace',
     status: 201,
-    params: ws,
+    params: IdParams,
     errors: ['CONFLICT'],
     body: z.object({ name: trimmedText(200), email: emailAddress() }),
     handler: async (ctx, { params, body }) => ({ data: await addMember(ctx.deps.db, params.id, body) }),
@@ -251,7 +250,7 @@ export const adminRoutes: AnyRoute[] = [
     operationId: 'createPipeline',
     summary: 'Create a pipeline with its stages (funnel order) and custom fields',
     status: 201,
-    params: ws,
+    params: IdParams,
     errors: ['CONFLICT'],
     body: z.object({
       name: trimmedText(200),
@@ -278,7 +277,7 @@ export const adminRoutes: AnyRoute[] = [
       "(400 `VALIDATION`). A key names one field wherever it applies: a key already used by a global field or by any pipeline's own field " +
       'is 409 `CONFLICT` (and a new pipeline whose fields reuse a global key is 409 `CONFLICT` too).',
     status: 201,
-    params: ws,
+    params: IdParams,
     errors: ['CONFLICT'],
     body: customFieldSchema,
     handler: async (ctx, { params, body }) => ({ data: await createGlobalCustomField(ctx.deps.db, params.id, body) }),
@@ -289,7 +288,7 @@ export const adminRoutes: AnyRoute[] = [
     operationId: 'createInstance',
     summary: 'Create a connection (instance)',
     status: 201,
-    params: ws,
+    params: IdParams,
     body: z.object({
       name: trimmedText(200),
       channel: z.enum(['whatsapp', 'instagram']),
@@ -324,7 +323,7 @@ export const adminRoutes: AnyRoute[] = [
     operationId: 'createTemplate',
     summary: 'Register a message template of an instance (status approved is sendable)',
     status: 201,
-    params: ws,
+    params: IdParams,
     errors: ['INSTANCE_NOT_FOUND', 'CONFLICT'],
     body: z.object({
       instanceId: z.uuid(),
@@ -341,7 +340,7 @@ export const adminRoutes: AnyRoute[] = [
     operationId: 'recordBroadcast',
     summary: 'Record a broadcast using tags, without sending (a scheduled, in-progress or paused one blocks deleting those tags)',
     status: 201,
-    params: ws,
+    params: IdParams,
     body: z.object({
       tagIds: z.array(z.uuid()).max(100).default([]),
       status: z.enum(BROADCAST_STATUSES),
@@ -384,7 +383,7 @@ adminRoutes.push(
     operationId: 'createPanelContact',
     summary: 'A human creates a contact in the panel (emits contact.created)',
     status: 201,
-    params: ws,
+    params: IdParams,
     errors: ['INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
     body: panelContact.meta({ required: ['phone'] }),
     handler: async (ctx, { params, body }) => {

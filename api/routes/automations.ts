@@ -23,10 +23,10 @@ import {
   WEBHOOK_IN_MAX_BYTES,
 } from '../../domain/automations';
 import { ApiError, atLeastOne, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
-import { requestBody } from '../middleware/body';
+import { rawBody, requestBody } from '../middleware/body';
 import { enforce } from '../middleware/rate-limit';
 import { apiKey, route } from '../route';
-import { Deleted, IdParams, listOf, single } from '../schemas';
+import { Deleted, IdParams, listOf, pageOf, single } from '../schemas';
 import { grants } from '../../domain/access';
 
 const Automation = z
@@ -223,10 +223,7 @@ export const automationRoutes = [
     params: IdParams,
     query: pageQuery().extend({ status: z.enum(['running', 'completed', 'failed', 'filtered', 'duplicate']).optional() }),
     response: listOf(Run),
-    handler: async (ctx, { params, query }) => {
-      const { rows, total } = await listRuns(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { params, query }) => pageOf(listRuns(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query), query),
   }),
   route({
     method: 'post',
@@ -254,7 +251,7 @@ export const automationRoutes = [
     errors: ['NOT_FOUND', 'PAYLOAD_TOO_LARGE', 'TOKEN_RATE_LIMITED', 'RATE_LIMITED', 'SUBSCRIPTION_INACTIVE'],
     handler: async (ctx, { params }) => {
       const { db, config } = ctx.deps;
-      const raw = (ctx.request as { rawBody?: string }).rawBody ?? '';
+      const raw = rawBody(ctx);
       if (Buffer.byteLength(raw) > WEBHOOK_IN_MAX_BYTES)
         throw new ApiError('PAYLOAD_TOO_LARGE', 'Request body too large', { hint: 'The limit is 256 KiB.' });
       const body = requestBody(ctx);

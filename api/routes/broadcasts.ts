@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { WorkflowIdReusePolicy } from '@temporalio/client';
 import { apiKey, route } from '../route';
-import { IdParams, listOf, single } from '../schemas';
+import { IdParams, listOf, pageOf, single } from '../schemas';
 import { withTemporal } from '../context';
 import { broadcastWorkflow, BROADCAST_WAKE_SIGNAL } from '../../workflows/broadcast';
 import {
@@ -23,7 +23,7 @@ import {
 } from '../../domain/broadcasts';
 import { MESSAGE_CONTENT_FIELDS, TEMPLATE_BUTTONS, TEMPLATE_HEADER } from '../../domain/messaging';
 import { assertSafeUrlSyntax, workspacePriority } from '../../domain/platform';
-import { atLeastOne, isoInstant, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
+import { atLeastOne, isoInstant, pageQuery, trimmedText } from '../../domain/kernel';
 import type { Context } from 'koa';
 
 const Counts = z.object({
@@ -234,10 +234,7 @@ export const broadcastRoutes = [
     description: 'Newest first. `status` filters.',
     query: pageQuery().extend({ status: z.enum(PUBLIC_BROADCAST_STATUSES).optional() }),
     response: listOf(BroadcastRecord),
-    handler: async (ctx, { query }) => {
-      const { rows, total } = await listPublicBroadcasts(ctx.deps.db, ctx.state.auth!.workspaceId, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { query }) => pageOf(listPublicBroadcasts(ctx.deps.db, ctx.state.auth!.workspaceId, query), query),
   }),
   route({
     method: 'get',
@@ -264,10 +261,7 @@ export const broadcastRoutes = [
     params: IdParams,
     query: pageQuery().extend({ status: z.enum(RECIPIENT_STATUSES).optional() }),
     response: listOf(Recipient),
-    handler: async (ctx, { params, query }) => {
-      const { rows, total } = await listRecipients(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { params, query }) => pageOf(listRecipients(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query), query),
   }),
   ...MOVES.map((m) =>
     route({

@@ -1,7 +1,7 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { IdParams, listOf, listOrSyncOf, single } from '../schemas';
+import { IdParams, listOf, listOrSyncOf, pageOf, single } from '../schemas';
 import type { Actor } from '../../domain/access';
 import {
   createDeal,
@@ -18,7 +18,7 @@ import {
   updateDeal,
 } from '../../domain/sales';
 import { BATCH_CHUNK, BATCH_MAX, syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
-import { listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
+import { pageQuery, trimmedText } from '../../domain/kernel';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
 
 const Deal = z
@@ -196,8 +196,7 @@ export const dealRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const read = syncRead(ctx.query, query, Object.keys(DealQuery.shape));
       if (read) return syncDeals(ctx.deps.db, workspaceId, read);
-      const { rows, total } = await listDeals(ctx.deps.db, workspaceId, query);
-      return listEnvelope(rows, total, query);
+      return pageOf(listDeals(ctx.deps.db, workspaceId, query), query);
     },
   }),
   route({
@@ -246,9 +245,7 @@ export const dealRoutes = [
     query: pageQuery(),
     response: listOf(Activity),
     errors: ['NOT_FOUND'],
-    handler: async (ctx, { params, query }) => {
-      const { rows, total } = await listDealActivities(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { params, query }) =>
+      pageOf(listDealActivities(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query), query),
   }),
 ];

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { listOf } from '../schemas';
+import { listOf, pageOf } from '../schemas';
 import { listInstances } from '../../domain/messaging';
-import { listEnvelope, pageQuery } from '../../domain/kernel';
+import { pageQuery } from '../../domain/kernel';
 import { templateRoutes } from './templates';
 
 const Instance = z
@@ -25,10 +25,7 @@ export const instanceRoutes = [
     summary: 'List connections and their connected state (archived ones never appear)',
     query: pageQuery(),
     response: listOf(Instance),
-    handler: async (ctx, { query }) => {
-      const { rows, total } = await listInstances(ctx.deps.db, ctx.state.auth!.workspaceId, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { query }) => pageOf(listInstances(ctx.deps.db, ctx.state.auth!.workspaceId, query), query),
   }),
   ...templateRoutes,
 ];

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { Deleted, Lead, LeadTombstone, listOrSyncOf, single, Tag } from '../schemas';
+import { Deleted, IdParams, Lead, LeadTombstone, listOrSyncOf, pageOf, single, Tag } from '../schemas';
 import {
   addTag,
   getInsight,
@@ -20,7 +20,7 @@ import {
 } from '../../domain/leads';
 import { BATCH_CHUNK, BATCH_MAX, syncDescription, syncRead } from '../../domain/platform';
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
-import { atLeastOne, emailAddress, listEnvelope, trimmedText } from '../../domain/kernel';
+import { atLeastOne, emailAddress, trimmedText } from '../../domain/kernel';
 import { matchingDealsOfContact } from '../../domain/sales';
 
 const Insight = z
@@ -51,7 +51,6 @@ const leadFields = {
     .optional()
     .openapi({ description: '`true` records that the contact asked not to be messaged (sends answer 403 OPTED_OUT); `false` clears it.' }),
 };
-const ContactParams = z.object({ id: z.uuid() });
 /** The upsert's body: one lead by phone (POST /api/v1/leads, and each item of its batch). */
 const LeadUpsert = z
   .object({
@@ -82,8 +81,7 @@ export const leadRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const read = syncRead(ctx.query, query, Object.keys(leadListQuery.shape), ['includeDeleted']);
       if (read) return syncLeads(ctx.deps.db, workspaceId, read, { includeDeleted: query.includeDeleted === true });
-      const { rows, total } = await listLeads(ctx.deps.db, workspaceId, query, matchingDealsOfContact);
-      return listEnvelope(rows, total, query);
+      return pageOf(listLeads(ctx.deps.db, workspaceId, query, matchingDealsOfContact), query);
     },
   }),
   route({
@@ -139,7 +137,7 @@ export const leadRoutes = [
     operationId: 'getLead',
     ...apiKey('Leads', 'leads:read', 'read'),
     summary: 'Get a lead with its tags',
-    params: ContactParams,
+    params: IdParams,
     response: single(Lead),
     errors: ['CONTACT_NOT_FOUND'],
     handler: async (ctx, { params }) => {
@@ -156,7 +154,7 @@ export const leadRoutes = [
     description:
       'At least one field. A phone already used by another lead is 409 CONFLICT. Fires the `contact_updated` trigger with the ' +
       'changed fields (nothing when nothing changed); the `contact.updated` webhook is reserved to edits in the CRM panel.',
-    params: ContactParams,
+    params: IdParams,
     body: atLeastOne(z.object({ phone: phoneInput.optional(), ...leadFields }), 'send at least one of name, email, phone, notes, optedOut'),
     response: single(Lead),
     errors: ['CONTACT_NOT_FOUND', 'INVALID_PHONE', 'PHONE_REQUIRED', 'CONFLICT'],
@@ -171,7 +169,7 @@ export const leadRoutes = [
     ...apiKey('Leads', 'leads:write', 'delete'),
     summary: 'Delete a lead (soft delete)',
     description: 'The lead disappears from every list, lookup, filter and count, its deals and conversations with it; nothing is erased.',
-    params: ContactParams,
+    params: IdParams,
     response: Deleted,
     errors: ['CONTACT_NOT_FOUND'],
     handler: async (ctx, { params }) => {
@@ -188,7 +186,7 @@ export const leadRoutes = [
     description:
       'An unknown name creates the tag; an unknown id is 404 NOT_FOUND. `added` is false when the lead already had the tag. ' +
       'Records `contact.tag_added` with source `api` and fires `contact_updated` (changedFields `tags`) only when added.',
-    params: ContactParams,
+    params: IdParams,
     body: z.object({ tag: trimmedText(100) }),
     response: single(z.object({ contactId: z.string(), tag: Tag, added: z.boolean() })),
     errors: ['CONTACT_NOT_FOUND', 'NOT_FOUND'],
@@ -216,7 +214,7 @@ export const leadRoutes = [
     operationId: 'getLeadInsight',
     ...apiKey('Leads', 'insights:read', 'read'),
     summary: "A lead's AI-derived sales insight (null data when none exists yet)",
-    params: ContactParams,
+    params: IdParams,
     response: single(Insight.nullable()),
     errors: ['CONTACT_NOT_FOUND'],
     handler: async (ctx, { params }) => {

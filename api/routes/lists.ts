@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { Deleted, IdParams, Lead, listOf, single } from '../schemas';
+import { Deleted, IdParams, Lead, listOf, pageOf, single } from '../schemas';
 import {
   addContactsToList,
   createList,
@@ -12,7 +12,7 @@ import {
   removeContactFromList,
   renameList,
 } from '../../domain/leads';
-import { listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
+import { pageQuery, trimmedText } from '../../domain/kernel';
 
 const List = z
   .object({ id: z.string(), name: z.string(), contactCount: z.number(), createdAt: z.string(), updatedAt: z.string() })
@@ -33,10 +33,7 @@ export const listRoutes = [
     description: `Newest first. ${COUNT_RULE}`,
     query: pageQuery(),
     response: listOf(List),
-    handler: async (ctx, { query }) => {
-      const { rows, total } = await listLists(ctx.deps.db, ctx.state.auth!.workspaceId, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { query }) => pageOf(listLists(ctx.deps.db, ctx.state.auth!.workspaceId, query), query),
   }),
   route({
     method: 'post',
@@ -94,10 +91,8 @@ export const listRoutes = [
     params: IdParams,
     query: pageQuery(),
     response: listOf(Lead),
-    handler: async (ctx, { params, query }) => {
-      const { rows, total } = await listContactsOfList(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { params, query }) =>
+      pageOf(listContactsOfList(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query), query),
   }),
   route({
     method: 'post',

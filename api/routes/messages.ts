@@ -1,7 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { single } from '../schemas';
 import { runSend } from '../send';
 import { MESSAGE_TYPES, type MessageContent } from '../../types/messaging';
 import { MAX_PHONE_INPUT, PHONE_PATTERN, requirePhone } from '../../domain/leads';
@@ -17,7 +16,7 @@ import {
   syncMessages,
 } from '../../domain/messaging';
 import { assertSafeUrlSyntax, syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
-import { listOrSyncOf } from '../schemas';
+import { IdParams, listOrSyncOf, single } from '../schemas';
 import { Message } from './conversations';
 
 /** The message fields of both send endpoints (the rule of each type: domain/messaging/sending.ts). */
@@ -161,7 +160,7 @@ export const messageRoutes = [
     idempotent: 'send',
     summary: 'Send a message in an existing conversation',
     description: `The same rules, quota and window as \`POST /api/v1/messages\`, without find-or-create. ${IDEMPOTENCY}`,
-    params: z.object({ id: z.uuid() }),
+    params: IdParams,
     body: contentSchema.superRefine(requireForType).meta(messageRequirements('type')),
     response: single(SendResult.omit({ created: true })),
     errors: ['NOT_FOUND', ...SEND_ERRORS],

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { listEnvelope, NON_BLANK, pageQuery } from '../../domain/kernel';
-import { Deleted, listOf, single } from '../schemas';
+import { NON_BLANK, pageQuery } from '../../domain/kernel';
+import { Deleted, listOf, pageOf, single } from '../schemas';
 import { addNote, API_AUTHOR_NAME, deleteNote, listNotes, MAX_NOTE_BODY, updateNote } from '../../domain/leads';
 
 const Note = z
@@ -35,10 +35,7 @@ export const noteRoutes = [
     query: pageQuery(),
     response: listOf(Note),
     errors: ['CONTACT_NOT_FOUND'],
-    handler: async (ctx, { params, query }) => {
-      const { rows, total } = await listNotes(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { params, query }) => pageOf(listNotes(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query), query),
   }),
   route({
     method: 'post',

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
-import { atLeastOne, ECMA_WHITESPACE, listEnvelope, pageQuery, queryBoolean, sortQuery, trimmedText } from '../../domain/kernel';
+import { Deleted, IdParams, listOrSyncOf, pageOf, single } from '../schemas';
+import { atLeastOne, ECMA_WHITESPACE, pageQuery, queryBoolean, sortQuery, trimmedText } from '../../domain/kernel';
 import { createProduct, deleteProduct, getProduct, listProducts, PRODUCT_SORTS, syncProducts, updateProduct } from '../../domain/sales';
 import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
 
@@ -73,8 +73,7 @@ export const productRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const read = syncRead(ctx.query, query, Object.keys(ProductQuery.shape));
       if (read) return syncProducts(ctx.deps.db, workspaceId, read);
-      const { rows, total } = await listProducts(ctx.deps.db, workspaceId, query);
-      return listEnvelope(rows, total, query);
+      return pageOf(listProducts(ctx.deps.db, workspaceId, query), query);
     },
   }),
   route({

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { AnyRoute, route } from '../route';
 // Side effect: zod's .openapi() (registered by the shared schemas module).
 import '../schemas';
-import { requestBody } from '../middleware/body';
+import { rawBody, requestBody } from '../middleware/body';
 import { ApiError, type ErrorCode } from '../../domain/kernel';
 import {
   applyProviderWebhook,
@@ -30,23 +30,12 @@ import {
  * verification by the verify token.
  */
 const InstanceParams = z.object({ instanceId: z.uuid() });
+const providerAccess = { tag: 'Provider webhooks', auth: 'none', ipProfile: 'webhookIn' } as const;
 
 async function requireInstance(ctx: Context, instanceId: string, provider: 'cloud' | 'web' = 'cloud'): Promise<WebhookInstance> {
   const instance = await findWebhookInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, instanceId, provider);
   if (!instance) throw new ApiError('NOT_FOUND', 'Instance not found');
   return instance;
-}
-
-/**
- * The exact text received: the signature covers these bytes, not a re-serialisation of the JSON.
- * koa-body 8 (`includeUnparsed: true` in jsonBody) puts it on `ctx.request.rawBody`; older
- * versions kept it under `Symbol.for('unparsedBody')` on the parsed body.
- */
-function rawBody(ctx: Context): string {
-  const request = ctx.request as unknown as { rawBody?: unknown; body?: Record<symbol, unknown> };
-  if (typeof request.rawBody === 'string') return request.rawBody;
-  const legacy = request.body && typeof request.body === 'object' ? request.body[Symbol.for('unparsedBody')] : undefined;
-  return typeof legacy === 'string' ? legacy : '';
 }
 
 /**
@@ -95,9 +84,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
     method: 'get',
     path: '/webhooks/whatsapp/{instanceId}',
     operationId: 'verifyWhatsAppWebhook',
-    tag: 'Provider webhooks',
-    auth: 'none',
-    ipProfile: 'webhookIn',
+    ...providerAccess,
     summary: 'WhatsApp Cloud API webhook verification (hub.challenge)',
     description:
       'Meta calls this once when the callback URL is saved in the app dashboard. With `hub.mode=subscribe` and ' +
@@ -128,9 +115,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
     method: 'post',
     path: '/webhooks/whatsapp/{instanceId}',
     operationId: 'receiveWhatsAppWebhook',
-    tag: 'Provider webhooks',
-    auth: 'none',
-    ipProfile: 'webhookIn',
+    ...providerAccess,
     summary: 'WhatsApp Cloud API webhook (inbound messages and status callbacks)',
     description:
       'The Cloud API notification body as Meta sends it (`object: whatsapp_business_account`, `entry[].changes[].value` ' +
@@ -167,9 +152,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
     method: 'post',
     path: '/webhooks/web/{instanceId}',
     operationId: 'receiveWebGatewayWebhook',
-    tag: 'Provider webhooks',
-    auth: 'none',
-    ipProfile: 'webhookIn',
+    ...providerAccess,
     summary: 'Web gateway webhook (inbound messages of a web gateway instance)',
     description:
       "The gateway's `messages.upsert` event as Evolution-API-style gateways post it (`{ event, instance, data: { key: " +

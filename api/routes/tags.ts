@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { Deleted, IdParams, listOf, single, Tag } from '../schemas';
+import { Deleted, IdParams, listOf, pageOf, single, Tag } from '../schemas';
 import { createTag, DEFAULT_TAG_COLOR, deleteTag, getTag, listTags, TAG_COLOR, updateTag } from '../../domain/leads';
-import { atLeastOne, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
+import { atLeastOne, pageQuery, trimmedText } from '../../domain/kernel';
 import { refuseTagInUse } from '../../domain/broadcasts';
 
 const TagRecord = Tag.extend({ createdAt: z.string() });
@@ -19,10 +19,7 @@ export const tagRoutes = [
     description: 'Ordered by name (case-insensitive), then id. `q` matches part of the name, case-insensitively.',
     query: pageQuery().extend({ q: z.string().trim().max(100).optional() }),
     response: listOf(TagRecord),
-    handler: async (ctx, { query }) => {
-      const { rows, total } = await listTags(ctx.deps.db, ctx.state.auth!.workspaceId, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { query }) => pageOf(listTags(ctx.deps.db, ctx.state.auth!.workspaceId, query), query),
   }),
   route({
     method: 'post',

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { Deleted, IdParams, listOrSyncOf, single } from '../schemas';
-import { atLeastOne, isoInstant, isUuid, listEnvelope, pageQuery, sortQuery, trimmedText } from '../../domain/kernel';
+import { Deleted, IdParams, listOrSyncOf, pageOf, single } from '../schemas';
+import { atLeastOne, isoInstant, isUuid, pageQuery, sortQuery, trimmedText } from '../../domain/kernel';
 import { createTask, deleteTask, getTask, listTasks, syncTasks, TASK_SORTS, TASK_STATUSES, updateTask } from '../../domain/sales';
 import { syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
 
@@ -77,8 +77,7 @@ export const taskRoutes = [
       const workspaceId = ctx.state.auth!.workspaceId;
       const read = syncRead(ctx.query, query, Object.keys(TaskQuery.shape));
       if (read) return syncTasks(ctx.deps.db, workspaceId, read);
-      const { rows, total } = await listTasks(ctx.deps.db, workspaceId, query);
-      return listEnvelope(rows, total, query);
+      return pageOf(listTasks(ctx.deps.db, workspaceId, query), query);
     },
   }),
   route({

@@ -1,9 +1,9 @@
 import { z } from 'zod';
 import { WorkflowFailedError } from '@temporalio/client';
 import { apiKey, route } from '../route';
-import { IdParams, listOf, single } from '../schemas';
+import { IdParams, listOf, pageOf, single } from '../schemas';
 import { withTemporal } from '../context';
-import { ApiError, listEnvelope, pageQuery } from '../../domain/kernel';
+import { ApiError, pageQuery } from '../../domain/kernel';
 import { isTemporalUnreachable, workspacePriority } from '../../domain/platform';
 import { HEADER_FORMATS, instanceForTemplateSync, listTemplates, TEMPLATE_STATUSES } from '../../domain/messaging';
 import { MAX_TEMPLATE_PAGES, TEMPLATE_PAGE_SIZE } from '../../activities/providers/cloud-templates';
@@ -59,10 +59,7 @@ export const templateRoutes = [
       '`type` are lower case.',
     query: pageQuery().extend({ instanceId: z.uuid().optional(), status: z.enum(TEMPLATE_STATUSES).optional() }),
     response: listOf(Template),
-    handler: async (ctx, { query }) => {
-      const { rows, total } = await listTemplates(ctx.deps.db, ctx.state.auth!.workspaceId, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { query }) => pageOf(listTemplates(ctx.deps.db, ctx.state.auth!.workspaceId, query), query),
   }),
   route({
     method: 'post',

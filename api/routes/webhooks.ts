@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import { z } from 'zod';
-import { ApiError, atLeastOne, HTTP_URL, listEnvelope, pageQuery } from '../../domain/kernel';
+import { ApiError, atLeastOne, HTTP_URL, pageQuery } from '../../domain/kernel';
 import {
   ALL_EVENTS,
   createSubscription,
@@ -26,7 +26,7 @@ import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_SCHEDULE_SECONDS, type DeliveryInpu
 import { webhookDeliveryWorkflow } from '../../workflows/webhook-delivery';
 import { withTemporal } from '../context';
 import { apiKey, route } from '../route';
-import { Deleted, IdParams, listOf, single } from '../schemas';
+import { Deleted, IdParams, listOf, pageOf, single } from '../schemas';
 
 const Subscription = z
   .object({
@@ -101,10 +101,7 @@ export const webhookRoutes = [
     description: 'Oldest first. The secret is never listed.',
     query: pageQuery(),
     response: listOf(Subscription),
-    handler: async (ctx, { query }) => {
-      const { rows, total } = await listSubscriptions(ctx.deps.db, ctx.state.auth!.workspaceId, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { query }) => pageOf(listSubscriptions(ctx.deps.db, ctx.state.auth!.workspaceId, query), query),
   }),
   route({
     method: 'get',
@@ -215,10 +212,7 @@ export const webhookRoutes = [
     params: IdParams,
     query: pageQuery().extend({ status: z.enum(['pending', 'succeeded', 'failed']).optional() }),
     response: listOf(Delivery),
-    handler: async (ctx, { params, query }) => {
-      const { rows, total } = await listDeliveries(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query);
-      return listEnvelope(rows, total, query);
-    },
+    handler: async (ctx, { params, query }) => pageOf(listDeliveries(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, query), query),
   }),
   route({
     method: 'post',
