@@ -58,6 +58,12 @@ export const CONTACT_ROW_COLUMNS = [
   'updated_at',
 ] as const satisfies readonly (keyof ContactRow)[];
 
+type ContactFields = Pick<ContactRow, 'id' | 'name' | 'phone' | 'email'>;
+/** What contact.updated, contact.deleted and contact.merged say about the contact. */
+const contactFields = (row: ContactFields) => ({ contact_id: row.id, contact_name: row.name, phone: row.phone, email: row.email });
+/** What lead.created and contact.created say about the new contact. */
+const createdFields = (row: ContactFields) => ({ contact_id: row.id, name: row.name, phone: row.phone, email: row.email });
+
 export interface TagRef {
   id: string;
   name: string;
@@ -187,20 +193,8 @@ export async function resolveTagSets(
   return uniques.map((unique, i) => refusals[i] ?? rows.filter((t) => unique.some((ref) => matches([t], ref))));
 }
 
-/** Adds and removes tags of one contact and records a tag event per actual change. */
+/** Adds and removes tags of contacts and records a tag event per actual change: the additions in one statement, the events in one. */
 async function applyTagChanges(
-  trx: Trx,
-  workspaceId: string,
-  contact: ContactRow,
-  change: { add?: TagRef[]; remove?: TagRef[] },
-  options: ChangeOptions,
-): Promise<{ added: TagRef[]; removed: TagRef[] }> {
-  const [applied] = await applyTagChangesTo(trx, workspaceId, [{ contact, ...change }], options);
-  return applied;
-}
-
-/** applyTagChanges for several contacts: their additions in one statement, their events in one. */
-async function applyTagChangesTo(
   trx: Trx,
   workspaceId: string,
   changes: { contact: ContactRow; add?: TagRef[]; remove?: TagRef[] }[],
@@ -264,8 +258,9 @@ export interface ContactChanges {
 /**
  * Applies changes to a locked, canonical contact inside the caller's transaction and records what
  * the change means: tag events, contact.updated (panel only) and the contact_updated trigger with
- * the changed fields (only when something changed). `resolvedAddTags`: `addTags` already resolved
- * (the lead upsert resolves all its leads' tags at once).
+ * the changed fields (only when something changed). `resolvedTags`: the tags to add or remove,
+ * already resolved (the lead upsert resolves all its leads' tags at once; addTag, removeTag).
+ * Answers `before` itself when nothing changed.
  */
 async function changeContact(
   trx: Trx,
@@ -273,7 +268,7 @@ async function changeContact(
   before: ContactRow,
   input: ContactChanges,
   options: ChangeOptions,
-  resolvedAddTags?: TagRef[],
+  resolvedTags?: { add?: TagRef[]; remove?: TagRef[] },
 ): Promise<ContactRow> {
   const changes: Record<string, unknown> = {};
   const changed: string[] = [];
@@ -312,12 +307,12 @@ async function changeContact(
       add: wanted.filter((t) => !current.some((c) => c.id === t.id)),
       remove: current.filter((c) => !wanted.some((t) => t.id === c.id)),
     };
-  } else if (resolvedAddTags) {
-    tagChange = { add: resolvedAddTags };
+  } else if (resolvedTags) {
+    tagChange = resolvedTags;
   } else if (input.addTags?.length) {
     tagChange = { add: await resolveTags(trx, workspaceId, input.addTags, { create: options.origin !== 'panel' }) };
   }
-  const { added, removed } = await applyTagChanges(trx, workspaceId, after, tagChange, options);
+  const [{ added, removed }] = await applyTagChanges(trx, workspaceId, [{ contact: after, ...tagChange }], options);
   if (added.length || removed.length) {
     changed.push('tags');
     // A tags-only change still marks the contact as updated.
@@ -325,13 +320,7 @@ async function changeContact(
       [after] = await trx('contacts').where({ id: before.id }).update({ updated_at: trx.fn.now() }).returning('*');
   }
   if (options.origin === 'panel' && after !== before) {
-    await recordEvent(
-      trx,
-      workspaceId,
-      'contact.updated',
-      { contact_id: after.id, contact_name: after.name, phone: after.phone, email: after.email },
-      options.cause,
-    );
+    await recordEvent(trx, workspaceId, 'contact.updated', contactFields(after), options.cause);
   }
   if (changed.length)
     await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: after.id, changedFields: changed.join(',') }, options.cause);
@@ -435,13 +424,10 @@ export async function upsertLeads(
   await recordEvents(
     trx,
     workspaceId,
-    newLeads.map((i) => {
-      const row = created.get(leads[i].phone.key)!;
-      return { event: creationEvent, fields: { contact_id: row.id, name: row.name, phone: row.phone, email: row.email } };
-    }),
+    newLeads.map((i) => ({ event: creationEvent, fields: createdFields(created.get(leads[i].phone.key)!) })),
     options.cause,
   );
-  await applyTagChangesTo(
+  await applyTagChanges(
     trx,
     workspaceId,
     newLeads.filter((i) => tagsOfLead(i).length).map((i) => ({ contact: created.get(leads[i].phone.key)!, add: tagsOfLead(i) })),
@@ -471,7 +457,7 @@ export async function upsertLeads(
           before,
           { name: input.name, email: input.email, notes: input.notes, optedOut: input.optedOut, addTags: input.tags },
           options,
-          tagsOfLead(i),
+          { add: tagsOfLead(i) },
         );
       try {
         // Alone, the caller's transaction is the lead's; among others, a savepoint lets it fail alone.
@@ -535,9 +521,6 @@ export async function updateContact(db: Db, workspaceId: string, contactId: stri
   });
 }
 
-/** What a contact.deleted or contact.merged event says about the contact that left. */
-const leaving = (row: ContactRow) => ({ contact_id: row.id, contact_name: row.name, phone: row.phone, email: row.email });
-
 /**
  * Soft delete: the contact disappears from every list, lookup, filter and count; rows stay.
  * `contact.deleted` tells subscribers and the events feed, so a synced copy can remove it.
@@ -548,7 +531,7 @@ export async function softDeleteContact(db: Db, workspaceId: string, contactId: 
       .update({ deleted_at: trx.fn.now(), updated_at: trx.fn.now() })
       .returning('*');
     if (!row) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
-    await recordEvent(trx, workspaceId, 'contact.deleted', leaving(row));
+    await recordEvent(trx, workspaceId, 'contact.deleted', contactFields(row));
   });
 }
 
@@ -603,7 +586,7 @@ export async function finishMerge(trx: Trx, workspaceId: string, duplicate: Cont
     .where({ id: duplicate.id })
     .update({ merged_into_id: into.id, updated_at: trx.fn.now() })
     .returning('*');
-  await recordEvent(trx, workspaceId, 'contact.merged', { ...leaving(gone), merged_into_id: into.id });
+  await recordEvent(trx, workspaceId, 'contact.merged', { ...contactFields(gone), merged_into_id: into.id });
   const tags = ((await tagsOf(trx, [duplicate.id])).get(duplicate.id) ?? []).map((t) => t.id);
   const after = await changeContact(
     trx,
@@ -620,9 +603,8 @@ export async function addTag(db: Db | Trx, workspaceId: string, contactId: strin
   return db.transaction(async (trx) => {
     const contact = await requireContact<ContactRow>(trx, workspaceId, contactId, { forUpdate: true });
     const [tag] = await resolveTags(trx, workspaceId, [ref], { create: true });
-    const { added } = await applyTagChanges(trx, workspaceId, contact, { add: [tag] }, options);
-    if (added.length) await tagsChanged(trx, workspaceId, contact, options);
-    return { contactId: contact.id, tag, added: added.length > 0 };
+    const after = await changeContact(trx, workspaceId, contact, {}, options, { add: [tag] });
+    return { contactId: contact.id, tag, added: after !== contact };
   });
 }
 
@@ -634,24 +616,9 @@ export async function removeTag(db: Db | Trx, workspaceId: string, contactId: st
       ? await trx('tags').where({ workspace_id: workspaceId, id: tagId }).first('id', 'name', 'color')
       : undefined;
     if (!tag) throw new ApiError('NOT_FOUND', 'Tag not found');
-    const { removed } = await applyTagChanges(trx, workspaceId, contact, { remove: [tag] }, options);
-    if (removed.length) await tagsChanged(trx, workspaceId, contact, options);
-    return { contactId: contact.id, tagId: tag.id, removed: removed.length > 0 };
+    const after = await changeContact(trx, workspaceId, contact, {}, options, { remove: [tag] });
+    return { contactId: contact.id, tagId: tag.id, removed: after !== contact };
   });
-}
-
-async function tagsChanged(trx: Trx, workspaceId: string, contact: ContactRow, options: ChangeOptions): Promise<void> {
-  await trx('contacts').where({ id: contact.id }).update({ updated_at: trx.fn.now() });
-  if (options.origin === 'panel') {
-    await recordEvent(
-      trx,
-      workspaceId,
-      'contact.updated',
-      { contact_id: contact.id, contact_name: contact.name, phone: contact.phone, email: contact.email },
-      options.cause,
-    );
-  }
-  await recordTrigger(trx, workspaceId, 'contact_updated', { contactId: contact.id, changedFields: 'tags' }, options.cause);
 }
 
 /**
@@ -674,9 +641,9 @@ export async function panelCreateContact(db: Db, workspaceId: string, input: Lea
         opted_out: input.optedOut ?? false,
       })
       .returning('*');
-    await recordEvent(trx, workspaceId, 'contact.created', { contact_id: row.id, name: row.name, phone: row.phone, email: row.email });
+    await recordEvent(trx, workspaceId, 'contact.created', createdFields(row));
     const tags = await resolveTags(trx, workspaceId, input.tags ?? []);
-    await applyTagChanges(trx, workspaceId, row, { add: tags }, { origin: 'panel' });
+    await applyTagChanges(trx, workspaceId, [{ contact: row, add: tags }], { origin: 'panel' });
     return withTags(trx, row);
   });
 }
@@ -726,13 +693,19 @@ export async function recordWaIds(trx: Trx, workspaceId: string, waIds: { contac
 /** The contact.created event of a contact made by a send (recorded once the provider accepted it). */
 export async function recordContactCreated(trx: Trx, workspaceId: string, contactId: string): Promise<void> {
   const contact = await trx('contacts').where({ workspace_id: workspaceId, id: contactId }).first('id', 'name', 'phone', 'email');
-  await recordEvent(trx, workspaceId, 'contact.created', {
-    contact_id: contact.id,
-    name: contact.name,
-    phone: contact.phone,
-    email: contact.email,
-  });
+  await recordEvent(trx, workspaceId, 'contact.created', createdFields(contact));
 }
+
+/** A contact as a send needs it (domain/broadcasts: a recipient's contact). */
+export interface ContactForSend {
+  id: string;
+  name: string;
+  phone: string;
+  email: string | null;
+  opted_out: boolean;
+  wa_id: string | null;
+}
+const FOR_SEND_COLUMNS = ['id', 'name', 'phone', 'email', 'opted_out', 'wa_id'] as const satisfies readonly (keyof ContactForSend)[];
 
 /**
  * Shared by every path that meets a phone number through a channel (domain/messaging): the cold
@@ -745,26 +718,16 @@ export async function findOrCreateContact(
   workspaceId: string,
   phone: Phone,
   options: { name?: string; waId?: string } = {},
-): Promise<{
-  contact: { id: string; name: string; phone: string; email: string | null; opted_out: boolean; wa_id: string | null };
-  created: boolean;
-}> {
+): Promise<{ contact: ContactForSend; created: boolean }> {
   const inserted = await trx.raw(
     `INSERT INTO contacts (workspace_id, name, phone, phone_key, wa_id)
      VALUES (?, ?, ?, ?, ?)
      ON CONFLICT (workspace_id, phone_key) WHERE merged_into_id IS NULL AND deleted_at IS NULL DO NOTHING
-     RETURNING id, name, phone, email, opted_out, wa_id`,
+     RETURNING ${FOR_SEND_COLUMNS.join(', ')}`,
     [workspaceId, (options.name ?? '').slice(0, 200), phone.e164, phone.key, options.waId ?? null],
   );
   if (inserted.rows[0]) return { contact: inserted.rows[0], created: true };
-  const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first(
-    'id',
-    'name',
-    'phone',
-    'email',
-    'opted_out',
-    'wa_id',
-  );
+  const existing = await canonical(trx('contacts').where({ workspace_id: workspaceId, phone_key: phone.key })).first(...FOR_SEND_COLUMNS);
   // The conflicting contact was deleted or merged between the two statements: a retry resolves it.
   if (!existing) throw new Error('The contact changed while it was being resolved; retrying');
   return { contact: existing, created: false };
@@ -790,16 +753,6 @@ export function contactOptedOut(db: Reader, workspaceId: string, contactId: stri
   return db('contacts').where('contacts.workspace_id', workspaceId).where('contacts.id', contactId).select('contacts.opted_out');
 }
 
-/** A contact as a send needs it (domain/broadcasts: a recipient's contact). */
-export interface ContactForSend {
-  id: string;
-  name: string;
-  phone: string;
-  email: string | null;
-  opted_out: boolean;
-  wa_id: string | null;
-}
-
 /** The contacts a send may still use (not deleted or merged), by id. */
 export async function contactsForSend(db: Reader, workspaceId: string, contactIds: string[]): Promise<Map<string, ContactForSend>> {
   if (contactIds.length === 0) return new Map();
@@ -808,6 +761,6 @@ export async function contactsForSend(db: Reader, workspaceId: string, contactId
     .whereIn('id', contactIds)
     .whereNull('deleted_at')
     .whereNull('merged_into_id')
-    .select('id', 'name', 'phone', 'email', 'opted_out', 'wa_id');
+    .select(FOR_SEND_COLUMNS);
   return new Map(rows.map((c: ContactForSend) => [c.id, c]));
 }
