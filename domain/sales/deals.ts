@@ -71,6 +71,17 @@ const ASSIGNEE_NAME = memberNameSql('deals.workspace_id', 'deals.assigned_to', '
 
 const money = (value: string | null): number | null => (value === null ? null : Number(value));
 
+/** What card.created, card.won and card.lost say about the deal. */
+const cardFields = (row: DealRow) => ({
+  card_id: row.id,
+  stage_id: row.stage_id,
+  pipeline_id: row.pipeline_id,
+  contact_id: row.contact_id,
+  name: row.name,
+});
+/** The variables of the card_created, deal_won and deal_lost triggers. */
+const dealVariables = (row: DealRow) => ({ dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id });
+
 export function serializeDeal(row: DealRow, assigneeName: string | null | undefined) {
   return {
     id: row.id,
@@ -210,10 +221,9 @@ export async function syncDeals(db: Db, workspaceId: string, read: SyncRead) {
 /** Pipeline by id or case-insensitive name. */
 async function resolvePipeline(trx: Reader, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
   const q = trx('pipelines').where({ workspace_id: workspaceId });
-  const row = isUuid(ref)
-    ? ((await q.clone().where({ id: ref }).first('id', 'name')) ??
-      (await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name')))
-    : await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name');
+  const row =
+    (isUuid(ref) ? await q.clone().where({ id: ref }).first('id', 'name') : undefined) ??
+    (await q.clone().whereRaw('lower(name) = lower(?)', [ref.trim()]).first('id', 'name'));
   if (!row)
     throw new ApiError('PIPELINE_NOT_FOUND', `Pipeline "${ref}" not found`, {
       hint: 'GET /api/v1/pipelines lists the accepted ids and names.',
@@ -335,14 +345,8 @@ export async function createDeal(db: Db | Trx, workspaceId: string, input: Creat
       trx,
       workspaceId,
       [
-        {
-          event: 'card.created',
-          fields: { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name },
-        },
-        {
-          trigger: 'card_created',
-          variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id },
-        },
+        { event: 'card.created', fields: cardFields(row) },
+        { trigger: 'card_created', variables: dealVariables(row) },
       ],
       options.cause,
     );
@@ -449,29 +453,16 @@ export async function updateDeal(
           },
         );
       }
-      const closed = { card_id: row.id, stage_id: row.stage_id, pipeline_id: row.pipeline_id, contact_id: row.contact_id, name: row.name };
       if (transition === 'won') {
         recorded.push(
-          { event: 'card.won', fields: { ...closed, value: money(row.value), closed_at: iso(row.closed_at) } },
-          {
-            trigger: 'deal_won',
-            variables: { dealId: row.id, contactId: row.contact_id, pipelineId: row.pipeline_id, stageId: row.stage_id },
-          },
+          { event: 'card.won', fields: { ...cardFields(row), value: money(row.value), closed_at: iso(row.closed_at) } },
+          { trigger: 'deal_won', variables: dealVariables(row) },
         );
       }
       if (transition === 'lost') {
         recorded.push(
-          { event: 'card.lost', fields: { ...closed, lost_reason: row.lost_reason, closed_at: iso(row.closed_at) } },
-          {
-            trigger: 'deal_lost',
-            variables: {
-              dealId: row.id,
-              contactId: row.contact_id,
-              pipelineId: row.pipeline_id,
-              stageId: row.stage_id,
-              lostReason: row.lost_reason,
-            },
-          },
+          { event: 'card.lost', fields: { ...cardFields(row), lost_reason: row.lost_reason, closed_at: iso(row.closed_at) } },
+          { trigger: 'deal_lost', variables: { ...dealVariables(row), lostReason: row.lost_reason } },
         );
       }
       return recorded;

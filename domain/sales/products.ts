@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { type Db, SyncRead, syncPage } from '../platform';
-import { ApiError, pageWithTotal, likeContains, isUuid, iso } from '../kernel';
+import { ApiError, isPgError, Page, pageWithTotal, likeContains, isUuid, iso } from '../kernel';
 
 type Writer = Db | Knex.Transaction;
 
@@ -94,34 +94,23 @@ export interface ProductInput {
   active?: boolean;
 }
 
-const normaliseSku = (sku: string | null | undefined): string | null | undefined => {
-  if (sku === undefined || sku === null) return sku;
-  const trimmed = sku.trim();
-  return trimmed === '' ? null : trimmed;
-};
-
 function columns(input: ProductInput): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   if (input.name !== undefined) out.name = input.name.trim();
   if (input.description !== undefined) out.description = input.description;
-  const sku = normaliseSku(input.sku);
-  if (sku !== undefined) out.sku = sku;
+  // A blank SKU is none.
+  if (input.sku !== undefined) out.sku = input.sku?.trim() || null;
   const price = parsePrice(input.price);
   if (price !== undefined) out.price = price;
   if (input.active !== undefined) out.active = input.active;
   return out;
 }
 
-function isUniqueNameViolation(err: unknown): boolean {
-  const e = err as { code?: string; constraint?: string };
-  return e?.code === '23505' && e.constraint === 'products_workspace_name_uq';
-}
-
 async function duplicateName<T>(work: () => Promise<T>, name: string | undefined): Promise<T> {
   try {
     return await work();
   } catch (err) {
-    if (isUniqueNameViolation(err)) {
+    if (isPgError(err, '23505') && err.constraint === 'products_workspace_name_uq') {
       throw new ApiError('CONFLICT', `A product named "${name ?? ''}" already exists`, {
         hint: 'Product names are unique per workspace, ignoring case.',
       });
@@ -194,14 +183,12 @@ export const PRODUCT_SORTS = {
 } as const;
 export type ProductSort = keyof typeof PRODUCT_SORTS;
 
-export interface ProductFilter {
+export interface ProductFilter extends Page {
   q?: string;
   active?: boolean;
   updatedAfter?: Date;
   sort: ProductSort;
   order: 'asc' | 'desc';
-  limit: number;
-  offset: number;
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { type Db, SyncRead, syncPage } from '../platform';
-import { ApiError, pageWithTotal, isUuid, iso } from '../kernel';
+import { ApiError, Page, pageWithTotal, isUuid, iso } from '../kernel';
 import { memberNames, resolveMember } from '../access';
 import { leftJoinCanonicalContact, requireContact } from '../leads';
 
@@ -39,6 +39,16 @@ export function serializeTask(row: TaskRow, names: Map<string, string>) {
 }
 export type Task = ReturnType<typeof serializeTask>;
 
+/** Serialises tasks with their assignees' names in one extra query, whatever the page size. */
+async function serializeTasks(db: Writer, workspaceId: string, rows: TaskRow[]): Promise<Task[]> {
+  const names = await memberNames(
+    db,
+    workspaceId,
+    rows.map((r) => r.assigned_to),
+  );
+  return rows.map((r) => serializeTask(r, names));
+}
+
 /**
  * Tasks of the workspace joined to their contact only when it is canonical: a task whose contact
  * was merged or soft-deleted stays visible but shows `contactId: null`, so the hidden contact
@@ -71,7 +81,7 @@ export async function requireDeal(db: Writer, workspaceId: string, dealId: strin
 export async function getTask(db: Writer, workspaceId: string, id: string): Promise<Task> {
   const row: TaskRow | undefined = await tasksQuery(db, workspaceId).where('t.id', id).first(TASK_COLUMNS);
   if (!row) throw new ApiError('NOT_FOUND', 'Task not found');
-  return serializeTask(row, await memberNames(db, workspaceId, [row.assigned_to]));
+  return (await serializeTasks(db, workspaceId, [row]))[0];
 }
 
 export interface CreateTaskInput {
@@ -173,7 +183,7 @@ export const TASK_SORTS = {
 } as const;
 export type TaskSort = keyof typeof TASK_SORTS;
 
-export interface TaskFilter {
+export interface TaskFilter extends Page {
   contactId?: string;
   cardId?: string;
   status?: TaskStatus;
@@ -183,8 +193,6 @@ export interface TaskFilter {
   updatedAfter?: Date;
   sort: TaskSort;
   order: 'asc' | 'desc';
-  limit: number;
-  offset: number;
 }
 
 /**
@@ -206,24 +214,14 @@ export async function listTasks(db: Writer, workspaceId: string, filter: TaskFil
   const { rows, total } = await pageWithTotal<TaskRow>(scope, filter, (q) =>
     q.orderByRaw(`${TASK_SORTS[filter.sort]} ${dir} NULLS LAST, t.id ${dir}`).select(TASK_COLUMNS),
   );
-  const names = await memberNames(
-    db,
-    workspaceId,
-    rows.map((r: TaskRow) => r.assigned_to),
-  );
-  return { rows: rows.map((r: TaskRow) => serializeTask(r, names)), total };
+  return { rows: await serializeTasks(db, workspaceId, rows), total };
 }
 
 /** One sync page of tasks (a deleted task is gone without a tombstone). */
 export async function syncTasks(db: Db, workspaceId: string, read: SyncRead) {
   const source = { scope: tasksQuery(db, workspaceId), updatedAt: 't.updated_at', id: 't.id', columns: TASK_COLUMNS };
   const { rows, pagination } = await syncPage<TaskRow>(db, 'tasks', source, read);
-  const names = await memberNames(
-    db,
-    workspaceId,
-    rows.map((r) => r.assigned_to),
-  );
-  return { data: rows.map((r) => serializeTask(r, names)), pagination };
+  return { data: await serializeTasks(db, workspaceId, rows), pagination };
 }
 
 /** A merge (domain/merge): the duplicate contact's tasks become the survivor's. */
