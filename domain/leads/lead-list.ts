@@ -271,17 +271,11 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
   const limit = { skipBinding: true };
   // The tags are read for the page's rows only: under the Limit, the subquery would run for every
   // row an offset skips (seconds at offset 20,000, a statement timeout at 100,000).
-  const page = (source: Knex.QueryBuilder) => {
-    const rows = applyLeadFilters(db, source, workspaceId, query, given)
-      .orderByRaw(order)
-      .select(LEAD_ROW_COLUMNS)
-      .limit(query.limit, limit)
-      .offset(query.offset);
-    return db
+  const withTags = (rows: Knex.QueryBuilder) =>
+    db
       .from(rows.as('contacts'))
       .orderByRaw(order)
       .select(...LEAD_ROW_COLUMNS, tagListColumn(db));
-  };
   const filtered = LEAD_FILTERS.some((name) => query[name] !== undefined);
   // The prefix carries only the columns the sort and the filters read (for a date sort with tag or
   // deal filters, an index-only scan); the page's rows are read in full only once found. A search
@@ -300,11 +294,7 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
       .orderByRaw(order)
       .limit(query.limit, limit)
       .offset(query.offset);
-    if (query.q)
-      return db
-        .from(found.select(LEAD_ROW_COLUMNS).as('contacts'))
-        .orderByRaw(order)
-        .select(...LEAD_ROW_COLUMNS, tagListColumn(db));
+    if (query.q) return withTags(found.select(LEAD_ROW_COLUMNS));
     return db('contacts')
       .join(found.select('contacts.id').as('found'), 'found.id', 'contacts.id')
       .where('contacts.workspace_id', workspaceId)
@@ -325,19 +315,15 @@ export function leadListQueries(db: Db, workspaceId: string, query: LeadFilters,
       .select(LEAD_ROW_COLUMNS)
       .limit(query.limit, limit)
       .offset(query.offset);
-    return {
-      page: db
-        .from(rows.as('contacts'))
-        .orderByRaw(order)
-        .select(...LEAD_ROW_COLUMNS, tagListColumn(db)),
-      probe: undefined,
-      pagePlanFixed: true,
-      count,
-      maintained,
-    };
+    return { page: withTags(rows), probe: undefined, pagePlanFixed: true, count, maintained };
   }
+  const rows = applyLeadFilters(db, visible(), workspaceId, query, given)
+    .orderByRaw(order)
+    .select(LEAD_ROW_COLUMNS)
+    .limit(query.limit, limit)
+    .offset(query.offset);
   return {
-    page: page(visible()),
+    page: withTags(rows),
     probe: filtered && query.offset + query.limit <= prefix ? probePage(prefix) : undefined,
     pagePlanFixed: !filtered,
     count,

@@ -136,9 +136,7 @@ export async function removeContactFromList(db: Db, workspaceId: string, listId:
  * (list check, page, total, tags of the page) whatever the page size.
  */
 export async function listContactsOfList(db: Db, workspaceId: string, listId: string, page: Page) {
-  if (!isUuid(listId)) throw notFound('List');
-  const found = await db('lists').where({ workspace_id: workspaceId, id: listId }).first('id');
-  if (!found) throw notFound('List');
+  if (!(await listExists(db, workspaceId, listId))) throw notFound('List');
   const scope = canonical(
     db('list_members as lm')
       .join('contacts', 'contacts.id', 'lm.contact_id')

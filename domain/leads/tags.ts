@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
-import { ApiError, notFound, Page, pageWithTotal, likeContains, isUuid, iso } from '../kernel';
+import { ApiError, isPgError, notFound, Page, pageWithTotal, likeContains, isUuid, iso } from '../kernel';
 
 type Writer = Db | Knex.Transaction;
 
@@ -20,7 +20,6 @@ export function serializeTag(row: TagRow) {
   return { id: row.id, name: row.name, color: row.color, createdAt: iso(row.created_at) };
 }
 
-const isUniqueViolation = (err: unknown): boolean => (err as { code?: string })?.code === '23505';
 const nameTaken = (name: string) =>
   new ApiError('CONFLICT', `A tag named "${name}" already exists in this workspace`, { hint: 'Tag names are unique regardless of case.' });
 
@@ -59,7 +58,7 @@ export async function updateTag(db: Writer, workspaceId: string, tagId: string, 
   try {
     rows = await db('tags').where({ workspace_id: workspaceId, id: tagId }).update(changes).returning('*');
   } catch (err) {
-    if (isUniqueViolation(err)) throw nameTaken(input.name ?? '');
+    if (isPgError(err, '23505')) throw nameTaken(input.name ?? '');
     throw err;
   }
   if (rows.length === 0) throw notFound('Tag');
