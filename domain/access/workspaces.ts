@@ -92,22 +92,13 @@ export function planColumns(plan: PlanInput = {}): Record<string, unknown> {
   return out;
 }
 
+/** The workspace with its plan: each field of PLAN_COLUMNS (in its order) with its column's value. */
 export function serializeWorkspace(row: WorkspaceRow) {
+  const plan = Object.fromEntries(Object.entries(PLAN_COLUMNS).map(([field, column]) => [field, row[column]]));
   return {
     id: row.id,
     name: row.name,
-    plan: {
-      dealLimit: row.deal_limit,
-      dailyMessageQuota: row.daily_message_quota,
-      broadcastLimit: row.broadcast_limit,
-      inboundWebhookQuota: row.inbound_webhook_quota,
-      webhookQuota: row.webhook_quota,
-      automationLimit: row.automation_limit,
-      automationRunsPerMinute: row.automation_runs_per_minute,
-      mediaStorageMb: row.media_storage_mb,
-      apiAccess: row.api_access,
-      active: row.active,
-    },
+    plan: plan as { [F in keyof typeof PLAN_COLUMNS]: WorkspaceRow[(typeof PLAN_COLUMNS)[F]] },
     createdAt: iso(row.created_at),
     updatedAt: iso(row.updated_at),
   };
