@@ -114,8 +114,10 @@ export interface PreparedSend {
   tookCold: boolean;
 }
 
+/** What a provider answers a send it accepted. */
 export interface SentMessage {
   providerMessageId: string;
+  /** The provider's authoritative identity of the recipient (Cloud API `contacts[].wa_id`). */
   waId?: string;
 }
 

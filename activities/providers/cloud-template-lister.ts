@@ -2,7 +2,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { TemplateLister } from '../../domain/messaging';
 import { listCloudTemplates } from './cloud-templates';
 import { heartbeat } from './heartbeat';
-import { isProviderError } from './types';
+import { ProviderError } from './types';
 
 /**
  * The template sync's lister (domain/messaging syncTemplates) over the Cloud API adapter, its
@@ -14,7 +14,7 @@ export const listCloudTemplatesForSync: TemplateLister = async (settings) => {
   try {
     return { outcome: 'listed', ...(await listCloudTemplates(settings, heartbeat)) };
   } catch (err) {
-    if (isProviderError(err) && !err.retryable) return { outcome: 'refused', error: err.message };
+    if (err instanceof ProviderError && !err.retryable) return { outcome: 'refused', error: err.message };
     throw ApplicationFailure.retryable(err instanceof Error ? err.message : String(err), 'TemplateListUnavailable');
   }
 };

@@ -1,5 +1,5 @@
 import { DEFAULT_API_VERSION, classifyCloudError } from './cloud';
-import { ProviderError, clip, excerpt, redactSecrets } from './types';
+import { ProviderError, clip, excerpt, readCapped, redactSecrets } from './types';
 
 /**
  * Reading a WhatsApp Business account's templates from the Cloud API (Graph API):
@@ -32,28 +32,6 @@ export interface TemplateListing {
   pages: number;
 }
 
-async function readCapped(body: ReadableStream<Uint8Array> | null, max: number): Promise<{ text: string; truncated: boolean }> {
-  const chunks: Buffer[] = [];
-  let kept = 0;
-  if (!body) return { text: '', truncated: false };
-  const reader = body.getReader();
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      if (value.length > max - kept) {
-        chunks.push(Buffer.from(value.subarray(0, max - kept)));
-        return { text: Buffer.concat(chunks).toString('utf8'), truncated: true };
-      }
-      chunks.push(Buffer.from(value));
-      kept += value.length;
-    }
-  } finally {
-    await reader.cancel().catch(() => undefined);
-  }
-  return { text: Buffer.concat(chunks).toString('utf8'), truncated: false };
-}
-
 /** One page of the list: its templates and the cursor of the next page, if there is one. */
 async function fetchPage(
   source: Required<Pick<TemplateSource, 'baseUrl' | 'accessToken' | 'wabaId'>> & { apiVersion: string },
@@ -74,7 +52,8 @@ async function fetchPage(
       redirect: 'manual',
       signal: AbortSignal.timeout(TEMPLATE_PAGE_TIMEOUT_MS),
     });
-    answer = await readCapped(res.body, MAX_TEMPLATE_PAGE_BYTES);
+    const { bytes, truncated } = await readCapped(res.body, MAX_TEMPLATE_PAGE_BYTES);
+    answer = { text: bytes.toString('utf8'), truncated };
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
     throw new ProviderError(

@@ -1,16 +1,18 @@
 import {
+  answeredWithoutId,
+  assertConfigured,
   OutboundMessage,
   ProviderAdapter,
   ProviderConnection,
   ProviderError,
   ProviderFailure,
   SendOptions,
-  SendResult,
   clip,
   excerpt,
   postJson,
   redactSecrets,
 } from './types';
+import type { SentMessage } from '../../types/messaging';
 
 /**
  * WhatsApp Cloud API (Graph API) adapter.
@@ -167,16 +169,10 @@ function failureMessage(
 export const cloudAdapter: ProviderAdapter = {
   // Meta fetches the link from its own network, outside ours: the link stays a link.
   wantsMediaBytes: false,
-  async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
+  async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SentMessage> {
     const { baseUrl, phoneNumberId, accessToken } = connection.config;
     const apiVersion = connection.config.apiVersion || DEFAULT_API_VERSION;
-    const missing = [!baseUrl && 'base URL', !phoneNumberId && 'phone number id', !accessToken && 'access token'].filter(Boolean);
-    if (missing.length > 0) {
-      throw new ProviderError(
-        'REJECTED',
-        `The Cloud API instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`,
-      );
-    }
+    assertConfigured(connection, 'Cloud API', { 'base URL': baseUrl, 'phone number id': phoneNumberId, 'access token': accessToken });
     const secrets = [accessToken];
     const scrub = (text: string): string => redactSecrets(text, secrets);
     const url = `${baseUrl!.replace(/\/+$/, '')}/${encodeURIComponent(apiVersion)}/${encodeURIComponent(phoneNumberId!)}/messages`;
@@ -192,17 +188,7 @@ export const cloudAdapter: ProviderAdapter = {
     if (answer.status >= 200 && answer.status < 300) {
       const ok = answer.json as { contacts?: Array<{ wa_id?: unknown }>; messages?: Array<{ id?: unknown }> } | undefined;
       const id = ok?.messages?.[0]?.id;
-      if (typeof id !== 'string' || !id) {
-        // The message may have gone out: not retryable, so it cannot be sent twice.
-        throw new ProviderError(
-          'REJECTED',
-          redactSecrets(
-            `The WhatsApp Cloud API answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`,
-            secrets,
-          ),
-          { retryable: false, httpStatus: answer.status },
-        );
-      }
+      if (typeof id !== 'string' || !id) throw answeredWithoutId('The WhatsApp Cloud API', answer, secrets);
       const waId = ok?.contacts?.[0]?.wa_id;
       return { providerMessageId: id, ...(typeof waId === 'string' && waId ? { waId } : {}) };
     }

@@ -4,7 +4,7 @@ import { ApiError } from '../../domain/kernel';
 import { MediaUnavailable, type FetchedMedia, type MediaChunkWriter, type MediaSource } from '../../domain/messaging';
 import { safeRequest, safeStream, SafeHttpError, type SafeStreamResponse } from '../../domain/platform';
 import { DEFAULT_API_VERSION } from './cloud';
-import { MAX_ANSWER_BYTES, redactSecrets } from './types';
+import { MAX_ANSWER_BYTES, readCapped, redactSecrets } from './types';
 
 /**
  * The fetch of an inbound media file from its provider (docs/messaging.md, "Media"), for
@@ -70,16 +70,9 @@ function hostOf(url: string): string {
   }
 }
 
-async function readAll(res: SafeStreamResponse, max: number): Promise<string> {
-  const parts: Buffer[] = [];
-  let kept = 0;
-  for await (const chunk of res.body) {
-    parts.push(chunk.subarray(0, max - kept));
-    kept += Math.min(chunk.length, max - kept);
-    if (kept >= max) break;
-  }
-  res.cancel();
-  return Buffer.concat(parts).toString('utf8');
+/** A refusal's first KiB, as text (leaving the body's loop cancels the rest). */
+async function readStart(res: SafeStreamResponse): Promise<string> {
+  return (await readCapped(res.body, 1024)).bytes.toString('utf8');
 }
 
 async function fetchCloud({ row, config }: MediaSource, sink: MediaChunkWriter, allowPrivateUrls: boolean): Promise<FetchedMedia> {
@@ -117,7 +110,7 @@ async function fetchCloud({ row, config }: MediaSource, sink: MediaChunkWriter, 
     field: 'url',
     timeoutMs: DOWNLOAD_TIMEOUT_MS,
   });
-  if (res.status < 200 || res.status >= 300) throw refusal('the media URL', res.status, excerpt(scrub(await readAll(res, 1024))));
+  if (res.status < 200 || res.status >= 300) throw refusal('the media URL', res.status, excerpt(scrub(await readStart(res))));
   try {
     for await (const chunk of res.body) await sink.write(chunk);
   } catch (err) {
@@ -273,7 +266,7 @@ async function fetchWeb({ row, config }: MediaSource, sink: MediaChunkWriter): P
     field: 'baseUrl',
     timeoutMs: DOWNLOAD_TIMEOUT_MS,
   });
-  if (res.status < 200 || res.status >= 300) throw refusal('the web gateway', res.status, excerpt(scrub(await readAll(res, 1024))));
+  if (res.status < 200 || res.status >= 300) throw refusal('the web gateway', res.status, excerpt(scrub(await readStart(res))));
   const reader = new Base64AnswerReader((bytes) => sink.write(bytes));
   const decoder = new StringDecoder('utf8');
   try {

@@ -1,6 +1,7 @@
 import { cloudAdapter } from './cloud';
 import { webAdapter } from './web';
-import { OutboundMessage, ProviderAdapter, ProviderConnection, ProviderError, SendOptions, SendResult, redactSecrets } from './types';
+import { OutboundMessage, ProviderAdapter, ProviderConnection, ProviderError, SendOptions, redactSecrets } from './types';
+import type { SentMessage } from '../../types/messaging';
 
 export * from './types';
 export { cloudAdapter, classifyCloudError, DEFAULT_API_VERSION } from './cloud';
@@ -28,7 +29,7 @@ export async function sendThroughProvider(
   connection: ProviderConnection,
   message: OutboundMessage,
   options: SendOptions = {},
-): Promise<SendResult> {
+): Promise<SentMessage> {
   try {
     return await adapterFor(connection.provider).send(connection, message, options);
   } catch (err) {

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { NETWORK_WORDS } from '../../domain/platform';
-import type { MessageContent, TemplateWireComponent } from '../../types/messaging';
+import type { MessageContent, SentMessage, TemplateWireComponent } from '../../types/messaging';
 /**
  * What the sending path asks of a messaging provider, whichever wire format it speaks.
  * Adapters: `cloud.ts` (WhatsApp Cloud API) and `web.ts` (the unofficial "web" gateway style).
@@ -51,12 +51,6 @@ export interface ProviderConnection {
   };
 }
 
-export interface SendResult {
-  providerMessageId: string;
-  /** The provider's authoritative identity of the recipient (Cloud API `contacts[].wa_id`). */
-  waId?: string;
-}
-
 /**
  * Why a send failed, in our words. `retryable` says whether trying again can help (throttling,
  * 5xx, network); the rest are final and map to the API's error codes.
@@ -97,16 +91,12 @@ export class ProviderError extends Error {
   }
 }
 
-/** Provider refusals reported under their own code; anything else final is SEND_FAILED. */
-const FAILURE_CODES: Partial<Record<ProviderFailure, 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE'>> = {
-  WINDOW_CLOSED: 'WINDOW_CLOSED',
-  TEMPLATE_INVALID: 'TEMPLATE_INVALID',
-  MEDIA_TOO_LARGE: 'MEDIA_TOO_LARGE',
-};
-
-/** The code a final provider refusal is reported under (a send's error, a broadcast recipient's `code`). */
+/**
+ * The code a final provider refusal is reported under (a send's error, a broadcast recipient's
+ * `code`): these three under their own, anything else SEND_FAILED.
+ */
 export function failureCode(failure: ProviderFailure): 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE' | 'SEND_FAILED' {
-  return FAILURE_CODES[failure] ?? 'SEND_FAILED';
+  return failure === 'WINDOW_CLOSED' || failure === 'TEMPLATE_INVALID' || failure === 'MEDIA_TOO_LARGE' ? failure : 'SEND_FAILED';
 }
 
 /**
@@ -145,11 +135,31 @@ export interface ProviderAdapter {
    * never the URL. False when the provider fetches from its own, outside network (Meta).
    */
   readonly wantsMediaBytes: boolean;
-  send(connection: ProviderConnection, message: OutboundMessage, options?: SendOptions): Promise<SendResult>;
+  send(connection: ProviderConnection, message: OutboundMessage, options?: SendOptions): Promise<SentMessage>;
 }
 
-export function isProviderError(err: unknown): err is ProviderError {
-  return err instanceof ProviderError;
+/** Refuses a send, nothing sent, when the instance lacks a setting it needs (`needed`: each by the name an operator knows). */
+export function assertConfigured(connection: ProviderConnection, kind: string, needed: Record<string, string | undefined>): void {
+  const missing = Object.keys(needed).filter((name) => !needed[name]);
+  if (missing.length > 0) {
+    throw new ProviderError(
+      'REJECTED',
+      `The ${kind} instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`,
+    );
+  }
+}
+
+/** A 2xx without a message id: the message may have gone out, so the failure is not retryable (it cannot be sent twice). */
+export function answeredWithoutId(who: string, answer: HttpAnswer, secrets: Array<string | undefined>): ProviderError {
+  const said = excerpt(redactSecrets(answer.text, secrets));
+  return new ProviderError(
+    'REJECTED',
+    redactSecrets(
+      `${who} answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${said}`,
+      secrets,
+    ),
+    { retryable: false, httpStatus: answer.status },
+  );
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -189,7 +199,7 @@ export interface JsonStream {
  * Reads at most `max` bytes of a body, then stops (leaving the loop cancels a web stream and
  * destroys a Node one, so the rest is never downloaded).
  */
-async function readCapped(body: AsyncIterable<Uint8Array> | null, max: number): Promise<{ bytes: Buffer; truncated: boolean }> {
+export async function readCapped(body: AsyncIterable<Uint8Array> | null, max: number): Promise<{ bytes: Buffer; truncated: boolean }> {
   const chunks: Uint8Array[] = [];
   let kept = 0;
   let truncated = false;
@@ -350,15 +360,8 @@ export async function postJson(
       : { whole: JSON.stringify(init.body) };
     const res = (exchange = await httpPost(parsed, headers, body, controller.signal));
     if (res.status >= 300 && res.status < 400) {
-      let target = '';
-      if (res.location) {
-        try {
-          const to = new URL(res.location, parsed);
-          target = ` to ${to.host}${to.pathname}`;
-        } catch {
-          target = '';
-        }
-      }
+      const to = res.location && URL.canParse(res.location, parsed.href) ? new URL(res.location, parsed) : undefined;
+      const target = to ? ` to ${to.host}${to.pathname}` : '';
       res.cancel();
       throw new ProviderError(
         'REJECTED',

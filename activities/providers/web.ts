@@ -1,16 +1,18 @@
 import {
+  answeredWithoutId,
+  assertConfigured,
   JsonStream,
   OutboundMessage,
   ProviderAdapter,
   ProviderConnection,
   ProviderError,
   SendOptions,
-  SendResult,
   clip,
   excerpt,
   postJson,
   redactSecrets,
 } from './types';
+import type { SentMessage } from '../../types/messaging';
 import { digitsOfPersonJid } from '../../domain/leads';
 
 /**
@@ -91,15 +93,13 @@ function fileNameOf(url: string | undefined): string | undefined {
 
 export const webAdapter: ProviderAdapter = {
   wantsMediaBytes: true,
-  async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SendResult> {
+  async send(connection: ProviderConnection, message: OutboundMessage, options: SendOptions = {}): Promise<SentMessage> {
     const { baseUrl, instanceName, accessToken } = connection.config;
-    const missing = [!baseUrl && 'base URL', !instanceName && 'instance name', !accessToken && 'API key (access token)'].filter(Boolean);
-    if (missing.length > 0) {
-      throw new ProviderError(
-        'REJECTED',
-        `The web gateway instance ${connection.instanceId} has no ${missing.join(', ')} configured (nothing was sent)`,
-      );
-    }
+    assertConfigured(connection, 'web gateway', {
+      'base URL': baseUrl,
+      'instance name': instanceName,
+      'API key (access token)': accessToken,
+    });
     if (/@g\.us$/i.test(message.to.trim())) {
       throw new ProviderError(
         'REJECTED',
@@ -160,16 +160,7 @@ export const webAdapter: ProviderAdapter = {
 
     if (answer.status >= 200 && answer.status < 300) {
       const key = (answer.json as { key?: { id?: unknown; remoteJid?: unknown } } | undefined)?.key;
-      if (typeof key?.id !== 'string' || !key.id) {
-        throw new ProviderError(
-          'REJECTED',
-          redactSecrets(
-            `The web gateway answered HTTP ${answer.status} without a message id; the message may or may not have been sent: ${excerpt(scrub(answer.text))}`,
-            secrets,
-          ),
-          { retryable: false, httpStatus: answer.status },
-        );
-      }
+      if (typeof key?.id !== 'string' || !key.id) throw answeredWithoutId('The web gateway', answer, secrets);
       const waId = digitsOfPersonJid(key.remoteJid);
       return { providerMessageId: key.id, ...(waId ? { waId } : {}) };
     }
