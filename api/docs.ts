@@ -1,21 +1,12 @@
 /**
  * GET /docs: the API reference for people, rendered in the browser by Scalar (the npm package
- * `@scalar/api-reference`, its standalone browser bundle) from `/api/v1/openapi.json`.
+ * `@scalar/api-reference`, its standalone browser bundle) from `/api/v1/openapi.json`. Why Scalar
+ * (search, schemas with examples and try-it, all three): docs/architecture.md, "The reference page".
  *
- * Why Scalar: of the maintained OpenAPI renderers it is the one with all three of full-text search
- * (operations, paths, descriptions), request and response schemas with examples, and a try-it
- * client; Redoc has no try-it and Swagger UI only filters by tag.
- *
- * Everything the page loads comes from this process: the bundle is read from node_modules once and
- * served under a content-hashed name with a year of immutable caching, next to our own small
- * script that configures it. Nothing is fetched from elsewhere, so the page works offline:
- * - the Content-Security-Policy allows only 'self' for scripts, connections, images and fonts
- *   (see DOCS_CSP for the one relaxation, inline styles);
- * - Scalar's defaults that reach its own services are turned off: its web fonts (the system fonts
- *   are used), telemetry, the request proxy, the "Ask AI" agent, the MCP button and the developer
- *   toolbar;
- * - try-it sends to the origin that served the page (the only server it offers, and connect-src
- *   'self' refuses any other).
+ * Everything the page loads comes from this process, so it works offline: the bundle, read from
+ * node_modules once and served under a content-hashed name with a year of immutable caching, and
+ * our small script that configures it (CONFIGURE_JS: try-it sends to this origin only, Scalar's
+ * calls to its own services off), under a policy of 'self' only (DOCS_CSP).
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';

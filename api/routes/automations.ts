@@ -22,7 +22,7 @@ import {
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
 } from '../../domain/automations';
-import { ApiError, atLeastOne, listEnvelope, pageQuery, trimmedText } from '../../domain/kernel';
+import { ApiError, atLeastOne, pageQuery, trimmedText } from '../../domain/kernel';
 import { rawBody, requestBody } from '../middleware/body';
 import { enforce } from '../middleware/rate-limit';
 import { apiKey, route } from '../route';
@@ -116,12 +116,8 @@ export const automationRoutes = [
     query: pageQuery(),
     response: listOf(Automation),
     handler: async (ctx, { query }) => {
-      const { rows, total } = await listAutomations(ctx.deps.db, ctx.state.auth!.workspaceId, query, view(ctx));
-      return listEnvelope(
-        rows.map((row) => forKey(ctx, row)),
-        total,
-        query,
-      );
+      const page = await pageOf(listAutomations(ctx.deps.db, ctx.state.auth!.workspaceId, query, view(ctx)), query);
+      return { ...page, data: page.data.map((row) => forKey(ctx, row)) };
     },
   }),
   route({

@@ -217,8 +217,6 @@ export const leadRoutes = [
     params: IdParams,
     response: single(Insight.nullable()),
     errors: ['CONTACT_NOT_FOUND'],
-    handler: async (ctx, { params }) => {
-      return { data: await getInsight(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) };
-    },
+    handler: async (ctx, { params }) => ({ data: await getInsight(ctx.deps.db, ctx.state.auth!.workspaceId, params.id) }),
   }),
 ];

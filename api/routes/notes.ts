@@ -53,7 +53,7 @@ export const noteRoutes = [
     response: single(Note),
     errors: ['CONTACT_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     handler: async (ctx, { params, body: input }) => ({
-      data: await addNote(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, { body: input.body, authorId: input.authorId }),
+      data: await addNote(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, input),
     }),
   }),
   route({

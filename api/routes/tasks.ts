@@ -48,15 +48,8 @@ const fields = {
   assignedTo: z.string().nullable().openapi({ description: 'A member id (400 `ASSIGNEE_NOT_FOUND` otherwise); null unassigns.' }),
 };
 
-/** Every field but the title is optional on create and on change. */
-const optionalFields = {
-  type: fields.type.optional(),
-  dueDate: fields.dueDate.optional(),
-  status: fields.status.optional(),
-  contactId: fields.contactId.optional(),
-  cardId: fields.cardId.optional(),
-  assignedTo: fields.assignedTo.optional(),
-};
+/** Every field optional: the body of a change, and with the title required the body of a create. */
+const TaskChanges = z.object(fields).partial();
 
 export const taskRoutes = [
   route({
@@ -88,7 +81,7 @@ export const taskRoutes = [
     status: 201,
     summary: 'Create a task',
     description: '`type` defaults to `task` and `status` to `pending`. Links (`contactId`, `cardId`, `assignedTo`) are optional.',
-    body: z.object({ title: fields.title, ...optionalFields }),
+    body: TaskChanges.extend({ title: fields.title }),
     errors: ['CONTACT_NOT_FOUND', 'NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     response: single(Task),
     handler: async (ctx, { body }) => ({ data: await createTask(ctx.deps.db, ctx.state.auth!.workspaceId, body) }),
@@ -113,10 +106,7 @@ export const taskRoutes = [
       'At least one field must be sent. `status: "done"` records the completion time, `"pending"` clears it. `null` clears ' +
       '`dueDate`, `contactId`, `cardId` and `assignedTo`.',
     params: IdParams,
-    body: atLeastOne(
-      z.object({ title: fields.title.optional(), ...optionalFields }),
-      'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo',
-    ),
+    body: atLeastOne(TaskChanges, 'send at least one of title, type, dueDate, status, contactId, cardId, assignedTo'),
     errors: ['CONTACT_NOT_FOUND', 'ASSIGNEE_NOT_FOUND'],
     response: single(Task),
     handler: async (ctx, { params, body }) => ({ data: await updateTask(ctx.deps.db, ctx.state.auth!.workspaceId, params.id, body) }),

@@ -179,7 +179,7 @@ export const webhookRoutes = [
         timestamp: new Date().toISOString(),
         webhook_id: target.id,
       });
-      const outcome = await postWebhook({
+      const { ok, statusCode, error, durationMs } = await postWebhook({
         url: target.url,
         secret: target.secret,
         event: PING_EVENT,
@@ -187,16 +187,7 @@ export const webhookRoutes = [
         body,
         policy: { allowPrivate: ctx.deps.config.allowPrivateUrls },
       });
-      return {
-        data: {
-          event: PING_EVENT,
-          deliveryId,
-          delivered: outcome.ok,
-          statusCode: outcome.statusCode,
-          error: outcome.error,
-          durationMs: outcome.durationMs,
-        },
-      };
+      return { data: { event: PING_EVENT, deliveryId, delivered: ok, statusCode, error, durationMs } };
     },
   }),
   route({
