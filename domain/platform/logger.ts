@@ -1,30 +1,16 @@
 import pino, { Logger } from 'pino';
 
 /**
- * Structured JSON logs. Secrets never reach a log line: the paths below are censored wherever
- * they appear, and request logs carry the route pattern rather than URLs that embed tokens.
+ * Structured JSON logs. Secrets never reach a log line: the paths below (each secret-bearing field
+ * at the root of a line and one level down, and a few deeper ones) are censored wherever they
+ * appear, and request logs carry the route pattern rather than URLs that embed tokens.
  */
+const SECRET_FIELDS = ['authorization', 'key', 'apiKey', 'secret', 'token', 'accessToken', 'appSecret', 'verifyToken', 'password'];
 export const REDACT_PATHS = [
-  'authorization',
+  ...SECRET_FIELDS,
+  ...SECRET_FIELDS.map((field) => `*.${field}`),
   'headers.authorization',
   'req.headers.authorization',
-  'key',
-  'apiKey',
-  'secret',
-  'token',
-  'accessToken',
-  'appSecret',
-  'verifyToken',
-  'password',
-  '*.authorization',
-  '*.key',
-  '*.apiKey',
-  '*.secret',
-  '*.token',
-  '*.accessToken',
-  '*.appSecret',
-  '*.verifyToken',
-  '*.password',
   'config.accessToken',
   'config.appSecret',
   'config.verifyToken',

@@ -59,27 +59,15 @@ export function isInputStartedEncrypted(value: Record<string, unknown> | undefin
   return typeof value.runId === 'string' && typeof value.automationId === 'string' && value.trigger === undefined;
 }
 
-export class PlaintextPayloadRefused extends Error {
-  constructor() {
-    super(
-      'A plain (unencrypted) payload in a shape this service only writes encrypted was refused: it was not written by this service (ENCRYPTION_KEYS)',
-    );
-    this.name = 'PlaintextPayloadRefused';
-  }
-}
-
 /** The workspace a workflow id names (ours all start `<kind>/<workspaceId>/`), or undefined. */
 function workspaceOf(context: SerializationContext | undefined): string | undefined {
   const workflowId = context?.workflowId;
   return workflowId ? /^(?:send|automation|webhook)\/([0-9a-f-]{36})\//.exec(workflowId)?.[1] : undefined;
 }
 
-export class PayloadOfAnotherWorkspace extends Error {
-  constructor() {
-    super("An encrypted payload naming another workspace than its workflow's was refused");
-    this.name = 'PayloadOfAnotherWorkspace';
-  }
-}
+/** A payload the codec refuses to decode, its error named for what it is. */
+const refused = (name: 'PlaintextPayloadRefused' | 'PayloadOfAnotherWorkspace', message: string): Error =>
+  Object.assign(new Error(message), { name });
 
 export class EncryptionCodec implements PayloadCodec {
   constructor(private readonly ring: KeyRing) {}
@@ -109,13 +97,20 @@ export class EncryptionCodec implements PayloadCodec {
     const owner = workspaceOf(context);
     return payloads.map((payload) => {
       if (read(payload.metadata?.encoding) !== ENCRYPTED_ENCODING) {
-        if (isInputStartedEncrypted(jsonObject(payload))) throw new PlaintextPayloadRefused();
+        if (isInputStartedEncrypted(jsonObject(payload))) {
+          throw refused(
+            'PlaintextPayloadRefused',
+            'A plain (unencrypted) payload in a shape this service only writes encrypted was refused: it was not written by this service (ENCRYPTION_KEYS)',
+          );
+        }
         return payload;
       }
       const keyId = read(payload.metadata?.[KEY_ID]);
       const format = read(payload.metadata?.[FORMAT]);
       const named = read(payload.metadata?.[WORKSPACE]);
-      if (format === V2 && owner && named && named !== owner) throw new PayloadOfAnotherWorkspace();
+      if (format === V2 && owner && named && named !== owner) {
+        throw refused('PayloadOfAnotherWorkspace', "An encrypted payload naming another workspace than its workflow's was refused");
+      }
       const associated = format === V2 ? associatedData(keyId, named) : undefined;
       const plain = unseal(this.ring, keyId, Buffer.from(payload.data ?? new Uint8Array()), associated);
       return temporal.api.common.v1.Payload.decode(plain) as Payload;
