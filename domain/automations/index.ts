@@ -14,13 +14,12 @@ export {
   regenerateToken,
   removeToken,
   resealAutomationTokens,
-  render,
   runWorkflowId,
   serializeAutomation,
   TriggerSchema,
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
 } from './automations';
-export { deliveryChain, findInboundAutomation, receiveInboundWebhook, signedDeliveryChain } from './automation-receiver';
+export { deliveryChain, findInboundAutomation, receiveInboundWebhook } from './automation-receiver';
 export { keepWebhookBodyOnRun, REFUSALS_LISTED_PER_EVENT, runsForEvents } from './automation-triggers';
 export { applyRunAction, endRun, planRun, type RunActionInput } from './automation-actions';
