@@ -1,8 +1,5 @@
-import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, isUuid, iso } from '../kernel';
-
-type Reader = Db | Knex.Transaction;
 
 /** A new member of the workspace; an e-mail already used there (any case) is 409 CONFLICT. */
 export async function addMember(db: Db, workspaceId: string, input: { name: string; email: string }) {
@@ -22,7 +19,7 @@ export async function requireMember(db: Db, workspaceId: string, memberId: strin
  * 400 ASSIGNEE_NOT_FOUND, the contract's code for an assignee who is not a member.
  */
 export async function resolveMember(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   ref: string,
   options: { byName?: boolean } = {},
@@ -43,7 +40,7 @@ export async function resolveMember(
 }
 
 /** Members' display names by id, in one query (tasks and deals expose `{ id, name }`). */
-export async function memberNames(db: Reader, workspaceId: string, ids: (string | null | undefined)[]): Promise<Map<string, string>> {
+export async function memberNames(db: Db, workspaceId: string, ids: (string | null | undefined)[]): Promise<Map<string, string>> {
   const unique = [...new Set(ids.filter((id): id is string => !!id))];
   if (unique.length === 0) return new Map();
   const rows = await db('members').where({ workspace_id: workspaceId }).whereIn('id', unique).select('id', 'name');

@@ -104,8 +104,6 @@ export function serializeWorkspace(row: WorkspaceRow) {
   };
 }
 
-type Reader = Db | Knex.Transaction;
-
 /** A plan or standing column of the workspace row (WorkspaceRow less its identity and timestamps). */
 export type PlanColumn = Exclude<keyof WorkspaceRow, 'id' | 'name' | 'created_at' | 'updated_at'>;
 
@@ -113,7 +111,7 @@ export type PlanColumn = Exclude<keyof WorkspaceRow, 'id' | 'name' | 'created_at
  * The workspace's row as a query of its own, for an area that reads plan columns beside its own
  * (a sub-select of its rows in the same statement: domain/messaging's stored media room).
  */
-export function workspaceQuery(db: Reader, workspaceId: string): Knex.QueryBuilder {
+export function workspaceQuery(db: Db, workspaceId: string): Knex.QueryBuilder {
   return db('workspaces').where({ id: workspaceId });
 }
 
@@ -124,7 +122,7 @@ export function workspaceQuery(db: Reader, workspaceId: string): Knex.QueryBuild
  * inserts that reference the workspace.
  */
 export async function workspacePlan<C extends PlanColumn>(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   columns: readonly C[],
   options: { lock?: boolean } = {},
@@ -139,7 +137,7 @@ export async function workspacePlan<C extends PlanColumn>(
  * workspace that does not exist has none): domain/automations reads a trigger batch's plans once.
  */
 export async function workspacePlans<C extends PlanColumn>(
-  db: Reader,
+  db: Db,
   workspaceIds: readonly string[],
   columns: readonly C[],
 ): Promise<(Pick<WorkspaceRow, C> & { id: string })[]> {

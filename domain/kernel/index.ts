@@ -8,6 +8,7 @@ export {
   likeContains,
   listEnvelope,
   MAX_OFFSET,
+  newestFirst,
   type Page,
   PAGE_TOTAL,
   pageQuery,

@@ -66,6 +66,14 @@ export async function pageWithTotal<T>(
   return { rows, total: counted };
 }
 
+/** Newest first: `createdAt` descending, then `id` descending (a tie never straddles two pages). */
+export function newestFirst(createdAt = 'created_at', id = 'id'): { column: string; order: 'desc' }[] {
+  return [
+    { column: createdAt, order: 'desc' },
+    { column: id, order: 'desc' },
+  ];
+}
+
 /** The list envelope: `{ data, pagination: { total, limit, offset, hasMore } }`. */
 export function listEnvelope<T>(data: T[], total: number, page: Page): { data: T[]; pagination: Pagination } {
   return {

@@ -2,8 +2,6 @@ import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { canonical } from './contact-refs';
 
-type Reader = Db | Knex.Transaction;
-
 /** Who a message to many is for (domain/broadcasts' audience): tags, a list, leads by id; their union. */
 export interface ContactSegment {
   tagIds?: string[];
@@ -16,7 +14,7 @@ export interface ContactSegment {
  * tags, in the list, or named, each once. A query of `contacts as c`: the caller picks the columns
  * and the order (`c.<column>`).
  */
-export function segmentContacts(db: Reader, workspaceId: string, segment: ContactSegment): Knex.QueryBuilder {
+export function segmentContacts(db: Db, workspaceId: string, segment: ContactSegment): Knex.QueryBuilder {
   const tagIds = segment.tagIds ?? [];
   const leadIds = segment.leadIds ?? [];
   return canonical(db('contacts as c').where('c.workspace_id', workspaceId), 'c').where((q) => {

@@ -2,8 +2,6 @@ import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, ErrorCode, isUuid } from '../kernel';
 
-type Reader = Db | Knex.Transaction;
-
 /** Only canonical contacts are ever visible: not merged, not soft-deleted, not group chats. */
 // The same condition keeps contact_counts exact (migration 20261122005900): change both together.
 export function canonical(query: Knex.QueryBuilder, alias = 'contacts'): Knex.QueryBuilder {
@@ -20,7 +18,7 @@ export function canonical(query: Knex.QueryBuilder, alias = 'contacts'): Knex.Qu
  * foreign contact is indistinguishable from one that never existed.
  */
 export async function requireContact<T = { id: string; name: string; phone: string; email: string | null }>(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   contactId: string,
   options: { forUpdate?: boolean; code?: ErrorCode } = {},
@@ -39,7 +37,7 @@ export async function requireContact<T = { id: string; name: string; phone: stri
  * its error cleared of the data of the contacts it named, which may have been deleted since).
  */
 export async function contactsPersonalData(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   contactIds: string[],
 ): Promise<{ id: string; name: string | null; email: string | null; phone: string | null }[]> {

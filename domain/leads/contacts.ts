@@ -6,7 +6,6 @@ import { parsePhone, Phone } from './phone';
 import { canonical, requireContact } from './contact-refs';
 
 type Trx = Knex.Transaction;
-type Reader = Db | Trx;
 
 /**
  * Where a change to a contact comes from. It decides the events: only a human's edit in the
@@ -71,7 +70,7 @@ export interface TagRef {
 }
 
 /** Tags of many contacts in one query (a lead page is a constant number of queries). */
-export async function tagsOf(db: Reader, contactIds: string[]): Promise<Map<string, TagRef[]>> {
+export async function tagsOf(db: Db, contactIds: string[]): Promise<Map<string, TagRef[]>> {
   const map = new Map<string, TagRef[]>();
   if (contactIds.length === 0) return map;
   const rows = await db('contact_tags as ct')
@@ -102,7 +101,7 @@ export function serializeLead(row: ContactRow | LeadPageRow, tags: TagRef[]) {
  * of leads and their tags in one round trip instead of two. Each tag is read by its key (OFFSET 0
  * keeps the planner from hashing the whole tags table once per lead).
  */
-export function tagListColumn(db: Reader, alias = 'contacts'): Knex.Raw {
+export function tagListColumn(db: Db, alias = 'contacts'): Knex.Raw {
   return db.raw(
     `(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name, 'color', t.color) ORDER BY t.name, t.id), '[]'::json)
         FROM contact_tags ct CROSS JOIN LATERAL (SELECT id, name, color FROM tags WHERE tags.id = ct.tag_id OFFSET 0) t
@@ -119,7 +118,7 @@ export function serializeLeadsWithTags(rows: Array<ContactRowWithTags | LeadPage
   return rows.map((r) => serializeLead(r, r.tag_list));
 }
 
-export async function serializeLeads(db: Reader, rows: ContactRow[]) {
+export async function serializeLeads(db: Db, rows: ContactRow[]) {
   const tags = await tagsOf(
     db,
     rows.map((r) => r.id),
@@ -131,7 +130,7 @@ export async function serializeLeads(db: Reader, rows: ContactRow[]) {
  * Tag ids or names (case-insensitive) of the workspace. An unknown one is 404 NOT_FOUND, unless
  * `create` is set: then an unknown name is created (an unknown id is still 404).
  */
-export async function resolveTags(trx: Reader, workspaceId: string, refs: string[], options: { create?: boolean } = {}): Promise<TagRef[]> {
+export async function resolveTags(trx: Db, workspaceId: string, refs: string[], options: { create?: boolean } = {}): Promise<TagRef[]> {
   const [resolved] = await resolveTagSets(trx, workspaceId, [refs], options);
   if (resolved instanceof ApiError) throw resolved;
   return resolved;
@@ -143,7 +142,7 @@ export async function resolveTags(trx: Reader, workspaceId: string, refs: string
  * refuse answers that error instead, and creates nothing.
  */
 export async function resolveTagSets(
-  trx: Reader,
+  trx: Db,
   workspaceId: string,
   sets: string[][],
   options: { create?: boolean } = {},
@@ -327,7 +326,7 @@ async function changeContact(
   return after;
 }
 
-async function withTags(trx: Reader, row: ContactRow) {
+async function withTags(trx: Db, row: ContactRow) {
   return serializeLead(row, (await tagsOf(trx, [row.id])).get(row.id) ?? []);
 }
 
@@ -599,7 +598,7 @@ export async function finishMerge(trx: Trx, workspaceId: string, duplicate: Cont
 }
 
 /** Applies one tag (id, or name: created when new) to a contact; `added` is false when it was already there. */
-export async function addTag(db: Db | Trx, workspaceId: string, contactId: string, ref: string, options: ChangeOptions) {
+export async function addTag(db: Db, workspaceId: string, contactId: string, ref: string, options: ChangeOptions) {
   return db.transaction(async (trx) => {
     const contact = await requireContact<ContactRow>(trx, workspaceId, contactId, { forUpdate: true });
     const [tag] = await resolveTags(trx, workspaceId, [ref], { create: true });
@@ -609,7 +608,7 @@ export async function addTag(db: Db | Trx, workspaceId: string, contactId: strin
 }
 
 /** Removes one tag (by id) from a contact; `removed` is false when it was not applied. */
-export async function removeTag(db: Db | Trx, workspaceId: string, contactId: string, tagId: string, options: ChangeOptions) {
+export async function removeTag(db: Db, workspaceId: string, contactId: string, tagId: string, options: ChangeOptions) {
   return db.transaction(async (trx) => {
     const contact = await requireContact<ContactRow>(trx, workspaceId, contactId, { forUpdate: true });
     const tag: TagRef | undefined = isUuid(tagId)
@@ -714,7 +713,7 @@ const FOR_SEND_COLUMNS = ['id', 'name', 'phone', 'email', 'opted_out', 'wa_id'] 
  * one contact.
  */
 export async function findOrCreateContact(
-  trx: Reader,
+  trx: Db,
   workspaceId: string,
   phone: Phone,
   options: { name?: string; waId?: string } = {},
@@ -749,12 +748,12 @@ export async function recordConsent(trx: Trx, workspaceId: string, contactId: st
  * the workspace has that id): `contactId` is a value or a column or sub-query of the caller's
  * statement (domain/messaging: the contact a send prepared).
  */
-export function contactOptedOut(db: Reader, workspaceId: string, contactId: string | Knex.Raw | Knex.QueryBuilder): Knex.QueryBuilder {
+export function contactOptedOut(db: Db, workspaceId: string, contactId: string | Knex.Raw | Knex.QueryBuilder): Knex.QueryBuilder {
   return db('contacts').where('contacts.workspace_id', workspaceId).where('contacts.id', contactId).select('contacts.opted_out');
 }
 
 /** The contacts a send may still use (not deleted or merged), by id. */
-export async function contactsForSend(db: Reader, workspaceId: string, contactIds: string[]): Promise<Map<string, ContactForSend>> {
+export async function contactsForSend(db: Db, workspaceId: string, contactIds: string[]): Promise<Map<string, ContactForSend>> {
   if (contactIds.length === 0) return new Map();
   const rows = await db('contacts')
     .where({ workspace_id: workspaceId })

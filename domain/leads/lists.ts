@@ -1,10 +1,8 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
-import { ApiError, notFound, Page, pageWithTotal, isUuid, iso } from '../kernel';
+import { ApiError, newestFirst, notFound, Page, pageWithTotal, isUuid, iso } from '../kernel';
 import { canonical, requireContact } from './contact-refs';
 import { ContactRow, serializeLeads } from './contacts';
-
-type Writer = Db | Knex.Transaction;
 
 export const MAX_LIST_ADD = 1000;
 
@@ -24,7 +22,7 @@ export function serializeList(row: ListRow) {
  * The exact number of canonical contacts in the list of the outer row `lists`, as a correlated
  * subquery: a page of lists gets all its counts in the same single statement.
  */
-function contactCount(db: Writer): Knex.Raw {
+function contactCount(db: Db): Knex.Raw {
   return db.raw(
     `(SELECT count(*) FROM list_members lm JOIN contacts c ON c.id = lm.contact_id
        WHERE lm.list_id = lists.id
@@ -32,48 +30,38 @@ function contactCount(db: Writer): Knex.Raw {
   );
 }
 
-const columns = (db: Writer) => ['lists.id', 'lists.name', 'lists.created_at', 'lists.updated_at', contactCount(db)];
+const columns = (db: Db) => ['lists.id', 'lists.name', 'lists.created_at', 'lists.updated_at', contactCount(db)];
 
 /** Newest first (then id); two statements whatever the page size. */
 export async function listLists(db: Db, workspaceId: string, page: Page) {
   const scope = db('lists').where({ workspace_id: workspaceId });
-  const { rows, total } = await pageWithTotal<ListRow>(scope, page, (q) =>
-    q
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .select(columns(db)),
-  );
+  const { rows, total } = await pageWithTotal<ListRow>(scope, page, (q) => q.orderBy(newestFirst()).select(columns(db)));
   return { rows: rows.map(serializeList), total };
 }
 
-export async function getList(db: Writer, workspaceId: string, listId: string) {
+export async function getList(db: Db, workspaceId: string, listId: string) {
   if (!isUuid(listId)) throw notFound('List');
   const row: ListRow | undefined = await db('lists').where({ workspace_id: workspaceId, id: listId }).first(columns(db));
   if (!row) throw notFound('List');
   return serializeList(row);
 }
 
-export async function createList(db: Writer, workspaceId: string, input: { name: string }) {
+export async function createList(db: Db, workspaceId: string, input: { name: string }) {
   const [row] = await db('lists')
     .insert({ workspace_id: workspaceId, name: input.name })
     .returning(['id', 'name', 'created_at', 'updated_at']);
   return serializeList({ ...row, contact_count: 0 });
 }
 
-export async function renameList(db: Writer, workspaceId: string, listId: string, input: { name: string }) {
+export async function renameList(db: Db, workspaceId: string, listId: string, input: { name: string }) {
   if (!isUuid(listId)) throw notFound('List');
-  const updated = await db('lists')
-    .where({ workspace_id: workspaceId, id: listId })
-    .update({ name: input.name, updated_at: db.fn.now() })
-    .returning('id');
-  if (updated.length === 0) throw notFound('List');
+  // An unknown list updates nothing, and getList answers 404 for it.
+  await db('lists').where({ workspace_id: workspaceId, id: listId }).update({ name: input.name, updated_at: db.fn.now() });
   return getList(db, workspaceId, listId);
 }
 
 /** Deletes the list and its memberships (the contacts stay). */
-export async function deleteList(db: Writer, workspaceId: string, listId: string): Promise<{ id: string; deleted: true }> {
+export async function deleteList(db: Db, workspaceId: string, listId: string): Promise<{ id: string; deleted: true }> {
   if (!isUuid(listId)) throw notFound('List');
   const deleted = await db('lists').where({ workspace_id: workspaceId, id: listId }).delete().returning('id');
   if (deleted.length === 0) throw notFound('List');
@@ -143,17 +131,12 @@ export async function listContactsOfList(db: Db, workspaceId: string, listId: st
       .where({ 'lm.workspace_id': workspaceId, 'lm.list_id': listId, 'contacts.workspace_id': workspaceId }),
   );
   const { rows, total } = await pageWithTotal<ContactRow>(scope, page, (q) =>
-    q
-      .orderBy([
-        { column: 'lm.created_at', order: 'desc' },
-        { column: 'lm.contact_id', order: 'desc' },
-      ])
-      .select('contacts.*'),
+    q.orderBy(newestFirst('lm.created_at', 'lm.contact_id')).select('contacts.*'),
   );
   return { rows: await serializeLeads(db, rows), total };
 }
 
 /** Whether `listId` is a list of the workspace (a malformed id is none). */
-export async function listExists(db: Writer, workspaceId: string, listId: string): Promise<boolean> {
+export async function listExists(db: Db, workspaceId: string, listId: string): Promise<boolean> {
   return isUuid(listId) && !!(await db('lists').where({ workspace_id: workspaceId, id: listId }).first('id'));
 }

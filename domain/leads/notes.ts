@@ -1,10 +1,7 @@
-import type { Knex } from 'knex';
 import type { Db } from '../platform';
-import { notFound, Page, pageWithTotal, isUuid, iso } from '../kernel';
+import { newestFirst, notFound, Page, pageWithTotal, isUuid, iso } from '../kernel';
 import { requireContact } from './contact-refs';
 import { resolveMember } from '../access';
-
-type Writer = Db | Knex.Transaction;
 
 /** Author of a note written through the API without `authorId`. */
 export const API_AUTHOR_NAME = 'API';
@@ -29,14 +26,7 @@ const COLUMNS = ['id', 'body', 'author_name', 'created_at', 'updated_at'];
 export async function listNotes(db: Db, workspaceId: string, contactId: string, page: Page) {
   await requireContact(db, workspaceId, contactId);
   const scope = db('notes').where({ workspace_id: workspaceId, contact_id: contactId });
-  const { rows, total } = await pageWithTotal<NoteRow>(scope, page, (q) =>
-    q
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .select(COLUMNS),
-  );
+  const { rows, total } = await pageWithTotal<NoteRow>(scope, page, (q) => q.orderBy(newestFirst()).select(COLUMNS));
   return { rows: rows.map(serializeNote), total };
 }
 
@@ -52,7 +42,7 @@ export interface NoteInput {
  * Adds a note to a canonical contact of the workspace (404 CONTACT_NOT_FOUND otherwise). Takes a
  * transaction or the pool, so a Temporal activity (automation `add_note`) can reuse it.
  */
-export async function addNote(db: Writer, workspaceId: string, contactId: string, input: NoteInput) {
+export async function addNote(db: Db, workspaceId: string, contactId: string, input: NoteInput) {
   await requireContact(db, workspaceId, contactId);
   const author = input.authorId
     ? await resolveMember(db, workspaceId, input.authorId)
@@ -64,7 +54,7 @@ export async function addNote(db: Writer, workspaceId: string, contactId: string
 }
 
 /** A note of that contact, or 404 NOT_FOUND (a note of another contact or workspace included). */
-export async function updateNote(db: Writer, workspaceId: string, contactId: string, noteId: string, input: { body: string }) {
+export async function updateNote(db: Db, workspaceId: string, contactId: string, noteId: string, input: { body: string }) {
   await requireContact(db, workspaceId, contactId);
   if (!isUuid(noteId)) throw notFound('Note');
   const [row] = await db('notes')
@@ -75,12 +65,7 @@ export async function updateNote(db: Writer, workspaceId: string, contactId: str
   return serializeNote(row);
 }
 
-export async function deleteNote(
-  db: Writer,
-  workspaceId: string,
-  contactId: string,
-  noteId: string,
-): Promise<{ id: string; deleted: true }> {
+export async function deleteNote(db: Db, workspaceId: string, contactId: string, noteId: string): Promise<{ id: string; deleted: true }> {
   await requireContact(db, workspaceId, contactId);
   if (!isUuid(noteId)) throw notFound('Note');
   const deleted = await db('notes').where({ workspace_id: workspaceId, contact_id: contactId, id: noteId }).delete();

@@ -2,8 +2,6 @@ import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, isPgError, notFound, Page, pageWithTotal, likeContains, isUuid, iso } from '../kernel';
 
-type Writer = Db | Knex.Transaction;
-
 export const DEFAULT_TAG_COLOR = '#6b7280';
 /** `#rrggbb`; stored and returned in lower case. */
 export const TAG_COLOR = /^#[0-9a-fA-F]{6}$/;
@@ -31,7 +29,7 @@ export async function listTags(db: Db, workspaceId: string, input: Page & { q?: 
   return { rows: rows.map(serializeTag), total };
 }
 
-export async function getTag(db: Writer, workspaceId: string, tagId: string) {
+export async function getTag(db: Db, workspaceId: string, tagId: string) {
   if (!isUuid(tagId)) throw notFound('Tag');
   const row: TagRow | undefined = await db('tags').where({ workspace_id: workspaceId, id: tagId }).first();
   if (!row) throw notFound('Tag');
@@ -39,7 +37,7 @@ export async function getTag(db: Writer, workspaceId: string, tagId: string) {
 }
 
 /** A new tag; a name already used in the workspace (any case) is 409 CONFLICT, also under concurrency. */
-export async function createTag(db: Writer, workspaceId: string, input: { name: string; color?: string }) {
+export async function createTag(db: Db, workspaceId: string, input: { name: string; color?: string }) {
   const { rows } = await db.raw(
     `INSERT INTO tags (workspace_id, name, color) VALUES (?, ?, ?)
      ON CONFLICT (workspace_id, lower(name)) DO NOTHING RETURNING *`,
@@ -49,7 +47,7 @@ export async function createTag(db: Writer, workspaceId: string, input: { name: 
   return serializeTag(rows[0]);
 }
 
-export async function updateTag(db: Writer, workspaceId: string, tagId: string, input: { name?: string; color?: string }) {
+export async function updateTag(db: Db, workspaceId: string, tagId: string, input: { name?: string; color?: string }) {
   if (!isUuid(tagId)) throw notFound('Tag');
   const changes: Record<string, string> = {};
   if (input.name !== undefined) changes.name = input.name;
@@ -69,12 +67,7 @@ export async function updateTag(db: Writer, workspaceId: string, tagId: string, 
  * The ids among `tagIds` that are tags of the workspace. `lock: 'share'`: those tags share-locked
  * until commit, so none is deleted while the caller records a reference to it (a broadcast's).
  */
-export async function existingTagIds(
-  db: Writer,
-  workspaceId: string,
-  tagIds: string[],
-  options: { lock?: 'share' } = {},
-): Promise<string[]> {
+export async function existingTagIds(db: Db, workspaceId: string, tagIds: string[], options: { lock?: 'share' } = {}): Promise<string[]> {
   const q = db('tags').where({ workspace_id: workspaceId }).whereIn('id', tagIds);
   if (options.lock === 'share') q.forShare();
   return q.pluck('id');

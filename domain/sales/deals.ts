@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import { compiledOnce, instantsAsText, prepared, type Db, answerItem, BatchInput, ItemAnswer, SyncRead, syncPage } from '../platform';
-import { ApiError, Page, PAGE_TOTAL, pageWithTotal, isUuid, DEAL_STATUSES, type DealStatus, iso } from '../kernel';
+import { ApiError, newestFirst, Page, PAGE_TOTAL, pageWithTotal, isUuid, DEAL_STATUSES, type DealStatus, iso } from '../kernel';
 import { Cause, OutboxRecord, outboxInsert, recordOutbox } from '../webhooks';
 import { resolveOrCreateProduct } from './products';
 import { Actor, lockWorkspace, memberNames, memberNameSql, resolveMember, workspacePlan } from '../access';
@@ -10,7 +10,6 @@ import { joinCanonicalContact, requireContact } from '../leads';
 export { DEAL_STATUSES, type DealStatus };
 
 type Trx = Knex.Transaction;
-type Reader = Db | Trx;
 
 /** Money in BRL: >= 0, two decimals, what numeric(14, 2) holds. */
 export const dealValue = z.number().min(0).max(999_999_999_999.99);
@@ -103,7 +102,7 @@ export function serializeDeal(row: DealRow, assigneeName: string | null | undefi
 }
 
 /** Serialises deals with their assignees' names in one extra query, whatever the page size. */
-export async function serializeDeals(db: Reader, workspaceId: string, rows: DealRow[]) {
+export async function serializeDeals(db: Db, workspaceId: string, rows: DealRow[]) {
   const names = await memberNames(
     db,
     workspaceId,
@@ -116,7 +115,7 @@ export async function serializeDeals(db: Reader, workspaceId: string, rows: Deal
  * Deals visible through the API: those of canonical contacts. Soft-deleting a lead hides its
  * deals with it (and restoring it would bring them back); nothing is destroyed.
  */
-export function visibleDeals(db: Reader, workspaceId: string): Knex.QueryBuilder {
+export function visibleDeals(db: Db, workspaceId: string): Knex.QueryBuilder {
   return joinCanonicalContact(db('deals'), 'contacts', { id: 'deals.contact_id' })
     .where('deals.workspace_id', workspaceId)
     .select('deals.*');
@@ -127,7 +126,7 @@ export function visibleDeals(db: Reader, workspaceId: string): Knex.QueryBuilder
  * of a deleted or merged contact; this does not): domain/automations' `deal.*` run variables.
  */
 export async function dealSummary(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   id: string,
 ): Promise<Pick<DealRow, 'id' | 'name' | 'value' | 'status' | 'stage_id' | 'pipeline_id'> | undefined> {
@@ -135,7 +134,7 @@ export async function dealSummary(
 }
 
 /** The visible deal `id`, its columns named, with its assignee's name. */
-function dealById(db: Reader, workspaceId: string, id: string): Knex.QueryBuilder {
+function dealById(db: Db, workspaceId: string, id: string): Knex.QueryBuilder {
   return visibleDeals(db, workspaceId)
     .clearSelect()
     .where('deals.id', id)
@@ -144,7 +143,7 @@ function dealById(db: Reader, workspaceId: string, id: string): Knex.QueryBuilde
     .first();
 }
 
-export async function findDeal(db: Reader, workspaceId: string, id: string): Promise<DealWithAssignee> {
+export async function findDeal(db: Db, workspaceId: string, id: string): Promise<DealWithAssignee> {
   if (!isUuid(id)) throw new ApiError('NOT_FOUND', 'Deal not found');
   const row = await prepared(dealById(db, workspaceId, id));
   if (!row) throw new ApiError('NOT_FOUND', 'Deal not found');
@@ -202,12 +201,7 @@ export async function listDeals(db: Db, workspaceId: string, query: Page & DealF
   if (query.contactId) scope.where('deals.contact_id', query.contactId);
   if (query.assignedTo) scope.where('deals.assigned_to', query.assignedTo);
   if (query.updatedAfter) scope.where('deals.updated_at', '>=', query.updatedAfter);
-  const { rows, total } = await pageWithTotal<DealRow>(scope, query, (q) =>
-    q.orderBy([
-      { column: 'deals.created_at', order: 'desc' },
-      { column: 'deals.id', order: 'desc' },
-    ]),
-  );
+  const { rows, total } = await pageWithTotal<DealRow>(scope, query, (q) => q.orderBy(newestFirst('deals.created_at', 'deals.id')));
   return { rows: await serializeDeals(db, workspaceId, rows), total };
 }
 
@@ -219,7 +213,7 @@ export async function syncDeals(db: Db, workspaceId: string, read: SyncRead) {
 }
 
 /** Pipeline by id or case-insensitive name. */
-async function resolvePipeline(trx: Reader, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
+async function resolvePipeline(trx: Db, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
   const q = trx('pipelines').where({ workspace_id: workspaceId });
   const row =
     (isUuid(ref) ? await q.clone().where({ id: ref }).first('id', 'name') : undefined) ??
@@ -232,7 +226,7 @@ async function resolvePipeline(trx: Reader, workspaceId: string, ref: string): P
 }
 
 /** Stage of the pipeline by id or case-insensitive name; none given: the first stage of the funnel. */
-export async function resolveStage(trx: Reader, pipelineId: string, ref: string | undefined): Promise<{ id: string; name: string }> {
+export async function resolveStage(trx: Db, pipelineId: string, ref: string | undefined): Promise<{ id: string; name: string }> {
   const stages: { id: string; name: string }[] = await trx('stages')
     .where({ pipeline_id: pipelineId })
     .orderBy('position')
@@ -248,7 +242,7 @@ export async function resolveStage(trx: Reader, pipelineId: string, ref: string 
 
 /** Keeps only keys defined as custom fields of the pipeline or globally; unknown keys are dropped silently. */
 async function knownCustomValues(
-  trx: Reader,
+  trx: Db,
   workspaceId: string,
   pipelineId: string,
   values: Record<string, unknown>,
@@ -264,7 +258,7 @@ async function knownCustomValues(
 }
 
 /** Which of `keys` are custom field keys of the workspace (global or of any pipeline). */
-export async function definedCustomFieldKeys(db: Reader, workspaceId: string, keys: string[]): Promise<string[]> {
+export async function definedCustomFieldKeys(db: Db, workspaceId: string, keys: string[]): Promise<string[]> {
   if (keys.length === 0) return [];
   return db('custom_fields').where({ workspace_id: workspaceId }).whereIn('key', keys).distinct().pluck('key');
 }
@@ -274,7 +268,7 @@ export async function definedCustomFieldKeys(db: Reader, workspaceId: string, ke
  * broadcast's `{{contact.<key>}}`): from its deals, the most recently updated deal holding a key winning.
  */
 export async function contactCustomValues(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   contactId: string,
   keys: string[],
@@ -317,7 +311,7 @@ export interface CreateDealInput {
 }
 
 /** Creates a deal and records card.created and the card_created trigger in the same transaction. */
-export async function createDeal(db: Db | Trx, workspaceId: string, input: CreateDealInput, options: { cause?: Cause } = {}) {
+export async function createDeal(db: Db, workspaceId: string, input: CreateDealInput, options: { cause?: Cause } = {}) {
   const run = async (trx: Trx) => {
     const contact = await requireContact(trx, workspaceId, input.contactId);
     const pipeline = await resolvePipeline(trx, workspaceId, input.pipeline);
@@ -377,7 +371,7 @@ export interface UpdateDealInput {
  * transaction (a batch chunk) its transaction is a savepoint.
  */
 export async function updateDeal(
-  db: Db | Trx,
+  db: Db,
   workspaceId: string,
   dealId: string,
   input: UpdateDealInput,
@@ -599,7 +593,7 @@ export async function moveContactDeals(trx: Trx, workspaceId: string, fromContac
  * list's statement, as a correlated sub-query (domain/leads listLeads takes it: leads cannot import sales).
  */
 export function matchingDealsOfContact(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   contactIdColumn: string,
   f: { pipelineId?: string; stageId?: string; status?: DealStatus },

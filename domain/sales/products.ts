@@ -1,15 +1,12 @@
-import type { Knex } from 'knex';
 import { type Db, SyncRead, syncPage } from '../platform';
 import { ApiError, isPgError, Page, pageWithTotal, likeContains, isUuid, iso } from '../kernel';
-
-type Writer = Db | Knex.Transaction;
 
 /**
  * A product of the workspace by id or case-insensitive name; a name that does not exist is
  * created (the rule for `product` on deal creation). Safe under concurrency: two requests
  * naming the same new product end with one product.
  */
-export async function resolveOrCreateProduct(trx: Writer, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
+export async function resolveOrCreateProduct(trx: Db, workspaceId: string, ref: string): Promise<{ id: string; name: string }> {
   const name = ref.trim();
   if (isUuid(name)) {
     // An id names an existing product; it is never taken as the name of a new one.
@@ -120,7 +117,7 @@ async function duplicateName<T>(work: () => Promise<T>, name: string | undefined
 }
 
 /** Creates a product; a name already used in the workspace (ignoring case) is 409 CONFLICT. */
-export async function createProduct(db: Writer, workspaceId: string, input: ProductInput & { name: string }): Promise<Product> {
+export async function createProduct(db: Db, workspaceId: string, input: ProductInput & { name: string }): Promise<Product> {
   const values = columns(input);
   const [row] = await duplicateName(
     () =>
@@ -132,14 +129,14 @@ export async function createProduct(db: Writer, workspaceId: string, input: Prod
   return serializeProduct(row);
 }
 
-export async function getProduct(db: Writer, workspaceId: string, id: string): Promise<Product> {
+export async function getProduct(db: Db, workspaceId: string, id: string): Promise<Product> {
   const row = await db('products').where({ workspace_id: workspaceId, id }).first();
   if (!row) throw new ApiError('NOT_FOUND', 'Product not found');
   return serializeProduct(row);
 }
 
 /** Changes the fields sent; null clears description, sku and price. */
-export async function updateProduct(db: Writer, workspaceId: string, id: string, input: ProductInput): Promise<Product> {
+export async function updateProduct(db: Db, workspaceId: string, id: string, input: ProductInput): Promise<Product> {
   const values = columns(input);
   const [row] = await duplicateName(
     () =>
@@ -195,7 +192,7 @@ export interface ProductFilter extends Page {
  * One page of the catalogue and the exact total (two queries). Products without a price sort
  * last in both directions; the id breaks ties so pages never overlap.
  */
-export async function listProducts(db: Writer, workspaceId: string, filter: ProductFilter): Promise<{ rows: Product[]; total: number }> {
+export async function listProducts(db: Db, workspaceId: string, filter: ProductFilter): Promise<{ rows: Product[]; total: number }> {
   const scope = db('products').where({ workspace_id: workspaceId });
   const q = filter.q?.trim();
   if (q) {

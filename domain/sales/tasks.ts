@@ -4,8 +4,6 @@ import { ApiError, Page, pageWithTotal, isUuid, iso } from '../kernel';
 import { memberNames, resolveMember } from '../access';
 import { leftJoinCanonicalContact, requireContact } from '../leads';
 
-type Writer = Db | Knex.Transaction;
-
 export const TASK_STATUSES = ['pending', 'done'] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 
@@ -40,7 +38,7 @@ export function serializeTask(row: TaskRow, names: Map<string, string>) {
 export type Task = ReturnType<typeof serializeTask>;
 
 /** Serialises tasks with their assignees' names in one extra query, whatever the page size. */
-async function serializeTasks(db: Writer, workspaceId: string, rows: TaskRow[]): Promise<Task[]> {
+async function serializeTasks(db: Db, workspaceId: string, rows: TaskRow[]): Promise<Task[]> {
   const names = await memberNames(
     db,
     workspaceId,
@@ -54,7 +52,7 @@ async function serializeTasks(db: Writer, workspaceId: string, rows: TaskRow[]):
  * was merged or soft-deleted stays visible but shows `contactId: null`, so the hidden contact
  * never leaks.
  */
-function tasksQuery(db: Writer, workspaceId: string): Knex.QueryBuilder {
+function tasksQuery(db: Db, workspaceId: string): Knex.QueryBuilder {
   return leftJoinCanonicalContact(db('tasks as t'), 'c', 't.contact_id').where('t.workspace_id', workspaceId);
 }
 
@@ -72,13 +70,13 @@ const TASK_COLUMNS = [
 ];
 
 /** A deal (card) of the workspace, or 404 NOT_FOUND. */
-export async function requireDeal(db: Writer, workspaceId: string, dealId: string): Promise<{ id: string }> {
+export async function requireDeal(db: Db, workspaceId: string, dealId: string): Promise<{ id: string }> {
   const row = isUuid(dealId) ? await db('deals').where({ workspace_id: workspaceId, id: dealId }).first('id') : undefined;
   if (!row) throw new ApiError('NOT_FOUND', 'Deal not found', { hint: 'cardId must be a deal of this workspace.' });
   return row;
 }
 
-export async function getTask(db: Writer, workspaceId: string, id: string): Promise<Task> {
+export async function getTask(db: Db, workspaceId: string, id: string): Promise<Task> {
   const row: TaskRow | undefined = await tasksQuery(db, workspaceId).where('t.id', id).first(TASK_COLUMNS);
   if (!row) throw new ApiError('NOT_FOUND', 'Task not found');
   return (await serializeTasks(db, workspaceId, [row]))[0];
@@ -101,7 +99,7 @@ export interface CreateTaskInput {
  * assignee a member (400 ASSIGNEE_NOT_FOUND). A task created as `done` is completed now.
  */
 export async function createTask(
-  db: Writer,
+  db: Db,
   workspaceId: string,
   input: CreateTaskInput,
   options: { assigneeByName?: boolean } = {},
@@ -170,7 +168,7 @@ export async function updateTask(db: Db, workspaceId: string, id: string, input:
   });
 }
 
-export async function deleteTask(db: Writer, workspaceId: string, id: string): Promise<{ id: string; deleted: true }> {
+export async function deleteTask(db: Db, workspaceId: string, id: string): Promise<{ id: string; deleted: true }> {
   const [row] = await db('tasks').where({ workspace_id: workspaceId, id }).delete().returning('id');
   if (!row) throw new ApiError('NOT_FOUND', 'Task not found');
   return { id: row.id, deleted: true };
@@ -200,7 +198,7 @@ export interface TaskFilter extends Page {
  * assignee names). `dueAfter`/`dueBefore` are inclusive and leave out tasks without a due date;
  * tasks without a due date sort last in both orders; the id breaks ties.
  */
-export async function listTasks(db: Writer, workspaceId: string, filter: TaskFilter): Promise<{ rows: Task[]; total: number }> {
+export async function listTasks(db: Db, workspaceId: string, filter: TaskFilter): Promise<{ rows: Task[]; total: number }> {
   const scope = tasksQuery(db, workspaceId);
   // Only a canonical contact has tasks as far as the API is concerned.
   if (filter.contactId !== undefined) scope.where('t.contact_id', filter.contactId).whereNotNull('c.id');
