@@ -4,7 +4,7 @@ import type { Context, Next } from 'koa';
 import type { AppDeps } from './context';
 import { KeyCache, type KeyRow, LocalCounts } from '../domain/access';
 import { ApiError } from '../domain/kernel';
-import { jsonBody, readsAnyContentType, refuseDeclaredTooLarge } from './middleware/body';
+import { jsonBody, refuseDeclaredTooLarge } from './middleware/body';
 import { loggablePath, requestContext } from './middleware/errors';
 import { countIpInMemory, enforce, ipBucket, record } from './middleware/rate-limit';
 import { buildOpenApi } from './openapi';
@@ -101,7 +101,7 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
   app.use(refuseDeclaredTooLarge);
   // The body is read per route, after its limits and authentication: an unknown path, a refused
   // caller or a caller over its limit costs no parsing of up to 1 MiB.
-  const router = buildRouter(routes, jsonBody({ anyContentType: (ctx) => readsAnyContentType(ctx.path) }));
+  const router = buildRouter(routes, jsonBody());
   // What no route answered becomes our error body: 405 for a method a known path does not support
   // (with Allow, from @koa/router's allowedMethods), 404 for an unknown path. Each still counts
   // against the caller's IP and carries the rate-limit headers.

@@ -25,11 +25,11 @@ export async function refuseDeclaredTooLarge(ctx: Context, next: Next): Promise<
 }
 
 /**
- * JSON bodies only, at most 1 MiB; anything else is 415, malformed JSON 400 VALIDATION. Where
- * `anyContentType` says so (the inbound automation receiver: senders label JSON as text/plain or
- * nothing at all), the body is read as JSON whatever its label, and what is not JSON is 400.
+ * JSON bodies only, at most 1 MiB (a larger declared size never gets here: refuseDeclaredTooLarge);
+ * anything else is 415, malformed JSON 400 VALIDATION. On the paths readsAnyContentType names, the
+ * body is read as JSON whatever its label, and what is not JSON is 400.
  */
-export function jsonBody(options: { anyContentType?: (ctx: Context) => boolean } = {}) {
+export function jsonBody() {
   const parse = koaBody({
     json: true,
     multipart: false,
@@ -46,14 +46,12 @@ export function jsonBody(options: { anyContentType?: (ctx: Context) => boolean }
   return async (ctx: Context, next: Next): Promise<void> => {
     if (BODY_METHODS.has(ctx.method) && hasBody(ctx)) {
       const declaredJson = ctx.is('application/json', 'application/*+json');
-      const anyType = !declaredJson && options.anyContentType?.(ctx);
+      const anyType = !declaredJson && readsAnyContentType(ctx.path);
       if (!declaredJson && !anyType) {
         throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `Unsupported content type "${ctx.get('content-type') || 'none'}"`, {
           hint: 'Send Content-Type: application/json.',
         });
       }
-      const declared = Number(ctx.get('content-length'));
-      if (Number.isFinite(declared) && declared > JSON_BODY_MAX_BYTES) throw tooLarge();
       if (anyType) {
         await readAsJson(ctx, JSON_BODY_MAX_BYTES);
       } else {
