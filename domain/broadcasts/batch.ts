@@ -23,7 +23,6 @@ import {
   lockPendingRecipients,
   markRecipientsSent,
   nextPendingRecipients,
-  pendingReferences,
   recipientTemplate,
   reserveInstanceSlot,
   setWaiting,
@@ -316,20 +315,19 @@ async function call(
   deadline: number,
 ): Promise<SentMessage | 'failed' | 'wait' | Blocked> {
   const { db } = deps;
-  const template = b.template!;
+  // The template's components as prepared (or, prepared before they were kept, its personalised variables).
+  const { name, language } = b.template!;
+  const message = {
+    ...broadcastMessage({ name, language, variables: p.variables }),
+    ...(p.components ? { templateComponents: p.components } : {}),
+  };
   for (;;) {
     const result = await attemptSend(db, deps.port, deps.keys, {
       workspaceId: b.workspace_id,
       instanceId: p.instanceId,
       to: p.to,
       reference: p.reference,
-      message: {
-        type: 'template',
-        templateName: template.name,
-        templateLanguage: template.language,
-        templateVariables: p.variables ?? [],
-        ...(p.components ? { templateComponents: p.components } : {}),
-      },
+      message,
     });
     switch (result.outcome) {
       case 'sent':
@@ -405,7 +403,7 @@ export async function releaseCancelled(
   let released = 0;
   for (let after = -1; ;) {
     heartbeat();
-    const page = await pendingReferences(db, workspaceId, broadcastId, after, 1000);
+    const page = await nextPendingRecipients(db, workspaceId, broadcastId, after, 1000);
     if (page.length === 0) return { released };
     after = page[page.length - 1].position;
     for (const reference of await preparedNeverCalled(

@@ -232,13 +232,8 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
         name: input.name,
         instance_id: instance.id,
         audience: JSON.stringify(audience),
-        template: JSON.stringify({
-          name: input.template.name,
-          language: input.template.language,
-          variables: message.templateVariables,
-          ...(message.templateHeader ? { header: message.templateHeader } : {}),
-          ...(message.templateButtons ? { buttons: message.templateButtons } : {}),
-        }),
+        // As the message carries it: variables always, buttons only when there are some.
+        template: JSON.stringify({ ...input.template, variables: message.templateVariables, buttons: message.templateButtons }),
         // No time, or one in the past: now.
         scheduled_at: scheduled && scheduled.getTime() > now ? scheduled : new Date(now),
         rate_per_second: input.ratePerSecond ?? DEFAULT_RATE_PER_SECOND,

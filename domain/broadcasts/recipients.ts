@@ -21,7 +21,10 @@ export interface RecipientRow {
   status: RecipientStatus;
 }
 
-/** The next recipients still to send after `after` (a position; -1: from the first), by position. */
+/**
+ * The next recipients still to send after `after` (a position; -1: from the first), by position:
+ * what a batch sends, and what a cancelled broadcast looks through for sends prepared and never called.
+ */
 export async function nextPendingRecipients(
   db: Reader,
   workspaceId: string,
@@ -184,19 +187,6 @@ export async function cancelBroadcastFor(db: Reader, workspaceId: string, id: st
     .where({ workspace_id: workspaceId, id })
     .whereIn('status', ['scheduled', 'in_progress', 'paused'])
     .update({ status: 'cancelled', code, waiting_until: null, finished_at: db.fn.now(), updated_at: db.fn.now() });
-}
-
-/**
- * The pending recipients' references, by position, after `after` (a page of `limit`): what a
- * cancelled broadcast looks through for sends prepared and never called.
- */
-export async function pendingReferences(db: Reader, workspaceId: string, id: string, after: number, limit: number) {
-  return db('broadcast_recipients')
-    .where({ workspace_id: workspaceId, broadcast_id: id, status: 'pending' })
-    .where('position', '>', after)
-    .orderBy('position')
-    .limit(limit)
-    .select<{ position: number; reference: string }[]>('position', 'reference');
 }
 
 /**
