@@ -195,12 +195,9 @@ export async function getConversationWithMessages(
       ])
       .select(messageColumns()),
   );
-  const envelope = listEnvelope(
-    (await serializeMessages(db, workspaceId, rows)).map((m) => m.message),
-    total,
-    page,
-  );
-  return { data: { ...conversation, messages: envelope.data }, pagination: envelope.pagination };
+  const serialized = (await serializeMessages(db, workspaceId, rows)).map((m) => m.message);
+  const { data, pagination } = listEnvelope(serialized, total, page);
+  return { data: { ...conversation, messages: data }, pagination };
 }
 
 /** Changes the status of a visible conversation; anything not visible is 404 and is left untouched. */
@@ -256,14 +253,13 @@ export async function findOrCreateConversations(
     [workspaceId, instance.id, instance.channel, contactIds],
   );
   for (const row of inserted.rows) out.set(row.contact_id, { id: row.id, created: true });
-  const existed = contactIds.filter((id) => !out.has(id));
-  if (existed.length) {
-    const rows: { id: string; contact_id: string }[] = await trx('conversations')
-      .where({ workspace_id: workspaceId, instance_id: instance.id })
-      .whereIn('contact_id', existed)
-      .select('id', 'contact_id');
-    for (const row of rows) out.set(row.contact_id, { id: row.id, created: false });
-  }
+  const existed = await conversationsOn(
+    trx,
+    workspaceId,
+    instance.id,
+    contactIds.filter((id) => !out.has(id)),
+  );
+  for (const [contactId, { id }] of existed) out.set(contactId, { id, created: false });
   return out;
 }
 

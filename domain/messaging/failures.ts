@@ -10,13 +10,10 @@ import { PROVIDER_RETRYABLE } from '../../types/messaging';
  * code, message and hint. A refusal is final (non-retryable) unless said otherwise.
  */
 
-/** Extra detail an activity attaches to a failure (beside the hint), read back by the workflow. */
-export type FailureDetail = Record<string, unknown>;
-
-/** The ApplicationFailure an activity throws for `err`. */
+/** The ApplicationFailure an activity throws for `err`; `detail`: what it attaches beside the hint, read back by the workflow. */
 export function toFailure(
   err: ApiError,
-  options: { message?: string; retryable?: boolean; detail?: FailureDetail } = {},
+  options: { message?: string; retryable?: boolean; detail?: Record<string, unknown> } = {},
 ): ApplicationFailure {
   // The HTTP status tells a workflow a refusal (4xx: the request cannot be served as asked) from a failure.
   const detail = { ...(err.hint !== undefined ? { hint: err.hint } : {}), status: err.status, ...options.detail };
@@ -41,11 +38,6 @@ export async function refusalsAsFailures<T>(work: () => Promise<T>, options: { r
   }
 }
 
-/**
- * The ApiError a failed workflow carries: the first ApplicationFailure down the cause chain whose
- * type is one of the API's codes (the workflow failure wraps the activity failure that wraps it);
- * `fallback` when there is none.
- */
 /** The ApiError of a refusal a send workflow completed with (types/messaging.ts SendRefusal); an unknown code is SEND_FAILED. */
 export function fromRefusal(refused: { code: string; message: string; hint?: string }): ApiError {
   // A daily cap's Retry-After counts from now, when the refusal is answered.
@@ -53,6 +45,11 @@ export function fromRefusal(refused: { code: string; message: string; hint?: str
   return new ApiError(refused.code in ERROR_CODES ? (refused.code as ErrorCode) : 'SEND_FAILED', refused.message, { hint: refused.hint });
 }
 
+/**
+ * The ApiError a failed workflow carries: the first ApplicationFailure down the cause chain whose
+ * type is one of the API's codes (the workflow failure wraps the activity failure that wraps it);
+ * `fallback` when there is none.
+ */
 export function fromFailure(err: unknown, fallback: () => ApiError): ApiError {
   let cause: unknown = err;
   while (cause && !(cause instanceof ApplicationFailure && cause.type && cause.type in ERROR_CODES))

@@ -100,17 +100,13 @@ export async function listInstances(db: Db, workspaceId: string, page: Page) {
   return { rows: rows.map(serializeInstance), total };
 }
 
-export interface InstanceInput {
-  name: string;
-  channel: InstanceRow['channel'];
-  provider: InstanceRow['provider'];
-  connected: boolean;
-  archived: boolean;
-  config: InstanceConfig;
-}
-
 /** The operator creates a connection; the answer hides its secrets. */
-export async function createInstance(db: Db, ring: KeyRing, workspaceId: string, input: InstanceInput) {
+export async function createInstance(
+  db: Db,
+  ring: KeyRing,
+  workspaceId: string,
+  input: Omit<InstanceRow, 'id' | 'workspace_id' | 'created_at' | 'updated_at'>,
+) {
   const [row]: InstanceRow[] = await db('instances')
     .insert({ workspace_id: workspaceId, ...input, config: JSON.stringify(sealInstanceConfig(ring, input.config, workspaceId)) })
     .returning('*');
@@ -182,11 +178,8 @@ export async function instanceChannel(
  */
 export async function resealInstanceSecrets(db: Db, ring: KeyRing, reseal: Resealer): Promise<number> {
   let instances = 0;
-  for (const row of (await db('instances').select('id', 'workspace_id', 'config')) as {
-    id: string;
-    workspace_id: string;
-    config: InstanceConfig;
-  }[]) {
+  const rows: Pick<InstanceRow, 'id' | 'workspace_id' | 'config'>[] = await db('instances').select('id', 'workspace_id', 'config');
+  for (const row of rows) {
     const stale = INSTANCE_SECRETS.filter(
       (field) =>
         typeof row.config[field] === 'string' && !sealedAs(ring, row.config[field]!, instanceSecretBinding(row.workspace_id, field)),

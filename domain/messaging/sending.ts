@@ -523,24 +523,14 @@ export function coldCap(broadcastLimit: number | null): number {
   return Math.max(200, Math.ceil(0.1 * (broadcastLimit ?? 0)));
 }
 
-export interface DailyUnit {
-  counter: DailyCounter;
-  /** null: unlimited (still counted). */
-  cap: number | null;
-  /** The refusal when the cap is reached. */
-  refusal: () => ApiError;
-}
-
 /**
  * The daily units a send takes, in order: a slot of the cold cap when it opens a new
- * conversation, then one message of the plan's daily quota. The saga gives them back when the
+ * conversation, then one message of the plan's daily quota, each with its cap (null: unlimited,
+ * still counted) and its refusal when the cap is reached. The saga gives them back when the
  * send fails.
  */
-export function dailyUnits(
-  plan: { daily_message_quota: number | null; broadcast_limit: number | null },
-  opensConversation: boolean,
-): DailyUnit[] {
-  const units: DailyUnit[] = [];
+export function dailyUnits(plan: { daily_message_quota: number | null; broadcast_limit: number | null }, opensConversation: boolean) {
+  const units: { counter: DailyCounter; cap: number | null; refusal: () => ApiError }[] = [];
   if (opensConversation) {
     units.push({
       counter: 'cold_conversations',

@@ -82,16 +82,18 @@ export async function attemptSend(db: Db, port: ProviderPort, keys: KeyRing, ite
   // The instance first: one that vanished is a refusal, before any attempt is claimed.
   const instance = await liveInstanceConfig(db, item.workspaceId, item.instanceId);
   if (!instance) return { outcome: 'refused', error: new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists') };
+  const unconfirmed = (reason: string): AttemptOutcome => ({
+    outcome: 'unconfirmed',
+    awaitsCallback: instance.provider === 'cloud',
+    reason,
+  });
   const claimed = await claimAttempt(db, item.workspaceId, item.reference);
   if (!claimed) {
     const previous = await attemptOf(db, item.reference);
     if (previous?.state === 'sent') return { outcome: 'sent', sent: sentOf(previous) };
-    return {
-      outcome: 'unconfirmed',
-      awaitsCallback: instance.provider === 'cloud',
-      reason:
-        'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider',
-    };
+    return unconfirmed(
+      'An earlier attempt of this send did not finish its provider call (its worker stopped or lost contact); it may have reached the provider',
+    );
   }
   const refuse = async (error: ApiError): Promise<AttemptOutcome> => {
     await failAttempt(db, item.reference, error.message);
@@ -133,11 +135,7 @@ export async function attemptSend(db: Db, port: ProviderPort, keys: KeyRing, ite
       return call;
     case 'unanswered':
       await noteAttemptError(db, item.reference, call.error.slice(0, 1000));
-      return {
-        outcome: 'unconfirmed',
-        awaitsCallback: instance.provider === 'cloud',
-        reason: `The provider call got no answer, so it may have been accepted: ${withoutPhoneNumbers(call.error)}`,
-      };
+      return unconfirmed(`The provider call got no answer, so it may have been accepted: ${withoutPhoneNumbers(call.error)}`);
     case 'refused':
       await failAttempt(db, item.reference, call.error.slice(0, 1000));
       return { outcome: 'refused', error: new ApiError(call.code, withoutPhoneNumbers(call.error)) };

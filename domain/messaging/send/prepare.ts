@@ -214,16 +214,11 @@ export async function prepareSends(
       if (!(await takeDailyUnits(trx, workspaceId, unit.counter, day, unit.cap, n))) return { results, limit: unit.refusal() };
     }
   }
-  return { results: ordered(items, results), limit: undefined };
-}
-
-function ordered(items: PrepareItem[], results: Map<string, PrepareResult>): Map<string, PrepareResult> {
-  const out = new Map<string, PrepareResult>();
-  for (const item of items) {
-    const result = results.get(item.reference);
-    if (result) out.set(item.reference, result);
-  }
-  return out;
+  // In the items' order.
+  const inOrder = items
+    .filter((item) => results.has(item.reference))
+    .map((item): [string, PrepareResult] => [item.reference, results.get(item.reference)!]);
+  return { results: new Map(inOrder), limit: undefined };
 }
 
 /**

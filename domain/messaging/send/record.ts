@@ -136,7 +136,7 @@ export async function recordStatusEvent(
 }
 
 /**
- * recordOutboundMessage for many messages at once (a broadcast's page), each once per provider
+ * The outbound message rows of many messages at once (a broadcast's page), each once per provider
  * message id; keyed by provider message id. `inserted`: this call made the row.
  */
 export async function recordOutboundMessages(
@@ -173,7 +173,7 @@ export async function recordOutboundMessages(
       .select('id', 'timestamp', 'provider_message_id');
     for (const row of rows) out.set(row.provider_message_id, { id: row.id, timestamp: row.timestamp, inserted: false });
   }
-  // As recordOutboundMessage: a status callback that came before the message was recorded is announced now, from `sent`.
+  // A status callback that came before the message was recorded is announced now, from `sent`.
   const early = messages.filter((m) => m.status !== 'sent' && out.get(m.providerMessageId)?.inserted);
   if (early.length) {
     const conversations: { id: string; contact_id: string; instance_id: string }[] = await trx('conversations')
