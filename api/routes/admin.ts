@@ -127,6 +127,16 @@ function codecRoute(direction: 'encode' | 'decode'): AnyRoute {
   });
 }
 
+const panelContact = z.object({
+  name: z.string().trim().max(200).optional(),
+  email: emailAddress().nullable().optional(),
+  phone: z.string().max(MAX_PHONE_INPUT).optional().meta({ pattern: PHONE_PATTERN }),
+  notes: z.string().max(10000).optional(),
+  tags: z.array(z.string().min(1).max(100)).max(100).optional(),
+  optedOut: z.boolean().optional(),
+  memberId: z.uuid().optional(),
+});
+
 export const adminRoutes: AnyRoute[] = [
   codecRoute('decode'),
   codecRoute('encode'),
@@ -364,19 +374,6 @@ export const adminRoutes: AnyRoute[] = [
     }),
     handler: async (ctx, { params, body }) => ({ data: await setInsight(ctx.deps.db, params.id, params.contactId, body) }),
   }),
-];
-
-const panelContact = z.object({
-  name: z.string().trim().max(200).optional(),
-  email: emailAddress().nullable().optional(),
-  phone: z.string().max(MAX_PHONE_INPUT).optional().meta({ pattern: PHONE_PATTERN }),
-  notes: z.string().max(10000).optional(),
-  tags: z.array(z.string().min(1).max(100)).max(100).optional(),
-  optedOut: z.boolean().optional(),
-  memberId: z.uuid().optional(),
-});
-
-adminRoutes.push(
   workspaceRoute({
     method: 'post',
     path: '/admin/v1/workspaces/{id}/contacts',
@@ -420,4 +417,4 @@ adminRoutes.push(
     body: z.object({ intoId: z.uuid() }),
     handler: async (ctx, { params, body }) => ({ data: await mergeContacts(ctx.deps.db, params.id, params.contactId, body.intoId) }),
   }),
-);
+];
