@@ -25,9 +25,14 @@ export function createTriggerHandler(options: {
   const { db } = options;
 
   return async function onTriggers(all: OutboxRow[]): Promise<void> {
-    // Runs the inbound receiver accepted already exist: they only need their workflow.
+    // Each run to start, with its workflow id.
     const starts: RunInput[] = [];
     const keys: string[] = [];
+    const start = (run: Omit<RunInput, 'waitScale'>, workflowId: string) => {
+      starts.push({ ...run, waitScale: options.waitScale });
+      keys.push(workflowId);
+    };
+    // Runs the inbound receiver accepted already exist: they only need their workflow.
     for (const row of all.filter((r) => r.name === 'webhook_received')) {
       const run = row.payload as {
         runId: string;
@@ -40,30 +45,21 @@ export function createTriggerHandler(options: {
       if (run.webhookBody !== undefined) await keepWebhookBodyOnRun(db, row.workspace_id, run.runId, run.webhookBody);
       // The inbound call is the chain's root, unless one of our own webhook deliveries made it: then
       // it continues the chain of the event that delivery carried (the receiver says which).
-      starts.push({
-        workspaceId: row.workspace_id,
-        automationId: run.automationId,
-        runId: run.runId,
-        depth: run.depth ?? 0,
-        chain: run.chain ?? run.runId,
-        waitScale: options.waitScale,
-      });
-      keys.push(runWorkflowId(row.workspace_id, run.automationId, run.externalId ? { externalId: run.externalId } : { runId: run.runId }));
+      start(
+        {
+          workspaceId: row.workspace_id,
+          automationId: run.automationId,
+          runId: run.runId,
+          depth: run.depth ?? 0,
+          chain: run.chain ?? run.runId,
+        },
+        runWorkflowId(row.workspace_id, run.automationId, run.externalId ? { externalId: run.externalId } : { runId: run.runId }),
+      );
     }
     const rows = all.filter((r) => r.name !== 'webhook_received');
     if (rows.length > 0) {
       const { runs, unlisted } = await runsForEvents(db, rows);
-      for (const run of runs) {
-        starts.push({
-          workspaceId: run.workspaceId,
-          automationId: run.automationId,
-          runId: run.runId,
-          depth: run.depth,
-          chain: run.chain,
-          waitScale: options.waitScale,
-        });
-        keys.push(runWorkflowId(run.workspaceId, run.automationId, { eventId: run.eventId }));
-      }
+      for (const { eventId, ...run } of runs) start(run, runWorkflowId(run.workspaceId, run.automationId, { eventId }));
       if (unlisted.size > 0) {
         options.logger?.warn(
           { workspaceIds: [...new Set(rows.map((r) => r.workspace_id))], events: rows.length, refused: Object.fromEntries(unlisted) },

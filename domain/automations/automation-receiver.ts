@@ -123,20 +123,18 @@ export async function receiveInboundWebhook(
   const { externalId } = applyMapping(trigger.mapping, body);
   const summary = { type: 'webhook_received', ...(externalId ? { externalId } : {}) };
   const depth = parent?.depth ?? 0;
+  /** A run of the automation, recorded with the call's summary. */
+  const insertRun = async (trx: Db | Knex.Transaction, run: Record<string, unknown>): Promise<string> => {
+    const [row] = await trx('automation_runs')
+      .insert({ workspace_id: workspaceId, automation_id: automation.id, trigger: JSON.stringify(summary), ...run })
+      .returning('id');
+    return row.id;
+  };
 
   if (!automation.active || !passesFilter(trigger.eventFilter, body)) {
-    const [run] = await db('automation_runs')
-      .insert({
-        workspace_id: workspaceId,
-        automation_id: automation.id,
-        status: 'filtered',
-        trigger: JSON.stringify(summary),
-        external_id: externalId ?? null,
-        error: automation.active ? null : 'The automation is inactive',
-        finished_at: db.fn.now(),
-      })
-      .returning('id');
-    return { runId: run.id, status: 'filtered' };
+    const error = automation.active ? null : 'The automation is inactive';
+    const runId = await insertRun(db, { status: 'filtered', external_id: externalId ?? null, error, finished_at: db.fn.now() });
+    return { runId, status: 'filtered' };
   }
 
   if (parent) {
@@ -148,58 +146,41 @@ export async function receiveInboundWebhook(
     const refused = loopRefusal(depth, used);
     if (refused) {
       // Failed, in the chain (it counts in its budget); the externalId stays free, as nothing ran.
-      const [run] = await db('automation_runs')
-        .insert({
-          workspace_id: workspaceId,
-          automation_id: automation.id,
-          status: 'failed',
-          trigger: JSON.stringify(summary),
-          depth,
-          chain_id: parent.chain,
-          error: refused,
-          finished_at: db.fn.now(),
-        })
-        .returning('id');
+      const runId = await insertRun(db, { status: 'failed', depth, chain_id: parent.chain, error: refused, finished_at: db.fn.now() });
       // 2xx: the delivery that made the call is done (a 4xx or 5xx would only make it retry).
-      return { runId: run.id, status: 'filtered' };
+      return { runId, status: 'filtered' };
     }
   }
   await takeInboundRun(db, workspaceId, automation.runs_per_minute);
 
   const record = (trx: Db | Knex.Transaction, status: 'running' | 'duplicate') =>
-    trx('automation_runs')
-      .insert({
-        workspace_id: workspaceId,
-        automation_id: automation.id,
-        status,
-        trigger: JSON.stringify(summary),
-        external_id: externalId ?? null,
-        // A root call's run keeps chain_id empty, as before: its chain is named by its own id, which
-        // the outbox row carries to the runs it causes.
-        depth,
-        chain_id: parent?.chain ?? null,
-        // Kept on the run until it finishes (its workflow's input names only the run). Text
-        // PostgreSQL cannot store is made storable (domain/kernel/text).
-        ...(status === 'running' ? { webhook_body: JSON.stringify(storableJson(body)) } : { finished_at: db.fn.now() }),
-      })
-      .returning('id');
-  let run: { id: string };
+    insertRun(trx, {
+      status,
+      external_id: externalId ?? null,
+      // A root call's run keeps chain_id empty, as before: its chain is named by its own id, which
+      // the outbox row carries to the runs it causes.
+      depth,
+      chain_id: parent?.chain ?? null,
+      // Kept on the run until it finishes (its workflow's input names only the run). Text
+      // PostgreSQL cannot store is made storable (domain/kernel/text).
+      ...(status === 'running' ? { webhook_body: JSON.stringify(storableJson(body)) } : { finished_at: db.fn.now() }),
+    });
+  let runId: string;
   try {
     // Accepted means recorded: the run and the outbox row that starts it commit together, and
     // the worker's dispatcher starts the workflow (Temporal away only delays it).
-    run = await db.transaction(async (trx) => {
-      const [row] = await record(trx, 'running');
+    runId = await db.transaction(async (trx) => {
+      const id = await record(trx, 'running');
       // No externalId in the start: the workflow is named by the run, so a retry after a failed
       // run starts a new one; the index below is what refuses a repeat of a running or completed run.
-      await recordAcceptedRun(trx, workspaceId, { runId: row.id, automationId: automation.id, depth, chain: parent?.chain ?? row.id });
-      return row;
+      await recordAcceptedRun(trx, workspaceId, { runId: id, automationId: automation.id, depth, chain: parent?.chain ?? id });
+      return id;
     });
   } catch (err) {
     // The externalId is running or completed (index automation_runs_external_id_uq, which outlives
     // Temporal's retention); a failed run gave it up, so the sender's retry got here as a new run.
     if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
-    const [duplicate] = await record(db, 'duplicate');
-    return { runId: duplicate.id, status: 'duplicate' };
+    return { runId: await record(db, 'duplicate'), status: 'duplicate' };
   }
-  return { runId: run.id, status: 'accepted' };
+  return { runId, status: 'accepted' };
 }
