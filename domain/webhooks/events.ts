@@ -160,22 +160,14 @@ export async function listEvents(db: Db, ring: KeyRing, workspaceId: string, que
   const horizon = await settledHorizon(db);
   const where: string[] = ['e.workspace_id = ?', "e.kind = 'webhook'", `e.created_at < ${FROM_MICROS}`];
   const bindings: Knex.Value[] = [workspaceId, horizon];
-  if (query.type) {
-    where.push('e.name = ANY(?::text[])');
-    bindings.push(query.type);
-  }
-  if (query.createdAfter) {
-    where.push('e.created_at >= ?');
-    bindings.push(query.createdAfter);
-  }
-  if (query.createdBefore) {
-    where.push('e.created_at < ?');
-    bindings.push(query.createdBefore);
-  }
-  if (cursor) {
-    where.push(`(e.created_at, e.seq) ${asc ? '>' : '<'} (${FROM_MICROS}, ?::bigint)`);
-    bindings.push(...cursor);
-  }
+  const and = (condition: string, ...values: Knex.Value[]) => {
+    where.push(condition);
+    bindings.push(...values);
+  };
+  if (query.type) and('e.name = ANY(?::text[])', query.type);
+  if (query.createdAfter) and('e.created_at >= ?', query.createdAfter);
+  if (query.createdBefore) and('e.created_at < ?', query.createdBefore);
+  if (cursor) and(`(e.created_at, e.seq) ${asc ? '>' : '<'} (${FROM_MICROS}, ?::bigint)`, ...cursor);
   const { rows } = await db.raw<{ rows: EventRow[] }>(
     `SELECT e.id, e.name, e.payload, e.created_at, e.dispatched_at, ${microsOf('e.created_at')} AS position_at, e.seq::text AS position_seq,
             (SELECT coalesce(json_agg(json_build_object('subscription_id', d.subscription_id, 'id', d.id, 'status', d.status,
