@@ -9,19 +9,16 @@ import type { Db } from './db';
  * The text is `<kind>_<part>_<part>...` (e.g. `events_1763900000000000_42`). Clients treat it as
  * opaque; the kind stops a cursor of one list from being used on another. Every part has an exact
  * pattern, and the documented pattern is their concatenation: any text it matches is a valid
- * position, so a well-formed cursor is never refused (only a malformed one, 400 VALIDATION).
+ * position, so a well-formed cursor is never refused (only a malformed one, 400 VALIDATION). A
+ * part's pattern is a regular expression (no anchors) that must not match `_`.
  */
-export interface CursorPart {
-  /** A regular expression (no anchors) for the part; it must not match `_`. */
-  pattern: string;
-}
 
 /** A timestamp at PostgreSQL's precision: microseconds since the epoch (JavaScript's Date keeps milliseconds, and a cursor rounded to them would skip or repeat rows written in the same millisecond). ±3,168 years around 1970. */
-export const MICROS: CursorPart = { pattern: '-?[0-9]{1,17}' };
+export const MICROS = '-?[0-9]{1,17}';
 /** A row id. */
-export const UUID: CursorPart = { pattern: '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}' };
+export const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
 /** A bigserial. */
-export const SERIAL: CursorPart = { pattern: '[0-9]{1,18}' };
+export const SERIAL = '[0-9]{1,18}';
 
 /** Before and after every timestamp a row can carry, as MICROS. */
 export const FIRST_MICROS = '-99999999999999999';
@@ -35,8 +32,8 @@ export function encodeCursor(kind: string, position: readonly (string | number)[
  * The `cursor` query parameter of a list whose cursors are `kind` with these parts, decoded to the
  * parts' text. Anything else, including another list's cursor, is 400 VALIDATION.
  */
-export function cursorParam(kind: string, parts: readonly CursorPart[]) {
-  const pattern = `^${kind}_${parts.map((p) => `(${p.pattern})`).join('_')}$`;
+export function cursorParam(kind: string, parts: readonly string[]) {
+  const pattern = `^${kind}_${parts.map((p) => `(${p})`).join('_')}$`;
   const matcher = new RegExp(pattern);
   return z
     .string()
