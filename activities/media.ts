@@ -2,9 +2,6 @@ import { checkSendMedia, refusalsAsFailures } from '../domain/messaging';
 import type { Config, Db } from '../domain/platform';
 import { mediaSizeAt } from './providers/media-download';
 
-/** The download sends use (activities/messaging.ts) lives with the other adapters. */
-export { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from './providers/media-download';
-
 /**
  * A send's media URL checked before the send (domain/messaging/media.ts checkSendMedia): the
  * anti-SSRF check with DNS and the size from a HEAD (no redirects followed: a 3xx is INVALID_URL).

@@ -1,5 +1,5 @@
 import { DEFAULT_API_VERSION, classifyCloudError } from './cloud';
-import { ProviderError, clip, excerpt, readCapped, redactSecrets } from './types';
+import { ProviderError, clip, excerpt, jsonOf, readCapped, redactSecrets } from './types';
 
 /**
  * Reading a WhatsApp Business account's templates from the Cloud API (Graph API):
@@ -70,14 +70,9 @@ async function fetchPage(
       },
     );
   }
-  let json:
+  const json = (answer.truncated ? undefined : jsonOf(answer.text)) as
     | { data?: unknown; paging?: { next?: unknown; cursors?: { after?: unknown } }; error?: { code?: unknown; message?: unknown } }
     | undefined;
-  try {
-    json = answer.truncated ? undefined : JSON.parse(answer.text);
-  } catch {
-    json = undefined;
-  }
   if (res.status < 200 || res.status >= 300) {
     const code = typeof json?.error?.code === 'number' ? json.error.code : undefined;
     const said =
@@ -103,13 +98,7 @@ async function fetchPage(
   if (typeof json.paging?.next === 'string' && json.paging.next) {
     const cursor = json.paging.cursors?.after;
     if (typeof cursor === 'string' && cursor) next = cursor;
-    else {
-      try {
-        next = new URL(json.paging.next).searchParams.get('after') ?? undefined;
-      } catch {
-        next = undefined;
-      }
-    }
+    else if (URL.canParse(json.paging.next)) next = new URL(json.paging.next).searchParams.get('after') ?? undefined;
   }
   return { data: json.data as unknown[], next };
 }

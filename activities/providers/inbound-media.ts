@@ -63,11 +63,7 @@ async function open(url: string, init: Parameters<typeof safeStream>[1]): Promis
 }
 
 function hostOf(url: string): string {
-  try {
-    return new URL(url).host;
-  } catch {
-    return 'the provider';
-  }
+  return URL.canParse(url) ? new URL(url).host : 'the provider';
 }
 
 /** A refusal's first KiB, as text (leaving the body's loop cancels the rest). */

@@ -1,5 +1,5 @@
 import type { ProviderPort } from '../../domain/messaging';
-import { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from '../media';
+import { downloadMedia, MEDIA_DOWNLOAD_TIMEOUT_MS, type MediaDownload } from './media-download';
 import { adapterFor, sendThroughProvider } from './index';
 import { failureCode, mayHaveReachedProvider, MEDIA_SEND_TIMEOUT_MS, ProviderError, type OutboundMessage } from './types';
 

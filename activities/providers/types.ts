@@ -167,13 +167,18 @@ export function answeredWithoutId(who: string, answer: HttpAnswer, secrets: Arra
  * every message an operator may read (Temporal UI, logs).
  * ---------------------------------------------------------------------------------------------- */
 
+/** The value a JSON text holds, or undefined when it is not JSON. */
+export function jsonOf(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
 /** Replaces every occurrence of each secret with `[redacted]`. */
 export function redactSecrets(text: string, secrets: Array<string | undefined>): string {
-  let out = text;
-  for (const secret of secrets) {
-    if (secret) out = out.split(secret).join('[redacted]');
-  }
-  return out;
+  return secrets.reduce<string>((out, secret) => (secret ? out.replaceAll(secret, '[redacted]') : out), text);
 }
 
 export interface HttpAnswer {
@@ -318,12 +323,10 @@ export async function postJson(
     secrets: Array<string | undefined>;
   },
 ): Promise<HttpAnswer> {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
+  if (!URL.canParse(url)) {
     throw new ProviderError('REJECTED', `The instance base URL is not a valid URL; fix the instance configuration (${init.service})`);
   }
+  const parsed = new URL(url);
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
     throw new ProviderError('REJECTED', `The instance base URL must be http or https, not ${parsed.protocol} (${init.service})`);
   }
@@ -373,13 +376,7 @@ export async function postJson(
     }
     const { bytes, truncated } = await readCapped(res.body, MAX_ANSWER_BYTES);
     const text = bytes.toString('utf8');
-    let json: unknown;
-    try {
-      json = text && !truncated ? JSON.parse(text) : undefined;
-    } catch {
-      json = undefined;
-    }
-    return { status: res.status, text, json, truncated };
+    return { status: res.status, text, json: text && !truncated ? jsonOf(text) : undefined, truncated };
   } catch (err) {
     if (sourceFailure) {
       const cause = sourceFailure.error;

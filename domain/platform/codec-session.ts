@@ -17,16 +17,13 @@ export const CODEC_SESSION_PATH = '/admin/v1/temporal-codec';
 export const CODEC_SESSION_PAGE_PATH = '/admin/temporal-codec';
 export const CODEC_SESSION_TTL_MS = 8 * 60 * 60 * 1000;
 
-/** The MAC key of sessions, derived once per admin token. */
-const macKeys = new Map<string, Buffer>();
+/** The MAC key of sessions, derived once per admin token (one per process: only the last is kept). */
+let derived: { adminToken: string; key: Buffer } | undefined;
 function macKey(adminToken: string): Buffer {
-  let key = macKeys.get(adminToken);
-  if (!key) {
-    key = Buffer.from(hkdfSync('sha256', adminToken, 'crm-temporal-codec-session', 'session mac v1', 32));
-    macKeys.clear(); // one admin token per process: never more than one entry
-    macKeys.set(adminToken, key);
+  if (derived?.adminToken !== adminToken) {
+    derived = { adminToken, key: Buffer.from(hkdfSync('sha256', adminToken, 'crm-temporal-codec-session', 'session mac v1', 32)) };
   }
-  return key;
+  return derived.key;
 }
 
 function mac(adminToken: string, expires: number): string {
@@ -45,13 +42,8 @@ export function isLoopbackHost(hostname: string): boolean {
  */
 export function codecSessionSecure(publicBaseUrl: string, request: { protocol: string; hostname: string }): boolean {
   if (request.protocol === 'https') return true;
-  let publicHost: string;
-  try {
-    publicHost = new URL(publicBaseUrl).hostname;
-  } catch {
-    return true;
-  }
-  return !(isLoopbackHost(publicHost) && isLoopbackHost(request.hostname));
+  if (!URL.canParse(publicBaseUrl)) return true;
+  return !(isLoopbackHost(new URL(publicBaseUrl).hostname) && isLoopbackHost(request.hostname));
 }
 
 export function issueCodecSession(adminToken: string, now: number): { value: string; expiresAt: Date } {

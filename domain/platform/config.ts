@@ -116,12 +116,8 @@ export const DEFAULT_TEMPORAL_UI_ORIGIN = 'http://localhost:8233';
 /** An origin as browsers send it: scheme, host and port, no path, no trailing slash. */
 function origin(name: string, value: string | undefined, fallback: string): string {
   if (value === undefined || value === '') return fallback;
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw new Error(`${name} must be an origin such as https://temporal.example.com, got "${value}"`);
-  }
+  if (!URL.canParse(value)) throw new Error(`${name} must be an origin such as https://temporal.example.com, got "${value}"`);
+  const url = new URL(value);
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`${name} must be an http(s) origin, got "${value}"`);
   return url.origin;
 }

@@ -259,11 +259,6 @@ function dnsCode(err: unknown): string | undefined {
   return typeof code === 'string' ? code : undefined;
 }
 
-function isTransientDnsFailure(err: unknown): boolean {
-  const code = dnsCode(err);
-  return code !== undefined && TRANSIENT_DNS_CODES.has(code);
-}
-
 function defaultLookup(host: string): Promise<{ address: string; family: number }[]> {
   return dns.lookup(host, { all: true, verbatim: true });
 }
@@ -307,7 +302,7 @@ export async function assertPublicUrl(
     );
   } catch (err) {
     if (policy.allowPrivate) return { url, addresses: [] };
-    if (isTransientDnsFailure(err)) {
+    if (TRANSIENT_DNS_CODES.has(dnsCode(err) ?? '')) {
       throw new ApiError(
         'DNS_UNAVAILABLE',
         `The host of ${field} (${host}) could not be resolved right now (${dnsCode(err) ?? 'timeout'})`,
