@@ -118,15 +118,14 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   if (config.outboxDispatcher) {
     dispatcher.start();
     mediaDispatcher.start();
-  } else logger.info('outbox dispatcher off (OUTBOX_DISPATCHER=false)');
-  // The hourly template sync's schedule, created once (left to the same workers as the outbox: a
-  // worker dedicated to a queue of its own must not make the schedule start runs on that queue).
-  if (config.outboxDispatcher)
+    // The hourly template sync's schedule, created once (left to the same workers as the outbox: a
+    // worker dedicated to a queue of its own must not make the schedule start runs on that queue).
     void temporal
       .get()
       .then((client) => ensureTemplateSyncSchedule(client, config.taskQueue))
       .then((created) => created && logger.info('template sync schedule created'))
       .catch((err) => logger.warn({ err }, 'template sync schedule: not created (tried again at the next start)'));
+  } else logger.info('outbox dispatcher off (OUTBOX_DISPATCHER=false)');
   const prune = () =>
     pruneRetention(db, config.retentionDays)
       .then((removed) => logger.info({ removed, retentionDays: config.retentionDays }, 'retention: pruned'))
