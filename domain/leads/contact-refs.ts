@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
-import { ApiError, ErrorCode, isUuid } from '../kernel';
+import { ApiError, isUuid } from '../kernel';
 
 /** Only canonical contacts are ever visible: not merged, not soft-deleted, not group chats. */
 // The same condition keeps contact_counts exact (migration 20261122005900): change both together.
@@ -21,13 +21,12 @@ export async function requireContact<T = { id: string; name: string; phone: stri
   db: Db,
   workspaceId: string,
   contactId: string,
-  options: { forUpdate?: boolean; code?: ErrorCode } = {},
+  options: { forUpdate?: boolean } = {},
 ): Promise<T> {
-  if (!isUuid(contactId)) throw new ApiError(options.code ?? 'CONTACT_NOT_FOUND', 'Contact not found');
-  let q = canonical(db('contacts').where({ workspace_id: workspaceId, id: contactId }));
-  if (options.forUpdate) q = q.forUpdate();
-  const row = await q.first();
-  if (!row) throw new ApiError(options.code ?? 'CONTACT_NOT_FOUND', 'Contact not found');
+  const q = canonical(db('contacts').where({ workspace_id: workspaceId, id: contactId }));
+  if (options.forUpdate) q.forUpdate();
+  const row = isUuid(contactId) ? await q.first() : undefined;
+  if (!row) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
   return row as T;
 }
 

@@ -101,12 +101,11 @@ export function serializeLead(row: ContactRow | LeadPageRow, tags: TagRef[]) {
  * of leads and their tags in one round trip instead of two. Each tag is read by its key (OFFSET 0
  * keeps the planner from hashing the whole tags table once per lead).
  */
-export function tagListColumn(db: Db, alias = 'contacts'): Knex.Raw {
+export function tagListColumn(db: Db): Knex.Raw {
   return db.raw(
     `(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name, 'color', t.color) ORDER BY t.name, t.id), '[]'::json)
         FROM contact_tags ct CROSS JOIN LATERAL (SELECT id, name, color FROM tags WHERE tags.id = ct.tag_id OFFSET 0) t
-       WHERE ct.contact_id = ??.id) AS tag_list`,
-    [alias],
+       WHERE ct.contact_id = "contacts".id) AS tag_list`,
   );
 }
 

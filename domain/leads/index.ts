@@ -2,7 +2,6 @@ export { segmentContacts } from './audience';
 export { contactsPersonalData, joinCanonicalContact, leftJoinCanonicalContact, requireContact } from './contact-refs';
 export {
   addTag,
-  type ContactForSend,
   contactOptedOut,
   contactsForSend,
   deleteUnusedContact,
