@@ -52,6 +52,5 @@ export function grants(keyScopes: readonly string[], required: readonly Scope[])
 
 /** Scopes that satisfy `scope`, for documentation: the scope itself and those implying it. */
 export function satisfying(scope: Scope): Scope[] {
-  const implying = (Object.keys(IMPLIED) as Scope[]).filter((s) => IMPLIED[s]?.includes(scope));
-  return [scope, ...implying];
+  return [scope, ...(Object.keys(IMPLIED) as Scope[]).filter((s) => IMPLIED[s]?.includes(scope))];
 }

@@ -52,13 +52,13 @@ export async function updateTag(db: Db, workspaceId: string, tagId: string, inpu
   const changes: Record<string, string> = {};
   if (input.name !== undefined) changes.name = input.name;
   if (input.color !== undefined) changes.color = input.color.toLowerCase();
-  let rows: TagRow[];
-  try {
-    rows = await db('tags').where({ workspace_id: workspaceId, id: tagId }).update(changes).returning('*');
-  } catch (err) {
-    if (isPgError(err, '23505')) throw nameTaken(input.name ?? '');
-    throw err;
-  }
+  const rows: TagRow[] = await db('tags')
+    .where({ workspace_id: workspaceId, id: tagId })
+    .update(changes)
+    .returning('*')
+    .catch((err) => {
+      throw isPgError(err, '23505') ? nameTaken(input.name ?? '') : err;
+    });
   if (rows.length === 0) throw notFound('Tag');
   return serializeTag(rows[0]);
 }

@@ -144,8 +144,7 @@ function dealById(db: Db, workspaceId: string, id: string): Knex.QueryBuilder {
 }
 
 export async function findDeal(db: Db, workspaceId: string, id: string): Promise<DealWithAssignee> {
-  if (!isUuid(id)) throw new ApiError('NOT_FOUND', 'Deal not found');
-  const row = await prepared(dealById(db, workspaceId, id));
+  const row = isUuid(id) ? await prepared(dealById(db, workspaceId, id)) : undefined;
   if (!row) throw new ApiError('NOT_FOUND', 'Deal not found');
   return row;
 }

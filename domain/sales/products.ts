@@ -103,29 +103,23 @@ function columns(input: ProductInput): Record<string, unknown> {
   return out;
 }
 
-async function duplicateName<T>(work: () => Promise<T>, name: string | undefined): Promise<T> {
-  try {
-    return await work();
-  } catch (err) {
-    if (isPgError(err, '23505') && err.constraint === 'products_workspace_name_uq') {
-      throw new ApiError('CONFLICT', `A product named "${name ?? ''}" already exists`, {
-        hint: 'Product names are unique per workspace, ignoring case.',
-      });
-    }
-    throw err;
-  }
+/** A product write's catch: the unique name taken in the workspace (ignoring case) is 409 CONFLICT. */
+function nameTaken(name: string | undefined) {
+  return (err: unknown): never => {
+    if (!isPgError(err, '23505') || err.constraint !== 'products_workspace_name_uq') throw err;
+    throw new ApiError('CONFLICT', `A product named "${name ?? ''}" already exists`, {
+      hint: 'Product names are unique per workspace, ignoring case.',
+    });
+  };
 }
 
 /** Creates a product; a name already used in the workspace (ignoring case) is 409 CONFLICT. */
 export async function createProduct(db: Db, workspaceId: string, input: ProductInput & { name: string }): Promise<Product> {
   const values = columns(input);
-  const [row] = await duplicateName(
-    () =>
-      db('products')
-        .insert({ ...values, workspace_id: workspaceId })
-        .returning('*'),
-    values.name as string,
-  );
+  const [row] = await db('products')
+    .insert({ ...values, workspace_id: workspaceId })
+    .returning('*')
+    .catch(nameTaken(values.name as string));
   return serializeProduct(row);
 }
 
@@ -138,14 +132,11 @@ export async function getProduct(db: Db, workspaceId: string, id: string): Promi
 /** Changes the fields sent; null clears description, sku and price. */
 export async function updateProduct(db: Db, workspaceId: string, id: string, input: ProductInput): Promise<Product> {
   const values = columns(input);
-  const [row] = await duplicateName(
-    () =>
-      db('products')
-        .where({ workspace_id: workspaceId, id })
-        .update({ ...values, updated_at: db.fn.now() })
-        .returning('*'),
-    values.name as string | undefined,
-  );
+  const [row] = await db('products')
+    .where({ workspace_id: workspaceId, id })
+    .update({ ...values, updated_at: db.fn.now() })
+    .returning('*')
+    .catch(nameTaken(values.name as string | undefined));
   if (!row) throw new ApiError('NOT_FOUND', 'Product not found');
   return serializeProduct(row);
 }
@@ -178,13 +169,12 @@ export const PRODUCT_SORTS = {
   updatedAt: 'updated_at',
   price: 'price',
 } as const;
-export type ProductSort = keyof typeof PRODUCT_SORTS;
 
 export interface ProductFilter extends Page {
   q?: string;
   active?: boolean;
   updatedAfter?: Date;
-  sort: ProductSort;
+  sort: keyof typeof PRODUCT_SORTS;
   order: 'asc' | 'desc';
 }
 

@@ -129,15 +129,7 @@ export async function createTask(
   return serializeTask({ ...row, visible_contact_id: contact?.id ?? null }, names);
 }
 
-export interface UpdateTaskInput {
-  title?: string;
-  type?: string;
-  dueDate?: Date | null;
-  status?: TaskStatus;
-  contactId?: string | null;
-  cardId?: string | null;
-  assignedTo?: string | null;
-}
+export type UpdateTaskInput = Partial<CreateTaskInput>;
 
 /**
  * Changes the fields sent; null clears `dueDate`, `contactId`, `cardId` and `assignedTo`.
@@ -179,7 +171,6 @@ export const TASK_SORTS = {
   createdAt: 't.created_at',
   updatedAt: 't.updated_at',
 } as const;
-export type TaskSort = keyof typeof TASK_SORTS;
 
 export interface TaskFilter extends Page {
   contactId?: string;
@@ -189,7 +180,7 @@ export interface TaskFilter extends Page {
   dueAfter?: Date;
   dueBefore?: Date;
   updatedAfter?: Date;
-  sort: TaskSort;
+  sort: keyof typeof TASK_SORTS;
   order: 'asc' | 'desc';
 }
 
