@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
-import { ApiError, iso, isUuid, type Page, pageWithTotal } from '../kernel';
+import { ApiError, iso, isUuid, newestFirst, type Page, pageWithTotal } from '../kernel';
 import { approvedTemplate, chooseInstance, refuseUnsendable, sendCandidates, sendingPlan } from '../messaging';
 import { existingTagIds, listExists, segmentContacts } from '../leads';
 import { lockWorkspace } from '../access';
@@ -9,8 +9,6 @@ import { recordOutbox } from '../webhooks';
 import type { MessageContent, TemplateButton, TemplateHeader } from '../../types/messaging';
 
 import { customVariableKeys, personalTexts } from './recipients';
-
-type Reader = Db | Knex.Transaction;
 
 /** The statuses of a public broadcast (`draft` is the admin route's record only). */
 export const PUBLIC_BROADCAST_STATUSES = ['scheduled', 'in_progress', 'paused', 'completed', 'cancelled'] as const;
@@ -96,7 +94,7 @@ const notFound = () => new ApiError('NOT_FOUND', 'Broadcast not found');
  * (`delivered`, `read`, `failed`): a trigger on `messages` moves the row (migration
  * 20261127070100), so this reads the broadcast's own rows only.
  */
-export async function broadcastCounts(db: Reader, workspaceId: string, broadcastIds: string[]): Promise<Map<string, BroadcastCounts>> {
+export async function broadcastCounts(db: Db, workspaceId: string, broadcastIds: string[]): Promise<Map<string, BroadcastCounts>> {
   const out = new Map<string, BroadcastCounts>();
   for (const id of broadcastIds) out.set(id, { total: 0, pending: 0, sent: 0, delivered: 0, read: 0, failed: 0, skipped: 0 });
   if (broadcastIds.length === 0) return out;
@@ -136,7 +134,7 @@ export function serializeBroadcast(row: BroadcastRow, counts: BroadcastCounts) {
 }
 export type Broadcast = ReturnType<typeof serializeBroadcast>;
 
-async function withCounts(db: Reader, row: BroadcastRow): Promise<Broadcast> {
+async function withCounts(db: Db, row: BroadcastRow): Promise<Broadcast> {
   return serializeBroadcast(row, (await broadcastCounts(db, row.workspace_id, [row.id])).get(row.id)!);
 }
 
@@ -144,7 +142,7 @@ async function withCounts(db: Reader, row: BroadcastRow): Promise<Broadcast> {
  * How many contacts the audience holds now: canonical leads (not deleted, merged or groups) tagged
  * with any of the tags, in the list, or named, each once (domain/leads segmentContacts, `contacts as c`).
  */
-export async function audienceSize(db: Reader, workspaceId: string, audience: BroadcastAudience): Promise<number> {
+export async function audienceSize(db: Db, workspaceId: string, audience: BroadcastAudience): Promise<number> {
   const [row] = await segmentContacts(db, workspaceId, audience).count<{ n: string | number }[]>({ n: '*' });
   return Number(row.n);
 }
@@ -197,9 +195,8 @@ export async function createPublicBroadcast(db: Db, workspaceId: string, input: 
       const found = await existingTagIds(trx, workspaceId, tagIds, { lock: 'share' });
       if (found.length !== tagIds.length) throw new ApiError('NOT_FOUND', 'Tag not found in this workspace');
     }
-    if (input.audience.listId !== undefined) {
-      if (!(await listExists(trx, workspaceId, input.audience.listId))) throw new ApiError('NOT_FOUND', 'List not found in this workspace');
-    }
+    if (input.audience.listId !== undefined && !(await listExists(trx, workspaceId, input.audience.listId)))
+      throw new ApiError('NOT_FOUND', 'List not found in this workspace');
     const audience: BroadcastAudience = {
       ...(tagIds.length ? { tagIds } : {}),
       ...(input.audience.listId !== undefined ? { listId: input.audience.listId } : {}),
@@ -253,14 +250,7 @@ export async function discardBroadcast(db: Db, workspaceId: string, broadcastId:
 export async function listPublicBroadcasts(db: Db, workspaceId: string, input: Page & { status?: PublicBroadcastStatus }) {
   const scope = db('broadcasts').where({ workspace_id: workspaceId }).whereNot('status', 'draft');
   if (input.status) scope.where({ status: input.status });
-  const { rows, total } = await pageWithTotal<BroadcastRow>(scope, input, (q) =>
-    q
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .select('*'),
-  );
+  const { rows, total } = await pageWithTotal<BroadcastRow>(scope, input, (q) => q.orderBy(newestFirst()).select('*'));
   const counts = await broadcastCounts(
     db,
     workspaceId,
@@ -269,7 +259,7 @@ export async function listPublicBroadcasts(db: Db, workspaceId: string, input: P
   return { rows: rows.map((r) => serializeBroadcast(r, counts.get(r.id)!)), total };
 }
 
-async function broadcastRow(db: Reader, workspaceId: string, id: string, lock = false): Promise<BroadcastRow> {
+async function broadcastRow(db: Db, workspaceId: string, id: string, lock = false): Promise<BroadcastRow> {
   if (!isUuid(id)) throw notFound();
   const query = db('broadcasts').where({ workspace_id: workspaceId, id }).whereNot('status', 'draft');
   if (lock) query.forUpdate();
@@ -353,7 +343,7 @@ export async function moveBroadcast(db: Db, workspaceId: string, id: string, mov
  * ---------------------------------------------------------------------------------------------- */
 
 /** The broadcast as the worker reads it, unchanged (undefined when it is gone). */
-export async function broadcastForRun(db: Reader, workspaceId: string, id: string): Promise<BroadcastRow | undefined> {
+export async function broadcastForRun(db: Db, workspaceId: string, id: string): Promise<BroadcastRow | undefined> {
   return db('broadcasts').where({ workspace_id: workspaceId, id }).first();
 }
 

@@ -5,8 +5,6 @@ import { contactCustomValues } from '../sales';
 
 import type { BroadcastTemplate, RecipientStatus } from './broadcasts';
 
-type Reader = Db | Knex.Transaction;
-
 /**
  * A broadcast's recipients: the rows its audience was frozen into, read in pages, locked, settled
  * and marked sent; each recipient's personalised template; and the run's own state (waiting, the
@@ -26,7 +24,7 @@ export interface RecipientRow {
  * what a batch sends, and what a cancelled broadcast looks through for sends prepared and never called.
  */
 export async function nextPendingRecipients(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   broadcastId: string,
   after: number,
@@ -102,7 +100,7 @@ export function personalise(
  * has nothing to fill in (VARIABLE_EMPTY).
  */
 export async function recipientTemplate(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   contact: { id: string; name: string; phone: string; email: string | null },
   template: BroadcastTemplate,
@@ -118,7 +116,7 @@ export async function recipientTemplate(
 
 /** Marks a pending recipient skipped or failed with its code (a no-op once it left `pending`). */
 export async function settleRecipient(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   broadcastId: string,
   contactId: string,
@@ -161,7 +159,7 @@ export async function markRecipientsSent(
 }
 
 /** When the broadcast's last recipient was recorded sent (null: none yet): a new batch paces its first call from it. */
-export async function lastSentAt(db: Reader, workspaceId: string, id: string): Promise<Date | null> {
+export async function lastSentAt(db: Db, workspaceId: string, id: string): Promise<Date | null> {
   const row = await db('broadcast_recipients').where({ workspace_id: workspaceId, broadcast_id: id }).max({ at: 'sent_at' }).first();
   return row?.at ?? null;
 }
@@ -171,7 +169,7 @@ export async function lastSentAt(db: Reader, workspaceId: string, id: string): P
  * instance disconnected, the subscription inactive, the template no longer approved); null, null:
  * it does not wait. Only an `in_progress` broadcast: a pause or cancel meanwhile is not undone.
  */
-export async function setWaiting(db: Reader, workspaceId: string, id: string, until: Date | null, code: string | null): Promise<void> {
+export async function setWaiting(db: Db, workspaceId: string, id: string, until: Date | null, code: string | null): Promise<void> {
   await db('broadcasts')
     .where({ workspace_id: workspaceId, id, status: 'in_progress' })
     .whereRaw('(waiting_until IS DISTINCT FROM ? OR code IS DISTINCT FROM ?)', [until, code])
@@ -182,7 +180,7 @@ export async function setWaiting(db: Reader, workspaceId: string, id: string, un
  * The service cancels a broadcast it can never finish (its instance removed, or one that cannot
  * carry templates), saying why in `code`; a no-op once it finished. Its status after.
  */
-export async function cancelBroadcastFor(db: Reader, workspaceId: string, id: string, code: string): Promise<void> {
+export async function cancelBroadcastFor(db: Db, workspaceId: string, id: string, code: string): Promise<void> {
   await db('broadcasts')
     .where({ workspace_id: workspaceId, id })
     .whereIn('status', ['scheduled', 'in_progress', 'paused'])
@@ -196,7 +194,7 @@ export async function cancelBroadcastFor(db: Reader, workspaceId: string, id: st
  * broadcasts of one instance take turns and share its throughput evenly, whatever each one's own
  * rate (a slower one takes fewer turns; the others take the rest).
  */
-export async function reserveInstanceSlot(db: Reader, workspaceId: string, instanceId: string, intervalMs: number): Promise<number> {
+export async function reserveInstanceSlot(db: Db, workspaceId: string, instanceId: string, intervalMs: number): Promise<number> {
   const { rows } = await db.raw<{ rows: { wait_ms: number }[] }>(
     `INSERT INTO broadcast_instance_pacing AS p (workspace_id, instance_id, next_call_at)
      VALUES (?, ?, clock_timestamp() + ? * interval '1 millisecond')

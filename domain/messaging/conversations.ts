@@ -1,10 +1,8 @@
 import type { Knex } from 'knex';
 import { assertSafeUrlSyntax, type Db, SyncRead, syncPage } from '../platform';
-import { ApiError, listEnvelope, Page, pageWithTotal, Pagination, isUuid, iso } from '../kernel';
+import { ApiError, listEnvelope, newestFirst, Page, pageWithTotal, Pagination, isUuid, iso } from '../kernel';
 import { joinCanonicalContact } from '../leads';
 import { mediaOfMessages, type MediaRecord } from './media';
-
-type Reader = Db | Knex.Transaction;
 
 export const CONVERSATION_STATUSES = ['open', 'waiting', 'snoozed', 'closed'] as const;
 export type ConversationStatus = (typeof CONVERSATION_STATUSES)[number];
@@ -42,7 +40,7 @@ export interface MessageRow {
  * whose connection is not archived (group chats and archived connections never appear).
  * Lists, totals, single reads and updates all start from here, so they cannot disagree.
  */
-export function visibleConversations(db: Reader, workspaceId: string): Knex.QueryBuilder {
+export function visibleConversations(db: Db, workspaceId: string): Knex.QueryBuilder {
   const q = db('conversations as c')
     .join('instances as i', function joinInstance() {
       this.on('i.id', '=', 'c.instance_id').andOn('i.workspace_id', '=', 'c.workspace_id');
@@ -119,7 +117,7 @@ export const messageColumns = (prefix = ''): string[] =>
 
 /** Messages as the API shows them, with their media (one query for the page's inbound media messages). */
 export async function serializeMessages<Row extends MessageRow>(
-  db: Reader,
+  db: Db,
   workspaceId: string,
   rows: Row[],
 ): Promise<{ row: Row; message: ReturnType<typeof serializeMessage> }[]> {
@@ -170,7 +168,7 @@ export async function syncConversations(db: Db, workspaceId: string, read: SyncR
 }
 
 /** A visible conversation of the workspace, or 404 NOT_FOUND (foreign, group, merged, deleted, archived). */
-export async function requireConversation(db: Reader, workspaceId: string, id: string): Promise<Conversation> {
+export async function requireConversation(db: Db, workspaceId: string, id: string): Promise<Conversation> {
   const row: ConversationRow | undefined = isUuid(id)
     ? await visibleConversations(db, workspaceId).where('c.id', id).first(COLUMNS)
     : undefined;
@@ -188,12 +186,7 @@ export async function getConversationWithMessages(
   const conversation = await requireConversation(db, workspaceId, id);
   const messages = db('messages').where({ workspace_id: workspaceId, conversation_id: conversation.id });
   const { rows, total } = await pageWithTotal<MessageRow>(messages, page, (q) =>
-    q
-      .orderBy([
-        { column: 'timestamp', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .select(messageColumns()),
+    q.orderBy(newestFirst('timestamp')).select(messageColumns()),
   );
   const serialized = (await serializeMessages(db, workspaceId, rows)).map((m) => m.message);
   const { data, pagination } = listEnvelope(serialized, total, page);
@@ -238,7 +231,7 @@ export async function conversationForSend(trx: Knex.Transaction, workspaceId: st
  * `created`: this call made it.
  */
 export async function findOrCreateConversations(
-  trx: Reader,
+  trx: Db,
   workspaceId: string,
   contactIds: string[],
   instance: { id: string; channel: string },
@@ -265,7 +258,7 @@ export async function findOrCreateConversations(
 
 /** The existing conversations of these contacts on one instance (their windows), keyed by contact. */
 export async function conversationsOn(
-  trx: Reader,
+  trx: Db,
   workspaceId: string,
   instanceId: string,
   contactIds: string[],
@@ -314,7 +307,7 @@ export async function deleteEmptyConversation(trx: Knex.Transaction, workspaceId
 }
 
 /** A contact's conversations, as a sub-query on the contact id column a statement gives (leads deleteUnusedContact). */
-export function conversationsOfContact(trx: Reader) {
+export function conversationsOfContact(trx: Db) {
   return (contactIdColumn: string) => [trx('conversations').whereRaw(`conversations.contact_id = ${contactIdColumn}`).select(trx.raw('1'))];
 }
 
@@ -358,7 +351,7 @@ export async function moveContactConversations(
  * sub-query on the message id and workspace columns a statement gives (a broadcast recipient
  * marked sent takes the status a callback that came first left).
  */
-export function statusPastSent(trx: Reader, messageIdColumn: string, workspaceIdColumn: string): Knex.Raw {
+export function statusPastSent(trx: Db, messageIdColumn: string, workspaceIdColumn: string): Knex.Raw {
   return trx.raw(
     `(SELECT m.status FROM messages m WHERE m.id = ${messageIdColumn} AND m.workspace_id = ${workspaceIdColumn} AND m.status IN ('delivered', 'read', 'failed'))`,
   );

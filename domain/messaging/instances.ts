@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import type { Knex } from 'knex';
 import { type Db, KeyRing, openText, type Resealer, SealBinding, sealedAs, sealText } from '../platform';
 import { ApiError, Page, pageWithTotal, iso, HTTP_URL } from '../kernel';
 
@@ -142,14 +141,12 @@ export async function updateInstance(
  * several is refused: domain/messaging/sending.ts chooseInstance).
  */
 export async function sendCandidates(
-  trx: Db | Knex.Transaction,
+  trx: Db,
   workspaceId: string,
   instanceId: string | undefined,
 ): Promise<Pick<InstanceRow, 'id' | 'channel' | 'provider' | 'connected'>[]> {
-  const live = trx('instances').where({ workspace_id: workspaceId, archived: false });
-  return instanceId
-    ? live.clone().where({ id: instanceId }).limit(1).select('id', 'channel', 'provider', 'connected')
-    : live.clone().where({ channel: 'whatsapp' }).orderBy('created_at').limit(2).select('id', 'channel', 'provider', 'connected');
+  const live = trx('instances').where({ workspace_id: workspaceId, archived: false }).select('id', 'channel', 'provider', 'connected');
+  return instanceId ? live.where({ id: instanceId }).limit(1) : live.where({ channel: 'whatsapp' }).orderBy('created_at').limit(2);
 }
 
 /** A live instance with its (sealed) configuration, for a provider call. */
@@ -162,11 +159,7 @@ export async function liveInstanceConfig(
 }
 
 /** An instance's id and channel, archived or not (a send already prepared on it). */
-export async function instanceChannel(
-  trx: Db | Knex.Transaction,
-  workspaceId: string,
-  instanceId: string,
-): Promise<{ id: string; channel: string }> {
+export async function instanceChannel(trx: Db, workspaceId: string, instanceId: string): Promise<{ id: string; channel: string }> {
   return trx('instances').where({ workspace_id: workspaceId, id: instanceId }).first('id', 'channel');
 }
 

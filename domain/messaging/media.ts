@@ -97,11 +97,7 @@ export function serializeMedia(row: Pick<MediaRow, 'status' | 'mime_type' | 'siz
 export type MediaRecord = ReturnType<typeof serializeMedia>;
 
 /** The media of some of a workspace's messages, by message id (one query). */
-export async function mediaOfMessages(
-  db: Db | Knex.Transaction,
-  workspaceId: string,
-  messageIds: string[],
-): Promise<Map<string, MediaRecord>> {
+export async function mediaOfMessages(db: Db, workspaceId: string, messageIds: string[]): Promise<Map<string, MediaRecord>> {
   if (messageIds.length === 0) return new Map();
   const rows: MediaRow[] = await db('message_media')
     .where({ workspace_id: workspaceId })
@@ -277,7 +273,7 @@ export function storageFullReason(limitMb: number): string {
  * Room left for stored media in the workspace (its plan's `mediaStorageMb` less the files stored):
  * a fetch stops as soon as its file would not fit (markStored decides, under a lock).
  */
-export async function mediaStorageRoom(db: Db | Knex.Transaction, workspaceId: string): Promise<{ limitMb: number; bytes: number }> {
+export async function mediaStorageRoom(db: Db, workspaceId: string): Promise<{ limitMb: number; bytes: number }> {
   const row: { limit_mb: number; used: string } | undefined = await workspaceQuery(db, workspaceId).first({
     limit_mb: 'media_storage_mb',
     used: db.raw(`(SELECT coalesce(sum(size), 0) FROM message_media WHERE workspace_id = ? AND status = 'stored')`, [workspaceId]),
@@ -445,16 +441,6 @@ export function mediaWorkflowId(workspaceId: string, messageId: string): string 
 // ---------------------------------------------------------------------------------------------
 // The download (GET /api/v1/messages/{id}/media)
 
-export interface StoredMedia {
-  messageId: string;
-  mimeType: string;
-  size: number;
-  fileName: string;
-  sha256: string;
-  /** The bytes, one chunk (≤ 1 MiB) read from the database at a time, as the client takes them. */
-  chunks: AsyncIterable<Buffer>;
-}
-
 const EXTENSIONS: Record<string, string> = {
   'image/jpeg': 'jpg',
   'image/png': 'png',
@@ -471,7 +457,7 @@ const EXTENSIONS: Record<string, string> = {
  * of another workspace, or one without media; 409 MEDIA_NOT_STORED while pending; 409
  * MEDIA_UNAVAILABLE once given up (the reason in the message).
  */
-export async function openStoredMedia(db: Db, workspaceId: string, messageId: string): Promise<StoredMedia> {
+export async function openStoredMedia(db: Db, workspaceId: string, messageId: string) {
   if (!isUuid(messageId)) throw new ApiError('NOT_FOUND', 'Message not found');
   const message = await db('messages').where({ workspace_id: workspaceId, id: messageId }).first('id');
   if (!message) throw new ApiError('NOT_FOUND', 'Message not found');
@@ -489,6 +475,7 @@ export async function openStoredMedia(db: Db, workspaceId: string, messageId: st
   }
   const mimeType = row.mime_type ?? 'application/octet-stream';
   const fileName = row.file_name ?? `${row.type}-${messageId}.${EXTENSIONS[mimeType.split(';')[0]] ?? 'bin'}`;
+  /** The bytes, one chunk (≤ 1 MiB) read from the database at a time, as the client takes them. */
   async function* chunks(): AsyncGenerator<Buffer> {
     for (let seq = 0; ; seq += 1) {
       const chunk: { data: Buffer } | undefined = await db('message_media_chunks')

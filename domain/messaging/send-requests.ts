@@ -1,9 +1,6 @@
-import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError } from '../kernel';
 import type { SendInput, SendRequest } from '../../types/messaging';
-
-type Writer = Db | Knex.Transaction;
 
 /**
  * A send's recipient and content live in send_requests; the send workflow is started with the
@@ -16,7 +13,7 @@ type Writer = Db | Knex.Transaction;
  * `replaces` names the refused run this request retries under the same key: a second request
  * replacing the same run fails with a unique violation (isReplacedAlready).
  */
-export async function saveSendRequest(db: Writer, workspaceId: string, id: string, request: SendRequest, replaces?: string): Promise<void> {
+export async function saveSendRequest(db: Db, workspaceId: string, id: string, request: SendRequest, replaces?: string): Promise<void> {
   await db('send_requests')
     .insert({
       workspace_id: workspaceId,
@@ -36,7 +33,7 @@ export function isReplacedAlready(err: unknown): boolean {
 }
 
 /** Gives up a request's claim on the refused run it meant to retry (its start did not happen). */
-export async function releaseReplaced(db: Writer, workspaceId: string, id: string): Promise<void> {
+export async function releaseReplaced(db: Db, workspaceId: string, id: string): Promise<void> {
   await db('send_requests').where({ workspace_id: workspaceId, id }).update({ replaces: null });
 }
 
@@ -52,7 +49,7 @@ export function sendInputFor(workspaceId: string, requestId: string, request: Se
 
 /** The request a send input names (or carries inline, for a send started before send_requests). */
 export async function sendRequestOf(
-  db: Writer,
+  db: Db,
   input: Pick<SendInput, 'workspaceId' | 'requestId' | 'phone' | 'instanceId' | 'conversationId' | 'message'>,
 ): Promise<SendRequest> {
   if (!input.requestId) {

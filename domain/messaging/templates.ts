@@ -1,4 +1,3 @@
-import type { Knex } from 'knex';
 import type { Db, KeyRing } from '../platform';
 import { ApiError, cut, iso, Page, pageWithTotal, storable } from '../kernel';
 import { type InstanceConfig, type InstanceRow, liveInstanceConfig, openInstanceConfig } from './instances';
@@ -83,7 +82,7 @@ export async function createTemplate(db: Db, workspaceId: string, input: Templat
  * checked by sending.ts templateComponents.
  */
 export async function approvedTemplate(
-  trx: Db | Knex.Transaction,
+  trx: Db,
   workspaceId: string,
   instanceId: string,
   name: string | undefined,

@@ -1,8 +1,6 @@
 import type { Knex } from 'knex';
 import type { Db } from '../../platform';
 
-type Writer = Db | Knex.Transaction;
-
 /** The workspace's daily counters (São Paulo days) that a send takes units of: its messages, and the conversations it opens. */
 export type DailyCounter = 'messages' | 'cold_conversations';
 
@@ -31,6 +29,6 @@ export async function takeDailyUnits(
 }
 
 /** Returns a unit taken by a send that did not happen (saga compensation). */
-export async function giveBackDaily(trx: Writer, workspaceId: string, kind: DailyCounter, day: string): Promise<void> {
+export async function giveBackDaily(trx: Db, workspaceId: string, kind: DailyCounter, day: string): Promise<void> {
   await trx('daily_counters').where({ workspace_id: workspaceId, day, kind }).where('count', '>', 0).decrement('count', 1);
 }

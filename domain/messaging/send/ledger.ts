@@ -5,8 +5,6 @@ import { contactOptedOut, deleteUnusedContact } from '../../leads';
 import { conversationsOfContact, deleteEmptyConversation } from '../conversations';
 import { giveBackDaily } from './daily';
 
-type Writer = Db | Knex.Transaction;
-
 /**
  * A send's own records, keyed by its reference (workflow id / run id): send_preparations (what
  * prepareSend decided, so a retry after its commit returns it instead of taking a second quota
@@ -15,7 +13,7 @@ type Writer = Db | Knex.Transaction;
  */
 
 /** The preparations recorded for these references (prepare already committed them), keyed by reference. */
-export async function findPreparations<T>(trx: Writer, workspaceId: string, references: string[]): Promise<Map<string, T>> {
+export async function findPreparations<T>(trx: Db, workspaceId: string, references: string[]): Promise<Map<string, T>> {
   if (references.length === 0) return new Map();
   const rows: { reference: string; prepared: T }[] = await trx('send_preparations')
     .where({ workspace_id: workspaceId })
@@ -24,15 +22,11 @@ export async function findPreparations<T>(trx: Writer, workspaceId: string, refe
   return new Map(rows.map((r): [string, T] => [r.reference, r.prepared]));
 }
 
-/** Records preparations in one INSERT; a concurrent duplicate conflicts (primary key) and rolls its transaction back. */
-export async function recordPreparations(
-  trx: Writer,
-  workspaceId: string,
-  preparations: { reference: string; prepared: object }[],
-): Promise<void> {
+/** Records preparations (each whole) in one INSERT; a concurrent duplicate conflicts (primary key) and rolls its transaction back. */
+export async function recordPreparations(trx: Db, workspaceId: string, preparations: { reference: string }[]): Promise<void> {
   if (preparations.length === 0) return;
   await trx('send_preparations').insert(
-    preparations.map((p) => ({ reference: p.reference, workspace_id: workspaceId, prepared: JSON.stringify(p.prepared) })),
+    preparations.map((p) => ({ reference: p.reference, workspace_id: workspaceId, prepared: JSON.stringify(p) })),
   );
 }
 
@@ -40,7 +34,7 @@ export async function recordPreparations(
  * Of these references, the prepared sends never called that keep their units: a preparation not
  * undone, with no attempt or a failed one. A cancelled broadcast gives their units back.
  */
-export async function preparedNeverCalled(db: Writer, workspaceId: string, references: string[]): Promise<string[]> {
+export async function preparedNeverCalled(db: Db, workspaceId: string, references: string[]): Promise<string[]> {
   if (references.length === 0) return [];
   const { rows } = await db.raw<{ rows: { reference: string }[] }>(
     `SELECT p.reference FROM send_preparations p
@@ -67,7 +61,7 @@ export async function claimUndo(trx: Knex.Transaction, workspaceId: string, refe
  * if nothing else started using it meanwhile (a deal, a note, another send).
  */
 export async function undoPreparedSend(
-  db: Writer,
+  db: Db,
   workspaceId: string,
   prepared: {
     reference: string;

@@ -21,7 +21,7 @@ import { findPreparations, recordPreparations } from './ledger';
 import { takeDailyUnits } from './daily';
 
 /** What a send looks at on its workspace: the daily plan and the standing (access suspension). */
-export async function sendingPlan(trx: Knex.Transaction | Db, workspaceId: string) {
+export async function sendingPlan(trx: Db, workspaceId: string) {
   return workspacePlan(trx, workspaceId, ['daily_message_quota', 'broadcast_limit', 'active', 'api_access']);
 }
 
@@ -199,11 +199,7 @@ export async function prepareSends(
     };
   });
   // A concurrent duplicate of a preparation conflicts here and rolls its transaction back; its retry reads the row.
-  await recordPreparations(
-    trx,
-    workspaceId,
-    prepared.map((p) => ({ reference: p.reference, prepared: p })),
-  );
+  await recordPreparations(trx, workspaceId, prepared);
   for (const p of prepared) results.set(p.reference, { prepared: p });
   // The daily units last, just before the commit: their counter rows are the workspace's (every
   // send takes them), so their locks are held for one statement and the commit.
