@@ -234,12 +234,8 @@ async function prepareInTransaction(
   const ws = b.workspace_id;
   const template = b.template!;
   const settle = (contactId: string, status: 'skipped' | 'failed', code: string) => settleRecipient(trx, ws, b.id, contactId, status, code);
-  const pending = await lockPendingRecipients(
-    trx,
-    ws,
-    b.id,
-    page.map((r) => r.contact_id),
-  );
+  const contactIds = (rows: RecipientRow[]) => rows.map((r) => r.contact_id);
+  const pending = await lockPendingRecipients(trx, ws, b.id, contactIds(page));
   const rows = page.filter((r) => pending.has(r.contact_id));
   const done = await findPreparations<PreparedRecipient>(
     trx,
@@ -247,11 +243,7 @@ async function prepareInTransaction(
     rows.map((r) => r.reference),
   );
   const fresh = rows.filter((r) => !done.has(r.reference));
-  const contacts = await contactsForSend(
-    trx,
-    ws,
-    fresh.map((r) => r.contact_id),
-  );
+  const contacts = await contactsForSend(trx, ws, contactIds(fresh));
   const items: PrepareItem[] = [];
   for (const r of fresh) {
     const contact = contacts.get(r.contact_id);
@@ -406,11 +398,8 @@ export async function releaseCancelled(
     const page = await nextPendingRecipients(db, workspaceId, broadcastId, after, 1000);
     if (page.length === 0) return { released };
     after = page[page.length - 1].position;
-    for (const reference of await preparedNeverCalled(
-      db,
-      workspaceId,
-      page.map((r) => r.reference),
-    )) {
+    const references = page.map((r) => r.reference);
+    for (const reference of await preparedNeverCalled(db, workspaceId, references)) {
       await db.transaction(async (trx) => {
         const prepared = (await findPreparations<PreparedRecipient>(trx, workspaceId, [reference])).get(reference);
         if (!prepared || !(await lockPendingRecipients(trx, workspaceId, broadcastId, [prepared.contactId])).size) return;
