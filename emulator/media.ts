@@ -349,6 +349,12 @@ export function createMediaEmulator(webhooks: Map<string, EmulatorWebhook>, webW
   return {
     middleware,
     webInbound,
+    register,
+    /** A registered file's bytes, as a stream (Instagram's CDN URLs serve them: emulator/instagram.ts). */
+    fileBytes(id: string): { file: EmulatedFile; stream: () => Readable } | undefined {
+      const file = files.get(id);
+      return file && !file.gone ? { file, stream: () => Readable.from(blocksOf(file.id, file.bytes)) } : undefined;
+    },
     reset(): void {
       files.clear();
       fetches.clear();

@@ -6,9 +6,10 @@ import Koa from 'koa';
 import { koaBody } from 'koa-body';
 import { createTemplateEmulator } from './templates';
 import { createMediaEmulator } from './media';
+import { createInstagramEmulator } from './instagram';
 
 /**
- * A local stand-in for the WhatsApp providers, speaking their wire formats: the only thing the
+ * A local stand-in for the WhatsApp providers and Instagram messaging, speaking their wire formats: the only thing the
  * project emulates, because the real providers cannot be reached from here. The sending path
  * does not know it talks to an emulator; it only has an instance `baseUrl`.
  *
@@ -66,6 +67,7 @@ import { createMediaEmulator } from './media';
  *   gateway's base64 endpoint serves (the answer then carries its `sha256`).
  * - Inbound media of both providers, `POST /__emulator/inbound` (a Cloud API inbound message,
  *   text or media) and `POST|GET /__emulator/media`: see emulator/media.ts.
+ * - Instagram messaging (sends, profiles, DMs, seen events, CDN files): see emulator/instagram.ts.
  *
  * A webhook receiver, to try the service's outbound webhooks on one machine (the README tour):
  * - `POST /__emulator/inbox/{name}` (name: letters, digits, `.`, `_`, `-`): answers 200
@@ -81,12 +83,12 @@ export type EmulatorOutcome = 'ok' | 'error' | 'down' | 'redirect' | 'invalid' |
 export interface EmulatorCall {
   seq: number;
   at: string;
-  api: 'cloud' | 'web';
-  /** Cloud: the path's API version (e.g. v21.0). */
+  api: 'cloud' | 'web' | 'instagram';
+  /** Cloud and Instagram: the path's API version (e.g. v21.0). */
   version?: string;
-  /** Cloud: the path's phone-number id; web: the instance name. */
+  /** Cloud: the path's phone-number id; web: the instance name; Instagram: the business's IG user id. */
   phoneNumberId: string;
-  /** Recipient digits as sent. */
+  /** Recipient digits as sent (Instagram: the IGSID). */
   to: string;
   type: string | undefined;
   body: unknown;
@@ -723,6 +725,7 @@ export function createEmulator(): Emulator {
     deliveries.length = 0;
     templates.reset();
     mediaEmulator.reset();
+    instagram.reset();
   };
 
   /**
@@ -820,6 +823,15 @@ export function createEmulator(): Emulator {
     if (calls.length > MAX_CALLS) calls.splice(0, calls.length - MAX_CALLS);
     return full;
   };
+  const instagram = createInstagramEmulator({
+    record,
+    scripted: (to, id) => {
+      const found = peek(to, id);
+      return found ? consume(found) : undefined;
+    },
+    registerFile: (input) => mediaEmulator.register(input),
+    fileBytes: (id) => mediaEmulator.fileBytes(id),
+  });
 
   /**
    * A scripted outage (503 with the front server's own page) or redirect (a misrouting proxy)
@@ -914,6 +926,8 @@ export function createEmulator(): Emulator {
     return jsonBody(ctx, next);
   });
 
+  // Instagram messaging (emulator/instagram.ts): before the Cloud API and media routes, whose paths its own share.
+  app.use(instagram.middleware);
   // Message templates: the Graph API's list and the control routes that set and change them.
   app.use(templates.middleware);
   // Inbound media: the Cloud API's media ids and files, the web gateway's base64 endpoint, and their control routes.
