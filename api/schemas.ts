@@ -45,8 +45,15 @@ export const Lead = z
   .object({
     id: z.string(),
     name: z.string(),
-    phone: z.string().openapi({ example: '5511987654321' }),
+    phone: z
+      .string()
+      .nullable()
+      .openapi({ example: '5511987654321', description: 'Null for a contact met on Instagram, until a phone joins it.' }),
     email: z.string().nullable(),
+    instagram: z
+      .object({ id: z.string().describe('Instagram-scoped id of the person'), username: z.string().nullable() })
+      .nullable()
+      .openapi({ description: 'The Instagram person this contact wrote as (their latest identity), or null.' }),
     notes: z.string(),
     tags: z.array(Tag),
     optedOut: z.boolean().openapi({ description: 'The contact asked not to be messaged: every send to it is 403 OPTED_OUT.' }),

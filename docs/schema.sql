@@ -102,7 +102,7 @@ CREATE TABLE broadcast_recipients (
   workspace_id uuid NOT NULL,
   broadcast_id uuid NOT NULL,
   contact_id uuid NOT NULL,
-  phone text NOT NULL,
+  phone text,
   position integer NOT NULL,
   status text DEFAULT 'pending'::text NOT NULL,
   code text,
@@ -183,6 +183,27 @@ CREATE TABLE contact_deal_facets (
 );
 CREATE INDEX contact_deal_facets_facet_created_idx ON public.contact_deal_facets USING btree (workspace_id, facet, contact_created_at DESC, contact_id DESC);
 
+CREATE TABLE contact_identities (
+  id uuid DEFAULT gen_random_uuid() NOT NULL,
+  workspace_id uuid NOT NULL,
+  contact_id uuid NOT NULL,
+  instance_id uuid NOT NULL,
+  channel text NOT NULL,
+  external_id text NOT NULL,
+  username text,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT contact_identities_pkey PRIMARY KEY (id),
+  CONSTRAINT contact_identities_channel_check CHECK ((channel = 'instagram'::text)),
+  CONSTRAINT contact_identities_external_id_check CHECK ((external_id ~ '^[0-9]{1,32}$'::text)),
+  CONSTRAINT contact_identities_instance_id_external_id_key UNIQUE (instance_id, external_id),
+  CONSTRAINT contact_identities_username_check CHECK (((username IS NULL) OR ((length(username) >= 1) AND (length(username) <= 64)))),
+  CONSTRAINT contact_identities_workspace_id_contact_id_fkey FOREIGN KEY (workspace_id, contact_id) REFERENCES contacts(workspace_id, id) ON DELETE CASCADE,
+  CONSTRAINT contact_identities_workspace_id_instance_id_fkey FOREIGN KEY (workspace_id, instance_id) REFERENCES instances(workspace_id, id) ON DELETE CASCADE
+);
+CREATE INDEX contact_identities_contact_idx ON public.contact_identities USING btree (workspace_id, contact_id);
+CREATE INDEX contact_identities_external_idx ON public.contact_identities USING btree (workspace_id, external_id);
+
 CREATE TABLE contact_tags (
   workspace_id uuid NOT NULL,
   contact_id uuid NOT NULL,
@@ -203,8 +224,8 @@ CREATE TABLE contacts (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
   workspace_id uuid NOT NULL,
   name text DEFAULT ''::text NOT NULL,
-  phone text NOT NULL,
-  phone_key text NOT NULL,
+  phone text,
+  phone_key text,
   wa_id text,
   email text,
   notes text DEFAULT ''::text NOT NULL,
@@ -214,14 +235,19 @@ CREATE TABLE contacts (
   deleted_at timestamp with time zone,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  instagram_id text,
+  instagram_username text,
   CONSTRAINT contacts_pkey PRIMARY KEY (id),
-  CONSTRAINT contacts_check CHECK ((is_group = (phone ~~ '%@g.us'::text))),
   CONSTRAINT contacts_check1 CHECK (((merged_into_id IS NULL) OR (merged_into_id <> id))),
   CONSTRAINT contacts_email_check CHECK (((email IS NULL) OR (length(email) <= 320))),
+  CONSTRAINT contacts_group_check CHECK ((is_group = COALESCE((phone ~~ '%@g.us'::text), false))),
+  CONSTRAINT contacts_instagram_id_check CHECK (((instagram_id IS NULL) OR (instagram_id ~ '^[0-9]{1,32}$'::text))),
+  CONSTRAINT contacts_instagram_username_check CHECK (((instagram_username IS NULL) OR ((length(instagram_username) >= 1) AND (length(instagram_username) <= 64)))),
   CONSTRAINT contacts_merged_into_id_fkey FOREIGN KEY (merged_into_id) REFERENCES contacts(id) ON DELETE SET NULL,
   CONSTRAINT contacts_name_check CHECK ((length(name) <= 200)),
   CONSTRAINT contacts_notes_check CHECK ((length(notes) <= 10000)),
   CONSTRAINT contacts_phone_check CHECK (((length(phone) >= 1) AND (length(phone) <= 64))),
+  CONSTRAINT contacts_phone_key_check CHECK (((phone IS NULL) = (phone_key IS NULL))),
   CONSTRAINT contacts_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE,
   CONSTRAINT contacts_workspace_id_id_key UNIQUE (workspace_id, id)
 );
@@ -230,11 +256,11 @@ CREATE INDEX contacts_canonical_name_idx ON public.contacts USING btree (workspa
 CREATE UNIQUE INDEX contacts_canonical_phone_uq ON public.contacts USING btree (workspace_id, phone_key) WHERE ((merged_into_id IS NULL) AND (deleted_at IS NULL));
 CREATE INDEX contacts_canonical_updated_idx ON public.contacts USING btree (workspace_id, updated_at DESC, id DESC) WHERE ((merged_into_id IS NULL) AND (deleted_at IS NULL) AND (NOT is_group));
 CREATE INDEX contacts_sync_idx ON public.contacts USING btree (workspace_id, updated_at, id) WHERE (NOT is_group);
-CREATE INDEX contacts_workspace_search_trgm_idx ON public.contacts USING gin (workspace_id, (((((lower(name) || ' '::text) || phone) || ' '::text) || COALESCE(lower(email), ''::text))) gin_trgm_ops) WHERE ((merged_into_id IS NULL) AND (deleted_at IS NULL) AND (NOT is_group));
+CREATE INDEX contacts_workspace_search_trgm_idx ON public.contacts USING gin (workspace_id, (((((((lower(name) || ' '::text) || COALESCE(phone, ''::text)) || ' '::text) || COALESCE(lower(email), ''::text)) || ' '::text) || COALESCE(lower(instagram_username), ''::text))) gin_trgm_ops) WHERE ((merged_into_id IS NULL) AND (deleted_at IS NULL) AND (NOT is_group));
 CREATE TRIGGER contact_counts_delete AFTER DELETE ON public.contacts REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION contact_counts_apply();
 CREATE TRIGGER contact_counts_insert AFTER INSERT ON public.contacts REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION contact_counts_apply();
 CREATE TRIGGER contact_counts_update AFTER UPDATE ON public.contacts REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION contact_counts_apply();
-CREATE TRIGGER contact_search_changed AFTER UPDATE OF name, phone, email, created_at, merged_into_id, deleted_at, is_group ON public.contacts FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.phone IS DISTINCT FROM new.phone) OR (old.email IS DISTINCT FROM new.email) OR (old.created_at IS DISTINCT FROM new.created_at) OR (((old.merged_into_id IS NULL) AND (old.deleted_at IS NULL) AND (NOT old.is_group)) IS DISTINCT FROM ((new.merged_into_id IS NULL) AND (new.deleted_at IS NULL) AND (NOT new.is_group))))) EXECUTE FUNCTION contact_search_changed();
+CREATE TRIGGER contact_search_changed AFTER UPDATE OF name, phone, email, instagram_username, created_at, merged_into_id, deleted_at, is_group ON public.contacts FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.phone IS DISTINCT FROM new.phone) OR (old.email IS DISTINCT FROM new.email) OR (old.instagram_username IS DISTINCT FROM new.instagram_username) OR (old.created_at IS DISTINCT FROM new.created_at) OR (((old.merged_into_id IS NULL) AND (old.deleted_at IS NULL) AND (NOT old.is_group)) IS DISTINCT FROM ((new.merged_into_id IS NULL) AND (new.deleted_at IS NULL) AND (NOT new.is_group))))) EXECUTE FUNCTION contact_search_changed();
 CREATE TRIGGER contacts_created_at_to_deal_facets AFTER UPDATE OF created_at ON public.contacts FOR EACH ROW WHEN ((old.created_at IS DISTINCT FROM new.created_at)) EXECUTE FUNCTION contacts_created_at_to_deal_facets();
 CREATE TRIGGER contacts_created_at_to_tags AFTER UPDATE OF created_at ON public.contacts FOR EACH ROW WHEN ((old.created_at IS DISTINCT FROM new.created_at)) EXECUTE FUNCTION contacts_created_at_to_tags();
 CREATE TRIGGER contacts_touch_records AFTER UPDATE OF name, phone, merged_into_id, deleted_at ON public.contacts FOR EACH ROW WHEN (((old.name IS DISTINCT FROM new.name) OR (old.phone IS DISTINCT FROM new.phone) OR (old.merged_into_id IS DISTINCT FROM new.merged_into_id) OR (old.deleted_at IS DISTINCT FROM new.deleted_at))) EXECUTE FUNCTION touch_records_of_contact();
@@ -409,8 +435,9 @@ CREATE TABLE instances (
   CONSTRAINT instances_pkey PRIMARY KEY (id),
   CONSTRAINT instances_channel_check CHECK ((channel = ANY (ARRAY['whatsapp'::text, 'instagram'::text]))),
   CONSTRAINT instances_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
+  CONSTRAINT instances_instagram_provider_check CHECK (((provider <> 'instagram'::text) OR (channel = 'instagram'::text))),
   CONSTRAINT instances_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
-  CONSTRAINT instances_provider_check CHECK ((provider = ANY (ARRAY['cloud'::text, 'web'::text]))),
+  CONSTRAINT instances_provider_check CHECK ((provider = ANY (ARRAY['cloud'::text, 'web'::text, 'instagram'::text]))),
   CONSTRAINT instances_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE,
   CONSTRAINT instances_workspace_id_id_key UNIQUE (workspace_id, id)
 );
@@ -476,7 +503,7 @@ CREATE TABLE message_media (
   CONSTRAINT message_media_check CHECK (((status = 'stored'::text) = ((sha256 IS NOT NULL) AND (size IS NOT NULL)))),
   CONSTRAINT message_media_check1 CHECK (((status = 'unavailable'::text) = (reason IS NOT NULL))),
   CONSTRAINT message_media_file_name_check CHECK ((length(file_name) <= 255)),
-  CONSTRAINT message_media_media_ref_check CHECK (((length(media_ref) >= 1) AND (length(media_ref) <= 256))),
+  CONSTRAINT message_media_media_ref_check CHECK (((length(media_ref) >= 1) AND (length(media_ref) <= 2048))),
   CONSTRAINT message_media_message_id_fkey FOREIGN KEY (message_id) REFERENCES messages(id) ON DELETE CASCADE,
   CONSTRAINT message_media_mime_type_check CHECK ((length(mime_type) <= 255)),
   CONSTRAINT message_media_reason_check CHECK ((length(reason) <= 1000)),

@@ -18,6 +18,8 @@ export interface DemoState extends DemoSeed {
   instanceId: string | null;
   phoneNumberId: string | null;
   appSecret: string | null;
+  /** The demo Instagram instance's account id at the emulator (the tour makes a person write to it). */
+  igUserId: string | null;
   apiUrl: string;
   emulatorUrl: string;
 }
@@ -48,17 +50,58 @@ export async function seedDemo(
     .orderBy('created_at')
     .first('id', 'config');
   const config = instance ? openInstanceConfig(opts.ring, instance.config, seed.workspaceId) : undefined;
+  const instagram = await ensureDemoInstagram(db, seed.workspaceId, opts);
   const state: DemoState = {
     workspaceId: seed.workspaceId,
     apiKey: seed.apiKey,
     instanceId: instance?.id ?? null,
     phoneNumberId: config?.phoneNumberId ?? null,
     appSecret: config?.appSecret ?? null,
+    igUserId: instagram.igUserId,
     apiUrl: opts.apiUrl,
     emulatorUrl: opts.emulatorUrl,
   };
   fs.writeFileSync(opts.stateFile, `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
   return { ...state, created: seed.created };
+}
+
+/**
+ * The demo's Instagram instance pointed at the emulator, added to a demo seeded before Instagram
+ * too. Its account id is derived from the workspace id (digits, like Instagram's), so demos of
+ * several databases on one emulator do not share an account.
+ */
+async function ensureDemoInstagram(
+  db: Db,
+  workspaceId: string,
+  opts: { emulatorUrl: string; ring: KeyRing },
+): Promise<{ igUserId: string }> {
+  const igUserId = `1784${BigInt(`0x${workspaceId.replace(/-/g, '').slice(0, 12)}`)
+    .toString()
+    .padStart(15, '0')}`;
+  const existing = await db('instances').where({ workspace_id: workspaceId, provider: 'instagram', archived: false }).first('id');
+  if (!existing) {
+    await db('instances').insert({
+      workspace_id: workspaceId,
+      name: 'Instagram (emulator)',
+      channel: 'instagram',
+      provider: 'instagram',
+      connected: true,
+      config: JSON.stringify(
+        sealInstanceConfig(
+          opts.ring,
+          {
+            baseUrl: opts.emulatorUrl,
+            igUserId,
+            accessToken: 'demo-instagram-token',
+            appSecret: 'demo-instagram-secret',
+            verifyToken: 'demo-instagram-verify',
+          },
+          workspaceId,
+        ),
+      ),
+    });
+  }
+  return { igUserId };
 }
 
 async function seedDemoWorkspace(
@@ -144,22 +187,25 @@ export async function connectEmulatorWebhooks(
   opts: { emulatorUrl: string; apiUrl: string; ring: KeyRing; workspaceId?: string },
 ): Promise<number> {
   const instances = await db('instances')
-    .where({ provider: 'cloud', archived: false })
+    .whereIn('provider', ['cloud', 'instagram'])
+    .where({ archived: false })
     .modify((q) => {
       // One workspace's only, where other instances on the same emulator belong to someone else (tests).
       if (opts.workspaceId) q.where({ workspace_id: opts.workspaceId });
     })
     .whereRaw(`config->>'baseUrl' = ?`, [opts.emulatorUrl])
-    .select('id', 'workspace_id', 'config');
+    .select('id', 'workspace_id', 'provider', 'config');
   for (const instance of instances) {
-    const res = await fetch(`${opts.emulatorUrl}/__emulator/webhook`, {
+    const appSecret = openInstanceConfig(opts.ring, instance.config, instance.workspace_id).appSecret;
+    const instagram = instance.provider === 'instagram';
+    const res = await fetch(`${opts.emulatorUrl}/__emulator/${instagram ? 'instagram/webhook' : 'webhook'}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        phoneNumberId: instance.config.phoneNumberId,
-        url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`,
-        appSecret: openInstanceConfig(opts.ring, instance.config, instance.workspace_id).appSecret,
-      }),
+      body: JSON.stringify(
+        instagram
+          ? { igUserId: instance.config.igUserId, url: `${opts.apiUrl}/webhooks/instagram/${instance.id}`, appSecret }
+          : { phoneNumberId: instance.config.phoneNumberId, url: `${opts.apiUrl}/webhooks/whatsapp/${instance.id}`, appSecret },
+      ),
     });
     if (!res.ok) throw new Error(`emulator refused the webhook of instance ${instance.id}: HTTP ${res.status}`);
   }

@@ -350,6 +350,7 @@ describe('POST /webhooks/whatsapp/{instanceId}: inbound messages', () => {
       message_id: message.id,
       type: 'text',
       instance_id: instanceId,
+      channel: 'whatsapp',
       conversation_id: conversation.id,
     });
     expect(new Date(received.payload.timestamp).toISOString()).toBe(received.payload.timestamp);

@@ -112,6 +112,7 @@ describe('lists', () => {
       name: 'A',
       phone: a.phone,
       email: null,
+      instagram: null,
       notes: '',
       tags: [{ id: tag[0].id, name: 'vip', color: '#ff0000' }],
       optedOut: false,

@@ -20,6 +20,7 @@ import {
   sendThroughProvider,
   webAdapter,
 } from '../activities/providers';
+import { classifyInstagramError, instagramAdapter } from '../activities/providers/instagram';
 import { uniqueMobile } from './phones';
 
 const TOKEN = 'test-token';
@@ -812,5 +813,84 @@ describe('emulator', () => {
     expect(await callsTo(to)).toHaveLength(0);
     expect((await cloudAdapter.send(cloud, msg(to))).providerMessageId).toMatch(/^wamid\./);
     expect(await callsTo(to)).toHaveLength(1);
+  });
+});
+
+describe('Instagram adapter (Graph API) against the emulator', () => {
+  let seq = 0;
+  const igId = (): string => `17${Date.now().toString().slice(-9)}${String(++seq).padStart(4, '0')}${process.pid % 1000}`;
+  /** An account whose webhook goes to the emulator's own inbox, and a person who wrote to it `ago` ms ago. */
+  async function accountWithPerson(ago = 0): Promise<{ connection: ProviderConnection; person: string }> {
+    const igUserId = igId();
+    const person = igId();
+    expect(
+      (
+        await emu('POST', '/__emulator/instagram/webhook', {
+          igUserId,
+          url: `${EMULATOR_URL}/__emulator/inbox/ig-${igUserId}`,
+          appSecret: 's',
+        })
+      ).status,
+    ).toBe(200);
+    expect(
+      (await emu('POST', '/__emulator/instagram/inbound', { igUserId, from: person, text: 'Oi', timestamp: Date.now() - ago })).status,
+    ).toBe(200);
+    return {
+      connection: { instanceId: 'inst-ig-test', provider: 'instagram', config: { baseUrl: EMULATOR_URL, igUserId, accessToken: TOKEN } },
+      person,
+    };
+  }
+  const text = (to: string, extra: Partial<OutboundMessage> = {}): OutboundMessage => ({
+    to,
+    reference: 'ref-ig',
+    type: 'text',
+    text: 'Olá',
+    ...extra,
+  });
+  const lastCall = async (to: string) => (await emu('GET', `/__emulator/calls?to=${to}`)).body.calls.at(-1);
+
+  test('a text goes as { recipient, messaging_type: RESPONSE, message: { text } } with the bearer token; the answer is the message id', async () => {
+    const { connection, person } = await accountWithPerson();
+    const sent = await adapterFor('instagram').send(connection, text(person));
+    const call = await lastCall(person);
+    expect(call).toMatchObject({
+      api: 'instagram',
+      auth: 'bearer',
+      outcome: 'ok',
+      body: { recipient: { id: person }, messaging_type: 'RESPONSE', message: { text: 'Olá' } },
+    });
+    expect(sent).toEqual({ providerMessageId: call.messageId });
+  });
+
+  test("a human agent's reply is tagged HUMAN_AGENT and reaches a person who wrote 3 days ago; an untagged one does not", async () => {
+    const { connection, person } = await accountWithPerson(3 * 24 * 3600 * 1000);
+    const refused = await failure(instagramAdapter.send(connection, text(person)));
+    expect([refused.failure, refused.providerCode, refused.retryable]).toEqual(['WINDOW_CLOSED', 10, false]);
+    await instagramAdapter.send(connection, text(person, { humanAgent: true }));
+    expect((await lastCall(person)).body).toMatchObject({ messaging_type: 'MESSAGE_TAG', tag: 'HUMAN_AGENT' });
+  });
+
+  test('media goes as an attachment by URL (a document as a file); Graph API errors map to our failures, the token never in them', async () => {
+    const { connection, person } = await accountWithPerson();
+    await instagramAdapter.send(connection, { to: person, reference: 'r', type: 'document', mediaUrl: 'https://files.example.com/a.pdf' });
+    expect((await lastCall(person)).body.message).toEqual({
+      attachment: { type: 'file', payload: { url: 'https://files.example.com/a.pdf' } },
+    });
+    const stranger = igId();
+    expect((await failure(instagramAdapter.send(connection, text(stranger)))).failure).toBe('UNDELIVERABLE');
+    await script({ to: person, behaviour: 'error', code: 613, times: 1 });
+    const throttled = await failure(instagramAdapter.send(connection, text(person)));
+    expect([throttled.failure, throttled.retryable]).toEqual(['THROTTLED', true]);
+    const noToken = await failure(
+      instagramAdapter.send({ ...connection, config: { ...connection.config, accessToken: undefined } }, text(person)),
+    );
+    expect(noToken.message).toMatch(/no access token configured/);
+    await script({ to: person, behaviour: 'error', code: 190, times: 1 });
+    const badToken = await failure(instagramAdapter.send(connection, text(person)));
+    expect([badToken.failure, badToken.message.includes(TOKEN)]).toEqual(['REJECTED', false]);
+    expect(badToken.message).toMatch(/access token/);
+    expect(classifyInstagramError(500, undefined, undefined)).toBe('UNAVAILABLE');
+    expect(classifyInstagramError(400, 100, 2018047)).toBe('MEDIA_TOO_LARGE');
+    expect(classifyInstagramError(400, 100, undefined)).toBe('REJECTED');
   });
 });

@@ -144,6 +144,10 @@ test('the README tour runs top to bottom as printed, and each step shows what it
     ],
     ['12. her photo, stored', /^\{"type":"image","body":"A foto","media":\{"status":"stored","mimeType":"image\/jpeg","size":48000\}\}$/],
     ['12. the download is byte for byte her photo', /^photo downloaded, identical$/],
+    ['13. the signed Instagram DM is accepted', /^\{"received":1,"duplicates":0,/],
+    ['13. a lead without a phone, found by username', /^\{"name":"Bia","phone":null,"instagram":"bia\.doces\d+"\}$/],
+    ['13. the reply is sent', /^\{"status":"sent"\}$/],
+    ['13. Instagram got it in the Graph API format', /^\{"messaging_type":"RESPONSE","text":"Oi Bia! Entregamos sim\."\}$/],
   ];
   let at = 0;
   for (const [step, pattern] of expected) {

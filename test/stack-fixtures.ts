@@ -60,6 +60,33 @@ export async function cloudInstance(
   return { instanceId, phoneNumberId };
 }
 
+/** Instagram-scoped ids (digits) no other test uses: a business account's IG user id, a person's IGSID. */
+export const uniqueIgId = (): string =>
+  `178${Date.now().toString().slice(-9)}${String(++numbers).padStart(4, '0')}${Math.floor(Math.random() * 1000)}`;
+
+/**
+ * A connected Instagram instance of the workspace on the emulator's Graph API, its webhook pointed
+ * at the service's `/webhooks/instagram/{instanceId}` with its app secret.
+ */
+export async function instagramInstance(
+  api: TestApi,
+  workspaceId: string,
+): Promise<{ instanceId: string; igUserId: string; appSecret: string }> {
+  const igUserId = uniqueIgId();
+  const appSecret = `ig-secret-${workspaceId.slice(0, 8)}`;
+  const instance = await api.admin('POST', `/admin/v1/workspaces/${workspaceId}/instances`, {
+    name: 'Instagram',
+    channel: 'instagram',
+    provider: 'instagram',
+    connected: true,
+    config: { baseUrl: EMULATOR, igUserId, accessToken: 'ig-token-never-logged', appSecret, verifyToken: 'ig-verify' },
+  });
+  if (instance.status !== 201) throw new Error(`instance: ${instance.status} ${instance.text}`);
+  const instanceId = instance.body.data.id as string;
+  await emulator('/__emulator/instagram/webhook', { igUserId, url: `${api.url}/webhooks/instagram/${instanceId}`, appSecret });
+  return { instanceId, igUserId, appSecret };
+}
+
 /**
  * A connected web gateway instance of `workspaceId` on the emulator (its own instance name), whose
  * gateway posts its events (messages.upsert, messages.update) to `api`'s webhook with the right apikey.

@@ -407,6 +407,7 @@ describe('delivery of every event type', () => {
       message_id: message.id,
       type: 'text',
       instance_id: instance.body.data.id,
+      channel: 'whatsapp',
       conversation_id: message.conversation_id,
     });
     expect(request.raw).not.toContain('a secret message body');

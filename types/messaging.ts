@@ -28,6 +28,11 @@ export interface MessageContent {
   templateHeader?: TemplateHeader;
   /** The variable suffix of each URL button of a template that has one, by the button's position in the template. */
   templateButtons?: TemplateButton[];
+  /**
+   * Instagram: a person's reply from the panel past the 24-hour window, which Instagram takes for 7
+   * days with the HUMAN_AGENT tag. Set by the panel route only (the API never takes it).
+   */
+  humanAgent?: boolean;
 }
 
 /** Exactly one of `text` and `mediaUrl` (the API refuses both or neither). */
@@ -106,7 +111,8 @@ export interface PreparedSend {
   conversationId: string;
   /** Recipient as the provider knows it. */
   to: string;
-  phone: string;
+  /** Null for a contact met on Instagram. */
+  phone: string | null;
   createdContact: boolean;
   createdConversation: boolean;
   /** The Sao Paulo day whose counters were taken. */

@@ -1,5 +1,6 @@
 import { cloudAdapter } from './cloud';
 import { webAdapter } from './web';
+import { instagramAdapter } from './instagram';
 import { OutboundMessage, ProviderAdapter, ProviderConnection, ProviderError, SendOptions, redactSecrets } from './types';
 import type { SentMessage } from '../../types/messaging';
 
@@ -14,6 +15,8 @@ export function adapterFor(provider: ProviderConnection['provider']): ProviderAd
       return cloudAdapter;
     case 'web':
       return webAdapter;
+    case 'instagram':
+      return instagramAdapter;
     default:
       throw new ProviderError('REJECTED', `Unknown provider "${String(provider)}" (nothing was sent)`);
   }

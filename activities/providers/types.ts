@@ -26,6 +26,8 @@ export interface OutboundMessage extends MessageContent {
    * body's variables only.
    */
   templateComponents?: TemplateWireComponent[];
+  /** Instagram: a person's reply from the panel past 24 hours, sent with the HUMAN_AGENT tag (up to 7 days). */
+  humanAgent?: boolean;
 }
 
 export interface MediaFile {
@@ -40,7 +42,7 @@ export interface MediaFile {
 
 export interface ProviderConnection {
   instanceId: string;
-  provider: 'cloud' | 'web';
+  provider: 'cloud' | 'web' | 'instagram';
   /** Operator configuration of the instance (secrets: never logged). */
   config: {
     baseUrl?: string;
@@ -48,6 +50,7 @@ export interface ProviderConnection {
     accessToken?: string;
     apiVersion?: string;
     instanceName?: string;
+    igUserId?: string;
   };
 }
 

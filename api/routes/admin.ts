@@ -29,7 +29,7 @@ import {
 } from '../../domain/access';
 import { createGlobalCustomField, createPipeline, customFieldSchema, listPipelines, MAX_CUSTOM_FIELDS } from '../../domain/sales';
 import { MAX_PHONE_INPUT, panelCreateContact, panelUpdateContact, PHONE_PATTERN, setInsight } from '../../domain/leads';
-import { createInstance, createTemplate, instanceConfigSchema, TEMPLATE_STATUSES, updateInstance } from '../../domain/messaging';
+import { createInstance, createTemplate, instanceConfigSchema, PROVIDERS, TEMPLATE_STATUSES, updateInstance } from '../../domain/messaging';
 import { BROADCAST_STATUSES, createBroadcast } from '../../domain/broadcasts';
 import { mergeContacts } from '../../domain/merge';
 
@@ -302,7 +302,7 @@ export const adminRoutes: AnyRoute[] = [
     body: z.object({
       name: trimmedText(200),
       channel: z.enum(['whatsapp', 'instagram']),
-      provider: z.enum(['cloud', 'web']),
+      provider: z.enum(PROVIDERS),
       connected: z.boolean().default(false),
       archived: z.boolean().default(false),
       config: instanceConfigSchema.default({}),

@@ -82,7 +82,7 @@ const BroadcastRecord = z
 const Recipient = z
   .object({
     contactId: z.string(),
-    phone: z.string(),
+    phone: z.string().nullable(),
     status: z.enum(RECIPIENT_STATUSES),
     code: z.string().nullable(),
     messageId: z.string().nullable(),

@@ -46,7 +46,7 @@ export const Message = z
 
 const conversationFields = {
   id: z.string(),
-  contact: z.object({ id: z.string(), name: z.string(), phone: z.string() }),
+  contact: z.object({ id: z.string(), name: z.string(), phone: z.string().nullable() }),
   instanceId: z.string(),
   channel: z.enum(['whatsapp', 'instagram']),
   status: z.enum(CONVERSATION_STATUSES),

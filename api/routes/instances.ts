@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
 import { listOf, pageOf } from '../schemas';
-import { listInstances } from '../../domain/messaging';
+import { listInstances, PROVIDERS } from '../../domain/messaging';
 import { pageQuery } from '../../domain/kernel';
 import { templateRoutes } from './templates';
 
@@ -10,7 +10,7 @@ const Instance = z
     id: z.string(),
     name: z.string(),
     channel: z.enum(['whatsapp', 'instagram']),
-    provider: z.enum(['cloud', 'web']),
+    provider: z.enum(PROVIDERS),
     connected: z.boolean(),
     createdAt: z.string(),
   })

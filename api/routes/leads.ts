@@ -22,6 +22,7 @@ import { BATCH_CHUNK, BATCH_MAX, syncDescription, syncRead } from '../../domain/
 import { answerBatch, batchAnswer, batchBody, BATCH_IDEMPOTENCY_TEXT } from '../batch';
 import { atLeastOne, emailAddress, trimmedText } from '../../domain/kernel';
 import { matchingDealsOfContact } from '../../domain/sales';
+import { joinInstagramContacts } from '../../domain/merge';
 
 const Insight = z
   .object({
@@ -57,6 +58,13 @@ const LeadUpsert = z
     phone: phoneInput.optional(),
     ...leadFields,
     tags: z.array(trimmedText(100)).max(50).optional(),
+    instagramId: z
+      .string()
+      .regex(/^\d{1,32}$/)
+      .optional()
+      .describe(
+        "The person's Instagram-scoped id (a lead's `instagram.id`): a contact first met on Instagram with that id and no phone is merged into this lead, which keeps its phone.",
+      ),
   })
   .meta({ required: ['phone'] });
 
@@ -102,8 +110,14 @@ export const leadRoutes = [
     response: single(Lead),
     errors: ['PHONE_REQUIRED', 'INVALID_PHONE', 'NOT_FOUND'],
     handler: async (ctx, { body }) => {
-      const { created, lead } = await upsertLead(ctx.deps.db, ctx.state.auth!.workspaceId, body, { origin: 'api' });
+      const workspaceId = ctx.state.auth!.workspaceId;
+      const { instagramId, ...input } = body;
+      const { created, lead } = await upsertLead(ctx.deps.db, workspaceId, input, { origin: 'api' });
       if (!created) ctx.status = 200;
+      if (instagramId && (await joinInstagramContacts(ctx.deps.db, workspaceId, lead.id, instagramId))) {
+        const row = await requireContact(ctx.deps.db, workspaceId, lead.id);
+        return { data: (await serializeLeads(ctx.deps.db, [row as never]))[0] };
+      }
       return { data: lead };
     },
   }),

@@ -13,8 +13,10 @@ import {
   messageContent,
   messageRequirements,
   missingFields,
+  panelReply,
   syncMessages,
 } from '../../domain/messaging';
+import { requireMember } from '../../domain/access';
 import { assertSafeUrlSyntax, syncDescription, syncParams, syncRead, updatedAfterParam } from '../../domain/platform';
 import { IdParams, listOrSyncOf, single } from '../schemas';
 import { Message } from './conversations';
@@ -167,6 +169,33 @@ export const messageRoutes = [
     handler: async (ctx, { params, body }) => {
       const workspaceId = ctx.state.auth!.workspaceId;
       const data = await runSend(ctx, { workspaceId, conversationId: params.id, message: messageOf(ctx, body) }, { kind: 'conversation' });
+      return { data };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/admin/v1/workspaces/{id}/conversations/{conversationId}/messages',
+    operationId: 'sendPanelReply',
+    tag: 'Admin',
+    auth: 'admin',
+    ipProfile: 'admin',
+    status: 201,
+    idempotent: 'send',
+    summary: "A person's reply from the panel (on Instagram, a human agent's reply up to 7 days)",
+    description:
+      'A member of the workspace (`memberId`; not a member: 400 `VALIDATION`) replies with a text in a conversation, with the rules of ' +
+      '`POST /api/v1/conversations/{id}/messages`, except on Instagram past the 24-hour window: up to 7 days after the ' +
+      "customer's last message the reply is sent with `messaging_type: MESSAGE_TAG`, `tag: HUMAN_AGENT`; after that 422 " +
+      `\`WINDOW_CLOSED\`. ${IDEMPOTENCY}`,
+    params: z.object({ id: z.uuid(), conversationId: z.uuid() }),
+    body: z.object({ memberId: z.uuid(), text: z.string().min(1).max(4096) }),
+    response: single(SendResult.omit({ created: true })),
+    errors: ['NOT_FOUND', ...SEND_ERRORS],
+    handler: async (ctx, { params, body }) => {
+      // The conversation first: an unknown workspace or conversation is 404 whoever the member.
+      const message = await panelReply(ctx.deps.db, params.id, params.conversationId, body.text);
+      await requireMember(ctx.deps.db, params.id, body.memberId);
+      const data = await runSend(ctx, { workspaceId: params.id, conversationId: params.conversationId, message }, { kind: 'conversation' });
       return { data };
     },
   }),

@@ -6,6 +6,7 @@ import '../schemas';
 import { rawBody, requestBody } from '../middleware/body';
 import { ApiError, type ErrorCode } from '../../domain/kernel';
 import {
+  addInstagramProfiles,
   applyProviderWebhook,
   applyTemplateStatusUpdates,
   expectedVerifyToken,
@@ -13,6 +14,7 @@ import {
   ITEMS_PER_TRANSACTION,
   MAX_DELIVERY_ITEMS,
   parseCloudWebhook,
+  parseInstagramWebhook,
   type ParsedWebhook,
   parseTemplateStatusUpdates,
   parseWebGatewayWebhook,
@@ -21,18 +23,19 @@ import {
   validSignature,
   type WebhookInstance,
   type WebhookOutcome,
+  type Provider,
 } from '../../domain/messaging';
 
 /**
  * Provider → service traffic (docs/messaging.md, inbound provider webhooks): Meta's WhatsApp Cloud API
- * webhook, one URL per instance. No API key: the POST is authenticated by its signature
+ * and Instagram webhooks, one URL per instance, and the web gateway's. No API key: the POST is authenticated by its signature
  * (`X-Hub-Signature-256`, HMAC-SHA256 of the raw body with the instance's app secret), the GET
  * verification by the verify token.
  */
 const InstanceParams = z.object({ instanceId: z.uuid() });
 const providerAccess = { tag: 'Provider webhooks', auth: 'none', ipProfile: 'webhookIn' } as const;
 
-async function requireInstance(ctx: Context, instanceId: string, provider: 'cloud' | 'web' = 'cloud'): Promise<WebhookInstance> {
+async function requireInstance(ctx: Context, instanceId: string, provider: Provider = 'cloud'): Promise<WebhookInstance> {
   const instance = await findWebhookInstance(ctx.deps.db, ctx.deps.config.encryptionKeys!, instanceId, provider);
   if (!instance) throw new ApiError('NOT_FOUND', 'Instance not found');
   return instance;
@@ -79,18 +82,19 @@ const BOUNDS =
   'messages in the order delivered). A delivery cut off between two of them and sent again records only what the first ' +
   'did not: messages are deduplicated by provider message id, and a status already applied moves nothing.';
 
-export const providerWebhookRoutes: AnyRoute[] = [
-  route({
+/** Meta's verification GET of a callback URL (the Cloud API's and Instagram's alike). */
+function verificationRoute(path: 'whatsapp' | 'instagram', provider: Provider, operationId: string, who: string): AnyRoute {
+  return route({
     method: 'get',
-    path: '/webhooks/whatsapp/{instanceId}',
-    operationId: 'verifyWhatsAppWebhook',
+    path: `/webhooks/${path}/{instanceId}`,
+    operationId,
     ...providerAccess,
-    summary: 'WhatsApp Cloud API webhook verification (hub.challenge)',
+    summary: `${who} webhook verification (hub.challenge)`,
     description:
       'Meta calls this once when the callback URL is saved in the app dashboard. With `hub.mode=subscribe` and ' +
       "`hub.verify_token` equal to the instance's `config.verifyToken` (an instance without one refuses every " +
       'verification: the app secret is never used as a verify token), the answer is 200 `text/plain` with the `hub.challenge` value; otherwise 401 `UNAUTHORIZED`. ' +
-      'An unknown instance id is 404 `NOT_FOUND`.',
+      `An unknown instance id (or one of another provider than ${provider}) is 404 \`NOT_FOUND\`.`,
     params: InstanceParams,
     query: z.object({
       'hub.mode': z.string().max(64).optional(),
@@ -99,7 +103,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
     }),
     errors: ['UNAUTHORIZED', 'NOT_FOUND'],
     handler: async (ctx, { params, query }) => {
-      const instance = await requireInstance(ctx, params.instanceId);
+      const instance = await requireInstance(ctx, params.instanceId, provider);
       const challenge = query['hub.challenge'];
       if (query['hub.mode'] !== 'subscribe' || !challenge || !sameToken(query['hub.verify_token'], expectedVerifyToken(instance.config))) {
         throw new ApiError('UNAUTHORIZED', 'Webhook verification failed', {
@@ -110,7 +114,22 @@ export const providerWebhookRoutes: AnyRoute[] = [
       ctx.set('X-Content-Type-Options', 'nosniff');
       return challenge;
     },
-  }),
+  });
+}
+
+/** 401 unless the body carries Meta's signature with the instance's app secret (X-Hub-Signature-256). */
+function requireMetaSignature(ctx: Context, instance: WebhookInstance): void {
+  if (validSignature(instance.config.appSecret, rawBody(ctx), ctx.get('x-hub-signature-256') || undefined)) return;
+  if (!instance.config.appSecret)
+    ctx.state.log.warn({ instanceId: instance.id }, 'inbound webhook: the instance has no appSecret configured');
+  throw new ApiError('UNAUTHORIZED', 'Missing or invalid webhook signature', {
+    hint: 'Send X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body with the app secret>.',
+  });
+}
+
+export const providerWebhookRoutes: AnyRoute[] = [
+  verificationRoute('whatsapp', 'cloud', 'verifyWhatsAppWebhook', 'WhatsApp Cloud API'),
+  verificationRoute('instagram', 'instagram', 'verifyInstagramWebhook', 'Instagram'),
   route({
     method: 'post',
     path: '/webhooks/whatsapp/{instanceId}',
@@ -134,13 +153,7 @@ export const providerWebhookRoutes: AnyRoute[] = [
     ...inboundDelivery,
     handler: async (ctx, { params }) => {
       const instance = await requireInstance(ctx, params.instanceId);
-      if (!validSignature(instance.config.appSecret, rawBody(ctx), ctx.get('x-hub-signature-256') || undefined)) {
-        if (!instance.config.appSecret)
-          ctx.state.log.warn({ instanceId: instance.id }, 'inbound webhook: the instance has no appSecret configured');
-        throw new ApiError('UNAUTHORIZED', 'Missing or invalid webhook signature', {
-          hint: 'Send X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body with the app secret>.',
-        });
-      }
+      requireMetaSignature(ctx, instance);
       const body = requestBody(ctx);
       const outcome = await apply(ctx, instance, parseCloudWebhook(body, instance));
       // A template's status the provider changed (field message_template_status_update) applies at once.
@@ -179,6 +192,37 @@ export const providerWebhookRoutes: AnyRoute[] = [
         });
       }
       return { data: await apply(ctx, instance, parseWebGatewayWebhook(body)) };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/webhooks/instagram/{instanceId}',
+    operationId: 'receiveInstagramWebhook',
+    ...providerAccess,
+    summary: 'Instagram messaging webhook (DMs and seen events)',
+    description:
+      'The Instagram notification body as Meta sends it (`object: instagram`, `entry[].messaging[]` with `sender.id` (the ' +
+      "person's Instagram-scoped id), `timestamp` (ms) and `message: { mid, text?, attachments? }` or `read: { mid }`). Header " +
+      "`X-Hub-Signature-256: sha256=<hex>`: HMAC-SHA256 of the raw body with the instance's app secret; missing or wrong is 401 " +
+      '`UNAUTHORIZED` and nothing changes.\n\n' +
+      "A DM creates the contact (keyed by the instance and the sender's id, no phone; name and username from the Graph API " +
+      'profile when it answers) and the conversation when new, is stored as direction `in`, status `received` (deduplicated by ' +
+      '`mid`), opens the 24-hour window at its own time (capped at now: an old DM leaves the window closed) and emits ' +
+      '`contact.created` and `message.received`. Each attachment is a message of its own (image, video, audio, file as ' +
+      '`document`), its file fetched and stored like WhatsApp media; a story reply is a message, a story mention one with the ' +
+      'text `[story mention]`. Echoes of what the business sent (`is_echo`), deleted and unsupported messages, reactions and ' +
+      "other accounts' traffic are skipped. A seen event (`read: { mid }`) moves our message `mid` to `read` and emits " +
+      '`message.status_updated`. An archived instance answers 200 and records nothing.\n\n' +
+      'Items: the `messaging` events of every entry. ' +
+      BOUNDS,
+    ...inboundDelivery,
+    handler: async (ctx, { params }) => {
+      const instance = await requireInstance(ctx, params.instanceId, 'instagram');
+      requireMetaSignature(ctx, instance);
+      const parsed = parseInstagramWebhook(requestBody(ctx), instance);
+      refuseOversizedDelivery(instance, parsed, ctx.state.log);
+      if (!instance.archived) await addInstagramProfiles(ctx.deps.db, instance, parsed, ctx.state.log);
+      return { data: await apply(ctx, instance, parsed) };
     },
   }),
 ];

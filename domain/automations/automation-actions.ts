@@ -1,7 +1,7 @@
 import { suspension } from '../access';
 import { ApiError } from '../kernel';
 import { addNote, addTag, removeTag, requireContact, resolveTagSets, updateContact, upsertLead } from '../leads';
-import { messageContent, missingFields, requiredFields, saveSendRequest, sendInputFor, toFailure } from '../messaging';
+import { messageContent, missingFields, replyConversationOf, requiredFields, saveSendRequest, sendInputFor, toFailure } from '../messaging';
 import { type Db, withoutPhoneNumbers } from '../platform';
 import { createDeal, createTask, findDeal, resolveStage, updateDeal } from '../sales';
 import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../../types/automations';
@@ -291,8 +291,19 @@ async function perform(
       const message = messageContent({ ...content, type: messageType });
       if (missingFields(message).length > 0)
         throw new ApiError('VALIDATION', `A ${messageType} message needs ${requiredFields(messageType).join(' and ')}`);
+      // A contact met on Instagram has no phone: the send replies in its conversation (the window's rules apply).
+      let request: { phone?: string; instanceId?: string; conversationId?: string; message: typeof message } = {
+        phone: contact.phone ?? undefined,
+        instanceId,
+        message,
+      };
+      if (contact.phone === null) {
+        const conversationId = await replyConversationOf(db, workspaceId, contact.id, instanceId);
+        if (!conversationId)
+          throw new ApiError('PHONE_REQUIRED', 'The contact has no phone (met on Instagram) and no conversation to reply in');
+        request = { conversationId, message };
+      }
       // Stored under the run and action, so a retry of this action finds the same request.
-      const request = { phone: contact.phone, instanceId, message };
       const requestId = `${input.runId}/${input.index + 1}`;
       await saveSendRequest(db, workspaceId, requestId, request);
       return { context, send: sendInputFor(workspaceId, requestId, request) };

@@ -251,7 +251,12 @@ async function prepareInTransaction(
       await settle(r.contact_id, 'skipped', 'CONTACT_DELETED');
       continue;
     }
-    const personal = await recipientTemplate(trx, ws, contact, template);
+    // A broadcast goes by phone (WhatsApp): a contact met on Instagram has none.
+    if (contact.phone === null) {
+      await settle(r.contact_id, 'skipped', 'PHONE_REQUIRED');
+      continue;
+    }
+    const personal = await recipientTemplate(trx, ws, { ...contact, phone: contact.phone }, template);
     if (!personal) {
       await settle(r.contact_id, 'skipped', 'VARIABLE_EMPTY');
       continue;

@@ -13,7 +13,7 @@ import type { BroadcastTemplate, RecipientStatus } from './broadcasts';
 
 export interface RecipientRow {
   contact_id: string;
-  phone: string;
+  phone: string | null;
   position: number;
   reference: string;
   status: RecipientStatus;

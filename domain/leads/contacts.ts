@@ -4,6 +4,7 @@ import { type Db, BatchInput, ItemAnswer, refused } from '../platform';
 import { Cause, recordEvent, recordEvents, recordTrigger } from '../webhooks';
 import { parsePhone, Phone } from './phone';
 import { canonical, requireContact } from './contact-refs';
+import { moveContactIdentities } from './identities';
 
 type Trx = Knex.Transaction;
 
@@ -34,11 +35,15 @@ export interface ContactRow {
   id: string;
   workspace_id: string;
   name: string;
-  phone: string;
-  phone_key: string;
+  /** Null (and `phone_key` too) for a contact met on Instagram (identities.ts). */
+  phone: string | null;
+  phone_key: string | null;
   email: string | null;
   notes: string;
   opted_out: boolean;
+  /** The contact's latest Instagram identity, repeated on its row (identities.ts). */
+  instagram_id: string | null;
+  instagram_username: string | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -53,6 +58,8 @@ export const CONTACT_ROW_COLUMNS = [
   'email',
   'notes',
   'opted_out',
+  'instagram_id',
+  'instagram_username',
   'created_at',
   'updated_at',
 ] as const satisfies readonly (keyof ContactRow)[];
@@ -88,6 +95,7 @@ export function serializeLead(row: ContactRow | LeadPageRow, tags: TagRef[]) {
     name: row.name,
     phone: row.phone,
     email: row.email,
+    instagram: row.instagram_id ? { id: row.instagram_id, username: row.instagram_username } : null,
     notes: row.notes,
     tags,
     optedOut: row.opted_out,
@@ -571,6 +579,14 @@ export async function moveLeadRecords(trx: Trx, workspaceId: string, duplicateId
     `UPDATE insights SET contact_id = ? WHERE workspace_id = ? AND contact_id = ? AND NOT EXISTS (SELECT 1 FROM insights WHERE contact_id = ?)`,
     [intoId, workspaceId, duplicateId, intoId],
   );
+  // The person's Instagram identities follow (their next DM reaches the survivor), and its Instagram where it has none.
+  await moveContactIdentities(trx, workspaceId, duplicateId, intoId);
+  await trx.raw(
+    `UPDATE contacts AS c SET instagram_id = d.instagram_id, instagram_username = d.instagram_username, updated_at = now()
+       FROM contacts AS d
+      WHERE c.workspace_id = ? AND c.id = ? AND d.workspace_id = c.workspace_id AND d.id = ? AND c.instagram_id IS NULL AND d.instagram_id IS NOT NULL`,
+    [workspaceId, intoId, duplicateId],
+  );
 }
 
 /**
@@ -698,12 +714,13 @@ export async function recordContactCreated(trx: Trx, workspaceId: string, contac
 export interface ContactForSend {
   id: string;
   name: string;
-  phone: string;
+  /** Null for a contact met on Instagram (domain/leads/identities.ts). */
+  phone: string | null;
   email: string | null;
   opted_out: boolean;
   wa_id: string | null;
 }
-const FOR_SEND_COLUMNS = ['id', 'name', 'phone', 'email', 'opted_out', 'wa_id'] as const satisfies readonly (keyof ContactForSend)[];
+export const FOR_SEND_COLUMNS = ['id', 'name', 'phone', 'email', 'opted_out', 'wa_id'] as const satisfies readonly (keyof ContactForSend)[];
 
 /**
  * Shared by every path that meets a phone number through a channel (domain/messaging): the cold

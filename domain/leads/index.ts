@@ -24,6 +24,14 @@ export {
   upsertLead,
   upsertLeadChunk,
 } from './contacts';
+export {
+  findOrCreateInstagramContact,
+  instagramContactsOf,
+  instagramIdOn,
+  type InstagramPerson,
+  knownInstagramPerson,
+  moveContactIdentities,
+} from './identities';
 export { getInsight, setInsight } from './insights';
 export { leadListQueries, leadListQuery, leadSyncSource, listLeads, syncLeads } from './lead-list';
 export {

@@ -130,7 +130,8 @@ function applyLeadFilters(
 ): Knex.QueryBuilder {
   if (f.q) {
     const { term, digits } = options.search ?? leadSearch(f.q);
-    const searched = `(lower(contacts.name) || ' ' || contacts.phone || ' ' || coalesce(lower(contacts.email), ''))`;
+    // The trigram index's expression (migration instagram_contacts): a phoneless contact is found by name, e-mail or Instagram username.
+    const searched = `(lower(contacts.name) || ' ' || coalesce(contacts.phone, '') || ' ' || coalesce(lower(contacts.email), '') || ' ' || coalesce(lower(contacts.instagram_username), ''))`;
     q.where((w) => {
       if (options.perRow) {
         // The same substring test as LIKE '%term%' (the trigram index is no use in a prefix walk),

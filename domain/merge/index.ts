@@ -1,1 +1,1 @@
-export { mergeContacts } from './merge';
+export { joinInstagramContacts, mergeContacts } from './merge';

@@ -1,6 +1,6 @@
 import type { Db } from '../platform';
 import { ApiError } from '../kernel';
-import { finishMerge, lockMergePair, moveLeadRecords } from '../leads';
+import { finishMerge, instagramContactsOf, lockMergePair, moveLeadRecords } from '../leads';
 import { moveContactDeals, moveContactTasks } from '../sales';
 import { moveContactConversations } from '../messaging';
 
@@ -13,6 +13,17 @@ import { moveContactConversations } from '../messaging';
  * by their triggers. The duplicate's phone is not carried over: a message from it later creates
  * a new contact. Each area moves its own rows, in one transaction.
  */
+/**
+ * A lead upserted with the phone and the `instagramId` of a person first met on Instagram: each
+ * phoneless contact of that Instagram id is merged into the lead (the contact with the phone
+ * survives, by the merge's rules). Answers whether any was.
+ */
+export async function joinInstagramContacts(db: Db, workspaceId: string, leadId: string, instagramId: string): Promise<boolean> {
+  const phoneless = (await instagramContactsOf(db, workspaceId, instagramId)).filter((id) => id !== leadId);
+  for (const id of phoneless) await mergeContacts(db, workspaceId, id, leadId);
+  return phoneless.length > 0;
+}
+
 export async function mergeContacts(db: Db, workspaceId: string, duplicateRef: string, intoRef: string) {
   // Ids compared and ordered as PostgreSQL reads them: a uuid in capitals names the same row.
   const [duplicateId, intoId] = [duplicateRef.toLowerCase(), intoRef.toLowerCase()];

@@ -1,8 +1,10 @@
 import type { Knex } from 'knex';
 import { assertSafeUrlSyntax, type Db, SyncRead, syncPage } from '../platform';
 import { ApiError, listEnvelope, newestFirst, Page, pageWithTotal, Pagination, isUuid, iso } from '../kernel';
-import { joinCanonicalContact } from '../leads';
+import { instagramIdOn, joinCanonicalContact } from '../leads';
 import { mediaOfMessages, type MediaRecord } from './media';
+import { windowOpen } from './sending';
+import type { MessageContent } from '../../types/messaging';
 
 export const CONVERSATION_STATUSES = ['open', 'waiting', 'snoozed', 'closed'] as const;
 export type ConversationStatus = (typeof CONVERSATION_STATUSES)[number];
@@ -222,7 +224,39 @@ export async function conversationForSend(trx: Knex.Transaction, workspaceId: st
       'ct.phone',
       'ct.opted_out',
       'ct.wa_id',
+      instagramIdOn(trx, 'i.id', 'c.contact_id').as('instagram_id'),
     );
+}
+
+/**
+ * The conversation a send to a contact without a phone (met on Instagram) replies in: on
+ * `instanceId` when given, else the latest one; undefined when it has none.
+ */
+export async function replyConversationOf(
+  db: Db,
+  workspaceId: string,
+  contactId: string,
+  instanceId?: string,
+): Promise<string | undefined> {
+  const q = visibleConversations(db, workspaceId).where('c.contact_id', contactId);
+  if (instanceId) q.where('c.instance_id', instanceId);
+  const row = await q.orderByRaw('c.last_message_at DESC NULLS LAST').first('c.id');
+  return row?.id;
+}
+
+/**
+ * A person's text reply from the panel, as its send carries it: on Instagram past the 24-hour
+ * window it is a human agent's reply, which Instagram takes for 7 days with the HUMAN_AGENT tag
+ * (the send rules refuse it after that: 422 WINDOW_CLOSED). 404 NOT_FOUND for a conversation the
+ * workspace cannot see.
+ */
+export async function panelReply(db: Db, workspaceId: string, conversationId: string, text: string): Promise<MessageContent> {
+  const row = isUuid(conversationId)
+    ? await visibleConversations(db, workspaceId).where('c.id', conversationId).first('i.provider', 'c.last_inbound_at')
+    : undefined;
+  if (!row) throw new ApiError('NOT_FOUND', 'Conversation not found');
+  const humanAgent = row.provider === 'instagram' && !windowOpen(row.last_inbound_at, new Date());
+  return { type: 'text', text, ...(humanAgent ? { humanAgent: true } : {}) };
 }
 
 /**

@@ -3,11 +3,19 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Db, KeyRing } from '../platform';
 import { ApiError, isUuid, storable } from '../kernel';
-import { InstanceRow, openInstanceConfig } from './instances';
+import { InstanceRow, openInstanceConfig, type Provider } from './instances';
 import { findOrCreateConversations } from './conversations';
 import { recordStatusEvent } from './send/record';
 import { recordEvent } from '../webhooks';
-import { digitsOfPersonJid, findOrCreateContact, parsePhone, Phone, recordConsent, recordWaIds } from '../leads';
+import {
+  digitsOfPersonJid,
+  findOrCreateContact,
+  findOrCreateInstagramContact,
+  parsePhone,
+  Phone,
+  recordConsent,
+  recordWaIds,
+} from '../leads';
 import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../../types/messaging';
 import { type InboundMediaType, recordPendingMedia } from './media';
@@ -43,11 +51,11 @@ export async function findWebhookInstance(
   db: Db,
   ring: KeyRing,
   instanceId: string,
-  provider: 'cloud' | 'web',
+  provider: Provider,
 ): Promise<WebhookInstance | undefined> {
   if (!isUuid(instanceId)) return undefined;
   const row: WebhookInstance | undefined = await db('instances')
-    .where({ id: instanceId, channel: 'whatsapp', provider })
+    .where({ id: instanceId, channel: provider === 'instagram' ? 'instagram' : 'whatsapp', provider })
     .first('id', 'workspace_id', 'channel', 'provider', 'archived', 'config');
   return row && { ...row, config: openInstanceConfig(ring, row.config, row.workspace_id) };
 }
@@ -102,10 +110,15 @@ const eventType = (type: InboundType): string => (type === 'text' ? 'text' : `${
 /** Inbound messages that carry a file: the media types we send, and stickers. */
 const INBOUND_MEDIA_KINDS = new Set<string>([...MEDIA_TYPES, 'sticker']);
 
-export interface InboundMessage {
+/** Who wrote: a WhatsApp number (and the provider's id of it), or on Instagram the person's Instagram-scoped id. */
+type InboundSender =
+  { phone: Phone; waId: string; igsid?: never; username?: never } | { igsid: string; username?: string; phone?: never; waId?: never };
+
+/** The order deliveries lock their senders' contacts in (see applyProviderWebhook). */
+const senderKey = (m: InboundMessage): string => (m.igsid !== undefined ? `ig:${m.igsid}` : m.phone.key);
+
+export type InboundMessage = InboundSender & {
   providerMessageId: string;
-  phone: Phone;
-  waId: string;
   profileName?: string;
   type: InboundType;
   body: string;
@@ -115,7 +128,7 @@ export interface InboundMessage {
   mediaMimeType?: string;
   mediaFileName?: string;
   timestamp: Date;
-}
+};
 
 export interface StatusUpdate {
   providerMessageId: string;
@@ -515,7 +528,7 @@ export async function applyProviderWebhook(
   // across transactions too, as they run one after the other): two deliveries creating the same two
   // contacts in opposite orders cannot deadlock. The statuses come after the messages, as they did
   // in one transaction.
-  const ordered = [...parsed.messages].sort((a, b) => (a.phone.key < b.phone.key ? -1 : a.phone.key > b.phone.key ? 1 : 0));
+  const ordered = [...parsed.messages].sort((a, b) => (senderKey(a) < senderKey(b) ? -1 : senderKey(a) > senderKey(b) ? 1 : 0));
   const work: WorkItem[] = [...ordered.map((message) => ({ message })), ...parsed.statuses.map((status) => ({ status }))];
   for (let start = 0; start < work.length; start += ITEMS_PER_TRANSACTION) {
     const chunk = work.slice(start, start + ITEMS_PER_TRANSACTION);
@@ -612,11 +625,16 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
   const seen = await trx('messages').where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId }).first('id');
   if (seen) return false;
 
-  const { contact, created } = await findOrCreateContact(trx, workspaceId, message.phone, {
-    name: message.profileName,
-    waId: message.waId,
-  });
-  if (!created && contact.wa_id !== message.waId) {
+  const { contact, created } =
+    message.igsid !== undefined
+      ? await findOrCreateInstagramContact(trx, workspaceId, {
+          instanceId: instance.id,
+          igsid: message.igsid,
+          username: message.username,
+          name: message.profileName,
+        })
+      : await findOrCreateContact(trx, workspaceId, message.phone, { name: message.profileName, waId: message.waId });
+  if (message.waId !== undefined && !created && contact.wa_id !== message.waId) {
     // The provider's identity of the number reconciles ours (not a human edit: no contact.updated).
     await recordWaIds(trx, workspaceId, [{ contactId: contact.id, waId: message.waId }]);
   }
@@ -629,12 +647,15 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
      RETURNING id`,
     [workspaceId, conversation.id, message.type, message.body, message.mediaRef, message.providerMessageId, message.timestamp],
   );
+  // A phoneless contact (Instagram) is named by its Instagram id in the events.
+  const instagramId = contact.phone === null ? { instagram_id: message.igsid ?? null } : {};
   if (created) {
     await recordEvent(trx, workspaceId, 'contact.created', {
       contact_id: contact.id,
       name: contact.name,
       phone: contact.phone,
       email: contact.email,
+      ...instagramId,
     });
   }
   const row = inserted.rows[0] as { id: string } | undefined;
@@ -669,9 +690,11 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
     contact_id: contact.id,
     contact_name: contact.name,
     phone: contact.phone,
+    ...instagramId,
     message_id: row.id,
     type: eventType(message.type),
     instance_id: instance.id,
+    channel: instance.channel,
     conversation_id: conversation.id,
   });
   return true;

@@ -4,6 +4,8 @@ export {
   listConversations,
   MESSAGE_STATUSES,
   moveContactConversations,
+  panelReply,
+  replyConversationOf,
   statusPastSent,
   syncConversations,
   updateConversationStatus,
@@ -24,11 +26,15 @@ export {
   type WebhookInstance,
   type WebhookOutcome,
 } from './inbound';
+export { addInstagramProfiles, parseInstagramWebhook } from './instagram';
 export {
+  CHANNELS,
   createInstance,
   instanceConfigSchema,
   listInstances,
   openInstanceConfig,
+  type Provider,
+  PROVIDERS,
   resealInstanceSecrets,
   sealInstanceConfig,
   sendCandidates,

@@ -20,6 +20,11 @@ export const instanceConfigSchema = z
       .max(16),
     /** "web" gateways name their connection instead of using a phone-number id. */
     instanceName: z.string().min(1).max(200),
+    /** Instagram: the business's Instagram user id (the Graph API's IG user id: digits), the account its DMs reach. */
+    igUserId: z
+      .string()
+      .regex(/^\d{1,32}$/)
+      .max(32),
     /** Cloud API: the WhatsApp Business account id whose templates the instance follows (domain/messaging/templates.ts). */
     wabaId: z
       .string()
@@ -55,12 +60,17 @@ export const sealInstanceConfig = (ring: KeyRing, config: InstanceConfig, worksp
 export const openInstanceConfig = (ring: KeyRing, config: InstanceConfig, workspaceId?: string): InstanceConfig =>
   mapInstanceSecrets(config, (value, field) => openText(ring, value, workspaceId ? instanceSecretBinding(workspaceId, field) : undefined));
 
+/** Who carries an instance's messages: the WhatsApp Cloud API, a WhatsApp web gateway, or Instagram's Graph API (channel `instagram` only). */
+export const PROVIDERS = ['cloud', 'web', 'instagram'] as const;
+export type Provider = (typeof PROVIDERS)[number];
+export const CHANNELS = ['whatsapp', 'instagram'] as const;
+
 export interface InstanceRow {
   id: string;
   workspace_id: string;
   name: string;
-  channel: 'whatsapp' | 'instagram';
-  provider: 'cloud' | 'web';
+  channel: (typeof CHANNELS)[number];
+  provider: Provider;
   connected: boolean;
   archived: boolean;
   config: InstanceConfig;

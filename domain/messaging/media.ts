@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import { lockUntilCommit, type Db, type KeyRing } from '../platform';
 import { workspaceQuery } from '../access';
-import { openInstanceConfig, type InstanceConfig } from './instances';
+import { openInstanceConfig, type InstanceConfig, type Provider } from './instances';
 import { ApiError, isUuid } from '../kernel';
 import { checkMediaSize, MEDIA_LIMITS } from './sending';
 import { sendRequestOf } from './send-requests';
@@ -55,6 +55,9 @@ export interface MediaRow {
 
 const clip = (value: string | undefined | null, max: number): string | null => (value ? value.slice(0, max) : null);
 
+/** A provider's reference to an inbound file: a media id, a message id, or (Instagram) the attachment's signed CDN URL. */
+const MEDIA_REF_MAX = 2048;
+
 /** The pending row of an inbound media message, in the webhook's transaction (nothing when it exists). */
 export async function recordPendingMedia(
   trx: Knex.Transaction,
@@ -76,7 +79,7 @@ export async function recordPendingMedia(
       media.workspaceId,
       media.instanceId,
       media.type,
-      media.mediaRef.slice(0, 256),
+      media.mediaRef.slice(0, MEDIA_REF_MAX),
       clip(media.mimeType, 255),
       clip(media.fileName, 255),
     ],
@@ -126,7 +129,7 @@ export class MediaUnavailable extends Error {}
 /** Where a provider's adapter fetches a file from: the row's reference and type, its instance's provider and configuration. */
 export interface MediaSource {
   row: MediaRow;
-  provider: 'cloud' | 'web';
+  provider: Provider;
   config: InstanceConfig;
 }
 

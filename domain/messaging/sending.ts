@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { ApiError, HTTP_URL } from '../kernel';
 import type { DailyCounter } from './send/daily';
 import type { TemplateComponents } from './templates';
+import type { Provider } from './instances';
 import {
   isMediaType,
   MESSAGE_TYPES,
@@ -322,7 +323,7 @@ export function checkMediaSize(type: string, bytes: number | null, options: { at
 export interface SendInstance {
   id: string;
   channel: string;
-  provider: 'cloud' | 'web';
+  provider: Provider;
   connected: boolean;
 }
 
@@ -346,29 +347,50 @@ export function chooseInstance(candidates: SendInstance[], instanceId: string | 
   return candidates[0];
 }
 
-/** The 24-hour customer-service window of the Cloud API: open while the last inbound message is younger than a day. */
+/** The 24-hour customer-service window (Cloud API and Instagram): open while the last inbound message is younger than a day. */
 export const WINDOW_MS = 24 * 60 * 60 * 1000;
-export function windowOpen(lastInboundAt: Date | null, now: Date): boolean {
-  return lastInboundAt !== null && now.getTime() - lastInboundAt.getTime() < WINDOW_MS;
+/** Instagram's human agent window: a person's reply from the panel, tagged HUMAN_AGENT, up to 7 days after the customer's last message. */
+export const HUMAN_AGENT_WINDOW_MS = 7 * WINDOW_MS;
+export function windowOpen(lastInboundAt: Date | null, now: Date, windowMs = WINDOW_MS): boolean {
+  return lastInboundAt !== null && now.getTime() - lastInboundAt.getTime() < windowMs;
 }
 
-/** The channels this service sends and receives on. Instagram instances can be recorded, but no message goes through them. */
-export const SUPPORTED_CHANNELS: readonly string[] = ['whatsapp'];
+/** Which provider carries each channel's messages: an instance of a channel with another provider carries none. */
+const CARRIERS: Record<string, readonly Provider[]> = { whatsapp: ['cloud', 'web'], instagram: ['instagram'] };
 
 /**
- * What an instance cannot carry at all, whatever the contact: a channel we do not run (422
- * CHANNEL_UNSUPPORTED) and, through the web gateway, templates (a Cloud API feature: 422
- * TEMPLATE_UNSUPPORTED). Checked before anything is sent, so neither is ever a provider error.
+ * What an instance cannot carry at all, whatever the contact: a channel its provider does not run
+ * (422 CHANNEL_UNSUPPORTED: an Instagram instance recorded with a WhatsApp provider), templates
+ * through the web gateway or on Instagram (a Cloud API feature: 422 TEMPLATE_UNSUPPORTED, decided
+ * before any template lookup), and a caption on Instagram, whose attachments have none.
+ * Checked before anything is sent, so none is ever a provider error.
  */
-export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'provider'>, message: Pick<MessageContent, 'type'>): void {
-  if (!SUPPORTED_CHANNELS.includes(instance.channel)) {
+export function refuseUnsupported(
+  instance: Pick<SendInstance, 'channel' | 'provider'>,
+  message: Pick<MessageContent, 'type' | 'caption'>,
+): void {
+  if (!CARRIERS[instance.channel]?.includes(instance.provider)) {
     throw new ApiError(
       'CHANNEL_UNSUPPORTED',
-      `Messages on ${instance.channel} are not supported: this service sends and receives through WhatsApp only`,
+      `This ${instance.channel} instance has provider ${instance.provider}, which does not carry ${instance.channel} messages`,
       {
-        hint: 'Send through a WhatsApp instance (GET /api/v1/instances).',
+        hint:
+          instance.channel === 'instagram'
+            ? 'Instagram messages go through an instance of provider "instagram".'
+            : 'Send through another instance (GET /api/v1/instances).',
       },
     );
+  }
+  if (instance.provider === 'instagram') {
+    if (message.type === 'template')
+      throw new ApiError('TEMPLATE_UNSUPPORTED', 'Instagram has no message templates', {
+        hint: 'Reply with text or media while the conversation is open (24 hours after the customer last wrote).',
+      });
+    if (message.caption)
+      throw new ApiError('CHANNEL_UNSUPPORTED', 'Instagram attachments carry no caption', {
+        hint: 'Send the caption as a text message of its own.',
+      });
+    return;
   }
   if (message.type === 'template' && instance.provider === 'web') {
     throw new ApiError(
@@ -379,6 +401,17 @@ export function refuseUnsupported(instance: Pick<SendInstance, 'channel' | 'prov
       },
     );
   }
+}
+
+/**
+ * A send addressed by phone (a cold send, a broadcast's recipient) goes through WhatsApp: an
+ * Instagram person has no phone, and Instagram takes no message to someone who has not written.
+ */
+export function refuseByPhone(instance: Pick<SendInstance, 'channel'>): void {
+  if (instance.channel !== 'whatsapp')
+    throw new ApiError('CHANNEL_UNSUPPORTED', `A send by phone goes through WhatsApp, not ${instance.channel}`, {
+      hint: 'Send through a WhatsApp instance; on Instagram, reply to the conversation (POST /api/v1/conversations/{id}/messages).',
+    });
 }
 
 /**
@@ -425,10 +458,20 @@ export function refuseForRecipient(send: SendToRecipient): TemplateWireComponent
   const { instance, message } = send;
   if (send.contact.opted_out) throw new ApiError('OPTED_OUT', 'The contact opted out of messages');
   if (message.type === 'template') return templateComponents(send.template!, message);
-  if (instance.provider === 'cloud' && !windowOpen(send.conversation.last_inbound_at, send.now)) {
+  const lastInbound = send.conversation.last_inbound_at;
+  if (instance.provider === 'cloud' && !windowOpen(lastInbound, send.now)) {
     throw new ApiError('WINDOW_CLOSED', 'No message from this number in the last 24 hours: only an approved template can be sent', {
       hint: 'Send type "template" with an approved template.',
     });
+  }
+  if (instance.provider === 'instagram' && !windowOpen(lastInbound, send.now, message.humanAgent ? HUMAN_AGENT_WINDOW_MS : WINDOW_MS)) {
+    throw new ApiError(
+      'WINDOW_CLOSED',
+      message.humanAgent
+        ? 'No message from this person in the last 7 days: Instagram takes no reply now'
+        : 'No message from this person in the last 24 hours: Instagram takes only a human reply from the panel now (up to 7 days)',
+      { hint: 'Wait for the customer to write again.' },
+    );
   }
   return undefined;
 }

@@ -31,6 +31,8 @@ const PUBLIC_ROUTES = new Set([
   'get /ready',
   'get /webhooks/whatsapp/{instanceId}',
   'post /webhooks/whatsapp/{instanceId}',
+  'get /webhooks/instagram/{instanceId}',
+  'post /webhooks/instagram/{instanceId}',
   'post /webhooks/web/{instanceId}',
 ]);
 

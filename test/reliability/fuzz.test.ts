@@ -116,6 +116,8 @@ interface AdminFixture {
   contactId: string;
   memberId: string;
   tagId: string;
+  /** The panel reply's conversation (the admin instance is a web gateway without a base URL: a send is refused or fails, never reaches anyone). */
+  conversationId: string;
 }
 
 /** A distinct Brazilian mobile (area 11, ninth digit), from the one allocator (../phones). */
@@ -301,7 +303,19 @@ async function buildAdminFixture(): Promise<AdminFixture> {
   });
   const contact = await seedContact(api, wsId, { phone: mobile(), name: 'Admin Lead' });
   const member = await seedMember(api, wsId, 'Admin Member');
-  return { wsId, keyIds, instanceId: instance.body.data.id, contactId: contact.id, memberId: member.id, tagId: tag.body.data.id };
+  const [conversation] = await api
+    .db('conversations')
+    .insert({ workspace_id: wsId, contact_id: contact.id, instance_id: instance.body.data.id, channel: 'whatsapp' })
+    .returning('id');
+  return {
+    wsId,
+    keyIds,
+    instanceId: instance.body.data.id,
+    contactId: contact.id,
+    memberId: member.id,
+    tagId: tag.body.data.id,
+    conversationId: conversation.id,
+  };
 }
 
 const allFixtureIds = (): string[] => [
@@ -535,6 +549,7 @@ const EXAMPLES: Record<string, Example> = {
   }),
   // Into the path's own contact (400): a merge that succeeded would hide the admin fixture's contact from later steps.
   'post /admin/v1/workspaces/{id}/contacts/{contactId}/merge': () => ({ intoId: g.contactId }),
+  'post /admin/v1/workspaces/{id}/conversations/{conversationId}/messages': (n) => ({ memberId: g.memberId, text: `panel ${n}` }),
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -551,6 +566,7 @@ function ownIds(r: AnyRoute, param: string): string[] {
     if (param === 'keyId') return g.keyIds;
     if (param === 'instanceId') return [g.instanceId];
     if (param === 'contactId') return [g.contactId];
+    if (param === 'conversationId') return [g.conversationId];
   }
   if (param === 'token') return [f.automationIn.token];
   if (param === 'instanceId') return [f.instance.id];

@@ -270,6 +270,7 @@ export const BODIES: Record<string, (f: Fixture, receiverUrl: string) => unknown
   // The fixture has one contact, so with valid credentials this is 400 (a contact into itself):
   // the matrix only sends admin bodies with bad credentials, where the shape is what counts.
   'post /admin/v1/workspaces/{id}/contacts/{contactId}/merge': (f) => ({ intoId: f.contact.id }),
+  'post /admin/v1/workspaces/{id}/conversations/{conversationId}/messages': (f) => ({ memberId: f.member.id, text: 'from the panel' }),
 };
 
 export const routeKey = (r: AnyRoute): string => `${r.method} ${r.path}`;

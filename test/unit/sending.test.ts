@@ -451,7 +451,7 @@ describe('chooseInstance: the instance of a cold send', () => {
 });
 
 describe('refuseUnsupported: what an instance cannot carry', () => {
-  it.each<[string, string, 'cloud' | 'web', MessageType, string | undefined]>([
+  it.each<[string, string, 'cloud' | 'web' | 'instagram', MessageType, string | undefined]>([
     ['a text on a WhatsApp Cloud API instance', 'whatsapp', 'cloud', 'text', undefined],
     ['a template on a WhatsApp Cloud API instance', 'whatsapp', 'cloud', 'template', undefined],
     ['a text on a WhatsApp web gateway', 'whatsapp', 'web', 'text', undefined],
@@ -459,6 +459,10 @@ describe('refuseUnsupported: what an instance cannot carry', () => {
     ['a template on a WhatsApp web gateway', 'whatsapp', 'web', 'template', 'TEMPLATE_UNSUPPORTED'],
     ['a text on Instagram', 'instagram', 'cloud', 'text', 'CHANNEL_UNSUPPORTED'],
     ['a template on an Instagram web instance (the channel is checked first)', 'instagram', 'web', 'template', 'CHANNEL_UNSUPPORTED'],
+    ['a text on an Instagram instance', 'instagram', 'instagram', 'text', undefined],
+    ['an image on an Instagram instance', 'instagram', 'instagram', 'image', undefined],
+    ['a template on an Instagram instance (no lookup: Instagram has none)', 'instagram', 'instagram', 'template', 'TEMPLATE_UNSUPPORTED'],
+    ['a text on a WhatsApp instance of the Instagram provider', 'whatsapp', 'instagram', 'text', 'CHANNEL_UNSUPPORTED'],
   ])('%s: %p', (_label, channel, provider, type, code) => {
     const check = () => refuseUnsupported({ channel, provider }, { type });
     if (code === undefined) expect(check).not.toThrow();
@@ -471,6 +475,7 @@ describe('refuseUnsendable: what refuses a send once everything is known', () =>
   const ago = (ms: number) => new Date(now.getTime() - ms);
   const cloud: SendInstance = { id: 'i1', channel: 'whatsapp', provider: 'cloud', connected: true };
   const web: SendInstance = { id: 'i2', channel: 'whatsapp', provider: 'web', connected: true };
+  const instagram: SendInstance = { id: 'i3', channel: 'instagram', provider: 'instagram', connected: true };
   const text: MessageContent = { type: 'text', text: 'hi' };
   const template = (variables?: string[]): MessageContent => ({
     type: 'template',
@@ -499,6 +504,11 @@ describe('refuseUnsendable: what refuses a send once everything is known', () =>
     [
       'a text through a web gateway with no inbound ever (no window there)',
       send({ instance: web, conversation: { last_inbound_at: null } }),
+    ],
+    ['a text on Instagram 23 h after the last inbound', send({ instance: instagram, conversation: { last_inbound_at: ago(23 * HOUR) } })],
+    [
+      "a panel's human agent reply on Instagram 6 days after the last inbound",
+      send({ instance: instagram, message: { ...text, humanAgent: true }, conversation: { last_inbound_at: ago(6 * DAY) } }),
     ],
     [
       'an image through a web gateway 25 h after the last inbound',
@@ -543,7 +553,29 @@ describe('refuseUnsendable: what refuses a send once everything is known', () =>
       422,
       send({ instance: web, message: template([]), template: { variable_count: 0 } }),
     ],
-    ['an Instagram instance', 'CHANNEL_UNSUPPORTED', 422, send({ instance: { ...cloud, channel: 'instagram' } })],
+    ['an Instagram instance of a WhatsApp provider', 'CHANNEL_UNSUPPORTED', 422, send({ instance: { ...cloud, channel: 'instagram' } })],
+    [
+      'a text on Instagram 24 h after the last inbound',
+      'WINDOW_CLOSED',
+      422,
+      send({ instance: instagram, conversation: { last_inbound_at: ago(DAY) } }),
+    ],
+    [
+      "a panel's human agent reply on Instagram 7 days after the last inbound",
+      'WINDOW_CLOSED',
+      422,
+      send({ instance: instagram, message: { ...text, humanAgent: true }, conversation: { last_inbound_at: ago(7 * DAY) } }),
+    ],
+    [
+      'an image with a caption on Instagram',
+      'CHANNEL_UNSUPPORTED',
+      422,
+      send({
+        instance: instagram,
+        message: { type: 'image', mediaUrl: 'https://x.test/a.png', caption: 'veja' },
+        conversation: { last_inbound_at: ago(HOUR) },
+      }),
+    ],
     // The order of the checks, where several apply.
     [
       'an Instagram instance that is also disconnected',

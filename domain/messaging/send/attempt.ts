@@ -3,7 +3,7 @@ import { withoutPhoneNumbers, type Db } from '../../platform';
 import { ApiError } from '../../kernel';
 import { suspension } from '../../access';
 import type { MessageContent, SentMessage, TemplateWireComponent } from '../../../types/messaging';
-import { liveInstanceConfig, openInstanceConfig, type InstanceConfig } from '../instances';
+import { liveInstanceConfig, openInstanceConfig, type InstanceConfig, type Provider } from '../instances';
 import { approvedTemplate } from '../templates';
 import { templateComponents } from '../sending';
 import {
@@ -34,7 +34,7 @@ export type ProviderCall =
 
 export interface ProviderPort {
   call(
-    connection: { instanceId: string; provider: 'cloud' | 'web'; config: InstanceConfig },
+    connection: { instanceId: string; provider: Provider; config: InstanceConfig },
     message: MessageContent & { to: string; reference: string; templateComponents?: TemplateWireComponent[] },
   ): Promise<ProviderCall>;
 }

@@ -7,13 +7,15 @@ import type { MessageContent, PreparedSend, SendInput, TemplateWireComponent } f
 import {
   chooseInstance,
   dailyUnits,
+  refuseByPhone,
+  refuseUnsupported,
   refuseForRecipient,
   refuseOnInstance,
   saoPauloDay,
   type SendableTemplate,
   type SendInstance,
 } from '../sending';
-import { sendCandidates } from '../instances';
+import { sendCandidates, type Provider } from '../instances';
 import { approvedTemplate } from '../templates';
 import { conversationForSend, conversationsOn, findOrCreateConversations } from '../conversations';
 import { sendRequestOf } from '../send-requests';
@@ -28,7 +30,8 @@ export async function sendingPlan(trx: Db, workspaceId: string) {
 /** A contact a send goes to, as its caller already knows it (a broadcast's recipient). */
 export interface SendContact {
   id: string;
-  phone: string;
+  /** Null for a contact met on Instagram: only a conversation reaches it. */
+  phone: string | null;
   opted_out: boolean;
   wa_id: string | null;
 }
@@ -46,7 +49,7 @@ export interface PrepareItem {
  * a template's at the provider's wire format, as checked now.
  */
 export type Prepared = PreparedSend & {
-  provider: 'cloud' | 'web';
+  provider: Provider;
   phoneHash?: string;
   components?: TemplateWireComponent[];
 };
@@ -115,6 +118,7 @@ export async function prepareSends(
     conversation?: { id: string };
     createdContact: boolean;
     components?: TemplateWireComponent[];
+    recipient?: string;
   };
   const passed: Passed[] = [];
   for (const item of items) {
@@ -126,24 +130,35 @@ export async function prepareSends(
       let contact: SendContact;
       let conversation: { id: string; last_inbound_at: Date | null } | undefined;
       let createdContact = false;
+      // Instagram: the person's IGSID on the conversation's instance.
+      let recipient: string | undefined;
       if ('conversationId' in item.to) {
         const row = await conversationForSend(trx, workspaceId, item.to.conversationId);
         if (!row) throw new ApiError('NOT_FOUND', 'Conversation not found');
         instance = { id: row.instance_id, channel: row.channel, provider: row.provider, connected: row.connected };
         contact = { id: row.contact_id, phone: row.phone, opted_out: row.opted_out, wa_id: row.wa_id };
+        recipient = row.instagram_id ?? undefined;
         conversation = { id: row.id, last_inbound_at: row.last_inbound_at };
       } else if ('phone' in item.to) {
         about = 'recipient';
         const phone = requirePhone(item.to.phone);
         about = 'send';
         instance = await instanceAsked();
+        refuseByPhone(instance);
         const found = await findOrCreateContact(trx, workspaceId, phone);
         contact = found.contact;
         createdContact = found.created;
       } else {
         instance = await instanceAsked();
+        refuseByPhone(instance);
         contact = item.to.contact;
+        if (contact.phone === null) {
+          about = 'recipient';
+          throw new ApiError('PHONE_REQUIRED', 'The contact has no phone number (met on Instagram): a send by phone cannot reach it');
+        }
       }
+      // What the instance cannot carry at all (a template on Instagram) is refused before any template lookup.
+      refuseUnsupported(instance, item.message);
       const template = await templateOn(instance, item.message);
       refuseOnInstance({ instance, message: item.message, template });
       about = 'recipient';
@@ -158,7 +173,9 @@ export async function prepareSends(
         template,
         now,
       });
-      passed.push({ item, instance, contact, conversation, createdContact, components });
+      if (instance.provider === 'instagram' && !recipient)
+        throw new ApiError('NOT_FOUND', 'The Instagram person of this conversation is unknown');
+      passed.push({ item, instance, contact, conversation, createdContact, components, recipient });
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
       results.set(item.reference, { refused: err, about });
@@ -187,14 +204,14 @@ export async function prepareSends(
       provider: p.instance.provider,
       contactId: p.contact.id,
       conversationId: conversation.id,
-      // Cloud API recipients are addressed by the provider's wa_id once known.
-      to: p.contact.wa_id ?? p.contact.phone,
+      // Cloud API recipients are addressed by the provider's wa_id once known; Instagram's by IGSID.
+      to: p.recipient ?? p.contact.wa_id ?? p.contact.phone!,
       phone: p.contact.phone,
       createdContact: p.createdContact,
       createdConversation: conversation.created,
       day,
       tookCold: conversation.created,
-      phoneHash: searchHash(options.keys, 'phone', workspaceId, p.contact.phone),
+      ...(p.contact.phone ? { phoneHash: searchHash(options.keys, 'phone', workspaceId, p.contact.phone) } : {}),
       ...(p.components ? { components: p.components } : {}),
     };
   });

@@ -14,7 +14,7 @@ export interface SentItem {
     contactId: string;
     conversationId: string;
     /** The number a cold send found or created its contact by: found again if that contact went meanwhile. */
-    phone?: string;
+    phone?: string | null;
     /** The send created the contact: `contact.created` is recorded with the message, not before. */
     createdContact?: boolean;
   };
