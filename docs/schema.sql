@@ -201,7 +201,7 @@ CREATE TABLE contact_identities (
   CONSTRAINT contact_identities_workspace_id_contact_id_fkey FOREIGN KEY (workspace_id, contact_id) REFERENCES contacts(workspace_id, id) ON DELETE CASCADE,
   CONSTRAINT contact_identities_workspace_id_instance_id_fkey FOREIGN KEY (workspace_id, instance_id) REFERENCES instances(workspace_id, id) ON DELETE CASCADE
 );
-CREATE INDEX contact_identities_contact_idx ON public.contact_identities USING btree (workspace_id, contact_id);
+CREATE INDEX contact_identities_contact_idx ON public.contact_identities USING btree (contact_id, instance_id);
 CREATE INDEX contact_identities_external_idx ON public.contact_identities USING btree (workspace_id, external_id);
 
 CREATE TABLE contact_tags (

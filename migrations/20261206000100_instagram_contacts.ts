@@ -50,7 +50,8 @@ CREATE TABLE contact_identities (
   FOREIGN KEY (workspace_id, contact_id) REFERENCES contacts (workspace_id, id) ON DELETE CASCADE,
   FOREIGN KEY (workspace_id, instance_id) REFERENCES instances (workspace_id, id) ON DELETE CASCADE
 );
-CREATE INDEX contact_identities_contact_idx ON contact_identities (workspace_id, contact_id);
+-- A send's recipient (instance and contact, domain/leads instagramIdOn) and a merge's move (contact).
+CREATE INDEX contact_identities_contact_idx ON contact_identities (contact_id, instance_id);
 CREATE INDEX contact_identities_external_idx ON contact_identities (workspace_id, external_id);
 
 ALTER TABLE instances DROP CONSTRAINT instances_provider_check;

@@ -24,6 +24,7 @@ const SCOPES = [
   'broadcasts:write',
   'automations:read',
   'automations:write',
+  'instances:read',
 ] as const;
 const DAY = 24 * 60 * 60 * 1000;
 
@@ -374,5 +375,23 @@ describe('mixed WhatsApp and Instagram workspaces', () => {
       body: { phone: uniqueMobile(), instanceId: instagram.instanceId, type: 'text', text: 'Oi' },
     });
     expectError(refused, 422, 'CHANNEL_UNSUPPORTED');
+  });
+
+  it('an Instagram instance takes the Instagram provider only, with a numeric account id; its secrets are never shown', async () => {
+    const ws = await createWorkspace(api, { scopes: [...SCOPES] });
+    const create = (body: Record<string, unknown>) =>
+      api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, { name: 'IG', connected: true, ...body });
+    expectError(await create({ channel: 'whatsapp', provider: 'instagram' }), 400, 'VALIDATION');
+    expectError(await create({ channel: 'instagram', provider: 'instagram', config: { igUserId: '@loja' } }), 400, 'VALIDATION');
+    const ok = await create({
+      channel: 'instagram',
+      provider: 'instagram',
+      config: { igUserId: '17841400000000001', accessToken: 'tok-ig', appSecret: 'sec-ig' },
+    });
+    expect(ok.status).toBe(201);
+    expect(ok.body.data.config).toEqual({ igUserId: '17841400000000001', accessTokenSet: true, appSecretSet: true, verifyTokenSet: false });
+    expect(JSON.stringify(ok.body)).not.toMatch(/tok-ig|sec-ig/);
+    const listed = await api.request('GET', '/api/v1/instances', { key: ws.key });
+    expect(listed.body.data).toEqual([expect.objectContaining({ channel: 'instagram', provider: 'instagram' })]);
   });
 });

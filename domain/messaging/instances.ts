@@ -116,6 +116,8 @@ export async function createInstance(
   workspaceId: string,
   input: Omit<InstanceRow, 'id' | 'workspace_id' | 'created_at' | 'updated_at'>,
 ) {
+  if (input.provider === 'instagram' && input.channel !== 'instagram')
+    throw new ApiError('VALIDATION', 'Provider instagram carries channel instagram only', { hint: 'body.channel' });
   const [row]: InstanceRow[] = await db('instances')
     .insert({ workspace_id: workspaceId, ...input, config: JSON.stringify(sealInstanceConfig(ring, input.config, workspaceId)) })
     .returning('*');
