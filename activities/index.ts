@@ -2,6 +2,7 @@ import { type Config, databaseNow, type Db } from '../domain/platform';
 import { createAutomationActivities } from './automations';
 import { createBroadcastActivities } from './broadcasts';
 import { createInboundMediaActivities } from './inbound-media';
+import { createInsightActivities } from './insights';
 import { createMediaActivities } from './media';
 import { createMessagingActivities } from './messaging';
 import { createTemplateActivities } from './templates';
@@ -14,7 +15,7 @@ import { createWebhookActivities } from './webhooks';
 export interface ActivityDeps {
   db: Db;
   config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> &
-    Partial<Pick<Config, 'sendReconcileWindowMs' | 'broadcastBatchSize' | 'rateLimitScale'>>;
+    Partial<Pick<Config, 'sendReconcileWindowMs' | 'broadcastBatchSize' | 'rateLimitScale' | 'ai'>>;
 }
 
 export function createActivities({ db, config }: ActivityDeps) {
@@ -30,6 +31,7 @@ export function createActivities({ db, config }: ActivityDeps) {
     ...createAutomationActivities({ db }),
     ...createBroadcastActivities({ db, config }),
     ...createTemplateActivities({ db, config }),
+    ...createInsightActivities({ db, config }),
   };
 }
 

@@ -5,6 +5,7 @@ import {
   messageBody,
   outcomeUnknown,
   prepareSend,
+  recordConversationActivity,
   recordSent,
   refusalsAsFailures,
   sendRequestOf,
@@ -90,13 +91,17 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
     ): Promise<SendOutcome> {
       const { prepared } = input;
       const { message } = await sendRequestOf(db, input);
-      const [row] = await recordSent(db, input.workspaceId, [
-        {
-          prepared,
-          sent: input.sent,
-          message: { type: message.type, body: messageBody(message), mediaUrl: message.mediaUrl ?? null },
-        },
-      ]);
+      const [row] = await recordSent(
+        db,
+        input.workspaceId,
+        [{ prepared, sent: input.sent, message: { type: message.type, body: messageBody(message), mediaUrl: message.mediaUrl ?? null } }],
+        (trx, recorded) =>
+          recordConversationActivity(
+            trx,
+            input.workspaceId,
+            recorded.map((r) => r.contactId),
+          ),
+      );
       const outcome: SendOutcome = {
         id: row.id,
         status: 'sent',

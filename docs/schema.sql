@@ -8,6 +8,17 @@ CREATE EXTENSION IF NOT EXISTS btree_gin;
 
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
+CREATE TABLE ai_usage (
+  workspace_id uuid NOT NULL,
+  day date NOT NULL,
+  tokens bigint DEFAULT 0 NOT NULL,
+  derivations integer DEFAULT 0 NOT NULL,
+  CONSTRAINT ai_usage_pkey PRIMARY KEY (workspace_id, day),
+  CONSTRAINT ai_usage_derivations_check CHECK ((derivations >= 0)),
+  CONSTRAINT ai_usage_tokens_check CHECK ((tokens >= 0)),
+  CONSTRAINT ai_usage_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE
+);
+
 CREATE TABLE api_keys (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
   workspace_id uuid NOT NULL,
@@ -81,7 +92,7 @@ CREATE TABLE automations (
   CONSTRAINT automations_actions_check CHECK ((jsonb_typeof(actions) = 'array'::text)),
   CONSTRAINT automations_check CHECK (((webhook_token IS NULL) OR (trigger_type = 'webhook_received'::text))),
   CONSTRAINT automations_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
-  CONSTRAINT automations_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['webhook_received'::text, 'stage_changed'::text, 'deal_won'::text, 'deal_lost'::text, 'card_created'::text, 'contact_updated'::text]))),
+  CONSTRAINT automations_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['webhook_received'::text, 'stage_changed'::text, 'deal_won'::text, 'deal_lost'::text, 'card_created'::text, 'contact_updated'::text, 'insight_updated'::text]))),
   CONSTRAINT automations_webhook_token_hash_check CHECK (((webhook_token IS NULL) = (webhook_token_hash IS NULL))),
   CONSTRAINT automations_webhook_token_key UNIQUE (webhook_token),
   CONSTRAINT automations_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE,
@@ -417,9 +428,17 @@ CREATE TABLE insights (
   qualification jsonb,
   summary text,
   updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  source jsonb,
+  temperature text GENERATED ALWAYS AS (
+CASE
+    WHEN ((qualification ->> 'temperature'::text) = ANY (ARRAY['cold'::text, 'warm'::text, 'hot'::text])) THEN (qualification ->> 'temperature'::text)
+    ELSE NULL::text
+END) STORED,
   CONSTRAINT insights_pkey PRIMARY KEY (contact_id),
+  CONSTRAINT insights_source_check CHECK (((source IS NULL) OR (jsonb_typeof(source) = 'object'::text))),
   CONSTRAINT insights_workspace_id_contact_id_fkey FOREIGN KEY (workspace_id, contact_id) REFERENCES contacts(workspace_id, id) ON DELETE CASCADE
 );
+CREATE INDEX insights_workspace_temperature_idx ON public.insights USING btree (workspace_id, temperature, contact_id) WHERE (temperature IS NOT NULL);
 
 CREATE TABLE instances (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -861,7 +880,15 @@ CREATE TABLE workspaces (
   automation_limit integer DEFAULT 100 NOT NULL,
   automation_runs_per_minute integer DEFAULT 600 NOT NULL,
   media_storage_mb integer DEFAULT 10240 NOT NULL,
+  ai_enabled boolean DEFAULT false NOT NULL,
+  ai_base_url text,
+  ai_api_key text,
+  ai_model text,
+  ai_daily_token_budget integer,
   CONSTRAINT workspaces_pkey PRIMARY KEY (id),
+  CONSTRAINT workspaces_ai_base_url_check CHECK (((ai_base_url IS NULL) OR ((length(ai_base_url) >= 1) AND (length(ai_base_url) <= 2048)))),
+  CONSTRAINT workspaces_ai_daily_token_budget_check CHECK (((ai_daily_token_budget IS NULL) OR (ai_daily_token_budget >= 1))),
+  CONSTRAINT workspaces_ai_model_check CHECK (((ai_model IS NULL) OR ((length(ai_model) >= 1) AND (length(ai_model) <= 200)))),
   CONSTRAINT workspaces_automation_limit_check CHECK ((automation_limit >= 0)),
   CONSTRAINT workspaces_automation_runs_per_minute_check CHECK ((automation_runs_per_minute >= 0)),
   CONSTRAINT workspaces_broadcast_limit_check CHECK ((broadcast_limit >= 0)),

@@ -7,6 +7,7 @@ import { koaBody } from 'koa-body';
 import { createTemplateEmulator } from './templates';
 import { createMediaEmulator } from './media';
 import { createInstagramEmulator } from './instagram';
+import { createLlmEmulator } from './llm';
 
 /**
  * A local stand-in for the WhatsApp providers and Instagram messaging, speaking their wire formats: the only thing the
@@ -68,6 +69,7 @@ import { createInstagramEmulator } from './instagram';
  * - Inbound media of both providers, `POST /__emulator/inbound` (a Cloud API inbound message,
  *   text or media) and `POST|GET /__emulator/media`: see emulator/media.ts.
  * - Instagram messaging (sends, profiles, DMs, seen events, CDN files): see emulator/instagram.ts.
+ * - A language model at OpenAI's Chat Completions format (sales insights, scripted failures): see emulator/llm.ts.
  *
  * A webhook receiver, to try the service's outbound webhooks on one machine (the README tour):
  * - `POST /__emulator/inbox/{name}` (name: letters, digits, `.`, `_`, `-`): answers 200
@@ -709,6 +711,8 @@ export function createEmulator(): Emulator {
   const webWebhooks = new Map<string, { url: string; apikey: string }>();
   /** Inbound media files and both providers' media endpoints (emulator/media.ts). */
   const mediaEmulator = createMediaEmulator(webhooks, webWebhooks);
+  /** A language model at OpenAI's Chat Completions format (emulator/llm.ts). */
+  const llm = createLlmEmulator();
   const deliveries: EmulatorDelivery[] = [];
   const inboxes = new Map<string, { seq: number; at: string; headers: Record<string, string>; body: string }[]>();
   let seq = 0;
@@ -726,6 +730,7 @@ export function createEmulator(): Emulator {
     templates.reset();
     mediaEmulator.reset();
     instagram.reset();
+    llm.reset();
   };
 
   /**
@@ -932,6 +937,8 @@ export function createEmulator(): Emulator {
   app.use(templates.middleware);
   // Inbound media: the Cloud API's media ids and files, the web gateway's base64 endpoint, and their control routes.
   app.use(mediaEmulator.middleware);
+  // A language model (OpenAI's Chat Completions) and its control routes.
+  app.use(llm.middleware);
 
   // Control routes.
   app.use(async (ctx, next) => {

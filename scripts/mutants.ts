@@ -124,6 +124,23 @@ const MUTANTS: Mutant[] = [
     replace: "instance.provider === 'cloud' && false",
     tests: UNIT_SENDING,
   },
+  // The AI insight (domain/insights/model.ts): what leaves the service, and what is stored
+  {
+    id: 'insight-phones-unmasked',
+    rule: 'AI insight',
+    file: 'domain/insights/model.ts',
+    find: "return text.replace(EMAIL, '[e-mail]').replace(PHONE, '[telefone]');",
+    replace: "return text.replace(EMAIL, '[e-mail]');",
+    tests: ['test/unit/insight-model.test.ts'],
+  },
+  {
+    id: 'insight-score-unbounded',
+    rule: 'AI insight',
+    file: 'domain/insights/model.ts',
+    find: 'score: z.number().int().min(0).max(100)',
+    replace: 'score: z.number().int().min(0)',
+    tests: ['test/unit/insight-model.test.ts'],
+  },
   // Instagram (sending.ts, domain/messaging/instagram.ts)
   {
     id: 'instagram-human-agent-24h',

@@ -1,5 +1,5 @@
 import fs from 'node:fs';
-import type { Db, KeyRing } from '../domain/platform';
+import { type Db, type KeyRing, sealText } from '../domain/platform';
 import { ALL_SCOPES, createWorkspace, generateApiKey, hashApiKey } from '../domain/access';
 import { createPipeline } from '../domain/sales';
 import { openInstanceConfig, sealInstanceConfig } from '../domain/messaging';
@@ -44,6 +44,11 @@ export async function seedDemo(
     .update({
       webhook_quota: db.raw('greatest(webhook_quota, ?)', [DEMO_PLAN.webhookQuota]),
       automation_limit: db.raw('greatest(automation_limit, ?)', [DEMO_PLAN.automationLimit]),
+      // The demo, and only the demo, derives AI insights, from the emulator's model (docs/insights.md).
+      ai_enabled: true,
+      ai_base_url: opts.emulatorUrl,
+      ai_model: 'emulated-model',
+      ai_api_key: sealText(opts.ring, 'demo-ai-key', { workspaceId: seed.workspaceId, purpose: 'workspace.aiApiKey' }),
     });
   const instance = await db('instances')
     .where({ workspace_id: seed.workspaceId, provider: 'cloud', archived: false })

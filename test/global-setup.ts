@@ -84,6 +84,8 @@ export default async function globalSetup(): Promise<void> {
     WEBHOOK_RETRY_SCALE: '0.001',
     DELIVERY_SWEEP_MS: '1000',
     AUTOMATION_WAIT_SCALE: '0.00001',
+    // A conversation is quiet for its insight after 1 s (test/insights.test.ts), not 2 minutes.
+    INSIGHT_DEBOUNCE_SECONDS: '1',
     EMULATOR_URL: `http://127.0.0.1:${emulatorPort}`,
     LOG_LEVEL: 'info',
   };

@@ -315,6 +315,7 @@ describe('single lead endpoints', () => {
       nextStep: 'demo',
       qualification: { score: 80, temperature: 'hot' },
       summary: 'Good fit',
+      source: null,
       updatedAt: expect.stringMatching(/\.\d{3}Z$/),
     });
     const noScope = await createWorkspace(api, { scopes: ['leads:read'] });

@@ -5,6 +5,7 @@ import { type Db, START_DEADLINE_MS, withDeadline, workspacePriority } from '../
 import type { OutboxRow } from '../domain/webhooks';
 import type { RunInput } from '../types/automations';
 import { automationRunWorkflow } from '../workflows/automation-run';
+import { signalInsightWorkflows } from './insights';
 
 /** Run workflows started at once. */
 const START_CONCURRENCY = 32;
@@ -20,11 +21,21 @@ export function createTriggerHandler(options: {
   temporal: () => Promise<Client>;
   taskQueue: string;
   waitScale: number;
+  /** INSIGHT_DEBOUNCE_SECONDS: `conversation_activity` rows signal the contacts' insight workflows (workers/insights.ts). */
+  insightDebounceSeconds?: number;
   logger?: Logger;
 }) {
   const { db } = options;
 
-  return async function onTriggers(all: OutboxRow[]): Promise<void> {
+  return async function onTriggers(triggers: OutboxRow[]): Promise<void> {
+    const activity = triggers.filter((r) => r.name === 'conversation_activity');
+    if (activity.length > 0)
+      await signalInsightWorkflows(activity, {
+        temporal: options.temporal,
+        taskQueue: options.taskQueue,
+        debounceSeconds: options.insightDebounceSeconds ?? 120,
+      });
+    const all = triggers.filter((r) => r.name !== 'conversation_activity');
     // Each run to start, with its workflow id.
     const starts: RunInput[] = [];
     const keys: string[] = [];

@@ -90,6 +90,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
       temporal: temporal.get,
       taskQueue: config.taskQueue,
       waitScale: config.automationWaitScale,
+      insightDebounceSeconds: config.insightDebounceSeconds,
       logger,
     }),
     attempt: webhookActivities.attemptWebhookDelivery,
@@ -105,7 +106,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   });
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
   const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
-  if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens > 0)
+  if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens + sealed.aiKeys > 0)
     logger.info({ sealed }, 'secrets at rest: sealed with the current key');
   // A value bound to another workspace than its row's was copied there: left as it is (it does not open).
   if (sealed.refused > 0)

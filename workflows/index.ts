@@ -16,3 +16,4 @@ export { automationRunWorkflow } from './automation-run';
 export { broadcastWorkflow } from './broadcast';
 export { templateSyncWorkflow, templateSyncAllWorkflow } from './template-sync';
 export { inboundMediaWorkflow } from './inbound-media';
+export { insightWorkflow } from './insight';

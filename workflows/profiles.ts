@@ -183,3 +183,13 @@ export const MEDIA_FETCH: ActivityOptions = {
   scheduleToCloseTimeout: MEDIA_FETCH_WINDOW,
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 minutes', maximumAttempts: 25 },
 };
+
+/**
+ * One derivation of a contact's insight (domain/insights): 3 to 5 attempts, about 1, 2, 4 and 8 s
+ * apart (a 429's Retry-After, capped at 60 s, instead: activities/providers/llm.ts); after the
+ * last the workflow fails where an operator finds it, and the contact keeps its insight.
+ */
+export const INSIGHT_DERIVATION: ActivityOptions = {
+  startToCloseTimeout: '90 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '8 seconds', maximumAttempts: 5 },
+};

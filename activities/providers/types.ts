@@ -192,6 +192,8 @@ export interface HttpAnswer {
   json: unknown;
   /** The answer was longer than MAX_ANSWER_BYTES: the rest was not read. */
   truncated: boolean;
+  /** The `Retry-After` header, as given (a 429's wait). */
+  retryAfter: string | null;
 }
 
 /**
@@ -228,6 +230,7 @@ export async function readCapped(body: AsyncIterable<Uint8Array> | null, max: nu
 interface Exchange {
   status: number;
   location: string | null;
+  retryAfter: string | null;
   body: AsyncIterable<Uint8Array> | null;
   cancel(): void;
 }
@@ -258,7 +261,13 @@ function httpPost(url: URL, headers: Record<string, string>, body: PostBody, sig
     req.on('error', reject); // once answered, a broken connection surfaces in the body instead
     req.on('response', (res) => {
       res.on('error', () => undefined); // kept for whoever reads the body
-      resolve({ status: res.statusCode ?? 0, location: res.headers.location ?? null, body: res, cancel: () => res.destroy() });
+      resolve({
+        status: res.statusCode ?? 0,
+        location: res.headers.location ?? null,
+        retryAfter: [res.headers['retry-after']].flat()[0] ?? null,
+        body: res,
+        cancel: () => res.destroy(),
+      });
     });
     if ('whole' in body) {
       req.end(body.whole);
@@ -379,7 +388,7 @@ export async function postJson(
     }
     const { bytes, truncated } = await readCapped(res.body, MAX_ANSWER_BYTES);
     const text = bytes.toString('utf8');
-    return { status: res.status, text, json: text && !truncated ? jsonOf(text) : undefined, truncated };
+    return { status: res.status, text, json: text && !truncated ? jsonOf(text) : undefined, truncated, retryAfter: res.retryAfter };
   } catch (err) {
     if (sourceFailure) {
       const cause = sourceFailure.error;

@@ -20,6 +20,7 @@ import {
   getWorkspace,
   PLAN_DEFAULTS,
   planSchema,
+  aiSchema,
   requireMember,
   requireWorkspace,
   revokeApiKey,
@@ -187,12 +188,17 @@ export const adminRoutes: AnyRoute[] = [
     method: 'patch',
     path: '/admin/v1/workspaces/{id}',
     operationId: 'updateWorkspace',
-    summary: 'Change the name or plan of a workspace',
-    description: `Plan fields not given keep their values. ${PLAN_DOC}`,
+    summary: 'Change the name, plan or AI settings of a workspace',
+    description:
+      `Plan fields not given keep their values. ${PLAN_DOC} ` +
+      '`ai` (`enabled`, `baseUrl`, `apiKey`, `model`, `dailyTokenBudget`): the language model that derives the AI insight ' +
+      "from the contact's conversations (an OpenAI-compatible `POST {baseUrl}/v1/chat/completions`; docs/insights.md). Off unless " +
+      '`enabled`; null fields take the deployment default (AI_BASE_URL, AI_API_KEY, AI_MODEL). The key is stored encrypted and ' +
+      'never returned (`apiKeySet`).',
     params: IdParams,
-    body: z.object({ name: trimmedText(200).optional(), plan: planSchema.optional() }),
+    body: z.object({ name: trimmedText(200).optional(), plan: planSchema.optional(), ai: aiSchema.optional() }),
     handler: async (ctx, { params, body }) => {
-      const data = await updateWorkspace(ctx.deps.db, params.id, body);
+      const data = await updateWorkspace(ctx.deps.db, ctx.deps.config.encryptionKeys!, params.id, body);
       ctx.limits.keys.clear(); // a plan change (API access, subscription) applies to this process's keys at once
       return { data };
     },

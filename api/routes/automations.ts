@@ -93,7 +93,7 @@ export const automationRoutes = [
     description:
       'Trigger types: `webhook_received` (with `eventFilter`, `mapping`; gets a `webhookUrl` and takes one unit of the plan’s inbound-webhook ' +
       'quota, 402 `INBOUND_WEBHOOK_LIMIT_REACHED`), `stage_changed`, `deal_won`, `deal_lost`, `card_created` (optional `pipelineId`), ' +
-      `\`contact_updated\` (optional \`fields\`). The plan's \`automationLimit\` caps the workspace's automations (402 \`AUTOMATION_LIMIT_REACHED\`). ` +
+      `\`contact_updated\` (optional \`fields\`), \`insight_updated\` (optional \`temperature\`). The plan's \`automationLimit\` caps the workspace's automations (402 \`AUTOMATION_LIMIT_REACHED\`). ` +
       `A run acts without a key, so the key saving an automation must also hold the scopes its actions need (403 \`INSUFFICIENT_SCOPE\` names them). ${ACTIONS_DOC}`,
     status: 201,
     body: AutomationBody,

@@ -32,6 +32,14 @@ const Insight = z
     nextStep: z.string().nullable(),
     qualification: z.unknown(),
     summary: z.string().nullable(),
+    source: z
+      .object({
+        model: z.string().describe('The model named in the request'),
+        messageCount: z.number().int().describe('Messages the model read'),
+        lastMessageAt: z.string().nullable().describe('The newest of them'),
+      })
+      .nullable()
+      .describe('Where a derived insight came from; null for one a person wrote (the admin PUT).'),
     updatedAt: z.string(),
   })
   .openapi('Insight');

@@ -29,6 +29,9 @@ export {
 } from './rate-limit';
 export { ALL_SCOPES, grants, satisfying, type Scope } from './scopes';
 export {
+  aiEnabled,
+  type AiInput,
+  aiSchema,
   createWorkspace,
   getWorkspace,
   joinWorkspace,
@@ -36,10 +39,12 @@ export {
   PLAN_DEFAULTS,
   planSchema,
   requireWorkspace,
+  resealAiKeys,
   serializeWorkspace,
   suspension,
   updateWorkspace,
   workspacePlan,
   workspacePlans,
+  workspaceAi,
   workspaceQuery,
 } from './workspaces';

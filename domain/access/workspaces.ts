@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { Db } from '../platform';
-import { ApiError, notFound, iso } from '../kernel';
+import { type Db, type KeyRing, openText, type Resealer, sealText } from '../platform';
+import { ApiError, notFound, iso, HTTP_URL } from '../kernel';
 
 /** What the `integer` columns hold: a larger value is 400 VALIDATION, not a database error. */
 const INT_MAX = 2_147_483_647;
@@ -66,9 +66,43 @@ const PLAN_COLUMNS = {
   active: 'active',
 } as const;
 
+/**
+ * The workspace's language model for the AI-derived insight (domain/insights): off unless
+ * `enabled`; what it leaves null the deployment's AI_BASE_URL, AI_API_KEY and AI_MODEL fill in.
+ * `baseUrl` is operator configuration (like an instance's): no anti-SSRF check. The key is stored
+ * sealed and never shown (`apiKeySet` says whether there is one).
+ */
+export const aiSchema = z
+  .object({
+    enabled: z.boolean(),
+    baseUrl: z
+      .url({ protocol: /^https?$/ })
+      .max(2048)
+      .meta({ pattern: HTTP_URL })
+      .nullable(),
+    apiKey: z.string().min(1).max(4096).nullable(),
+    model: z.string().min(1).max(200).nullable(),
+    dailyTokenBudget: z.number().int().min(1).max(INT_MAX).nullable().describe('Tokens a São Paulo day; null: no daily limit.'),
+  })
+  .partial();
+export type AiInput = z.infer<typeof aiSchema>;
+const AI_COLUMNS = {
+  enabled: 'ai_enabled',
+  baseUrl: 'ai_base_url',
+  apiKey: 'ai_api_key',
+  model: 'ai_model',
+  dailyTokenBudget: 'ai_daily_token_budget',
+} as const;
+const aiKeyBinding = (workspaceId: string) => ({ workspaceId, purpose: 'workspace.aiApiKey' as const });
+
 export interface WorkspaceRow {
   id: string;
   name: string;
+  ai_enabled: boolean;
+  ai_base_url: string | null;
+  ai_api_key: string | null;
+  ai_model: string | null;
+  ai_daily_token_budget: number | null;
   deal_limit: number | null;
   daily_message_quota: number | null;
   broadcast_limit: number | null;
@@ -99,13 +133,20 @@ export function serializeWorkspace(row: WorkspaceRow) {
     id: row.id,
     name: row.name,
     plan: plan as { [F in keyof typeof PLAN_COLUMNS]: WorkspaceRow[(typeof PLAN_COLUMNS)[F]] },
+    ai: {
+      enabled: row.ai_enabled,
+      baseUrl: row.ai_base_url,
+      model: row.ai_model,
+      dailyTokenBudget: row.ai_daily_token_budget,
+      apiKeySet: row.ai_api_key !== null,
+    },
     createdAt: iso(row.created_at),
     updatedAt: iso(row.updated_at),
   };
 }
 
 /** A plan or standing column of the workspace row (WorkspaceRow less its identity and timestamps). */
-export type PlanColumn = Exclude<keyof WorkspaceRow, 'id' | 'name' | 'created_at' | 'updated_at'>;
+export type PlanColumn = Exclude<keyof WorkspaceRow, 'id' | 'name' | 'created_at' | 'updated_at' | `ai_${string}`>;
 
 /**
  * The workspace's row as a query of its own, for an area that reads plan columns beside its own
@@ -180,9 +221,20 @@ export async function getWorkspace(db: Db, workspaceId: string) {
   return serializeWorkspace(row);
 }
 
-/** Changes the name and the plan fields given; the others keep their values. */
-export async function updateWorkspace(db: Db, workspaceId: string, input: { name?: string; plan?: PlanInput }) {
-  const changes = { ...(input.name ? { name: input.name } : {}), ...planColumns(input.plan) };
+/** Changes the name, the plan fields and the AI settings given; the others keep their values. */
+export async function updateWorkspace(
+  db: Db,
+  ring: KeyRing,
+  workspaceId: string,
+  input: { name?: string; plan?: PlanInput; ai?: AiInput },
+) {
+  const ai: Record<string, unknown> = {};
+  for (const [field, column] of Object.entries(AI_COLUMNS)) {
+    const value = input.ai?.[field as keyof AiInput];
+    if (value !== undefined)
+      ai[column] = field === 'apiKey' && typeof value === 'string' ? sealText(ring, value, aiKeyBinding(workspaceId)) : value;
+  }
+  const changes = { ...(input.name ? { name: input.name } : {}), ...planColumns(input.plan), ...ai };
   const [row]: WorkspaceRow[] = await db('workspaces')
     .where({ id: workspaceId })
     .update({ ...changes, updated_at: db.fn.now() })
@@ -205,4 +257,40 @@ export function suspension(standing: { active: boolean; api_access: boolean }, p
   if (path === 'api' && !standing.api_access)
     return new ApiError('API_ACCESS_DISABLED', 'API access is not available on the workspace plan');
   return null;
+}
+
+/** The AI settings a derivation uses: the workspace's own, its key opened; undefined for no such workspace. */
+export async function workspaceAi(db: Db, ring: KeyRing, workspaceId: string) {
+  const row: Pick<WorkspaceRow, 'ai_enabled' | 'ai_base_url' | 'ai_api_key' | 'ai_model' | 'ai_daily_token_budget'> | undefined =
+    await workspaceQuery(db, workspaceId).first('ai_enabled', 'ai_base_url', 'ai_api_key', 'ai_model', 'ai_daily_token_budget');
+  if (!row) return undefined;
+  return {
+    enabled: row.ai_enabled,
+    baseUrl: row.ai_base_url,
+    apiKey: row.ai_api_key === null ? null : openText(ring, row.ai_api_key, aiKeyBinding(workspaceId)),
+    model: row.ai_model,
+    dailyTokenBudget: row.ai_daily_token_budget,
+  };
+}
+
+/** Whether the workspace derives insights (a sub-select: its row's flag). */
+export async function aiEnabled(db: Db, workspaceId: string): Promise<boolean> {
+  const row = await workspaceQuery(db, workspaceId).first('ai_enabled');
+  return row?.ai_enabled === true;
+}
+
+/** The maintenance pass's re-seal of the workspaces' AI keys (domain/maintenance sealStoredSecrets): each not sealed with the current key and bound. */
+export async function resealAiKeys(db: Db, ring: KeyRing, reseal: Resealer): Promise<number> {
+  const rows: { id: string; value: string }[] = await db('workspaces')
+    .whereNotNull('ai_api_key')
+    .whereRaw(`ai_api_key NOT LIKE ? || id || ':%'`, [`enc:v2:${ring.current.id}:workspace.aiApiKey:`])
+    .select('id', 'ai_api_key as value');
+  let count = 0;
+  for (const row of rows) {
+    const sealed = reseal(row.value, aiKeyBinding(row.id));
+    if (sealed === null) continue;
+    await db('workspaces').where({ id: row.id, ai_api_key: row.value }).update({ ai_api_key: sealed });
+    count++;
+  }
+  return count;
 }

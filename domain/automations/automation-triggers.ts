@@ -52,6 +52,8 @@ export const REFUSALS_LISTED_PER_EVENT = 25;
 function matches(automation: Candidate, variables: Record<string, unknown>): boolean {
   if (automation.trigger_type === 'card_created' && automation.trigger.pipelineId)
     return variables.pipelineId === automation.trigger.pipelineId;
+  if (automation.trigger_type === 'insight_updated' && automation.trigger.temperature)
+    return variables.temperature === automation.trigger.temperature;
   if (automation.trigger_type === 'contact_updated') {
     const changed = String(variables.changedFields ?? '')
       .split(',')

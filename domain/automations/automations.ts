@@ -25,7 +25,15 @@ import { consume, grants, Scope, workspacePlan } from '../access';
  * activities (activities/automations.ts) calling the same domain functions as the REST API.
  */
 
-export const TRIGGER_TYPES = ['webhook_received', 'stage_changed', 'deal_won', 'deal_lost', 'card_created', 'contact_updated'] as const;
+export const TRIGGER_TYPES = [
+  'webhook_received',
+  'stage_changed',
+  'deal_won',
+  'deal_lost',
+  'card_created',
+  'contact_updated',
+  'insight_updated',
+] as const;
 export type TriggerType = (typeof TRIGGER_TYPES)[number];
 export const CONTACT_FIELDS = ['name', 'email', 'phone', 'notes', 'tags'] as const;
 
@@ -143,6 +151,7 @@ const MappingSchema = z
 const TRIGGER_ONLY = {
   pipelineId: ['card_created'],
   fields: ['contact_updated'],
+  temperature: ['insight_updated'],
   eventFilter: ['webhook_received'],
   mapping: ['webhook_received'],
 } as const satisfies Record<string, readonly TriggerType[]>;
@@ -157,6 +166,10 @@ export const TriggerSchema = onlyWith(
       .optional()
       .meta({ description: 'Only deals created in this pipeline; omitted, null or "" for any pipeline.' }),
     fields: z.array(z.enum(CONTACT_FIELDS)).min(1).max(CONTACT_FIELDS.length).optional(),
+    temperature: z
+      .enum(['cold', 'warm', 'hot'])
+      .optional()
+      .meta({ description: 'insight_updated only: only insights of this temperature; omitted for any.' }),
     eventFilter: z
       .object({ path: text(200), op: z.literal('equals'), value: z.union([z.string().max(1000), z.number(), z.boolean(), z.null()]) })
       .optional(),

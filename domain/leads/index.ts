@@ -32,7 +32,7 @@ export {
   knownInstagramPerson,
   moveContactIdentities,
 } from './identities';
-export { getInsight, setInsight } from './insights';
+export { type DerivedInsightInput, getInsight, setInsight, storeDerivedInsight } from './insights';
 export { leadListQueries, leadListQuery, leadSyncSource, listLeads, syncLeads } from './lead-list';
 export {
   addContactsToList,

@@ -1,5 +1,7 @@
+import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import { ApiError, iso } from '../kernel';
+import { recordOutbox } from '../webhooks';
 import { requireContact } from './contact-refs';
 
 export interface InsightRow {
@@ -9,6 +11,8 @@ export interface InsightRow {
   next_step: string | null;
   qualification: unknown;
   summary: string | null;
+  /** Where a derived insight came from (domain/insights); null for one a person wrote. */
+  source: { model: string; messageCount: number; lastMessageAt: string | null } | null;
   updated_at: Date | string;
 }
 
@@ -21,6 +25,7 @@ export function serializeInsight(row: InsightRow) {
     nextStep: row.next_step,
     qualification: row.qualification,
     summary: row.summary,
+    source: row.source ?? null,
     updatedAt: iso(row.updated_at),
   };
 }
@@ -59,8 +64,57 @@ export async function setInsight(db: Db, workspaceId: string, contactId: string,
     next_step: input.nextStep ?? null,
     qualification: json(input.qualification),
     summary: input.summary ?? null,
+    // A person's insight overrides a derived one until the next derivation.
+    source: null,
     updated_at: db.fn.now(),
   };
   const [row]: InsightRow[] = await db('insights').insert(values).onConflict('contact_id').merge().returning('*');
   return serializeInsight(row);
+}
+
+/** A derived insight (domain/insights): its fields, and where it came from. */
+export interface DerivedInsightInput {
+  interest: string | null;
+  products: string[];
+  objections: string[];
+  nextStep: string | null;
+  qualification: { score: number; temperature: 'cold' | 'warm' | 'hot' };
+  summary: string;
+  source: NonNullable<InsightRow['source']>;
+}
+
+/**
+ * Stores a contact's derived insight (replacing the one it had) with `contact.insight_updated` and
+ * the `insight_updated` trigger, in the caller's transaction. False when the contact is no longer
+ * canonical (deleted or merged while the model thought): nothing is stored.
+ */
+export async function storeDerivedInsight(trx: Knex.Transaction, workspaceId: string, contactId: string, input: DerivedInsightInput) {
+  const contact = await trx('contacts')
+    .where({ id: contactId, workspace_id: workspaceId })
+    .whereNull('deleted_at')
+    .whereNull('merged_into_id')
+    .forShare()
+    .first('id', 'name');
+  if (!contact) return false;
+  await trx('insights')
+    .insert({
+      contact_id: contactId,
+      workspace_id: workspaceId,
+      interest: input.interest,
+      products: JSON.stringify(input.products),
+      objections: JSON.stringify(input.objections),
+      next_step: input.nextStep,
+      qualification: JSON.stringify(input.qualification),
+      summary: input.summary,
+      source: JSON.stringify(input.source),
+      updated_at: trx.fn.now(),
+    })
+    .onConflict('contact_id')
+    .merge();
+  const { temperature, score } = input.qualification;
+  await recordOutbox(trx, workspaceId, [
+    { event: 'contact.insight_updated', fields: { contact_id: contactId, temperature, score, summary: input.summary } },
+    { trigger: 'insight_updated', variables: { contactId, temperature, score } },
+  ]);
+  return true;
 }

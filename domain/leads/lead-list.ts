@@ -47,6 +47,10 @@ export const leadListQuery = pageQuery()
     pipelineId: z.uuid().optional(),
     stageId: z.uuid().optional(),
     status: z.enum(DEAL_STATUSES).optional(),
+    temperature: z
+      .enum(['cold', 'warm', 'hot'])
+      .optional()
+      .describe('Leads whose insight (derived or written) has this temperature (`qualification.temperature`).'),
     createdAfter: isoInstant.optional(),
     createdBefore: isoInstant.optional(),
     updatedAfter: updatedAfterParam,
@@ -64,6 +68,7 @@ const LEAD_FILTERS = [
   'pipelineId',
   'stageId',
   'status',
+  'temperature',
   'createdAfter',
   'createdBefore',
   'updatedAfter',
@@ -161,6 +166,13 @@ function applyLeadFilters(
     // every deal of the stage: 2.4 ms against 0.8 for 2,000 deals, and growing with them.
     if (options.perRow) q.whereRaw('coalesce((?), false)', [deal.select(db.raw('true')).limit(1, { skipBinding: true })]);
     else q.whereExists(deal.select(db.raw('1')));
+  }
+  if (f.temperature) {
+    // The insight's temperature column (insights_workspace_temperature_idx), one row per contact.
+    const warm = db('insights')
+      .whereRaw('insights.contact_id = contacts.id')
+      .where({ 'insights.workspace_id': workspaceId, 'insights.temperature': f.temperature });
+    q.whereExists(warm.select(db.raw('1')));
   }
   if (f.createdAfter) q.where('contacts.created_at', '>=', f.createdAfter);
   if (f.createdBefore) q.where('contacts.created_at', '<', f.createdBefore);

@@ -2,10 +2,11 @@ import { columnResealer, type Db, KeyRing, openText, SealBinding, sealText } fro
 import { resealInstanceSecrets } from '../messaging';
 import { resealSubscriptionSecrets } from '../webhooks';
 import { resealAutomationTokens } from '../automations';
+import { resealAiKeys } from '../access';
 
 /**
  * Secrets stored by the service (provider tokens and app secrets, webhook signing secrets,
- * inbound automation tokens) are sealed with the current key of ENCRYPTION_KEYS when written,
+ * inbound automation tokens, the workspaces' AI keys) are sealed with the current key of ENCRYPTION_KEYS when written,
  * bound to their workspace and purpose (domain/platform/encryption.ts). This pass, run by the worker at
  * start, seals what is still in plain text (rows written before encryption), binds what was sealed
  * before bindings (`enc:v1`), and re-seals what an older key sealed, so after a rotation the old
@@ -16,7 +17,7 @@ import { resealAutomationTokens } from '../automations';
 export async function sealStoredSecrets(
   db: Db,
   ring: KeyRing,
-): Promise<{ instances: number; webhookSubscriptions: number; automationTokens: number; refused: number }> {
+): Promise<{ instances: number; webhookSubscriptions: number; automationTokens: number; aiKeys: number; refused: number }> {
   let refused = 0;
   /** The value sealed with the current key and bound, or null when it is bound elsewhere. */
   const reseal = (value: string, binding: SealBinding): string | null => {
@@ -37,5 +38,6 @@ export async function sealStoredSecrets(
   const webhookSubscriptions = await resealSubscriptionSecrets(resealColumn);
   // Inbound automation tokens are found by their hash (which does not change); the token is kept sealed for its URL.
   const automationTokens = await resealAutomationTokens(resealColumn);
-  return { instances, webhookSubscriptions, automationTokens, refused };
+  const aiKeys = await resealAiKeys(db, ring, reseal);
+  return { instances, webhookSubscriptions, automationTokens, aiKeys, refused };
 }

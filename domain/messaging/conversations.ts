@@ -229,6 +229,46 @@ export async function conversationForSend(trx: Knex.Transaction, workspaceId: st
 }
 
 /**
+ * A contact's latest messages over all its visible conversations (WhatsApp and Instagram alike),
+ * oldest first: at most `limit` messages and `chars` characters of text, whichever is reached
+ * first, counted from the newest (the AI insight's reading, domain/insights). A media message
+ * without a caption reads as its type in brackets.
+ */
+export async function contactTranscript(
+  db: Db,
+  workspaceId: string,
+  contactId: string,
+  bounds: { limit: number; chars: number },
+): Promise<{ direction: 'in' | 'out'; text: string; timestamp: Date }[]> {
+  const rows: { direction: 'in' | 'out'; type: string; body: string | null; timestamp: Date }[] = await visibleConversations(
+    db,
+    workspaceId,
+  )
+    .join('messages as m', function joinMessages() {
+      this.on('m.workspace_id', '=', 'c.workspace_id').andOn('m.conversation_id', '=', 'c.id');
+    })
+    .where('c.contact_id', contactId)
+    .orderBy([
+      { column: 'm.timestamp', order: 'desc' },
+      { column: 'm.id', order: 'desc' },
+    ])
+    .limit(bounds.limit)
+    .select('m.direction', 'm.type', 'm.body', 'm.timestamp');
+  const out = [];
+  let used = 0;
+  for (const row of rows) {
+    const text = row.body || `[${row.type}]`;
+    if (used + text.length > bounds.chars) {
+      if (out.length === 0) out.push({ direction: row.direction, text: text.slice(text.length - bounds.chars), timestamp: row.timestamp });
+      break;
+    }
+    used += text.length;
+    out.push({ direction: row.direction, text, timestamp: row.timestamp });
+  }
+  return out.reverse();
+}
+
+/**
  * The conversation a send to a contact without a phone (met on Instagram) replies in: on
  * `instanceId` when given, else the latest one; undefined when it has none.
  */

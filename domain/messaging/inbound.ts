@@ -19,6 +19,7 @@ import {
 import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../../types/messaging';
 import { type InboundMediaType, recordPendingMedia } from './media';
+import { recordConversationActivity } from './activity';
 
 /**
  * Inbound provider traffic of the WhatsApp Cloud API (docs/messaging.md):
@@ -697,5 +698,6 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
     channel: instance.channel,
     conversation_id: conversation.id,
   });
+  await recordConversationActivity(trx, workspaceId, [contact.id]);
   return true;
 }

@@ -1,4 +1,5 @@
 export {
+  contactTranscript,
   CONVERSATION_STATUSES,
   getConversationWithMessages,
   listConversations,
@@ -26,6 +27,7 @@ export {
   type WebhookInstance,
   type WebhookOutcome,
 } from './inbound';
+export { recordConversationActivity } from './activity';
 export { addInstagramProfiles, parseInstagramWebhook } from './instagram';
 export {
   CHANNELS,
@@ -73,6 +75,7 @@ export {
   outcomeUnknown,
   refuseUnsendable,
   requiredFields,
+  saoPauloDay,
   secondsUntilSaoPauloMidnight,
   TEMPLATE_BUTTONS,
   TEMPLATE_HEADER,

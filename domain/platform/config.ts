@@ -64,6 +64,13 @@ export interface Config {
   dbRandomPageCost: number;
   /** Days dispatched outbox rows, finished webhook deliveries and finished automation runs are kept (domain/maintenance/retention.ts). */
   retentionDays: number;
+  /**
+   * The deployment's language model for the AI insight (AI_BASE_URL, AI_API_KEY, AI_MODEL): only
+   * fills in what a workspace with AI enabled leaves out; no workspace derives without enabling it.
+   */
+  ai: { baseUrl?: string; apiKey?: string; model?: string };
+  /** Quiet after a contact's last message before its insight is derived (INSIGHT_DEBOUNCE_SECONDS, default 120, at least 1). */
+  insightDebounceSeconds: number;
   /** Worker concurrency and memory bounds. */
   worker: {
     maxActivities: number;
@@ -166,6 +173,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),
     dbRandomPageCost: positive('DB_RANDOM_PAGE_COST', env.DB_RANDOM_PAGE_COST, 1.1),
     retentionDays: count('RETENTION_DAYS', env.RETENTION_DAYS, 30),
+    ai: {
+      ...(env.AI_BASE_URL ? { baseUrl: env.AI_BASE_URL } : {}),
+      ...(env.AI_API_KEY ? { apiKey: env.AI_API_KEY } : {}),
+      ...(env.AI_MODEL ? { model: env.AI_MODEL } : {}),
+    },
+    insightDebounceSeconds: count('INSIGHT_DEBOUNCE_SECONDS', env.INSIGHT_DEBOUNCE_SECONDS, 120),
     worker: {
       maxActivities: count('WORKER_MAX_ACTIVITIES', env.WORKER_MAX_ACTIVITIES, 200),
       maxWorkflowTasks: count('WORKER_MAX_WORKFLOW_TASKS', env.WORKER_MAX_WORKFLOW_TASKS, 100),

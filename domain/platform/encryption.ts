@@ -72,7 +72,12 @@ export interface SealBinding {
   purpose: SecretPurpose;
 }
 export type SecretPurpose =
-  'instance.accessToken' | 'instance.appSecret' | 'instance.verifyToken' | 'webhook.secret' | 'automation.webhookToken';
+  | 'instance.accessToken'
+  | 'instance.appSecret'
+  | 'instance.verifyToken'
+  | 'webhook.secret'
+  | 'automation.webhookToken'
+  | 'workspace.aiApiKey';
 
 /**
  * A text at rest. `enc:v2:<keyId>:<purpose>:<workspaceId>:<base64>`: bound; the header (all before

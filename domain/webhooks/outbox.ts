@@ -24,10 +24,23 @@ export const WEBHOOK_EVENTS = [
   // A broadcast froze its audience and began sending; it sent (or skipped) every recipient.
   'broadcast.started',
   'broadcast.completed',
+  // The AI insight of a contact was derived anew from its conversations (domain/insights).
+  'contact.insight_updated',
 ] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 
-export const TRIGGERS = ['stage_changed', 'deal_won', 'deal_lost', 'card_created', 'contact_updated', 'webhook_received'] as const;
+export const TRIGGERS = [
+  'stage_changed',
+  'deal_won',
+  'deal_lost',
+  'card_created',
+  'contact_updated',
+  'webhook_received',
+  'insight_updated',
+  // Internal: a message in or out of a contact's conversation, in a workspace that derives insights
+  // (the dispatcher signals the contact's insight workflow; no automation has this trigger).
+  'conversation_activity',
+] as const;
 export type Trigger = (typeof TRIGGERS)[number];
 
 type Writer = Knex | Knex.Transaction;

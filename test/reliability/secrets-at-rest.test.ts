@@ -75,7 +75,7 @@ it('seals rows written in plain text and re-seals with a new key after a rotatio
   const db = createDb(url, { max: 2 });
   try {
     await db.migrate.latest(migrationConfig);
-    const [ws] = await db('workspaces').insert({ name: 'Rotation' }).returning('id');
+    const [ws] = await db('workspaces').insert({ name: 'Rotation', ai_api_key: 'sk-legacy' }).returning('id');
     const [instance] = await db('instances')
       .insert({
         workspace_id: ws.id,
@@ -92,13 +92,18 @@ it('seals rows written in plain text and re-seals with a new key after a rotatio
     const read = async () => ({
       token: (await db('instances').where({ id: instance.id }).first('config')).config.accessToken as string,
       secret: (await db('webhook_subscriptions').where({ id: subscription.id }).first('secret')).secret as string,
+      aiKey: (await db('workspaces').where({ id: ws.id }).first('ai_api_key')).ai_api_key as string,
     });
 
     const old = parseKeyRing(newKeyRingValue('first'));
     await sealStoredSecrets(db, old);
     const sealed = await read();
-    expect([sealedWith(sealed.token), sealedWith(sealed.secret)]).toEqual(['first', 'first']);
-    expect([openText(old, sealed.token), openText(old, sealed.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
+    expect([sealedWith(sealed.token), sealedWith(sealed.secret), sealedWith(sealed.aiKey)]).toEqual(['first', 'first', 'first']);
+    expect([openText(old, sealed.token), openText(old, sealed.secret), openText(old, sealed.aiKey)]).toEqual([
+      'legacy-token',
+      'whsec_legacy',
+      'sk-legacy',
+    ]);
 
     // Rotation: the new key first, the old one still listed; the pass moves every value to the new key.
     const rotated = parseKeyRing(
@@ -106,7 +111,7 @@ it('seals rows written in plain text and re-seals with a new key after a rotatio
     );
     await sealStoredSecrets(db, rotated);
     const moved = await read();
-    expect([sealedWith(moved.token), sealedWith(moved.secret)]).toEqual(['rotated', 'rotated']);
+    expect([sealedWith(moved.token), sealedWith(moved.secret), sealedWith(moved.aiKey)]).toEqual(['rotated', 'rotated', 'rotated']);
     expect([openText(rotated, moved.token), openText(rotated, moved.secret)]).toEqual(['legacy-token', 'whsec_legacy']);
     expect(() => openText(old, moved.token)).toThrow(/key "rotated", which ENCRYPTION_KEYS does not list/);
   } finally {
@@ -187,7 +192,13 @@ it("binds each secret to its workspace and purpose: a value copied into another 
       .insert({ workspace_id: b.id, url: 'https://hooks.example.com/b', events: ['*'], secret: secretA })
       .returning('id');
     expect(() => openInstanceConfig(ring, { accessToken: configA.accessToken }, b.id)).toThrow(/another workspace or purpose/);
-    expect(await sealStoredSecrets(db, ring)).toEqual({ instances: 0, webhookSubscriptions: 0, automationTokens: 0, refused: 2 });
+    expect(await sealStoredSecrets(db, ring)).toEqual({
+      instances: 0,
+      webhookSubscriptions: 0,
+      automationTokens: 0,
+      aiKeys: 0,
+      refused: 2,
+    });
     expect((await db('instances').where({ id: instanceB.id }).first('config')).config.accessToken).toBe(configA.accessToken);
     expect((await db('webhook_subscriptions').where({ id: subB.id }).first('secret')).secret).toBe(secretA);
   } finally {

@@ -311,6 +311,8 @@ describe('the endpoints that take a URL', () => {
         'post /api/v1/broadcasts mediaUrl',
         'post /admin/v1/workspaces/{id}/instances baseUrl',
         'patch /admin/v1/workspaces/{id}/instances/{instanceId} baseUrl',
+        // The AI model's address: operator configuration like an instance's, not subject to the anti-SSRF check (docs/insights.md).
+        'patch /admin/v1/workspaces/{id} baseUrl',
       ].sort(),
     );
   });
