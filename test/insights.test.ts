@@ -152,6 +152,27 @@ describe('the derived insight', () => {
     expect(await insightOf(s, contactId)).toEqual(before);
   }, 60_000);
 
+  it('a 429 is retried after its Retry-After, a 500 after the backoff, and the insight is stored', async () => {
+    const s = await setup();
+    const phone = uniqueMobile();
+    await emulator('/__emulator/llm/script', { apiKey: s.apiKey, behaviour: 'rate-limited', retryAfterSeconds: 2, times: 1 });
+    await says(s, phone, 'Quero a mentoria');
+    const contactId = await contactOf(s, phone);
+    const started = Date.now();
+    await eventually('the first (refused) call', async () => (await modelCalls(s)).length >= 1, 20_000, 100);
+    expect(await derived(s, contactId)).toMatchObject({ products: ['mentoria'] });
+    const calls = await modelCalls(s);
+    expect(calls.map((c) => c.status)).toEqual([429, 200]);
+    // The second call came after the model's Retry-After (2 s), not the 1 s backoff.
+    expect(Date.parse(calls[1].at) - Date.parse(calls[0].at)).toBeGreaterThanOrEqual(1900);
+    expect(Date.now() - started).toBeLessThan(20_000);
+
+    await emulator('/__emulator/llm/script', { apiKey: s.apiKey, behaviour: 'error', times: 1 });
+    await says(s, phone, 'E o curso?');
+    await eventually('a second derivation', async () => (await insightOf(s, contactId))?.products?.includes('curso'), 30_000, 200);
+    expect((await modelCalls(s)).map((c) => c.status)).toEqual([429, 200, 500, 200]);
+  });
+
   it('the daily token budget stops derivations', async () => {
     const s = await setup({ dailyTokenBudget: 1 });
     const phone = uniqueMobile();
