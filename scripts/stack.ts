@@ -424,6 +424,20 @@ export function temporalDynamicConfig(): Record<string, unknown> {
   return Object.fromEntries(Object.entries(file).map(([key, values]) => [key, values[0].value]));
 }
 
+/**
+ * The dev server (one process, SQLite) configured for throughput (docs/operations.md, "Temporal for
+ * throughput"). The CLI re-reads search attributes from its database on every read that checks
+ * one (4 extra SQLite reads per workflow start): its cache is right, as nothing else changes them
+ * here. One task queue partition: the default 4 spreads one worker's few pollers so thinly that most
+ * first workflow tasks miss the hand-off to a waiting poller and go through the backlog. A
+ * production cluster sizes partitions to its pollers instead (docs/operations.md).
+ */
+const DEV_SERVER_THROUGHPUT = {
+  'system.forceSearchAttributesCacheRefreshOnRead': false,
+  'matching.numTaskqueueReadPartitions': 1,
+  'matching.numTaskqueueWritePartitions': 1,
+};
+
 export async function startTemporalDevServer(
   cli: string,
   /** dbFile: the dev server's SQLite file; without it the server keeps everything in memory. */
@@ -445,7 +459,10 @@ export async function startTemporalDevServer(
     // Task queue fairness: the service starts every workflow with its workspace as fairness key, and
     // the server then dispatches the tasks of a task queue round-robin across workspaces, so one
     // workspace's burst of runs or sends cannot make another's wait behind it.
-    ...Object.entries(temporalDynamicConfig()).flatMap(([name, value]) => ['--dynamic-config-value', `${name}=${JSON.stringify(value)}`]),
+    ...Object.entries({ ...temporalDynamicConfig(), ...DEV_SERVER_THROUGHPUT }).flatMap(([name, value]) => [
+      '--dynamic-config-value',
+      `${name}=${JSON.stringify(value)}`,
+    ]),
     ...(opts.uiPort ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
   ];
   const child = startChild({ name: 'temporal', command: cli, args, logFile: opts.logFile });
