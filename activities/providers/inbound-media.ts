@@ -72,6 +72,19 @@ async function readStart(res: SafeStreamResponse): Promise<string> {
   return (await readCapped(res.body, 1024)).bytes.toString('utf8');
 }
 
+/** A file's bytes into the sink as they arrive (the answer closed after); its MIME type (`type/subtype`) from the answer. */
+async function streamInto(res: SafeStreamResponse, sink: MediaChunkWriter): Promise<string | undefined> {
+  try {
+    for await (const chunk of res.body) await sink.write(chunk);
+  } catch (err) {
+    if (err instanceof SafeHttpError) throw retryable(`the media download: ${err.message}`);
+    throw err;
+  } finally {
+    res.cancel();
+  }
+  return /^[\w.+-]+\/[\w.+-]+/.exec(String(res.headers['content-type'] ?? ''))?.[0];
+}
+
 async function fetchCloud({ row, config }: MediaSource, sink: MediaChunkWriter, allowPrivateUrls: boolean): Promise<FetchedMedia> {
   const { baseUrl, accessToken } = config;
   if (!baseUrl || !accessToken) throw retryable('the Cloud API instance has no base URL or access token configured');
@@ -108,15 +121,8 @@ async function fetchCloud({ row, config }: MediaSource, sink: MediaChunkWriter, 
     timeoutMs: DOWNLOAD_TIMEOUT_MS,
   });
   if (res.status < 200 || res.status >= 300) throw refusal('the media URL', res.status, excerpt(scrub(await readStart(res))));
-  try {
-    for await (const chunk of res.body) await sink.write(chunk);
-  } catch (err) {
-    if (err instanceof SafeHttpError) throw retryable(`the media download: ${err.message}`);
-    throw err;
-  } finally {
-    res.cancel();
-  }
-  const header = /^[\w.+-]+\/[\w.+-]+/.exec(String(res.headers['content-type'] ?? ''))?.[0];
+  // The bytes first, always: the provider's own type wins over the answer's.
+  const header = await streamInto(res, sink);
   return { mimeType: mimeType ?? header };
 }
 
@@ -263,15 +269,7 @@ async function fetchInstagram({ row }: MediaSource, sink: MediaChunkWriter, allo
   if (res.status < 200 || res.status >= 300) throw refusal("Instagram's media URL", res.status, excerpt(await readStart(res)));
   const declared = Number(res.headers['content-length']);
   if (Number.isFinite(declared) && declared > 0) sink.declare(declared);
-  try {
-    for await (const chunk of res.body) await sink.write(chunk);
-  } catch (err) {
-    if (err instanceof SafeHttpError) throw retryable(`the media download: ${err.message}`);
-    throw err;
-  } finally {
-    res.cancel();
-  }
-  return { mimeType: /^[\w.+-]+\/[\w.+-]+/.exec(String(res.headers['content-type'] ?? ''))?.[0] };
+  return { mimeType: await streamInto(res, sink) };
 }
 
 async function fetchWeb({ row, config }: MediaSource, sink: MediaChunkWriter): Promise<FetchedMedia> {
