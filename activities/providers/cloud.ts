@@ -58,7 +58,8 @@ const EXPLANATION: Record<ProviderFailure, string> = {
   REJECTED: 'WhatsApp refused the request',
 };
 
-type GraphError = {
+/** A Graph API error body's `error` (the Cloud API's and Instagram's alike). */
+export type GraphError = {
   message?: unknown;
   type?: unknown;
   code?: unknown;
@@ -67,7 +68,8 @@ type GraphError = {
   fbtrace_id?: unknown;
 };
 
-function asCode(value: unknown): number | undefined {
+/** A Graph API error code (a number, or digits as text), else undefined. */
+export function asCode(value: unknown): number | undefined {
   const n = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
   return typeof n === 'number' && Number.isInteger(n) ? n : undefined;
 }

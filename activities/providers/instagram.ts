@@ -13,6 +13,7 @@ import {
   postJson,
   redactSecrets,
 } from './types';
+import { asCode, type GraphError } from './cloud';
 
 /**
  * Instagram messaging (Graph API) adapter.
@@ -53,13 +54,6 @@ const EXPLANATION: Record<ProviderFailure, string> = {
 };
 
 const ATTACHMENT_TYPE: Record<string, string> = { image: 'image', video: 'video', audio: 'audio', document: 'file' };
-
-type GraphError = { message?: unknown; code?: unknown; error_subcode?: unknown; fbtrace_id?: unknown };
-
-const asCode = (value: unknown): number | undefined => {
-  const n = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
-  return typeof n === 'number' && Number.isInteger(n) ? n : undefined;
-};
 
 export function classifyInstagramError(status: number, code: number | undefined, subcode: number | undefined): ProviderFailure {
   const known = (code !== undefined && FAILURES[`${code}/${subcode}`]) || (code !== undefined && FAILURES[String(code)]);
