@@ -416,9 +416,11 @@ export function refuseByPhone(instance: Pick<SendInstance, 'channel'>): void {
 
 /**
  * What refuses a send once its instance, contact and conversation are known: what its instance
- * and template refuse (refuseOnInstance), then what its recipient refuses (refuseForRecipient).
+ * cannot carry (refuseUnsupported), what it and the template refuse (refuseOnInstance), then what
+ * its recipient refuses (refuseForRecipient).
  */
 export function refuseUnsendable(send: SendToRecipient): void {
+  refuseUnsupported(send.instance, send.message);
   refuseOnInstance(send);
   refuseForRecipient(send);
 }
@@ -434,13 +436,12 @@ type SendToRecipient = {
 };
 
 /**
- * What refuses a message on an instance whoever receives it: a channel or message type it cannot
- * carry, the instance disconnected, a template that is not approved on it. `template` is the
- * approved template of that name and language, when the message is one.
+ * What refuses a message on an instance whoever receives it, once refuseUnsupported let it through
+ * (before any template lookup): the instance disconnected, a template that is not approved on it.
+ * `template` is the approved template of that name and language, when the message is one.
  */
 export function refuseOnInstance(send: { instance: SendInstance; message: MessageContent; template?: SendableTemplate }): void {
   const { instance, message } = send;
-  refuseUnsupported(instance, message);
   if (!instance.connected)
     throw new ApiError('INSTANCE_DISCONNECTED', 'The instance is not connected', {
       hint: 'Reconnect it, or send through another instance.',
