@@ -46,6 +46,32 @@ export interface InsightInput {
   summary?: string | null;
 }
 
+/**
+ * A contact's insight written whole (created or replaced): a field not given is cleared. `source`:
+ * where a derived one came from; null for a person's, which overrides a derived one until the next
+ * derivation.
+ */
+async function writeInsight(trx: Db, workspaceId: string, contactId: string, input: InsightInput, source: InsightRow['source']) {
+  const json = (v: unknown) => (v === undefined ? null : JSON.stringify(v));
+  const [row]: InsightRow[] = await trx('insights')
+    .insert({
+      contact_id: contactId,
+      workspace_id: workspaceId,
+      interest: input.interest ?? null,
+      products: json(input.products),
+      objections: json(input.objections),
+      next_step: input.nextStep ?? null,
+      qualification: json(input.qualification),
+      summary: input.summary ?? null,
+      source: source === null ? null : JSON.stringify(source),
+      updated_at: trx.fn.now(),
+    })
+    .onConflict('contact_id')
+    .merge()
+    .returning('*');
+  return row;
+}
+
 /** Sets (creates or replaces) a contact's insight; a field not sent is cleared. */
 export async function setInsight(db: Db, workspaceId: string, contactId: string, input: InsightInput) {
   const contact = await db('contacts')
@@ -54,22 +80,7 @@ export async function setInsight(db: Db, workspaceId: string, contactId: string,
     .whereNull('merged_into_id')
     .first('id');
   if (!contact) throw new ApiError('CONTACT_NOT_FOUND', 'Contact not found');
-  const json = (v: unknown) => (v === undefined ? null : JSON.stringify(v));
-  const values = {
-    contact_id: contactId,
-    workspace_id: workspaceId,
-    interest: input.interest ?? null,
-    products: json(input.products),
-    objections: json(input.objections),
-    next_step: input.nextStep ?? null,
-    qualification: json(input.qualification),
-    summary: input.summary ?? null,
-    // A person's insight overrides a derived one until the next derivation.
-    source: null,
-    updated_at: db.fn.now(),
-  };
-  const [row]: InsightRow[] = await db('insights').insert(values).onConflict('contact_id').merge().returning('*');
-  return serializeInsight(row);
+  return serializeInsight(await writeInsight(db, workspaceId, contactId, input, null));
 }
 
 /** A derived insight (domain/insights): its fields, and where it came from. */
@@ -96,21 +107,8 @@ export async function storeDerivedInsight(trx: Knex.Transaction, workspaceId: st
     .forShare()
     .first('id', 'name');
   if (!contact) return false;
-  await trx('insights')
-    .insert({
-      contact_id: contactId,
-      workspace_id: workspaceId,
-      interest: input.interest,
-      products: JSON.stringify(input.products),
-      objections: JSON.stringify(input.objections),
-      next_step: input.nextStep,
-      qualification: JSON.stringify(input.qualification),
-      summary: input.summary,
-      source: JSON.stringify(input.source),
-      updated_at: trx.fn.now(),
-    })
-    .onConflict('contact_id')
-    .merge();
+  const { source, ...fields } = input;
+  await writeInsight(trx, workspaceId, contactId, fields, source);
   const { temperature, score } = input.qualification;
   await recordOutbox(trx, workspaceId, [
     { event: 'contact.insight_updated', fields: { contact_id: contactId, temperature, score, summary: input.summary } },
