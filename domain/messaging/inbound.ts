@@ -20,6 +20,7 @@ import { consentFromMessage } from './sending';
 import { MEDIA_TYPES } from '../../types/messaging';
 import { type InboundMediaType, recordPendingMedia } from './media';
 import { recordConversationActivity } from './activity';
+import { aiEnabled } from '../access';
 
 /**
  * Inbound provider traffic of the WhatsApp Cloud API (docs/messaging.md):
@@ -531,6 +532,8 @@ export async function applyProviderWebhook(
   // in one transaction.
   const ordered = [...parsed.messages].sort((a, b) => (senderKey(a) < senderKey(b) ? -1 : senderKey(a) > senderKey(b) ? 1 : 0));
   const work: WorkItem[] = [...ordered.map((message) => ({ message })), ...parsed.statuses.map((status) => ({ status }))];
+  // Whether the workspace derives AI insights: read once for the delivery, not once per message.
+  const aiOn = parsed.messages.length > 0 && (await aiEnabled(db, workspaceId));
   for (let start = 0; start < work.length; start += ITEMS_PER_TRANSACTION) {
     const chunk = work.slice(start, start + ITEMS_PER_TRANSACTION);
     // Counted once committed: a transaction that fails leaves the outcome as it was (the delivery then fails anyway).
@@ -538,7 +541,7 @@ export async function applyProviderWebhook(
     await db.transaction(async (trx) => {
       for (const item of chunk) {
         if ('message' in item) {
-          if (await recordInbound(trx, instance, item.message)) counted.received += 1;
+          if (await recordInbound(trx, instance, item.message, aiOn)) counted.received += 1;
           else counted.duplicates += 1;
         } else if (await applyStatus(trx, instance, item.status)) counted.statuses += 1;
         else counted.ignored += 1;
@@ -620,7 +623,7 @@ async function reconcileAttempt(trx: Knex.Transaction, workspaceId: string, stat
 }
 
 /** One inbound message; false when the provider message id was already recorded (a redelivery). */
-async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, message: InboundMessage): Promise<boolean> {
+async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, message: InboundMessage, aiOn: boolean): Promise<boolean> {
   const workspaceId = instance.workspace_id;
   // Cheap early exit for a redelivery; the ON CONFLICT below is what holds under concurrency.
   const seen = await trx('messages').where({ workspace_id: workspaceId, provider_message_id: message.providerMessageId }).first('id');
@@ -698,6 +701,6 @@ async function recordInbound(trx: Knex.Transaction, instance: WebhookInstance, m
     channel: instance.channel,
     conversation_id: conversation.id,
   });
-  await recordConversationActivity(trx, workspaceId, [contact.id]);
+  await recordConversationActivity(trx, workspaceId, [contact.id], aiOn);
   return true;
 }
