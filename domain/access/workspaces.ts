@@ -117,13 +117,18 @@ export interface WorkspaceRow {
   updated_at: Date;
 }
 
-export function planColumns(plan: PlanInput = {}): Record<string, unknown> {
+/** The columns the given fields map to (`columns`: field -> column), with their values; fields not given are left out. */
+function columnsOf(columns: Record<string, string>, input: object = {}): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [field, column] of Object.entries(PLAN_COLUMNS)) {
-    const value = plan[field as keyof PlanInput];
+  for (const [field, column] of Object.entries(columns)) {
+    const value = (input as Record<string, unknown>)[field];
     if (value !== undefined) out[column] = value;
   }
   return out;
+}
+
+export function planColumns(plan: PlanInput = {}): Record<string, unknown> {
+  return columnsOf(PLAN_COLUMNS, plan);
 }
 
 /** The workspace with its plan: each field of PLAN_COLUMNS (in its order) with its column's value. */
@@ -228,12 +233,9 @@ export async function updateWorkspace(
   workspaceId: string,
   input: { name?: string; plan?: PlanInput; ai?: AiInput },
 ) {
-  const ai: Record<string, unknown> = {};
-  for (const [field, column] of Object.entries(AI_COLUMNS)) {
-    const value = input.ai?.[field as keyof AiInput];
-    if (value !== undefined)
-      ai[column] = field === 'apiKey' && typeof value === 'string' ? sealText(ring, value, aiKeyBinding(workspaceId)) : value;
-  }
+  const ai = columnsOf(AI_COLUMNS, input.ai);
+  // The key is stored sealed (null clears it).
+  if (typeof ai.ai_api_key === 'string') ai.ai_api_key = sealText(ring, ai.ai_api_key, aiKeyBinding(workspaceId));
   const changes = { ...(input.name ? { name: input.name } : {}), ...planColumns(input.plan), ...ai };
   const [row]: WorkspaceRow[] = await db('workspaces')
     .where({ id: workspaceId })
