@@ -1,10 +1,13 @@
-# One image for the API, the worker and the migration job (the command picks the role).
-FROM node:20-bookworm-slim
+# One image for the API, the worker and the migration job (the command picks the role). It runs
+# the compiled JavaScript of `npm run build` (dist/), never TypeScript: no tsx and no webpack at start.
+
+# Build stage: every dependency (TypeScript, the workflow bundler), the sources, `npm run build`:
+# tsc into dist/, and the workflow bundle prebuilt into dist/workflow-bundle.js.
+FROM node:20-bookworm-slim AS build
 WORKDIR /app
-ENV NODE_ENV=production
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund
-COPY tsconfig.json knexfile.ts ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json knexfile.ts ./
 COPY api ./api
 COPY domain ./domain
 COPY types ./types
@@ -13,7 +16,15 @@ COPY workflows ./workflows
 COPY workers ./workers
 COPY migrations ./migrations
 COPY scripts ./scripts
-COPY emulator ./emulator
+RUN npm run build
+
+# Runtime stage: the production dependencies and dist/ only.
+FROM node:20-bookworm-slim
+WORKDIR /app
+ENV NODE_ENV=production
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY --from=build /app/dist ./dist
 USER node
 EXPOSE 3000
-CMD ["node", "--import", "tsx", "api/server.ts"]
+CMD ["node", "dist/api/server.js"]

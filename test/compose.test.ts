@@ -22,13 +22,22 @@ describe('docker-compose.yml', () => {
     expect(temporalDynamicConfig()).toMatchObject({ 'matching.useNewMatcher': true, 'matching.enableFairness': true });
   });
 
-  it('builds the API, the worker and the migration job from the one Dockerfile', () => {
+  it('builds the API, the worker and the migration job from the one Dockerfile, which runs the compiled service', () => {
     for (const name of ['api', 'worker', 'migrate']) expect(compose.services[name].build).toBe('.');
-    expect(fs.existsSync(path.join(root, 'Dockerfile'))).toBe(true);
-    expect(compose.services.api.command.join(' ')).toContain('api/server.ts');
-    expect(compose.services.worker.command.join(' ')).toContain('workers/main.ts');
-    expect(fs.existsSync(path.join(root, 'api/server.ts'))).toBe(true);
-    expect(fs.existsSync(path.join(root, 'workers/main.ts'))).toBe(true);
+    expect(compose.services.api.command).toEqual(['node', 'dist/api/server.js']);
+    expect(compose.services.worker.command).toEqual(['node', 'dist/workers/main.js']);
+    expect(compose.services.migrate.command).toEqual(['node', 'dist/scripts/migrate.js', 'latest']);
+    // Each is the compiled form of a source of ours (test/compiled-build.test.ts builds and runs them).
+    for (const name of ['api', 'worker', 'migrate'])
+      expect(fs.existsSync(path.join(root, compose.services[name].command[1].replace(/^dist\//, '').replace(/\.js$/, '.ts')))).toBe(true);
+    // Built in a stage of its own; the image keeps the production dependencies and dist/, and runs no TypeScript.
+    const dockerfile = fs.readFileSync(path.join(root, 'Dockerfile'), 'utf8');
+    expect(dockerfile).toMatch(/^FROM \S+ AS build$/m);
+    expect(dockerfile).toMatch(/^RUN npm run build$/m);
+    expect(dockerfile).toMatch(/^RUN npm ci --omit=dev /m);
+    expect(dockerfile).toMatch(/^COPY --from=build \/app\/dist \.\/dist$/m);
+    expect(dockerfile).toMatch(/^CMD \["node", "dist\/api\/server\.js"\]$/m);
+    expect(dockerfile).not.toContain('--import');
   });
 
   it('wires the API and the worker with the environment they read', () => {
