@@ -20,6 +20,7 @@ import {
   PROVIDER_RETRYABLE,
   type PreparedSend,
   type ProviderSendResult,
+  type SendAtOnce,
   type ReconcileResult,
   type SendInput,
   type SendOutcome,
@@ -36,7 +37,7 @@ type ContentRef = { requestId: string; message?: undefined } | { requestId?: und
  */
 export function createMessagingActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
   const port = providerPort({ allowPrivateUrls: config.allowPrivateUrls });
-  return {
+  const activities = {
     /** Everything before the provider call, in one transaction (the workflow sets PhoneHash from the result). */
     async prepareSend(input: SendInput): Promise<Prepared> {
       const { workflowId, runId } = Context.current().info.workflowExecution!;
@@ -112,7 +113,48 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
       if (input.mode === 'cold') outcome.created = { contact: prepared.createdContact, conversation: prepared.createdConversation };
       return outcome;
     },
+
+    /**
+     * A text or template send's three steps in one local activity (prepare, the first provider
+     * call, record), so a send accepted at once costs one activity round in its one workflow task.
+     * Run again after a crash it repeats nothing: each step is idempotent by the run's reference.
+     * A refusal of prepare is thrown (nothing was prepared); what happens after prepare is
+     * answered with the preparation, and the workflow goes on from it (compensation, retry, reconciliation).
+     */
+    async sendAtOnce(input: { workspaceId: string; requestId: string; mode: 'cold' | 'conversation' }): Promise<SendAtOnce> {
+      const prepared = await activities.prepareSend(input);
+      const { workspaceId, requestId } = input;
+      let call: ProviderSendResult;
+      try {
+        call = await activities.sendToProvider({
+          workspaceId,
+          instanceId: prepared.instanceId,
+          to: prepared.to,
+          reference: prepared.reference,
+          requestId,
+        });
+      } catch (err) {
+        const failure = err instanceof ApplicationFailure ? err : ApplicationFailure.fromError(err);
+        return {
+          prepared,
+          failure: {
+            type: failure.type ?? undefined,
+            message: failure.message,
+            nonRetryable: Boolean(failure.nonRetryable),
+            details: failure.details ?? undefined,
+          },
+        };
+      }
+      if (call.outcome === 'unconfirmed') return { prepared, unconfirmed: call.reason };
+      try {
+        return { prepared, recorded: await activities.recordSent({ workspaceId, prepared, sent: call.sent, requestId, mode: input.mode }) };
+      } catch {
+        // The provider has it: the workflow records it with RECORD's retries.
+        return { prepared, sent: call.sent };
+      }
+    },
   };
+  return activities;
 }
 
 export type MessagingActivities = ReturnType<typeof createMessagingActivities>;

@@ -12,6 +12,8 @@ export interface AppDeps {
   logger: Logger;
   /** Lazily connected Temporal client (the API starts even while Temporal is down). */
   temporal: () => Promise<Client>;
+  /** The client's connection is shared with a send worker of this process: sends start eagerly (workers/send-worker.ts). */
+  eagerSends?: boolean;
 }
 
 export interface ApiKeyAuth {

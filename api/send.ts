@@ -140,7 +140,10 @@ export async function runSend(
     await withTemporal(ctx, service, () =>
       client.workflow.start(sendMessageWorkflow, {
         workflowId,
-        taskQueue: ctx.deps.config.taskQueue,
+        taskQueue: ctx.deps.config.sendTaskQueue,
+        // The API process's own send worker runs the first workflow task when it has a free slot
+        // (workers/send-worker.ts); without one this is an ordinary start.
+        requestEagerStart: ctx.deps.eagerSends === true,
         // The reconciliation window travels in the input: the workflow's waits depend only on its history.
         args: [{ ...sendInputFor(workspaceId, requestId, content), reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
         workflowIdReusePolicy: reusePolicy,

@@ -4,6 +4,7 @@ import { createApp } from './app';
 import type { AppDeps } from './context';
 import { assertAdminToken, createLogger, createServiceDb, loadConfig, temporalClientFactory } from '../domain/platform';
 import { pruneCounters } from '../domain/access';
+import { sendWorkerHost } from '../workers/send-worker';
 
 /** What an API process serves beyond the service's own app (scripts/bench/api.ts adds the bench's yardsticks). */
 export interface ApiAdditions {
@@ -17,8 +18,11 @@ export async function runApi(additions: ApiAdditions = {}): Promise<void> {
   assertAdminToken(config.adminToken);
   const logger = createLogger('api', config.logLevel);
   const db = createServiceDb(config);
-  const temporal = temporalClientFactory(config);
-  const deps: AppDeps = { config, db, logger, temporal: temporal.get };
+  // The send worker's client (eager starts), or a plain client when the API hosts none.
+  const temporal = config.apiSendWorker ? sendWorkerHost(config, { db, logger }) : temporalClientFactory(config);
+  // Connected at start, so the hosted worker is ready before the first send.
+  if (config.apiSendWorker) temporal.get().catch((err) => logger.warn({ err }, 'Temporal: not reachable yet (connected at first use)'));
+  const deps: AppDeps = { config, db, logger, temporal: temporal.get, eagerSends: config.apiSendWorker };
   const app = createApp(deps);
   if (additions.front) app.middleware.unshift(additions.front(deps));
 

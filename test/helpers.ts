@@ -9,7 +9,7 @@ import type { temporal } from '@temporalio/proto';
 import pino from 'pino';
 import { createApp } from '../api/app';
 import type { AnyRoute } from '../api/route';
-import { loadConfig, Config } from '../domain/platform/config';
+import { loadConfig, Config, sendTaskQueueOf } from '../domain/platform/config';
 import { createServiceDb, Db } from '../domain/platform/db';
 import { REDACT_PATHS } from '../domain/platform/logger';
 import { temporalClientFactory } from '../domain/platform/temporal';
@@ -54,7 +54,9 @@ export function uniqueIp(): string {
 }
 
 export async function startApi(options: { extraRoutes?: AnyRoute[]; config?: Partial<Config> } = {}): Promise<TestApi> {
-  const config = { ...loadConfig(), trustProxy: 1, ...options.config };
+  // A task queue of the test's own (served by its own worker) takes its sends' queue with it.
+  const ownQueue = options.config?.taskQueue ? { sendTaskQueue: sendTaskQueueOf(options.config.taskQueue) } : {};
+  const config = { ...loadConfig(), trustProxy: 1, ...ownQueue, ...options.config };
   const db = createServiceDb(config, 10);
   const logs: string[] = [];
   const sink = new Writable({

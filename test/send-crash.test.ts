@@ -8,8 +8,9 @@
 import { loadConfig } from '../domain/platform/config';
 import { saoPauloDay } from '../domain/messaging/sending';
 import { temporalClientFactory } from '../domain/platform/temporal';
-import { Child, waitFor } from '../scripts/stack';
-import { cloudInstance, emulator, killWorker, ownWorker } from './stack-fixtures';
+import path from 'node:path';
+import { Child, freePort, nodeTs, startChild, waitFor, waitForHttp } from '../scripts/stack';
+import { cloudInstance, emulator, killWorker, LOG_DIR, ownWorker } from './stack-fixtures';
 import { createWorkspace, outbox, startApi, TestApi, uniqueIp, Workspace } from './helpers';
 import { uniqueMobile } from './phones';
 
@@ -206,7 +207,7 @@ describe('a worker killed mid-send', () => {
     const deliveries = (await emulator(`/__emulator/webhook?phoneNumberId=${s.phoneNumberId}`)).deliveries;
     expect(deliveries.map((d: any) => d.httpStatus)).toEqual([200]);
     expect(await lostWorkflowTasks(s, key)).toBeGreaterThanOrEqual(1);
-    expect(await localActivities(s, key)).toContain('sendToProvider');
+    expect(await localActivities(s, key)).toContain('sendAtOnce');
     console.log(`[send-crash] killed mid-call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 60_000);
 
@@ -336,11 +337,119 @@ describe('a worker killed mid-send', () => {
     expect(res.status).toBe(201);
     await expectOneSend(s, phone, res);
     const attempts = await activityAttempts(s, key);
-    // Round 1 (a local activity) found the claim and waited for the window; round 2 called the provider.
-    expect((await localActivities(s, key)).filter((type) => type === 'sendToProvider')).toHaveLength(1);
+    // Round 1 (in the one local activity, sendAtOnce) found the claim and waited for the window; round 2 called the provider.
+    expect(await localActivities(s, key)).toEqual(['sendAtOnce', 'recordSent']);
     expect(attempts.sendToProvider).toEqual([1]);
     expect(attempts.reconcileSend).toHaveLength(1);
     expect(Date.now() - started).toBeGreaterThanOrEqual(RECONCILE_WINDOW_MS);
     console.log(`[send-crash] claimed, never called: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 60_000);
+});
+
+/**
+ * An API process (api/server.ts, as production runs it) hosting its send worker on the file's task
+ * queue: its sends start eagerly, their first workflow task run by that worker.
+ */
+async function apiProcess(): Promise<{ child: Child; url: string }> {
+  const port = await freePort();
+  const child = startChild({
+    name: 'eager-api',
+    ...nodeTs('api/server.ts'),
+    env: {
+      ...process.env,
+      PORT: String(port),
+      PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+      TRUST_PROXY: 'true',
+      TEMPORAL_TASK_QUEUE: TASK_QUEUE,
+      SEND_RECONCILE_WINDOW_MS: String(RECONCILE_WINDOW_MS),
+      API_SEND_WORKER: 'true',
+    },
+    logFile: path.join(LOG_DIR, `api-eager-${process.pid}.log`),
+  });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/health`, child);
+  await waitFor(
+    'the hosted send worker',
+    async () => {
+      if (!child.output().includes('hosted send worker ready')) throw new Error('not ready yet');
+    },
+    60_000,
+  );
+  return { child, url };
+}
+
+/** Who ran each workflow task of the send, in order (a worker's identity is `<pid>@<host>`). */
+async function workflowTaskRunners(s: Setup, key: string): Promise<string[]> {
+  const history = await (await temporal.get()).workflow.getHandle(workflowId(s, key)).fetchHistory();
+  return (history.events ?? [])
+    .filter((e) => e.workflowTaskStartedEventAttributes)
+    .map((e) => e.workflowTaskStartedEventAttributes!.identity ?? '');
+}
+
+describe('an API process that hosts its send worker', () => {
+  let eager: { child: Child; url: string } | undefined;
+  beforeAll(async () => {
+    eager = await apiProcess();
+  }, 90_000);
+  afterAll(async () => {
+    await eager?.child.stop();
+  });
+  const sendThrough = (url: string, s: Setup, phone: string, key: string) =>
+    fetch(`${url}/api/v1/messages`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${s.ws.key}`,
+        'content-type': 'application/json',
+        'x-forwarded-for': uniqueIp(),
+        'Idempotency-Key': key,
+      },
+      body: JSON.stringify(body(phone)),
+    });
+
+  it('starts a send eagerly: its one workflow task runs in the API process, one provider call', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `eager-${phone}`;
+    const res = await sendThrough(eager!.url, s, phone, key);
+    expect(res.status).toBe(201);
+    await expectOneSend(s, phone, { status: res.status, body: await res.json() });
+    expect(await workflowTaskRunners(s, key)).toEqual([expect.stringMatching(new RegExp(`^${eager!.child.process.pid}@`))]);
+    expect(await localActivities(s, key)).toEqual(['sendAtOnce']);
+  }, 60_000);
+
+  it('killed mid-send (its hosted worker with it): a dedicated worker takes the send over, one provider call, recorded once', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `api-killed-${phone}`;
+    // The provider takes 2 s to answer: the API dies after the request reached it.
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 2000, times: 1 });
+    const started = Date.now();
+    const killedPid = eager!.child.process.pid!;
+    const pending = sendThrough(eager!.url, s, phone, key).then(
+      (res) => res.status,
+      () => 'connection lost',
+    );
+    await waitFor(
+      'the provider call',
+      async () => {
+        if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
+      },
+      20_000,
+    );
+    await killWorker(eager!.child);
+    expect(await pending).toBe('connection lost');
+    eager = await apiProcess();
+
+    // The client repeats with its key (on another API): it joins the send and gets its answer.
+    const res = await answer(s, phone, key, send(s, phone, key));
+    await expectOneSend(s, phone, res);
+    const runners = await workflowTaskRunners(s, key);
+    // The first task died with the API; the rest ran on the dedicated worker.
+    expect(runners[0]).toMatch(new RegExp(`^${killedPid}@`));
+    expect(runners.slice(1).every((r) => !r.startsWith(`${killedPid}@`))).toBe(true);
+    expect(await lostWorkflowTasks(s, key)).toBeGreaterThanOrEqual(1);
+    const deliveries = (await emulator(`/__emulator/webhook?phoneNumberId=${s.phoneNumberId}`)).deliveries;
+    expect(deliveries.map((d: any) => d.httpStatus)).toEqual([200]);
+    console.log(`[send-crash] API killed mid-call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 90_000);
 });

@@ -81,6 +81,15 @@ it('replays a send started before its first provider call became a local activit
   expect(code).toBe(0);
 }, 120_000);
 
+it('replays sends started before their three steps became one local activity (prepare, first call and record one by one)', async () => {
+  // Recorded by the code of da95a19 (a send accepted at once; one whose first call was refused, 429), payloads decoded.
+  const files = ['send-history-local-steps.json', 'send-history-local-steps-retried.json'].map((f) => path.join(FIXTURES, f));
+  const { code, out } = await replay(files);
+  expect(out).toContain('send-history-local-steps.json: replays');
+  expect(out).toContain('send-history-local-steps-retried.json: replays');
+  expect(code).toBe(0);
+}, 120_000);
+
 it('replays the sends of the current code: one accepted at once (one workflow task), one whose first call the provider refused for a while', async () => {
   const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
@@ -101,9 +110,12 @@ it('replays the sends of the current code: one accepted at once (one workflow ta
 
   const atOnce = path.join(dir, 'accepted-at-once.json');
   const accepted = await saveHistory(await coldSend(ws, mobile(), 'replay-at-once'), atOnce);
-  // Prepare, the provider call and record in the workflow task that started it: no activity task.
+  // Prepare, the provider call and record in the workflow task that started it, as one local
+  // activity (one marker), with no activity task.
   expect(count(accepted, 'EVENT_TYPE_WORKFLOW_TASK_COMPLETED')).toBe(1);
   expect(count(accepted, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED')).toBe(0);
+  const localActivities = (accepted.events ?? []).filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity');
+  expect(localActivities).toHaveLength(1);
 
   const throttledPhone = mobile();
   const script = await fetch(`${EMULATOR}/__emulator/script`, {

@@ -134,6 +134,18 @@ export interface SentMessage {
  */
 export type ProviderSendResult = { outcome: 'sent'; sent: SentMessage } | { outcome: 'unconfirmed'; reason: string };
 
+/**
+ * What a send's one local step came to (sendAtOnce, workflows/send-message.ts), always with its
+ * preparation: the send recorded; accepted but not recorded; unconfirmed (the provider may have
+ * it); or the provider call's failure (an activity failure's fields), which the workflow goes on from.
+ */
+export type SendAtOnce = { prepared: PreparedSend } & (
+  | { recorded: SendOutcome }
+  | { sent: SentMessage }
+  | { unconfirmed: string }
+  | { failure: { type?: string; message: string; nonRetryable: boolean; details?: unknown[] } }
+);
+
 /** What reconcileSend decided: the provider's answer arrived (`sent`), or the window passed without it (`failed`). */
 export type ReconcileResult = { outcome: 'sent'; sent: SentMessage } | { outcome: 'failed'; reason: string };
 

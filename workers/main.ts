@@ -60,10 +60,20 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
     maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
     maxCachedWorkflows: config.worker.maxCachedWorkflows,
   };
+  const activities = { ...createActivities({ db, config }), ...additions.activities };
   const worker = await Worker.create({
     ...common,
     taskQueue: config.taskQueue,
-    activities: { ...createActivities({ db, config }), ...additions.activities },
+    activities,
+    maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
+  });
+  // The API's sends (api/send.ts): their first task usually runs in the API process that started
+  // them (workers/send-worker.ts); this worker serves the rest of the queue (ordinary activities,
+  // timers, retries, sends of an API that hosts no worker or went away).
+  const sendWorker = await Worker.create({
+    ...common,
+    taskQueue: config.sendTaskQueue,
+    activities,
     maxConcurrentActivityTaskExecutions: config.worker.maxActivities,
   });
   // Webhook deliveries have a worker of their own on the same connection: a subscriber that answers
@@ -134,9 +144,12 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   void prune();
   const pruner = setInterval(prune, PRUNE_EVERY_MS);
   pruner.unref();
-  logger.info({ taskQueue: config.taskQueue, webhookTaskQueue: config.webhookTaskQueue }, 'worker ready');
-  // The Temporal runtime turns SIGINT/SIGTERM into a graceful shutdown of both workers.
-  await Promise.all([worker.run(), webhookWorker.run()]);
+  logger.info(
+    { taskQueue: config.taskQueue, webhookTaskQueue: config.webhookTaskQueue, sendTaskQueue: config.sendTaskQueue },
+    'worker ready',
+  );
+  // The Temporal runtime turns SIGINT/SIGTERM into a graceful shutdown of the three workers.
+  await Promise.all([worker.run(), webhookWorker.run(), sendWorker.run()]);
   clearInterval(pruner);
   await dispatcher.stop();
   await mediaDispatcher.stop();

@@ -100,6 +100,14 @@ export const RECORD: ActivityOptions = {
 export const LOCAL_DATABASE: LocalActivityOptions = { startToCloseTimeout: DATABASE.startToCloseTimeout, retry: DATABASE.retry };
 export const LOCAL_RECORD: LocalActivityOptions = { startToCloseTimeout: RECORD.startToCloseTimeout, retry: RECORD.retry };
 
+/**
+ * A text or template send's prepare, first provider call and record as one local activity
+ * (sendAtOnce): room for prepare and record beside the provider call's 15 s, and one try, like
+ * the first call alone. Its failure or timeout is not the end: the workflow goes on step by step
+ * with the profiles above, every step idempotent by the run's reference.
+ */
+export const LOCAL_SEND_AT_ONCE: LocalActivityOptions = { startToCloseTimeout: '25 seconds', retry: { maximumAttempts: 1 } };
+
 /** Compensations run until they succeed: a half-undone saga is worse than a late one. */
 export const COMPENSATION: ActivityOptions = {
   startToCloseTimeout: '10 seconds',

@@ -17,6 +17,7 @@ import {
   LOCAL_DATABASE,
   LOCAL_PROVIDER_FIRST_CALL,
   LOCAL_RECORD,
+  LOCAL_SEND_AT_ONCE,
   MEDIA_CHECK,
   PROVIDER_FIRST_RETRY_WAIT,
   PROVIDER_SEND,
@@ -33,6 +34,7 @@ import {
   SEND_OUTCOME_UNKNOWN,
   type PreparedSend,
   type ReconcileResult,
+  type SendAtOnce,
   type SendInput,
   type SendRefusal,
   type SendResult,
@@ -51,7 +53,7 @@ const providerRetry = proxyActivities<MessagingActivities>(PROVIDER_SEND_RETRY);
  * marker says which one a run uses. Deprecate it once no send older than the change can be running.
  */
 const LOCAL_DB_STEPS = 'send-db-steps-as-local-activities';
-function databaseSteps() {
+function databaseSteps(): typeof localSteps {
   return patched(LOCAL_DB_STEPS)
     ? {
         prepare: proxyLocalActivities<MessagingActivities>(LOCAL_DATABASE),
@@ -59,6 +61,7 @@ function databaseSteps() {
       }
     : { prepare: proxyActivities<MessagingActivities>(DATABASE), record: proxyActivities<MessagingActivities>(RECORD) };
 }
+const atOnce = proxyLocalActivities<MessagingActivities>(LOCAL_SEND_AT_ONCE);
 const compensate = proxyActivities<MessagingActivities>(COMPENSATION);
 const media = proxyActivities<MediaActivities>(MEDIA_CHECK);
 
@@ -79,7 +82,9 @@ const RECONCILE_MARGIN_MS = 60_000;
 export async function sendMessageWorkflow(input: SendInput): Promise<SendResult> {
   const { workflowId, runId } = workflowInfo();
   const compensations: (() => Promise<void>)[] = [];
-  const { prepare, record } = databaseSteps();
+  // Decided first, where the steps' patch was always asked: an older run replays its commands in their order.
+  const oneStep = Boolean(input.requestId) && !hasMedia(input) && patched(SEND_AT_ONCE);
+  const { prepare, record } = oneStep ? localSteps : databaseSteps();
   try {
     if (hasMedia(input))
       await media.checkMedia(
@@ -87,22 +92,25 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
           ? { workspaceId: input.workspaceId, requestId: input.requestId }
           : { url: input.message!.mediaUrl!, type: input.message!.type },
       );
-    const prepared = await prepare.prepareSend(input);
+    const first = oneStep ? await sendAtOnce(input) : undefined;
+    const prepared = first?.prepared ?? (await prepare.prepareSend(input));
     compensations.push(() => compensate.undoPrepare(prepared));
-    // Search attributes are shown in clear: the number's keyed hash, never the number (domain/platform/temporal.ts).
-    // A preparation made before the hash sets no phone attribute; the command is the same either way.
-    upsertSearchAttributes({ InstanceId: [prepared.instanceId], ...(prepared.phoneHash ? { PhoneHash: [prepared.phoneHash] } : {}) });
+    searchAttributesOf(prepared, oneStep);
+    if (first && 'recorded' in first) return first.recorded;
 
-    const sent = await sendOnce(input, prepared, `${workflowId}/${runId}`).catch((err) => {
-      if (!outcomeUnknown(err)) throw err;
-      // The provider may have the message: the contact and conversation stay (undoing them could
-      // orphan a delivered message), and the send fails as SEND_OUTCOME_UNKNOWN.
-      compensations.length = 0;
-      const cause = failureCause(err);
-      throw cause instanceof TimeoutFailure
-        ? unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`)
-        : err;
-    });
+    const sent =
+      first && 'sent' in first
+        ? first.sent
+        : await sendOnce(input, prepared, `${workflowId}/${runId}`, first).catch((err) => {
+            if (!outcomeUnknown(err)) throw err;
+            // The provider may have the message: the contact and conversation stay (undoing them could
+            // orphan a delivered message), and the send fails as SEND_OUTCOME_UNKNOWN.
+            compensations.length = 0;
+            const cause = failureCause(err);
+            throw cause instanceof TimeoutFailure
+              ? unknownOutcome(`The provider call did not finish in time (${cause.message}), so it may have been accepted`)
+              : err;
+          });
     compensations.length = 0;
     return await record.recordSent({ workspaceId: input.workspaceId, prepared, sent, ...content(input), mode: kind(input) });
   } catch (err) {
@@ -113,6 +121,44 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
     if (refused && patched(REFUSAL_COMPLETES)) return refused;
     throw failure;
   }
+}
+
+/**
+ * Prepare, the first provider call and record as one local activity: a send the provider accepts
+ * at once is one workflow task with one activity round (it was three). Sends started before this
+ * change replay their steps one by one. A refusal of prepare stands; the activity's own timeout or
+ * a passing error goes on step by step (undefined), where prepare answers the preparation it made.
+ */
+const SEND_AT_ONCE = 'send-at-once';
+/** The steps of a send that began at once, when it must go on one by one. */
+const localSteps = {
+  prepare: proxyLocalActivities<MessagingActivities>(LOCAL_DATABASE),
+  record: proxyLocalActivities<MessagingActivities>(LOCAL_RECORD),
+};
+
+async function sendAtOnce(input: SendInput): Promise<SendAtOnce | undefined> {
+  try {
+    return await atOnce.sendAtOnce({ workspaceId: input.workspaceId, requestId: input.requestId!, mode: kind(input) });
+  } catch (err) {
+    const cause = failureCause(err);
+    if (cause instanceof ApplicationFailure && cause.nonRetryable) throw err;
+    return undefined;
+  }
+}
+
+/**
+ * The send's search attributes: the API sets what it knows at start (workspace, key, the number's
+ * hash, a named instance); what only prepare learns (the default instance, a conversation's
+ * recipient) is upserted. A send started before this change upserted both, and replays so.
+ */
+function searchAttributesOf(prepared: PreparedSend & { phoneHash?: string }, setAtStart: boolean): void {
+  const given = setAtStart ? (workflowInfo().searchAttributes ?? {}) : {};
+  const missing: Record<string, string[]> = {};
+  if (given.InstanceId?.[0] !== prepared.instanceId) missing.InstanceId = [prepared.instanceId];
+  // Search attributes are shown in clear: the number's keyed hash, never the number (domain/platform/temporal.ts).
+  // A preparation made before the hash sets no phone attribute.
+  if (prepared.phoneHash && given.PhoneHash?.[0] !== prepared.phoneHash) missing.PhoneHash = [prepared.phoneHash];
+  if (Object.keys(missing).length > 0) upsertSearchAttributes(missing);
 }
 
 const REFUSAL_COMPLETES = 'send-refusal-completes';
@@ -136,17 +182,12 @@ function refusalOf(failure: unknown): SendRefusal | undefined {
  * `failed` and the next round sends (still one accepted message). The deadline comes from the
  * workflow clock, and the decision is an activity result in the history: replay-safe.
  */
-async function sendOnce(input: SendInput, prepared: PreparedSend, reference: string): Promise<SentMessage> {
+async function sendOnce(input: SendInput, prepared: PreparedSend, reference: string, first?: SendAtOnce): Promise<SentMessage> {
   const windowMs = Math.min(Math.max(input.reconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS, MIN_WINDOW_MS), MAX_WINDOW_MS);
   const reconcile = proxyActivities<MessagingActivities>({ ...RECONCILE, scheduleToCloseTimeout: windowMs + RECONCILE_MARGIN_MS });
   for (let round = 1; ; round++) {
-    const result = await callProvider(input, round, {
-      workspaceId: input.workspaceId,
-      instanceId: prepared.instanceId,
-      to: prepared.to,
-      reference,
-      ...content(input),
-    });
+    const call = { workspaceId: input.workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference, ...content(input) };
+    const result = round === 1 && first ? await afterFirstCall(first, call) : await callProvider(input, round, call);
     if (result.outcome === 'sent') return result.sent;
 
     // Date.now() inside a workflow is Temporal's workflow clock (the time of this workflow task,
@@ -193,6 +234,16 @@ async function callProvider(input: SendInput, round: number, call: Parameters<Me
     await sleep(PROVIDER_FIRST_RETRY_WAIT);
     return providerRetry.sendToProvider(call);
   }
+}
+
+/** Round one of a send whose first call was made at once: its unconfirmed outcome, or its failure as callProvider treats a local call's. */
+async function afterFirstCall(first: SendAtOnce, call: Parameters<MessagingActivities['sendToProvider']>[0]) {
+  if ('unconfirmed' in first) return { outcome: 'unconfirmed' as const, reason: first.unconfirmed };
+  if (!('failure' in first)) throw new Error('afterFirstCall: the first call did not fail');
+  const { type, message, nonRetryable, details } = first.failure;
+  if (nonRetryable) throw ApplicationFailure.create({ type, message, nonRetryable, details });
+  await sleep(PROVIDER_FIRST_RETRY_WAIT);
+  return providerRetry.sendToProvider(call);
 }
 
 /*

@@ -16,6 +16,14 @@ export interface Config {
    * slots, never those of sends and automation runs.
    */
   webhookTaskQueue: string;
+  /**
+   * Task queue of the API's sends (TEMPORAL_SEND_TASK_QUEUE, default `<taskQueue>-sends`): each API
+   * process hosts a worker on it and starts its sends there eagerly (workers/send-worker.ts); the
+   * dedicated workers serve it too (retries, timers, an API that went away).
+   */
+  sendTaskQueue: string;
+  /** Whether an API process hosts a send worker and starts its sends eagerly (API_SEND_WORKER, default true). */
+  apiSendWorker: boolean;
   adminToken: string;
   /**
    * The one origin allowed to call the Temporal codec endpoint from a browser with credentials
@@ -144,6 +152,11 @@ export function assertAdminToken(adminToken: string): void {
   }
 }
 
+/** The default send task queue of a task queue (a test that gives its API a task queue of its own gives it this one too). */
+export function sendTaskQueueOf(taskQueue: string): string {
+  return `${taskQueue}-sends`;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const port = number('PORT', env.PORT, 3000);
   return {
@@ -153,6 +166,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     temporalNamespace: env.TEMPORAL_NAMESPACE ?? 'default',
     taskQueue: env.TEMPORAL_TASK_QUEUE ?? 'crm',
     webhookTaskQueue: env.TEMPORAL_WEBHOOK_TASK_QUEUE ?? `${env.TEMPORAL_TASK_QUEUE ?? 'crm'}-webhooks`,
+    sendTaskQueue: env.TEMPORAL_SEND_TASK_QUEUE ?? sendTaskQueueOf(env.TEMPORAL_TASK_QUEUE ?? 'crm'),
+    apiSendWorker: bool(env.API_SEND_WORKER, true),
     adminToken: env.ADMIN_TOKEN ?? '',
     temporalUiOrigin: origin('TEMPORAL_UI_ORIGIN', env.TEMPORAL_UI_ORIGIN, DEFAULT_TEMPORAL_UI_ORIGIN),
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),

@@ -8,7 +8,7 @@ export {
   issueCodecSession,
   validCodecSession,
 } from './codec-session';
-export { assertAdminToken, type Config, loadConfig } from './config';
+export { assertAdminToken, type Config, loadConfig, sendTaskQueueOf } from './config';
 export { cursorPage, encodeCursor, FIRST_MICROS, FROM_MICROS, LAST_MICROS, microsOf, settledHorizon } from './cursor';
 export {
   compiledOnce,
@@ -49,6 +49,7 @@ export {
   searchHashes,
   START_DEADLINE_MS,
   temporalClientFactory,
+  type TemporalClients,
   withDeadline,
   withoutPhoneNumbers,
   workspacePriority,

@@ -81,10 +81,12 @@ export const ENCRYPTION_KEYS_MISSING =
  * A lazily connected, shared Temporal client. A failed connection is forgotten so the next call
  * retries: the API keeps serving reads while Temporal is down and recovers by itself.
  */
-export function temporalClientFactory(config: Pick<Config, 'temporalAddress' | 'temporalNamespace' | 'encryptionKeys'>): {
+export interface TemporalClients {
   get: () => Promise<Client>;
   close: () => Promise<void>;
-} {
+}
+
+export function temporalClientFactory(config: Pick<Config, 'temporalAddress' | 'temporalNamespace' | 'encryptionKeys'>): TemporalClients {
   const { temporalAddress: address, temporalNamespace: namespace } = config;
   const dataConverter = dataConverterFor(config);
   let pending: Promise<Client> | undefined;
