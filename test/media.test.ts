@@ -380,7 +380,8 @@ describe('memory of the API process while downloading', () => {
       child = startChild({
         name: 'media-api',
         ...nodeTs('api/server.ts'),
-        env: { PORT: String(port), PUBLIC_BASE_URL: url },
+        // No hosted send worker: its start (the bundle, the Temporal runtime) would grow the memory this measures.
+        env: { PORT: String(port), PUBLIC_BASE_URL: url, API_SEND_WORKER: 'false' },
         logFile: path.join(LOG_DIR, `media-api-${port}.log`),
       });
       await waitForHttp(`${url}/health`, child);

@@ -371,7 +371,7 @@ async function apiProcess(): Promise<{ child: Child; url: string }> {
   await waitFor(
     'the hosted send worker',
     async () => {
-      if (!child.output().includes('hosted send worker ready')) throw new Error('not ready yet');
+      if (!child.output().includes('hosted worker ready')) throw new Error('not ready yet');
     },
     60_000,
   );

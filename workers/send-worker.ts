@@ -23,51 +23,84 @@ const REHOST_AFTER_MS = 5_000;
  * serves reads while Temporal is down. The workflow bundle is built once, at the first connection.
  */
 export function sendWorkerHost(config: Config, deps: { db: Db; logger: Logger }): TemporalClients {
+  return workerHost(
+    config,
+    { taskQueue: config.sendTaskQueue, activities: createMessagingActivities({ db: deps.db, config }) },
+    deps.logger,
+  );
+}
+
+/** What a process hosts beside its client: the send worker, or the bench's Temporal floor (scripts/bench.ts). */
+export interface HostedWorker {
+  taskQueue: string;
+  activities: object;
+  /** The workflows module to bundle (default: the service's, prebuilt when compiled). */
+  workflowsPath?: string;
+  /** Whether it also polls the queue's ordinary activities (the bench's one-activity floor); a send worker does not. */
+  nonLocalActivities?: boolean;
+}
+
+/** A client whose connection a worker of the same process shares: its starts with `requestEagerStart` run there. */
+export function workerHost(
+  config: Pick<Config, 'temporalAddress' | 'temporalNamespace' | 'encryptionKeys' | 'worker'>,
+  hosted: HostedWorker,
+  logger: { info(fields: object, message: string): void; error(fields: object, message: string): void },
+): TemporalClients & { hostedWorker: () => Promise<void> } {
   const { temporalAddress: address, temporalNamespace: namespace } = config;
   const dataConverter = dataConverterFor(config);
-  const activities = createMessagingActivities({ db: deps.db, config });
   let bundle: Promise<{ code: string }> | undefined;
   let pending: Promise<Client> | undefined;
   let connection: NativeConnection | undefined;
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
   let closing = false;
+  let isReady: () => void;
+  const ready = new Promise<void>((resolve) => (isReady = resolve));
 
   const host = async (conn: NativeConnection): Promise<void> => {
-    bundle ??= bundleWorkflowsApart();
-    const hosted = await Worker.create({
+    bundle ??= bundleWorkflowsApart(hosted.workflowsPath);
+    const created = await Worker.create({
       connection: conn,
       namespace,
-      taskQueue: config.sendTaskQueue,
+      taskQueue: hosted.taskQueue,
       workflowBundle: await bundle,
-      activities,
+      activities: hosted.activities,
       dataConverter,
-      enableNonLocalActivities: false,
+      enableNonLocalActivities: hosted.nonLocalActivities ?? false,
       maxConcurrentWorkflowTaskExecutions: config.worker.maxWorkflowTasks,
       maxConcurrentLocalActivityExecutions: config.worker.maxLocalActivities,
       maxCachedWorkflows: config.worker.maxCachedWorkflows,
     });
     if (closing) return;
-    worker = hosted;
-    running = hosted.run().then(
+    worker = created;
+    running = created.run().then(
       () => undefined,
       (err: unknown) => {
         worker = undefined;
         if (closing) return;
-        deps.logger.error({ err }, 'hosted send worker stopped: sends start on the dedicated workers until it is back');
+        logger.error(
+          { err, taskQueue: hosted.taskQueue },
+          'hosted worker stopped: its starts go to the dedicated workers until it is back',
+        );
         setTimeout(() => void rehost(conn), REHOST_AFTER_MS).unref();
       },
     );
-    deps.logger.info({ taskQueue: config.sendTaskQueue }, 'hosted send worker ready: sends start eagerly');
+    isReady();
+    logger.info({ taskQueue: hosted.taskQueue }, 'hosted worker ready: starts on its task queue run here eagerly');
   };
   const rehost = (conn: NativeConnection) =>
     host(conn).catch((err: unknown) => {
       if (closing) return;
-      deps.logger.error({ err }, 'hosted send worker: not started (tried again shortly; sends start on the dedicated workers)');
+      logger.error(
+        { err, taskQueue: hosted.taskQueue },
+        'hosted worker: not started (tried again shortly; its starts go to the dedicated workers)',
+      );
       setTimeout(() => void rehost(conn), REHOST_AFTER_MS).unref();
     });
 
   return {
+    /** Resolves once the worker runs (the client connects first: call get). */
+    hostedWorker: () => ready,
     get() {
       if (!pending) {
         pending = NativeConnection.connect({ address })

@@ -714,7 +714,8 @@ describe('process memory under hostile bodies', () => {
     child = startChild({
       name: 'api-bounds',
       ...nodeTs('api/server.ts'),
-      env: { PORT: String(port), RATE_LIMIT_SCALE: '100000', TRUST_PROXY: 'true', LOG_LEVEL: 'warn' },
+      // No hosted send worker: its start (the bundle, the Temporal runtime) would rise the floor this measures.
+      env: { PORT: String(port), RATE_LIMIT_SCALE: '100000', TRUST_PROXY: 'true', LOG_LEVEL: 'warn', API_SEND_WORKER: 'false' },
       logFile: path.join(dir, 'logs', `api-bounds-${process.pid}.log`),
     });
     const base = `http://127.0.0.1:${port}`;
