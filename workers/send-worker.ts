@@ -22,7 +22,7 @@ const REHOST_AFTER_MS = 5_000;
  * Like temporalClientFactory, connected lazily and forgotten on failure, so the API starts and
  * serves reads while Temporal is down. The workflow bundle is built once, at the first connection.
  */
-export function sendWorkerHost(config: Config, deps: { db: Db; logger: Logger }): TemporalClients {
+export function sendWorkerHost(config: Config, deps: { db: Db; logger: Logger }): ReturnType<typeof workerHost> {
   return workerHost(
     config,
     { taskQueue: config.sendTaskQueue, activities: createMessagingActivities({ db: deps.db, config }) },
