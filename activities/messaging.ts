@@ -2,6 +2,8 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Config, Db } from '../domain/platform';
 import {
   attemptSend,
+  type AttemptItem,
+  forWorkflow,
   messageBody,
   outcomeUnknown,
   prepareSend,
@@ -24,6 +26,7 @@ import {
   type ReconcileResult,
   type SendInput,
   type SendOutcome,
+  type SendRequest,
   type SentMessage,
 } from '../types/messaging';
 
@@ -37,11 +40,65 @@ type ContentRef = { requestId: string; message?: undefined } | { requestId?: und
  */
 export function createMessagingActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
   const port = providerPort({ allowPrivateUrls: config.allowPrivateUrls });
+  /** The run's reference: names its preparation and its one provider attempt. */
+  const reference = () => {
+    const { workflowId, runId } = Context.current().info.workflowExecution!;
+    return `${workflowId}/${runId}`;
+  };
+  const prepare = (input: SendInput, request?: SendRequest) =>
+    refusalsAsFailures(() => prepareSend(db, config.encryptionKeys!, input, reference(), request));
+
+  /** The provider call of a send whose content the caller loaded (a template's components as prepared, when it has them). */
+  async function callProvider(
+    input: { workspaceId: string; instanceId: string; to: string; reference: string },
+    message: AttemptItem['message'],
+  ): Promise<ProviderSendResult> {
+    const result = await attemptSend(db, port, config.encryptionKeys!, { ...input, message });
+    switch (result.outcome) {
+      case 'sent':
+        return result;
+      case 'unconfirmed':
+        if (!result.awaitsCallback) throw toFailure(outcomeUnknown(result.reason));
+        return { outcome: 'unconfirmed', reason: result.reason };
+      case 'refused':
+        throw toFailure(result.error);
+      case 'throttled':
+        throw ApplicationFailure.retryable(result.message, PROVIDER_RETRYABLE);
+    }
+  }
+
+  /** The sent message recorded (recordSent), then the send's answer. */
+  async function record(
+    input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; mode: 'cold' | 'conversation' },
+    message: SendRequest['message'],
+  ): Promise<SendOutcome> {
+    const { prepared } = input;
+    const [row] = await recordSent(
+      db,
+      input.workspaceId,
+      [{ prepared, sent: input.sent, message: { type: message.type, body: messageBody(message), mediaUrl: message.mediaUrl ?? null } }],
+      (trx, recorded) =>
+        recordConversationActivity(
+          trx,
+          input.workspaceId,
+          recorded.map((r) => r.contactId),
+        ),
+    );
+    const outcome: SendOutcome = {
+      id: row.id,
+      status: 'sent',
+      type: message.type,
+      conversationId: row.conversationId,
+      contactId: row.contactId,
+    };
+    if (input.mode === 'cold') outcome.created = { contact: prepared.createdContact, conversation: prepared.createdConversation };
+    return outcome;
+  }
+
   const activities = {
     /** Everything before the provider call, in one transaction (the workflow sets PhoneHash from the result). */
     async prepareSend(input: SendInput): Promise<Prepared> {
-      const { workflowId, runId } = Context.current().info.workflowExecution!;
-      return refusalsAsFailures(() => prepareSend(db, config.encryptionKeys!, input, `${workflowId}/${runId}`));
+      return forWorkflow(await prepare(input));
     },
 
     /** Saga compensation of prepareSend, once even when retried: quota, daily slot, conversation, contact. */
@@ -57,21 +114,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
     async sendToProvider(
       input: { workspaceId: string; instanceId: string; to: string; reference: string } & ContentRef,
     ): Promise<ProviderSendResult> {
-      return heartbeating(async () => {
-        const { message } = await sendRequestOf(db, input);
-        const result = await attemptSend(db, port, config.encryptionKeys!, { ...input, message });
-        switch (result.outcome) {
-          case 'sent':
-            return result;
-          case 'unconfirmed':
-            if (!result.awaitsCallback) throw toFailure(outcomeUnknown(result.reason));
-            return { outcome: 'unconfirmed', reason: result.reason };
-          case 'refused':
-            throw toFailure(result.error);
-          case 'throttled':
-            throw ApplicationFailure.retryable(result.message, PROVIDER_RETRYABLE);
-        }
-      });
+      return heartbeating(async () => callProvider(input, (await sendRequestOf(db, input)).message));
     },
 
     /** One look at an unconfirmed send (settleAttempt): before `deadline` a retryable failure (the retry policy is the wait). */
@@ -90,28 +133,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
     async recordSent(
       input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; mode: 'cold' | 'conversation' } & ContentRef,
     ): Promise<SendOutcome> {
-      const { prepared } = input;
-      const { message } = await sendRequestOf(db, input);
-      const [row] = await recordSent(
-        db,
-        input.workspaceId,
-        [{ prepared, sent: input.sent, message: { type: message.type, body: messageBody(message), mediaUrl: message.mediaUrl ?? null } }],
-        (trx, recorded) =>
-          recordConversationActivity(
-            trx,
-            input.workspaceId,
-            recorded.map((r) => r.contactId),
-          ),
-      );
-      const outcome: SendOutcome = {
-        id: row.id,
-        status: 'sent',
-        type: message.type,
-        conversationId: row.conversationId,
-        contactId: row.contactId,
-      };
-      if (input.mode === 'cold') outcome.created = { contact: prepared.createdContact, conversation: prepared.createdConversation };
-      return outcome;
+      return record(input, (await sendRequestOf(db, input)).message);
     },
 
     /**
@@ -122,17 +144,18 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * answered with the preparation, and the workflow goes on from it (compensation, retry, reconciliation).
      */
     async sendAtOnce(input: { workspaceId: string; requestId: string; mode: 'cold' | 'conversation' }): Promise<SendAtOnce> {
-      const prepared = await activities.prepareSend(input);
-      const { workspaceId, requestId } = input;
+      // The request is read once for the three steps, and the template's components as prepare
+      // checked them a moment ago go to the provider as they are (no second template read).
+      const request = await sendRequestOf(db, input);
+      const full = await prepare(input, request);
+      const prepared = forWorkflow(full);
+      const { workspaceId } = input;
       let call: ProviderSendResult;
       try {
-        call = await activities.sendToProvider({
-          workspaceId,
-          instanceId: prepared.instanceId,
-          to: prepared.to,
-          reference: prepared.reference,
-          requestId,
-        });
+        call = await callProvider(
+          { workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference: prepared.reference },
+          { ...request.message, ...(full.components ? { templateComponents: full.components } : {}) },
+        );
       } catch (err) {
         const failure = err instanceof ApplicationFailure ? err : ApplicationFailure.fromError(err);
         return {
@@ -147,7 +170,7 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
       }
       if (call.outcome === 'unconfirmed') return { prepared, unconfirmed: call.reason };
       try {
-        return { prepared, recorded: await activities.recordSent({ workspaceId, prepared, sent: call.sent, requestId, mode: input.mode }) };
+        return { prepared, recorded: await record({ workspaceId, prepared, sent: call.sent, mode: input.mode }, request.message) };
       } catch {
         // The provider has it: the workflow records it with RECORD's retries.
         return { prepared, sent: call.sent };

@@ -60,9 +60,9 @@ export {
 } from './media';
 export { listMessages, MESSAGE_DIRECTIONS, MESSAGE_SYNC_FILTERS, syncMessages } from './message-list';
 export { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor, sendRequestOf } from './send-requests';
-export { attemptSend, type ProviderPort, settleAttempt } from './send/attempt';
+export { attemptSend, type AttemptItem, type ProviderPort, settleAttempt } from './send/attempt';
 export { findPreparations, preparedNeverCalled, undoPreparedSend } from './send/ledger';
-export { type Prepared, type PrepareItem, prepareSend, prepareSends, sendingPlan } from './send/prepare';
+export { forWorkflow, type Prepared, type PrepareItem, prepareSend, prepareSends, sendingPlan } from './send/prepare';
 export { messageBody, recordSent } from './send/record';
 export {
   checkMediaSize,

@@ -3,7 +3,7 @@ import { searchHash, type Db, type KeyRing } from '../../platform';
 import { ApiError } from '../../kernel';
 import { suspension, workspacePlan } from '../../access';
 import { findOrCreateContact, requirePhone } from '../../leads';
-import type { MessageContent, PreparedSend, SendInput, TemplateWireComponent } from '../../../types/messaging';
+import type { MessageContent, PreparedSend, SendInput, SendRequest, TemplateWireComponent } from '../../../types/messaging';
 import {
   chooseInstance,
   dailyUnits,
@@ -236,15 +236,16 @@ export async function prepareSends(
 
 /**
  * A send workflow's prepare (the cold send and the conversation send, whatever started them: the
- * API or an automation's send_message): its request loaded, prepareSends for it alone, in one
- * transaction so a refusal leaves nothing behind. Retried after its commit, it answers the first
- * run's preparation, never a second quota unit. Refusals are thrown.
+ * API or an automation's send_message): its request (loaded here unless the caller has it),
+ * prepareSends for it alone, in one transaction so a refusal leaves nothing behind. Retried after
+ * its commit, it answers the first run's preparation, never a second quota unit. Refusals are
+ * thrown. The preparation keeps a template's components: what goes to a workflow is `forWorkflow`'s.
  */
-export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, reference: string): Promise<Prepared> {
+export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, reference: string, loaded?: SendRequest): Promise<Prepared> {
   return db.transaction(async (trx) => {
     const done = (await findPreparations<Prepared>(trx, input.workspaceId, [reference])).get(reference);
-    if (done) return forWorkflow(done);
-    const request = await sendRequestOf(trx, input);
+    if (done) return done;
+    const request = loaded ?? (await sendRequestOf(trx, input));
     const to = request.conversationId ? { conversationId: request.conversationId } : { phone: request.phone! };
     const { results, limit } = await prepareSends(trx, input.workspaceId, [{ reference, to, message: request.message }], {
       keys,
@@ -253,7 +254,7 @@ export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, refer
     const result = results.get(reference)!;
     if ('refused' in result) throw result.refused;
     if (limit) throw limit;
-    return forWorkflow(result.prepared);
+    return result.prepared;
   });
 }
 
@@ -262,6 +263,6 @@ export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, refer
  * (the template's personalised components stay in send_preparations: an operator who can read
  * Temporal's history reads ids, not messages). Its provider call reads the content again.
  */
-function forWorkflow({ components: _content, ...prepared }: Prepared): Prepared {
+export function forWorkflow({ components: _content, ...prepared }: Prepared): Prepared {
   return prepared;
 }
