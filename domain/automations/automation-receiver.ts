@@ -1,8 +1,9 @@
+import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { applyMapping, loopRefusal, passesFilter, takeInboundRun, tokenHash, TriggerConfig } from './automations';
 import { type Db, KeyRing, openText } from '../platform';
 import { ApiError, isUuid, storableJson } from '../kernel';
-import { deliveryToVerify, recordAcceptedRun, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
+import { acceptedRunOutbox, deliveryToVerify, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
 import { joinWorkspace, suspension } from '../access';
 
 /**
@@ -123,9 +124,11 @@ export async function receiveInboundWebhook(
   const { externalId } = applyMapping(trigger.mapping, body);
   const summary = { type: 'webhook_received', ...(externalId ? { externalId } : {}) };
   const depth = parent?.depth ?? 0;
-  /** A run of the automation, recorded with the call's summary. */
-  const insertRun = async (trx: Db | Knex.Transaction, run: Record<string, unknown>): Promise<string> => {
-    const [row] = await trx('automation_runs')
+  /** A run of the automation, recorded with the call's summary (with the statement of its outbox row, when it starts one). */
+  const insertRun = async (trx: Db | Knex.Transaction, run: Record<string, unknown>, outbox?: Knex.QueryBuilder): Promise<string> => {
+    const query = trx('automation_runs');
+    if (outbox) query.with('outbox', outbox);
+    const [row] = await query
       .insert({ workspace_id: workspaceId, automation_id: automation.id, trigger: JSON.stringify(summary), ...run })
       .returning('id');
     return row.id;
@@ -153,34 +156,30 @@ export async function receiveInboundWebhook(
   }
   await takeInboundRun(db, workspaceId, automation.runs_per_minute);
 
-  const record = (trx: Db | Knex.Transaction, status: 'running' | 'duplicate') =>
-    insertRun(trx, {
-      status,
-      external_id: externalId ?? null,
-      // A root call's run keeps chain_id empty, as before: its chain is named by its own id, which
-      // the outbox row carries to the runs it causes.
-      depth,
-      chain_id: parent?.chain ?? null,
-      // Kept on the run until it finishes (its workflow's input names only the run). Text
-      // PostgreSQL cannot store is made storable (domain/kernel/text).
-      ...(status === 'running' ? { webhook_body: JSON.stringify(storableJson(body)) } : { finished_at: db.fn.now() }),
-    });
-  let runId: string;
+  const columns = (status: 'running' | 'duplicate') => ({
+    status,
+    external_id: externalId ?? null,
+    // A root call's run keeps chain_id empty, as before: its chain is named by its own id, which
+    // the outbox row carries to the runs it causes.
+    depth,
+    chain_id: parent?.chain ?? null,
+    // Kept on the run until it finishes (its workflow's input names only the run). Text
+    // PostgreSQL cannot store is made storable (domain/kernel/text).
+    ...(status === 'running' ? { webhook_body: JSON.stringify(storableJson(body)) } : { finished_at: db.fn.now() }),
+  });
+  // Accepted means recorded: the run and the outbox row that starts it in one statement, and the
+  // worker's dispatcher starts the workflow (Temporal away only delays it). No externalId in the
+  // start: the workflow is named by the run, so a retry after a failed run starts a new one; the
+  // index below is what refuses a repeat of a running or completed run.
+  const runId = randomUUID();
+  const outbox = acceptedRunOutbox(db, workspaceId, { runId, automationId: automation.id, depth, chain: parent?.chain ?? runId });
   try {
-    // Accepted means recorded: the run and the outbox row that starts it commit together, and
-    // the worker's dispatcher starts the workflow (Temporal away only delays it).
-    runId = await db.transaction(async (trx) => {
-      const id = await record(trx, 'running');
-      // No externalId in the start: the workflow is named by the run, so a retry after a failed
-      // run starts a new one; the index below is what refuses a repeat of a running or completed run.
-      await recordAcceptedRun(trx, workspaceId, { runId: id, automationId: automation.id, depth, chain: parent?.chain ?? id });
-      return id;
-    });
+    await insertRun(db, { id: runId, ...columns('running') }, outbox);
   } catch (err) {
     // The externalId is running or completed (index automation_runs_external_id_uq, which outlives
     // Temporal's retention); a failed run gave it up, so the sender's retry got here as a new run.
     if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
-    return { runId: await record(db, 'duplicate'), status: 'duplicate' };
+    return { runId: await insertRun(db, columns('duplicate')), status: 'duplicate' };
   }
   return { runId, status: 'accepted' };
 }

@@ -6,7 +6,7 @@ export {
   outboxInsert,
   type OutboxRecord,
   type OutboxRow,
-  recordAcceptedRun,
+  acceptedRunOutbox,
   recordEvent,
   recordEvents,
   recordOutbox,

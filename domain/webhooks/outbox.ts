@@ -121,18 +121,19 @@ export function recordTrigger(
 }
 
 /**
- * A run the inbound receiver accepted (its `running` row written in the same transaction): the
- * worker's dispatcher starts its workflow, so a 202 never waits on Temporal, nor fails with it.
- * `depth` and `chain` place the run in its chain of automations (a root call: 0 and its own run
- * id; a call one of our own webhook deliveries made: below the event it carried), in the payload
- * the dispatcher starts the run from and in the row's own depth and chain_id.
+ * The outbox row of a run the inbound receiver accepted, as a statement to put in the run's own
+ * (a data-modifying WITH: the run and its row commit together, in one round trip): the worker's
+ * dispatcher starts its workflow, so a 202 never waits on Temporal, nor fails with it. `depth` and
+ * `chain` place the run in its chain of automations (a root call: 0 and its own run id; a call one
+ * of our own webhook deliveries made: below the event it carried), in the payload the dispatcher
+ * starts the run from and in the row's own depth and chain_id.
  */
-export function recordAcceptedRun(
+export function acceptedRunOutbox(
   trx: Writer,
   workspaceId: string,
   run: { runId: string; automationId: string; externalId?: string; depth: number; chain: string },
-): Promise<void> {
-  return recordTrigger(trx, workspaceId, 'webhook_received', run, { depth: run.depth, chain: run.chain });
+): Knex.QueryBuilder {
+  return outboxInsert(trx, workspaceId, [{ trigger: 'webhook_received', variables: run }], { depth: run.depth, chain: run.chain });
 }
 
 /* ------------------------------------------------------------------------------------------------
