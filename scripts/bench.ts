@@ -184,6 +184,27 @@ interface Seeded {
 // ---------------------------------------------------------------------------------------------
 // Stack
 
+/**
+ * The seeded data outlive a run, and so would the work an earlier run left queued (the inbound
+ * row accepts runs faster than they are carried out): its worker would start them during this
+ * run's rows, and every figure would carry that earlier run's load. Temporal starts empty anyway.
+ */
+async function dropLeftoverWork(databaseUrl: string): Promise<void> {
+  const db = createDb(databaseUrl, { max: 1 });
+  try {
+    const reason = 'left by an earlier bench run (its Temporal server is gone)';
+    const outbox = await db('outbox_events').whereNull('dispatched_at').update({ dispatched_at: db.fn.now() });
+    const deliveries = await db('webhook_deliveries').where({ status: 'pending' }).update({ status: 'failed', last_error: reason });
+    const runs = await db('automation_runs')
+      .where({ status: 'running' })
+      .update({ status: 'failed', error: reason, finished_at: db.fn.now() });
+    if (outbox + deliveries + runs > 0)
+      log(`settled what an earlier run left under way: ${outbox} outbox rows, ${deliveries} webhook deliveries, ${runs} automation runs`);
+  } finally {
+    await db.destroy();
+  }
+}
+
 /** Where the bench's compiled service and entry points go (tsconfig.bench.json). */
 const BENCH_DIST = path.join(BENCH_DIR, 'dist');
 
@@ -232,6 +253,7 @@ async function startStack(running: Running[]) {
   }
   const databaseUrl = await ensureDatabase(adminUrl, QUICK ? 'crm_bench_quick' : 'crm_bench_full');
   await migrateLatest(databaseUrl, log);
+  await dropLeftoverWork(databaseUrl);
 
   // In memory: the bench needs no history across runs, and the file-backed dev server spends its
   // time syncing SQLite, which would measure the dev server's disk rather than this service.
@@ -1338,30 +1360,30 @@ async function messagesScenario(
     `messages (${concurrency} keys): ${merged.rps.toFixed(1)} sends/s, p50 ${merged.p50} ms, p99 ${merged.p99} ms, ${merged.non2xx} non-2xx of ${merged.total}`,
   );
   const clean = merged.errors === 0 && merged.non2xx === 0;
-  const scenario = `POST /api/v1/messages cold template, end to end (${concurrency} keys x 1 conn)`;
-  if (floor.activity) {
-    const activity = floor.activity;
-    return {
-      scenario,
-      data: 'new numbers, emulator',
-      ...pick(merged),
-      baseline: activity.rps,
-      ratio: merged.rps / activity.rps,
-      target: `p50 <= 2 x one-activity floor (${2 * activity.p50} ms), p99 <= 200 ms, >= 60/s`,
-      pass: clean && merged.p50 <= 2 * activity.p50 && merged.p99 <= 200 && merged.rps >= 60,
-      note: 'baseline column: the one-activity Temporal floor',
-    };
-  }
-  const { empty } = floor;
+  // The 8-key row against the one-activity floor (its target since issue 27), the 32-key row against the empty one at 32.
+  const { activity, empty } = floor;
+  const judged = activity
+    ? {
+        reference: activity,
+        target: `p50 <= 2 x one-activity floor (${2 * activity.p50} ms), p99 <= 200 ms, >= 60/s`,
+        pass: merged.p50 <= 2 * activity.p50 && merged.p99 <= 200 && merged.rps >= 60,
+        note: 'baseline column: the one-activity Temporal floor',
+      }
+    : {
+        reference: empty,
+        target: `>= 60% of the empty-workflow floor (${(0.6 * empty.rps).toFixed(0)}/s), p99 <= 1.5 x its p99 (${Math.round(1.5 * empty.p99)} ms)`,
+        pass: merged.rps >= 0.6 * empty.rps && merged.p99 <= 1.5 * empty.p99,
+        note: `baseline column: the empty-workflow Temporal floor (${concurrency} concurrent)`,
+      };
   return {
-    scenario,
+    scenario: `POST /api/v1/messages cold template, end to end (${concurrency} keys x 1 conn)`,
     data: 'new numbers, emulator',
     ...pick(merged),
-    baseline: empty.rps,
-    ratio: merged.rps / empty.rps,
-    target: `>= 60% of the empty-workflow floor (${(0.6 * empty.rps).toFixed(0)}/s), p99 <= 1.5 x its p99 (${Math.round(1.5 * empty.p99)} ms)`,
-    pass: clean && merged.rps >= 0.6 * empty.rps && merged.p99 <= 1.5 * empty.p99,
-    note: `baseline column: the empty-workflow Temporal floor (${concurrency} concurrent)`,
+    baseline: judged.reference.rps,
+    ratio: merged.rps / judged.reference.rps,
+    target: judged.target,
+    pass: clean && judged.pass,
+    note: judged.note,
   };
 }
 
