@@ -23,7 +23,8 @@ import {
  * Results also go to bench-results/.
  */
 import autocannon from 'autocannon';
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -33,9 +34,6 @@ import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { leadListQueries, leadListQuery, leadSyncSource } from '../domain/leads';
 import { matchingDealsOfContact } from '../domain/sales';
 import { MAX_OFFSET } from '../domain/kernel';
-import { floorActivityWorkflow, floorEmptyWorkflow, floorLocalActivityWorkflow } from './bench/floor';
-import { benchActivities } from './bench/activities';
-import { workerHost } from '../workers/send-worker';
 import { rssSeries, workflowRuns } from './bench/broadcasts';
 import { placeOf, summariseHeapProfile } from './bench/heap-profile';
 import { broadcastWorkflowId } from '../domain/broadcasts';
@@ -1203,54 +1201,24 @@ async function temporalFloors(
   concurrency: number,
   which: 'all' | 'empty',
 ): Promise<{ rows: Measured[]; empty: LoadResult; activity?: LoadResult }> {
-  // The same codec and worker settings as the API's, on a task queue of the floor's own.
-  const config = loadConfig({ TEMPORAL_ADDRESS: address, TEMPORAL_NAMESPACE: 'default', ENCRYPTION_KEYS });
-  const quiet = { info: () => undefined, error: (_fields: object, message: string) => log(`floor worker: ${message}`) };
-  const host = workerHost(
-    config,
-    {
-      taskQueue: 'crm-bench-floor',
-      activities: benchActivities,
-      workflowsPath: require.resolve('./bench/floor'),
-      nonLocalActivities: true,
-    },
-    quiet,
-  );
-  const temporal = await host.get();
-  await host.hostedWorker();
-  const measure = async (workflow: typeof floorEmptyWorkflow, name: string): Promise<LoadResult> => {
-    const latencies: number[] = [];
-    let errors = 0;
-    const until = Date.now() + DURATION * 1000;
-    let n = 0;
-    const started = Date.now();
-    await Promise.all(
-      Array.from({ length: concurrency }, async () => {
-        while (Date.now() < until) {
-          const t0 = performance.now();
-          try {
-            await temporal.workflow.execute(workflow, {
-              taskQueue: 'crm-bench-floor',
-              workflowId: `floor/${name}/${process.pid}/${started}/${++n}`,
-              requestEagerStart: true,
-            });
-            latencies.push(performance.now() - t0);
-          } catch {
-            errors++;
-          }
-        }
-      }),
-    );
-    const seconds = (Date.now() - started) / 1000;
-    return {
-      rps: latencies.length / seconds,
-      p50: Math.round(percentile(latencies, 50)),
-      p99: Math.round(percentile(latencies, 99)),
-      errors,
-      non2xx: 0,
-      total: latencies.length + errors,
-    };
-  };
+  // A process of its own hosts the floor's worker (scripts/bench/floor-runner.ts): this one carries the
+  // load generators and the webhook receiver, which a Temporal runtime beside them would slow.
+  const { command, args } = nodeTs('scripts/bench/floor-runner.ts');
+  const { stdout } = await promisify(execFile)(command, [...args, address, String(concurrency), String(DURATION), which], {
+    env: { ...process.env, ENCRYPTION_KEYS },
+    maxBuffer: 64 * 2 ** 20,
+    timeout: 10 * 60_000,
+  });
+  type Run = { latencies: number[]; errors: number; seconds: number };
+  const runs = JSON.parse(stdout) as { empty: Run; local?: Run; activity?: Run };
+  const loadOf = (r: Run): LoadResult => ({
+    rps: r.latencies.length / r.seconds,
+    p50: Math.round(percentile(r.latencies, 50)),
+    p99: Math.round(percentile(r.latencies, 99)),
+    errors: r.errors,
+    non2xx: 0,
+    total: r.latencies.length + r.errors,
+  });
   const row = (scenario: string, r: LoadResult, target = '-', pass = r.errors === 0): Measured => ({
     scenario,
     data: 'no-op, eager start from a hosting process',
@@ -1260,8 +1228,8 @@ async function temporalFloors(
     target,
     pass,
   });
-  try {
-    const empty = await measure(floorEmptyWorkflow, 'empty');
+  const empty = loadOf(runs.empty);
+  {
     const emptyRow =
       concurrency === WIDE_SEND_CONCURRENCY
         ? row(
@@ -1275,8 +1243,8 @@ async function temporalFloors(
       log(`Temporal floor (${concurrency} concurrent): empty ${empty.rps.toFixed(0)}/s, p50 ${empty.p50} ms, p99 ${empty.p99} ms`);
       return { rows: [emptyRow], empty };
     }
-    const local = await measure(floorLocalActivityWorkflow, 'local');
-    const activity = await measure(floorActivityWorkflow, 'activity');
+    const local = loadOf(runs.local!);
+    const activity = loadOf(runs.activity!);
     log(
       `Temporal floor (${concurrency} concurrent): empty p50 ${empty.p50} ms, one local activity p50 ${local.p50} ms, one activity p50 ${activity.p50} ms (${activity.rps.toFixed(0)}/s)`,
     );
@@ -1289,8 +1257,6 @@ async function temporalFloors(
       empty,
       activity,
     };
-  } finally {
-    await host.close();
   }
 }
 
