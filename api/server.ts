@@ -12,7 +12,7 @@ export interface ApiAdditions {
   front?: (deps: AppDeps) => Middleware;
 }
 
-/** API process entry point: `tsx api/server.ts`. */
+/** API process entry point: `node --import tsx api/server.ts` from the sources, `node dist/api/server.js` compiled. */
 export async function runApi(additions: ApiAdditions = {}): Promise<void> {
   const config = loadConfig();
   assertAdminToken(config.adminToken);
@@ -38,7 +38,9 @@ export async function runApi(additions: ApiAdditions = {}): Promise<void> {
     logger.info({ signal }, 'API shutting down');
     clearInterval(pruner);
     server.close();
-    await Promise.allSettled([db.destroy(), temporal.close()]);
+    // Temporal first: a hosted send worker finishes the send tasks it holds, which need the database.
+    await temporal.close().catch(() => undefined);
+    await db.destroy().catch(() => undefined);
     process.exit(0);
   };
   process.once('SIGINT', () => void shutdown('SIGINT'));

@@ -41,7 +41,10 @@ export interface WorkerAdditions {
   activities?: Record<string, (...args: never[]) => Promise<unknown>>;
 }
 
-/** Worker process entry point: `tsx workers/main.ts`. Runs every workflow and activity of the service. */
+/**
+ * Worker process entry point: `node --import tsx workers/main.ts` from the sources, `node dist/workers/main.js`
+ * compiled. Runs every workflow and activity of the service.
+ */
 export async function runWorker(additions: WorkerAdditions = {}): Promise<void> {
   const config = loadConfig();
   assertAdminToken(config.adminToken);
