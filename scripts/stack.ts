@@ -438,6 +438,15 @@ const DEV_SERVER_THROUGHPUT = {
   'matching.numTaskqueueWritePartitions': 1,
 };
 
+/**
+ * The dev server's SQLite file in WAL mode with `synchronous=normal`: measured beside the default
+ * (rollback journal, a sync per commit), an empty workflow started 16 at a time went 11-14 → 70-76
+ * workflows/s (2026-12-06). A process crash loses nothing; an OS crash or power cut may lose the
+ * last commits, acceptable for the server `npm start` and the tests run (production runs Temporal
+ * on its own database).
+ */
+const SQLITE_PRAGMAS = ['journal_mode=wal', 'synchronous=normal'];
+
 export async function startTemporalDevServer(
   cli: string,
   /** dbFile: the dev server's SQLite file; without it the server keeps everything in memory. */
@@ -452,7 +461,7 @@ export async function startTemporalDevServer(
     '127.0.0.1',
     '--port',
     String(opts.port),
-    ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),
+    ...(opts.dbFile ? ['--db-filename', opts.dbFile, ...SQLITE_PRAGMAS.flatMap((pragma) => ['--sqlite-pragma', pragma])] : []),
     '--log-level',
     'warn',
     ...Object.entries(SEARCH_ATTRIBUTES).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
