@@ -79,12 +79,13 @@ const FIRST_ATTEMPT_SLOTS = 128;
  */
 export const FIRST_ATTEMPT_SLOTS_PER_WORKSPACE = 16;
 /**
- * How long a lane waits for its workspace's first-attempt slots to free before the rest of its
- * new deliveries go to workflows. Most receivers answer in milliseconds, so a burst is carried by
- * the same slots instead of a workflow per delivery (workflows are what limits throughput: 63-75
- * deliveries a second through them against 757 on first attempts, docs/performance.md); a slow
- * receiver holds them longer, and its workspace's other deliveries go to workflows after this.
- * Only the workspace's own lane waits, which also paces a workspace that floods.
+ * How long a lane waits for one of its workspace's first-attempt slots to free, counted from the
+ * last attempt it started, before the rest of its new deliveries go to workflows. Most receivers
+ * answer in milliseconds, so a burst is carried by the same slots instead of a workflow per
+ * delivery (workflows are what limits throughput: 63-75 deliveries a second through them against
+ * 757 on first attempts, docs/performance.md); a slow receiver frees none in that time, and its
+ * workspace's other deliveries go to workflows. Only the workspace's own lane waits, which also
+ * paces a workspace that floods.
  */
 export const FIRST_ATTEMPT_WAIT_MS = 250;
 /** A pending delivery untouched this long (not created, not attempted) is checked for a workflow. */
@@ -226,11 +227,18 @@ export function createOutboxDispatcher(options: DispatcherOptions) {
       if (options.attempt && !retrying.has(d.subscription_id)) forFirstAttempts.push(d);
       else toWorkflows.push(d);
     }
-    // As many first attempts as the slots allow; the rest wait a moment for slots to free (this
-    // lane only), and those still without one go to workflows.
-    const deadline = Date.now() + FIRST_ATTEMPT_WAIT_MS;
+    // As many first attempts as the slots allow; the rest wait for slots to free (this lane only)
+    // as long as the receiver keeps freeing them: the wait is FIRST_ATTEMPT_WAIT_MS since the last
+    // attempt this lane started, not since the pass began, so a busy machine that answers each
+    // attempt in 100 ms still carries a burst. Those left when no slot freed in that long go to workflows.
+    let deadline = Date.now() + FIRST_ATTEMPT_WAIT_MS;
     while (forFirstAttempts.length > 0) {
-      while (forFirstAttempts.length > 0 && firstAttemptSlot(workspaceId)) attemptFirst(forFirstAttempts.shift()!);
+      let started = false;
+      while (forFirstAttempts.length > 0 && firstAttemptSlot(workspaceId)) {
+        attemptFirst(forFirstAttempts.shift()!);
+        started = true;
+      }
+      if (started) deadline = Date.now() + FIRST_ATTEMPT_WAIT_MS;
       const left = deadline - Date.now();
       if (forFirstAttempts.length === 0 || left <= 0 || !running) break;
       await slotFreed(left);
