@@ -58,7 +58,11 @@ export function workerHost(
   const ready = new Promise<void>((resolve) => (isReady = resolve));
 
   const host = async (conn: NativeConnection): Promise<void> => {
-    bundle ??= bundleWorkflowsApart(hosted.workflowsPath);
+    // A bundle that failed (a prebuilt file missing) is tried again with the next hosting, not kept.
+    bundle ??= bundleWorkflowsApart(hosted.workflowsPath).catch((err: unknown) => {
+      bundle = undefined;
+      throw err;
+    });
     const created = await Worker.create({
       connection: conn,
       namespace,
