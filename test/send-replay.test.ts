@@ -4,17 +4,13 @@
  * goes through Temporal's replayer (scripts/replay-histories.ts, in a child process), as before a
  * deploy.
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
-import { temporal as proto } from '@temporalio/proto';
 import { loadConfig } from '../domain/platform/config';
-import { EncryptionCodec } from '../domain/platform/payload-codec';
 import { temporalClientFactory } from '../domain/platform/temporal';
-import { nodeTs } from '../scripts/stack';
-import { createWorkspace, historyPayloads, startApi, TestApi, Workspace } from './helpers';
+import { createWorkspace, startApi, TestApi, Workspace } from './helpers';
+import { countEvents as count, localActivityMarkers, replayHistories as replay, saveHistory as save } from './histories';
 import { uniqueMobile } from './phones';
 
 const EMULATOR = process.env.EMULATOR_URL!;
@@ -34,31 +30,7 @@ afterAll(async () => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-async function replay(files: string[]): Promise<{ code: number; out: string }> {
-  const { command, args } = nodeTs('scripts/replay-histories.ts');
-  try {
-    const { stdout, stderr } = await promisify(execFile)(command, [...args, ...files], { timeout: 120_000 });
-    return { code: 0, out: stdout + stderr };
-  } catch (err: any) {
-    return { code: err.code ?? 1, out: `${err.stdout ?? ''}${err.stderr ?? ''}` };
-  }
-}
-
-/** Every payload of the history decoded in place (our codec encrypts them), so the file needs no key. */
-async function decodePayloads(history: proto.api.history.v1.IHistory, codec: EncryptionCodec): Promise<void> {
-  const encrypted = historyPayloads(history).filter((p) => Buffer.from(p.metadata?.encoding ?? []).toString() === 'binary/encrypted');
-  const plain = await codec.decode(encrypted);
-  encrypted.forEach((payload, i) => Object.assign(payload, { metadata: plain[i].metadata, data: plain[i].data }));
-}
-
-/** The send's history, written as the fixtures are. */
-async function saveHistory(workflowId: string, file: string): Promise<proto.api.history.v1.IHistory> {
-  const history = await (await temporal.get()).workflow.getHandle(workflowId).fetchHistory();
-  await decodePayloads(history, new EncryptionCodec(loadConfig().encryptionKeys!));
-  const History = proto.api.history.v1.History;
-  fs.writeFileSync(file, JSON.stringify(History.toObject(History.fromObject(history), { longs: String, enums: String, bytes: String })));
-  return history;
-}
+const saveHistory = async (workflowId: string, file: string) => save(await temporal.get(), workflowId, file);
 
 async function coldSend(ws: Workspace, phone: string, key: string): Promise<string> {
   const res = await api.request('POST', '/api/v1/messages', {
@@ -69,9 +41,6 @@ async function coldSend(ws: Workspace, phone: string, key: string): Promise<stri
   expect(res.status).toBe(201);
   return `send/${ws.id}/key/${key}`;
 }
-
-const count = (history: proto.api.history.v1.IHistory, type: keyof typeof proto.api.enums.v1.EventType): number =>
-  (history.events ?? []).filter((e) => e.eventType === proto.api.enums.v1.EventType[type]).length;
 
 it('replays a send started before its first provider call became a local activity (the call an ordinary activity)', async () => {
   // Recorded from a cold template send by the code of 94c8b80, payloads decoded.
@@ -114,8 +83,7 @@ it('replays the sends of the current code: one accepted at once (one workflow ta
   // activity (one marker), with no activity task.
   expect(count(accepted, 'EVENT_TYPE_WORKFLOW_TASK_COMPLETED')).toBe(1);
   expect(count(accepted, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED')).toBe(0);
-  const localActivities = (accepted.events ?? []).filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity');
-  expect(localActivities).toHaveLength(1);
+  expect(localActivityMarkers(accepted)).toHaveLength(1);
 
   const throttledPhone = mobile();
   const script = await fetch(`${EMULATOR}/__emulator/script`, {

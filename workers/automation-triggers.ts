@@ -24,6 +24,12 @@ export function createTriggerHandler(options: {
   /** INSIGHT_DEBOUNCE_SECONDS: `conversation_activity` rows signal the contacts' insight workflows (workers/insights.ts). */
   insightDebounceSeconds?: number;
   logger?: Logger;
+  /**
+   * Runs are started with requestEagerStart: their first task comes back with the start and runs
+   * in this process. Only for a client on a NativeConnection that a worker of `taskQueue` shares
+   * (workers/main.ts); the SDK refuses the flag on any other connection.
+   */
+  eagerStarts?: boolean;
 }) {
   const { db } = options;
 
@@ -91,6 +97,7 @@ export function createTriggerHandler(options: {
               workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
               priority: workspacePriority(input.workspaceId),
               searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
+              requestEagerStart: options.eagerStarts === true,
             }),
           ),
         ),

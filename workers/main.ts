@@ -1,9 +1,10 @@
 import fs from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Client } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { createWebhookActivities } from '../activities/webhooks';
-import { assertAdminToken, createLogger, createServiceDb, dataConverterFor, loadConfig, temporalClientFactory } from '../domain/platform';
+import { assertAdminToken, createLogger, createServiceDb, dataConverterFor, loadConfig } from '../domain/platform';
 import { PRUNE_EVERY_MS, pruneRetention, sealStoredSecrets } from '../domain/maintenance';
 import { createTriggerHandler } from './automation-triggers';
 import { createMediaDispatcher } from './media-dispatcher';
@@ -90,7 +91,11 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
     activities: webhookActivities,
     maxConcurrentActivityTaskExecutions: WEBHOOK_WORKER_ACTIVITIES,
   });
-  const temporal = temporalClientFactory(config);
+  // The dispatchers' client shares the workers' connection: an automation run it starts eagerly
+  // (requestEagerStart) gets its first workflow task in the start's answer and runs here, with no
+  // trip through the task queue's matching (see workers/automation-triggers.ts).
+  const client = new Client({ connection, namespace: config.temporalNamespace, dataConverter: common.dataConverter });
+  const temporal = { get: async () => client };
   const dispatcher = createOutboxDispatcher({
     db,
     temporal: temporal.get,
@@ -105,6 +110,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
       waitScale: config.automationWaitScale,
       insightDebounceSeconds: config.insightDebounceSeconds,
       logger,
+      eagerStarts: true,
     }),
     attempt: webhookActivities.attemptWebhookDelivery,
     sweepMs: config.deliverySweepMs,
@@ -156,7 +162,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   clearInterval(pruner);
   await dispatcher.stop();
   await mediaDispatcher.stop();
-  await Promise.allSettled([connection.close(), temporal.close(), db.destroy()]);
+  await Promise.allSettled([connection.close(), db.destroy()]);
   logger.info('worker stopped');
 }
 

@@ -4,18 +4,36 @@ import {
   CancellationScope,
   ChildWorkflowFailure,
   executeChild,
+  patched,
   proxyActivities,
+  proxyLocalActivities,
   sleep,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { AutomationActivities } from '../activities/automations';
 import type { ActionResult, RunContext, RunInput, RunResult } from '../types/automations';
 import { isRefusal } from '../types/messaging';
-import { DATABASE, RECORD } from './profiles';
+import { DATABASE, LOCAL_DATABASE, LOCAL_RECORD, RECORD } from './profiles';
 import { sendMessageWorkflow } from './send-message';
 
-const acts = proxyActivities<AutomationActivities>(DATABASE);
-const record = proxyActivities<AutomationActivities>(RECORD);
+/**
+ * The run's steps (startRun, runAction, finishRun) as local activities: a run of database actions
+ * is one workflow task and no activity task, where ordinary activities made it four and three
+ * (inbound bursts spent most of their CPU on them). Safe because each step is idempotent per run,
+ * as a retried ordinary activity already needed (the plan is kept on the row, an action is applied
+ * once per run and index, only a running run is finished). A run started by an older worker ran
+ * them as ordinary activities and must replay so: the patch marker says which. Deprecate it once
+ * no run older than the change can be running.
+ */
+const LOCAL_RUN_STEPS = 'automation-run-steps-as-local-activities';
+function runSteps() {
+  return patched(LOCAL_RUN_STEPS)
+    ? {
+        acts: proxyLocalActivities<AutomationActivities>(LOCAL_DATABASE),
+        record: proxyLocalActivities<AutomationActivities>(LOCAL_RECORD),
+      }
+    : { acts: proxyActivities<AutomationActivities>(DATABASE), record: proxyActivities<AutomationActivities>(RECORD) };
+}
 
 /** The plain-words reason of a failed step (the activity's or the child send's business message). */
 function reason(err: unknown): string {
@@ -36,6 +54,7 @@ function reason(err: unknown): string {
  */
 export async function automationRunWorkflow(input: RunInput): Promise<RunResult> {
   let result: RunResult = { status: 'completed', error: null };
+  const { acts, record } = runSteps();
   try {
     const plan = await acts.startRun(input);
     if (!plan.proceed) {
