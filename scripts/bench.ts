@@ -291,6 +291,8 @@ async function startStack(running: Running[]) {
   // `--profile`: the API and the worker run with V8's CPU profiler; the profiles are summarised after the run.
   const profiled = (name: string, command: ReturnType<typeof nodeTs>) => {
     if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
+    // BENCH_NODE_FLAGS: V8 or Node flags for the API and the worker (a flag is tried here against every row before production takes it).
+    if (process.env.BENCH_NODE_FLAGS) command.args.unshift(...process.env.BENCH_NODE_FLAGS.split(/\s+/).filter(Boolean));
     return command;
   };
   // `--heap-profile`: each process writes its heap profile at exit; summarised after the run.
