@@ -3,7 +3,7 @@ import type { Context } from 'koa';
 import { ApiError } from '../domain/kernel';
 import { type Config, type Db, isTemporalUnreachable, withDeadline } from '../domain/platform';
 import type { Logger } from 'pino';
-import type { BucketState, KeyCache, KeyRow, LocalCounts } from '../domain/access';
+import type { Bucket, BucketState, KeyCache, KeyRow, LocalCounts } from '../domain/access';
 
 /** What every request handler can reach: built once per process in `createApp`. */
 export interface AppDeps {
@@ -31,6 +31,8 @@ declare module 'koa' {
     log: Logger;
     auth?: ApiKeyAuth;
     rateLimit?: BucketState[];
+    /** The per-IP bucket a route with `ipCountedByHandler` has yet to count (its handler's first statement does). */
+    ipToCount?: Bucket;
   }
   interface DefaultContext {
     deps: AppDeps;

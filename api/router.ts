@@ -152,6 +152,21 @@ function mountRoutes(routes: AnyRoute[], body: Middleware): Router {
         record(ctx, ctx.limits.counts.take(scaled(ctx, [ipBucket(ctx, profile)])));
         await next();
       });
+    } else if (profile && def.auth !== 'apiKey' && def.ipCountedByHandler) {
+      chain.push(async (ctx: Context, next: Next) => {
+        ctx.state.ipToCount = ipBucket(ctx, profile);
+        try {
+          await next();
+        } catch (err) {
+          // Refused before the handler counted the IP (an unreadable body, say): counted now, and
+          // over the limit the 429 is the answer, as when the IP was counted first.
+          if (ctx.state.ipToCount) {
+            ctx.state.ipToCount = undefined;
+            await enforce(ctx, [ipBucket(ctx, profile)]);
+          }
+          throw err;
+        }
+      });
     } else if (profile && def.auth !== 'apiKey') {
       chain.push(async (ctx: Context, next: Next) => {
         await enforce(ctx, [ipBucket(ctx, profile)]);

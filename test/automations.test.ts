@@ -18,6 +18,7 @@ import {
   seedPipeline,
   startApi,
   TestApi,
+  uniqueIp,
   Workspace,
 } from './helpers';
 import { uniqueMobile } from './phones';
@@ -298,6 +299,48 @@ describe('receiver limits', () => {
     } finally {
       await limited.close();
     }
+  });
+});
+
+describe('receiver counts per IP', () => {
+  it('counts every call of an IP once, those refused before the lookup too, and answers IP_RATE_LIMITED first', async () => {
+    const ws = await workspace();
+    const flow = await automation(ws, { trigger: { type: 'webhook_received' }, actions: [{ type: 'add_tag', tag: 'x' }] });
+    const ip = uniqueIp();
+    const { windowStart } = pinRateClock(5);
+    const bucket = `ip:webhookIn:${ip}`;
+    const counted = async () =>
+      (
+        await api.db.raw(`SELECT coalesce(sum(count), 0)::int AS n FROM rate_limit_counters WHERE bucket = ? AND window_start = ?`, [
+          bucket,
+          windowStart,
+        ])
+      ).rows[0].n;
+    const send = (path: string, rawBody: string) =>
+      api.request('POST', path, { rawBody, headers: { 'content-type': 'application/json', 'x-forwarded-for': ip } });
+    const path = new URL(flow.webhookUrl!).pathname;
+    expect((await send(path, JSON.stringify({ a: 1 }))).status).toBe(202);
+    // Refused by the body's reader, by the handler before its lookup, and by the lookup: each counted once.
+    expectError(await send(path, '{not json'), 400, 'VALIDATION');
+    expectError(await send(path, JSON.stringify({ blob: 'x'.repeat(260 * 1024) })), 413, 'PAYLOAD_TOO_LARGE');
+    expectError(await send('/api/automations/webhook-in/not-a-real-token', JSON.stringify({ a: 1 })), 404, 'NOT_FOUND');
+    expect(await counted()).toBe(4);
+    // At the limit (600 a minute), the IP's 429 comes before anything else is looked at.
+    await api
+      .db('rate_limit_counters')
+      .where({ bucket, window_start: windowStart })
+      .increment('count', 600 - 4);
+    for (const refused of [
+      await send(path, JSON.stringify({ a: 2 })),
+      await send(path, '{not json'),
+      await send('/api/automations/webhook-in/not-a-real-token', '{}'),
+    ]) {
+      expectError(refused, 429, 'IP_RATE_LIMITED');
+      expect(refused.headers.get('retry-after')).toBe('55');
+    }
+    expect(await counted()).toBe(603);
+    // The refused calls left no run; the token was counted only for the calls that found it.
+    expect(await runs(ws, flow.id)).toHaveLength(1);
   });
 });
 

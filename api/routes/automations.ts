@@ -9,7 +9,8 @@ import {
   createAutomation,
   deleteAutomation,
   deliveryChain,
-  findInboundAutomation,
+  findInboundAutomationAndCount,
+  usableInboundAutomation,
   getAutomationRow,
   listAutomations,
   listRuns,
@@ -24,7 +25,7 @@ import {
 } from '../../domain/automations';
 import { ApiError, atLeastOne, pageQuery, trimmedText } from '../../domain/kernel';
 import { rawBody, requestBody } from '../middleware/body';
-import { enforce } from '../middleware/rate-limit';
+import { record, scaled } from '../middleware/rate-limit';
 import { apiKey, route } from '../route';
 import { Deleted, IdParams, listOf, pageOf, single } from '../schemas';
 import { grants } from '../../domain/access';
@@ -228,6 +229,7 @@ export const automationRoutes = [
     tag: 'Automations',
     auth: 'none',
     ipProfile: 'webhookIn',
+    ipCountedByHandler: true,
     summary: 'Inbound webhook receiver (starts an automation)',
     description:
       'Authenticated only by the token in the URL. Any JSON object up to 256 KiB, whatever the Content-Type label (larger: 413 ' +
@@ -256,8 +258,16 @@ export const automationRoutes = [
           hint: 'Send Content-Type: application/json with an object body.',
         });
       }
-      const automation = await findInboundAutomation(db, params.token);
-      await enforce(ctx, [{ name: `token:${automation.id}`, limit: config.inboundTokenLimit, code: 'TOKEN_RATE_LIMITED' }]);
+      // The IP (the router left it to this statement: ipCountedByHandler) and the token counted
+      // where the token's automation is read.
+      const [ip, token] = scaled(ctx, [
+        ctx.state.ipToCount!,
+        { name: 'token', limit: config.inboundTokenLimit, code: 'TOKEN_RATE_LIMITED' },
+      ]);
+      const found = await findInboundAutomationAndCount(db, params.token, ip, token.limit);
+      ctx.state.ipToCount = undefined;
+      record(ctx, found.counted);
+      const automation = usableInboundAutomation(found.automation);
       // A call one of our own webhook deliveries made continues that delivery's chain (loop protection across the inbound edge).
       const delivery = ctx.get('x-service-delivery');
       const parent = delivery

@@ -15,6 +15,8 @@ export {
   bucketStates,
   consume,
   consumeIfRoom,
+  COUNT_BUCKETS_CTES,
+  type CountedRow,
   IN_MEMORY_IP_PROFILES,
   IP_PROFILES,
   ipClient,
@@ -25,7 +27,9 @@ export {
   LocalCounts,
   pruneCounters,
   shardsFor,
+  THIS_MINUTE,
   tightest,
+  windowAt,
 } from './rate-limit';
 export { ALL_SCOPES, grants, satisfying, type Scope } from './scopes';
 export {

@@ -4,7 +4,17 @@ import { applyMapping, loopRefusal, passesFilter, takeInboundRun, tokenHash, Tri
 import { type Db, KeyRing, openText } from '../platform';
 import { ApiError, isUuid, storableJson } from '../kernel';
 import { acceptedRunOutbox, deliveryToVerify, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
-import { joinWorkspace, suspension } from '../access';
+import {
+  type Bucket,
+  type BucketState,
+  bucketStates,
+  COUNT_BUCKETS_CTES,
+  type CountedRow,
+  shardsFor,
+  suspension,
+  THIS_MINUTE,
+  windowAt,
+} from '../access';
 
 /**
  * The inbound webhook receiver (POST /api/automations/webhook-in/{token}): the URL's token names
@@ -16,8 +26,17 @@ export interface InboundAutomation {
   workspace_id: string;
   active: boolean;
   trigger: TriggerConfig;
+  /** The workspace's standing (a suspended workspace's URLs refuse calls). */
+  standing: { active: boolean; api_access: boolean };
   /** The workspace plan's automationRunsPerMinute, which inbound runs take from too. */
   runs_per_minute: number;
+}
+
+/** The workspace columns the lookup reads beside the automation. */
+interface AutomationStanding {
+  workspace_active: boolean;
+  api_access: boolean;
+  automation_runs_per_minute: number;
 }
 
 /** Where a run sits in a chain of automations: its depth, and the chain's id (the root event's, or the root inbound run's). */
@@ -28,29 +47,66 @@ export interface ChainPosition {
 
 export type InboundStatus = 'accepted' | 'filtered' | 'duplicate';
 
-/** The automation behind an inbound webhook URL; an unknown or revoked token is 404 NOT_FOUND. */
-export async function findInboundAutomation(db: Db, token: string): Promise<InboundAutomation> {
-  const automation = await joinWorkspace(db('automations as a'), 'w', 'a.workspace_id')
-    .where({ 'a.webhook_token_hash': tokenHash(token) })
-    .first(
-      'a.id',
-      'a.workspace_id',
-      'a.active',
-      'a.trigger',
-      'w.active as workspace_active',
-      'w.api_access',
-      'w.automation_runs_per_minute',
-    );
-  if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
-  const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'inboundWebhook');
-  if (suspended) throw suspended;
+/**
+ * The automation behind an inbound webhook URL, read by the statement that counts the call (as
+ * authenticateAndCount reads a key): the caller's IP always, the URL's token when it names an
+ * automation. One statement where three were (the IP's count, the lookup, the token's count):
+ * under a burst the receiver's round trips are what queue on the API's event loop. The states
+ * come back IP first, so its refusal wins, as when the IP was counted before the lookup. An
+ * unknown or revoked token is null here (404 NOT_FOUND once the IP's state is judged).
+ */
+export async function findInboundAutomationAndCount(
+  db: Db,
+  token: string,
+  ip: Bucket,
+  tokenLimit: number,
+): Promise<{ automation: InboundAutomation | null; counted: BucketState[] }> {
+  const window = windowAt();
+  const { rows } = await db.raw<{
+    rows: {
+      automation: (Omit<InboundAutomation, 'runs_per_minute' | 'standing'> & AutomationStanding) | null;
+      counted: Omit<CountedRow, 'reset'>[] | null;
+    }[];
+  }>(
+    `WITH a AS (
+       SELECT a.id, a.workspace_id, a.active, a.trigger, w.active AS workspace_active, w.api_access, w.automation_runs_per_minute
+         FROM automations a JOIN workspaces w ON w.id = a.workspace_id
+        WHERE a.webhook_token_hash = :hash
+     ), ${COUNT_BUCKETS_CTES(`
+         SELECT name, shards, 1 AS n, ${THIS_MINUTE} AS window_start FROM (
+           SELECT CAST(:ip AS text) AS name, CAST(:ipShards AS int) AS shards
+           UNION ALL
+           SELECT 'token:' || a.id, CAST(:tokenShards AS int) FROM a
+         ) AS requested`)}
+     SELECT (SELECT row_to_json(a) FROM a) AS automation, (SELECT json_agg(counted) FROM counted) AS counted`,
+    {
+      hash: tokenHash(token),
+      ip: ip.name,
+      ipShards: shardsFor(ip.limit),
+      tokenShards: shardsFor(tokenLimit),
+      windowStart: window.windowStart,
+    },
+  );
+  const found = rows[0].automation;
+  const buckets: Bucket[] = [ip, ...(found ? [{ name: `token:${found.id}`, limit: tokenLimit, code: 'TOKEN_RATE_LIMITED' as const }] : [])];
+  const counted = bucketStates(
+    buckets,
+    (rows[0].counted ?? []).map((row) => ({ ...row, reset: window.resetSeconds })),
+  );
+  if (!found) return { automation: null, counted };
+  const { workspace_active, api_access, automation_runs_per_minute, ...automation } = found;
   return {
-    id: automation.id,
-    workspace_id: automation.workspace_id,
-    active: automation.active,
-    trigger: automation.trigger,
-    runs_per_minute: automation.automation_runs_per_minute,
+    automation: { ...automation, standing: { active: workspace_active, api_access }, runs_per_minute: automation_runs_per_minute },
+    counted,
   };
+}
+
+/** An inbound URL's automation as the receiver may use it: 404 NOT_FOUND for none, the workspace's suspension refused. */
+export function usableInboundAutomation(automation: InboundAutomation | null): InboundAutomation {
+  if (!automation) throw new ApiError('NOT_FOUND', 'Unknown or revoked webhook URL');
+  const suspended = suspension(automation.standing, 'inboundWebhook');
+  if (suspended) throw suspended;
+  return automation;
 }
 
 /**

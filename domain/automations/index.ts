@@ -20,6 +20,6 @@ export {
   updateAutomation,
   WEBHOOK_IN_MAX_BYTES,
 } from './automations';
-export { deliveryChain, findInboundAutomation, receiveInboundWebhook } from './automation-receiver';
+export { deliveryChain, findInboundAutomationAndCount, receiveInboundWebhook, usableInboundAutomation } from './automation-receiver';
 export { keepWebhookBodyOnRun, REFUSALS_LISTED_PER_EVENT, runsForEvents } from './automation-triggers';
 export { applyRunAction, endRun, planRun, type RunActionInput } from './automation-actions';
