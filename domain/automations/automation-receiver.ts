@@ -10,6 +10,7 @@ import {
   bucketStates,
   COUNT_BUCKETS_CTES,
   type CountedRow,
+  joinWorkspace,
   shardsFor,
   suspension,
   THIS_MINUTE,
@@ -68,11 +69,7 @@ export async function findInboundAutomationAndCount(
       counted: Omit<CountedRow, 'reset'>[] | null;
     }[];
   }>(
-    `WITH a AS (
-       SELECT a.id, a.workspace_id, a.active, a.trigger, w.active AS workspace_active, w.api_access, w.automation_runs_per_minute
-         FROM automations a JOIN workspaces w ON w.id = a.workspace_id
-        WHERE a.webhook_token_hash = :hash
-     ), ${COUNT_BUCKETS_CTES(`
+    `WITH a AS (:lookup), ${COUNT_BUCKETS_CTES(`
          SELECT name, shards, 1 AS n, ${THIS_MINUTE} AS window_start FROM (
            SELECT CAST(:ip AS text) AS name, CAST(:ipShards AS int) AS shards
            UNION ALL
@@ -80,7 +77,17 @@ export async function findInboundAutomationAndCount(
          ) AS requested`)}
      SELECT (SELECT row_to_json(a) FROM a) AS automation, (SELECT json_agg(counted) FROM counted) AS counted`,
     {
-      hash: tokenHash(token),
+      lookup: joinWorkspace(db('automations as a'), 'w', 'a.workspace_id')
+        .where({ 'a.webhook_token_hash': tokenHash(token) })
+        .select(
+          'a.id',
+          'a.workspace_id',
+          'a.active',
+          'a.trigger',
+          'w.active as workspace_active',
+          'w.api_access',
+          'w.automation_runs_per_minute',
+        ),
       ip: ip.name,
       ipShards: shardsFor(ip.limit),
       tokenShards: shardsFor(tokenLimit),
