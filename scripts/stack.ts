@@ -474,27 +474,41 @@ export async function startTemporalDevServer(
     ]),
     ...(opts.uiPort ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
   ];
-  const child = startChild({ name: 'temporal', command: cli, args, logFile: opts.logFile });
   const address = `127.0.0.1:${opts.port}`;
-  await waitFor(
-    'Temporal dev server',
-    async () => {
-      if (child.process.exitCode !== null)
-        throw new Error(`temporal exited with ${child.process.exitCode}: ${child.output().slice(-2000)}`);
-      const connection = await Connection.connect({ address, connectTimeout: 1000 });
-      try {
-        await connection.workflowService.getSystemInfo({});
-      } finally {
-        await connection.close();
+  // The server picks its HTTP API and metrics ports itself (a random free port each), and another
+  // process may take one between its pick and its bind (tests start stacks side by side): such a
+  // start is tried again, with ports picked anew. A port given here that is taken fails at once.
+  for (let attempt = 1; ; attempt++) {
+    const child = startChild({ name: 'temporal', command: cli, args, logFile: opts.logFile });
+    try {
+      const state = await waitFor(
+        'Temporal dev server',
+        async () => {
+          // An exit ends the wait at once (the probe's failures are waited through).
+          if (child.process.exitCode !== null) return 'exited';
+          const connection = await Connection.connect({ address, connectTimeout: 1000 });
+          try {
+            await connection.workflowService.getSystemInfo({});
+          } finally {
+            await connection.close();
+          }
+          return 'up';
+        },
+        60_000,
+      );
+      if (state === 'exited') throw new Error(`temporal exited with ${child.process.exitCode}: ${child.output().slice(-2000)}`);
+    } catch (err) {
+      await child.stop();
+      const message = String(err);
+      if (attempt < 3 && /address already in use/.test(message) && !/frontend port/.test(message)) {
+        opts.log(`Temporal: a port was taken while the dev server started; trying again (${attempt + 1} of 3)`);
+        continue;
       }
-    },
-    60_000,
-  ).catch(async (err: unknown) => {
-    await child.stop();
-    throw err;
-  });
-  opts.log(`Temporal: dev server on ${address}${opts.uiPort ? `, Web UI on http://localhost:${opts.uiPort}` : ''} (${seconds(started)})`);
-  return { ...child, address };
+      throw err;
+    }
+    opts.log(`Temporal: dev server on ${address}${opts.uiPort ? `, Web UI on http://localhost:${opts.uiPort}` : ''} (${seconds(started)})`);
+    return { ...child, address };
+  }
 }
 
 /** Waits for an HTTP endpoint to answer 2xx, failing early if the process behind it exits. */
