@@ -39,9 +39,10 @@ export interface RouteDef<P extends AnyObject = AnyObject, Q extends AnyObject =
   /** Per-IP profile applied before authentication. */
   ipProfile?: IpProfile;
   /**
-   * The handler counts the per-IP profile in its own first statement (`countIpWith`), beside
-   * what that statement reads (the automation receiver: its token's automation). A request that
-   * fails before the handler counts it is counted after it failed, so every request counts once.
+   * The handler counts the per-IP profile (`ctx.state.ipToCount`) in its own first statement,
+   * beside what that statement reads (the automation receiver: its token's automation,
+   * findInboundAutomationAndCount). A request that fails before the handler counts it is counted
+   * after it failed, so every request counts once.
    */
   ipCountedByHandler?: boolean;
   /** A per-key profile on top of the key's own limit. */
