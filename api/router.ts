@@ -160,9 +160,10 @@ function mountRoutes(routes: AnyRoute[], body: Middleware): Router {
         } catch (err) {
           // Refused before the handler counted the IP (an unreadable body, say): counted now, and
           // over the limit the 429 is the answer, as when the IP was counted first.
-          if (ctx.state.ipToCount) {
+          const ip = ctx.state.ipToCount;
+          if (ip) {
             ctx.state.ipToCount = undefined;
-            await enforce(ctx, [ipBucket(ctx, profile)]);
+            await enforce(ctx, [ip]);
           }
           throw err;
         }

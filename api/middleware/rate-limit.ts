@@ -39,8 +39,12 @@ export async function enforce(ctx: Context, buckets: Bucket[]): Promise<void> {
 
 /** RATE_LIMIT_SCALE (benchmarks) applied to every limit. */
 export function scaled(ctx: Context, buckets: Bucket[]): Bucket[] {
-  const scale = ctx.deps.config.rateLimitScale;
-  return scale === 1 ? buckets : buckets.map((b) => ({ ...b, limit: Math.round(b.limit * scale) }));
+  return ctx.deps.config.rateLimitScale === 1 ? buckets : buckets.map((b) => ({ ...b, limit: scaledLimit(ctx, b.limit) }));
+}
+
+/** One limit with RATE_LIMIT_SCALE applied (a bucket whose name only its statement knows). */
+export function scaledLimit(ctx: Context, limit: number): number {
+  return Math.round(limit * ctx.deps.config.rateLimitScale);
 }
 
 /** Keeps the counted states for the headers, and answers 429 when one is exhausted. */

@@ -25,7 +25,7 @@ import {
 } from '../../domain/automations';
 import { ApiError, atLeastOne, pageQuery, trimmedText } from '../../domain/kernel';
 import { rawBody, requestBody } from '../middleware/body';
-import { record, scaled } from '../middleware/rate-limit';
+import { record, scaled, scaledLimit } from '../middleware/rate-limit';
 import { apiKey, route } from '../route';
 import { Deleted, IdParams, listOf, pageOf, single } from '../schemas';
 import { grants } from '../../domain/access';
@@ -260,11 +260,8 @@ export const automationRoutes = [
       }
       // The IP (the router left it to this statement: ipCountedByHandler) and the token counted
       // where the token's automation is read.
-      const [ip, token] = scaled(ctx, [
-        ctx.state.ipToCount!,
-        { name: 'token', limit: config.inboundTokenLimit, code: 'TOKEN_RATE_LIMITED' },
-      ]);
-      const found = await findInboundAutomationAndCount(db, params.token, ip, token.limit);
+      const [ip] = scaled(ctx, [ctx.state.ipToCount!]);
+      const found = await findInboundAutomationAndCount(db, params.token, ip, scaledLimit(ctx, config.inboundTokenLimit));
       ctx.state.ipToCount = undefined;
       record(ctx, found.counted);
       const automation = usableInboundAutomation(found.automation);
