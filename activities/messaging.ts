@@ -40,13 +40,17 @@ type ContentRef = { requestId: string; message?: undefined } | { requestId?: und
  */
 export function createMessagingActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
   const port = providerPort({ allowPrivateUrls: config.allowPrivateUrls });
-  /** The run's reference: names its preparation and its one provider attempt. */
-  const reference = () => {
+  /**
+   * The send's reference: names its preparation and its one provider attempt. The run's own, or
+   * the one the API attempted the send under before a workflow took it on (SendInput.reference).
+   */
+  const reference = (given?: string) => {
+    if (given) return given;
     const { workflowId, runId } = Context.current().info.workflowExecution!;
     return `${workflowId}/${runId}`;
   };
   const prepare = (input: SendInput, request?: SendRequest) =>
-    refusalsAsFailures(() => prepareSend(db, config.encryptionKeys!, input, reference(), request));
+    refusalsAsFailures(() => prepareSend(db, config.encryptionKeys!, input, reference(input.reference), request));
 
   /** The provider call of a send whose content the caller loaded (a template's components as prepared, when it has them). */
   async function callProvider(
@@ -142,8 +146,9 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * Run again after a crash it repeats nothing: each step is idempotent by the run's reference.
      * A refusal of prepare is thrown (nothing was prepared); what happens after prepare is
      * answered with the preparation, and the workflow goes on from it (compensation, retry, reconciliation).
+     * The API makes the same step itself, under a reference of its own (api/send.ts).
      */
-    async sendAtOnce(input: { workspaceId: string; requestId: string; mode: 'cold' | 'conversation' }): Promise<SendAtOnce> {
+    async sendAtOnce(input: { workspaceId: string; requestId: string; mode: 'cold' | 'conversation'; reference?: string }): Promise<SendAtOnce> {
       // The request is read once for the three steps, and the template's components as prepare
       // checked them a moment ago go to the provider as they are (no second template read).
       const request = await sendRequestOf(db, input);

@@ -2,20 +2,32 @@ import { randomUUID } from 'node:crypto';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import {
+  type Client,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
   WorkflowIdReusePolicy,
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { ApiError, clock } from '../domain/kernel';
-import { fromFailure, fromRefusal, isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor } from '../domain/messaging';
-import { fingerprint, isTemporalUnreachable, searchHash, workspacePriority } from '../domain/platform';
-import { isRefusal, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
-import { sendMessageWorkflow } from '../workflows/send-message';
-import { temporalClient, withTemporal } from './context';
-
-/** How long a repeat of an Idempotency-Key gets the memoised answer (docs/api-conventions.md). */
-export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;
+import {
+  claimSendKey,
+  fromFailure,
+  fromRefusal,
+  IDEMPOTENCY_MEMO_MS,
+  isReplacedAlready,
+  refusalOfFailure,
+  releaseReplaced,
+  saveSendRequest,
+  sendInputFor,
+  sendKeyToWorkflow,
+  settleSendKey,
+} from '../domain/messaging';
+import { fingerprint, isTemporalUnreachable } from '../domain/platform';
+import { isRefusal, type SendAtOnce, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
+import type { sendMessageWorkflow } from '../workflows/send-message';
+import { createMessagingActivities, type MessagingActivities } from '../activities/messaging';
+import { apiSendReference, sendWorkflowId, startSendWorkflow } from '../workers/send-starts';
+import { type AppDeps, temporalClient, withTemporal } from './context';
 /** How long the API waits for a send before answering 409 IN_PROGRESS (the send carries on). */
 const WAIT_MS = 30_000;
 
@@ -40,14 +52,25 @@ export function idempotencyKey(ctx: Context): string | undefined {
   return ctx.get('idempotency-key') || undefined;
 }
 
+/** What names a send: its Idempotency-Key (given, or made for it), its workflow's id, and the request's fingerprint. */
+interface KeyedSend {
+  key: string;
+  /** Whether the client sent the key (a made one cannot have been used before). */
+  given: boolean;
+  workflowId: string;
+  request: string;
+}
+
+const SERVICE = 'The messaging service';
+
 /**
- * Runs a send as a workflow and answers with its result. The Idempotency-Key names the workflow
- * (per workspace), so Temporal's own id rules do the reservation: a running send with the key is
- * 409 IN_PROGRESS, a completed one within 10 minutes is replayed (200, `Idempotent-Replayed`), a
- * send whose outcome is unknown keeps answering 409 SEND_OUTCOME_UNKNOWN, and only a failed one
- * (or a success older than 10 minutes) lets the key start a new send. The start itself refuses a
- * completed run (ALLOW_DUPLICATE_FAILED_ONLY), so a request that found nothing cannot send again
- * after a concurrent one with the same key completed: it replays that one instead.
+ * Runs a send and answers with its outcome. By default (SEND_FIRST_ATTEMPT=api) the API makes a
+ * text or template send's one step itself (prepare, the provider call, record: the workflow's own
+ * sendAtOnce), and starts a send workflow only for what did not finish there: a provider that
+ * throttled or failed (the retries), a call without an answer (the reconciliation), a record that
+ * failed. A media send, and every send with SEND_FIRST_ATTEMPT=workflow, is a workflow from the
+ * start (sendByWorkflow). Measured in docs/performance.md: a send accepted at once costs no
+ * Temporal round trip, so the API sends 2-3 times as many.
  */
 export async function runSend(
   ctx: Context,
@@ -59,18 +82,134 @@ export async function runSend(
   // outlived the API's wait (409 IN_PROGRESS) can repeat with it and join the same send.
   const key = given ?? randomUUID();
   ctx.set('Idempotency-Key', key);
-  const service = 'The messaging service';
-  const client = await temporalClient(ctx, service);
-  const workflowId = `send/${input.workspaceId}/key/${key}`;
+  const send: KeyedSend = {
+    key,
+    given: given !== undefined,
+    workflowId: sendWorkflowId(input.workspaceId, key),
+    // The number in its canonical form: the same number written differently is the same request.
+    request: fingerprint(options.kind, { ...input, phone: options.phone ?? input.phone }),
+  };
+  return sendHere(ctx, input, options, send);
+}
+
+/**
+ * The key is claimed in PostgreSQL with the request (send_keys), whoever makes the send: a repeat
+ * while the API attempts it is 409 IN_PROGRESS, a repeat of its answer within 10 minutes replays
+ * it (200, `Idempotent-Replayed`), a refusal frees the key, and a key a workflow carries on is
+ * left to Temporal's id rules (sendByWorkflow). So API processes of either SEND_FIRST_ATTEMPT
+ * (a rolling change of it) never send one key twice. The attempt's reference names the send to
+ * the workflow that may take it on, so nothing is prepared or sent twice; an API process that
+ * dies mid-send leaves the key 'sending', and the worker's sweep hands it to that workflow
+ * (workers/send-starts.ts).
+ */
+async function sendHere(
+  ctx: Context,
+  input: SendRequest & { workspaceId: string },
+  options: { kind: 'cold' | 'conversation'; phone?: string },
+  send: KeyedSend,
+): Promise<SendOutcome> {
+  const { db } = ctx.deps;
+  const { workspaceId, ...content } = input;
+  const requestId = randomUUID();
+  // A media send's file is checked (downloaded) by a workflow activity first: only a workflow makes it.
+  const here = ctx.deps.config.sendFirstAttempt === 'api' && !content.message.mediaUrl;
+  const holder = await claimSendKey(db, {
+    workspaceId,
+    key: send.key,
+    requestId,
+    request: content,
+    fingerprint: send.request,
+    state: here ? 'sending' : 'workflow',
+    now: clock.now(),
+  });
+  if (holder?.state === 'workflow' || (!here && !holder)) return sendByWorkflow(ctx, input, options, send);
+  if (holder) {
+    // A key that holds an answer (running, a recent success) holds it for its own request only.
+    if (holder.fingerprint !== send.request) throw keyReused(send.key);
+    if (holder.state === 'sending') throw inProgress(send.workflowId, send.key);
+    ctx.status = 200;
+    ctx.set('Idempotent-Replayed', 'true');
+    return holder.answer!;
+  }
+
+  const held = { workspaceId, key: send.key, requestId };
+  const reference = apiSendReference(workspaceId, send.key, requestId);
+  let first: SendAtOnce | undefined;
+  try {
+    first = await sendEngine(ctx.deps).sendAtOnce({ workspaceId, requestId, mode: options.kind, reference });
+  } catch (err) {
+    const refused = refusalOfFailure(err);
+    if (refused) {
+      await settleSendKey(db, held, null, clock.now());
+      throw refused;
+    }
+    // Not known to be prepared: the workflow runs the step again under the same reference.
+    ctx.state.log.warn({ err }, 'send: the first attempt did not finish; its workflow carries it on');
+  }
+  if (first && 'recorded' in first) {
+    await settleSendKey(db, held, first.recorded, clock.now());
+    return first.recorded;
+  }
+
+  const client = await temporalClient(ctx, SERVICE).catch(() => {
+    // The key stays 'sending': the worker's sweep starts the workflow once Temporal answers.
+    throw inProgress(send.workflowId, send.key);
+  });
+  try {
+    await withTemporal(ctx, SERVICE, () =>
+      startSendWorkflow(client, ctx.deps.config, {
+        workspaceId,
+        key: send.key,
+        input: { ...sendInputFor(workspaceId, requestId, content), reference, ...(first ? { first } : {}) },
+        request: send.request,
+        // A finished run of this id is an earlier handover of this same send (the sweep's): under the same reference it repeats nothing.
+        reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+        ...(options.phone ? { phone: options.phone } : {}),
+        ...(input.instanceId ? { instanceId: input.instanceId } : {}),
+        eager: ctx.deps.eagerSends === true,
+      }),
+    );
+  } catch (err) {
+    if (err instanceof ApiError && err.code === 'UNAVAILABLE') throw inProgress(send.workflowId, send.key);
+    // Started by the sweep meanwhile: it carries the same send.
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+  }
+  await sendKeyToWorkflow(db, held);
+  return awaitSend(ctx, client, send);
+}
+
+/** The API's send step: the send workflow's own local activity, called in the request (no Temporal context: the reference is given). */
+const engines = new WeakMap<AppDeps, MessagingActivities>();
+function sendEngine(deps: AppDeps): MessagingActivities {
+  let engine = engines.get(deps);
+  if (!engine) engines.set(deps, (engine = createMessagingActivities({ db: deps.db, config: deps.config })));
+  return engine;
+}
+
+/**
+ * Runs a send as a workflow and answers with its result. The Idempotency-Key names the workflow
+ * (per workspace), so Temporal's own id rules do the reservation: a running send with the key is
+ * 409 IN_PROGRESS, a completed one within 10 minutes is replayed (200, `Idempotent-Replayed`), a
+ * send whose outcome is unknown keeps answering 409 SEND_OUTCOME_UNKNOWN, and only a failed one
+ * (or a success older than 10 minutes) lets the key start a new send. The start itself refuses a
+ * completed run (ALLOW_DUPLICATE_FAILED_ONLY), so a request that found nothing cannot send again
+ * after a concurrent one with the same key completed: it replays that one instead.
+ */
+async function sendByWorkflow(
+  ctx: Context,
+  input: SendRequest & { workspaceId: string },
+  options: { kind: 'cold' | 'conversation'; phone?: string },
+  send: KeyedSend,
+): Promise<SendOutcome> {
+  const { key, workflowId, request } = send;
+  const client = await temporalClient(ctx, SERVICE);
   const handle = client.workflow.getHandle<typeof sendMessageWorkflow>(workflowId);
-  // The number in its canonical form: the same number written differently is the same request.
-  const request = fingerprint(options.kind, { ...input, phone: options.phone ?? input.phone });
 
   /** What an earlier run with this key decides: an answer (replay or refusal), or how a new run may start. */
   const previousRun = async (): Promise<
     { answer: () => Promise<SendOutcome> } | { reusePolicy: WorkflowIdReusePolicy; replaces?: string }
   > => {
-    const previous = await withTemporal(ctx, service, () => handle.describe()).catch((err) => {
+    const previous = await withTemporal(ctx, SERVICE, () => handle.describe()).catch((err) => {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
     });
@@ -88,7 +227,7 @@ export async function runSend(
     if (status === 'COMPLETED') {
       // The clock tests can set (domain/kernel/clock.ts), so the window's end is tested without waiting 10 minutes.
       if (clock.now() - closed < IDEMPOTENCY_MEMO_MS) {
-        const result = await withTemporal(ctx, service, () => handle.result());
+        const result = await withTemporal(ctx, SERVICE, () => handle.result());
         // A refusal frees the key like a failure; the retry names the refused run (see below).
         if (isRefusal(result)) return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE, replaces: previous.runId };
         bound();
@@ -103,7 +242,7 @@ export async function runSend(
       return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE };
     }
     if (status === 'FAILED') {
-      const failure = await withTemporal(ctx, service, () => handle.result()).then(
+      const failure = await withTemporal(ctx, SERVICE, () => handle.result()).then(
         () => undefined,
         (err: unknown) => {
           if (err instanceof WorkflowFailedError) return sendFailure(err);
@@ -119,7 +258,7 @@ export async function runSend(
     return { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY };
   };
 
-  const decision = given ? await previousRun() : { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY };
+  const decision = send.given ? await previousRun() : { reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY };
   if ('answer' in decision) return decision.answer();
   const { reusePolicy } = decision;
   const replaces = 'replaces' in decision ? decision.replaces : undefined;
@@ -137,25 +276,16 @@ export async function runSend(
     throw inProgress(workflowId, key);
   }
   try {
-    await withTemporal(ctx, service, () =>
-      client.workflow.start(sendMessageWorkflow, {
-        workflowId,
-        taskQueue: ctx.deps.config.sendTaskQueue,
-        // The API process's own send worker runs the first workflow task when it has a free slot
-        // (workers/send-worker.ts); without one this is an ordinary start.
-        requestEagerStart: ctx.deps.eagerSends === true,
-        // The reconciliation window travels in the input: the workflow's waits depend only on its history.
-        args: [{ ...sendInputFor(workspaceId, requestId, content), reconcileWindowMs: ctx.deps.config.sendReconcileWindowMs }],
-        workflowIdReusePolicy: reusePolicy,
-        priority: workspacePriority(workspaceId),
-        memo: { request },
-        searchAttributes: {
-          WorkspaceId: [input.workspaceId],
-          IdempotencyKey: [key],
-          // Shown in clear by Temporal: the number's keyed hash (the workflow sets it again once prepared).
-          ...(options.phone ? { PhoneHash: [searchHash(ctx.deps.config.encryptionKeys!, 'phone', input.workspaceId, options.phone)] } : {}),
-          ...(input.instanceId ? { InstanceId: [input.instanceId] } : {}),
-        },
+    await withTemporal(ctx, SERVICE, () =>
+      startSendWorkflow(client, ctx.deps.config, {
+        workspaceId,
+        key,
+        input: sendInputFor(workspaceId, requestId, content),
+        request,
+        reusePolicy,
+        ...(options.phone ? { phone: options.phone } : {}),
+        ...(input.instanceId ? { instanceId: input.instanceId } : {}),
+        eager: ctx.deps.eagerSends === true,
       }),
     );
   } catch (err) {
@@ -169,21 +299,26 @@ export async function runSend(
     if ('answer' in now) return now.answer();
     throw inProgress(workflowId, key);
   }
+  return awaitSend(ctx, client, send);
+}
 
+/** The started send workflow's answer, within the API's wait (then 409 IN_PROGRESS: the send carries on). */
+async function awaitSend(ctx: Context, client: Client, send: KeyedSend): Promise<SendOutcome> {
+  const handle = client.workflow.getHandle<typeof sendMessageWorkflow>(send.workflowId);
   let timer: NodeJS.Timeout | undefined;
   try {
     return outcomeOf(
       await Promise.race([
         handle.result(),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(inProgress(workflowId, key)), WAIT_MS);
+          timer = setTimeout(() => reject(inProgress(send.workflowId, send.key)), WAIT_MS);
         }),
       ]),
     );
   } catch (err) {
     if (err instanceof WorkflowFailedError) throw sendFailure(err);
     // The send started and is durable; Temporal went away while we waited for its result.
-    if (isTemporalUnreachable(err)) throw inProgress(workflowId, key);
+    if (isTemporalUnreachable(err)) throw inProgress(send.workflowId, send.key);
     throw err;
   } finally {
     clearTimeout(timer);

@@ -581,11 +581,11 @@ const MUTANTS: Mutant[] = [
     tests: E2E_SAGA,
   },
 
-  // Send replay (api/send.ts): a completed send's Idempotency-Key replays it for 10 minutes.
+  // Send replay (domain/messaging/send-keys.ts): a completed send's Idempotency-Key replays it for 10 minutes.
   {
     id: 'send-replay-11-minutes',
     rule: 'Send replay window',
-    file: 'api/send.ts',
+    file: 'domain/messaging/send-keys.ts',
     find: 'export const IDEMPOTENCY_MEMO_MS = 10 * 60 * 1000;',
     replace: 'export const IDEMPOTENCY_MEMO_MS = 11 * 60 * 1000;',
     tests: E2E_MESSAGES,
@@ -593,9 +593,17 @@ const MUTANTS: Mutant[] = [
   {
     id: 'send-replay-comparison-flipped',
     rule: 'Send replay window',
-    file: 'api/send.ts',
-    find: 'if (clock.now() - closed < IDEMPOTENCY_MEMO_MS) {',
-    replace: 'if (clock.now() - closed > IDEMPOTENCY_MEMO_MS) {',
+    file: 'domain/messaging/send-keys.ts',
+    find: "WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at < ?)",
+    replace: "WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at > ?)",
+    tests: E2E_MESSAGES,
+  },
+  {
+    id: 'send-refusal-keeps-key',
+    rule: 'Send replay window',
+    file: 'domain/messaging/send-keys.ts',
+    find: "WHERE k.state = 'refused' OR (k.state = 'answered'",
+    replace: "WHERE (k.state = 'answered'",
     tests: E2E_MESSAGES,
   },
 

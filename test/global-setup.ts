@@ -83,6 +83,8 @@ export default async function globalSetup(): Promise<void> {
     ALLOW_PRIVATE_URLS: 'true',
     WEBHOOK_RETRY_SCALE: '0.001',
     DELIVERY_SWEEP_MS: '1000',
+    // A send an API process began and never settled is handed to its workflow after 15 s (test/send-crash.test.ts), not a minute.
+    SEND_SWEEP_AFTER_MS: '15000',
     AUTOMATION_WAIT_SCALE: '0.00001',
     // A conversation is quiet for its insight after 1 s (test/insights.test.ts), not 2 minutes.
     INSIGHT_DEBOUNCE_SECONDS: '1',

@@ -171,7 +171,8 @@ async function expectOneSend(s: Setup, phone: string, res: { status: number; bod
 }
 
 beforeAll(async () => {
-  api = await startApi({ config: { taskQueue: TASK_QUEUE, sendReconcileWindowMs: RECONCILE_WINDOW_MS } });
+  // The crashes of this file are a workflow's: every send is one from the start (the API's own first attempt is tested at the end).
+  api = await startApi({ config: { taskQueue: TASK_QUEUE, sendReconcileWindowMs: RECONCILE_WINDOW_MS, sendFirstAttempt: 'workflow' } });
   worker = await startWorker();
 }, 120_000);
 
@@ -348,9 +349,10 @@ describe('a worker killed mid-send', () => {
 
 /**
  * An API process (api/server.ts, as production runs it) hosting its send worker on the file's task
- * queue: its sends start eagerly, their first workflow task run by that worker.
+ * queue: its sends start eagerly, their first workflow task run by that worker. `firstAttempt`:
+ * who makes a send's first provider attempt (SEND_FIRST_ATTEMPT).
  */
-async function apiProcess(): Promise<{ child: Child; url: string }> {
+async function apiProcess(firstAttempt: 'api' | 'workflow' = 'workflow'): Promise<{ child: Child; url: string }> {
   const port = await freePort();
   const child = startChild({
     name: 'eager-api',
@@ -363,8 +365,9 @@ async function apiProcess(): Promise<{ child: Child; url: string }> {
       TEMPORAL_TASK_QUEUE: TASK_QUEUE,
       SEND_RECONCILE_WINDOW_MS: String(RECONCILE_WINDOW_MS),
       API_SEND_WORKER: 'true',
+      SEND_FIRST_ATTEMPT: firstAttempt,
     },
-    logFile: path.join(LOG_DIR, `api-eager-${process.pid}.log`),
+    logFile: path.join(LOG_DIR, `api-${firstAttempt}-${process.pid}.log`),
   });
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/health`, child);
@@ -386,6 +389,18 @@ async function workflowTaskRunners(s: Setup, key: string): Promise<string[]> {
     .map((e) => e.workflowTaskStartedEventAttributes!.identity ?? '');
 }
 
+const sendThrough = (url: string, s: Setup, phone: string, key: string) =>
+  fetch(`${url}/api/v1/messages`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${s.ws.key}`,
+      'content-type': 'application/json',
+      'x-forwarded-for': uniqueIp(),
+      'Idempotency-Key': key,
+    },
+    body: JSON.stringify(body(phone)),
+  });
+
 describe('an API process that hosts its send worker', () => {
   let eager: { child: Child; url: string } | undefined;
   beforeAll(async () => {
@@ -394,17 +409,6 @@ describe('an API process that hosts its send worker', () => {
   afterAll(async () => {
     await eager?.child.stop();
   });
-  const sendThrough = (url: string, s: Setup, phone: string, key: string) =>
-    fetch(`${url}/api/v1/messages`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${s.ws.key}`,
-        'content-type': 'application/json',
-        'x-forwarded-for': uniqueIp(),
-        'Idempotency-Key': key,
-      },
-      body: JSON.stringify(body(phone)),
-    });
 
   it('starts a send eagerly: its one workflow task runs in the API process, one provider call', async () => {
     const s = await setup();
@@ -453,3 +457,82 @@ describe('an API process that hosts its send worker', () => {
     console.log(`[send-crash] API killed mid-call: answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }, 90_000);
 });
+
+describe('an API process that makes the first attempt itself (SEND_FIRST_ATTEMPT=api)', () => {
+  let first: { child: Child; url: string } | undefined;
+  beforeAll(async () => {
+    first = await apiProcess('api');
+  }, 90_000);
+  afterAll(async () => {
+    await first?.child.stop();
+  });
+  const keyState = async (s: Setup, key: string) => (await api.db('send_keys').where({ workspace_id: s.ws.id, key }).first('state'))?.state;
+
+  it('answers a send the provider accepts at once without a workflow, and replays it under its key', async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `here-${phone}`;
+    const res = await sendThrough(first!.url, s, phone, key);
+    const answered = { status: res.status, body: await res.json() };
+    expect(answered.status).toBe(201);
+    await expectOneSend(s, phone, answered);
+    await expect((await temporal.get()).workflow.getHandle(workflowId(s, key)).describe()).rejects.toThrow(/not found/i);
+    expect(await keyState(s, key)).toBe('answered');
+    // A repeat, on another API process (its first attempt made by workflows): the same answer, nothing sent again.
+    const replay = await send(s, phone, key);
+    expect({ status: replay.status, replayed: replay.headers.get('idempotent-replayed'), body: replay.body }).toEqual({
+      status: 200,
+      replayed: 'true',
+      body: answered.body,
+    });
+    expect(await callsTo(phone)).toHaveLength(1);
+  }, 60_000);
+
+  it("killed mid-call: the worker's sweep hands the send to its workflow, one provider call, recorded once", async () => {
+    const s = await setup();
+    const phone = mobile();
+    const key = `here-killed-${phone}`;
+    // The provider takes 2 s to answer: the API dies after the request reached it.
+    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 2000, times: 1 });
+    const started = Date.now();
+    const pending = sendThrough(first!.url, s, phone, key).then(
+      (res) => res.status,
+      () => 'connection lost',
+    );
+    await waitFor(
+      'the provider call',
+      async () => {
+        if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
+      },
+      20_000,
+    );
+    await killWorker(first!.child);
+    expect(await pending).toBe('connection lost');
+    first = await apiProcess('api');
+    // Nothing carries the send yet: a repeat is told to come back.
+    expect(await keyState(s, key)).toBe('sending');
+    expectInProgress(await send(s, phone, key));
+
+    // The suite's worker sweeps it (SEND_SWEEP_AFTER_MS) into its workflow, which finds the attempt
+    // the provider's status callback settled; the repeat then gets the workflow's answer.
+    await waitFor(
+      'the sweep',
+      async () => {
+        if ((await keyState(s, key)) !== 'workflow') throw new Error('not handed over yet');
+      },
+      60_000,
+    );
+    await (await temporal.get()).workflow.getHandle(workflowId(s, key)).result();
+    const res = await send(s, phone, key);
+    expect(res.status).toBe(200);
+    await expectOneSend(s, phone, res);
+    expect(await keyState(s, key)).toBe('workflow');
+    const attempts = await activityAttempts(s, key);
+    expect(attempts.sendToProvider ?? []).toEqual([]);
+    console.log(`[send-crash] API killed mid-call (first attempt its own): answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }, 120_000);
+});
+
+function expectInProgress(res: { status: number; body: any }): void {
+  expect({ status: res.status, code: res.body?.code }).toEqual({ status: 409, code: 'IN_PROGRESS' });
+}

@@ -140,12 +140,30 @@ it('gives up on a provider that stays down: SEND_FAILED after the retries, and t
   });
 }, 120_000);
 
-it('completes a send the rules refused (its reason as the result), so FAILED in Temporal means something went wrong; the key stays free for a retry, one at a time', async () => {
+it('answers a send the rules refused in the API itself (no workflow to open), and the key stays free for a retry, one at a time', async () => {
+  const { ws } = await workspaceWithInstance();
+  const phone = mobile();
+  const key = `refused-here-${phone}`;
+  const body = { phone, type: 'template', templateName: 'no-such-template', templateLanguage: 'pt_BR' };
+  const send = () => api.request('POST', '/api/v1/messages', { key: ws.key, body, headers: { 'Idempotency-Key': key } });
+
+  expectError(await send(), 422, 'TEMPLATE_INVALID');
+  expectError(await send(), 422, 'TEMPLATE_INVALID');
+  const racing = await Promise.all(Array.from({ length: 3 }, send)); // 5 in all: the key's cold-send limit a minute
+  for (const res of racing) expect([409, 422]).toContain(res.status);
+  expect(racing.filter((r) => r.status === 422).length).toBeGreaterThanOrEqual(1);
+  const client = await temporal.get();
+  await expect(client.workflow.getHandle(`send/${ws.id}/key/${key}`).describe()).rejects.toThrow(/not found/i);
+  expect(await api.db('send_keys').where({ workspace_id: ws.id, key }).first('state')).toEqual({ state: 'refused' });
+});
+
+it('with SEND_FIRST_ATTEMPT=workflow, completes a send the rules refused (its reason as the result), so FAILED in Temporal means something went wrong; the key stays free for a retry, one at a time', async () => {
+  const byWorkflow = await startApi({ config: { sendFirstAttempt: 'workflow' } });
   const { ws } = await workspaceWithInstance();
   const phone = mobile();
   const key = `refused-${phone}`;
   const body = { phone, type: 'template', templateName: 'no-such-template', templateLanguage: 'pt_BR' };
-  const send = () => api.request('POST', '/api/v1/messages', { key: ws.key, body, headers: { 'Idempotency-Key': key } });
+  const send = () => byWorkflow.request('POST', '/api/v1/messages', { key: ws.key, body, headers: { 'Idempotency-Key': key } });
 
   expectError(await send(), 422, 'TEMPLATE_INVALID');
   const client = await temporal.get();
@@ -178,4 +196,5 @@ it('completes a send the rules refused (its reason as the result), so FAILED in 
   }
   expect(count).toBe(3);
   expect(racing.filter((r) => r.status === 422).length).toBeGreaterThanOrEqual(1);
+  await byWorkflow.close();
 });

@@ -16,24 +16,28 @@ import { uniqueMobile } from './phones';
 const EMULATOR = process.env.EMULATOR_URL!;
 const FIXTURES = path.join(__dirname, 'fixtures');
 const temporal = temporalClientFactory(loadConfig());
+/** Sends that are workflows from the start (SEND_FIRST_ATTEMPT=workflow); `here` makes the first attempt itself and hands over the rest. */
 let api: TestApi;
+let here: TestApi;
 let dir: string;
 const mobile = (): string => uniqueMobile('31');
 
 beforeAll(async () => {
-  api = await startApi();
+  api = await startApi({ config: { sendFirstAttempt: 'workflow' } });
+  here = await startApi();
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'crm-replay-'));
 });
 afterAll(async () => {
   await api.close();
+  await here.close();
   await temporal.close();
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
 const saveHistory = async (workflowId: string, file: string) => save(await temporal.get(), workflowId, file);
 
-async function coldSend(ws: Workspace, phone: string, key: string): Promise<string> {
-  const res = await api.request('POST', '/api/v1/messages', {
+async function coldSend(ws: Workspace, phone: string, key: string, through = api): Promise<string> {
+  const res = await through.request('POST', '/api/v1/messages', {
     key: ws.key,
     body: { phone, type: 'template', templateName: 'welcome', templateLanguage: 'pt_BR', templateVariables: ['Ana'] },
     headers: { 'Idempotency-Key': key },
@@ -59,7 +63,7 @@ it('replays sends started before their three steps became one local activity (pr
   expect(code).toBe(0);
 }, 120_000);
 
-it('replays the sends of the current code: one accepted at once (one workflow task), one whose first call the provider refused for a while', async () => {
+it('replays the sends of the current code: one accepted at once (one workflow task), one whose first call the provider refused for a while, one the API began and handed over', async () => {
   const ws = await createWorkspace(api, { scopes: ['conversations:send'] });
   const instance = await api.admin('POST', `/admin/v1/workspaces/${ws.id}/instances`, {
     name: 'Main',
@@ -98,8 +102,26 @@ it('replays the sends of the current code: one accepted at once (one workflow ta
   expect(count(retried, 'EVENT_TYPE_TIMER_STARTED')).toBe(1);
   expect(count(retried, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED')).toBe(1);
 
-  const { code, out } = await replay([atOnce, afterRefusal]);
+  // The same refusal met by the API's own first attempt: the workflow starts from its outcome (no local activity), waits, calls again.
+  const handedPhone = mobile();
+  await fetch(`${EMULATOR}/__emulator/script`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to: handedPhone, behaviour: 'error', code: 131056, httpStatus: 429, times: 1 }),
+  });
+  const handedOver = path.join(dir, 'handed-over-by-the-api.json');
+  const carried = await saveHistory(await coldSend(ws, handedPhone, 'replay-handed-over', here), handedOver);
+  // Its only local activity is the record after the retry: no sendAtOnce (the API made that step).
+  const localTypes = localActivityMarkers(carried).map(
+    (e) => JSON.parse(Buffer.from(e.markerRecordedEventAttributes!.details!.data!.payloads![0].data!).toString('utf8')).activity_type,
+  );
+  expect(localTypes).toEqual(['recordSent']);
+  expect(count(carried, 'EVENT_TYPE_TIMER_STARTED')).toBe(1);
+  expect(count(carried, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED')).toBe(1);
+
+  const { code, out } = await replay([atOnce, afterRefusal, handedOver]);
   expect(out).toContain('accepted-at-once.json: replays');
   expect(out).toContain('after-a-refused-first-call.json: replays');
+  expect(out).toContain('handed-over-by-the-api.json: replays');
   expect(code).toBe(0);
 }, 120_000);

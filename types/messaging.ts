@@ -97,6 +97,13 @@ export interface SendInput {
    * is sent again. Set by the API from `SEND_RECONCILE_WINDOW_MS`; absent: DEFAULT_RECONCILE_WINDOW_MS.
    */
   reconcileWindowMs?: number;
+  /**
+   * A send the API began itself (api/send.ts) and hands over: the reference it prepared and
+   * attempted under (the run goes on under it, so nothing is prepared or sent twice), and what its
+   * one step came to, if it finished (the run goes on from it as from its own sendAtOnce).
+   */
+  reference?: string;
+  first?: SendAtOnce;
 }
 
 /** Default reconciliation window (see SendInput.reconcileWindowMs). */

@@ -9,6 +9,7 @@ import { PRUNE_EVERY_MS, pruneRetention, sealStoredSecrets } from '../domain/mai
 import { createTriggerHandler } from './automation-triggers';
 import { createMediaDispatcher } from './media-dispatcher';
 import { createOutboxDispatcher } from './outbox-dispatcher';
+import { createSendSweep } from './send-starts';
 import { ensureTemplateSyncSchedule } from './template-schedule';
 import { bundleWorkflowsApart } from './workflow-bundle';
 
@@ -123,6 +124,8 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
     logger,
     pollMs: Math.max(config.outboxPollMs, 250),
   });
+  // Sends an API process began and never settled (it died mid-send): each carried on by its workflow.
+  const sendSweep = createSendSweep({ db, temporal: temporal.get, config, logger });
   // Plain-text or old-key secrets (written before encryption, or before a key rotation) are sealed anew.
   const sealed = await sealStoredSecrets(db, config.encryptionKeys!);
   if (sealed.instances + sealed.webhookSubscriptions + sealed.automationTokens + sealed.aiKeys > 0)
@@ -138,6 +141,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   if (config.outboxDispatcher) {
     dispatcher.start();
     mediaDispatcher.start();
+    sendSweep.start();
     // The hourly template sync's schedule, created once (left to the same workers as the outbox: a
     // worker dedicated to a queue of its own must not make the schedule start runs on that queue).
     void temporal
@@ -162,6 +166,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
   clearInterval(pruner);
   await dispatcher.stop();
   await mediaDispatcher.stop();
+  await sendSweep.stop();
   await Promise.allSettled([connection.close(), db.destroy()]);
   logger.info('worker stopped');
 }

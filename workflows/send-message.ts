@@ -92,7 +92,8 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
           ? { workspaceId: input.workspaceId, requestId: input.requestId }
           : { url: input.message!.mediaUrl!, type: input.message!.type },
       );
-    const first = oneStep ? await sendAtOnce(input) : undefined;
+    // A send the API began comes with its first step's outcome (when it has one), under the API's reference.
+    const first = input.first ?? (oneStep ? await sendAtOnce(input) : undefined);
     const prepared = first?.prepared ?? (await prepare.prepareSend(input));
     compensations.push(() => compensate.undoPrepare(prepared));
     searchAttributesOf(prepared, oneStep);
@@ -101,7 +102,7 @@ export async function sendMessageWorkflow(input: SendInput): Promise<SendResult>
     const sent =
       first && 'sent' in first
         ? first.sent
-        : await sendOnce(input, prepared, `${workflowId}/${runId}`, first).catch((err) => {
+        : await sendOnce(input, prepared, input.reference ?? `${workflowId}/${runId}`, first).catch((err) => {
             if (!outcomeUnknown(err)) throw err;
             // The provider may have the message: the contact and conversation stay (undoing them could
             // orphan a delivered message), and the send fails as SEND_OUTCOME_UNKNOWN.
@@ -138,7 +139,12 @@ const localSteps = {
 
 async function sendAtOnce(input: SendInput): Promise<SendAtOnce | undefined> {
   try {
-    return await atOnce.sendAtOnce({ workspaceId: input.workspaceId, requestId: input.requestId!, mode: kind(input) });
+    return await atOnce.sendAtOnce({
+      workspaceId: input.workspaceId,
+      requestId: input.requestId!,
+      mode: kind(input),
+      ...(input.reference ? { reference: input.reference } : {}),
+    });
   } catch (err) {
     const cause = failureCause(err);
     if (cause instanceof ApplicationFailure && cause.nonRetryable) throw err;

@@ -9,12 +9,14 @@ import { type Db, STORED_ANSWER_HOURS } from '../platform';
  * running is never removed. An inbound automation call's `externalId` is recognised as a
  * duplicate for as long as its run is kept.
  */
-export const RETENTION_TABLES: Record<string, { done: string; hours?: number }> = {
+export const RETENTION_TABLES: Record<string, { done: string; hours?: number; id?: string }> = {
   outbox_events: { done: 'dispatched_at IS NOT NULL' },
   webhook_deliveries: { done: "status <> 'pending'" },
   automation_runs: { done: "status <> 'running'" },
   // A send's content, kept for its workflow (which ends within a day: the reconcile window's bound).
   send_requests: { done: 'true' },
+  // A send's Idempotency-Key (replayed for 10 minutes); one still 'sending' waits for the worker's sweep.
+  send_keys: { done: "state <> 'sending'", id: 'key' },
   // Replayed for STORED_ANSWER_HOURS, not RETENTION_DAYS; a claim whose request still runs (its lease not lapsed) stays.
   idempotent_requests: { done: "state = 'done' OR locked_until < now()", hours: STORED_ANSWER_HOURS },
 };
@@ -32,7 +34,7 @@ export async function pruneRetention(db: Db, days: number, scope: { workspaceId?
   const removed: Record<string, number> = {};
   const scoped = <Q extends Knex.QueryBuilder>(q: Q): Q =>
     scope.workspaceId === undefined ? q : (q.where('workspace_id', scope.workspaceId) as Q);
-  for (const [table, { done, hours }] of Object.entries(RETENTION_TABLES)) {
+  for (const [table, { done, hours, id = 'id' }] of Object.entries(RETENTION_TABLES)) {
     removed[table] = 0;
     const cutoff =
       hours === undefined ? db.raw(`now() - make_interval(days => ?)`, [days]) : db.raw(`now() - make_interval(hours => ?)`, [hours]);
@@ -40,8 +42,8 @@ export async function pruneRetention(db: Db, days: number, scope: { workspaceId?
       const n: number = await scoped(db(table))
         // By (workspace_id, id): send_requests' ids are clients' Idempotency-Keys, unique only within a workspace.
         .whereIn(
-          ['workspace_id', 'id'],
-          scoped(db(table)).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('workspace_id', 'id'),
+          ['workspace_id', id],
+          scoped(db(table)).where('created_at', '<', cutoff).whereRaw(done).orderBy('created_at').limit(BATCH).select('workspace_id', id),
         )
         .delete();
       removed[table] += n;

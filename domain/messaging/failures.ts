@@ -60,6 +60,17 @@ export function fromFailure(err: unknown, fallback: () => ApiError): ApiError {
   return new ApiError(cause.type as ErrorCode, cause.message, { hint: details.hint });
 }
 
+/**
+ * The refusal a failure carries (an ApiError's 4xx turned into a failure by toFailure: the
+ * request cannot be served as asked), as the API answers it; undefined for anything else.
+ */
+export function refusalOfFailure(err: unknown): ApiError | undefined {
+  if (!(err instanceof ApplicationFailure) || !err.nonRetryable) return undefined;
+  const status = (err.details?.[0] as { status?: number } | undefined)?.status;
+  if (typeof status !== 'number' || status < 400 || status >= 500) return undefined;
+  return fromFailure(err, () => new ApiError('SEND_FAILED', err.message));
+}
+
 /** A provider's throttling or outage: nothing was sent, and the activity's retry policy is the wait. */
 export function providerThrottled(message: string): ApplicationFailure {
   return ApplicationFailure.retryable(message, PROVIDER_RETRYABLE);

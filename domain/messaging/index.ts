@@ -11,7 +11,7 @@ export {
   syncConversations,
   updateConversationStatus,
 } from './conversations';
-export { fromFailure, fromRefusal, providerThrottled, refusalsAsFailures, toFailure } from './failures';
+export { fromFailure, fromRefusal, providerThrottled, refusalOfFailure, refusalsAsFailures, toFailure } from './failures';
 export {
   applyProviderWebhook,
   expectedVerifyToken,
@@ -60,6 +60,15 @@ export {
 } from './media';
 export { listMessages, MESSAGE_DIRECTIONS, MESSAGE_SYNC_FILTERS, syncMessages } from './message-list';
 export { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor, sendRequestOf } from './send-requests';
+export {
+  claimSendKey,
+  type HeldSendKey,
+  IDEMPOTENCY_MEMO_MS,
+  sendKeyToWorkflow,
+  settleSendKey,
+  type UnsettledSend,
+  unsettledSends,
+} from './send-keys';
 export { attemptSend, type AttemptItem, type ProviderPort, settleAttempt } from './send/attempt';
 export { findPreparations, preparedNeverCalled, undoPreparedSend } from './send/ledger';
 export { forWorkflow, type Prepared, type PrepareItem, prepareSend, prepareSends, sendingPlan } from './send/prepare';

@@ -24,6 +24,14 @@ export interface Config {
   sendTaskQueue: string;
   /** Whether an API process hosts a send worker and starts its sends eagerly (API_SEND_WORKER, default true). */
   apiSendWorker: boolean;
+  /**
+   * Who makes a text or template send's first provider attempt (SEND_FIRST_ATTEMPT): `api` (the
+   * default) makes it in the request and hands only what did not finish (a retry, an unknown
+   * outcome) to a send workflow; `workflow` starts a workflow for every send (api/send.ts).
+   */
+  sendFirstAttempt: 'api' | 'workflow';
+  /** How long a send the API began may stay unsettled before the worker's sweep hands it to a workflow (SEND_SWEEP_AFTER_MS). */
+  sendSweepAfterMs: number;
   adminToken: string;
   /**
    * The one origin allowed to call the Temporal codec endpoint from a browser with credentials
@@ -125,6 +133,12 @@ function count(name: string, value: string | undefined, fallback: number): numbe
   return parsed;
 }
 
+function oneOf<T extends string>(name: string, value: string | undefined, allowed: readonly T[], fallback: T): T {
+  if (value === undefined || value === '') return fallback;
+  if (!(allowed as readonly string[]).includes(value)) throw new Error(`${name} must be one of ${allowed.join(', ')}, got "${value}"`);
+  return value as T;
+}
+
 /** The local Temporal UI's address (the dev server's default UI port). */
 export const DEFAULT_TEMPORAL_UI_ORIGIN = 'http://localhost:8233';
 
@@ -168,6 +182,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     webhookTaskQueue: env.TEMPORAL_WEBHOOK_TASK_QUEUE ?? `${env.TEMPORAL_TASK_QUEUE ?? 'crm'}-webhooks`,
     sendTaskQueue: env.TEMPORAL_SEND_TASK_QUEUE ?? sendTaskQueueOf(env.TEMPORAL_TASK_QUEUE ?? 'crm'),
     apiSendWorker: bool(env.API_SEND_WORKER, true),
+    sendFirstAttempt: oneOf('SEND_FIRST_ATTEMPT', env.SEND_FIRST_ATTEMPT, ['api', 'workflow'] as const, 'api'),
+    sendSweepAfterMs: positive('SEND_SWEEP_AFTER_MS', env.SEND_SWEEP_AFTER_MS, 60_000),
     adminToken: env.ADMIN_TOKEN ?? '',
     temporalUiOrigin: origin('TEMPORAL_UI_ORIGIN', env.TEMPORAL_UI_ORIGIN, DEFAULT_TEMPORAL_UI_ORIGIN),
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),

@@ -22,7 +22,8 @@ let connection: Connection;
 /** A client without the codec: it sees what Temporal stores. */
 let raw: Client;
 beforeAll(async () => {
-  api = await startApi();
+  // Every send a workflow from the start (SEND_FIRST_ATTEMPT=workflow): each leaves a history to read.
+  api = await startApi({ config: { sendFirstAttempt: 'workflow' } });
   connection = await Connection.connect({ address: api.config.temporalAddress });
   raw = new Client({ connection, namespace: api.config.temporalNamespace });
 });

@@ -1,0 +1,131 @@
+import { type Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
+import type { Logger } from 'pino';
+import { sendInputFor, sendKeyToWorkflow, unsettledSends } from '../domain/messaging';
+import { type Config, type Db, searchHash, workspacePriority } from '../domain/platform';
+import type { SendInput } from '../types/messaging';
+import { sendMessageWorkflow } from '../workflows/send-message';
+
+/** The send workflow of an Idempotency-Key in a workspace: Temporal's id rules give the key one send at a time. */
+export function sendWorkflowId(workspaceId: string, key: string): string {
+  return `send/${workspaceId}/key/${key}`;
+}
+
+/**
+ * The reference of a send the API makes itself (api/send.ts): it names the preparation and the
+ * provider attempt, so the workflow that takes the send on (from the API, or from the sweep when
+ * the API died) goes on under it and never prepares or sends it twice. A workflow's own sends use
+ * `<workflowId>/<runId>`; this one ends with the send_requests id instead.
+ */
+export function apiSendReference(workspaceId: string, key: string, requestId: string): string {
+  return `${sendWorkflowId(workspaceId, key)}/${requestId}`;
+}
+
+/**
+ * Starts a send's workflow on the send task queue. The recipient and content stay in send_requests
+ * (the input names the row); the search attributes are what the starter knows (workspace, key, a
+ * named instance, the number's keyed hash when it has the canonical number), the workflow upserts
+ * the rest once prepared. `request` (the fingerprint) goes in the memo: a key is bound to its request.
+ */
+export function startSendWorkflow(
+  client: Client,
+  config: Pick<Config, 'sendTaskQueue' | 'sendReconcileWindowMs' | 'encryptionKeys'>,
+  start: {
+    workspaceId: string;
+    key: string;
+    input: SendInput;
+    request: string;
+    reusePolicy: WorkflowIdReusePolicy;
+    /** The number in its canonical form (E.164), when the starter has it. */
+    phone?: string;
+    instanceId?: string;
+    /** The process hosts a send worker on the client's connection (workers/send-worker.ts). */
+    eager: boolean;
+  },
+) {
+  const { workspaceId } = start;
+  return client.workflow.start(sendMessageWorkflow, {
+    workflowId: sendWorkflowId(workspaceId, start.key),
+    taskQueue: config.sendTaskQueue,
+    // The process's own send worker runs the first workflow task when it has a free slot; without one this is an ordinary start.
+    requestEagerStart: start.eager,
+    // The reconciliation window travels in the input: the workflow's waits depend only on its history.
+    args: [{ ...start.input, reconcileWindowMs: config.sendReconcileWindowMs }],
+    workflowIdReusePolicy: start.reusePolicy,
+    priority: workspacePriority(workspaceId),
+    memo: { request: start.request },
+    searchAttributes: {
+      WorkspaceId: [workspaceId],
+      IdempotencyKey: [start.key],
+      // Shown in clear by Temporal: the number's keyed hash (the workflow sets it again once prepared).
+      ...(start.phone ? { PhoneHash: [searchHash(config.encryptionKeys!, 'phone', workspaceId, start.phone)] } : {}),
+      ...(start.instanceId ? { InstanceId: [start.instanceId] } : {}),
+    },
+  });
+}
+
+/** Sends handed over per sweep. */
+const SWEEP_BATCH = 100;
+
+/**
+ * The sweep of sends an API process began and never settled nor handed over (it died mid-send):
+ * after SEND_SWEEP_AFTER_MS each gets its workflow, under the API's reference, so a preparation
+ * made is reused (or undone), an attempt made is reconciled with the provider's callback, and
+ * nothing is sent twice. A repeat of the request then joins that workflow (409 IN_PROGRESS, then
+ * the answer). Run by the workers that dispatch the outbox.
+ */
+export function createSendSweep(deps: {
+  db: Db;
+  temporal: () => Promise<Client>;
+  config: Pick<Config, 'sendTaskQueue' | 'sendReconcileWindowMs' | 'encryptionKeys' | 'sendSweepAfterMs'>;
+  logger: Logger;
+}) {
+  const { db, config, logger } = deps;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<unknown> | undefined;
+  const everyMs = Math.min(10_000, config.sendSweepAfterMs);
+
+  async function sweep(): Promise<number> {
+    const sends = await unsettledSends(db, config.sendSweepAfterMs, SWEEP_BATCH);
+    if (sends.length === 0) return 0;
+    const client = await deps.temporal();
+    for (const send of sends) {
+      const reference = apiSendReference(send.workspaceId, send.key, send.requestId);
+      try {
+        await startSendWorkflow(client, config, {
+          workspaceId: send.workspaceId,
+          key: send.key,
+          input: { ...sendInputFor(send.workspaceId, send.requestId, send.request), reference },
+          request: send.fingerprint,
+          // A run of this id that already finished is only an earlier handover of the same send: under the same reference it repeats nothing.
+          reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+          ...(send.request.instanceId ? { instanceId: send.request.instanceId } : {}),
+          eager: false,
+        });
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      }
+      await sendKeyToWorkflow(db, send);
+      logger.warn({ workflowId: sendWorkflowId(send.workspaceId, send.key) }, 'send sweep: a send left unsettled by an API process is carried on by its workflow');
+    }
+    return sends.length;
+  }
+
+  const tick = () => {
+    running = sweep()
+      .catch((err) => logger.warn({ err }, 'send sweep failed (tried again at the next sweep)'))
+      .finally(() => {
+        if (timer) timer = setTimeout(tick, everyMs);
+      });
+  };
+  return {
+    sweep,
+    start() {
+      timer = setTimeout(tick, everyMs);
+    },
+    async stop() {
+      clearTimeout(timer);
+      timer = undefined;
+      await running;
+    },
+  };
+}
