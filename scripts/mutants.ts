@@ -425,8 +425,8 @@ const MUTANTS: Mutant[] = [
     tests: UNIT_SIGNATURES,
   },
 
-  // Daily quota (sending.ts dailyUnits, send/daily.ts takeDailyUnits). Not a mutant: the SQL's
-  // `count + n <= cap` -> `count + n < cap + 1` says the same; its check after the upsert is mutated instead.
+  // Daily quota (sending.ts dailyUnits, the trigger of migrations/20261207000200_daily_units_at_commit.ts). Not a
+  // mutant: the SQL's `count + n <= cap` -> `count + n < cap + 1` says the same; its check after the upsert is mutated instead.
   {
     id: 'quota-zero-unlimited',
     rule: 'Daily quota',
@@ -438,9 +438,9 @@ const MUTANTS: Mutant[] = [
   {
     id: 'quota-zero-first-take',
     rule: 'Daily quota',
-    file: 'domain/messaging/send/daily.ts',
-    find: '(cap === null || result.rows[0].count <= cap)',
-    replace: '(!cap || result.rows[0].count <= cap)',
+    file: 'migrations/20261207000200_daily_units_at_commit.ts',
+    find: 'IF taken IS NULL OR (NEW.cap IS NOT NULL AND taken > NEW.cap) THEN',
+    replace: 'IF taken IS NULL OR (NEW.cap IS NOT NULL AND NEW.cap > 0 AND taken > NEW.cap) THEN',
     tests: E2E_MESSAGES,
   },
   {

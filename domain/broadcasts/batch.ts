@@ -2,6 +2,8 @@ import type { Knex } from 'knex';
 import type { Db, KeyRing } from '../platform';
 import {
   attemptSend,
+  dailyLimitOf,
+  dailyLimitRefusalOf,
   findPreparations,
   prepareSends,
   preparedNeverCalled,
@@ -62,13 +64,6 @@ const CANCEL_CODES = new Set(['INSTANCE_NOT_FOUND', 'NO_INSTANCE', 'CHANNEL_UNSU
 const SLOT_RECHECK_MS = 250;
 /** What stops a batch before a recipient's provider call: wait (until, why) or cancel (why). */
 type Blocked = { wait: string; until: Date } | { cancel: string };
-
-/** A page whose daily units do not all fit: its transaction rolls back. */
-class DailyLimit extends Error {
-  constructor(readonly code: string) {
-    super(code);
-  }
-}
 
 export interface BatchDeps {
   db: Db;
@@ -209,11 +204,14 @@ async function preparePage(
   try {
     return await deps.db.transaction((trx) => prepareInTransaction(trx, deps.keys, b, page));
   } catch (err) {
-    if (!(err instanceof DailyLimit)) throw err;
+    // The page's daily units did not all fit: its commit failed and nothing was kept.
+    const full = dailyLimitOf(err);
+    if (!full) throw err;
     if (page.length === 1) {
       // The counters reset at São Paulo midnight: the broadcast sleeps until then.
       const now = new Date();
-      return { prepared: [], blocked: { wait: err.code, until: new Date(now.getTime() + secondsUntilSaoPauloMidnight(now) * 1000) } };
+      const wait = dailyLimitRefusalOf(full).code;
+      return { prepared: [], blocked: { wait, until: new Date(now.getTime() + secondsUntilSaoPauloMidnight(now) * 1000) } };
     }
   }
   const prepared: PreparedRecipient[] = [];
@@ -263,12 +261,11 @@ async function prepareInTransaction(
     }
     items.push({ reference: r.reference, to: { contact }, message: broadcastMessage(personal) });
   }
-  const { results, limit } = await prepareSends(trx, ws, items, {
+  const { results } = await prepareSends(trx, ws, items, {
     keys,
     instanceId: b.instance_id ?? undefined,
     stopsAt: (refused, about) => about === 'send' && (WAIT_CODES.has(refused.code) || CANCEL_CODES.has(refused.code)),
   });
-  if (limit) throw new DailyLimit(limit.code);
   let blocked: Blocked | undefined;
   for (const [reference, result] of results) {
     if (!('refused' in result)) continue;

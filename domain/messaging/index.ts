@@ -70,12 +70,14 @@ export {
   unsettledSends,
 } from './send-keys';
 export { attemptSend, type AttemptItem, type ProviderPort, settleAttempt } from './send/attempt';
+export { dailyLimitOf } from './send/daily';
 export { findPreparations, preparedNeverCalled, undoPreparedSend } from './send/ledger';
 export { forWorkflow, type Prepared, type PrepareItem, prepareSend, prepareSends, sendingPlan } from './send/prepare';
 export { messageBody, recordSent } from './send/record';
 export {
   checkMediaSize,
   chooseInstance,
+  dailyLimitRefusalOf,
   MEDIA_LIMITS,
   MESSAGE_CONTENT_FIELDS,
   messageContent,

@@ -579,9 +579,14 @@ export function dailyUnits(plan: { daily_message_quota: number | null; broadcast
     units.push({
       counter: 'cold_conversations',
       cap: coldCap(plan.broadcast_limit),
-      refusal: () => dailyLimitRefusal('COLD_LIMIT_REACHED'),
+      refusal: () => dailyLimitRefusalOf('cold_conversations'),
     });
   }
-  units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => dailyLimitRefusal('MESSAGE_LIMIT_REACHED') });
+  units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => dailyLimitRefusalOf('messages') });
   return units;
+}
+
+/** The refusal of a send whose daily counter is full: the cold cap or the plan's message quota. */
+export function dailyLimitRefusalOf(counter: DailyCounter): ApiError {
+  return dailyLimitRefusal(counter === 'cold_conversations' ? 'COLD_LIMIT_REACHED' : 'MESSAGE_LIMIT_REACHED');
 }

@@ -5,27 +5,31 @@ import type { Db } from '../../platform';
 export type DailyCounter = 'messages' | 'cold_conversations';
 
 /**
- * Takes `n` units of a daily counter if they all stay within `cap` (null: unlimited, still
- * counted): one conditional upsert, so concurrent takers never overshoot. False when they do not
- * all fit: the caller must then roll its transaction back (a first take over the cap inserted its row).
+ * Takes the units of daily counters a transaction's sends need, at its COMMIT: each take is staged
+ * in daily_unit_takes, and a deferred trigger adds it to its counter if it stays within its `cap`
+ * (null: unlimited, still counted), one conditional upsert so concurrent takers never overshoot
+ * (migrations/20261207000200_daily_units_at_commit.ts). The counter row is locked only for the
+ * commit, not from the take until the commit's round trip. A take that does not fit fails the
+ * COMMIT and rolls everything back: dailyLimitOf tells that failure from others.
  */
-export async function takeDailyUnits(
+export async function takeDailyUnitsAtCommit(
   trx: Knex.Transaction,
   workspaceId: string,
-  kind: DailyCounter,
   day: string,
-  cap: number | null,
-  n: number,
-): Promise<boolean> {
-  if (n === 0) return true;
-  const result = await trx.raw<{ rows: { count: number }[] }>(
-    `INSERT INTO daily_counters (workspace_id, day, kind, count) VALUES (?, ?, ?, ?)
-     ON CONFLICT (workspace_id, day, kind) DO UPDATE SET count = daily_counters.count + EXCLUDED.count
-       WHERE ?::int IS NULL OR daily_counters.count + EXCLUDED.count <= ?::int
-     RETURNING count`,
-    [workspaceId, day, kind, n, cap, cap],
-  );
-  return result.rows.length === 1 && (cap === null || result.rows[0].count <= cap);
+  takes: { counter: DailyCounter; cap: number | null; n: number }[],
+): Promise<void> {
+  const rows = takes
+    .filter((t) => t.n > 0)
+    .map((t) => ({ workspace_id: workspaceId, day, kind: t.counter, units: t.n, cap: t.cap }));
+  // In the order given: at the commit the first that does not fit is the one reported.
+  if (rows.length > 0) await trx('daily_unit_takes').insert(rows);
+}
+
+/** The counter whose units did not fit, when `err` is a COMMIT that takeDailyUnitsAtCommit's trigger refused. */
+export function dailyLimitOf(err: unknown): DailyCounter | undefined {
+  const { code, detail } = (err ?? {}) as { code?: string; detail?: string };
+  if (code !== 'CRM01') return undefined;
+  return detail === 'cold_conversations' ? 'cold_conversations' : 'messages';
 }
 
 /** Returns a unit taken by a send that did not happen (saga compensation). */

@@ -6,6 +6,7 @@ import { findOrCreateContact, requirePhone } from '../../leads';
 import type { MessageContent, PreparedSend, SendInput, SendRequest, TemplateWireComponent } from '../../../types/messaging';
 import {
   chooseInstance,
+  dailyLimitRefusalOf,
   dailyUnits,
   refuseByPhone,
   refuseUnsupported,
@@ -20,7 +21,7 @@ import { approvedTemplate } from '../templates';
 import { conversationForSend, conversationsOn, findOrCreateConversations } from '../conversations';
 import { sendRequestOf } from '../send-requests';
 import { findPreparations, recordPreparations } from './ledger';
-import { takeDailyUnits } from './daily';
+import { dailyLimitOf, takeDailyUnitsAtCommit } from './daily';
 
 /** What a send looks at on its workspace: the daily plan and the standing (access suspension). */
 export async function sendingPlan(trx: Db, workspaceId: string) {
@@ -65,8 +66,6 @@ export type PrepareResult =
 export interface PreparedPage {
   /** By reference, in the items' order; an item after a stop has none. */
   results: Map<string, PrepareResult>;
-  /** The daily quota or the cold cap cannot take every prepared item: the caller's transaction must roll back. */
-  limit?: ApiError;
 }
 
 /**
@@ -218,20 +217,22 @@ export async function prepareSends(
   // A concurrent duplicate of a preparation conflicts here and rolls its transaction back; its retry reads the row.
   await recordPreparations(trx, workspaceId, prepared);
   for (const p of prepared) results.set(p.reference, { prepared: p });
-  // The daily units last, just before the commit: their counter rows are the workspace's (every
-  // send takes them), so their locks are held for one statement and the commit.
+  // The daily units, taken at the commit: their counter rows are the workspace's (every send takes
+  // them), so their locks are held for the commit alone. Units that do not fit fail the commit.
   const openedCount = prepared.filter((p) => p.createdConversation).length;
   if (prepared.length > 0) {
-    for (const unit of dailyUnits(plan!, openedCount > 0)) {
-      const n = unit.counter === 'cold_conversations' ? openedCount : prepared.length;
-      if (!(await takeDailyUnits(trx, workspaceId, unit.counter, day, unit.cap, n))) return { results, limit: unit.refusal() };
-    }
+    const takes = dailyUnits(plan!, openedCount > 0).map(({ counter, cap }) => ({
+      counter,
+      cap,
+      n: counter === 'cold_conversations' ? openedCount : prepared.length,
+    }));
+    await takeDailyUnitsAtCommit(trx, workspaceId, day, takes);
   }
   // In the items' order.
   const inOrder = items
     .filter((item) => results.has(item.reference))
     .map((item): [string, PrepareResult] => [item.reference, results.get(item.reference)!]);
-  return { results: new Map(inOrder), limit: undefined };
+  return { results: new Map(inOrder) };
 }
 
 /**
@@ -242,20 +243,25 @@ export async function prepareSends(
  * thrown. The preparation keeps a template's components: what goes to a workflow is `forWorkflow`'s.
  */
 export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, reference: string, loaded?: SendRequest): Promise<Prepared> {
-  return db.transaction(async (trx) => {
-    const done = (await findPreparations<Prepared>(trx, input.workspaceId, [reference])).get(reference);
-    if (done) return done;
-    const request = loaded ?? (await sendRequestOf(trx, input));
-    const to = request.conversationId ? { conversationId: request.conversationId } : { phone: request.phone! };
-    const { results, limit } = await prepareSends(trx, input.workspaceId, [{ reference, to, message: request.message }], {
-      keys,
-      instanceId: request.conversationId ? undefined : request.instanceId,
+  try {
+    return await db.transaction(async (trx) => {
+      const done = (await findPreparations<Prepared>(trx, input.workspaceId, [reference])).get(reference);
+      if (done) return done;
+      const request = loaded ?? (await sendRequestOf(trx, input));
+      const to = request.conversationId ? { conversationId: request.conversationId } : { phone: request.phone! };
+      const { results } = await prepareSends(trx, input.workspaceId, [{ reference, to, message: request.message }], {
+        keys,
+        instanceId: request.conversationId ? undefined : request.instanceId,
+      });
+      const result = results.get(reference)!;
+      if ('refused' in result) throw result.refused;
+      return result.prepared;
     });
-    const result = results.get(reference)!;
-    if ('refused' in result) throw result.refused;
-    if (limit) throw limit;
-    return result.prepared;
-  });
+  } catch (err) {
+    // The commit refused the daily units (the cold cap or the message quota): nothing was kept.
+    const full = dailyLimitOf(err);
+    throw full ? dailyLimitRefusalOf(full) : err;
+  }
 }
 
 /**
