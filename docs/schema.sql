@@ -332,6 +332,18 @@ CREATE TABLE daily_counters (
   CONSTRAINT daily_counters_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE
 );
 
+CREATE UNLOGGED TABLE daily_unit_takes (
+  id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+  workspace_id uuid NOT NULL,
+  day date NOT NULL,
+  kind text NOT NULL,
+  units integer NOT NULL,
+  cap integer,
+  CONSTRAINT daily_unit_takes_pkey PRIMARY KEY (id),
+  CONSTRAINT daily_unit_takes_units_check CHECK ((units > 0))
+);
+CREATE CONSTRAINT TRIGGER daily_unit_takes_at_commit AFTER INSERT ON public.daily_unit_takes DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION take_daily_units();
+
 CREATE TABLE deal_activities (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
   workspace_id uuid NOT NULL,
@@ -691,6 +703,22 @@ CREATE TABLE send_attempts (
   CONSTRAINT send_attempts_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE
 );
 CREATE INDEX send_attempts_provider_message_idx ON public.send_attempts USING btree (workspace_id, provider_message_id) WHERE (provider_message_id IS NOT NULL);
+
+CREATE TABLE send_keys (
+  workspace_id uuid NOT NULL,
+  key text NOT NULL,
+  request_id text NOT NULL,
+  fingerprint text NOT NULL,
+  state text NOT NULL,
+  answer jsonb,
+  updated_at timestamp with time zone NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT send_keys_pkey PRIMARY KEY (workspace_id, key),
+  CONSTRAINT send_keys_state_check CHECK ((state = ANY (ARRAY['sending'::text, 'answered'::text, 'refused'::text, 'workflow'::text]))),
+  CONSTRAINT send_keys_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES workspaces(id) ON DELETE CASCADE
+);
+CREATE INDEX send_keys_created_idx ON public.send_keys USING btree (created_at);
+CREATE INDEX send_keys_sending_idx ON public.send_keys USING btree (updated_at) WHERE (state = 'sending'::text);
 
 CREATE TABLE send_preparations (
   reference text NOT NULL,
@@ -1170,6 +1198,27 @@ BEGIN
   END IF;
   RETURN NULL;
 END $function$;
+
+CREATE OR REPLACE FUNCTION public.take_daily_units()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  taken integer;
+BEGIN
+  INSERT INTO daily_counters AS c (workspace_id, day, kind, count)
+  VALUES (NEW.workspace_id, NEW.day, NEW.kind, NEW.units)
+  ON CONFLICT (workspace_id, day, kind) DO UPDATE SET count = c.count + EXCLUDED.count
+    WHERE NEW.cap IS NULL OR c.count + EXCLUDED.count <= NEW.cap
+  RETURNING count INTO taken;
+  -- No row: the units do not fit; a row over the cap: the day's first take was larger than the cap.
+  IF taken IS NULL OR (NEW.cap IS NOT NULL AND taken > NEW.cap) THEN
+    RAISE EXCEPTION 'daily limit reached: %', NEW.kind USING ERRCODE = 'CRM01', DETAIL = NEW.kind;
+  END IF;
+  DELETE FROM daily_unit_takes WHERE id = NEW.id;
+  RETURN NULL;
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION public.touch_contacts_of_tag()
  RETURNS trigger

@@ -446,9 +446,9 @@ const MUTANTS: Mutant[] = [
   {
     id: 'quota-one-short',
     rule: 'Daily quota',
-    file: 'domain/messaging/send/daily.ts',
-    find: '(cap === null || result.rows[0].count <= cap)',
-    replace: '(cap === null || result.rows[0].count < cap)',
+    file: 'migrations/20261207000200_daily_units_at_commit.ts',
+    find: 'WHERE NEW.cap IS NULL OR c.count + EXCLUDED.count <= NEW.cap',
+    replace: 'WHERE NEW.cap IS NULL OR c.count + EXCLUDED.count < NEW.cap',
     tests: E2E_MESSAGES,
   },
 
