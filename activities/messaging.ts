@@ -148,7 +148,12 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * answered with the preparation, and the workflow goes on from it (compensation, retry, reconciliation).
      * The API makes the same step itself, under a reference of its own (api/send.ts).
      */
-    async sendAtOnce(input: { workspaceId: string; requestId: string; mode: 'cold' | 'conversation'; reference?: string }): Promise<SendAtOnce> {
+    async sendAtOnce(input: {
+      workspaceId: string;
+      requestId: string;
+      mode: 'cold' | 'conversation';
+      reference?: string;
+    }): Promise<SendAtOnce> {
       // The request is read once for the three steps, and the template's components as prepare
       // checked them a moment ago go to the provider as they are (no second template read).
       const request = await sendRequestOf(db, input);

@@ -529,7 +529,9 @@ describe('an API process that makes the first attempt itself (SEND_FIRST_ATTEMPT
     expect(await keyState(s, key)).toBe('workflow');
     const attempts = await activityAttempts(s, key);
     expect(attempts.sendToProvider ?? []).toEqual([]);
-    console.log(`[send-crash] API killed mid-call (first attempt its own): answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    console.log(
+      `[send-crash] API killed mid-call (first attempt its own): answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`,
+    );
   }, 120_000);
 });
 

@@ -105,7 +105,10 @@ export function createSendSweep(deps: {
         if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
       }
       await sendKeyToWorkflow(db, send);
-      logger.warn({ workflowId: sendWorkflowId(send.workspaceId, send.key) }, 'send sweep: a send left unsettled by an API process is carried on by its workflow');
+      logger.warn(
+        { workflowId: sendWorkflowId(send.workspaceId, send.key) },
+        'send sweep: a send left unsettled by an API process is carried on by its workflow',
+      );
     }
     return sends.length;
   }

@@ -9,7 +9,7 @@ import { bundleWorkflowsApart } from './workflow-bundle';
 const REHOST_AFTER_MS = 5_000;
 
 /**
- * The Temporal client of an API process that hosts a send worker (API_SEND_WORKER, on by
+ * The Temporal client of an API process that hosts a send worker (API_SEND_WORKER, off by
  * default): the client and the worker share one NativeConnection, so a send started with
  * `requestEagerStart` gets its first workflow task in the start call's answer and runs it here
  * (prepare, provider call and record are local activities: the whole send is that one task),

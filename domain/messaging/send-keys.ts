@@ -69,8 +69,7 @@ export async function claimSendKey(
     const held = (await db('send_keys')
       .where({ workspace_id: workspaceId, key })
       .first('state', 'fingerprint', 'answer', db.raw('updated_at < ? AS expired', [memoFrom]))) as
-      | { state: HeldSendKey['state'] | 'refused'; fingerprint: string; answer: SendOutcome | null; expired: boolean }
-      | undefined;
+      { state: HeldSendKey['state'] | 'refused'; fingerprint: string; answer: SendOutcome | null; expired: boolean } | undefined;
     if (held && held.state !== 'refused' && !(held.state === 'answered' && held.expired))
       return { state: held.state, fingerprint: held.fingerprint, answer: held.answer };
     // Freed (or pruned) between the two statements: claim it again with the request already stored.

@@ -22,7 +22,11 @@ export interface Config {
    * dedicated workers serve it too (retries, timers, an API that went away).
    */
   sendTaskQueue: string;
-  /** Whether an API process hosts a send worker and starts its sends eagerly (API_SEND_WORKER, default true). */
+  /**
+   * Whether an API process hosts a send worker and starts its send workflows eagerly
+   * (API_SEND_WORKER, default false: with the API's own first attempt only the sends it hands over
+   * are workflows, and the hosted worker cost 45-75 MB per API process for no measured gain).
+   */
   apiSendWorker: boolean;
   /**
    * Who makes a text or template send's first provider attempt (SEND_FIRST_ATTEMPT): `api` (the
@@ -181,7 +185,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     taskQueue: env.TEMPORAL_TASK_QUEUE ?? 'crm',
     webhookTaskQueue: env.TEMPORAL_WEBHOOK_TASK_QUEUE ?? `${env.TEMPORAL_TASK_QUEUE ?? 'crm'}-webhooks`,
     sendTaskQueue: env.TEMPORAL_SEND_TASK_QUEUE ?? sendTaskQueueOf(env.TEMPORAL_TASK_QUEUE ?? 'crm'),
-    apiSendWorker: bool(env.API_SEND_WORKER, true),
+    apiSendWorker: bool(env.API_SEND_WORKER, false),
     sendFirstAttempt: oneOf('SEND_FIRST_ATTEMPT', env.SEND_FIRST_ATTEMPT, ['api', 'workflow'] as const, 'api'),
     sendSweepAfterMs: positive('SEND_SWEEP_AFTER_MS', env.SEND_SWEEP_AFTER_MS, 60_000),
     adminToken: env.ADMIN_TOKEN ?? '',

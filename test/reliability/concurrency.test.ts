@@ -179,7 +179,13 @@ describe('identical requests at once', () => {
     expect(ids.size).toBeLessThanOrEqual(1);
     // Counted once the key's one send has settled (answered: a key that holds an answer never sends
     // again within 10 minutes), so no call of it can still be on its way.
-    const keyState = async () => (await api.db('send_keys').where({ workspace_id: ws.id, key: `conc-${phone}` }).first('state'))?.state;
+    const keyState = async () =>
+      (
+        await api
+          .db('send_keys')
+          .where({ workspace_id: ws.id, key: `conc-${phone}` })
+          .first('state')
+      )?.state;
     for (let i = 0; i < 100 && (await keyState()) === 'sending'; i++) await new Promise((r) => setTimeout(r, 100));
     expect(await keyState()).toBe('answered');
     const calls = ((await (await fetch(`${EMULATOR}/__emulator/calls?to=${phone}`)).json()) as { calls: unknown[] }).calls;

@@ -18,9 +18,7 @@ export async function takeDailyUnitsAtCommit(
   day: string,
   takes: { counter: DailyCounter; cap: number | null; n: number }[],
 ): Promise<void> {
-  const rows = takes
-    .filter((t) => t.n > 0)
-    .map((t) => ({ workspace_id: workspaceId, day, kind: t.counter, units: t.n, cap: t.cap }));
+  const rows = takes.filter((t) => t.n > 0).map((t) => ({ workspace_id: workspaceId, day, kind: t.counter, units: t.n, cap: t.cap }));
   // In the order given: at the commit the first that does not fit is the one reported.
   if (rows.length > 0) await trx('daily_unit_takes').insert(rows);
 }
