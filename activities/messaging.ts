@@ -38,7 +38,22 @@ type ContentRef = { requestId: string; message?: undefined } | { requestId?: und
  * adapter over the send engine of domain/messaging (send/prepare.ts, attempt.ts, record.ts).
  * Refusals become final failures whose `type` is the API's error code (domain/messaging/failures.ts).
  */
-export function createMessagingActivities({ db, config }: { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> }) {
+export function createMessagingActivities(deps: MessagingDeps) {
+  return messagingSteps(deps).activities;
+}
+
+/**
+ * The send's one step (the sendAtOnce activity's body) for the API, which makes it in the request
+ * under a reference of its own (api/send.ts) and passes the request it already holds.
+ */
+export function createSendAtOnce(deps: MessagingDeps) {
+  return messagingSteps(deps).atOnce;
+}
+
+type MessagingDeps = { db: Db; config: Pick<Config, 'allowPrivateUrls' | 'encryptionKeys'> };
+type SendAtOnceInput = { workspaceId: string; requestId: string; mode: 'cold' | 'conversation'; reference?: string };
+
+function messagingSteps({ db, config }: MessagingDeps) {
   const port = providerPort({ allowPrivateUrls: config.allowPrivateUrls });
   /**
    * The send's reference: names its preparation and its one provider attempt. The run's own, or
@@ -99,6 +114,41 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
     return outcome;
   }
 
+  /** A text or template send's three steps at once (see the sendAtOnce activity); `loaded`: the request, when the caller holds it. */
+  async function atOnce(input: SendAtOnceInput, loaded?: SendRequest): Promise<SendAtOnce> {
+    // The request is read once for the three steps, and the template's components as prepare
+    // checked them a moment ago go to the provider as they are (no second template read).
+    const request = loaded ?? (await sendRequestOf(db, input));
+    const full = await prepare(input, request);
+    const prepared = forWorkflow(full);
+    const { workspaceId } = input;
+    let call: ProviderSendResult;
+    try {
+      call = await callProvider(
+        { workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference: prepared.reference },
+        { ...request.message, ...(full.components ? { templateComponents: full.components } : {}) },
+      );
+    } catch (err) {
+      const failure = err instanceof ApplicationFailure ? err : ApplicationFailure.fromError(err);
+      return {
+        prepared,
+        failure: {
+          type: failure.type ?? undefined,
+          message: failure.message,
+          nonRetryable: Boolean(failure.nonRetryable),
+          details: failure.details ?? undefined,
+        },
+      };
+    }
+    if (call.outcome === 'unconfirmed') return { prepared, unconfirmed: call.reason };
+    try {
+      return { prepared, recorded: await record({ workspaceId, prepared, sent: call.sent, mode: input.mode }, request.message) };
+    } catch {
+      // The provider has it: the workflow records it with RECORD's retries.
+      return { prepared, sent: call.sent };
+    }
+  }
+
   const activities = {
     /** Everything before the provider call, in one transaction (the workflow sets PhoneHash from the result). */
     async prepareSend(input: SendInput): Promise<Prepared> {
@@ -148,46 +198,11 @@ export function createMessagingActivities({ db, config }: { db: Db; config: Pick
      * answered with the preparation, and the workflow goes on from it (compensation, retry, reconciliation).
      * The API makes the same step itself, under a reference of its own (api/send.ts).
      */
-    async sendAtOnce(input: {
-      workspaceId: string;
-      requestId: string;
-      mode: 'cold' | 'conversation';
-      reference?: string;
-    }): Promise<SendAtOnce> {
-      // The request is read once for the three steps, and the template's components as prepare
-      // checked them a moment ago go to the provider as they are (no second template read).
-      const request = await sendRequestOf(db, input);
-      const full = await prepare(input, request);
-      const prepared = forWorkflow(full);
-      const { workspaceId } = input;
-      let call: ProviderSendResult;
-      try {
-        call = await callProvider(
-          { workspaceId, instanceId: prepared.instanceId, to: prepared.to, reference: prepared.reference },
-          { ...request.message, ...(full.components ? { templateComponents: full.components } : {}) },
-        );
-      } catch (err) {
-        const failure = err instanceof ApplicationFailure ? err : ApplicationFailure.fromError(err);
-        return {
-          prepared,
-          failure: {
-            type: failure.type ?? undefined,
-            message: failure.message,
-            nonRetryable: Boolean(failure.nonRetryable),
-            details: failure.details ?? undefined,
-          },
-        };
-      }
-      if (call.outcome === 'unconfirmed') return { prepared, unconfirmed: call.reason };
-      try {
-        return { prepared, recorded: await record({ workspaceId, prepared, sent: call.sent, mode: input.mode }, request.message) };
-      } catch {
-        // The provider has it: the workflow records it with RECORD's retries.
-        return { prepared, sent: call.sent };
-      }
+    async sendAtOnce(input: SendAtOnceInput): Promise<SendAtOnce> {
+      return atOnce(input);
     },
   };
-  return activities;
+  return { activities, atOnce };
 }
 
 export type MessagingActivities = ReturnType<typeof createMessagingActivities>;

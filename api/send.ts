@@ -25,7 +25,7 @@ import {
 import { fingerprint, isTemporalUnreachable } from '../domain/platform';
 import { isRefusal, type SendAtOnce, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import type { sendMessageWorkflow } from '../workflows/send-message';
-import { createMessagingActivities, type MessagingActivities } from '../activities/messaging';
+import { createSendAtOnce } from '../activities/messaging';
 import { apiSendReference, sendWorkflowId, startSendWorkflow } from '../workers/send-starts';
 import { type AppDeps, temporalClient, withTemporal } from './context';
 /** How long the API waits for a send before answering 409 IN_PROGRESS (the send carries on). */
@@ -136,7 +136,7 @@ async function sendHere(
   const reference = apiSendReference(workspaceId, send.key, requestId);
   let first: SendAtOnce | undefined;
   try {
-    first = await sendEngine(ctx.deps).sendAtOnce({ workspaceId, requestId, mode: options.kind, reference });
+    first = await sendStep(ctx.deps)({ workspaceId, requestId, mode: options.kind, reference }, content);
   } catch (err) {
     const refused = refusalOfFailure(err);
     if (refused) {
@@ -178,12 +178,12 @@ async function sendHere(
   return awaitSend(ctx, client, send);
 }
 
-/** The API's send step: the send workflow's own local activity, called in the request (no Temporal context: the reference is given). */
-const engines = new WeakMap<AppDeps, MessagingActivities>();
-function sendEngine(deps: AppDeps): MessagingActivities {
-  let engine = engines.get(deps);
-  if (!engine) engines.set(deps, (engine = createMessagingActivities({ db: deps.db, config: deps.config })));
-  return engine;
+/** The API's send step: the send workflow's own first step, made in the request (no Temporal context: the reference is given). */
+const steps = new WeakMap<AppDeps, ReturnType<typeof createSendAtOnce>>();
+function sendStep(deps: AppDeps): ReturnType<typeof createSendAtOnce> {
+  let step = steps.get(deps);
+  if (!step) steps.set(deps, (step = createSendAtOnce({ db: deps.db, config: deps.config })));
+  return step;
 }
 
 /**
