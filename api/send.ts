@@ -26,7 +26,7 @@ import { fingerprint, isTemporalUnreachable } from '../domain/platform';
 import { isRefusal, type SendAtOnce, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import type { sendMessageWorkflow } from '../workflows/send-message';
 import { createSendAtOnce } from '../activities/messaging';
-import { apiSendReference, sendWorkflowId, startSendWorkflow } from '../workers/send-starts';
+import { apiSendReference, handOverSend, sendWorkflowId, startSendWorkflow } from '../workers/send-starts';
 import { type AppDeps, temporalClient, withTemporal } from './context';
 /** How long the API waits for a send before answering 409 IN_PROGRESS (the send carries on). */
 const WAIT_MS = 30_000;
@@ -157,22 +157,20 @@ async function sendHere(
   });
   try {
     await withTemporal(ctx, SERVICE, () =>
-      startSendWorkflow(client, ctx.deps.config, {
+      handOverSend(client, ctx.deps.config, {
         workspaceId,
         key: send.key,
-        input: { ...sendInputFor(workspaceId, requestId, content), reference, ...(first ? { first } : {}) },
-        request: send.request,
-        // A finished run of this id is an earlier handover of this same send (the sweep's): under the same reference it repeats nothing.
-        reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+        requestId,
+        request: content,
+        fingerprint: send.request,
+        ...(first ? { first } : {}),
         ...(options.phone ? { phone: options.phone } : {}),
-        ...(input.instanceId ? { instanceId: input.instanceId } : {}),
         eager: ctx.deps.eagerSends === true,
       }),
     );
   } catch (err) {
     if (err instanceof ApiError && err.code === 'UNAVAILABLE') throw inProgress(send.workflowId, send.key);
-    // Started by the sweep meanwhile: it carries the same send.
-    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    throw err;
   }
   await sendKeyToWorkflow(db, held);
   return awaitSend(ctx, client, send);

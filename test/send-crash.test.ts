@@ -529,6 +529,27 @@ describe('an API process that makes the first attempt itself (SEND_FIRST_ATTEMPT
     expect(await keyState(s, key)).toBe('workflow');
     const attempts = await activityAttempts(s, key);
     expect(attempts.sendToProvider ?? []).toEqual([]);
+
+    // A sweep that finds the key unsettled again (its mark was lost) leaves the finished run as it is: no second run, no second call.
+    await api
+      .db('send_keys')
+      .where({ workspace_id: s.ws.id, key })
+      .update({ state: 'sending', updated_at: new Date(Date.now() - 3_600_000) });
+    await waitFor(
+      'the second sweep',
+      async () => {
+        if ((await keyState(s, key)) !== 'workflow') throw new Error('not swept yet');
+      },
+      30_000,
+    );
+    const { executions } = await (
+      await temporal.get()
+    ).workflowService.listWorkflowExecutions({
+      namespace: api.config.temporalNamespace,
+      query: `WorkflowId = "${workflowId(s, key)}"`,
+    });
+    expect(executions).toHaveLength(1);
+    await expectOneSend(s, phone, res);
     console.log(
       `[send-crash] API killed mid-call (first attempt its own): answered ${res.status} after ${((Date.now() - started) / 1000).toFixed(1)} s`,
     );

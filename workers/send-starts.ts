@@ -1,8 +1,8 @@
-import { type Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
+import { type Client, WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, WorkflowNotFoundError } from '@temporalio/client';
 import type { Logger } from 'pino';
 import { sendInputFor, sendKeyToWorkflow, unsettledSends } from '../domain/messaging';
 import { type Config, type Db, searchHash, workspacePriority } from '../domain/platform';
-import type { SendInput } from '../types/messaging';
+import type { SendAtOnce, SendInput, SendRequest } from '../types/messaging';
 import { sendMessageWorkflow } from '../workflows/send-message';
 
 /** The send workflow of an Idempotency-Key in a workspace: Temporal's id rules give the key one send at a time. */
@@ -34,6 +34,8 @@ export function startSendWorkflow(
     key: string;
     input: SendInput;
     request: string;
+    /** A send the API began: its send_requests id, in the memo (handOverSend recognises the run it started). */
+    requestId?: string;
     reusePolicy: WorkflowIdReusePolicy;
     /** The number in its canonical form (E.164), when the starter has it. */
     phone?: string;
@@ -52,7 +54,7 @@ export function startSendWorkflow(
     args: [{ ...start.input, reconcileWindowMs: config.sendReconcileWindowMs }],
     workflowIdReusePolicy: start.reusePolicy,
     priority: workspacePriority(workspaceId),
-    memo: { request: start.request },
+    memo: { request: start.request, ...(start.requestId ? { requestId: start.requestId } : {}) },
     searchAttributes: {
       WorkspaceId: [workspaceId],
       IdempotencyKey: [start.key],
@@ -61,6 +63,52 @@ export function startSendWorkflow(
       ...(start.instanceId ? { InstanceId: [start.instanceId] } : {}),
     },
   });
+}
+
+/**
+ * Hands a send the API began to its workflow, under the API's reference, once: by the API when its
+ * attempt did not finish the send, or by the sweep when the API died. A run of this send already
+ * started (the memo names its request) is left to go on; a run of an earlier send of the key (a
+ * key used again after its row was pruned) is closed and replaced. So a run that finished (even
+ * failed and compensated) is never started a second time for the same send.
+ */
+export async function handOverSend(
+  client: Client,
+  config: Pick<Config, 'sendTaskQueue' | 'sendReconcileWindowMs' | 'encryptionKeys'>,
+  send: {
+    workspaceId: string;
+    key: string;
+    requestId: string;
+    request: SendRequest;
+    fingerprint: string;
+    first?: SendAtOnce;
+    phone?: string;
+    eager: boolean;
+  },
+): Promise<void> {
+  const handle = client.workflow.getHandle(sendWorkflowId(send.workspaceId, send.key));
+  const running = await handle.describe().catch((err: unknown) => {
+    if (err instanceof WorkflowNotFoundError) return undefined;
+    throw err;
+  });
+  if (running?.memo?.requestId === send.requestId) return;
+  const reference = apiSendReference(send.workspaceId, send.key, send.requestId);
+  try {
+    await startSendWorkflow(client, config, {
+      workspaceId: send.workspaceId,
+      key: send.key,
+      input: { ...sendInputFor(send.workspaceId, send.requestId, send.request), reference, ...(send.first ? { first: send.first } : {}) },
+      request: send.fingerprint,
+      requestId: send.requestId,
+      reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+      ...(send.phone ? { phone: send.phone } : {}),
+      ...(send.request.instanceId ? { instanceId: send.request.instanceId } : {}),
+      eager: send.eager,
+    });
+  } catch (err) {
+    // Started by the other hand (the API or the sweep) between the look and the start.
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+  }
 }
 
 /** Sends handed over per sweep. */
@@ -89,21 +137,7 @@ export function createSendSweep(deps: {
     if (sends.length === 0) return 0;
     const client = await deps.temporal();
     for (const send of sends) {
-      const reference = apiSendReference(send.workspaceId, send.key, send.requestId);
-      try {
-        await startSendWorkflow(client, config, {
-          workspaceId: send.workspaceId,
-          key: send.key,
-          input: { ...sendInputFor(send.workspaceId, send.requestId, send.request), reference },
-          request: send.fingerprint,
-          // A run of this id that already finished is only an earlier handover of the same send: under the same reference it repeats nothing.
-          reusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
-          ...(send.request.instanceId ? { instanceId: send.request.instanceId } : {}),
-          eager: false,
-        });
-      } catch (err) {
-        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-      }
+      await handOverSend(client, config, { ...send, eager: false });
       await sendKeyToWorkflow(db, send);
       logger.warn(
         { workflowId: sendWorkflowId(send.workspaceId, send.key) },
