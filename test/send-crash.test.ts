@@ -401,6 +401,24 @@ const sendThrough = (url: string, s: Setup, phone: string, key: string) =>
     body: JSON.stringify(body(phone)),
   });
 
+/** Sends through the API process and SIGKILLs it while the provider (2 s to answer) has the call: the client loses its connection. */
+async function killDuringCall(apiChild: { child: Child; url: string }, s: Setup, phone: string, key: string): Promise<void> {
+  await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 2000, times: 1 });
+  const pending = sendThrough(apiChild.url, s, phone, key).then(
+    (res) => res.status,
+    () => 'connection lost',
+  );
+  await waitFor(
+    'the provider call',
+    async () => {
+      if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
+    },
+    20_000,
+  );
+  await killWorker(apiChild.child);
+  expect(await pending).toBe('connection lost');
+}
+
 describe('an API process that hosts its send worker', () => {
   let eager: { child: Child; url: string } | undefined;
   beforeAll(async () => {
@@ -425,23 +443,9 @@ describe('an API process that hosts its send worker', () => {
     const s = await setup();
     const phone = mobile();
     const key = `api-killed-${phone}`;
-    // The provider takes 2 s to answer: the API dies after the request reached it.
-    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 2000, times: 1 });
     const started = Date.now();
     const killedPid = eager!.child.process.pid!;
-    const pending = sendThrough(eager!.url, s, phone, key).then(
-      (res) => res.status,
-      () => 'connection lost',
-    );
-    await waitFor(
-      'the provider call',
-      async () => {
-        if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
-      },
-      20_000,
-    );
-    await killWorker(eager!.child);
-    expect(await pending).toBe('connection lost');
+    await killDuringCall(eager!, s, phone, key);
     eager = await apiProcess();
 
     // The client repeats with its key (on another API): it joins the send and gets its answer.
@@ -492,22 +496,8 @@ describe('an API process that makes the first attempt itself (SEND_FIRST_ATTEMPT
     const s = await setup();
     const phone = mobile();
     const key = `here-killed-${phone}`;
-    // The provider takes 2 s to answer: the API dies after the request reached it.
-    await emulator('/__emulator/script', { to: phone, behaviour: 'ok', delayMs: 2000, times: 1 });
     const started = Date.now();
-    const pending = sendThrough(first!.url, s, phone, key).then(
-      (res) => res.status,
-      () => 'connection lost',
-    );
-    await waitFor(
-      'the provider call',
-      async () => {
-        if ((await callsTo(phone)).length === 0) throw new Error('no call yet');
-      },
-      20_000,
-    );
-    await killWorker(first!.child);
-    expect(await pending).toBe('connection lost');
+    await killDuringCall(first!, s, phone, key);
     first = await apiProcess('api');
     // Nothing carries the send yet: a repeat is told to come back.
     expect(await keyState(s, key)).toBe('sending');
