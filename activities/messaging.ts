@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Config, Db } from '../domain/platform';
 import {
@@ -86,39 +87,52 @@ function messagingSteps({ db, config }: MessagingDeps) {
     }
   }
 
-  /** The sent message recorded (recordSent), then the send's answer. */
+  /**
+   * The sent message recorded (recordSent), then the send's answer. `settle`: what the caller
+   * keeps of the answer in the same transaction (the API's send key), so the message and the
+   * answer a repeat replays commit together.
+   */
   async function record(
     input: { workspaceId: string; prepared: PreparedSend; sent: SentMessage; mode: 'cold' | 'conversation' },
     message: SendRequest['message'],
+    settle?: (trx: Knex.Transaction, outcome: SendOutcome) => Promise<void>,
   ): Promise<SendOutcome> {
     const { prepared } = input;
-    const [row] = await recordSent(
-      db,
-      input.workspaceId,
-      [{ prepared, sent: input.sent, message: { type: message.type, body: messageBody(message), mediaUrl: message.mediaUrl ?? null } }],
-      (trx, recorded) =>
-        recordConversationActivity(
-          trx,
-          input.workspaceId,
-          recorded.map((r) => r.contactId),
-        ),
-    );
-    const outcome: SendOutcome = {
+    const outcomeOf = (row: { id: string; conversationId: string; contactId: string }): SendOutcome => ({
       id: row.id,
       status: 'sent',
       type: message.type,
       conversationId: row.conversationId,
       contactId: row.contactId,
-    };
-    if (input.mode === 'cold') outcome.created = { contact: prepared.createdContact, conversation: prepared.createdConversation };
-    return outcome;
+      ...(input.mode === 'cold' ? { created: { contact: prepared.createdContact, conversation: prepared.createdConversation } } : {}),
+    });
+    const [row] = await recordSent(
+      db,
+      input.workspaceId,
+      [{ prepared, sent: input.sent, message: { type: message.type, body: messageBody(message), mediaUrl: message.mediaUrl ?? null } }],
+      async (trx, recorded) => {
+        await recordConversationActivity(
+          trx,
+          input.workspaceId,
+          recorded.map((r) => r.contactId),
+        );
+        if (settle) await settle(trx, outcomeOf(recorded[0]));
+      },
+    );
+    return outcomeOf(row);
   }
 
-  /** A text or template send's three steps at once (see the sendAtOnce activity); `loaded`: the request, when the caller holds it. */
-  async function atOnce(input: SendAtOnceInput, loaded?: SendRequest): Promise<SendAtOnce> {
+  /**
+   * A text or template send's three steps at once (see the sendAtOnce activity). For the API:
+   * `loaded`, the request it holds; `settle`, what it keeps of the answer in the record's transaction.
+   */
+  async function atOnce(
+    input: SendAtOnceInput,
+    options: { loaded?: SendRequest; settle?: (trx: Knex.Transaction, outcome: SendOutcome) => Promise<void> } = {},
+  ): Promise<SendAtOnce> {
     // The request is read once for the three steps, and the template's components as prepare
     // checked them a moment ago go to the provider as they are (no second template read).
-    const request = loaded ?? (await sendRequestOf(db, input));
+    const request = options.loaded ?? (await sendRequestOf(db, input));
     const full = await prepare(input, request);
     const prepared = forWorkflow(full);
     const { workspaceId } = input;
@@ -142,7 +156,10 @@ function messagingSteps({ db, config }: MessagingDeps) {
     }
     if (call.outcome === 'unconfirmed') return { prepared, unconfirmed: call.reason };
     try {
-      return { prepared, recorded: await record({ workspaceId, prepared, sent: call.sent, mode: input.mode }, request.message) };
+      return {
+        prepared,
+        recorded: await record({ workspaceId, prepared, sent: call.sent, mode: input.mode }, request.message, options.settle),
+      };
     } catch {
       // The provider has it: the workflow records it with RECORD's retries.
       return { prepared, sent: call.sent };

@@ -136,7 +136,11 @@ async function sendHere(
   const reference = apiSendReference(workspaceId, send.key, requestId);
   let first: SendAtOnce | undefined;
   try {
-    first = await sendStep(ctx.deps)({ workspaceId, requestId, mode: options.kind, reference }, content);
+    first = await sendStep(ctx.deps)(
+      { workspaceId, requestId, mode: options.kind, reference },
+      // The answer a repeat replays commits with the message: no moment where one exists without the other.
+      { loaded: content, settle: (trx, outcome) => settleSendKey(trx, held, outcome, clock.now()) },
+    );
   } catch (err) {
     const refused = refusalOfFailure(err);
     if (refused) {
@@ -146,10 +150,7 @@ async function sendHere(
     // Not known to be prepared: the workflow runs the step again under the same reference.
     ctx.state.log.warn({ err }, 'send: the first attempt did not finish; its workflow carries it on');
   }
-  if (first && 'recorded' in first) {
-    await settleSendKey(db, held, first.recorded, clock.now());
-    return first.recorded;
-  }
+  if (first && 'recorded' in first) return first.recorded;
 
   const client = await temporalClient(ctx, SERVICE).catch(() => {
     // The key stays 'sending': the worker's sweep starts the workflow once Temporal answers.

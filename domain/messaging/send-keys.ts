@@ -84,7 +84,7 @@ export async function claimSendKey(
  * 'sending': a send the sweep handed to a workflow meanwhile stays the workflow's.
  */
 export async function settleSendKey(
-  db: Db,
+  db: Db | Knex.Transaction,
   held: { workspaceId: string; key: string; requestId: string },
   answer: SendOutcome | null,
   now: number,
