@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import type { SendOutcome, SendRequest } from '../../types/messaging';
+import { requestOfRow, SEND_REQUEST_COLUMNS } from './send-requests';
 
 /**
  * The Idempotency-Key of a send the API makes itself (api/send.ts), kept in send_keys beside the
@@ -127,17 +128,12 @@ export async function unsettledSends(db: Db, olderThanMs: number, limit: number)
     .where('k.updated_at', '<', db.raw(`now() - make_interval(secs => ?)`, [olderThanMs / 1000]))
     .orderBy('k.updated_at')
     .limit(limit)
-    .select('k.workspace_id', 'k.key', 'k.request_id', 'k.fingerprint', 'r.phone', 'r.instance_id', 'r.conversation_id', 'r.message');
+    .select('k.workspace_id', 'k.key', 'k.request_id', 'k.fingerprint', ...SEND_REQUEST_COLUMNS.map((c) => `r.${c}`));
   return rows.map((r) => ({
     workspaceId: r.workspace_id,
     key: r.key,
     requestId: r.request_id,
     fingerprint: r.fingerprint,
-    request: {
-      ...(r.phone ? { phone: r.phone } : {}),
-      ...(r.instance_id ? { instanceId: r.instance_id } : {}),
-      ...(r.conversation_id ? { conversationId: r.conversation_id } : {}),
-      message: r.message,
-    },
+    request: requestOfRow(r),
   }));
 }

@@ -58,8 +58,21 @@ export async function sendRequestOf(
   }
   const row = await db('send_requests')
     .where({ workspace_id: input.workspaceId, id: input.requestId })
-    .first('phone', 'instance_id', 'conversation_id', 'message');
+    .first(...SEND_REQUEST_COLUMNS);
   if (!row) throw new ApiError('SEND_FAILED', 'The content of this send is no longer stored (it is kept for RETENTION_DAYS)');
+  return requestOfRow(row);
+}
+
+/** The columns of send_requests a request is made of (requestOfRow). */
+export const SEND_REQUEST_COLUMNS = ['phone', 'instance_id', 'conversation_id', 'message'] as const;
+
+/** A send_requests row as the request it stores. */
+export function requestOfRow(row: {
+  phone: string | null;
+  instance_id: string | null;
+  conversation_id: string | null;
+  message: SendRequest['message'];
+}): SendRequest {
   return {
     ...(row.phone ? { phone: row.phone } : {}),
     ...(row.instance_id ? { instanceId: row.instance_id } : {}),
