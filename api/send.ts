@@ -22,7 +22,7 @@ import {
   sendKeyToWorkflow,
   settleSendKey,
 } from '../domain/messaging';
-import { fingerprint, isTemporalUnreachable } from '../domain/platform';
+import { fingerprint, isTemporalUnreachable, withoutPhoneNumbers } from '../domain/platform';
 import { isRefusal, type SendAtOnce, type SendOutcome, type SendRequest, type SendResult } from '../types/messaging';
 import type { sendMessageWorkflow } from '../workflows/send-message';
 import { createSendAtOnce } from '../activities/messaging';
@@ -147,8 +147,10 @@ async function sendHere(
       await settleSendKey(db, held, null, clock.now());
       throw refused;
     }
-    // Not known to be prepared: the workflow runs the step again under the same reference.
-    ctx.state.log.warn({ err }, 'send: the first attempt did not finish; its workflow carries it on');
+    // Not known to be prepared: the workflow runs the step again under the same reference. The
+    // message only (a database error's detail can quote a row's values), numbers masked.
+    const error = withoutPhoneNumbers(err instanceof Error ? err.message : String(err));
+    ctx.state.log.warn({ error }, 'send: the first attempt did not finish; its workflow carries it on');
   }
   if (first && 'recorded' in first) return first.recorded;
 
