@@ -570,19 +570,13 @@ export function coldCap(broadcastLimit: number | null): number {
 /**
  * The daily units a send takes, in order: a slot of the cold cap when it opens a new
  * conversation, then one message of the plan's daily quota, each with its cap (null: unlimited,
- * still counted) and its refusal when the cap is reached. The saga gives them back when the
- * send fails.
+ * still counted); dailyLimitRefusalOf is the refusal when one is full. The saga gives them back
+ * when the send fails.
  */
 export function dailyUnits(plan: { daily_message_quota: number | null; broadcast_limit: number | null }, opensConversation: boolean) {
-  const units: { counter: DailyCounter; cap: number | null; refusal: () => ApiError }[] = [];
-  if (opensConversation) {
-    units.push({
-      counter: 'cold_conversations',
-      cap: coldCap(plan.broadcast_limit),
-      refusal: () => dailyLimitRefusalOf('cold_conversations'),
-    });
-  }
-  units.push({ counter: 'messages', cap: plan.daily_message_quota, refusal: () => dailyLimitRefusalOf('messages') });
+  const units: { counter: DailyCounter; cap: number | null }[] = [];
+  if (opensConversation) units.push({ counter: 'cold_conversations', cap: coldCap(plan.broadcast_limit) });
+  units.push({ counter: 'messages', cap: plan.daily_message_quota });
   return units;
 }
 

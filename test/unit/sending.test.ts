@@ -5,6 +5,7 @@ import {
   coldCap,
   consentFromMessage,
   dailyLimitRefusal,
+  dailyLimitRefusalOf,
   dailyUnits,
   isDailyLimitCode,
   messageContent,
@@ -122,9 +123,8 @@ describe('dailyUnits: the daily counters a send takes', () => {
   it.each([
     ['cold_conversations', 'COLD_LIMIT_REACHED', 'The daily cap of new numbers is reached'],
     ['messages', 'MESSAGE_LIMIT_REACHED', "The plan's daily message quota is reached"],
-  ])('the %s unit is refused with 429 %s and a Retry-After', (counter, code, message) => {
-    const unit = dailyUnits(plan(10, 10), true).find((u) => u.counter === counter)!;
-    const err = unit.refusal();
+  ] as const)('the %s unit is refused with 429 %s and a Retry-After', (counter, code, message) => {
+    const err = dailyLimitRefusalOf(counter);
     expect(err).toBeInstanceOf(ApiError);
     expect({ code: err.code, status: err.status, message: err.message, hint: err.hint }).toEqual({
       code,
