@@ -10,6 +10,7 @@ import {
 } from '@temporalio/client';
 import { ApiError, clock } from '../domain/kernel';
 import {
+  claimReplaced,
   claimSendKey,
   fromFailure,
   fromRefusal,
@@ -17,7 +18,6 @@ import {
   isReplacedAlready,
   refusalOfFailure,
   releaseReplaced,
-  saveSendRequest,
   sendInputFor,
   sendKeyToWorkflow,
   settleSendKey,
@@ -122,7 +122,7 @@ async function sendHere(
     state: here ? 'sending' : 'workflow',
     now: clock.now(),
   });
-  if (holder?.state === 'workflow' || (!here && !holder)) return sendByWorkflow(ctx, input, options, send);
+  if (holder?.state === 'workflow' || (!here && !holder)) return sendByWorkflow(ctx, input, options, send, requestId);
   if (holder) {
     // A key that holds an answer (running, a recent success) holds it for its own request only.
     if (holder.fingerprint !== send.request) throw keyReused(send.key);
@@ -188,7 +188,7 @@ function sendStep(deps: AppDeps): ReturnType<typeof createSendAtOnce> {
 }
 
 /**
- * Runs a send as a workflow and answers with its result. The Idempotency-Key names the workflow
+ * Runs a send as a workflow and answers with its result (its request stored by the key's claim, under `requestId`). The Idempotency-Key names the workflow
  * (per workspace), so Temporal's own id rules do the reservation: a running send with the key is
  * 409 IN_PROGRESS, a completed one within 10 minutes is replayed (200, `Idempotent-Replayed`), a
  * send whose outcome is unknown keeps answering 409 SEND_OUTCOME_UNKNOWN, and only a failed one
@@ -201,6 +201,7 @@ async function sendByWorkflow(
   input: SendRequest & { workspaceId: string },
   options: { kind: 'cold' | 'conversation'; phone?: string },
   send: KeyedSend,
+  requestId: string,
 ): Promise<SendOutcome> {
   const { key, workflowId, request } = send;
   const client = await temporalClient(ctx, SERVICE);
@@ -266,10 +267,9 @@ async function sendByWorkflow(
 
   // The recipient and content stay in the database; the workflow gets the row's id (domain/messaging/send-requests.ts).
   const { workspaceId, ...content } = input;
-  const requestId = randomUUID();
   try {
     // A retry after a refusal claims the refused run: of two racing retries, one starts a send.
-    await saveSendRequest(ctx.deps.db, workspaceId, requestId, content, replaces);
+    if (replaces) await claimReplaced(ctx.deps.db, workspaceId, requestId, replaces);
   } catch (err) {
     if (!isReplacedAlready(err)) throw err;
     const now = await previousRun();

@@ -431,8 +431,8 @@ const MUTANTS: Mutant[] = [
     id: 'quota-zero-unlimited',
     rule: 'Daily quota',
     file: SENDING,
-    find: "units.push({ counter: 'messages', cap: plan.daily_message_quota,",
-    replace: "units.push({ counter: 'messages', cap: plan.daily_message_quota || null,",
+    find: "units.push({ counter: 'messages', cap: plan.daily_message_quota });",
+    replace: "units.push({ counter: 'messages', cap: plan.daily_message_quota || null });",
     tests: UNIT_SENDING,
   },
   {
@@ -594,8 +594,8 @@ const MUTANTS: Mutant[] = [
     id: 'send-replay-comparison-flipped',
     rule: 'Send replay window',
     file: 'domain/messaging/send-keys.ts',
-    find: "WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at < ?)",
-    replace: "WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at > ?)",
+    find: "WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at < :memoFrom)",
+    replace: "WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at > :memoFrom)",
     tests: E2E_MESSAGES,
   },
   {

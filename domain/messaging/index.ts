@@ -59,7 +59,7 @@ export {
   unclaimMedia,
 } from './media';
 export { listMessages, MESSAGE_DIRECTIONS, MESSAGE_SYNC_FILTERS, syncMessages } from './message-list';
-export { isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor, sendRequestOf } from './send-requests';
+export { claimReplaced, isReplacedAlready, releaseReplaced, saveSendRequest, sendInputFor, sendRequestOf } from './send-requests';
 export {
   claimSendKey,
   type HeldSendKey,

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Db } from '../platform';
 import type { SendOutcome, SendRequest } from '../../types/messaging';
-import { requestOfRow, SEND_REQUEST_COLUMNS } from './send-requests';
+import { requestOfRow, SEND_REQUEST_COLUMNS, sendRequestRow } from './send-requests';
 
 /**
  * The Idempotency-Key of a send the API makes itself (api/send.ts), kept in send_keys beside the
@@ -42,28 +42,22 @@ export async function claimSendKey(
 ): Promise<HeldSendKey | undefined> {
   const { workspaceId, key, requestId, request } = claim;
   const memoFrom = new Date(claim.now - IDEMPOTENCY_MEMO_MS);
-  const claimed = (stored: string, bindings: Knex.RawBinding[]) =>
+  const claimed = (stored: Knex.QueryBuilder | Knex.Raw) =>
     db.raw(
-      `WITH request AS (${stored})
+      `WITH request AS (:stored)
        INSERT INTO send_keys AS k (workspace_id, key, request_id, fingerprint, state, updated_at)
-       SELECT ?, ?, id, ?, ?, now() FROM request
+       SELECT :workspaceId, :key, id, :fingerprint, :state, now() FROM request
        ON CONFLICT (workspace_id, key) DO UPDATE
          SET request_id = EXCLUDED.request_id, fingerprint = EXCLUDED.fingerprint, state = EXCLUDED.state,
              answer = NULL, updated_at = EXCLUDED.updated_at, created_at = now()
-         WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at < ?)
+         WHERE k.state = 'refused' OR (k.state = 'answered' AND k.updated_at < :memoFrom)
        RETURNING k.request_id`,
-      [...bindings, workspaceId, key, claim.fingerprint, claim.state, memoFrom],
+      { stored, workspaceId, key, fingerprint: claim.fingerprint, state: claim.state, memoFrom },
     );
   let taken = await claimed(
-    `INSERT INTO send_requests (workspace_id, id, phone, instance_id, conversation_id, message) VALUES (?, ?, ?, ?, ?, ?::jsonb) RETURNING id`,
-    [
-      workspaceId,
-      requestId,
-      request.phone ?? null,
-      request.instanceId ?? null,
-      request.conversationId ?? null,
-      JSON.stringify(request.message),
-    ],
+    db('send_requests')
+      .insert(sendRequestRow(workspaceId, requestId, request))
+      .returning('id'),
   );
   for (let attempt = 0; attempt < 3; attempt++) {
     if (taken.rows.length > 0) return undefined;
@@ -74,7 +68,7 @@ export async function claimSendKey(
     if (held && held.state !== 'refused' && !(held.state === 'answered' && held.expired))
       return { state: held.state, fingerprint: held.fingerprint, answer: held.answer };
     // Freed (or pruned) between the two statements: claim it again with the request already stored.
-    taken = await claimed(`SELECT ?::text AS id`, [requestId]);
+    taken = await claimed(db.raw('SELECT CAST(? AS text) AS id', [requestId]));
   }
   return { state: 'sending', fingerprint: claim.fingerprint, answer: null };
 }

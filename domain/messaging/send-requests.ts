@@ -8,24 +8,32 @@ import type { SendInput, SendRequest } from '../../types/messaging';
  * history of a send holds ids and flags, never a message text, a media URL or a phone number.
  */
 
-/**
- * Stores the request (a repeat with the same id keeps the first: an automation's retried action).
- * `replaces` names the refused run this request retries under the same key: a second request
- * replacing the same run fails with a unique violation (isReplacedAlready).
- */
-export async function saveSendRequest(db: Db, workspaceId: string, id: string, request: SendRequest, replaces?: string): Promise<void> {
+/** A request as its send_requests row (saveSendRequest; the API's key claim, send-keys.ts). */
+export function sendRequestRow(workspaceId: string, id: string, request: SendRequest) {
+  return {
+    workspace_id: workspaceId,
+    id,
+    phone: request.phone ?? null,
+    instance_id: request.instanceId ?? null,
+    conversation_id: request.conversationId ?? null,
+    message: JSON.stringify(request.message),
+  };
+}
+
+/** Stores the request (a repeat with the same id keeps the first: an automation's retried action). */
+export async function saveSendRequest(db: Db, workspaceId: string, id: string, request: SendRequest): Promise<void> {
   await db('send_requests')
-    .insert({
-      workspace_id: workspaceId,
-      id,
-      phone: request.phone ?? null,
-      instance_id: request.instanceId ?? null,
-      conversation_id: request.conversationId ?? null,
-      message: JSON.stringify(request.message),
-      replaces: replaces ?? null,
-    })
+    .insert(sendRequestRow(workspaceId, id, request))
     .onConflict(['workspace_id', 'id'])
     .ignore();
+}
+
+/**
+ * The stored request retries, under the same key, the refused run `replaces`: a second request
+ * replacing the same run fails with a unique violation (isReplacedAlready).
+ */
+export async function claimReplaced(db: Db, workspaceId: string, id: string, replaces: string): Promise<void> {
+  await db('send_requests').where({ workspace_id: workspaceId, id }).update({ replaces });
 }
 
 export function isReplacedAlready(err: unknown): boolean {
