@@ -1,4 +1,5 @@
 /** What the automation run workflow and its activities exchange (imports nothing of ours: safe in the workflow bundle). */
+import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure } from '@temporalio/common';
 import type { SendInput } from './messaging';
 
 export interface RunInput {
@@ -43,8 +44,10 @@ export type StoredAction = { type: string; [param: string]: unknown };
  * passes them along as it did.
  */
 export interface RunPlan {
-  /** False when the automation was deleted or deactivated before the run began. */
+  /** False when the automation was deleted or deactivated before the run began (or the run has finished: `finished`). */
   proceed: boolean;
+  /** The run is no longer running (a step found it finished): nothing to do, nothing to record. */
+  finished?: boolean;
   automationName: string;
   actions: StoredAction[];
   context?: RunContext;
@@ -60,4 +63,22 @@ export interface ActionResult {
 export interface RunResult {
   status: 'completed' | 'failed';
   error: string | null;
+}
+
+/** The error of a run whose automation was deleted or deactivated before it began. */
+export const RUN_NOT_BEGUN = 'The automation was deleted or deactivated before the run began';
+
+/**
+ * The plain-words reason a run failed, as its row records it: the business message of the failed
+ * step (an activity's, a child send's, or a step run by the dispatcher), with its code unless the
+ * message names its action already.
+ */
+export function runFailureReason(err: unknown): string {
+  let cause: unknown = err;
+  while (cause instanceof ActivityFailure || cause instanceof ChildWorkflowFailure) cause = cause.cause;
+  if (cause instanceof ApplicationFailure)
+    return cause.type && /^[A-Z_]+$/.test(cause.type) && !cause.message.startsWith('Action')
+      ? `${cause.type}: ${cause.message}`
+      : cause.message;
+  return cause instanceof Error ? cause.message : String(cause);
 }

@@ -9,6 +9,8 @@ import { signalInsightWorkflows } from './insights';
 
 /** Run workflows started at once. */
 const START_CONCURRENCY = 32;
+/** Runs carried out at once by one dispatcher lane (each takes a pool connection while it runs a statement). */
+const RUNS_HERE_CONCURRENCY = 8;
 
 /**
  * The outbox dispatcher's handler for internal triggers: the runs the events start
@@ -30,6 +32,12 @@ export function createTriggerHandler(options: {
    * (workers/main.ts); the SDK refuses the flag on any other connection.
    */
   eagerStarts?: boolean;
+  /**
+   * Carries out a run here when it can (activities/automations.ts createRunHere: only database
+   * actions, no step failed in a way a retry may fix); the runs it leaves are started as workflows.
+   * Without it every run is a workflow (AUTOMATION_RUNS_IN_DISPATCHER=false).
+   */
+  runHere?: (input: RunInput) => Promise<boolean>;
 }) {
   const { db } = options;
 
@@ -85,18 +93,21 @@ export function createTriggerHandler(options: {
       }
     }
     if (starts.length === 0) return;
+    // The runs carried out here are done; the others are started as workflows below.
+    const toStart = options.runHere ? await runsLeft(starts, options.runHere) : starts.map((_, i) => i);
+    if (toStart.length === 0) return;
     const client = await options.temporal();
-    for (let i = 0; i < starts.length; i += START_CONCURRENCY) {
+    for (let i = 0; i < toStart.length; i += START_CONCURRENCY) {
       const results = await Promise.allSettled(
-        starts.slice(i, i + START_CONCURRENCY).map((input, j) =>
+        toStart.slice(i, i + START_CONCURRENCY).map((n) =>
           withDeadline(client, START_DEADLINE_MS, () =>
             client.workflow.start(automationRunWorkflow, {
-              workflowId: keys[i + j],
+              workflowId: keys[n],
               taskQueue: options.taskQueue,
-              args: [input],
+              args: [starts[n]],
               workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-              priority: workspacePriority(input.workspaceId),
-              searchAttributes: { WorkspaceId: [input.workspaceId], AutomationId: [input.automationId] },
+              priority: workspacePriority(starts[n].workspaceId),
+              searchAttributes: { WorkspaceId: [starts[n].workspaceId], AutomationId: [starts[n].automationId] },
               requestEagerStart: options.eagerStarts === true,
             }),
           ),
@@ -106,4 +117,14 @@ export function createTriggerHandler(options: {
       if (failed) throw (failed as PromiseRejectedResult).reason;
     }
   };
+}
+
+/** Runs carried out here at once (RUNS_HERE_CONCURRENCY at a time): the indexes of those left to a workflow. */
+async function runsLeft(starts: RunInput[], runHere: (input: RunInput) => Promise<boolean>): Promise<number[]> {
+  const left: number[] = [];
+  for (let i = 0; i < starts.length; i += RUNS_HERE_CONCURRENCY) {
+    const done = await Promise.all(starts.slice(i, i + RUNS_HERE_CONCURRENCY).map((input) => runHere(input).catch(() => false)));
+    done.forEach((ok, j) => ok || left.push(i + j));
+  }
+  return left;
 }

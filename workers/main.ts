@@ -3,6 +3,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Client } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { createRunHere } from '../activities/automations';
 import { createWebhookActivities } from '../activities/webhooks';
 import { assertAdminToken, createLogger, createServiceDb, dataConverterFor, loadConfig } from '../domain/platform';
 import { PRUNE_EVERY_MS, pruneRetention, sealStoredSecrets } from '../domain/maintenance';
@@ -112,6 +113,7 @@ export async function runWorker(additions: WorkerAdditions = {}): Promise<void> 
       insightDebounceSeconds: config.insightDebounceSeconds,
       logger,
       eagerStarts: true,
+      ...(config.automationRunsInDispatcher ? { runHere: createRunHere({ db }) } : {}),
     }),
     attempt: webhookActivities.attemptWebhookDelivery,
     sweepMs: config.deliverySweepMs,

@@ -1,8 +1,6 @@
 import {
-  ActivityFailure,
   ApplicationFailure,
   CancellationScope,
-  ChildWorkflowFailure,
   executeChild,
   patched,
   proxyActivities,
@@ -11,7 +9,14 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { AutomationActivities } from '../activities/automations';
-import type { ActionResult, RunContext, RunInput, RunResult } from '../types/automations';
+import {
+  type ActionResult,
+  type RunContext,
+  type RunInput,
+  type RunResult,
+  RUN_NOT_BEGUN,
+  runFailureReason as reason,
+} from '../types/automations';
 import { isRefusal } from '../types/messaging';
 import { DATABASE, LOCAL_DATABASE, LOCAL_RECORD, RECORD } from './profiles';
 import { sendMessageWorkflow } from './send-message';
@@ -35,17 +40,6 @@ function runSteps() {
     : { acts: proxyActivities<AutomationActivities>(DATABASE), record: proxyActivities<AutomationActivities>(RECORD) };
 }
 
-/** The plain-words reason of a failed step (the activity's or the child send's business message). */
-function reason(err: unknown): string {
-  let cause: unknown = err;
-  while (cause instanceof ActivityFailure || cause instanceof ChildWorkflowFailure) cause = cause.cause;
-  if (cause instanceof ApplicationFailure)
-    return cause.type && /^[A-Z_]+$/.test(cause.type) && !cause.message.startsWith('Action')
-      ? `${cause.type}: ${cause.message}`
-      : cause.message;
-  return cause instanceof Error ? cause.message : String(cause);
-}
-
 /**
  * One automation run: the actions in order, each an activity calling the same domain code as the
  * REST API (origin `automation`, depth + 1), `send_message` as a child send workflow (the same
@@ -57,8 +51,10 @@ export async function automationRunWorkflow(input: RunInput): Promise<RunResult>
   const { acts, record } = runSteps();
   try {
     const plan = await acts.startRun(input);
+    // Carried out already (by the worker's dispatcher, whose outbox row was taken again): nothing to record.
+    if (plan.finished) return { status: 'completed', error: null };
     if (!plan.proceed) {
-      result = { status: 'failed', error: 'The automation was deleted or deactivated before the run began' };
+      result = { status: 'failed', error: RUN_NOT_BEGUN };
     } else {
       // Only a run started before the row kept its context carries one (see RunPlan).
       let context: RunContext | undefined = plan.context;

@@ -98,6 +98,12 @@ export async function planRun(db: Db, input: RunInput): Promise<RunPlan> {
   // A run started now finds its trigger and inbound body on its row; an older one carries them.
   const run = input.trigger ? undefined : await getRunTrigger(db, input.workspaceId, input.runId);
   if (!input.trigger && !run) throw toFailure(new ApiError('NOT_FOUND', 'The run was removed before it began'));
+  // Begun already (by the worker's dispatcher, which hands a run to its workflow when a step
+  // fails in a way a retry may fix): the plan it kept, so the actions it applied keep their
+  // indexes and the lead intake is not done twice. Finished already (a dispatcher that died before
+  // marking its outbox row took it again): nothing is left to do.
+  if (run && run.status !== 'running') return { proceed: false, automationName: automation.name, actions: [], finished: true };
+  if (run?.actions) return { proceed: true, automationName: automation.name, actions: planned(run.actions) };
   const trigger = input.trigger ?? triggerOf(run!.trigger);
   const webhookBody = input.trigger ? input.webhookBody : run!.webhook_body;
   const context: RunContext = { contactId: trigger.contactId, dealId: trigger.dealId, vars: { ...trigger.variables } };
@@ -125,11 +131,12 @@ export async function planRun(db: Db, input: RunInput): Promise<RunPlan> {
   if (input.trigger) return { proceed: true, automationName: automation.name, actions, context };
   await saveRunPlan(db, input.workspaceId, input.runId, actions, context);
   // The workflow orders the steps; what they say stays on the row.
-  return {
-    proceed: true,
-    automationName: automation.name,
-    actions: actions.map((a) => (a.type === 'wait' ? { type: 'wait', seconds: a.seconds } : { type: a.type })),
-  };
+  return { proceed: true, automationName: automation.name, actions: planned(actions) };
+}
+
+/** What the workflow orders a run by: each action's type (and a wait's seconds); the rest stays on the row. */
+function planned(actions: StoredAction[]): StoredAction[] {
+  return actions.map((a) => (a.type === 'wait' ? { type: 'wait', seconds: a.seconds } : { type: a.type }));
 }
 
 /**

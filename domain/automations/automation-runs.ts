@@ -10,13 +10,16 @@ import type { RunContext, StoredAction } from '../../types/automations';
  * activities read and record them. The run's rules live in automations.ts; these are its storage.
  */
 
-/** The trigger and inbound body recorded on a run's row (a run started before the row kept them has none). */
+/**
+ * The trigger and inbound body recorded on a run's row (a run started before the row kept them has
+ * none), with its status and the plan it kept once it began (`actions`: null before and after).
+ */
 export async function getRunTrigger(
   db: Db,
   workspaceId: string,
   runId: string,
-): Promise<{ trigger: Record<string, unknown>; webhook_body: unknown } | undefined> {
-  return db('automation_runs').where({ workspace_id: workspaceId, id: runId }).first('trigger', 'webhook_body');
+): Promise<{ trigger: Record<string, unknown>; webhook_body: unknown; status: string; actions: StoredAction[] | null } | undefined> {
+  return db('automation_runs').where({ workspace_id: workspaceId, id: runId }).first('trigger', 'webhook_body', 'status', 'actions');
 }
 
 /** The run keeps its plan: the actions as snapshotted when it began and its starting context. */

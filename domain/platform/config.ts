@@ -34,6 +34,12 @@ export interface Config {
    * outcome) to a send workflow; `workflow` starts a workflow for every send (api/send.ts).
    */
   sendFirstAttempt: 'api' | 'workflow';
+  /**
+   * Whether the worker's outbox dispatcher carries out an automation run of database actions
+   * itself (AUTOMATION_RUNS_IN_DISPATCHER, default true), leaving to a workflow only runs that wait
+   * or send and steps a retry may fix (activities/automations.ts createRunHere); false: every run is a workflow.
+   */
+  automationRunsInDispatcher: boolean;
   /** How long a send the API began may stay unsettled before the worker's sweep hands it to a workflow (SEND_SWEEP_AFTER_MS). */
   sendSweepAfterMs: number;
   adminToken: string;
@@ -188,6 +194,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     apiSendWorker: bool(env.API_SEND_WORKER, false),
     sendFirstAttempt: oneOf('SEND_FIRST_ATTEMPT', env.SEND_FIRST_ATTEMPT, ['api', 'workflow'] as const, 'api'),
     sendSweepAfterMs: positive('SEND_SWEEP_AFTER_MS', env.SEND_SWEEP_AFTER_MS, 60_000),
+    automationRunsInDispatcher: bool(env.AUTOMATION_RUNS_IN_DISPATCHER, true),
     adminToken: env.ADMIN_TOKEN ?? '',
     temporalUiOrigin: origin('TEMPORAL_UI_ORIGIN', env.TEMPORAL_UI_ORIGIN, DEFAULT_TEMPORAL_UI_ORIGIN),
     publicBaseUrl: (env.PUBLIC_BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, ''),

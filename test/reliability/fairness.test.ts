@@ -188,9 +188,11 @@ describe('fair dispatch', () => {
                 .db('automation_runs')
                 .where({ workspace_id: victim.id, automation_id: victimFlow.id })
                 .whereRaw(`trigger->>'dealId' = ?`, [deal.id])
-                .first('event_id');
+                .first('event_id', 'status');
               if (!run) return false;
-              // Started: its workflow exists in Temporal (the dispatcher starts it right after recording the run).
+              // Carried out by the dispatcher (a run of database actions: activities/automations.ts createRunHere) ...
+              if (run.status !== 'running') return true;
+              // ... or started: its workflow exists in Temporal (the dispatcher starts it right after recording the run).
               return temporal.workflow
                 .getHandle(runWorkflowId(victim.id, victimFlow.id, { eventId: run.event_id }))
                 .describe()
