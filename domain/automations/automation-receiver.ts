@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import type { Knex } from 'knex';
-import { applyMapping, loopRefusal, passesFilter, takeInboundRun, tokenHash, TriggerConfig } from './automations';
+import { applyMapping, inboundRunRefusal, loopRefusal, passesFilter, runBudgetBucket, tokenHash, TriggerConfig } from './automations';
 import { type Db, KeyRing, openText } from '../platform';
 import { ApiError, isUuid, storableJson } from '../kernel';
-import { acceptedRunOutbox, deliveryToVerify, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
+import { acceptedRunOutbox, deliveryToVerify, OUTBOX_COLUMNS, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
 import {
   type Bucket,
   type BucketState,
@@ -187,11 +186,9 @@ export async function receiveInboundWebhook(
   const { externalId } = applyMapping(trigger.mapping, body);
   const summary = { type: 'webhook_received', ...(externalId ? { externalId } : {}) };
   const depth = parent?.depth ?? 0;
-  /** A run of the automation, recorded with the call's summary (with the statement of its outbox row, when it starts one). */
-  const insertRun = async (trx: Db | Knex.Transaction, run: Record<string, unknown>, outbox?: Knex.QueryBuilder): Promise<string> => {
-    const query = trx('automation_runs');
-    if (outbox) query.with('outbox', outbox);
-    const [row] = await query
+  /** A run of the automation that does not start, recorded with the call's summary. */
+  const insertRun = async (run: Record<string, unknown>): Promise<string> => {
+    const [row] = await db('automation_runs')
       .insert({ workspace_id: workspaceId, automation_id: automation.id, trigger: JSON.stringify(summary), ...run })
       .returning('id');
     return row.id;
@@ -199,7 +196,7 @@ export async function receiveInboundWebhook(
 
   if (!automation.active || !passesFilter(trigger.eventFilter, body)) {
     const error = automation.active ? null : 'The automation is inactive';
-    const runId = await insertRun(db, { status: 'filtered', external_id: externalId ?? null, error, finished_at: db.fn.now() });
+    const runId = await insertRun({ status: 'filtered', external_id: externalId ?? null, error, finished_at: db.fn.now() });
     return { runId, status: 'filtered' };
   }
 
@@ -212,13 +209,11 @@ export async function receiveInboundWebhook(
     const refused = loopRefusal(depth, used);
     if (refused) {
       // Failed, in the chain (it counts in its budget); the externalId stays free, as nothing ran.
-      const runId = await insertRun(db, { status: 'failed', depth, chain_id: parent.chain, error: refused, finished_at: db.fn.now() });
+      const runId = await insertRun({ status: 'failed', depth, chain_id: parent.chain, error: refused, finished_at: db.fn.now() });
       // 2xx: the delivery that made the call is done (a 4xx or 5xx would only make it retry).
       return { runId, status: 'filtered' };
     }
   }
-  await takeInboundRun(db, workspaceId, automation.runs_per_minute);
-
   const columns = (status: 'running' | 'duplicate') => ({
     status,
     external_id: externalId ?? null,
@@ -228,21 +223,77 @@ export async function receiveInboundWebhook(
     chain_id: parent?.chain ?? null,
     // Kept on the run until it finishes (its workflow's input names only the run). Text
     // PostgreSQL cannot store is made storable (domain/kernel/text).
-    ...(status === 'running' ? { webhook_body: JSON.stringify(storableJson(body)) } : { finished_at: db.fn.now() }),
+    ...(status === 'running' ? { webhook_body: storableJson(body) } : { finished_at: db.fn.now() }),
   });
-  // Accepted means recorded: the run and the outbox row that starts it in one statement, and the
-  // worker's dispatcher starts the workflow (Temporal away only delays it). No externalId in the
-  // start: the workflow is named by the run, so a retry after a failed run starts a new one; the
-  // index below is what refuses a repeat of a running or completed run.
+  // Accepted means recorded: the run, its outbox row and its take from the plan's runs-per-minute
+  // budget in one statement, and the worker's dispatcher carries the run out or starts its workflow
+  // (Temporal away only delays it). The index below refuses a repeat of a running or completed run,
+  // and its error undoes the take with the rest: a duplicate uses no budget. No externalId in the
+  // workflow's id: a retry after a failed run starts a new one.
   const runId = randomUUID();
-  const outbox = acceptedRunOutbox(db, workspaceId, { runId, automationId: automation.id, depth, chain: parent?.chain ?? runId });
+  let recorded: boolean;
   try {
-    await insertRun(db, { id: runId, ...columns('running') }, outbox);
+    recorded = await recordAcceptedRun(db, automation, {
+      run: { id: runId, workspace_id: workspaceId, automation_id: automation.id, trigger: summary, ...columns('running') },
+      outbox: acceptedRunOutbox(workspaceId, { runId, automationId: automation.id, depth, chain: parent?.chain ?? runId }),
+    });
   } catch (err) {
     // The externalId is running or completed (index automation_runs_external_id_uq, which outlives
     // Temporal's retention); a failed run gave it up, so the sender's retry got here as a new run.
     if ((err as { constraint?: string }).constraint !== 'automation_runs_external_id_uq') throw err;
-    return { runId: await insertRun(db, columns('duplicate')), status: 'duplicate' };
+    return { runId: await insertRun(columns('duplicate')), status: 'duplicate' };
   }
+  if (!recorded) throw inboundRunRefusal(automation.runs_per_minute, windowAt().resetSeconds);
   return { runId, status: 'accepted' };
+}
+
+/** The columns of an accepted run's row that recordAcceptedRun sets (the others keep their defaults). */
+const ACCEPTED_RUN_COLUMNS = [
+  'id',
+  'workspace_id',
+  'automation_id',
+  'trigger',
+  'status',
+  'external_id',
+  'depth',
+  'chain_id',
+  'webhook_body',
+];
+
+/**
+ * Takes one from the workspace's runs-per-minute budget (takeRunBudget's bucket, counted the same
+ * way) and, when it fits, records the run and its outbox row: one statement, one round trip. Over
+ * the budget nothing is recorded (false) and the take stays counted, as consume counts a refused
+ * request.
+ */
+async function recordAcceptedRun(
+  db: Db,
+  automation: InboundAutomation,
+  rows: { run: Record<string, unknown>; outbox: Record<string, unknown> },
+): Promise<boolean> {
+  const window = windowAt();
+  const limit = automation.runs_per_minute;
+  const list = (names: readonly string[]) => names.map((c) => `"${c}"`).join(', ');
+  const { rows: result } = await db.raw<{ rows: { recorded: boolean }[] }>(
+    `WITH ${COUNT_BUCKETS_CTES(`SELECT CAST(:bucket AS text) AS name, CAST(:shards AS int) AS shards, 1 AS n, ${THIS_MINUTE} AS window_start`)},
+     room AS (SELECT 1 FROM counted WHERE count <= CAST(:limit AS int)),
+     outbox AS (
+       INSERT INTO outbox_events (${list(OUTBOX_COLUMNS)})
+       SELECT ${list(OUTBOX_COLUMNS)} FROM json_populate_record(NULL::outbox_events, CAST(:outbox AS json)) WHERE EXISTS (SELECT 1 FROM room)
+     ), run AS (
+       INSERT INTO automation_runs (${list(ACCEPTED_RUN_COLUMNS)})
+       SELECT ${list(ACCEPTED_RUN_COLUMNS)} FROM json_populate_record(NULL::automation_runs, CAST(:run AS json)) WHERE EXISTS (SELECT 1 FROM room)
+       RETURNING id
+     )
+     SELECT EXISTS (SELECT 1 FROM run) AS recorded`,
+    {
+      bucket: runBudgetBucket(automation.workspace_id),
+      shards: shardsFor(limit),
+      limit,
+      windowStart: window.windowStart,
+      outbox: JSON.stringify(rows.outbox),
+      run: JSON.stringify(rows.run),
+    },
+  );
+  return result[0].recorded;
 }

@@ -609,22 +609,22 @@ export async function takeRunBudget(
   wanted: number,
 ): Promise<{ allowed: number; resetSeconds: number }> {
   if (wanted <= 0) return { allowed: 0, resetSeconds: 60 };
-  const [state] = await consume(db, [{ name: `runs:${workspaceId}`, limit, code: 'RATE_LIMITED', n: wanted }]);
+  const [state] = await consume(db, [{ name: runBudgetBucket(workspaceId), limit, code: 'RATE_LIMITED', n: wanted }]);
   // What the minute had before these: the ones that still fit under the limit may start.
   const before = state.count - wanted;
   return { allowed: Math.max(0, Math.min(wanted, limit - before)), resetSeconds: state.resetSeconds };
 }
 
+/** The bucket of a workspace's runs-per-minute budget (takeRunBudget's, and the inbound receiver's accept statement's). */
+export const runBudgetBucket = (workspaceId: string): string => `runs:${workspaceId}`;
+
 /**
- * One run started by the inbound receiver takes one from the same budget as triggered runs. Over
- * it, the call is refused (429 RATE_LIMITED with Retry-After, nothing recorded) rather than
- * recorded as a failed run: the sender keeps the call and sends it again when the minute turns,
- * where a 202 for a run that never ran would lose it.
+ * The refusal of a run the inbound receiver would start over the budget: 429 RATE_LIMITED with
+ * Retry-After, nothing recorded, rather than a failed run: the sender keeps the call and sends it
+ * again when the minute turns, where a 202 for a run that never ran would lose it.
  */
-export async function takeInboundRun(db: Db, workspaceId: string, limit: number): Promise<void> {
-  const { allowed, resetSeconds } = await takeRunBudget(db, workspaceId, limit, 1);
-  if (allowed === 1) return;
-  throw new ApiError('RATE_LIMITED', 'Too many automation runs', {
+export function inboundRunRefusal(limit: number, resetSeconds: number): ApiError {
+  return new ApiError('RATE_LIMITED', 'Too many automation runs', {
     hint: `The workspace's plan allows ${limit} automation runs a minute (triggered and inbound together); retry after ${resetSeconds} s.`,
     headers: { 'Retry-After': String(resetSeconds) },
   });

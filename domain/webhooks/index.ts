@@ -7,6 +7,7 @@ export {
   type OutboxRecord,
   type OutboxRow,
   acceptedRunOutbox,
+  OUTBOX_COLUMNS,
   recordEvent,
   recordEvents,
   recordOutbox,

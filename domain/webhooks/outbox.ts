@@ -75,18 +75,24 @@ export async function recordOutbox(trx: Writer, workspaceId: string, records: Ou
  * (a data-modifying WITH), one round trip fewer. `records` must not be empty.
  */
 export function outboxInsert(trx: Writer, workspaceId: string, records: OutboxRecord[], cause: Cause = DIRECT): Knex.QueryBuilder {
-  const timestamp = new Date().toISOString();
-  return trx('outbox_events').insert(
-    records.map((r) => ({
-      workspace_id: workspaceId,
-      ...('event' in r
-        ? { kind: 'webhook', name: r.event, payload: { event: r.event, workspace_id: workspaceId, timestamp, ...r.fields } }
-        : { kind: 'trigger', name: r.trigger, payload: { trigger: r.trigger, ...r.variables } }),
-      depth: cause.depth,
-      chain_id: cause.chain,
-    })),
-  );
+  return trx('outbox_events').insert(outboxRows(workspaceId, records, cause));
 }
+
+/** The outbox_events rows of `records` (every column the insert sets: OUTBOX_COLUMNS). */
+function outboxRows(workspaceId: string, records: OutboxRecord[], cause: Cause) {
+  const timestamp = new Date().toISOString();
+  return records.map((r) => ({
+    workspace_id: workspaceId,
+    ...('event' in r
+      ? { kind: 'webhook', name: r.event, payload: { event: r.event, workspace_id: workspaceId, timestamp, ...r.fields } }
+      : { kind: 'trigger', name: r.trigger, payload: { trigger: r.trigger, ...r.variables } }),
+    depth: cause.depth,
+    chain_id: cause.chain,
+  }));
+}
+
+/** The columns outboxRows sets (the others keep their defaults). */
+export const OUTBOX_COLUMNS = ['workspace_id', 'kind', 'name', 'payload', 'depth', 'chain_id'] as const;
 
 /** An outbound event. */
 export function recordEvent(
@@ -121,19 +127,20 @@ export function recordTrigger(
 }
 
 /**
- * The outbox row of a run the inbound receiver accepted, as a statement to put in the run's own
- * (a data-modifying WITH: the run and its row commit together, in one round trip): the worker's
- * dispatcher starts its workflow, so a 202 never waits on Temporal, nor fails with it. `depth` and
+ * The outbox row of a run the inbound receiver accepted (its columns: OUTBOX_COLUMNS), for the
+ * statement that records the run (the run and its row commit together, in one round trip): the
+ * worker's dispatcher carries the run out or starts its workflow, so a 202 never waits on
+ * Temporal, nor fails with it. `depth` and
  * `chain` place the run in its chain of automations (a root call: 0 and its own run id; a call one
  * of our own webhook deliveries made: below the event it carried), in the payload the dispatcher
  * starts the run from and in the row's own depth and chain_id.
  */
 export function acceptedRunOutbox(
-  trx: Writer,
   workspaceId: string,
   run: { runId: string; automationId: string; externalId?: string; depth: number; chain: string },
-): Knex.QueryBuilder {
-  return outboxInsert(trx, workspaceId, [{ trigger: 'webhook_received', variables: run }], { depth: run.depth, chain: run.chain });
+): Record<(typeof OUTBOX_COLUMNS)[number], unknown> {
+  const [row] = outboxRows(workspaceId, [{ trigger: 'webhook_received', variables: run }], { depth: run.depth, chain: run.chain });
+  return row;
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -286,4 +286,21 @@ describe("inbound runs count against the plan's automationRunsPerMinute", () => 
     expect(refused.status).toBe('failed');
     expect(refused.error).toMatch(/^Rate limit: the plan allows 2 /);
   });
+
+  it('takes nothing from the budget for a duplicate externalId (no run starts)', async () => {
+    await realMinuteWithRoom(15_000);
+    const ws = await workspace({ automationRunsPerMinute: 2 });
+    const flow = await inboundAutomation(ws, {
+      trigger: { type: 'webhook_received', mapping: { externalId: 'order' } },
+      actions: [{ type: 'wait', seconds: 1 }],
+    });
+    const call = (n: number) => api.request('POST', flow.path, { body: { order: n } });
+
+    expect((await call(1)).body.data.status).toBe('accepted');
+    // Repeats of the running run: answered duplicate, the budget untouched.
+    for (let i = 0; i < 3; i++) expect((await call(1)).body.data.status).toBe('duplicate');
+    expect((await call(2)).body.data.status).toBe('accepted');
+    expectError(await call(3), 429, 'RATE_LIMITED');
+    expect((await runsOf(flow.id)).filter((r) => r.status !== 'duplicate')).toHaveLength(2);
+  });
 });
