@@ -4,27 +4,26 @@ import { addNote, addTag, removeTag, requireContact, resolveTagSets, updateConta
 import { messageContent, missingFields, replyConversationOf, requiredFields, saveSendRequest, sendInputFor, toFailure } from '../messaging';
 import { type Db, withoutPhoneNumbers } from '../platform';
 import { createDeal, createTask, findDeal, resolveStage, updateDeal } from '../sales';
-import type { ActionResult, RunContext, RunInput, RunPlan, RunResult, StoredAction } from '../../types/automations';
+import {
+  type ActionResult,
+  RUN_NOT_BEGUN,
+  type RunContext,
+  type RunInput,
+  type RunPlan,
+  type RunResult,
+  type StoredAction,
+} from '../../types/automations';
 import {
   applyActionOnce,
   finishRun,
   getRunState,
-  getRunTrigger,
+  getRunToPlan,
   runVariables,
   saveRunContext,
   saveRunPlan,
   withoutRunContactData,
 } from './automation-runs';
-import {
-  Action,
-  ActionSchema,
-  applyMapping,
-  getAutomationStanding,
-  getAutomationToRun,
-  render,
-  TriggerConfig,
-  webhookVariables,
-} from './automations';
+import { Action, ActionSchema, applyMapping, getAutomationStanding, render, TriggerConfig, webhookVariables } from './automations';
 
 /**
  * A run's rules, one function per activity of workflows/automation-run.ts: its start (the plan),
@@ -32,6 +31,19 @@ import {
  * them. The actions call the same functions of leads and sales as the REST API (origin
  * `automation`, depth + 1).
  */
+
+/**
+ * An action of a run carried out at once (runAtOnce), never in a workflow's history: the action and
+ * the context so far in hand, the automation's and workspace's standing as read with the plan, and
+ * what the run's row keeps after the action, written in the action's transaction.
+ */
+interface RunInHand {
+  action: StoredAction;
+  context: RunContext;
+  automationName: string;
+  standing: Standing;
+  record: (trx: Db, context: RunContext) => Promise<void>;
+}
 
 /** runAction's input: the run, the action's index, and what older runs carry (RunPlan). */
 export interface RunActionInput {
@@ -86,24 +98,44 @@ async function actionFailure(db: Db, input: { workspaceId: string; runId: string
   });
 }
 
+/** A run's plan in full as its start reads it (the lead intake done), before anything is saved. */
+interface FullPlan {
+  proceed: boolean;
+  /** The run is no longer running: nothing to do, nothing to record. */
+  finished?: boolean;
+  automationName: string;
+  /** The actions with their parameters, and the starting context (or, for a run that kept its plan, the context so far). */
+  actions: StoredAction[];
+  context: RunContext;
+  /** The automation and its workspace as read with the plan (each action checks them again unless it runs right after). */
+  standing: Standing;
+  /** The run's row holds this plan already (it began before, and kept it). */
+  kept: boolean;
+}
+
+type Standing = { active: boolean; name: string; workspace_active: boolean; api_access: boolean };
+
 /**
  * The run's plan: the automation's actions as they are now (the run keeps this snapshot), and its
  * starting context. For webhook_received, the lead intake: the mapped phone upserts the contact
- * (same canonicalisation as messaging; origin `automation`).
+ * (same canonicalisation as messaging; origin `automation`). A run that began already (by the
+ * worker's dispatcher, which hands a run to its workflow when a step fails in a way a retry may
+ * fix) has the plan it kept, so the actions it applied keep their indexes and the lead intake is
+ * not done twice; one that finished already (a dispatcher that died before marking its outbox row
+ * took it again) has nothing left to do.
  */
-export async function planRun(db: Db, input: RunInput): Promise<RunPlan> {
-  const automation = await getAutomationToRun(db, input.workspaceId, input.automationId);
-  if (!automation || !automation.active)
-    return { proceed: false, automationName: automation?.name ?? '', actions: [], context: { vars: {} } };
+async function readPlan(db: Db, input: RunInput): Promise<FullPlan> {
+  const found = await getRunToPlan(db, input.workspaceId, input.automationId, input.runId);
+  const automation = found?.automation;
+  const standing: Standing = automation ?? { active: false, name: '', workspace_active: false, api_access: false };
+  const none = { actions: [], context: { vars: {} }, standing, kept: false };
+  if (!automation || !automation.active) return { proceed: false, automationName: automation?.name ?? '', ...none };
   // A run started now finds its trigger and inbound body on its row; an older one carries them.
-  const run = input.trigger ? undefined : await getRunTrigger(db, input.workspaceId, input.runId);
+  const run = input.trigger ? undefined : found!.run;
   if (!input.trigger && !run) throw toFailure(new ApiError('NOT_FOUND', 'The run was removed before it began'));
-  // Begun already (by the worker's dispatcher, which hands a run to its workflow when a step
-  // fails in a way a retry may fix): the plan it kept, so the actions it applied keep their
-  // indexes and the lead intake is not done twice. Finished already (a dispatcher that died before
-  // marking its outbox row took it again): nothing is left to do.
-  if (run && run.status !== 'running') return { proceed: false, automationName: automation.name, actions: [], finished: true };
-  if (run?.actions) return { proceed: true, automationName: automation.name, actions: planned(run.actions) };
+  if (run && run.status !== 'running') return { proceed: false, finished: true, automationName: automation.name, ...none };
+  if (run?.actions)
+    return { proceed: true, automationName: automation.name, actions: run.actions, context: run.context!, standing, kept: true };
   const trigger = input.trigger ?? triggerOf(run!.trigger);
   const webhookBody = input.trigger ? input.webhookBody : run!.webhook_body;
   const context: RunContext = { contactId: trigger.contactId, dealId: trigger.dealId, vars: { ...trigger.variables } };
@@ -127,11 +159,69 @@ export async function planRun(db: Db, input: RunInput): Promise<RunPlan> {
       }
     }
   }
-  const actions = automation.actions as StoredAction[];
-  if (input.trigger) return { proceed: true, automationName: automation.name, actions, context };
-  await saveRunPlan(db, input.workspaceId, input.runId, actions, context);
+  return { proceed: true, automationName: automation.name, actions: automation.actions as StoredAction[], context, standing, kept: false };
+}
+
+/** The run's plan for its workflow (startRun): read, kept on the run's row, and what the workflow orders the run by. */
+export async function planRun(db: Db, input: RunInput): Promise<RunPlan> {
+  const plan = await readPlan(db, input);
+  const { automationName } = plan;
+  if (plan.finished) return { proceed: false, finished: true, automationName, actions: [] };
+  if (!plan.proceed) return { proceed: false, automationName, actions: [], context: { vars: {} } };
+  if (input.trigger) return { proceed: true, automationName, actions: plan.actions, context: plan.context };
+  if (!plan.kept) await saveRunPlan(db, input.workspaceId, input.runId, plan.actions, plan.context);
   // The workflow orders the steps; what they say stays on the row.
-  return { proceed: true, automationName: automation.name, actions: planned(actions) };
+  return { proceed: true, automationName, actions: planned(plan.actions) };
+}
+
+/** Actions only a workflow carries out: a durable timer, and a send (a child send workflow). */
+const WORKFLOW_ACTIONS = new Set(['wait', 'send_message']);
+
+/**
+ * A run carried out at once, where it is dispatched (the worker's outbox dispatcher), in the
+ * workflow's order and with its steps' rules, when every action only writes to the database.
+ * Fewer statements than the workflow's steps, as nothing waits between them: the plan is read
+ * once (the automation's and workspace's standing with it), each action gets its action and
+ * context in hand, the first action's transaction keeps the plan on the run's row, and the last
+ * one's records the run completed. A dispatcher that dies mid-run leaves the row as a workflow's
+ * step would (nothing, or the plan and the actions applied so far), and the next one goes on.
+ *
+ * Resolves `done` when the run ended (completed, or failed by a refusal retrying cannot fix, as
+ * the workflow records it), `workflow` when the run is its workflow's to carry out: it waits or
+ * sends, or a step failed in a way a retry may fix; the workflow then goes on from the plan the
+ * row kept (or plans afresh when no action was applied).
+ */
+export async function runAtOnce(db: Db, input: RunInput): Promise<'done' | 'workflow'> {
+  const ids = { workspaceId: input.workspaceId, runId: input.runId };
+  const plan = await readPlan(db, input);
+  if (plan.finished) return 'done';
+  if (!plan.proceed) {
+    await endRun(db, { ...ids, status: 'failed', error: RUN_NOT_BEGUN });
+    return 'done';
+  }
+  // A run that carries its context (started before the row kept it) stays its workflow's.
+  if (input.trigger || plan.actions.some((a) => WORKFLOW_ACTIONS.has(a.type))) return 'workflow';
+  let context = plan.context;
+  let ended = false;
+  for (const [index, action] of plan.actions.entries()) {
+    const last = index === plan.actions.length - 1;
+    const record = async (trx: Db, after: RunContext) => {
+      if (last) {
+        await finishRun(trx, input.workspaceId, input.runId, 'completed', null);
+        ended = true;
+      } else if (index === 0 && !plan.kept) await saveRunPlan(trx, input.workspaceId, input.runId, plan.actions, after);
+      else await saveRunContext(trx, input.workspaceId, input.runId, after);
+    };
+    const step = await applyRunAction(
+      db,
+      { ...ids, automationId: input.automationId, depth: input.depth, chain: input.chain, index, actionType: action.type },
+      { action, context, automationName: plan.automationName, standing: plan.standing, record },
+    );
+    context = step.context!;
+  }
+  // The last action was applied before (a run taken again after it): its transaction did not end the run.
+  if (!ended) await endRun(db, { ...ids, status: 'completed', error: null });
+  return 'done';
 }
 
 /** What the workflow orders a run by: each action's type (and a wait's seconds); the rest stays on the row. */
@@ -144,17 +234,17 @@ function planned(actions: StoredAction[]): StoredAction[] {
  * together, so a retry after a commit returns the recorded context and writes nothing again.
  * The automation is read again first: one deleted or deactivated during a wait stops here.
  */
-export async function applyRunAction(db: Db, input: RunActionInput): Promise<ActionResult> {
+export async function applyRunAction(db: Db, input: RunActionInput, inHand?: RunInHand): Promise<ActionResult> {
   const { workspaceId, index } = input;
   let type = input.action?.type ?? input.actionType ?? 'action';
   try {
-    const automation = await getAutomationStanding(db, workspaceId, input.automationId);
+    const automation = inHand ? inHand.standing : await getAutomationStanding(db, workspaceId, input.automationId);
     if (!automation?.active) throw new ApiError('CONFLICT', 'The automation was deleted or deactivated during the run');
     // A workspace suspended while the run was under way (during a wait, say): no further action.
     const suspended = suspension({ active: automation.workspace_active, api_access: automation.api_access }, 'automationRun');
     if (suspended) throw suspended;
     // What the run carries (older runs), else its row: the action as snapshotted and the context so far.
-    const carried = input.action && input.context ? { action: input.action, context: input.context } : undefined;
+    const carried = inHand ?? (input.action && input.context ? { action: input.action, context: input.context } : undefined);
     let stored: StoredAction;
     let context: RunContext;
     if (carried) {
@@ -186,7 +276,7 @@ export async function applyRunAction(db: Db, input: RunActionInput): Promise<Act
       index,
       depth: input.depth,
       chain: input.chain,
-      automationName: input.automationName ?? automation.name,
+      automationName: inHand?.automationName ?? input.automationName ?? automation.name,
       context,
     };
     if (action.type === 'send_message') {
@@ -194,7 +284,13 @@ export async function applyRunAction(db: Db, input: RunActionInput): Promise<Act
       if (!carried) await saveRunContext(db, workspaceId, input.runId, result.context);
       return answer(result);
     }
-    return answer(await applyActionOnce(db, workspaceId, input.runId, index, !carried, (trx) => perform(trx, action, run)));
+    // What the run's row keeps after the action: the context (the run in hand says what, a run that carries it keeps nothing).
+    const record = inHand
+      ? inHand.record
+      : carried
+        ? undefined
+        : (trx: Db, after: RunContext) => saveRunContext(trx, workspaceId, input.runId, after);
+    return answer(await applyActionOnce(db, input.runId, index, record, (trx) => perform(trx, action, run)));
   } catch (err) {
     const what = `Action ${index + 1} (${type})`;
     if (err instanceof ApiError) throw await actionFailure(db, input, what, err);

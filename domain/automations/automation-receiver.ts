@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { applyMapping, inboundRunRefusal, loopRefusal, passesFilter, runBudgetBucket, tokenHash, TriggerConfig } from './automations';
-import { type Db, KeyRing, openText } from '../platform';
+import { type Db, KeyRing, openText, prepared } from '../platform';
 import { ApiError, isUuid, storableJson } from '../kernel';
 import { acceptedRunOutbox, deliveryToVerify, OUTBOX_COLUMNS, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
 import {
@@ -62,36 +62,38 @@ export async function findInboundAutomationAndCount(
   tokenLimit: number,
 ): Promise<{ automation: InboundAutomation | null; counted: BucketState[] }> {
   const window = windowAt();
-  const { rows } = await db.raw<{
-    rows: {
-      automation: (Omit<InboundAutomation, 'runs_per_minute' | 'standing'> & AutomationStanding) | null;
-      counted: Omit<CountedRow, 'reset'>[] | null;
-    }[];
-  }>(
-    `WITH a AS (:lookup), ${COUNT_BUCKETS_CTES(`
+  const { rows } = await prepared(
+    db.raw<{
+      rows: {
+        automation: (Omit<InboundAutomation, 'runs_per_minute' | 'standing'> & AutomationStanding) | null;
+        counted: Omit<CountedRow, 'reset'>[] | null;
+      }[];
+    }>(
+      `WITH a AS (:lookup), ${COUNT_BUCKETS_CTES(`
          SELECT name, shards, 1 AS n, ${THIS_MINUTE} AS window_start FROM (
            SELECT CAST(:ip AS text) AS name, CAST(:ipShards AS int) AS shards
            UNION ALL
            SELECT 'token:' || a.id, CAST(:tokenShards AS int) FROM a
          ) AS requested`)}
      SELECT (SELECT row_to_json(a) FROM a) AS automation, (SELECT json_agg(counted) FROM counted) AS counted`,
-    {
-      lookup: joinWorkspace(db('automations as a'), 'w', 'a.workspace_id')
-        .where({ 'a.webhook_token_hash': tokenHash(token) })
-        .select(
-          'a.id',
-          'a.workspace_id',
-          'a.active',
-          'a.trigger',
-          'w.active as workspace_active',
-          'w.api_access',
-          'w.automation_runs_per_minute',
-        ),
-      ip: ip.name,
-      ipShards: shardsFor(ip.limit),
-      tokenShards: shardsFor(tokenLimit),
-      windowStart: window.windowStart,
-    },
+      {
+        lookup: joinWorkspace(db('automations as a'), 'w', 'a.workspace_id')
+          .where({ 'a.webhook_token_hash': tokenHash(token) })
+          .select(
+            'a.id',
+            'a.workspace_id',
+            'a.active',
+            'a.trigger',
+            'w.active as workspace_active',
+            'w.api_access',
+            'w.automation_runs_per_minute',
+          ),
+        ip: ip.name,
+        ipShards: shardsFor(ip.limit),
+        tokenShards: shardsFor(tokenLimit),
+        windowStart: window.windowStart,
+      },
+    ),
   );
   const found = rows[0].automation;
   const buckets: Bucket[] = [ip, ...(found ? [{ name: `token:${found.id}`, limit: tokenLimit, code: 'TOKEN_RATE_LIMITED' as const }] : [])];
@@ -274,8 +276,9 @@ async function recordAcceptedRun(
   const window = windowAt();
   const limit = automation.runs_per_minute;
   const list = (names: readonly string[]) => names.map((c) => `"${c}"`).join(', ');
-  const { rows: result } = await db.raw<{ rows: { recorded: boolean }[] }>(
-    `WITH ${COUNT_BUCKETS_CTES(`SELECT CAST(:bucket AS text) AS name, CAST(:shards AS int) AS shards, 1 AS n, ${THIS_MINUTE} AS window_start`)},
+  const { rows: result } = await prepared(
+    db.raw<{ rows: { recorded: boolean }[] }>(
+      `WITH ${COUNT_BUCKETS_CTES(`SELECT CAST(:bucket AS text) AS name, CAST(:shards AS int) AS shards, 1 AS n, ${THIS_MINUTE} AS window_start`)},
      room AS (SELECT 1 FROM counted WHERE count <= CAST(:limit AS int)),
      outbox AS (
        INSERT INTO outbox_events (${list(OUTBOX_COLUMNS)})
@@ -286,14 +289,15 @@ async function recordAcceptedRun(
        RETURNING id
      )
      SELECT EXISTS (SELECT 1 FROM run) AS recorded`,
-    {
-      bucket: runBudgetBucket(automation.workspace_id),
-      shards: shardsFor(limit),
-      limit,
-      windowStart: window.windowStart,
-      outbox: JSON.stringify(rows.outbox),
-      run: JSON.stringify(rows.run),
-    },
+      {
+        bucket: runBudgetBucket(automation.workspace_id),
+        shards: shardsFor(limit),
+        limit,
+        windowStart: window.windowStart,
+        outbox: JSON.stringify(rows.outbox),
+        run: JSON.stringify(rows.run),
+      },
+    ),
   );
   return result[0].recorded;
 }

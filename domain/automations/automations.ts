@@ -1,5 +1,15 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { KeyRing, openText, SealBinding, sealText, type ColumnResealer, type Db, assertSafeUrlSyntax, UrlPolicy } from '../platform';
+import {
+  KeyRing,
+  openText,
+  prepared,
+  SealBinding,
+  sealText,
+  type ColumnResealer,
+  type Db,
+  assertSafeUrlSyntax,
+  UrlPolicy,
+} from '../platform';
 import { z } from 'zod';
 import { isMediaType, MESSAGE_TYPES } from '../../types/messaging';
 import {
@@ -16,7 +26,7 @@ import {
   trimmedText,
 } from '../kernel';
 import { MESSAGE_CONTENT_FIELDS } from '../messaging';
-import { consume, grants, Scope, workspacePlan } from '../access';
+import { consume, grants, joinWorkspace, Scope, workspacePlan } from '../access';
 
 /**
  * Automations (docs/automations.md): definitions, the inbound URL token and its quota,
@@ -498,27 +508,17 @@ export async function getAutomationRow(
   return row;
 }
 
-/** The automation as a run begins it: its name, whether it is active, its trigger and its actions as they are now. */
-export async function getAutomationToRun(
-  db: Db,
-  workspaceId: string,
-  id: string,
-): Promise<{ name: string; active: boolean; trigger: unknown; actions: unknown } | undefined> {
-  return db('automations').where({ workspace_id: workspaceId, id }).first('name', 'active', 'trigger', 'actions');
-}
-
-/** Before each action: whether the automation is still active, and its workspace's standing (one suspended during a wait stops the run). */
+/** Before each action: whether the automation is still active, and its workspace's standing (one suspended during a wait stops the run). One statement. */
 export async function getAutomationStanding(
   db: Db,
   workspaceId: string,
   id: string,
 ): Promise<{ active: boolean; name: string; workspace_active: boolean; api_access: boolean } | undefined> {
-  const automation: { active: boolean; name: string } | undefined = await db('automations')
-    .where({ workspace_id: workspaceId, id })
-    .first('active', 'name');
-  if (!automation) return undefined;
-  const workspace = await workspacePlan(db, workspaceId, ['active', 'api_access']);
-  return workspace && { ...automation, workspace_active: workspace.active, api_access: workspace.api_access };
+  return prepared(
+    joinWorkspace(db('automations as a'), 'w', 'a.workspace_id')
+      .where({ 'a.workspace_id': workspaceId, 'a.id': id })
+      .first('a.active', 'a.name', 'w.active as workspace_active', 'w.api_access'),
+  );
 }
 
 /** The trigger type cannot change (its token and quota unit belong to the webhook trigger). */

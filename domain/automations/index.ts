@@ -22,4 +22,4 @@ export {
 } from './automations';
 export { deliveryChain, findInboundAutomationAndCount, receiveInboundWebhook, usableInboundAutomation } from './automation-receiver';
 export { keepWebhookBodyOnRun, REFUSALS_LISTED_PER_EVENT, runsForEvents } from './automation-triggers';
-export { applyRunAction, endRun, planRun, type RunActionInput } from './automation-actions';
+export { applyRunAction, endRun, planRun, runAtOnce, type RunActionInput } from './automation-actions';
