@@ -4,7 +4,6 @@ import { createApp } from './app';
 import type { AppDeps } from './context';
 import { assertAdminToken, createLogger, createServiceDb, loadConfig, temporalClientFactory } from '../domain/platform';
 import { pruneCounters } from '../domain/access';
-import { sendWorkerHost } from '../workers/send-worker';
 
 /** What an API process serves beyond the service's own app (scripts/bench/api.ts adds the bench's yardsticks). */
 export interface ApiAdditions {
@@ -18,8 +17,12 @@ export async function runApi(additions: ApiAdditions = {}): Promise<void> {
   assertAdminToken(config.adminToken);
   const logger = createLogger('api', config.logLevel);
   const db = createServiceDb(config);
-  // The send worker's client (eager starts), or a plain client when the API hosts none.
-  const temporal = config.apiSendWorker ? sendWorkerHost(config, { db, logger }) : temporalClientFactory(config);
+  // The send worker's client (eager starts), or a plain client when the API hosts none. The
+  // worker SDK (its native core and the workflow bundler: about 20 MB of RSS) is loaded only then.
+  const temporal = config.apiSendWorker
+    ? // eslint-disable-next-line @typescript-eslint/no-require-imports
+      (require('../workers/send-worker') as typeof import('../workers/send-worker')).sendWorkerHost(config, { db, logger })
+    : temporalClientFactory(config);
   // Connected at start, so the hosted worker is ready before the first send.
   if (config.apiSendWorker) temporal.get().catch((err) => logger.warn({ err }, 'Temporal: not reachable yet (connected at first use)'));
   const deps: AppDeps = { config, db, logger, temporal: temporal.get, eagerSends: config.apiSendWorker };
