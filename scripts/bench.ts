@@ -1002,8 +1002,14 @@ async function main(): Promise<void> {
     }
     /** This run's cold-send row: the broadcast rows are read against it. */
     let coldSend: Measured | undefined;
-    const measureColdSend = async () => {
+    /** The earlier rows' outbox events dispatched, and what that cost left out of the next row's CPU and statements. */
+    const settled = async () => {
       await outboxSettled(db);
+      cpu.split();
+      await statements.take();
+    };
+    const measureColdSend = async () => {
+      await settled();
       // Temporal's own floor at each send row's concurrency, measured in the same run: the sends are read against it.
       const floors = await temporalFloors(stack.temporal.address, SEND_CONCURRENCY, 'all');
       const wide = await temporalFloors(stack.temporal.address, WIDE_SEND_CONCURRENCY, 'empty');
@@ -1038,11 +1044,11 @@ async function main(): Promise<void> {
       }
     }
     if (wanted('webhooks')) {
-      await outboxSettled(db);
+      await settled();
       results.push(...(await webhookScenario(api, db, baseline32.rps)));
     }
     if (wanted('inbound')) {
-      await outboxSettled(db);
+      await settled();
       results.push(await inboundScenario(api, base, baseline32.rps));
     }
 

@@ -54,6 +54,27 @@ async function hasWorkflow(ws: Workspace, automationId: string, runId: string): 
     );
 }
 
+/** A workspace with the contact Rita and an automation that makes a task to call her, then does `then`. */
+async function callRita(then: Record<string, unknown>) {
+  const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
+  const contact = await seedContact(api, ws.id, { phone: uniqueMobile('41'), name: 'Rita' });
+  const flow = await automation(ws, {
+    trigger: { type: 'webhook_received' },
+    actions: [{ type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 }, then],
+  });
+  return { ws, contact, flow };
+}
+
+/** The names of the tags a workspace's contacts carry. */
+async function tagNames(ws: Workspace): Promise<string[]> {
+  const names = await api
+    .db('contact_tags as ct')
+    .join('tags as t', 't.id', 'ct.tag_id')
+    .where({ 'ct.workspace_id': ws.id })
+    .pluck('t.name');
+  return names.sort();
+}
+
 /** A running run of `flow` for `contactId`, as the trigger handler records one (not yet begun). */
 async function pendingRun(ws: Workspace, automationId: string, contactId: string): Promise<string> {
   const [run] = await api
@@ -93,26 +114,13 @@ it('carries out an inbound run of database actions without a workflow; a run tha
   expect(await finished(directRun)).toEqual({ status: 'completed', error: null });
   expect(await finished(waitingRun)).toEqual({ status: 'completed', error: null });
   expect(await api.db('tasks').where({ workspace_id: ws.id }).pluck('title')).toEqual(['Call about order R-1']);
-  const tags = await api
-    .db('contact_tags as ct')
-    .join('tags as t', 't.id', 'ct.tag_id')
-    .where({ 'ct.workspace_id': ws.id })
-    .pluck('t.name');
-  expect(tags.sort()).toEqual(['buyer', 'waited']);
+  expect(await tagNames(ws)).toEqual(['buyer', 'waited']);
   expect(await hasWorkflow(ws, direct.id, directRun)).toBe(false);
   expect(await hasWorkflow(ws, waits.id, waitingRun)).toBe(true);
 });
 
 it('applies nothing twice when a dispatcher takes a run again, mid-run or after it finished', async () => {
-  const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
-  const contact = await seedContact(api, ws.id, { phone: uniqueMobile('41'), name: 'Rita' });
-  const flow = await automation(ws, {
-    trigger: { type: 'webhook_received' },
-    actions: [
-      { type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 },
-      { type: 'add_note', body: 'Called by the flow' },
-    ],
-  });
+  const { ws, contact, flow } = await callRita({ type: 'add_note', body: 'Called by the flow' });
   const runHere = createRunHere({ db: api.db });
   const runId = await pendingRun(ws, flow.id, contact.id);
   const input = { workspaceId: ws.id, automationId: flow.id, runId, depth: 0, chain: runId };
@@ -155,15 +163,7 @@ it('applies nothing twice when a dispatcher takes a run again, mid-run or after 
 });
 
 it('hands a run whose step failed in a way a retry may fix to its workflow, which goes on from the kept plan', async () => {
-  const ws = await createWorkspace(api, { scopes: [...ALL_SCOPES] });
-  const contact = await seedContact(api, ws.id, { phone: uniqueMobile('41'), name: 'Rita' });
-  const flow = await automation(ws, {
-    trigger: { type: 'webhook_received' },
-    actions: [
-      { type: 'create_task', title: 'Call {{contact.name}}', dueInMinutes: 5 },
-      { type: 'add_tag', tag: 'called' },
-    ],
-  });
+  const { ws, contact, flow } = await callRita({ type: 'add_tag', tag: 'called' });
   const runId = await pendingRun(ws, flow.id, contact.id);
   const input = { workspaceId: ws.id, automationId: flow.id, runId, depth: 0, chain: runId };
   // add_tag locks its contact: held by another transaction, the step times out (a retry may fix that).
@@ -186,10 +186,5 @@ it('hands a run whose step failed in a way a retry may fix to its workflow, whic
   });
   expect(result).toEqual({ status: 'completed', error: null });
   expect(await api.db('tasks').where({ workspace_id: ws.id }).pluck('title')).toEqual(['Call Rita']);
-  const tags = await api
-    .db('contact_tags as ct')
-    .join('tags as t', 't.id', 'ct.tag_id')
-    .where({ 'ct.workspace_id': ws.id })
-    .pluck('t.name');
-  expect(tags).toEqual(['called']);
+  expect(await tagNames(ws)).toEqual(['called']);
 });
