@@ -1922,7 +1922,11 @@ async function outboxSettled(db: Db): Promise<void> {
   }
   const waited = (Date.now() - start) / 1000;
   if (waited >= 0.5 || pending > 0)
-    log(pending > 0 ? `outbox: ${pending} rows still pending after 120 s` : `outbox: the earlier rows' events dispatched in ${waited.toFixed(1)} s`);
+    log(
+      pending > 0
+        ? `outbox: ${pending} rows still pending after 120 s`
+        : `outbox: the earlier rows' events dispatched in ${waited.toFixed(1)} s`,
+    );
 }
 
 /** Seconds until an automation has no running run (null after 120 s). */
