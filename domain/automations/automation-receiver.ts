@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { applyMapping, inboundRunRefusal, loopRefusal, passesFilter, runBudgetBucket, tokenHash, TriggerConfig } from './automations';
 import { type Db, KeyRing, openText, prepared } from '../platform';
 import { ApiError, isUuid, storableJson } from '../kernel';
-import { acceptedRunOutbox, deliveryToVerify, OUTBOX_COLUMNS, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
+import { acceptedRunOutbox, deliveryToVerify, outboxRowInsertSql, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
 import {
   type Bucket,
   type BucketState,
@@ -280,10 +280,8 @@ async function recordAcceptedRun(
     db.raw<{ rows: { recorded: boolean }[] }>(
       `WITH ${COUNT_BUCKETS_CTES(`SELECT CAST(:bucket AS text) AS name, CAST(:shards AS int) AS shards, 1 AS n, ${THIS_MINUTE} AS window_start`)},
      room AS (SELECT 1 FROM counted WHERE count <= CAST(:limit AS int)),
-     outbox AS (
-       INSERT INTO outbox_events (${list(OUTBOX_COLUMNS)})
-       SELECT ${list(OUTBOX_COLUMNS)} FROM json_populate_record(NULL::outbox_events, CAST(:outbox AS json)) WHERE EXISTS (SELECT 1 FROM room)
-     ), run AS (
+     outbox AS (${outboxRowInsertSql('outbox', 'EXISTS (SELECT 1 FROM room)')}),
+     run AS (
        INSERT INTO automation_runs (${list(ACCEPTED_RUN_COLUMNS)})
        SELECT ${list(ACCEPTED_RUN_COLUMNS)} FROM json_populate_record(NULL::automation_runs, CAST(:run AS json)) WHERE EXISTS (SELECT 1 FROM room)
        RETURNING id

@@ -7,7 +7,7 @@ export {
   type OutboxRecord,
   type OutboxRow,
   acceptedRunOutbox,
-  OUTBOX_COLUMNS,
+  outboxRowInsertSql,
   recordEvent,
   recordEvents,
   recordOutbox,

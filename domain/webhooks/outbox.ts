@@ -92,7 +92,18 @@ function outboxRows(workspaceId: string, records: OutboxRecord[], cause: Cause) 
 }
 
 /** The columns outboxRows sets (the others keep their defaults). */
-export const OUTBOX_COLUMNS = ['workspace_id', 'kind', 'name', 'payload', 'depth', 'chain_id'] as const;
+const OUTBOX_COLUMNS = ['workspace_id', 'kind', 'name', 'payload', 'depth', 'chain_id'] as const;
+
+/**
+ * The text of a data-modifying WITH's statement that inserts one outbox row given as JSON (the
+ * named binding `:<binding>`, a row of acceptedRunOutbox's) when the SQL condition `when` holds:
+ * for a statement that records its change and its row together only under a condition (the
+ * inbound receiver's, only when the run fits the plan's budget).
+ */
+export function outboxRowInsertSql(binding: string, when: string): string {
+  const columns = OUTBOX_COLUMNS.map((c) => `"${c}"`).join(', ');
+  return `INSERT INTO outbox_events (${columns}) SELECT ${columns} FROM json_populate_record(NULL::outbox_events, CAST(:${binding} AS json)) WHERE ${when}`;
+}
 
 /** An outbound event. */
 export function recordEvent(
@@ -127,7 +138,7 @@ export function recordTrigger(
 }
 
 /**
- * The outbox row of a run the inbound receiver accepted (its columns: OUTBOX_COLUMNS), for the
+ * The outbox row of a run the inbound receiver accepted (inserted by outboxRowInsertSql), for the
  * statement that records the run (the run and its row commit together, in one round trip): the
  * worker's dispatcher carries the run out or starts its workflow, so a 202 never waits on
  * Temporal, nor fails with it. `depth` and
@@ -138,7 +149,7 @@ export function recordTrigger(
 export function acceptedRunOutbox(
   workspaceId: string,
   run: { runId: string; automationId: string; externalId?: string; depth: number; chain: string },
-): Record<(typeof OUTBOX_COLUMNS)[number], unknown> {
+): Record<string, unknown> {
   const [row] = outboxRows(workspaceId, [{ trigger: 'webhook_received', variables: run }], { depth: run.depth, chain: run.chain });
   return row;
 }
