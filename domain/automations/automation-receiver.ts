@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { applyMapping, inboundRunRefusal, loopRefusal, passesFilter, runBudgetBucket, tokenHash, TriggerConfig } from './automations';
-import { type Db, KeyRing, openText, prepared } from '../platform';
+import { type Db, insertJsonRowSql, KeyRing, openText, prepared } from '../platform';
 import { ApiError, isUuid, storableJson } from '../kernel';
 import { acceptedRunOutbox, deliveryToVerify, outboxRowInsertSql, verifyWebhookSignature, webhookSecretBinding } from '../webhooks';
 import {
@@ -275,17 +275,12 @@ async function recordAcceptedRun(
 ): Promise<boolean> {
   const window = windowAt();
   const limit = automation.runs_per_minute;
-  const list = (names: readonly string[]) => names.map((c) => `"${c}"`).join(', ');
   const { rows: result } = await prepared(
     db.raw<{ rows: { recorded: boolean }[] }>(
       `WITH ${COUNT_BUCKETS_CTES(`SELECT CAST(:bucket AS text) AS name, CAST(:shards AS int) AS shards, 1 AS n, ${THIS_MINUTE} AS window_start`)},
      room AS (SELECT 1 FROM counted WHERE count <= CAST(:limit AS int)),
      outbox AS (${outboxRowInsertSql('outbox', 'EXISTS (SELECT 1 FROM room)')}),
-     run AS (
-       INSERT INTO automation_runs (${list(ACCEPTED_RUN_COLUMNS)})
-       SELECT ${list(ACCEPTED_RUN_COLUMNS)} FROM json_populate_record(NULL::automation_runs, CAST(:run AS json)) WHERE EXISTS (SELECT 1 FROM room)
-       RETURNING id
-     )
+     run AS (${insertJsonRowSql('automation_runs', ACCEPTED_RUN_COLUMNS, 'run', 'EXISTS (SELECT 1 FROM room)')} RETURNING id)
      SELECT EXISTS (SELECT 1 FROM run) AS recorded`,
       {
         bucket: runBudgetBucket(automation.workspace_id),

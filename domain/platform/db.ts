@@ -195,6 +195,17 @@ export function lockUntilCommit(trx: Knex.Transaction, key: string): Promise<unk
   return trx.raw('SELECT pg_advisory_xact_lock(hashtext(?))', [key]);
 }
 
+/**
+ * The text of an INSERT of one row given as JSON (the named binding `:<binding>`, the row's
+ * `columns` as keys) into `table`, only when the SQL condition `when` holds: a data-modifying
+ * WITH's part, for a statement that records several rows together under a condition. The columns
+ * not listed keep their defaults.
+ */
+export function insertJsonRowSql(table: string, columns: readonly string[], binding: string, when: string): string {
+  const list = columns.map((c) => `"${c}"`).join(', ');
+  return `INSERT INTO ${table} (${list}) SELECT ${list} FROM json_populate_record(NULL::${table}, CAST(:${binding} AS json)) WHERE ${when}`;
+}
+
 /** The readiness probe: one round trip to PostgreSQL. */
 export async function pingDatabase(db: Db): Promise<void> {
   await db.raw('SELECT 1');

@@ -16,6 +16,7 @@ export {
   createServiceDb,
   databaseNow,
   type Db,
+  insertJsonRowSql,
   instantsAsText,
   isDatabaseUnavailable,
   lockUntilCommit,

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Db } from '../platform';
+import { type Db, insertJsonRowSql } from '../platform';
 
 /**
  * Business events and automation triggers are written to the outbox in the same transaction as
@@ -101,8 +101,7 @@ const OUTBOX_COLUMNS = ['workspace_id', 'kind', 'name', 'payload', 'depth', 'cha
  * inbound receiver's, only when the run fits the plan's budget).
  */
 export function outboxRowInsertSql(binding: string, when: string): string {
-  const columns = OUTBOX_COLUMNS.map((c) => `"${c}"`).join(', ');
-  return `INSERT INTO outbox_events (${columns}) SELECT ${columns} FROM json_populate_record(NULL::outbox_events, CAST(:${binding} AS json)) WHERE ${when}`;
+  return insertJsonRowSql('outbox_events', OUTBOX_COLUMNS, binding, when);
 }
 
 /** An outbound event. */
