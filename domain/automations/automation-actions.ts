@@ -1,3 +1,4 @@
+import { ApplicationFailure } from '@temporalio/common';
 import { suspension } from '../access';
 import { ApiError } from '../kernel';
 import { addNote, addTag, removeTag, requireContact, resolveTagSets, updateContact, upsertLead } from '../leads';
@@ -7,6 +8,7 @@ import { createDeal, createTask, findDeal, resolveStage, updateDeal } from '../s
 import {
   type ActionResult,
   RUN_NOT_BEGUN,
+  runFailureReason,
   type RunContext,
   type RunInput,
   type RunPlan,
@@ -186,12 +188,25 @@ const WORKFLOW_ACTIONS = new Set(['wait', 'send_message']);
  * one's records the run completed. A dispatcher that dies mid-run leaves the row as a workflow's
  * step would (nothing, or the plan and the actions applied so far), and the next one goes on.
  *
- * Resolves `done` when the run ended (completed, or failed by a refusal retrying cannot fix, as
- * the workflow records it), `workflow` when the run is its workflow's to carry out: it waits or
- * sends, or a step failed in a way a retry may fix; the workflow then goes on from the plan the
- * row kept (or plans afresh when no action was applied).
+ * Resolves `done` when the run ended (completed, or failed by a refusal retrying cannot fix, with
+ * the workflow's words), `workflow` when the run is its workflow's to carry out: it waits or
+ * sends, or a step failed in a way a retry may fix (recording a refusal included); the workflow
+ * then goes on from the plan the row kept (or plans afresh when no action was applied).
  */
 export async function runAtOnce(db: Db, input: RunInput): Promise<'done' | 'workflow'> {
+  try {
+    return await carryOut(db, input);
+  } catch (err) {
+    if (!(err instanceof ApplicationFailure && err.nonRetryable)) return 'workflow';
+    return endRun(db, { workspaceId: input.workspaceId, runId: input.runId, status: 'failed', error: runFailureReason(err) }).then(
+      () => 'done' as const,
+      () => 'workflow' as const,
+    );
+  }
+}
+
+/** runAtOnce's steps; a step's failure is thrown as it came. */
+async function carryOut(db: Db, input: RunInput): Promise<'done' | 'workflow'> {
   const ids = { workspaceId: input.workspaceId, runId: input.runId };
   const plan = await readPlan(db, input);
   if (plan.finished) return 'done';
