@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { ApiError, constraintConflict, iso, isUuid } from '../kernel';
-import { type Db, BatchInput, ItemAnswer, refused } from '../platform';
+import { type Db, BatchInput, ItemAnswer, refused, sameWorkspaceSql } from '../platform';
 import { Cause, recordEvent, recordEvents, recordTrigger } from '../webhooks';
 import { parsePhone, Phone } from './phone';
 import { canonical, requireContact } from './contact-refs';
@@ -699,7 +699,7 @@ export async function recordWaIds(trx: Trx, workspaceId: string, waIds: { contac
   await trx.raw(
     `UPDATE contacts c SET wa_id = t.wa_id
        FROM unnest(?::uuid[], ?::text[]) AS t(id, wa_id)
-      WHERE c.workspace_id = ? AND c.id = t.id AND c.wa_id IS DISTINCT FROM t.wa_id`,
+      WHERE ${sameWorkspaceSql('c.workspace_id')} AND c.id = t.id AND c.wa_id IS DISTINCT FROM t.wa_id`,
     [waIds.map((w) => w.contactId), waIds.map((w) => w.waId), workspaceId],
   );
 }
@@ -772,7 +772,7 @@ export function contactOptedOut(db: Db, workspaceId: string, contactId: string |
 export async function contactsForSend(db: Db, workspaceId: string, contactIds: string[]): Promise<Map<string, ContactForSend>> {
   if (contactIds.length === 0) return new Map();
   const rows = await db('contacts')
-    .where({ workspace_id: workspaceId })
+    .whereRaw(sameWorkspaceSql('workspace_id'), [workspaceId])
     .whereIn('id', contactIds)
     .whereNull('deleted_at')
     .whereNull('merged_into_id')

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { assertSafeUrlSyntax, type Db, SyncRead, syncPage } from '../platform';
+import { assertSafeUrlSyntax, type Db, sameWorkspaceSql, SyncRead, syncPage } from '../platform';
 import { ApiError, listEnvelope, newestFirst, Page, pageWithTotal, Pagination, isUuid, iso } from '../kernel';
 import { instagramIdOn, joinCanonicalContact } from '../leads';
 import { mediaOfMessages, type MediaRecord } from './media';
@@ -339,7 +339,8 @@ export async function conversationsOn(
 ): Promise<Map<string, { id: string; last_inbound_at: Date | null }>> {
   if (contactIds.length === 0) return new Map();
   const rows: { id: string; contact_id: string; last_inbound_at: Date | null }[] = await trx('conversations')
-    .where({ workspace_id: workspaceId, instance_id: instanceId })
+    .whereRaw(sameWorkspaceSql('workspace_id'), [workspaceId])
+    .where({ instance_id: instanceId })
     .whereIn('contact_id', contactIds)
     .select('id', 'contact_id', 'last_inbound_at');
   return new Map(rows.map((r) => [r.contact_id, { id: r.id, last_inbound_at: r.last_inbound_at }]));
@@ -349,7 +350,7 @@ export async function conversationsOn(
 export async function lockConversations(trx: Knex.Transaction, workspaceId: string, conversationIds: string[]): Promise<Set<string>> {
   if (conversationIds.length === 0) return new Set();
   const rows: { id: string }[] = await trx('conversations')
-    .where({ workspace_id: workspaceId })
+    .whereRaw(sameWorkspaceSql('workspace_id'), [workspaceId])
     .whereIn('id', conversationIds)
     .orderBy('id')
     .forUpdate()
@@ -367,7 +368,7 @@ export async function touchConversations(
   await trx.raw(
     `UPDATE conversations c SET last_message_at = t.at, updated_at = now()
        FROM unnest(?::uuid[], ?::timestamptz[]) AS t(id, at)
-      WHERE c.workspace_id = ? AND c.id = t.id`,
+      WHERE ${sameWorkspaceSql('c.workspace_id')} AND c.id = t.id`,
     [touches.map((t) => t.id), touches.map((t) => t.lastMessageAt), workspaceId],
   );
 }

@@ -22,6 +22,7 @@ export {
   lockUntilCommit,
   pingDatabase,
   prepared,
+  sameWorkspaceSql,
 } from './db';
 export { type KeyRing, newKeyRingValue, openText, parseKeyRing, type SealBinding, sealedAs, sealText } from './encryption';
 export { claimKey, completeKey, fingerprint, recordProgress, releaseKey, STORED_ANSWER_HOURS } from './idempotency';
