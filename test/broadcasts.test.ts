@@ -596,6 +596,32 @@ describe('tags of broadcasts', () => {
   });
 });
 
+describe("a large broadcast's statistics", () => {
+  it('freezing an audience of 1,000 or more refreshes the statistics of broadcast_recipients, so its pages probe their recipients', async () => {
+    const s = await setup({ plan: { broadcastLimit: 5000 } });
+    const t = await tag(s, 'grande');
+    // 1,200 tagged leads in two statements (their statistics are not what this test is about).
+    await api.db.raw(
+      `INSERT INTO contacts (workspace_id, name, phone, phone_key)
+       SELECT ?, 'Lead ' || g, '55319' || (70000000 + g), '55319' || (70000000 + g) FROM generate_series(1, 1200) g`,
+      [s.ws.id],
+    );
+    await api.db.raw(
+      `INSERT INTO contact_tags (workspace_id, contact_id, tag_id) SELECT workspace_id, id, ? FROM contacts WHERE workspace_id = ?`,
+      [t, s.ws.id],
+    );
+    const id = (await create(s, { audience: { tagIds: [t] }, ratePerSecond: 1 })).body.data.id;
+    await eventually('the audience frozen', async () => (await get(s, id)).counts.total === 1200, 20_000);
+    const { rows } = await api.db.raw<{ rows: { known: boolean }[] }>(
+      `SELECT ?::uuid = ANY (most_common_vals::text::uuid[]) AS known FROM pg_stats WHERE tablename = 'broadcast_recipients' AND attname = 'broadcast_id'`,
+      [id],
+    );
+    expect(rows).toEqual([{ known: true }]);
+    expect((await request(s, 'POST', `/api/v1/broadcasts/${id}/cancel`)).body.data.status).toBe('cancelled');
+    await finished(s, id);
+  });
+});
+
 /**
  * SIGKILL the worker several times during a broadcast (as test/send-crash.test.ts does for a
  * send): its own worker process on its own task queue (the suite's worker must not be killed)
