@@ -22,6 +22,9 @@ RUN npm run build
 FROM node:20-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
+# Two malloc arenas, as scripts/stack.ts WORKER_PROCESS_ENV gives every worker the project starts:
+# the worker's highest RSS 318-324 -> 271-273 MB at the same CPU (docs/performance.md).
+ENV MALLOC_ARENA_MAX=2
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist

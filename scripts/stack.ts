@@ -261,6 +261,15 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
 }
 
 /**
+ * The environment a worker process starts with (`npm start`'s, the test suite's and the bench's;
+ * the Dockerfile sets the same for its image). Temporal's core runtime allocates
+ * from its own threads, and glibc gives each thread an arena of its own (up to 8 a core): two
+ * arenas took the worker's highest RSS from 318-324 to 271-273 MB in the bench's broadcast,
+ * webhook and inbound rows at the same CPU per send and per run (docs/performance.md).
+ */
+export const WORKER_PROCESS_ENV = { MALLOC_ARENA_MAX: '2' } as const;
+
+/**
  * For a stack whose data may be lost (the tests' and the bench's, recreated or reseeded at will):
  * PostgreSQL skips flushing to disk, so a crash of the machine can corrupt the cluster. `npm start`
  * keeps the user's data and runs with PostgreSQL's durable defaults.

@@ -28,6 +28,7 @@ import {
   stopOnSignal,
   waitForHttp,
   waitForWorker,
+  WORKER_PROCESS_ENV,
 } from './stack';
 
 const DATA_DIR = process.env.STACK_DATA_DIR ? path.resolve(process.env.STACK_DATA_DIR) : path.join(ROOT, '.data');
@@ -190,7 +191,9 @@ async function main(): Promise<void> {
     notStopping();
 
     started = Date.now();
-    const worker = await keep(startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env, logFile: logFile('worker') }));
+    const worker = await keep(
+      startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env: { ...env, ...WORKER_PROCESS_ENV }, logFile: logFile('worker') }),
+    );
     const api = await keep(startChild({ name: 'api', ...nodeTs('api/server.ts'), env, logFile: logFile('api') }));
     await Promise.all([
       waitForWorker(worker).then(() => log(`worker ready (${seconds(started)})`)),

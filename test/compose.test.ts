@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { temporalDynamicConfig } from '../scripts/stack';
+import { temporalDynamicConfig, WORKER_PROCESS_ENV } from '../scripts/stack';
 
 /** No Docker engine runs here: this checks the production topology file instead of running it. */
 const root = path.resolve(__dirname, '..');
@@ -38,6 +38,8 @@ describe('docker-compose.yml', () => {
     expect(dockerfile).toMatch(/^COPY --from=build \/app\/dist \.\/dist$/m);
     expect(dockerfile).toMatch(/^CMD \["node", "dist\/api\/server\.js"\]$/m);
     expect(dockerfile).not.toContain('--import');
+    // The worker's environment, as everywhere else the project starts one.
+    for (const [name, value] of Object.entries(WORKER_PROCESS_ENV)) expect(dockerfile).toMatch(new RegExp(`^ENV ${name}=${value}$`, 'm'));
   });
 
   it('wires the API and the worker with the environment they read', () => {

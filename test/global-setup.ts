@@ -24,6 +24,7 @@ import {
   stopOnSignal,
   waitForHttp,
   waitForWorker,
+  WORKER_PROCESS_ENV,
 } from '../scripts/stack';
 
 // TEST_STACK_DIR lets two suites run side by side on one machine (each needs its own stack).
@@ -103,7 +104,7 @@ export default async function globalSetup(): Promise<void> {
   const worker: Child = startChild({
     name: 'worker',
     ...nodeTs('workers/main.ts'),
-    env,
+    env: { ...env, ...WORKER_PROCESS_ENV },
     logFile: path.join(TEST_DIR, 'logs', 'worker.log'),
   });
   running.push(worker);
