@@ -65,8 +65,8 @@ function messagingSteps({ db, config }: MessagingDeps) {
     const { workflowId, runId } = Context.current().info.workflowExecution!;
     return `${workflowId}/${runId}`;
   };
-  const prepare = (input: SendInput, request?: SendRequest) =>
-    refusalsAsFailures(() => prepareSend(db, config.encryptionKeys!, input, reference(input.reference), request));
+  const prepare = (input: SendInput, given?: { loaded?: SendRequest; fresh?: boolean }) =>
+    refusalsAsFailures(() => prepareSend(db, config.encryptionKeys!, input, reference(input.reference), given));
 
   /** The provider call of a send whose content the caller loaded (a template's components as prepared, when it has them). */
   async function callProvider(
@@ -124,16 +124,17 @@ function messagingSteps({ db, config }: MessagingDeps) {
 
   /**
    * A text or template send's three steps at once (see the sendAtOnce activity). For the API:
-   * `loaded`, the request it holds; `settle`, what it keeps of the answer in the record's transaction.
+   * `loaded`, the request it holds; `fresh`, its reference new with the request (nothing prepared
+   * under it yet); `settle`, what it keeps of the answer in the record's transaction.
    */
   async function atOnce(
     input: SendAtOnceInput,
-    options: { loaded?: SendRequest; settle?: (trx: Knex.Transaction, outcome: SendOutcome) => Promise<void> } = {},
+    options: { loaded?: SendRequest; fresh?: boolean; settle?: (trx: Knex.Transaction, outcome: SendOutcome) => Promise<void> } = {},
   ): Promise<SendAtOnce> {
     // The request is read once for the three steps, and the template's components as prepare
     // checked them a moment ago go to the provider as they are (no second template read).
     const request = options.loaded ?? (await sendRequestOf(db, input));
-    const full = await prepare(input, request);
+    const full = await prepare(input, { loaded: request, fresh: options.fresh });
     const prepared = forWorkflow(full);
     const { workspaceId } = input;
     let call: ProviderSendResult;

@@ -139,7 +139,7 @@ async function sendHere(
     first = await sendStep(ctx.deps)(
       { workspaceId, requestId, mode: options.kind, reference },
       // The answer a repeat replays commits with the message: no moment where one exists without the other.
-      { loaded: content, settle: (trx, outcome) => settleSendKey(trx, held, outcome, clock.now()) },
+      { loaded: content, fresh: true, settle: (trx, outcome) => settleSendKey(trx, held, outcome, clock.now()) },
     );
   } catch (err) {
     const refused = refusalOfFailure(err);

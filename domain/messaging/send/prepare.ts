@@ -241,13 +241,21 @@ export async function prepareSends(
  * prepareSends for it alone, in one transaction so a refusal leaves nothing behind. Retried after
  * its commit, it answers the first run's preparation, never a second quota unit. Refusals are
  * thrown. The preparation keeps a template's components: what goes to a workflow is `forWorkflow`'s.
+ * `fresh`: the reference was made for this call (the API's own attempt, named by its new request
+ * id), so no earlier preparation is looked for.
  */
-export async function prepareSend(db: Db, keys: KeyRing, input: SendInput, reference: string, loaded?: SendRequest): Promise<Prepared> {
+export async function prepareSend(
+  db: Db,
+  keys: KeyRing,
+  input: SendInput,
+  reference: string,
+  given: { loaded?: SendRequest; fresh?: boolean } = {},
+): Promise<Prepared> {
   try {
     return await db.transaction(async (trx) => {
-      const done = (await findPreparations<Prepared>(trx, input.workspaceId, [reference])).get(reference);
+      const done = given.fresh ? undefined : (await findPreparations<Prepared>(trx, input.workspaceId, [reference])).get(reference);
       if (done) return done;
-      const request = loaded ?? (await sendRequestOf(trx, input));
+      const request = given.loaded ?? (await sendRequestOf(trx, input));
       const to = request.conversationId ? { conversationId: request.conversationId } : { phone: request.phone! };
       const { results } = await prepareSends(trx, input.workspaceId, [{ reference, to, message: request.message }], {
         keys,
