@@ -1922,11 +1922,14 @@ async function inboundScenario(api: Client, base: string, baseline: number): Pro
 async function outboxSettled(db: Db): Promise<void> {
   const start = Date.now();
   let pending = 0;
-  while (Date.now() - start < 120_000) {
-    pending = Number((await db('outbox_events').whereNull('dispatched_at').count({ n: '*' }).first())!.n);
-    if (pending === 0) break;
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
+  await until(
+    "the earlier rows' outbox events",
+    async () => {
+      pending = Number((await db('outbox_events').whereNull('dispatched_at').count({ n: '*' }).first())!.n);
+      return pending === 0;
+    },
+    120_000,
+  );
   const waited = (Date.now() - start) / 1000;
   if (waited >= 0.5 || pending > 0)
     log(
@@ -1947,15 +1950,18 @@ async function vacuumSettled(db: Db): Promise<void> {
   const start = Date.now();
   const seen = new Set<string>();
   let running: string[] = [];
-  while (Date.now() - start < 120_000) {
-    const { rows } = await db.raw<{ rows: { query: string }[] }>(
-      `SELECT query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND datname = current_database()`,
-    );
-    running = rows.map((r) => r.query.replace(/^autovacuum:\s*/, ''));
-    for (const q of running) seen.add(q);
-    if (running.length === 0) break;
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
+  await until(
+    'autovacuum',
+    async () => {
+      const { rows } = await db.raw<{ rows: { query: string }[] }>(
+        `SELECT query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND datname = current_database()`,
+      );
+      running = rows.map((r) => r.query.replace(/^autovacuum:\s*/, ''));
+      for (const q of running) seen.add(q);
+      return running.length === 0;
+    },
+    120_000,
+  );
   const waited = (Date.now() - start) / 1000;
   if (seen.size > 0)
     log(
