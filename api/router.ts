@@ -9,6 +9,7 @@ import { countBatchItems, enforce, ipBucket, record, scaled } from './middleware
 import { IN_MEMORY_IP_PROFILES } from '../domain/access';
 import { BATCH_MAX } from '../domain/platform';
 import { AnyObject, AnyRoute, BatchItem, koaPath } from './route';
+import { setBody } from './schemas';
 import { IdempotencyHeaders } from './send';
 
 /**
@@ -97,7 +98,7 @@ function handle(def: AnyRoute): Middleware {
     if (def.batch && ctx.state.auth) await countBatchItems(ctx, items.length);
     ctx.status = def.status ?? 200;
     const result = await def.handler(ctx, { params, query, body, items });
-    if (result !== undefined) ctx.body = result;
+    if (result !== undefined) setBody(ctx, result);
   };
 }
 

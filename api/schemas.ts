@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { extendZodWithOpenApi } from '@asteasolutions/zod-to-openapi';
-import { listEnvelope, type Page } from '../domain/kernel';
+import type { Context } from 'koa';
+import { JsonRecords, listEnvelope, type Page, type Pagination as PaginationOfPage, paginationOf } from '../domain/kernel';
 
 extendZodWithOpenApi(z);
 
@@ -10,9 +11,27 @@ export const Pagination = z
   .openapi('Pagination');
 
 export const listOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item), pagination: Pagination });
-/** The answer `listOf` documents, from a domain list's offset page (`{ rows, total }`). */
-export async function pageOf<T>(list: Promise<{ rows: T[]; total: number }>, page: Page) {
+/** An answer whose body is JSON text already: a page of records PostgreSQL wrote (JsonRecords) in its envelope. */
+export class JsonBody {
+  constructor(readonly text: string) {}
+}
+/** A handler's answer as the response body: an object as Koa writes it (JSON), a JsonBody's text as it is. */
+export function setBody(ctx: Context, answer: unknown): void {
+  if (answer instanceof JsonBody) {
+    ctx.type = 'json';
+    ctx.body = answer.text;
+  } else ctx.body = answer;
+}
+/** The answer `listOf` documents, from a domain list's offset page (`{ rows, total }`; rows PostgreSQL wrote pass through as text). */
+export async function pageOf(list: Promise<{ rows: JsonRecords; total: number }>, page: Page): Promise<JsonBody>;
+export async function pageOf<T>(
+  list: Promise<{ rows: T[]; total: number }>,
+  page: Page,
+): Promise<{ data: T[]; pagination: PaginationOfPage }>;
+export async function pageOf<T>(list: Promise<{ rows: T[] | JsonRecords; total: number }>, page: Page) {
   const { rows, total } = await list;
+  if (rows instanceof JsonRecords)
+    return new JsonBody(`{"data":${rows.json},"pagination":${JSON.stringify(paginationOf(total, page, rows.count))}}`);
   return listEnvelope(rows, total, page);
 }
 /**

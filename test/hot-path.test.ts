@@ -1,15 +1,18 @@
 import { Client, types } from 'pg';
 import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/platform/db';
 import { leadListQuery, listLeads as listLeadsOf } from '../domain/leads/lead-list';
+import { serializeLead, tagsOf } from '../domain/leads/contacts';
 import { matchingDealsOfContact } from '../domain/sales';
 import { ipClient, LocalCounts } from '../domain/access/rate-limit';
 import { iso } from '../domain/kernel/time';
 import { countQueries, createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
 import { uniqueMobile } from './phones';
 
-/** The lead list as the route reads it: deal filters through sales' sub-query. */
-const listLeads = (...[db, workspaceId, query]: Parameters<typeof listLeadsOf>) =>
-  listLeadsOf(db, workspaceId, query, matchingDealsOfContact);
+/** The lead list as the route reads it (deal filters through sales' sub-query), its page's records parsed. */
+const listLeads = async (...[db, workspaceId, query]: Parameters<typeof listLeadsOf>) => {
+  const { rows, total } = await listLeadsOf(db, workspaceId, query, matchingDealsOfContact);
+  return { rows: JSON.parse(rows.json) as ReturnType<typeof serializeLead>[], total };
+};
 
 /**
  * What the request path does to save CPU must not change an answer: instants read as text, a
@@ -59,6 +62,58 @@ describe('instants read as text (isoFromTimestamptz)', () => {
     expect(iso('2026-11-26T00:56:35Z')).toBe('2026-11-26T00:56:35.000Z');
     expect(iso('2026-11-26T02:56:35.804+02:00')).toBe('2026-11-26T00:56:35.804Z');
     expect(iso(new Date(Date.UTC(2026, 10, 26)))).toBe('2026-11-26T00:00:00.000Z');
+  });
+});
+
+describe('a lead page written by PostgreSQL (LEAD_RECORD_SQL)', () => {
+  it('is the record serializeLead makes of the same rows: fields, their order, nulls, tags and instants', async () => {
+    const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:write'] });
+    const bodies = [
+      { name: 'Zoë "Quoted" \\ Líder', email: 'zoe@example.com', notes: 'line one\nline two \u2028 ☃', tags: ['beta', 'Alpha'] },
+      { name: 'Sem email' },
+      { name: 'Com Instagram', tags: ['beta'] },
+    ];
+    for (const body of bodies) {
+      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: uniqueMobile('21'), ...body } });
+      expect(res.status).toBe(201);
+    }
+    // What the API never writes itself here: an Instagram identity, an opt-out, instants to the microsecond.
+    const contacts = () => api.db('contacts').where({ workspace_id: w.id });
+    await contacts()
+      .where({ name: 'Com Instagram' })
+      .update({ instagram_id: '17841400000000001', instagram_username: 'com.insta', opted_out: true });
+    await contacts()
+      .where({ name: 'Sem email' })
+      .update({ created_at: api.db.raw(`'2026-11-26 00:56:35.999999+00'`) });
+    await contacts()
+      .whereNot({ name: 'Sem email' })
+      .update({ updated_at: api.db.raw(`'1999-12-31 23:59:59.000001+00'`) });
+
+    for (const shape of [{}, { q: 'e' }, { tag: 'beta' }, { sort: 'name', order: 'asc' }, { limit: '1', offset: '1' }]) {
+      const page = await listLeads(api.db, w.id, leadListQuery.parse(shape));
+      const rows = await contacts().whereIn(
+        'id',
+        page.rows.map((r) => r.id),
+      );
+      const tags = await tagsOf(
+        api.db,
+        rows.map((r) => r.id),
+      );
+      const expected = page.rows.map((r) => {
+        const row = rows.find((c) => c.id === r.id);
+        return serializeLead(row, tags.get(r.id) ?? []);
+      });
+      expect(page.rows).toEqual(expected);
+      expect(page.rows.map((r) => Object.keys(r))).toEqual(expected.map((r) => Object.keys(r)));
+    }
+    const all = (await listLeads(api.db, w.id, leadListQuery.parse({ sort: 'name', order: 'asc' }))).rows;
+    expect(all.map((r) => [r.name, r.instagram, r.optedOut, r.tags.map((t) => t.name)])).toEqual([
+      ['Com Instagram', { id: '17841400000000001', username: 'com.insta' }, true, ['beta']],
+      ['Sem email', null, false, []],
+      [bodies[0].name, null, false, ['Alpha', 'beta']],
+    ]);
+    expect(all[1].createdAt).toBe('2026-11-26T00:56:35.999Z');
+    expect(all[0].updatedAt).toBe('1999-12-31T23:59:59.000Z');
   });
 });
 
@@ -187,7 +242,8 @@ describe('a first search asked by many requests at once', () => {
     const counts = await countQueries(
       api,
       async () => (answers = await Promise.all(Array.from({ length: 16 }, () => listLeads(api.db, w.id, query)))),
-      (sql) => sql.includes('search_changes') && sql.includes('count(*)'),
+      // The search's count: a statement reading the search version that counts contacts (a page's statement writes records).
+      (sql) => sql.includes('search_changes') && sql.includes('count(*)') && !sql.includes('json_agg'),
     );
     expect(answers.map((a) => [a.total, a.rows.length])).toEqual(Array(16).fill([4, 2]));
     expect(counts).toBe(1);

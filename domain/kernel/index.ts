@@ -5,6 +5,7 @@ export { isUuid } from './ids';
 export { atLeastOne, ECMA_WHITESPACE, emailAddress, HTTP_URL, HTTP_URL_OR_TEMPLATE, NON_BLANK, onlyWith, trimmedText } from './input-rules';
 export {
   isoInstant,
+  JsonRecords,
   likeContains,
   listEnvelope,
   MAX_OFFSET,
@@ -14,6 +15,7 @@ export {
   pageQuery,
   pageWithTotal,
   type Pagination,
+  paginationOf,
   queryBoolean,
   sortQuery,
 } from './pagination';

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { ApiError, constraintConflict, iso, isUuid } from '../kernel';
-import { type Db, BatchInput, ItemAnswer, refused, sameWorkspaceSql } from '../platform';
+import { type Db, BatchInput, instantSql, ItemAnswer, refused, sameWorkspaceSql } from '../platform';
 import { Cause, recordEvent, recordEvents, recordTrigger } from '../webhooks';
 import { parsePhone, Phone } from './phone';
 import { canonical, requireContact } from './contact-refs';
@@ -89,7 +89,17 @@ export async function tagsOf(db: Db, contactIds: string[]): Promise<Map<string, 
   return map;
 }
 
-export function serializeLead(row: ContactRow | LeadPageRow, tags: TagRef[]) {
+/**
+ * The lead (serializeLead's record, the same fields in the same order) as PostgreSQL writes it from
+ * a row `r` of a lead page (CONTACT_ROW_COLUMNS and tagListColumn): the lead list's pages are
+ * written by PostgreSQL (jsonPage). test/hot-path.test.ts holds the two to the same answer.
+ */
+export const LEAD_RECORD_SQL = `json_build_object('id', r.id, 'name', r.name, 'phone', r.phone, 'email', r.email,
+  'instagram', CASE WHEN r.instagram_id IS NULL THEN NULL ELSE json_build_object('id', r.instagram_id, 'username', r.instagram_username) END,
+  'notes', r.notes, 'tags', r.tag_list, 'optedOut', r.opted_out,
+  'createdAt', ${instantSql('r.created_at')}, 'updatedAt', ${instantSql('r.updated_at')})`;
+
+export function serializeLead(row: ContactRow, tags: TagRef[]) {
   return {
     id: row.id,
     name: row.name,
@@ -118,12 +128,6 @@ export function tagListColumn(db: Db): Knex.Raw {
 }
 
 export type ContactRowWithTags = ContactRow & { tag_list: TagRef[] };
-/** A row of a lead page, read with its instants as ISO text (instantsAsText). */
-export type LeadPageRow = Omit<ContactRowWithTags, 'created_at' | 'updated_at'> & { created_at: string; updated_at: string };
-
-export function serializeLeadsWithTags(rows: Array<ContactRowWithTags | LeadPageRow>) {
-  return rows.map((r) => serializeLead(r, r.tag_list));
-}
 
 export async function serializeLeads(db: Db, rows: ContactRow[]) {
   const tags = await tagsOf(

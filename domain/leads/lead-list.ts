@@ -1,9 +1,10 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { CONTACT_ROW_COLUMNS, ContactRowWithTags, LeadPageRow, serializeLead, serializeLeadsWithTags, tagListColumn } from './contacts';
+import { CONTACT_ROW_COLUMNS, ContactRowWithTags, LEAD_RECORD_SQL, serializeLead, tagListColumn } from './contacts';
 import {
   compiledOnce,
-  instantsAsText,
+  jsonPage,
+  type JsonPageRow,
   prepared,
   type Db,
   SyncRead,
@@ -21,6 +22,7 @@ import {
   queryBoolean,
   sortQuery,
   isUuid,
+  JsonRecords,
   trimmedText,
   iso,
 } from '../kernel';
@@ -39,6 +41,25 @@ const LEAD_SORT_COLUMN: Record<keyof typeof LEAD_SORT, string> = {
   updatedAt: 'contacts.updated_at',
   name: 'contacts.name',
 };
+
+/**
+ * A lead page written by PostgreSQL (jsonPage): LEAD_RECORD_SQL in the page's own order, with
+ * `aggregates` of its rows (the total, the search version, the ids) beside it.
+ */
+function leadPage(
+  db: Db,
+  statement: Knex.QueryBuilder | Knex.Raw,
+  query: Pick<LeadFilters, 'sort' | 'order'>,
+  aggregates?: Record<string, string>,
+) {
+  return jsonPage(db, statement, { record: LEAD_RECORD_SQL, order: pageOrder(query), aggregates });
+}
+/** The lead list's order (leadListQueries) over a page's rows `r`. */
+const pageOrder = (query: Pick<LeadFilters, 'sort' | 'order'>) =>
+  `${LEAD_SORT[query.sort].replace('contacts.', 'r.')} ${query.order}, r.id ${query.order}`;
+/** What a lead page's statement answers (leadPage): its records, and the aggregates asked for. */
+type LeadPageAnswer = JsonPageRow & { [PAGE_TOTAL]?: string | number | null; [SEARCH_VERSION]?: string | null; ids?: string[] | null };
+const PAGE_TOTAL_OF_ROWS = { [PAGE_TOTAL]: `min(r.${PAGE_TOTAL})` };
 
 export const leadListQuery = pageQuery()
   .extend({
@@ -420,7 +441,7 @@ const allLeadsPage = compiledOnce(
       limit: shape.limit,
       offset: v.offset ?? 0,
     } as LeadFilters);
-    return page.select({ [PAGE_TOTAL]: maintained! });
+    return leadPage(db, page.select({ [PAGE_TOTAL]: maintained! }), shape, PAGE_TOTAL_OF_ROWS);
   },
   // The first page has no OFFSET (knex writes none for 0), and must keep it so: with a bound OFFSET
   // PostgreSQL prices the generic plan above the custom one and plans every request (twice the
@@ -444,17 +465,17 @@ const walkedPage = compiledOnce(
       ...Object.fromEntries(WALKED_FILTERS.map((name) => [name, v[name]])),
     } as LeadFilters;
     const { page, maintained } = leadListQueries(db, v.workspaceId as string, filters, { tagIsId: shape.tagIsId, deals: shape.deals });
-    return page.select({ [PAGE_TOTAL]: maintained! });
+    return leadPage(db, page.select({ [PAGE_TOTAL]: maintained! }), filters, PAGE_TOTAL_OF_ROWS);
   },
   (shape) => `${shape.order} ${shape.limit} ${shape.tagIsId}`,
 );
 
 /** A compiled page (allLeadsPage, walkedPage) and the maintained total it carries. */
 async function compiledPageWithTotal(db: Db, workspaceId: string, query: LeadFilters, statement: Knex.Raw) {
-  const { rows } = (await prepared(instantsAsText(statement))) as { rows: Array<LeadPageRow & { [PAGE_TOTAL]: number }> };
+  const [page] = ((await prepared(statement)) as { rows: LeadPageAnswer[] }).rows;
   // A page past the end has no row to carry the total.
-  const total = rows[0]?.[PAGE_TOTAL] ?? (await maintainedTotalQuery(db, workspaceId, query)!.first()).total;
-  return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+  const total = page[PAGE_TOTAL] ?? (await maintainedTotalQuery(db, workspaceId, query)!.first()).total;
+  return { rows: new JsonRecords(page.records, page.count), total: Number(total) };
 }
 
 /**
@@ -477,19 +498,18 @@ export async function listLeads(db: Db, workspaceId: string, query: LeadFilters,
     return compiledPageWithTotal(db, workspaceId, query, walkedPage(db, values, shape));
   }
   const { page, probe, count, maintained, pagePlanFixed } = leadListQueries(db, workspaceId, query, { deals });
-  type Row = LeadPageRow & { [PAGE_TOTAL]?: string | number | null };
-  const read = async (q: Knex.QueryBuilder, total: Knex.QueryBuilder | undefined, prepare: boolean): Promise<Row[]> => {
-    const statement = instantsAsText(total ? q.select({ [PAGE_TOTAL]: total }) : q);
-    return prepare ? prepared(statement) : statement;
+  const read = async (q: Knex.QueryBuilder, total: Knex.QueryBuilder | undefined, prepare: boolean): Promise<LeadPageAnswer> => {
+    const statement = leadPage(db, total ? q.select({ [PAGE_TOTAL]: total }) : q, query, total ? PAGE_TOTAL_OF_ROWS : {});
+    return ((await (prepare ? prepared(statement) : statement)) as { rows: LeadPageAnswer[] }).rows[0];
   };
   // The prefix carries only a maintained total: a count there would be paid twice if the prefix falls short.
-  let rows = probe ? await read(probe, maintained, true) : [];
-  if (rows.length < query.limit) rows = await read(page, maintained ?? count, pagePlanFixed);
-  let total = rows[0]?.[PAGE_TOTAL];
+  let found = probe ? await read(probe, maintained, true) : undefined;
+  if (!found || found.count < query.limit) found = await read(page, maintained ?? count, pagePlanFixed);
+  let total = found[PAGE_TOTAL];
   // A page past the end has no row to carry the total; a filter without a maintained total counts.
-  if (total === undefined && maintained) total = (await maintained.clone().first())?.total;
+  if (found.count === 0 && maintained) total = (await maintained.clone().first())?.total;
   if (total === undefined || total === null) total = (await count.clone().first())?.total ?? 0;
-  return { rows: serializeLeadsWithTags(rows), total: Number(total) };
+  return { rows: new JsonRecords(found.records, found.count), total: Number(total) };
 }
 
 /**
@@ -505,7 +525,7 @@ const searchFirstPage = compiledOnce(
     const { probe } = leadListQueries(db, v.workspaceId, filters, {
       search: { term: v.term, digits: 'digits' in v ? v.digits : undefined },
     });
-    return probe!.select({ [SEARCH_VERSION]: searchVersionQuery(db, v.workspaceId) });
+    return searchPage(db, probe!.select({ [SEARCH_VERSION]: searchVersionQuery(db, v.workspaceId) }), filters);
   },
   (shape) => `${shape.sort} ${shape.order} ${shape.limit}`,
 );
@@ -524,35 +544,45 @@ const searchPages = new Map<string, { version: number; ids: string[] }>();
 /** A remembered search page's contacts by key, with the search version, in one statement. */
 const searchPageByIds = compiledOnce(
   (db, v: { workspaceId: string; ids: string }, shape: Pick<LeadFilters, 'order'>) =>
-    canonical(db('contacts').where('contacts.workspace_id', v.workspaceId))
-      .whereRaw('contacts.id = ANY(?::uuid[])', [v.ids])
-      .orderByRaw(`${LEAD_SORT.createdAt} ${shape.order}, contacts.id ${shape.order}`)
-      .select(...LEAD_ROW_COLUMNS, tagListColumn(db), { [SEARCH_VERSION]: searchVersionQuery(db, v.workspaceId) }),
+    searchPage(
+      db,
+      canonical(db('contacts').where('contacts.workspace_id', v.workspaceId))
+        .whereRaw('contacts.id = ANY(?::uuid[])', [v.ids])
+        .select(...LEAD_ROW_COLUMNS, tagListColumn(db), { [SEARCH_VERSION]: searchVersionQuery(db, v.workspaceId) }),
+      { sort: 'createdAt', order: shape.order },
+    ),
   (shape) => shape.order,
 );
+
+/**
+ * A search's page (leadPage) with the search version it was read at, its contacts' ids in page
+ * order (what searchPages remembers) and, when the statement counts, its total.
+ */
+function searchPage(db: Db, statement: Knex.QueryBuilder, query: Pick<LeadFilters, 'sort' | 'order'>, counted = false) {
+  return leadPage(db, statement, query, {
+    [SEARCH_VERSION]: `min(r.${SEARCH_VERSION})`,
+    ids: `array_agg(r.id ORDER BY ${pageOrder(query)})`,
+    ...(counted ? PAGE_TOTAL_OF_ROWS : {}),
+  });
+}
 
 function rememberSearchPage(pageKey: string, page: { version: number; ids: string[] }): void {
   remember(searchPages, SEARCH_PAGES_MAX, pageKey, page);
 }
 
 /** The remembered page (searchPages) read again by key, if the search version still reads the same; else undefined. */
-async function searchPageAgain(
-  db: Db,
-  workspaceId: string,
-  query: LeadFilters,
-  pageKey: string,
-): Promise<Array<LeadPageRow & { [SEARCH_VERSION]: string }> | undefined> {
+async function searchPageAgain(db: Db, workspaceId: string, query: LeadFilters, pageKey: string): Promise<LeadPageAnswer | undefined> {
   const remembered = searchPages.get(pageKey);
   if (!remembered) return undefined;
-  const { rows } = (await prepared(instantsAsText(searchPageByIds(db, { workspaceId, ids: `{${remembered.ids.join(',')}}` }, query)))) as {
-    rows: Array<LeadPageRow & { [SEARCH_VERSION]: string }>;
-  };
-  if (rows.length !== remembered.ids.length || Number(rows[0][SEARCH_VERSION]) !== remembered.version) {
+  const [page] = (
+    (await prepared(searchPageByIds(db, { workspaceId, ids: `{${remembered.ids.join(',')}}` }, query))) as { rows: LeadPageAnswer[] }
+  ).rows;
+  if (page.count !== remembered.ids.length || Number(page[SEARCH_VERSION]) !== remembered.version) {
     searchPages.delete(pageKey);
     return undefined;
   }
   rememberSearchPage(pageKey, remembered);
-  return rows;
+  return page;
 }
 
 /**
@@ -562,33 +592,29 @@ async function searchPageAgain(
  * over every match (the prefix does not: a count there would be paid twice if it falls short).
  */
 async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: string) {
-  type Row = LeadPageRow & { [SEARCH_VERSION]?: string | number; [PAGE_TOTAL]?: string | number };
   const search = leadSearch(query.q!);
   let built: ReturnType<typeof leadListQueries> | undefined;
   const q = () => (built ??= leadListQueries(db, workspaceId, query, { search }));
-  const read = async (source: Knex.QueryBuilder, options: { withCount?: boolean; prepare?: boolean }): Promise<Row[]> => {
-    const statement = instantsAsText(
-      source.select({ [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q().count } : {}) }),
-    );
-    return options.prepare ? prepared(statement) : statement;
+  const read = async (source: Knex.QueryBuilder, options: { withCount?: boolean; prepare?: boolean }): Promise<LeadPageAnswer> => {
+    const columns = { [SEARCH_VERSION]: searchVersionQuery(db, workspaceId), ...(options.withCount ? { [PAGE_TOTAL]: q().count } : {}) };
+    const statement = searchPage(db, source.select(columns), query, options.withCount);
+    return ((await (options.prepare ? prepared(statement) : statement)) as { rows: LeadPageAnswer[] }).rows[0];
   };
   const pageKey = query.sort === 'createdAt' ? `${key}\u0000${query.order} ${query.limit} ${query.offset}` : undefined;
-  let rows = pageKey ? ((await searchPageAgain(db, workspaceId, query, pageKey)) as Row[] | undefined) : undefined;
-  if (!rows) {
+  let page = pageKey ? await searchPageAgain(db, workspaceId, query, pageKey) : undefined;
+  if (!page) {
     // The prefix runs prepared (see leadListQueries); a search's page over every match does not.
-    rows = [];
     if (query.offset === 0 && query.createdAfter === undefined && query.createdBefore === undefined) {
       const values: SearchValues =
         search.digits === undefined ? { workspaceId, term: search.term } : { workspaceId, term: search.term, digits: search.digits };
-      rows = ((await prepared(instantsAsText(searchFirstPage(db, values, query)))) as { rows: Row[] }).rows;
-    } else if (q().probe) rows = await read(q().probe!, { prepare: true });
-    if (rows.length < query.limit) rows = await read(q().page, { withCount: !searchTotals.has(key) });
-    if (pageKey && rows.length > 0)
-      rememberSearchPage(pageKey, { version: Number(rows[0][SEARCH_VERSION]), ids: rows.map((row) => row.id) });
+      page = ((await prepared(searchFirstPage(db, values, query))) as { rows: LeadPageAnswer[] }).rows[0];
+    } else if (q().probe) page = await read(q().probe!, { prepare: true });
+    if (!page || page.count < query.limit) page = await read(q().page, { withCount: !searchTotals.has(key) });
+    if (pageKey && page.count > 0) rememberSearchPage(pageKey, { version: Number(page[SEARCH_VERSION]), ids: page.ids! });
   }
-  const first = rows[0];
+  const first = page.count > 0 ? page : undefined;
   let total: number | undefined;
-  if (first?.[PAGE_TOTAL] !== undefined) {
+  if (first && first[PAGE_TOTAL] !== undefined && first[PAGE_TOTAL] !== null) {
     total = Number(first[PAGE_TOTAL]);
     rememberSearchTotal(key, { version: Number(first[SEARCH_VERSION]), total });
   } else if (first) total = rememberedSearchTotal(key, first[SEARCH_VERSION]);
@@ -606,11 +632,7 @@ async function listSearch(db: Db, workspaceId: string, query: LeadFilters, key: 
     total = counted.total;
     rememberSearchTotal(key, counted);
   }
-  for (const row of rows) {
-    delete row[SEARCH_VERSION];
-    delete row[PAGE_TOTAL];
-  }
-  return { rows: serializeLeadsWithTags(rows), total };
+  return { rows: new JsonRecords(page.records, page.count), total };
 }
 
 /**

@@ -188,6 +188,39 @@ export function instantsAsText<T extends Knex.QueryBuilder | Knex.Raw>(statement
 }
 
 /**
+ * An instant as the API writes it (`Date.prototype.toISOString`: UTC, milliseconds truncated),
+ * written by PostgreSQL: for records PostgreSQL writes as JSON (jsonPage).
+ */
+export function instantSql(column: string): string {
+  return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+}
+
+/** What a jsonPage statement answers: its one row. */
+export type JsonPageRow = { records: string; count: number } & Record<string, unknown>;
+
+/**
+ * A page's statement whose rows PostgreSQL writes as one JSON array (kernel's JsonRecords) instead
+ * of sending them as rows: `record` is a json expression over a row `r` of `statement`, `order`
+ * the page's order over `r` (json_agg keeps no order of its own), `aggregates` more columns of the
+ * one row it answers (`min(r.__page_total)`). A page past the end still answers its row: `[]`, 0,
+ * and NULL aggregates. Inside `compiledOnce` the wrapped text is compiled once with the page's.
+ */
+export function jsonPage(
+  db: Db,
+  statement: Knex.QueryBuilder | Knex.Raw,
+  page: { record: string; order: string; aggregates?: Record<string, string> },
+): Knex.Raw {
+  const { sql, bindings } = statement.toSQL() as Knex.Sql;
+  const aggregates = Object.entries(page.aggregates ?? {})
+    .map(([name, expression]) => `, ${expression} AS "${name}"`)
+    .join('');
+  return db.raw(
+    `SELECT coalesce(json_agg(${page.record} ORDER BY ${page.order}), '[]')::text AS records, count(*)::int AS count${aggregates} FROM (${sql}) r`,
+    bindings as Knex.RawBinding[],
+  );
+}
+
+/**
  * The workspace check of a statement that a list of row ids leads (`column IS NOT DISTINCT FROM
  * ?`, the workspace id its binding): the same test as `=` on a NOT NULL column, but one
  * PostgreSQL cannot take as an index condition, so the ids' primary key drives the plan. Rows

@@ -4,6 +4,7 @@ import type { Db } from '../../domain/platform';
 import { listDealActivities, listPipelines, matchingDealsOfContact } from '../../domain/sales';
 import { listLeads } from '../../domain/leads';
 import { listEnvelope } from '../../domain/kernel';
+import { pageOf, setBody } from '../../api/schemas';
 
 /**
  * The benchmark's yardstick query: one contact by primary key, the least work a read can do
@@ -36,8 +37,7 @@ export function benchRoutes(deps: AppDeps) {
         limit: Number(query.get('limit') ?? 25),
         offset: Number(query.get('offset') ?? 0),
       };
-      const { rows, total } = await listLeads(deps.db, workspaceId, filters as never, matchingDealsOfContact);
-      return listEnvelope(rows, total, filters);
+      return pageOf(listLeads(deps.db, workspaceId, filters as never, matchingDealsOfContact), filters);
     },
     pipelines: async ([workspaceId]) => ({ pipelines: await listPipelines(deps.db, workspaceId) }),
     activities: async ([workspaceId, dealId]) => {
@@ -57,6 +57,6 @@ export function benchRoutes(deps: AppDeps) {
     }
     const floor = kind === 'floor' ? floors[parts[0]] : undefined;
     if (!floor) return next();
-    ctx.body = await floor(parts.slice(1), new URLSearchParams(ctx.querystring));
+    setBody(ctx, await floor(parts.slice(1), new URLSearchParams(ctx.querystring)));
   };
 }
