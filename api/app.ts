@@ -10,7 +10,7 @@ import { countIpInMemory, enforce, ipBucket, record } from './middleware/rate-li
 import { buildOpenApi } from './openapi';
 import { AnyRoute } from './route';
 import { buildRouter } from './router';
-import { docsAssets, serveDocs } from './docs';
+import { assertDocsBundle, serveDocs } from './docs';
 import { adminRoutes } from './routes/admin';
 import { conversationRoutes } from './routes/conversations';
 import { dealRoutes } from './routes/deals';
@@ -89,9 +89,9 @@ export function createApp(deps: AppDeps, options: { extraRoutes?: AnyRoute[] } =
     }
     await next();
   };
-  // GET /docs and its assets: the renderer's bundle, read from node_modules now (once per process),
-  // so a missing package stops the start instead of the first page view.
-  docsAssets();
+  // GET /docs and its assets: the renderer's bundle (4 MB) is read on the first page view, so a
+  // process nobody browses does not hold it; a missing package still stops the start.
+  assertDocsBundle();
   // The pages beside the endpoints (the document, the reference, the codec session), passed by every
   // other /api/v1 call in one test of its path instead of three middleware hops.
   const pages = compose([openapiDocument, serveDocs, codecCors]);

@@ -85,6 +85,11 @@ interface DocsAssets {
 
 let loaded: DocsAssets | undefined;
 
+/** Throws now, at the start, if the renderer's bundle cannot be read (docsAssets reads it on the first page view). */
+export function assertDocsBundle(): void {
+  fs.accessSync(scalarBundlePath(), fs.constants.R_OK);
+}
+
 /** Reads the assets once per process (about 4 MB); later calls return the same. */
 export function docsAssets(): DocsAssets {
   if (loaded) return loaded;
