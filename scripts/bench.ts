@@ -149,6 +149,8 @@ interface Measured {
   floor?: { rps: number; p50: number; p99: number };
   /** Share of one core each process used while the row was measured (100 = one core busy). */
   cpu?: Record<string, number>;
+  /** The API's and the worker's highest RSS (MB) since the row before: which row sets the memory row's peak. */
+  rss?: Record<string, number>;
   /** EXPLAIN (ANALYZE, BUFFERS) of the row's page and count statements, on a quiet database after the row. */
   explain?: Record<string, string[]>;
   /** PostgreSQL's busiest statements while the row was measured (pg_stat_statements). */
@@ -524,22 +526,36 @@ async function load(options: LoadOptions): Promise<LoadResult> {
   };
 }
 
-/** Highest resident set size of a process while `work` runs (sampled every 200 ms from /proc). */
+/**
+ * Highest resident set size of each process while the runs go (sampled every 200 ms from /proc):
+ * `max` over the whole run, `sinceLast()` since its previous call (a row's own peak).
+ */
 function rssSampler(pids: Record<string, number>) {
-  const max: Record<string, number> = Object.fromEntries(Object.keys(pids).map((k) => [k, 0]));
+  const zero = () => Object.fromEntries(Object.keys(pids).map((k) => [k, 0])) as Record<string, number>;
+  const max = zero();
+  let sinceLast = zero();
   const sample = () => {
     for (const [name, pid] of Object.entries(pids)) {
       try {
         const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-        const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-        max[name] = Math.max(max[name], kb / 1024);
+        const mb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+        max[name] = Math.max(max[name], mb);
+        sinceLast[name] = Math.max(sinceLast[name], mb);
       } catch {
         // not Linux, or the process ended: nothing to read
       }
     }
   };
   const timer = setInterval(sample, 200);
-  return { max, stop: () => clearInterval(timer) };
+  return {
+    max,
+    sinceLast: () => {
+      const peak = Object.fromEntries(Object.entries(sinceLast).map(([k, v]) => [k, Math.round(v)]));
+      sinceLast = zero();
+      return peak;
+    },
+    stop: () => clearInterval(timer),
+  };
 }
 
 /** CPU seconds per process (and all postgres processes together) since the last call, as % of one core. */
@@ -724,14 +740,14 @@ async function main(): Promise<void> {
   });
   const startedAt = Date.now();
   const results: Measured[] = [];
-  let rss: { max: Record<string, number>; stop: () => void } | undefined;
+  let rss: ReturnType<typeof rssSampler> | undefined;
   try {
     const stack = await startStack(running);
     const api = client(stack.apiUrl);
     // The API's planner settings, so the plans printed are the plans the API runs.
     const db = createDb(stack.databaseUrl, { max: 4, randomPageCost: loadConfig().dbRandomPageCost });
     const seeded = await seed(db, api);
-    rss = rssSampler({ api: stack.api.process.pid!, worker: stack.worker.process.pid! });
+    const sampler = (rss = rssSampler({ api: stack.api.process.pid!, worker: stack.worker.process.pid! }));
     // Where the CPU went between two rows: the profile that says which process limits a scenario.
     const cpu = cpuMeter({
       api: stack.api.process.pid!,
@@ -744,7 +760,11 @@ async function main(): Promise<void> {
     const push = results.push.bind(results);
     results.push = (...rows: Measured[]) => {
       const split = cpu.split();
-      for (const row of rows) row.cpu = split;
+      const peak = sampler.sinceLast();
+      for (const row of rows) {
+        row.cpu = split;
+        row.rss = peak;
+      }
       pendingProfiles.push(statements.take().then((top) => rows.forEach((row) => (row.statements = top))));
       return push(...rows);
     };
@@ -2031,7 +2051,13 @@ function report(results: Measured[], startedAt: number): void {
       console.log(
         `  ${r.scenario} [${r.data}]: ${Object.entries(r.cpu)
           .map(([k, v]) => `${k} ${v}`)
-          .join(', ')}`,
+          .join(', ')}${
+          r.rss
+            ? `; highest RSS ${Object.entries(r.rss)
+                .map(([k, v]) => `${k} ${v} MB`)
+                .join(', ')}`
+            : ''
+        }`,
       );
   console.log('\nPlans of the lead-list and sync statements (EXPLAIN ANALYZE on a quiet database; scans and execution time):');
   for (const r of results) {
