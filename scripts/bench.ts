@@ -163,7 +163,9 @@ interface StatementStat {
   query: string;
   calls: number;
   meanMs: number;
-  /** Share of all statement execution time in the interval. */
+  /** Its mean planning time (pg_stat_statements.track_planning; 0 when prepared and planned once). */
+  planMs: number;
+  /** Share of all statement planning and execution time in the interval. */
   share: number;
 }
 
@@ -248,6 +250,9 @@ async function startStack(running: Running[]) {
       'shared_preload_libraries=pg_stat_statements',
       '-c',
       'pg_stat_statements.track=top',
+      // Planning too: a statement planned on every call is paid outside its execution time.
+      '-c',
+      'pg_stat_statements.track_planning=on',
     ]);
     running.push(pg);
     adminUrl = pg.adminUrl;
@@ -580,22 +585,31 @@ function cpuMeter(pids: Record<string, number>) {
       return undefined;
     }
   };
-  const postgres = (): Record<string, number> => {
+  // What a server process is, from the title PostgreSQL gives it (`postgres: autovacuum worker
+  // crm`): client backends, or a background process named by its kind. A row whose PostgreSQL
+  // is busy beyond its statements (the webhook burst after the 50,000-recipient broadcast) says
+  // which background process took the CPU.
+  const kindOf = (pid: string): string => {
+    const title = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+    const kind = /postgres: (autovacuum|checkpointer|background writer|walwriter|logical replication|archiver)/.exec(title)?.[1];
+    return kind ?? 'backends';
+  };
+  const postgres = (): Record<string, { ticks: number; kind: string }> => {
     const root = postmaster();
-    const out: Record<string, number> = {};
+    const out: Record<string, { ticks: number; kind: string }> = {};
     if (root === undefined || !fs.existsSync('/proc')) return out;
     for (const pid of fs.readdirSync('/proc')) {
       if (!/^\d+$/.test(pid)) continue;
       try {
         const parent = Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[1]);
-        if (Number(pid) === root || parent === root) out[pid] = ticks(pid);
+        if (Number(pid) === root || parent === root) out[pid] = { ticks: ticks(pid), kind: kindOf(pid) };
       } catch {
         // gone
       }
     }
     return out;
   };
-  const read = (): { named: Record<string, number>; postgres: Record<string, number>; at: number } => ({
+  const read = (): { named: Record<string, number>; postgres: Record<string, { ticks: number; kind: string }>; at: number } => ({
     named: { ...Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ticks(pid)])), bench: ticks(process.pid) },
     postgres: postgres(),
     at: Date.now(),
@@ -609,7 +623,12 @@ function cpuMeter(pids: Record<string, number>) {
       const out: Record<string, number> = {};
       for (const name of Object.keys(now.named)) out[name] = share(now.named[name] - (last.named[name] ?? 0));
       // New backends count from zero; ended ones are not counted for the interval's last part.
-      out.postgres = share(Object.entries(now.postgres).reduce((sum, [pid, t]) => sum + t - (last.postgres[pid] ?? 0), 0));
+      const byKind: Record<string, number> = {};
+      for (const [pid, { ticks: t, kind }] of Object.entries(now.postgres))
+        byKind[kind] = (byKind[kind] ?? 0) + t - (last.postgres[pid]?.ticks ?? 0);
+      out.postgres = share(Object.values(byKind).reduce((sum, t) => sum + t, 0));
+      // Background processes apart when they took a share (autovacuum's, the checkpointer's).
+      for (const [kind, t] of Object.entries(byKind)) if (kind !== 'backends' && share(t) >= 2) out[`postgres ${kind}`] = share(t);
       last = now;
       return out;
     },
@@ -630,16 +649,18 @@ async function statementMeter(db: Db) {
   return {
     async take(): Promise<StatementStat[] | undefined> {
       if (!available) return undefined;
-      const { rows } = await db.raw<{ rows: { query: string; calls: string; mean: number; total: number; all: number }[] }>(
-        `SELECT query, calls, mean_exec_time AS mean, total_exec_time AS total, sum(total_exec_time) OVER () AS all
+      const { rows } = await db.raw<{ rows: { query: string; calls: string; mean: number; plan: number; total: number; all: number }[] }>(
+        `SELECT query, calls, mean_exec_time AS mean, mean_plan_time AS plan, total_exec_time + total_plan_time AS total,
+                sum(total_exec_time + total_plan_time) OVER () AS all
            FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-          ORDER BY total_exec_time DESC LIMIT 40`,
+          ORDER BY total_exec_time + total_plan_time DESC LIMIT 40`,
       );
       await db.raw('SELECT pg_stat_statements_reset()');
       return rows.map((r) => ({
         query: r.query.replace(/\s+/g, ' ').slice(0, 160),
         calls: Number(r.calls),
         meanMs: Number(r.mean.toFixed(3)),
+        planMs: Number((r.plan ?? 0).toFixed(3)),
         share: r.all ? Number((r.total / r.all).toFixed(2)) : 0,
       }));
     },
@@ -2076,7 +2097,7 @@ function report(results: Measured[], startedAt: number): void {
     console.log(`  ${r.scenario} [${r.data}]:`);
     for (const s of r.statements.slice(0, 3))
       console.log(
-        `    ${String(s.calls).padStart(7)} x ${s.meanMs.toFixed(3).padStart(8)} ms ${(s.share * 100).toFixed(0).padStart(3)}%  ${s.query.slice(0, 110)}`,
+        `    ${String(s.calls).padStart(7)} x ${s.meanMs.toFixed(3).padStart(8)} ms${s.planMs >= 0.05 ? ` (+${s.planMs.toFixed(2)} planning)` : ''} ${(s.share * 100).toFixed(0).padStart(3)}%  ${s.query.slice(0, 110)}`,
       );
   }
   console.log(`\n${results.length - failed} of ${results.length} rows pass; ${((Date.now() - startedAt) / 1000).toFixed(0)} s in all.`);
