@@ -155,8 +155,18 @@ interface Measured {
   explain?: Record<string, string[]>;
   /** PostgreSQL's busiest statements while the row was measured (pg_stat_statements). */
   statements?: StatementStat[];
+  /** Statements seen running for more than a second while the row ran (sampled from pg_stat_activity), longest first. */
+  longRunning?: LongRunning[];
   /** What else the row measured, for the JSON results (e.g. a broadcast's workflow runs). */
   details?: Record<string, unknown>;
+}
+
+interface LongRunning {
+  query: string;
+  /** The longest it was seen running, in seconds. */
+  seconds: number;
+  /** Who ran it: the client's application name, else its address. */
+  client: string;
 }
 
 interface StatementStat {
@@ -636,6 +646,39 @@ function cpuMeter(pids: Record<string, number>) {
 }
 
 /**
+ * Statements running for more than a second, sampled every second from pg_stat_activity, and
+ * taken (longest first, at most 5) with each row: pg_stat_statements counts a statement only when
+ * it ends, so one that holds a core through a row (the webhook burst after the 50,000-recipient
+ * broadcast) is seen here.
+ */
+function longRunningMeter(db: Db) {
+  let seen = new Map<string, LongRunning>();
+  const sample = async () => {
+    const { rows } = await db.raw<{ rows: { query: string; seconds: number; client: string }[] }>(
+      `SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 160) AS query,
+              extract(epoch FROM now() - query_start)::float AS seconds,
+              coalesce(nullif(application_name, ''), host(client_addr) || ':' || client_port, backend_type) AS client
+         FROM pg_stat_activity
+        WHERE state = 'active' AND pid <> pg_backend_pid() AND datname = current_database()
+          AND query_start < now() - interval '1 second'`,
+    );
+    for (const row of rows) {
+      const key = `${row.client} ${row.query}`;
+      if ((seen.get(key)?.seconds ?? 0) < row.seconds) seen.set(key, { ...row, seconds: Number(row.seconds.toFixed(1)) });
+    }
+  };
+  const timer = setInterval(() => void sample().catch(() => undefined), 1000);
+  return {
+    take(): LongRunning[] {
+      const longest = [...seen.values()].sort((a, b) => b.seconds - a.seconds).slice(0, 5);
+      seen = new Map();
+      return longest;
+    },
+    stop: () => clearInterval(timer),
+  };
+}
+
+/**
  * The statements that took PostgreSQL's execution time since the last call (pg_stat_statements,
  * loaded by the bench's own server; absent on a BENCH_DATABASE_URL server without it).
  */
@@ -762,6 +805,7 @@ async function main(): Promise<void> {
   const startedAt = Date.now();
   const results: Measured[] = [];
   let rss: ReturnType<typeof rssSampler> | undefined;
+  let stopLongRunning = () => {};
   try {
     const stack = await startStack(running);
     const api = client(stack.apiUrl);
@@ -777,14 +821,18 @@ async function main(): Promise<void> {
       emulator: stack.emulator.process.pid!,
     });
     const statements = await statementMeter(db);
+    const longRunning = longRunningMeter(db);
+    stopLongRunning = longRunning.stop;
     const pendingProfiles: Promise<void>[] = [];
     const push = results.push.bind(results);
     results.push = (...rows: Measured[]) => {
       const split = cpu.split();
       const peak = sampler.sinceLast();
+      const long = longRunning.take();
       for (const row of rows) {
         row.cpu = split;
         row.rss = peak;
+        if (long.length) row.longRunning = long;
       }
       pendingProfiles.push(statements.take().then((top) => rows.forEach((row) => (row.statements = top))));
       return push(...rows);
@@ -1098,6 +1146,7 @@ async function main(): Promise<void> {
     }
 
     rss.stop();
+    longRunning.stop();
     const hostsSendWorker = ['1', 'true', 'yes', 'on'].includes((process.env.API_SEND_WORKER ?? '').toLowerCase());
     const apiMemoryTarget = hostsSendWorker ? 250 : 150;
     results.push({
@@ -1132,6 +1181,7 @@ async function main(): Promise<void> {
     report(results, startedAt);
   } finally {
     rss?.stop();
+    stopLongRunning();
     await stopAll();
   }
   if (PROFILE) summariseProfiles();
@@ -2099,6 +2149,7 @@ function report(results: Measured[], startedAt: number): void {
       console.log(
         `    ${String(s.calls).padStart(7)} x ${s.meanMs.toFixed(3).padStart(8)} ms${s.planMs >= 0.05 ? ` (+${s.planMs.toFixed(2)} planning)` : ''} ${(s.share * 100).toFixed(0).padStart(3)}%  ${s.query.slice(0, 110)}`,
       );
+    for (const l of r.longRunning ?? []) console.log(`    running > 1 s: ${l.seconds} s by ${l.client}: ${l.query.slice(0, 120)}`);
   }
   console.log(`\n${results.length - failed} of ${results.length} rows pass; ${((Date.now() - startedAt) / 1000).toFixed(0)} s in all.`);
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
