@@ -1146,7 +1146,6 @@ async function main(): Promise<void> {
     }
 
     rss.stop();
-    longRunning.stop();
     const hostsSendWorker = ['1', 'true', 'yes', 'on'].includes((process.env.API_SEND_WORKER ?? '').toLowerCase());
     const apiMemoryTarget = hostsSendWorker ? 250 : 150;
     results.push({
@@ -2032,10 +2031,10 @@ async function outboxSettled(db: Db): Promise<void> {
 
 /**
  * Until PostgreSQL's autovacuum has no worker running (120 s at most), logging which tables it
- * was working on. Like the outbox's wait, each row measures its own work: in one full run the
- * webhook burst after the 50,000-recipient broadcast took 181 deliveries/s with PostgreSQL 79%
- * busy and none of it in statements (autovacuum of the tables the broadcast churned is the likely
- * cause), against 897-1,006 in runs with nothing left to vacuum.
+ * was working on. Like the outbox's wait, each row measures its own work, not the vacuum of the
+ * tables an earlier row churned. (The slow webhook burst after the 50,000-recipient broadcast,
+ * first blamed on autovacuum, is the outbox claim running into its statement timeout:
+ * docs/performance.md, the full run of 2026-12-07.)
  */
 async function vacuumSettled(db: Db): Promise<void> {
   const start = Date.now();
@@ -2141,11 +2140,13 @@ function report(results: Measured[], startedAt: number): void {
       console.log(`    ${name}: ${lines.join(' | ').slice(0, 300)}`);
     }
   }
-  console.log('\nPostgreSQL statements per row (pg_stat_statements: calls, mean ms, share of execution time), top 3:');
+  console.log(
+    '\nPostgreSQL statements per row (pg_stat_statements: calls, mean ms, share of planning and execution time), top 3, and any seen running over a second:',
+  );
   for (const r of results) {
-    if (!r.statements?.length) continue;
+    if (!r.statements?.length && !r.longRunning?.length) continue;
     console.log(`  ${r.scenario} [${r.data}]:`);
-    for (const s of r.statements.slice(0, 3))
+    for (const s of (r.statements ?? []).slice(0, 3))
       console.log(
         `    ${String(s.calls).padStart(7)} x ${s.meanMs.toFixed(3).padStart(8)} ms${s.planMs >= 0.05 ? ` (+${s.planMs.toFixed(2)} planning)` : ''} ${(s.share * 100).toFixed(0).padStart(3)}%  ${s.query.slice(0, 110)}`,
       );
