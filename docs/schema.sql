@@ -632,7 +632,6 @@ CREATE TABLE outbox_events (
 );
 CREATE INDEX outbox_events_created_idx ON public.outbox_events USING btree (created_at);
 CREATE INDEX outbox_events_feed_idx ON public.outbox_events USING btree (workspace_id, created_at, seq) WHERE (kind = 'webhook'::text);
-CREATE INDEX outbox_events_pending_idx ON public.outbox_events USING btree (seq) WHERE (dispatched_at IS NULL);
 CREATE INDEX outbox_events_pending_workspace_idx ON public.outbox_events USING btree (workspace_id, seq) WHERE (dispatched_at IS NULL);
 CREATE INDEX outbox_events_workspace_idx ON public.outbox_events USING btree (workspace_id, created_at);
 

@@ -37,6 +37,8 @@ import { MAX_OFFSET } from '../domain/kernel';
 import { rssSeries, workflowRuns } from './bench/broadcasts';
 import { placeOf, summariseHeapProfile } from './bench/heap-profile';
 import { broadcastWorkflowId } from '../domain/broadcasts';
+import { CLAIM_PENDING_SQL, claimPendingBindings } from '../domain/webhooks';
+import { ROWS_PER_WORKSPACE } from '../workers/outbox-dispatcher';
 import { ALL_SCOPES } from '../domain/access';
 import {
   ROOT,
@@ -665,8 +667,12 @@ function longRunningMeter(db: Db) {
     for (const row of rows) {
       const key = `${row.client} ${row.query}`;
       if ((seen.get(key)?.seconds ?? 0) < row.seconds) seen.set(key, { ...row, seconds: Number(row.seconds.toFixed(1)) });
+      if (row.query.startsWith('WITH RECURSIVE pending') && !explaining) {
+        explaining = explainClaim(db).finally(() => (explaining = undefined));
+      }
     }
   };
+  let explaining: Promise<void> | undefined;
   const timer = setInterval(() => void sample().catch(() => undefined), 1000);
   return {
     take(): LongRunning[] {
@@ -676,6 +682,39 @@ function longRunningMeter(db: Db) {
     },
     stop: () => clearInterval(timer),
   };
+}
+
+/**
+ * The outbox dispatcher's claim, explained while it runs long (a statement cancelled by its
+ * timeout is never logged, nor counted by pg_stat_statements): its plan now, and the plan analysed
+ * in a transaction rolled back (the rows it claims are given back), with the lanes' workspaces busy
+ * as the dispatcher's are. Written to the logs directory.
+ */
+async function explainClaim(db: Db): Promise<void> {
+  const { rows: lanes } = await db.raw<{ rows: { workspace_id: string }[] }>(
+    `SELECT DISTINCT workspace_id FROM outbox_events WHERE dispatched_at IS NULL AND claimed_until > now()`,
+  );
+  const bindings = claimPendingBindings({
+    busy: lanes.map((l) => l.workspace_id),
+    after: '00000000-0000-0000-0000-000000000000',
+    workspaces: 8,
+    rowsPerWorkspace: ROWS_PER_WORKSPACE,
+    leaseSeconds: 60,
+  });
+  const plan = (r: { rows: { 'QUERY PLAN': string }[] }) => r.rows.map((row) => row['QUERY PLAN']).join('\n');
+  const lines = [`busy: ${lanes.length} workspaces`, plan(await db.raw(`EXPLAIN ${CLAIM_PENDING_SQL}`, bindings))];
+  const trx = await db.transaction();
+  try {
+    await trx.raw(`SET LOCAL statement_timeout = '60s'`);
+    lines.push(plan(await trx.raw(`EXPLAIN (ANALYZE, BUFFERS) ${CLAIM_PENDING_SQL}`, bindings)));
+  } catch (err) {
+    lines.push(`analysed: ${(err as Error).message}`);
+  } finally {
+    await trx.rollback();
+  }
+  const file = path.join(BENCH_DIR, 'logs', `claim-plan-${Date.now()}.txt`);
+  fs.writeFileSync(file, lines.join('\n\n'));
+  log(`the outbox claim ran long: its plans in ${file}`);
 }
 
 /**

@@ -1,6 +1,8 @@
 export { eventListQuery, listEvents } from './events';
 export {
   type Cause,
+  CLAIM_PENDING_SQL,
+  claimPendingBindings,
   claimPendingFairly,
   markDispatched,
   outboxInsert,
