@@ -57,6 +57,7 @@ import {
   stopOnSignal,
   waitForHttp,
   waitForWorker,
+  WORKER_NODE_FLAGS,
   WORKER_PROCESS_ENV,
 } from './stack';
 
@@ -317,7 +318,9 @@ async function startStack(running: Running[]) {
     if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
     // BENCH_NODE_FLAGS: V8 or Node flags for the API and the worker; BENCH_API_NODE_FLAGS, BENCH_WORKER_NODE_FLAGS: for one of
     // them (a flag is tried here against every row before production takes it).
-    const flags = `${process.env.BENCH_NODE_FLAGS ?? ''} ${process.env[`BENCH_${name.toUpperCase()}_NODE_FLAGS`] ?? ''}`;
+    // The worker's own flags (WORKER_NODE_FLAGS) unless BENCH_WORKER_NODE_FLAGS says otherwise ('' for none).
+    const own = name === 'worker' ? WORKER_NODE_FLAGS.join(' ') : '';
+    const flags = `${process.env.BENCH_NODE_FLAGS ?? ''} ${process.env[`BENCH_${name.toUpperCase()}_NODE_FLAGS`] ?? own}`;
     command.args.unshift(...flags.split(/\s+/).filter(Boolean));
     return command;
   };

@@ -270,6 +270,24 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
 export const WORKER_PROCESS_ENV = { MALLOC_ARENA_MAX: '2' } as const;
 
 /**
+ * The V8 flags a worker process starts with (`npm start`, the test suite, the bench, compose's
+ * worker command). With Node's default heap limit V8 lets the old generation grow to several
+ * times its live size (about 40 MB) between full collections, so the worker's highest RSS followed
+ * the timing of its collections: 299-383 MB in full bench runs. A 512 MB limit lowers that growth
+ * factor, and 8 MB semi-spaces (the limit alone would shrink them to 4) keep short-lived objects
+ * from being promoted. Quick runs of the broadcast, webhook and inbound rows, two interleaved
+ * rounds: the worker's highest RSS 264-273 -> 231-237 MB, each row's throughput within the runs'
+ * noise, the worker's CPU per send, delivery and run +0-17% (docs/performance.md).
+ */
+export const WORKER_NODE_FLAGS = ['--max-old-space-size=512', '--max-semi-space-size=8'] as const;
+
+/** The worker's entry from the sources, with its V8 flags. */
+export function workerFromSources(): { command: string; args: string[] } {
+  const { command, args } = nodeTs('workers/main.ts');
+  return { command, args: [...WORKER_NODE_FLAGS, ...args] };
+}
+
+/**
  * For a stack whose data may be lost (the tests' and the bench's, recreated or reseeded at will):
  * PostgreSQL skips flushing to disk, so a crash of the machine can corrupt the cluster. `npm start`
  * keeps the user's data and runs with PostgreSQL's durable defaults.

@@ -29,6 +29,7 @@ import {
   waitForHttp,
   waitForWorker,
   WORKER_PROCESS_ENV,
+  workerFromSources,
 } from './stack';
 
 const DATA_DIR = process.env.STACK_DATA_DIR ? path.resolve(process.env.STACK_DATA_DIR) : path.join(ROOT, '.data');
@@ -192,7 +193,7 @@ async function main(): Promise<void> {
 
     started = Date.now();
     const worker = await keep(
-      startChild({ name: 'worker', ...nodeTs('workers/main.ts'), env: { ...env, ...WORKER_PROCESS_ENV }, logFile: logFile('worker') }),
+      startChild({ name: 'worker', ...workerFromSources(), env: { ...env, ...WORKER_PROCESS_ENV }, logFile: logFile('worker') }),
     );
     const api = await keep(startChild({ name: 'api', ...nodeTs('api/server.ts'), env, logFile: logFile('api') }));
     await Promise.all([

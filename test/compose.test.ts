@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { temporalDynamicConfig, WORKER_PROCESS_ENV } from '../scripts/stack';
+import { temporalDynamicConfig, WORKER_NODE_FLAGS, WORKER_PROCESS_ENV } from '../scripts/stack';
 
 /** No Docker engine runs here: this checks the production topology file instead of running it. */
 const root = path.resolve(__dirname, '..');
@@ -25,11 +25,21 @@ describe('docker-compose.yml', () => {
   it('builds the API, the worker and the migration job from the one Dockerfile, which runs the compiled service', () => {
     for (const name of ['api', 'worker', 'migrate']) expect(compose.services[name].build).toBe('.');
     expect(compose.services.api.command).toEqual(['node', 'dist/api/server.js']);
-    expect(compose.services.worker.command).toEqual(['node', 'dist/workers/main.js']);
+    expect(compose.services.worker.command).toEqual(['node', ...WORKER_NODE_FLAGS, 'dist/workers/main.js']);
     expect(compose.services.migrate.command).toEqual(['node', 'dist/scripts/migrate.js', 'latest']);
     // Each is the compiled form of a source of ours (test/compiled-build.test.ts builds and runs them).
     for (const name of ['api', 'worker', 'migrate'])
-      expect(fs.existsSync(path.join(root, compose.services[name].command[1].replace(/^dist\//, '').replace(/\.js$/, '.ts')))).toBe(true);
+      expect(
+        fs.existsSync(
+          path.join(
+            root,
+            (compose.services[name].command as string[])
+              .find((arg) => arg.startsWith('dist/'))!
+              .replace(/^dist\//, '')
+              .replace(/\.js$/, '.ts'),
+          ),
+        ),
+      ).toBe(true);
     // Built in a stage of its own; the image keeps the production dependencies and dist/, and runs no TypeScript.
     const dockerfile = fs.readFileSync(path.join(root, 'Dockerfile'), 'utf8');
     expect(dockerfile).toMatch(/^FROM \S+ AS build$/m);

@@ -25,6 +25,7 @@ import {
   waitForHttp,
   waitForWorker,
   WORKER_PROCESS_ENV,
+  workerFromSources,
 } from '../scripts/stack';
 
 // TEST_STACK_DIR lets two suites run side by side on one machine (each needs its own stack).
@@ -103,7 +104,7 @@ export default async function globalSetup(): Promise<void> {
   running.push(emulator);
   const worker: Child = startChild({
     name: 'worker',
-    ...nodeTs('workers/main.ts'),
+    ...workerFromSources(),
     env: { ...env, ...WORKER_PROCESS_ENV },
     logFile: path.join(TEST_DIR, 'logs', 'worker.log'),
   });

@@ -18,7 +18,9 @@ beforeAll(async () => {
   // Autovacuum must not refresh the statistics mid-test: the burst is new to them.
   await db.raw('ALTER TABLE outbox_events SET (autovacuum_enabled = false)');
   for (const name of ['burst', 'neighbour']) {
-    const [{ id }] = await db('workspaces').insert({ name: `outbox claim ${name}` }).returning('id');
+    const [{ id }] = await db('workspaces')
+      .insert({ name: `outbox claim ${name}` })
+      .returning('id');
     workspaces.push(id);
   }
 });

@@ -3,7 +3,7 @@
  * send through a Cloud API number and by those that run a worker of their own.
  */
 import path from 'node:path';
-import { Child, ROOT, nodeTs, startChild, waitForWorker } from '../scripts/stack';
+import { Child, ROOT, startChild, waitForWorker, workerFromSources } from '../scripts/stack';
 import type { TestApi } from './helpers';
 
 const EMULATOR = process.env.EMULATOR_URL!;
@@ -117,7 +117,7 @@ export async function ownWorker(taskQueue: string, env: Record<string, string> =
   workers += 1;
   const child = startChild({
     name: `worker-${taskQueue}-${workers}`,
-    ...nodeTs('workers/main.ts'),
+    ...workerFromSources(),
     env: { TEMPORAL_TASK_QUEUE: taskQueue, OUTBOX_DISPATCHER: 'false', ...env },
     logFile: path.join(LOG_DIR, `worker-${taskQueue}-${workers}.log`),
   });

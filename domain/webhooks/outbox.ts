@@ -214,14 +214,8 @@ export function claimPendingBindings(options: ClaimOptions): Knex.RawBinding[] {
  * (one probe per workspace, however large a backlog is) and taken in turn from the one after
  * `after`, so a busy workspace can never keep another waiting for more than one turn.
  */
-export async function claimPendingFairly(
-  db: Db,
-  options: ClaimOptions,
-): Promise<Map<string, OutboxRow[]>> {
-  const { rows } = await db.raw<{ rows: OutboxRow[] }>(
-    CLAIM_PENDING_SQL,
-    claimPendingBindings(options),
-  );
+export async function claimPendingFairly(db: Db, options: ClaimOptions): Promise<Map<string, OutboxRow[]>> {
+  const { rows } = await db.raw<{ rows: OutboxRow[] }>(CLAIM_PENDING_SQL, claimPendingBindings(options));
   const byWorkspace = new Map<string, OutboxRow[]>();
   for (const row of rows.sort((a, b) => Number(a.seq) - Number(b.seq))) {
     const group = byWorkspace.get(row.workspace_id);

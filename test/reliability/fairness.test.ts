@@ -17,7 +17,7 @@ import {
   ensureTemporalCli,
   freePort,
   migrateLatest,
-  nodeTs,
+  workerFromSources,
   ROOT,
   startChild,
   startTemporalDevServer,
@@ -49,7 +49,7 @@ beforeAll(async () => {
   const queues = { TEMPORAL_TASK_QUEUE: TASK_QUEUE, TEMPORAL_WEBHOOK_TASK_QUEUE: `${TASK_QUEUE}-webhooks` };
   worker = startChild({
     name: 'fairness-worker',
-    ...nodeTs('workers/main.ts'),
+    ...workerFromSources(),
     env: { DATABASE_URL: databaseUrl, TEMPORAL_ADDRESS: temporalServer.address, ...queues },
     logFile: path.join(LOG_DIR, 'worker-fairness.log'),
   });

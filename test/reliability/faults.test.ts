@@ -16,6 +16,7 @@ import {
   freePort,
   migrateLatest,
   nodeTs,
+  workerFromSources,
   startChild,
   startTemporalDevServer,
   waitFor,
@@ -91,7 +92,7 @@ beforeAll(async () => {
   await migrateLatest(databaseUrl, () => undefined);
   cli = await ensureTemporalCli(() => undefined);
   await startTemporal();
-  worker = startChild({ name: 'faults-worker', ...nodeTs('workers/main.ts'), env: workerEnv(), logFile: path.join(LOG_DIR, 'worker.log') });
+  worker = startChild({ name: 'faults-worker', ...workerFromSources(), env: workerEnv(), logFile: path.join(LOG_DIR, 'worker.log') });
   await waitForWorker(worker);
   // Limits raised: the cases send more cold messages per key than a minute allows.
   api = await startApi({ config: { databaseUrl, temporalAddress: temporal.address, taskQueue: TASK_QUEUE, rateLimitScale: 100 } });

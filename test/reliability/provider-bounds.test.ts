@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { Child, ROOT, nodeTs, startChild, waitForWorker } from '../../scripts/stack';
+import { Child, ROOT, startChild, waitForWorker, workerFromSources } from '../../scripts/stack';
 import { MEDIA_LIMITS } from '../../domain/messaging/sending';
 import { createKey, createWorkspace, eventually, expectError, seedContact, startApi, TestApi, Workspace } from '../helpers';
 import { uniquePhone } from './workspace-fixture';
@@ -151,7 +151,7 @@ beforeAll(async () => {
   fs.rmSync(STATS_FILE, { force: true });
   worker = startChild({
     name: 'bounds-worker',
-    ...nodeTs('workers/main.ts'),
+    ...workerFromSources(),
     // No outbox dispatcher: it would take the other suites' events onto this worker.
     env: { TEMPORAL_TASK_QUEUE: TASK_QUEUE, OUTBOX_DISPATCHER: 'false', WORKER_LOOP_STATS_FILE: STATS_FILE },
     logFile: path.join(LOG_DIR, `worker-${TASK_QUEUE}.log`),
