@@ -175,9 +175,12 @@ export interface OutboxRow {
  * The claim's statement (exported for the bench, which explains it when it runs long). Its plan
  * must not depend on the statistics: taken while the outbox is drained, as it almost always is,
  * they say no row is pending, and a burst (a large broadcast's events) is always new to them. So
- * the rows to claim are chosen once (`= ANY(ARRAY(...))`, run before the UPDATE, which then finds
- * them by primary key: as `IN (...)` PostgreSQL ran the choice again for every pending row, 15 s
- * for 10,000), and the only index of pending rows is (workspace_id, seq), so each step walks it.
+ * the rows to claim are chosen once (`= ANY(ARRAY(...))`, run before the UPDATE: as `IN (...)`
+ * PostgreSQL ran the choice again for every pending row, 15 s for 10,000); the UPDATE names no
+ * condition of the pending index, so it can only find them by primary key (the choice locked them
+ * and checked them on their latest version: nothing changes them between); a workspace's
+ * claimable row is looked for by a scalar subquery, one probe per workspace (as EXISTS it became
+ * a hash of every pending row); and the only index of pending rows is (workspace_id, seq).
  */
 export const CLAIM_PENDING_SQL = `WITH RECURSIVE pending AS (
        (SELECT workspace_id FROM outbox_events WHERE dispatched_at IS NULL ORDER BY workspace_id LIMIT 1)
@@ -188,8 +191,9 @@ export const CLAIM_PENDING_SQL = `WITH RECURSIVE pending AS (
      ), chosen AS (
        SELECT p.workspace_id FROM pending p
         WHERE p.workspace_id IS NOT NULL AND p.workspace_id <> ALL(?::uuid[])
-          AND EXISTS (SELECT 1 FROM outbox_events e
-                       WHERE e.workspace_id = p.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now()))
+          AND (SELECT true FROM outbox_events e
+                WHERE e.workspace_id = p.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now())
+                LIMIT 1)
         ORDER BY p.workspace_id <= ?::uuid, p.workspace_id
         LIMIT ?
      )
@@ -198,7 +202,6 @@ export const CLAIM_PENDING_SQL = `WITH RECURSIVE pending AS (
               SELECT e.id FROM outbox_events e
                WHERE e.workspace_id = c.workspace_id AND e.dispatched_at IS NULL AND (e.claimed_until IS NULL OR e.claimed_until < now())
                ORDER BY e.seq LIMIT ? FOR UPDATE SKIP LOCKED) r))
-        AND dispatched_at IS NULL AND (claimed_until IS NULL OR claimed_until < now())
       RETURNING id, seq, workspace_id, kind, name, payload, depth, chain_id`;
 
 export type ClaimOptions = { busy: string[]; after: string; workspaces: number; rowsPerWorkspace: number; leaseSeconds: number };
