@@ -274,8 +274,8 @@ export const WORKER_PROCESS_ENV = { MALLOC_ARENA_MAX: '2' } as const;
  * worker command). With Node's default heap limit V8 lets the old generation grow to several
  * times its live size (about 40 MB) between full collections, so the worker's highest RSS followed
  * the timing of its collections: 299-383 MB in full bench runs. A 512 MB limit lowers that growth
- * factor, and 8 MB semi-spaces (the limit alone would shrink them to 4) keep short-lived objects
- * from being promoted. Quick runs of the broadcast, webhook and inbound rows, two interleaved
+ * factor, and 8 MB semi-spaces (half of Node's 16) hold less young garbage (250-253 MB with the
+ * limit alone). Quick runs of the broadcast, webhook and inbound rows, two interleaved
  * rounds: the worker's highest RSS 264-273 -> 231-237 MB, each row's throughput within the runs'
  * noise, the worker's CPU per send, delivery and run +0-17% (docs/performance.md).
  */
