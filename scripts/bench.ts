@@ -38,7 +38,7 @@ import { rssSeries, workflowRuns } from './bench/broadcasts';
 import { placeOf, summariseHeapProfile } from './bench/heap-profile';
 import { broadcastWorkflowId } from '../domain/broadcasts';
 import { CLAIM_PENDING_SQL, claimPendingBindings } from '../domain/webhooks';
-import { ROWS_PER_WORKSPACE } from '../workers/outbox-dispatcher';
+import { LANES, ROWS_PER_WORKSPACE } from '../workers/outbox-dispatcher';
 import { ALL_SCOPES } from '../domain/access';
 import {
   ROOT,
@@ -675,7 +675,9 @@ function longRunningMeter(db: Db) {
       const key = `${row.client} ${row.query}`;
       if ((seen.get(key)?.seconds ?? 0) < row.seconds) seen.set(key, { ...row, seconds: Number(row.seconds.toFixed(1)) });
       if (row.query.startsWith('WITH RECURSIVE pending') && !explaining) {
-        explaining = explainClaim(db).finally(() => (explaining = undefined));
+        explaining = explainClaim(db)
+          .catch((err) => log(`the outbox claim ran long; explaining it failed: ${(err as Error).message}`))
+          .finally(() => (explaining = undefined));
       }
     }
   };
@@ -704,7 +706,7 @@ async function explainClaim(db: Db): Promise<void> {
   const bindings = claimPendingBindings({
     busy: lanes.map((l) => l.workspace_id),
     after: '00000000-0000-0000-0000-000000000000',
-    workspaces: 8,
+    workspaces: LANES,
     rowsPerWorkspace: ROWS_PER_WORKSPACE,
     leaseSeconds: 60,
   });
