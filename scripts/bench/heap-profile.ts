@@ -19,7 +19,8 @@ export function sampleHeapUntilExit(file = process.env.BENCH_HEAP_PROFILE_FILE):
   session.post('HeapProfiler.startSampling', {
     samplingInterval: 32 * 1024,
     includeObjectsCollectedByMajorGC: true,
-    includeObjectsCollectedByMinorGC: false,
+    // BENCH_HEAP_PROFILE_ALL=1: every allocation, what scavenges collect too (where the allocation rate comes from).
+    includeObjectsCollectedByMinorGC: process.env.BENCH_HEAP_PROFILE_ALL === '1',
   });
   // The in-process inspector answers synchronously, so the profile is written before the exit.
   process.on('exit', () => {
@@ -79,7 +80,7 @@ export function summariseHeapProfile(file: string, root: string): string[] {
       .slice(0, n)
       .map(([k, v]) => `    ${((v / total) * 100).toFixed(1).padStart(5)}%  ${(v / 2 ** 20).toFixed(1).padStart(7)} MB  ${k}`);
   return [
-    `${(total / 2 ** 20).toFixed(0)} MB sampled (promoted, then collected by a major GC, or still live at exit); by package or file:`,
+    `${(total / 2 ** 20).toFixed(0)} MB sampled (${process.env.BENCH_HEAP_PROFILE_ALL === '1' ? 'every allocation' : 'promoted, then collected by a major GC, or still live at exit'}); by package or file:`,
     ...top(byPlace, 12),
     '  by the nearest frame of our code:',
     ...top(byOurs, 12),
