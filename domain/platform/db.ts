@@ -155,7 +155,12 @@ export function compiledOnce<V extends Record<string, string | number>, S = void
     const statement = db.raw(sql, bindings) as Knex.Raw & { _options?: object[] };
     // A fresh object each time: the runner writes into what it is given. The text has no `?` left
     // for Knex to rewrite (compile checks that every `?` is a binding); `toString` keeps Knex's own.
-    statement.toSQL = (() => ({ method: 'raw', sql: positioned, bindings, options: Object.assign({}, ...(statement._options ?? [])) })) as never;
+    statement.toSQL = (() => ({
+      method: 'raw',
+      sql: positioned,
+      bindings,
+      options: Object.assign({}, ...(statement._options ?? [])),
+    })) as never;
     statement.toQuery = () => db.raw(sql, bindings).toQuery();
     return statement;
   };
