@@ -133,7 +133,7 @@ describe('compiledOnce', () => {
     }
   });
 
-  it('runs under the options given after it is built, and prints with its values (an explanation, an error)', async () => {
+  it('runs under the options given after it is built, and prints with its values (an explanation)', async () => {
     const statement = echo(api.db, { label: "it's", n: 4 }).options({ rowMode: 'array' });
     expect(((await statement) as unknown as { rows: unknown[] }).rows).toEqual([["it's", 4, 7]]);
     expect(statement.toString()).toBe(`select 'it''s'::text AS label, 4::int AS n, 7::int AS constant`);
