@@ -2,6 +2,9 @@ import fs from 'node:fs';
 import inspector from 'node:inspector';
 import path from 'node:path';
 
+/** BENCH_HEAP_PROFILE_ALL=1: every allocation, what scavenges collect too (where the allocation rate comes from). */
+const EVERY_ALLOCATION = process.env.BENCH_HEAP_PROFILE_ALL === '1';
+
 /**
  * `npm run bench -- --heap-profile`: where a process's old-generation garbage comes from. V8's
  * sampling heap profiler, told to keep the objects a major GC collects (objects that lived long
@@ -19,8 +22,7 @@ export function sampleHeapUntilExit(file = process.env.BENCH_HEAP_PROFILE_FILE):
   session.post('HeapProfiler.startSampling', {
     samplingInterval: 32 * 1024,
     includeObjectsCollectedByMajorGC: true,
-    // BENCH_HEAP_PROFILE_ALL=1: every allocation, what scavenges collect too (where the allocation rate comes from).
-    includeObjectsCollectedByMinorGC: process.env.BENCH_HEAP_PROFILE_ALL === '1',
+    includeObjectsCollectedByMinorGC: EVERY_ALLOCATION,
   });
   // The in-process inspector answers synchronously, so the profile is written before the exit.
   process.on('exit', () => {
@@ -80,7 +82,7 @@ export function summariseHeapProfile(file: string, root: string): string[] {
       .slice(0, n)
       .map(([k, v]) => `    ${((v / total) * 100).toFixed(1).padStart(5)}%  ${(v / 2 ** 20).toFixed(1).padStart(7)} MB  ${k}`);
   return [
-    `${(total / 2 ** 20).toFixed(0)} MB sampled (${process.env.BENCH_HEAP_PROFILE_ALL === '1' ? 'every allocation' : 'promoted, then collected by a major GC, or still live at exit'}); by package or file:`,
+    `${(total / 2 ** 20).toFixed(0)} MB sampled (${EVERY_ALLOCATION ? 'every allocation' : 'promoted, then collected by a major GC, or still live at exit'}); by package or file:`,
     ...top(byPlace, 12),
     '  by the nearest frame of our code:',
     ...top(byOurs, 12),
