@@ -22,12 +22,13 @@ RUN npm run build
 FROM node:20-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
-# Two malloc arenas, as scripts/stack.ts WORKER_PROCESS_ENV gives every worker the project starts:
-# the worker's highest RSS 318-324 -> 271-273 MB at the same CPU (docs/performance.md).
+# Two malloc arenas, as scripts/stack.ts NODE_PROCESS_ENV gives the API and the worker wherever the
+# project starts them: the worker's highest RSS 318-324 -> 271-273 MB at the same CPU (docs/performance.md).
 ENV MALLOC_ARENA_MAX=2
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
 USER node
 EXPOSE 3000
-CMD ["node", "dist/api/server.js"]
+# The API with its V8 flags (scripts/stack.ts API_NODE_FLAGS): a heap held to twice its live size.
+CMD ["node", "--max-semi-space-size=8", "--heap-growing-percent=100", "dist/api/server.js"]

@@ -58,7 +58,8 @@ import {
   waitForHttp,
   waitForWorker,
   WORKER_NODE_FLAGS,
-  WORKER_PROCESS_ENV,
+  API_NODE_FLAGS,
+  NODE_PROCESS_ENV,
 } from './stack';
 
 const QUICK = process.argv.includes('--quick');
@@ -318,8 +319,8 @@ async function startStack(running: Running[]) {
     if (PROFILE) command.args.unshift('--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, name)}`);
     // BENCH_NODE_FLAGS: V8 or Node flags for the API and the worker; BENCH_API_NODE_FLAGS, BENCH_WORKER_NODE_FLAGS: for one of
     // them (a flag is tried here against every row before production takes it).
-    // The worker's own flags (WORKER_NODE_FLAGS) unless BENCH_WORKER_NODE_FLAGS says otherwise ('' for none).
-    const own = name === 'worker' ? WORKER_NODE_FLAGS.join(' ') : '';
+    // Each process's own flags (API_NODE_FLAGS, WORKER_NODE_FLAGS) unless BENCH_<NAME>_NODE_FLAGS says otherwise ('' for none).
+    const own = (name === 'worker' ? WORKER_NODE_FLAGS : API_NODE_FLAGS).join(' ');
     const flags = `${process.env.BENCH_NODE_FLAGS ?? ''} ${process.env[`BENCH_${name.toUpperCase()}_NODE_FLAGS`] ?? own}`;
     command.args.unshift(...flags.split(/\s+/).filter(Boolean));
     return command;
@@ -329,12 +330,12 @@ async function startStack(running: Running[]) {
   const worker = startChild({
     name: 'worker',
     ...profiled('worker', compiled('scripts/bench/worker.ts')),
-    env: { ...heapProfiled('worker'), ...WORKER_PROCESS_ENV },
+    env: { ...heapProfiled('worker'), ...NODE_PROCESS_ENV },
     logFile: logFile('worker'),
   });
   running.push(worker);
   const apiCommand = profiled('api', compiled('scripts/bench/api.ts'));
-  const api = startChild({ name: 'api', ...apiCommand, env: heapProfiled('api'), logFile: logFile('api') });
+  const api = startChild({ name: 'api', ...apiCommand, env: { ...heapProfiled('api'), ...NODE_PROCESS_ENV }, logFile: logFile('api') });
   running.push(api);
   await Promise.all([
     waitForHttp(`${env.EMULATOR_URL}/health`, emulator),

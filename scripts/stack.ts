@@ -261,13 +261,34 @@ async function embeddedPostgresFor(dataDir: string, log: Log): Promise<{ module:
 }
 
 /**
- * The environment a worker process starts with (`npm start`'s, the test suite's and the bench's;
- * the Dockerfile sets the same for its image). Temporal's core runtime allocates
- * from its own threads, and glibc gives each thread an arena of its own (up to 8 a core): two
- * arenas took the worker's highest RSS from 318-324 to 271-273 MB in the bench's broadcast,
- * webhook and inbound rows at the same CPU per send and per run (docs/performance.md).
+ * The environment the API and the worker start with (`npm start`'s, the bench's, the test suite's
+ * worker; the Dockerfile sets the same for its image). glibc gives each thread that allocates an
+ * arena of its own (up to 8 a core): Temporal's core runtime allocates from its own threads, V8's
+ * collector from its helpers. Two arenas took the worker's highest RSS from 318-324 to 271-273 MB
+ * in the bench's broadcast, webhook and inbound rows, and the API's from 260-266 to 249-253 MB in
+ * the read rows, each at the same CPU (docs/performance.md).
  */
-export const WORKER_PROCESS_ENV = { MALLOC_ARENA_MAX: '2' } as const;
+export const NODE_PROCESS_ENV = { MALLOC_ARENA_MAX: '2' } as const;
+
+/**
+ * The V8 flags an API process starts with (`npm start`, the bench, the Dockerfile's command and
+ * compose's api). V8 lets the old generation grow to up to 4 x its live size (about 35 MB here)
+ * between full collections, so under the bench's read rows the API held 140-160 MB of heap, most
+ * of it garbage that the requests in flight had promoted. `--heap-growing-percent=100` fixes that
+ * factor at 2 x without a hard limit (a `--max-old-space-size` under 512 MB puts V8 in its
+ * memory-saving mode, which cost the reads 10-30% CPU, and a hard limit stops the process when a
+ * burst of large bodies reaches it); 8 MB semi-spaces halve the young generation. The API's
+ * highest RSS 229-266 -> 156-170 MB (192 in the sync rows, whose 100-lead pages allocate most),
+ * its CPU per request inside the runs' noise. Lower factors and smaller semi-spaces reach 130-150
+ * MB but cost the allocation-heavy rows 10-30% (docs/performance.md).
+ */
+export const API_NODE_FLAGS = ['--max-semi-space-size=8', '--heap-growing-percent=100'] as const;
+
+/** The API's entry from the sources, with its V8 flags. */
+export function apiFromSources(): { command: string; args: string[] } {
+  const { command, args } = nodeTs('api/server.ts');
+  return { command, args: [...API_NODE_FLAGS, ...args] };
+}
 
 /**
  * The V8 flags a worker process starts with (`npm start`, the test suite, the bench, compose's

@@ -28,7 +28,8 @@ import {
   stopOnSignal,
   waitForHttp,
   waitForWorker,
-  WORKER_PROCESS_ENV,
+  NODE_PROCESS_ENV,
+  apiFromSources,
   workerFromSources,
 } from './stack';
 
@@ -193,9 +194,9 @@ async function main(): Promise<void> {
 
     started = Date.now();
     const worker = await keep(
-      startChild({ name: 'worker', ...workerFromSources(), env: { ...env, ...WORKER_PROCESS_ENV }, logFile: logFile('worker') }),
+      startChild({ name: 'worker', ...workerFromSources(), env: { ...env, ...NODE_PROCESS_ENV }, logFile: logFile('worker') }),
     );
-    const api = await keep(startChild({ name: 'api', ...nodeTs('api/server.ts'), env, logFile: logFile('api') }));
+    const api = await keep(startChild({ name: 'api', ...apiFromSources(), env: { ...env, ...NODE_PROCESS_ENV }, logFile: logFile('api') }));
     await Promise.all([
       waitForWorker(worker).then(() => log(`worker ready (${seconds(started)})`)),
       waitForHttp(`http://127.0.0.1:${port}/health`, api).then(() => log(`API ready on http://localhost:${port} (${seconds(started)})`)),

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { temporalDynamicConfig, WORKER_NODE_FLAGS, WORKER_PROCESS_ENV } from '../scripts/stack';
+import { API_NODE_FLAGS, NODE_PROCESS_ENV, temporalDynamicConfig, WORKER_NODE_FLAGS } from '../scripts/stack';
 
 /** No Docker engine runs here: this checks the production topology file instead of running it. */
 const root = path.resolve(__dirname, '..');
@@ -24,7 +24,7 @@ describe('docker-compose.yml', () => {
 
   it('builds the API, the worker and the migration job from the one Dockerfile, which runs the compiled service', () => {
     for (const name of ['api', 'worker', 'migrate']) expect(compose.services[name].build).toBe('.');
-    expect(compose.services.api.command).toEqual(['node', 'dist/api/server.js']);
+    expect(compose.services.api.command).toEqual(['node', ...API_NODE_FLAGS, 'dist/api/server.js']);
     expect(compose.services.worker.command).toEqual(['node', ...WORKER_NODE_FLAGS, 'dist/workers/main.js']);
     expect(compose.services.migrate.command).toEqual(['node', 'dist/scripts/migrate.js', 'latest']);
     // Each is the compiled form of a source of ours (test/compiled-build.test.ts builds and runs them).
@@ -46,10 +46,10 @@ describe('docker-compose.yml', () => {
     expect(dockerfile).toMatch(/^RUN npm run build$/m);
     expect(dockerfile).toMatch(/^RUN npm ci --omit=dev /m);
     expect(dockerfile).toMatch(/^COPY --from=build \/app\/dist \.\/dist$/m);
-    expect(dockerfile).toMatch(/^CMD \["node", "dist\/api\/server\.js"\]$/m);
+    expect(dockerfile).toContain(`\nCMD ["${['node', ...API_NODE_FLAGS, 'dist/api/server.js'].join('", "')}"]`);
     expect(dockerfile).not.toContain('--import');
-    // The worker's environment, as everywhere else the project starts one.
-    for (const [name, value] of Object.entries(WORKER_PROCESS_ENV)) expect(dockerfile).toMatch(new RegExp(`^ENV ${name}=${value}$`, 'm'));
+    // The processes' environment, as everywhere else the project starts them.
+    for (const [name, value] of Object.entries(NODE_PROCESS_ENV)) expect(dockerfile).toMatch(new RegExp(`^ENV ${name}=${value}$`, 'm'));
   });
 
   it('wires the API and the worker with the environment they read', () => {

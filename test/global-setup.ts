@@ -24,7 +24,7 @@ import {
   stopOnSignal,
   waitForHttp,
   waitForWorker,
-  WORKER_PROCESS_ENV,
+  NODE_PROCESS_ENV,
   workerFromSources,
 } from '../scripts/stack';
 
@@ -105,7 +105,7 @@ export default async function globalSetup(): Promise<void> {
   const worker: Child = startChild({
     name: 'worker',
     ...workerFromSources(),
-    env: { ...env, ...WORKER_PROCESS_ENV },
+    env: { ...env, ...NODE_PROCESS_ENV },
     logFile: path.join(TEST_DIR, 'logs', 'worker.log'),
   });
   running.push(worker);
