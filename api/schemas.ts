@@ -30,6 +30,11 @@ export function setBody(ctx: Context, answer: unknown): void {
     ctx.body = answer.bytes;
   } else ctx.body = answer;
 }
+/** A sync page whose records PostgreSQL wrote (syncJsonPage), in the envelope `cursorListOf` documents, as bytes. */
+export async function syncPageOf(page: Promise<{ rows: JsonRecords; pagination: z.infer<typeof CursorPagination> }>): Promise<JsonBody> {
+  const { rows, pagination } = await page;
+  return new JsonBody(['{"data":', rows.json, `,"pagination":${JSON.stringify(pagination)}}`]);
+}
 /** The answer `listOf` documents, from a domain list's offset page (`{ rows, total }`; rows PostgreSQL wrote pass through as text). */
 export async function pageOf(list: Promise<{ rows: JsonRecords; total: number }>, page: Page): Promise<JsonBody>;
 export async function pageOf<T>(

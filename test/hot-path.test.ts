@@ -1,6 +1,7 @@
 import { Client, types } from 'pg';
 import { compiledOnce, isoFromTimestamptz, prepared } from '../domain/platform/db';
-import { leadListQuery, listLeads as listLeadsOf } from '../domain/leads/lead-list';
+import { leadListQuery, leadSyncSource, listLeads as listLeadsOf, syncLeads } from '../domain/leads/lead-list';
+import { BEGINNING, syncPage, type SyncRead } from '../domain/platform/sync';
 import { serializeLead, tagsOf } from '../domain/leads/contacts';
 import { matchingDealsOfContact } from '../domain/sales';
 import { ipClient, LocalCounts } from '../domain/access/rate-limit';
@@ -114,6 +115,66 @@ describe('a lead page written by PostgreSQL (LEAD_RECORD_SQL)', () => {
     ]);
     expect(all[1].createdAt).toBe('2026-11-26T00:56:35.999Z');
     expect(all[0].updatedAt).toBe('1999-12-31T23:59:59.000Z');
+  });
+});
+
+/** A contact row of leadSyncSource, as pg reads it. */
+type SyncedRow = Parameters<typeof serializeLead>[0] & {
+  tag_list: Parameters<typeof serializeLead>[1];
+  deleted_at: Date | null;
+  merged_into_id: string | null;
+};
+
+describe('a sync page written by PostgreSQL (syncJsonPage)', () => {
+  it('is the page and the cursor the rows give: leads as serializeLead makes them, tombstones, in order', async () => {
+    const w = await createWorkspace(api, { scopes: ['leads:read', 'leads:write', 'tags:write'] });
+    for (const name of ['Ana', 'Bia', 'Caio', 'Duda', 'Enzo']) {
+      const res = await api.request('POST', '/api/v1/leads', { key: w.key, body: { phone: uniqueMobile('31'), name, tags: ['sync'] } });
+      expect(res.status).toBe(201);
+    }
+    const contacts = () => api.db('contacts').where({ workspace_id: w.id });
+    const ids = Object.fromEntries((await contacts().select('id', 'name')).map((c) => [c.name, c.id as string]));
+    // A lead deleted, one merged into another, one with Instagram and opted out; instants to the microsecond, two alike.
+    await contacts()
+      .where({ id: ids.Bia })
+      .update({ deleted_at: api.db.raw(`'2026-11-26 00:56:35.999999+00'`) });
+    await contacts().where({ id: ids.Caio }).update({ merged_into_id: ids.Ana });
+    await contacts().where({ id: ids.Duda }).update({ instagram_id: '17841400000000002', instagram_username: 'duda', opted_out: true });
+    await contacts()
+      .whereIn('id', [ids.Ana, ids.Duda])
+      .update({ updated_at: api.db.raw(`'2026-11-26 00:56:35.000001+00'`) });
+
+    for (const includeDeleted of [false, true]) {
+      for (const limit of [2, 10]) {
+        let read: SyncRead = { after: BEGINNING, limit };
+        const seen: string[] = [];
+        for (let pages = 0; pages < 5; pages++) {
+          const page = await syncLeads(api.db, w.id, read, { includeDeleted });
+          // The same page read as rows and serialised by the API, as sync pages were.
+          const reference = await syncPage<SyncedRow>(api.db, 'leads', leadSyncSource(api.db, w.id, { includeDeleted }), read);
+          const expected = reference.rows.map((row) =>
+            row.deleted_at || row.merged_into_id
+              ? {
+                  id: row.id,
+                  deleted: true,
+                  deletedAt: iso(row.deleted_at ?? row.updated_at),
+                  mergedIntoId: row.merged_into_id,
+                  updatedAt: iso(row.updated_at),
+                }
+              : serializeLead(row, row.tag_list),
+          );
+          const records = JSON.parse(page.rows.json) as { id: string }[];
+          expect(records).toEqual(expected);
+          expect(records.map((r) => Object.keys(r))).toEqual(expected.map((r) => Object.keys(r)));
+          expect(page.rows.count).toBe(records.length);
+          expect(page.pagination).toEqual(reference.pagination);
+          seen.push(...records.map((r) => r.id));
+          if (!page.pagination.hasMore) break;
+          read = { after: page.pagination.nextCursor.split('_').slice(1), limit };
+        }
+        expect(seen.sort()).toEqual((includeDeleted ? Object.values(ids) : [ids.Ana, ids.Duda, ids.Enzo]).sort());
+      }
+    }
   });
 });
 

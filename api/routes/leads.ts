@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { apiKey, route } from '../route';
-import { Deleted, IdParams, Lead, LeadTombstone, listOrSyncOf, pageOf, single, Tag } from '../schemas';
+import { Deleted, IdParams, Lead, LeadTombstone, listOrSyncOf, pageOf, single, syncPageOf, Tag } from '../schemas';
 import {
   addTag,
   getInsight,
@@ -96,7 +96,7 @@ export const leadRoutes = [
     handler: async (ctx, { query }) => {
       const workspaceId = ctx.state.auth!.workspaceId;
       const read = syncRead(ctx.query, query, Object.keys(leadListQuery.shape), ['includeDeleted']);
-      if (read) return syncLeads(ctx.deps.db, workspaceId, read, { includeDeleted: query.includeDeleted === true });
+      if (read) return syncPageOf(syncLeads(ctx.deps.db, workspaceId, read, { includeDeleted: query.includeDeleted === true }));
       return pageOf(listLeads(ctx.deps.db, workspaceId, query, matchingDealsOfContact), query);
     },
   }),

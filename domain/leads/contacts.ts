@@ -127,8 +127,6 @@ export function tagListColumn(db: Db): Knex.Raw {
   );
 }
 
-export type ContactRowWithTags = ContactRow & { tag_list: TagRef[] };
-
 export async function serializeLeads(db: Db, rows: ContactRow[]) {
   const tags = await tagsOf(
     db,

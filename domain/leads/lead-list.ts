@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { CONTACT_ROW_COLUMNS, ContactRowWithTags, LEAD_RECORD_SQL, serializeLead, tagListColumn } from './contacts';
+import { CONTACT_ROW_COLUMNS, LEAD_RECORD_SQL, tagListColumn } from './contacts';
 import {
   compiledOnce,
   jsonPage,
@@ -9,7 +9,8 @@ import {
   type Db,
   SyncRead,
   SyncSource,
-  syncPage,
+  syncJsonPage,
+  instantSql,
   syncParams,
   updatedAfterParam,
 } from '../platform';
@@ -24,7 +25,6 @@ import {
   isUuid,
   JsonRecords,
   trimmedText,
-  iso,
 } from '../kernel';
 import { canonical } from './contact-refs';
 
@@ -649,25 +649,17 @@ export function leadSyncSource(db: Db, workspaceId: string, options: { includeDe
   };
 }
 
-type SyncedContact = ContactRowWithTags & { deleted_at: Date | null; merged_into_id: string | null };
-
 /**
- * A lead that left (soft-deleted, or merged into `mergedIntoId`), for a sync to remove its copy:
- * `deletedAt` is when it left (a merge stamps updated_at and nothing else).
+ * A sync page's record of a row `r` of leadSyncSource: the lead (LEAD_RECORD_SQL), or, for a lead
+ * that left (soft-deleted, or merged into `mergedIntoId`), its tombstone, for a sync to remove its
+ * copy: `deletedAt` is when it left (a merge stamps updated_at and nothing else).
  */
-function serializeTombstone(row: SyncedContact) {
-  return {
-    id: row.id,
-    deleted: true as const,
-    deletedAt: iso(row.deleted_at ?? row.updated_at)!,
-    mergedIntoId: row.merged_into_id,
-    updatedAt: iso(row.updated_at)!,
-  };
-}
+export const LEAD_SYNC_RECORD_SQL = `CASE WHEN r.deleted_at IS NOT NULL OR r.merged_into_id IS NOT NULL
+  THEN json_build_object('id', r.id, 'deleted', true, 'deletedAt', ${instantSql('coalesce(r.deleted_at, r.updated_at)')},
+    'mergedIntoId', r.merged_into_id, 'updatedAt', ${instantSql('r.updated_at')})
+  ELSE ${LEAD_RECORD_SQL} END`;
 
-/** One sync page of leads (and, with `includeDeleted`, tombstones). */
-export async function syncLeads(db: Db, workspaceId: string, read: SyncRead, options: { includeDeleted: boolean }) {
-  const { rows, pagination } = await syncPage<SyncedContact>(db, 'leads', leadSyncSource(db, workspaceId, options), read);
-  const data = rows.map((row) => (row.deleted_at || row.merged_into_id ? serializeTombstone(row) : serializeLead(row, row.tag_list)));
-  return { data, pagination };
+/** One sync page of leads (and, with `includeDeleted`, tombstones), written by PostgreSQL. */
+export function syncLeads(db: Db, workspaceId: string, read: SyncRead, options: { includeDeleted: boolean }) {
+  return syncJsonPage(db, 'leads', leadSyncSource(db, workspaceId, options), read, LEAD_SYNC_RECORD_SQL);
 }

@@ -62,7 +62,18 @@ export function cursorPage<Row>(
 ): { rows: Row[]; pagination: CursorPagination } {
   const rows = found.slice(0, limit);
   const last = rows.at(-1);
-  return { rows, pagination: { limit, hasMore: found.length > limit, nextCursor: encodeCursor(kind, last ? positionOf(last) : from) } };
+  return { rows, pagination: cursorPagination(kind, limit, found.length, last ? positionOf(last) : null, from) };
+}
+
+/** cursorPage's pagination from what was found: `found` rows read (at most limit + 1), the page's last position (null: an empty page). */
+export function cursorPagination(
+  kind: string,
+  limit: number,
+  found: number,
+  last: readonly string[] | null,
+  from: readonly string[],
+): CursorPagination {
+  return { limit, hasMore: found > limit, nextCursor: encodeCursor(kind, last ?? from) };
 }
 
 /** SQL for a column's microseconds since the epoch, as text (select it `AS` a name and put it in the cursor). */

@@ -217,20 +217,22 @@ export type JsonPageRow = { records: string; count: number } & Record<string, un
  * A page's statement whose rows PostgreSQL writes as one JSON array (kernel's JsonRecords) instead
  * of sending them as rows: `record` is a json expression over a row `r` of `statement`, `order`
  * the page's order over `r` (json_agg keeps no order of its own), `aggregates` more columns of the
- * one row it answers (`min(r.__page_total)`). A page past the end still answers its row: `[]`, 0,
- * and NULL aggregates. Inside `compiledOnce` the wrapped text is compiled once with the page's.
+ * one row it answers (`min(r.__page_total)`), `within` a condition on `r` that picks the page's
+ * rows among those read (the aggregates still see all). A page past the end still answers its
+ * row: `[]`, 0, and NULL aggregates. Inside `compiledOnce` the wrapped text is compiled once with the page's.
  */
 export function jsonPage(
   db: Db,
   statement: Knex.QueryBuilder | Knex.Raw,
-  page: { record: string; order: string; aggregates?: Record<string, string> },
+  page: { record: string; order: string; within?: string; aggregates?: Record<string, string> },
 ): Knex.Raw {
   const { sql, bindings } = statement.toSQL() as Knex.Sql;
   const aggregates = Object.entries(page.aggregates ?? {})
     .map(([name, expression]) => `, ${expression} AS "${name}"`)
     .join('');
+  const within = page.within ? ` FILTER (WHERE ${page.within})` : '';
   return db.raw(
-    `SELECT coalesce(json_agg(${page.record} ORDER BY ${page.order}), '[]')::text AS records, count(*)::int AS count${aggregates} FROM (${sql}) r`,
+    `SELECT coalesce(json_agg(${page.record} ORDER BY ${page.order})${within}, '[]')::text AS records, (count(*)${within})::int AS count${aggregates} FROM (${sql}) r`,
     bindings as Knex.RawBinding[],
   );
 }

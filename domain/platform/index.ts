@@ -38,6 +38,7 @@ export {
   type Position,
   syncDescription,
   syncPage,
+  syncJsonPage,
   syncPageQuery,
   syncParams,
   type SyncRead,

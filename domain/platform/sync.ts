@@ -1,8 +1,19 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { CursorPagination, cursorPage, cursorParam, FIRST_MICROS, FROM_MICROS, MICROS, microsOf, settledHorizon, UUID } from './cursor';
-import type { Db } from './db';
-import { ApiError, isoInstant } from '../kernel';
+import {
+  CursorPagination,
+  cursorPage,
+  cursorPagination,
+  cursorParam,
+  FIRST_MICROS,
+  FROM_MICROS,
+  MICROS,
+  microsOf,
+  settledHorizon,
+  UUID,
+} from './cursor';
+import { type Db, type JsonPageRow, jsonPage } from './db';
+import { ApiError, isoInstant, JsonRecords } from '../kernel';
 
 /**
  * Incremental sync (cursor paging) of the record lists: leads, deals, tasks, products,
@@ -148,4 +159,44 @@ export async function syncPage<Row extends { id: string }>(
   const page = cursorPage(found, read.limit, kind, (row) => [row[ROW_MICROS]!, row.id], read.after);
   for (const row of found) delete row[ROW_MICROS];
   return page;
+}
+
+/** The column numbering a sync page's rows in its order (syncJsonPage; a name no table has). */
+const ROW_NUMBER = '__sync_row';
+
+/**
+ * One sync page written by PostgreSQL (jsonPage): `record`, a json expression over a row `r` of the
+ * source's columns, for each of the page's rows, and the pagination syncPage gives. The `limit + 1`
+ * rows read are numbered in the page's order: the first `limit` are the page and the last of them
+ * its cursor; one more means more follow. The API passes the records on as text (no row objects).
+ */
+export async function syncJsonPage(
+  db: Db,
+  kind: SyncKind,
+  source: SyncSource,
+  read: SyncRead,
+  record: string,
+): Promise<{ rows: JsonRecords; pagination: CursorPagination }> {
+  const horizon = await settledHorizon(db);
+  const numbered = syncPageQuery(db, source, read, horizon).select(
+    db.raw(`row_number() OVER (ORDER BY ${source.updatedAt}, ${source.id}) AS ${ROW_NUMBER}`),
+  );
+  const inPage = `r.${ROW_NUMBER} <= ${Number(read.limit)}`;
+  const { rows } = (await jsonPage(db, numbered, {
+    record,
+    order: `r.${ROW_NUMBER}`,
+    within: inPage,
+    // The page's last row: its position's two parts (an array of arrays would be two-dimensional).
+    aggregates: {
+      found: 'count(*)::int',
+      last_micros: `(array_agg(r.${ROW_MICROS} ORDER BY r.${ROW_NUMBER} DESC) FILTER (WHERE ${inPage}))[1]`,
+      last_id: `(array_agg(r.id::text ORDER BY r.${ROW_NUMBER} DESC) FILTER (WHERE ${inPage}))[1]`,
+    },
+  })) as { rows: (JsonPageRow & { found: number; last_micros: string | null; last_id: string | null })[] };
+  const [page] = rows;
+  const last = page.last_micros === null ? null : [page.last_micros, page.last_id!];
+  return {
+    rows: new JsonRecords(page.records, page.count),
+    pagination: cursorPagination(kind, read.limit, page.found, last, read.after),
+  };
 }
