@@ -25,7 +25,7 @@ export function createBroadcastActivities({
     port: providerPort({ allowPrivateUrls: config.allowPrivateUrls ?? false }),
     keys: config.encryptionKeys!,
     windowMs: config.sendReconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS,
-    batchSize: config.broadcastBatchSize ?? 500,
+    batchSize: config.broadcastBatchSize ?? 2400,
     rateScale: config.rateLimitScale ?? 1,
     heartbeat,
   };

@@ -5,6 +5,7 @@ import {
   dailyLimitOf,
   dailyLimitRefusalOf,
   findPreparations,
+  liveConnection,
   prepareSends,
   preparedNeverCalled,
   providerThrottled,
@@ -14,6 +15,7 @@ import {
   undoPreparedSend,
   type PrepareItem,
   type Prepared,
+  type ProviderConnection,
   type ProviderPort,
 } from '../messaging';
 import { contactsForSend } from '../leads';
@@ -26,7 +28,7 @@ import {
   markRecipientsSent,
   nextPendingRecipients,
   recipientTemplate,
-  reserveInstanceSlot,
+  reserveInstanceSlots,
   setWaiting,
   settleRecipient,
   type RecipientRow,
@@ -60,8 +62,12 @@ type PreparedRecipient = Prepared & { variables?: string[] };
 const WAIT_CODES = new Set(['INSTANCE_DISCONNECTED', 'SUBSCRIPTION_INACTIVE', 'TEMPLATE_INVALID']);
 /** Refusals no wait can cure (the instance removed, or one that cannot carry templates): the broadcast is cancelled, saying why. */
 const CANCEL_CODES = new Set(['INSTANCE_NOT_FOUND', 'NO_INSTANCE', 'CHANNEL_UNSUPPORTED', 'TEMPLATE_UNSUPPORTED']);
-/** A wait for the instance's next slot longer than this re-reads the broadcast before the call (pause and cancel act within 1 s). */
-const SLOT_RECHECK_MS = 250;
+/**
+ * How old the broadcast's state a provider call goes by may be: the lanes share one read at a
+ * time, so a pause or a cancel stops every call that starts later than this after it (and a
+ * wait for the instance's slot longer than this reads it again before the call).
+ */
+const STATE_FRESH_MS = 250;
 /** What stops a batch before a recipient's provider call: wait (until, why) or cancel (why). */
 type Blocked = { wait: string; until: Date } | { cancel: string };
 
@@ -85,11 +91,11 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * Sends to the next pending recipients, in position order, for up to BATCH_BUDGET_MS or
  * `batchSize` recipients: pages prepared, each page's provider calls one at a time, then the page
  * recorded; up to `lanes` pages in flight at once. Before EACH provider call the lane takes its
- * pacing slot (the broadcast's rate, shared by the lanes), re-reads the broadcast (paused or
- * cancelled: no call) and takes the instance's slot. The first stop (paused, cancelled, waiting,
- * reconciling, done) ends every lane after its current call; what its page sent is recorded;
- * recipients prepared and not called stay pending with their preparation (resumed: called;
- * cancelled: their units are given back by releaseCancelled).
+ * pacing slot (the broadcast's rate, shared by the lanes), looks at the broadcast as read at most
+ * STATE_FRESH_MS before (paused or cancelled: no call) and takes the instance's slot. The first
+ * stop (paused, cancelled, waiting, reconciling, done) ends every lane after its current call;
+ * what its page sent is recorded; recipients prepared and not called stay pending with their
+ * preparation (resumed: called; cancelled: their units are given back by releaseCancelled).
  */
 export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; broadcastId: string }): Promise<BatchResult> {
   const { db } = deps;
@@ -126,32 +132,64 @@ export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; b
   };
 
   /**
-   * One page: the broadcast re-read (paused or cancelled: nothing sent), the page prepared, and
+   * The broadcast as the lanes' calls go by it: read at most STATE_FRESH_MS before (the read's
+   * start), one read at a time shared by the lanes.
+   */
+  let known: { row: BroadcastRow | undefined; readAt: number } | undefined;
+  let rereading: Promise<BroadcastRow | undefined> | undefined;
+  const current = async (): Promise<BroadcastRow | undefined> => {
+    if (known && Date.now() - known.readAt < STATE_FRESH_MS) return known.row;
+    rereading ??= (async () => {
+      const readAt = Date.now();
+      const row = await broadcastForRun(db, workspaceId, broadcastId);
+      known = { row, readAt };
+      return row;
+    })().finally(() => {
+      rereading = undefined;
+    });
+    return rereading;
+  };
+
+  /**
+   * One page: the broadcast read (paused or cancelled: nothing sent), the page prepared, and
    * before EACH provider call the pacing slot (waited before the status is read, so a pause during
-   * the wait is seen before the call), the broadcast re-read, and the instance's slot.
+   * the wait is seen before the call), the broadcast's state (current), and the instance's slot
+   * (the page's calls on an instance reserved together at its first). The instance's
+   * connection is opened once a page.
    */
   const sendPage = async (page: RecipientRow[], slot: () => Promise<boolean>): Promise<BatchResult | undefined> => {
-    const b = await broadcastForRun(db, workspaceId, broadcastId);
+    const b = await current();
     if (b?.status !== 'in_progress') return stoppedState(b);
     const { prepared, blocked } = await preparePage(deps, b, page);
     if (prepared.length && (b.waiting_until || b.code)) await setWaiting(db, workspaceId, broadcastId, null, null);
     const sent: Array<{ p: PreparedRecipient; s: SentMessage }> = [];
+    const connections = new Map<string, Promise<ProviderConnection | undefined>>();
+    /** Per instance: when the page's first reserved slot is, by Date.now, and how many of its slots were taken. */
+    const turns = new Map<string, { firstAt: number; taken: number }>();
     try {
-      for (const p of prepared) {
+      for (const [i, p] of prepared.entries()) {
         if (!(await slot())) return undefined;
-        const now = await broadcastForRun(db, workspaceId, broadcastId);
+        let now = await current();
         if (now?.status !== 'in_progress') return stoppedState(now);
-        // The instance's throughput is shared by its broadcasts: this call takes the next free slot.
-        const wait = await reserveInstanceSlot(db, workspaceId, p.instanceId, instanceIntervalMs);
+        let turn = turns.get(p.instanceId);
+        if (!turn) {
+          // The instance's throughput is shared by its broadcasts: the page's calls on it take its next free slots.
+          const count = prepared.slice(i).filter((q) => q.instanceId === p.instanceId).length;
+          const wait = await reserveInstanceSlots(db, workspaceId, p.instanceId, instanceIntervalMs, count);
+          turns.set(p.instanceId, (turn = { firstAt: Date.now() + wait, taken: 0 }));
+        }
+        const wait = turn.firstAt + turn.taken * instanceIntervalMs - Date.now();
+        turn.taken += 1;
         if (wait > 0) {
           await sleep(wait);
           // A long turn (many broadcasts on the instance): a pause meanwhile stops this call.
-          if (wait > SLOT_RECHECK_MS) {
-            const later = await broadcastForRun(db, workspaceId, broadcastId);
-            if (later?.status !== 'in_progress') return stoppedState(later);
+          if (wait > STATE_FRESH_MS) {
+            now = await current();
+            if (now?.status !== 'in_progress') return stoppedState(now);
           }
         }
-        const result = await call(deps, now, p, deadline);
+        if (!connections.has(p.instanceId)) connections.set(p.instanceId, liveConnection(db, deps.keys, workspaceId, p.instanceId));
+        const result = await call(deps, now, p, deadline, await connections.get(p.instanceId)!);
         if (result === 'failed') continue;
         if (result === 'wait') return { state: 'reconciling' };
         if (!('providerMessageId' in result)) return stopFor(db, now, result);
@@ -307,6 +345,7 @@ async function call(
   b: BroadcastRow,
   p: PreparedRecipient,
   deadline: number,
+  connection: ProviderConnection | undefined,
 ): Promise<SentMessage | 'failed' | 'wait' | Blocked> {
   const { db } = deps;
   // The template's components as prepared (or, prepared before they were kept, its personalised variables).
@@ -322,6 +361,8 @@ async function call(
       to: p.to,
       reference: p.reference,
       message,
+      // Found archived by the page's read: attemptSend reads it again and refuses.
+      ...(connection ? { connection } : {}),
     });
     switch (result.outcome) {
       case 'sent':

@@ -309,7 +309,8 @@ function invalidState(row: BroadcastRow, move: string): ApiError {
 
 /**
  * Pause, resume, cancel: one conditional update under the row's lock, so the answer already
- * carries the new status, and the batch that re-reads it before each recipient stops at once.
+ * carries the new status, and a batch stops before its next recipient once its read of the row
+ * (at most 250 ms old) sees it.
  * Pause: `scheduled` or `in_progress` → `paused`. Resume: `paused` → `in_progress`, or back to
  * `scheduled` when it was paused before it started (it then starts at `scheduledAt`, or at once
  * if that has passed). Cancel: `scheduled`, `in_progress` or `paused` → `cancelled` (recipients

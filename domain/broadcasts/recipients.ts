@@ -188,13 +188,21 @@ export async function cancelBroadcastFor(db: Db, workspaceId: string, id: string
 }
 
 /**
- * One provider-call slot of an instance's throughput, shared by all its broadcasts: the time of
- * the instance's next free slot is moved on by `intervalMs` and the reserved slot returned, as
- * milliseconds from now (0: at once). Each broadcast holds one reservation at a time, so
- * broadcasts of one instance take turns and share its throughput evenly, whatever each one's own
- * rate (a slower one takes fewer turns; the others take the rest).
+ * Provider-call slots of an instance's throughput, shared by all its broadcasts: the time of the
+ * instance's next free slot is moved on by `count` slots of `intervalMs`, and the first reserved
+ * slot returned as milliseconds from now (0: at once); the others follow it `intervalMs` apart. A
+ * broadcast's page reserves its calls together (a quarter of a second of its rate at most), so
+ * broadcasts of one instance take turns page by page and share its throughput evenly, whatever
+ * each one's own rate (a slower one takes fewer turns; the others take the rest).
  */
-export async function reserveInstanceSlot(db: Db, workspaceId: string, instanceId: string, intervalMs: number): Promise<number> {
+export async function reserveInstanceSlots(
+  db: Db,
+  workspaceId: string,
+  instanceId: string,
+  intervalMs: number,
+  count: number,
+): Promise<number> {
+  const span = intervalMs * count;
   const { rows } = await db.raw<{ rows: { wait_ms: number }[] }>(
     `INSERT INTO broadcast_instance_pacing AS p (workspace_id, instance_id, next_call_at)
      VALUES (?, ?, clock_timestamp() + ? * interval '1 millisecond')
@@ -202,7 +210,7 @@ export async function reserveInstanceSlot(db: Db, workspaceId: string, instanceI
        SET next_call_at = greatest(p.next_call_at, clock_timestamp()) + ? * interval '1 millisecond'
      WHERE p.workspace_id = EXCLUDED.workspace_id
      RETURNING greatest(0, extract(epoch FROM (p.next_call_at - clock_timestamp())) * 1000 - ?)::float8 AS wait_ms`,
-    [workspaceId, instanceId, intervalMs, intervalMs, intervalMs],
+    [workspaceId, instanceId, span, span, span],
   );
   return rows[0]?.wait_ms ?? 0;
 }

@@ -69,7 +69,7 @@ export {
   type UnsettledSend,
   unsettledSends,
 } from './send-keys';
-export { attemptSend, type AttemptItem, type ProviderPort, settleAttempt } from './send/attempt';
+export { attemptSend, type AttemptItem, liveConnection, type ProviderConnection, type ProviderPort, settleAttempt } from './send/attempt';
 export { dailyLimitOf } from './send/daily';
 export { findPreparations, preparedNeverCalled, undoPreparedSend } from './send/ledger';
 export { forWorkflow, type Prepared, type PrepareItem, prepareSend, prepareSends, sendingPlan } from './send/prepare';

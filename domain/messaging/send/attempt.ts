@@ -32,9 +32,16 @@ export type ProviderCall =
   | { outcome: 'refused'; code: 'WINDOW_CLOSED' | 'TEMPLATE_INVALID' | 'MEDIA_TOO_LARGE' | 'SEND_FAILED'; error: string }
   | { outcome: 'throttled'; error: string };
 
+/** A live instance as a provider call needs it: its provider and its configuration, secrets opened. */
+export interface ProviderConnection {
+  instanceId: string;
+  provider: Provider;
+  config: InstanceConfig;
+}
+
 export interface ProviderPort {
   call(
-    connection: { instanceId: string; provider: Provider; config: InstanceConfig },
+    connection: ProviderConnection,
     message: MessageContent & { to: string; reference: string; templateComponents?: TemplateWireComponent[] },
   ): Promise<ProviderCall>;
 }
@@ -69,6 +76,23 @@ export interface AttemptItem {
    * them (a broadcast recipient's, fixed at prepare), they are sent as they are.
    */
   message: MessageContent & { templateComponents?: TemplateWireComponent[] };
+  /**
+   * The instance as the caller opened it just before (liveConnection: a broadcast opens it once
+   * a page, for up to a quarter of a second of calls); without it, it is opened here.
+   */
+  connection?: ProviderConnection;
+}
+
+/** The instance's connection for a provider call, or undefined when it is gone (archived). */
+export async function liveConnection(
+  db: Db,
+  keys: KeyRing,
+  workspaceId: string,
+  instanceId: string,
+): Promise<ProviderConnection | undefined> {
+  const instance = await liveInstanceConfig(db, workspaceId, instanceId);
+  if (!instance) return undefined;
+  return { instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(keys, instance.config, workspaceId) };
 }
 
 /**
@@ -80,11 +104,11 @@ export interface AttemptItem {
  */
 export async function attemptSend(db: Db, port: ProviderPort, keys: KeyRing, item: AttemptItem): Promise<AttemptOutcome> {
   // The instance first: one that vanished is a refusal, before any attempt is claimed.
-  const instance = await liveInstanceConfig(db, item.workspaceId, item.instanceId);
-  if (!instance) return { outcome: 'refused', error: new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists') };
+  const connection = item.connection ?? (await liveConnection(db, keys, item.workspaceId, item.instanceId));
+  if (!connection) return { outcome: 'refused', error: new ApiError('INSTANCE_NOT_FOUND', 'The instance of this send no longer exists') };
   const unconfirmed = (reason: string): AttemptOutcome => ({
     outcome: 'unconfirmed',
-    awaitsCallback: instance.provider === 'cloud',
+    awaitsCallback: connection.provider === 'cloud',
     reason,
   });
   const claimed = await claimAttempt(db, item.workspaceId, item.reference);
@@ -106,7 +130,13 @@ export async function attemptSend(db: Db, port: ProviderPort, keys: KeyRing, ite
   const message = { ...item.message, to: item.to, reference: item.reference };
   if (message.type === 'template' && !message.templateComponents) {
     try {
-      const template = await approvedTemplate(db, item.workspaceId, instance.id, message.templateName!, message.templateLanguage!);
+      const template = await approvedTemplate(
+        db,
+        item.workspaceId,
+        connection.instanceId,
+        message.templateName!,
+        message.templateLanguage!,
+      );
       if (!template)
         throw new ApiError('TEMPLATE_INVALID', `The template "${message.templateName}" is no longer approved on this instance`);
       message.templateComponents = templateComponents(template, message);
@@ -117,10 +147,7 @@ export async function attemptSend(db: Db, port: ProviderPort, keys: KeyRing, ite
   }
   let call: ProviderCall;
   try {
-    call = await port.call(
-      { instanceId: instance.id, provider: instance.provider, config: openInstanceConfig(keys, instance.config, item.workspaceId) },
-      message,
-    );
+    call = await port.call(connection, message);
   } catch (err) {
     const full = err instanceof Error ? err.message : String(err);
     await failAttempt(db, item.reference, full.slice(0, 1000));
