@@ -6,6 +6,7 @@ import { serializeLead, tagsOf } from '../domain/leads/contacts';
 import { matchingDealsOfContact } from '../domain/sales';
 import { ipClient, LocalCounts } from '../domain/access/rate-limit';
 import { iso } from '../domain/kernel/time';
+import { claimAttempt, failAttempt, markAttemptSent, readAttempt } from '../domain/messaging/send/ledger';
 import { countQueries, createWorkspace, expectError, seedPipeline, startApi, TestApi } from './helpers';
 import { uniqueMobile } from './phones';
 
@@ -274,6 +275,64 @@ describe('a busy key whose cached entry went stale', () => {
     // Each one counted: the key's remaining count went down by the 24 (and the warm-up request).
     expect(Math.min(...answers.map((a) => Number(a.headers.get('x-ratelimit-remaining'))))).toBe(1000 - 25);
     expect(reads).toBe(1);
+  });
+});
+
+describe('provider-call claims and marks of concurrent sends (written together)', () => {
+  it('let each reference be claimed once, mark each its own, and share statements', async () => {
+    const w = await createWorkspace(api);
+    const run = `${process.pid}-${Date.now()}`;
+    const references = Array.from({ length: 40 }, (_, i) => `group-${run}-${i}`);
+    const twice = `group-${run}-contended`;
+    let claims: Array<{ fresh: boolean } | undefined> = [];
+    let contended: Array<{ fresh: boolean } | undefined> = [];
+    const statements = await countQueries(
+      api,
+      async () =>
+        ([claims, contended] = await Promise.all([
+          Promise.all(references.map((r) => claimAttempt(api.db, w.id, r))),
+          Promise.all(Array.from({ length: 5 }, () => claimAttempt(api.db, w.id, twice))),
+        ])),
+      (sql) => sql.includes('send_attempts'),
+    );
+    expect(claims).toEqual(Array(40).fill({ fresh: true }));
+    // Five senders of one reference at once: one of them calls the provider.
+    expect(contended.filter((c) => c?.fresh === true)).toHaveLength(1);
+    expect(contended.filter((c) => c === undefined)).toHaveLength(4);
+    expect(statements).toBeLessThan(10);
+
+    // Each mark records its own provider id (and wa_id when given); a mark waits for its row's write.
+    await Promise.all(
+      references.map((r, i) =>
+        markAttemptSent(api.db, r, { providerMessageId: `wamid.${run}.${i}`, ...(i % 2 ? { waId: `55${i}` } : {}) }),
+      ),
+    );
+    const rows = await Promise.all(references.map((r) => readAttempt(api.db, w.id, r)));
+    expect(rows.map((r) => [r?.state, r?.provider_message_id, r?.wa_id])).toEqual(
+      references.map((_, i) => ['sent', `wamid.${run}.${i}`, i % 2 ? `55${i}` : null]),
+    );
+    // Sent: never claimed again. Failed: claimed again, not fresh.
+    expect(await claimAttempt(api.db, w.id, references[0])).toBeUndefined();
+    expect(await failAttempt(api.db, twice, 'refused')).toBe(1);
+    expect(await Promise.all([claimAttempt(api.db, w.id, twice), claimAttempt(api.db, w.id, twice)])).toEqual(
+      expect.arrayContaining([{ fresh: false }, undefined]),
+    );
+  });
+
+  it('fail together when their statement fails, write nothing of it, and the next group is written', async () => {
+    const w = await createWorkspace(api);
+    const run = `${process.pid}-${Date.now()}`;
+    // The first goes at once; the two after it wait for it and go together.
+    const first = claimAttempt(api.db, w.id, `first-${run}`);
+    // A workspace that does not exist: its row breaks the foreign key, and the whole statement is refused.
+    const group = await Promise.allSettled([
+      claimAttempt(api.db, '00000000-0000-4000-8000-000000000000', `orphan-${run}`),
+      claimAttempt(api.db, w.id, `beside-orphan-${run}`),
+    ]);
+    expect(group.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+    expect(await first).toEqual({ fresh: true });
+    // Nothing of the refused group was written: its other claim is still free.
+    expect(await claimAttempt(api.db, w.id, `beside-orphan-${run}`)).toEqual({ fresh: true });
   });
 });
 

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Db } from '../../platform';
+import { prepared, type Db } from '../../platform';
 import { workspaceQuery } from '../../access';
 import { contactOptedOut, deleteUnusedContact } from '../../leads';
 import { conversationsOfContact, deleteEmptyConversation } from '../conversations';
@@ -111,16 +111,10 @@ export interface SendAttemptRow {
 /**
  * Claims the attempt (`in_flight`) before the provider call: a new row, or a `failed` one taken
  * again. Undefined when another state holds it (`in_flight` or `sent`). `fresh`: a new row, the
- * first call of the send.
+ * first call of the send. Written with the process's other claims and marks (attemptWrites).
  */
 export async function claimAttempt(db: Db, workspaceId: string, reference: string): Promise<{ fresh: boolean } | undefined> {
-  const claimed = await db.raw(
-    `INSERT INTO send_attempts (reference, workspace_id, state) VALUES (?, ?, 'in_flight')
-     ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
-     RETURNING reference, (xmax = 0) AS fresh`,
-    [reference, workspaceId],
-  );
-  return claimed.rows[0];
+  return attemptWrites(db).claim(workspaceId, reference);
 }
 
 /** The attempt by its reference alone (unique), as the claim saw it. */
@@ -153,11 +147,118 @@ export async function noteAttemptError(db: Db, reference: string, error: string)
   await db('send_attempts').where({ reference, state: 'in_flight' }).update({ error, updated_at: db.fn.now() });
 }
 
-/** The provider accepted the message. */
+/** The provider accepted the message. Written with the process's other claims and marks (attemptWrites). */
 export async function markAttemptSent(db: Db, reference: string, sent: { providerMessageId: string; waId?: string }): Promise<void> {
-  await db('send_attempts')
-    .where({ reference })
-    .update({ state: 'sent', provider_message_id: sent.providerMessageId, wa_id: sent.waId ?? null, error: null, updated_at: db.fn.now() });
+  return attemptWrites(db).mark(reference, sent);
+}
+
+interface Waiting<T> {
+  resolve(value: T): void;
+  reject(err: unknown): void;
+}
+type ClaimWrite = Waiting<{ fresh: boolean } | undefined> & { reference: string; workspaceId: string };
+type MarkWrite = Waiting<void> & { reference: string; providerMessageId: string; waId: string | null };
+
+/** Rows one statement of attemptWrites takes at most, of each kind. */
+const WRITES_PER_STATEMENT = 500;
+
+/**
+ * One statement for a group of claims and marks: the marks (by reference; only the claimer
+ * marks) and the claims (in reference order, so two processes claiming overlapping groups lock
+ * their rows in one order). A claim's `fresh` is whether it inserted the row.
+ */
+const WRITE_ATTEMPTS_SQL = `WITH marked AS (
+  UPDATE send_attempts a SET state = 'sent', provider_message_id = m.provider_message_id, wa_id = nullif(m.wa_id, ''), error = NULL, updated_at = now()
+    FROM unnest(?::text[], ?::text[], ?::text[]) AS m(reference, provider_message_id, wa_id)
+   WHERE a.reference = m.reference
+), claimed AS (
+  INSERT INTO send_attempts (reference, workspace_id, state)
+  SELECT c.reference, c.workspace_id, 'in_flight' FROM unnest(?::text[], ?::uuid[]) AS c(reference, workspace_id) ORDER BY c.reference
+  ON CONFLICT (reference) DO UPDATE SET state = 'in_flight', error = NULL, updated_at = now() WHERE send_attempts.state = 'failed'
+  RETURNING reference, (xmax = 0) AS fresh
+)
+SELECT reference, fresh FROM claimed`;
+
+/**
+ * The claims and marks of one process, written as a group commit: the first goes at once, and
+ * those that come while a statement is on its way wait for it and go together in the next. Each
+ * call still waits for its own row's write, so a claim still comes before its provider call and a
+ * mark after it; what changes is that concurrent sends (a broadcast's lanes, a burst of single
+ * sends) share statements: the worker's event loop and PostgreSQL pay per statement, not per row.
+ */
+class AttemptWrites {
+  private claims: ClaimWrite[] = [];
+  private marks: MarkWrite[] = [];
+  private writing = false;
+
+  constructor(private readonly db: Db) {}
+
+  claim(workspaceId: string, reference: string): Promise<{ fresh: boolean } | undefined> {
+    return new Promise((resolve, reject) => {
+      this.claims.push({ workspaceId, reference, resolve, reject });
+      this.write();
+    });
+  }
+
+  mark(reference: string, sent: { providerMessageId: string; waId?: string }): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.marks.push({ reference, providerMessageId: sent.providerMessageId, waId: sent.waId ?? null, resolve, reject });
+      this.write();
+    });
+  }
+
+  private write(): void {
+    if (this.writing || (this.claims.length === 0 && this.marks.length === 0)) return;
+    this.writing = true;
+    const marks = this.marks.splice(0, WRITES_PER_STATEMENT);
+    const marking = new Set(marks.map((m) => m.reference));
+    // A reference is claimed once a statement: a second claim of it in the group finds it held,
+    // as it would one statement later; a claim of a reference marked in this group waits for the next.
+    const claims = new Map<string, ClaimWrite>();
+    const held: ClaimWrite[] = [];
+    const later: ClaimWrite[] = [];
+    for (const c of this.claims) {
+      if (marking.has(c.reference) || claims.size === WRITES_PER_STATEMENT) later.push(c);
+      else if (claims.has(c.reference)) held.push(c);
+      else claims.set(c.reference, c);
+    }
+    this.claims = later;
+    const claimed = [...claims.values()].sort((a, b) => (a.reference < b.reference ? -1 : 1));
+    prepared(
+      this.db.raw<{ rows: { reference: string; fresh: boolean }[] }>(WRITE_ATTEMPTS_SQL, [
+        marks.map((m) => m.reference),
+        marks.map((m) => m.providerMessageId),
+        marks.map((m) => m.waId ?? ''),
+        claimed.map((c) => c.reference),
+        claimed.map((c) => c.workspaceId),
+      ]),
+    )
+      .then(
+        ({ rows }) => {
+          const fresh = new Map(rows.map((r) => [r.reference, r.fresh]));
+          for (const m of marks) m.resolve();
+          for (const c of claimed) c.resolve(fresh.has(c.reference) ? { fresh: fresh.get(c.reference)! } : undefined);
+          for (const c of held) c.resolve(undefined);
+        },
+        (err: unknown) => {
+          for (const w of [...marks, ...claimed, ...held]) w.reject(err);
+        },
+      )
+      .finally(() => {
+        this.writing = false;
+        this.write();
+      });
+  }
+}
+
+const writesOf = new WeakMap<Db, AttemptWrites>();
+
+/** The process's group writer of attempts for this database (a transaction has none: its writes are its own). */
+function attemptWrites(db: Db): Pick<AttemptWrites, 'claim' | 'mark'> {
+  if (db.isTransaction) return new AttemptWrites(db);
+  let writes = writesOf.get(db);
+  if (!writes) writesOf.set(db, (writes = new AttemptWrites(db)));
+  return writes;
 }
 
 /**
