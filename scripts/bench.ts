@@ -1610,6 +1610,12 @@ async function broadcastRow(ctx: BroadcastContext, kind: 'throughput' | 'memory'
     [ws, `broadcast/${id}/%`],
   );
   const attempts = attemptRows[0];
+  // Sends in each second from the start: a slow start (statistics, the first pages) and the steady rate, told apart.
+  const { rows: bySecond } = await db.raw<{ rows: { n: number }[] }>(
+    `SELECT floor(extract(epoch FROM sent_at - ?::timestamptz))::int AS s, count(*)::int AS n FROM broadcast_recipients
+      WHERE workspace_id = ? AND broadcast_id = ? AND sent_at IS NOT NULL GROUP BY 1 ORDER BY 1`,
+    [record.startedAt, ws, id],
+  );
   const calls = (
     (await (await fetch(`${ctx.emulatorUrl}/__emulator/calls?phoneNumberId=${phoneNumberId}`)).json()) as { calls: { to: string }[] }
   ).calls;
@@ -1631,7 +1637,7 @@ async function broadcastRow(ctx: BroadcastContext, kind: 'throughput' | 'memory'
   const p99 = Math.round(latency[0]?.p99 ?? NaN);
   const checked = `${record.status}, sent ${counts.sent} of ${counts.total}, pending ${counts.pending}, failed ${counts.failed}, skipped ${counts.skipped}; ${attempts.attempts} attempts; ${calls.length} provider calls${heldAll ? '' : ' held'} to ${numbers} numbers`;
   log(
-    `broadcast (${kind}), ${recipients} recipients: ${sendsPerSecond.toFixed(0)} sends/s (${elapsed.toFixed(1)} s from start to finish, ${tookSeconds.toFixed(0)} s from creation to the workflow's end), per recipient p50 ${p50} ms, p99 ${p99} ms; ${checked}; worker RSS ${memory.first} -> max ${memory.max} MB`,
+    `broadcast (${kind}), ${recipients} recipients: ${sendsPerSecond.toFixed(0)} sends/s (${elapsed.toFixed(1)} s from start to finish, ${tookSeconds.toFixed(0)} s from creation to the workflow's end), per recipient p50 ${p50} ms, p99 ${p99} ms; by second ${bySecond.map((r) => r.n).join(' ')}; ${checked}; worker RSS ${memory.first} -> max ${memory.max} MB`,
   );
   const common = {
     rps: sendsPerSecond,

@@ -283,6 +283,23 @@ describe('running a broadcast', () => {
     expect((await request(s, 'GET', '/api/v1/broadcasts?status=paused')).body.data).toEqual([]);
   });
 
+  it('keeps its rate when the provider is slow to answer: calls overlap, still spaced by the rate', async () => {
+    const s = await setup();
+    // Each call answered 400 ms after it arrives (Meta's answers take a few hundred ms): one call at
+    // a time would make 20 a second 2.5 a second.
+    await emulator('/__emulator/script', { phoneNumberId: s.phoneNumberId, behaviour: 'ok', delayMs: 400 });
+    const t = await tag(s, 'slow');
+    const people = await leads(s, 30, 'slow');
+    const id = (await create(s, { audience: { tagIds: [t] }, ratePerSecond: 20 })).body.data.id;
+    expect((await finished(s, id)).counts).toMatchObject({ total: 30, sent: 30 });
+    const times = (await calls(s)).map((c) => Date.parse(c.at));
+    expect(await callsPerNumber(s)).toEqual(Object.fromEntries(people.map((p) => [p.phone, 1])));
+    // 30 calls at 20 a second arrive over about 1.5 s (12 s one at a time); 4 s allowed for a slow machine.
+    expect(times[times.length - 1] - times[0]).toBeLessThan(4000);
+    // Still at most 20 a second: any 21 consecutive calls span a second (a call's arrival may lag its slot a little).
+    for (let i = 20; i < times.length; i++) expect(times[i] - times[i - 20]).toBeGreaterThanOrEqual(950);
+  });
+
   it("follows the provider's status callbacks: delivered and read show in the recipients and the counts", async () => {
     const s = await setup();
     const t = await tag(s, 'status');

@@ -89,11 +89,12 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 /**
  * Sends to the next pending recipients, in position order, for up to BATCH_BUDGET_MS or
- * `batchSize` recipients: pages prepared, each page's provider calls one at a time, then the page
- * recorded; up to `lanes` pages in flight at once. Before EACH provider call the lane takes its
- * pacing slot (the broadcast's rate, shared by the lanes), looks at the broadcast as read at most
- * STATE_FRESH_MS before (paused or cancelled: no call) and takes the instance's slot. The first
- * stop (paused, cancelled, waiting, reconciling, done) ends every lane after its current call;
+ * `batchSize` recipients: pages prepared, each page's provider calls started at their slots (not
+ * waiting for each other's answers), then the page recorded; up to `lanes` pages in flight at
+ * once. Before EACH provider call the lane takes its pacing slot (the broadcast's rate, shared by
+ * the lanes), looks at the broadcast as read at most STATE_FRESH_MS before (paused or cancelled:
+ * no call) and takes the instance's slot. The first stop (paused, cancelled, waiting,
+ * reconciling, done) ends every lane once the calls it started are answered;
  * what its page sent is recorded; recipients prepared and not called stay pending with their
  * preparation (resumed: called; cancelled: their units are given back by releaseCancelled).
  */
@@ -154,21 +155,36 @@ export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; b
    * One page: the broadcast read (paused or cancelled: nothing sent), the page prepared, and
    * before EACH provider call the pacing slot (waited before the status is read, so a pause during
    * the wait is seen before the call), the broadcast's state (current), and the instance's slot
-   * (the page's calls on an instance reserved together at its first). The instance's
-   * connection is opened once a page.
+   * (the page's calls on an instance reserved together at its first). Each call starts at its
+   * slot without waiting for the one before to be answered: a provider answers in a few hundred
+   * ms, and one call at a time would hold a lane to a few calls a second whatever the rate. The
+   * first call that stops the broadcast stops the page from starting more; the calls already
+   * started are answered, and what the provider took is recorded. The instance's connection is
+   * opened once a page.
    */
   const sendPage = async (page: RecipientRow[], slot: () => Promise<boolean>): Promise<BatchResult | undefined> => {
     const b = await current();
     if (b?.status !== 'in_progress') return stoppedState(b);
     const { prepared, blocked } = await preparePage(deps, b, page);
     if (prepared.length && (b.waiting_until || b.code)) await setWaiting(db, workspaceId, broadcastId, null, null);
-    const sent: Array<{ p: PreparedRecipient; s: SentMessage }> = [];
+    /** What the provider took, by the recipient's place in the page (recorded in that order). */
+    const sent: Array<{ p: PreparedRecipient; s: SentMessage; place: number }> = [];
+    const calls: Promise<void>[] = [];
+    /** The first stop a call met, with the broadcast as that call saw it. */
+    let stop: { b: BroadcastRow; result: 'wait' | Blocked } | undefined;
+    let failure: { error: unknown } | undefined;
+    /** The batch stopped meanwhile (another lane's stop): nothing more to report from here. */
+    let halted = false;
     const connections = new Map<string, Promise<ProviderConnection | undefined>>();
     /** Per instance: when the page's first reserved slot is, by Date.now, and how many of its slots were taken. */
     const turns = new Map<string, { firstAt: number; taken: number }>();
     try {
       for (const [i, p] of prepared.entries()) {
-        if (!(await slot())) return undefined;
+        if (stop || failure) break;
+        if (!(await slot())) {
+          halted = true;
+          break;
+        }
         let now = await current();
         if (now?.status !== 'in_progress') return stoppedState(now);
         let turn = turns.get(p.instanceId);
@@ -188,17 +204,35 @@ export async function sendBatch(deps: BatchDeps, input: { workspaceId: string; b
             if (now?.status !== 'in_progress') return stoppedState(now);
           }
         }
+        if (stop || failure) break;
         if (!connections.has(p.instanceId)) connections.set(p.instanceId, liveConnection(db, deps.keys, workspaceId, p.instanceId));
-        const result = await call(deps, now, p, deadline, await connections.get(p.instanceId)!);
-        if (result === 'failed') continue;
-        if (result === 'wait') return { state: 'reconciling' };
-        if (!('providerMessageId' in result)) return stopFor(db, now, result);
-        sent.push({ p, s: result });
+        const seen = now;
+        const connection = await connections.get(p.instanceId)!;
+        calls.push(
+          call(deps, seen, p, deadline, connection).then(
+            (result) => {
+              if (result === 'failed') return;
+              if (result === 'wait' || !('providerMessageId' in result)) stop ??= { b: seen, result };
+              else sent.push({ p, s: result, place: i });
+            },
+            (error: unknown) => {
+              failure ??= { error };
+            },
+          ),
+        );
       }
     } finally {
+      await Promise.all(calls);
       // What the provider took is recorded whatever stopped the page (a retry would find it sent and record it too).
-      await recordPage(db, b, sent);
+      await recordPage(
+        db,
+        b,
+        sent.sort((x, y) => x.place - y.place),
+      );
     }
+    if (failure) throw failure.error;
+    if (stop) return stop.result === 'wait' ? { state: 'reconciling' } : stopFor(db, stop.b, stop.result);
+    if (halted) return undefined;
     return blocked ? stopFor(db, b, blocked) : undefined;
   };
 
