@@ -581,6 +581,25 @@ const MUTANTS: Mutant[] = [
     tests: E2E_SAGA,
   },
 
+  // A provider call at most once per reference, also when claims are written together (send/ledger.ts AttemptWrites).
+  {
+    id: 'attempt-group-second-claim-wins',
+    rule: 'Provider call at most once',
+    file: 'domain/messaging/send/ledger.ts',
+    find: 'for (const c of held) c.resolve(undefined);',
+    replace: 'for (const c of held) c.resolve({ fresh: true });',
+    tests: ['test/hot-path.test.ts'],
+  },
+  // A broadcast keeps its rate against a provider slow to answer (domain/broadcasts/batch.ts sendPage).
+  {
+    id: 'broadcast-calls-one-at-a-time',
+    rule: 'Broadcast rate',
+    file: 'domain/broadcasts/batch.ts',
+    find: 'const connection = await connections.get(p.instanceId)!;',
+    replace: 'await Promise.all(calls);\n        const connection = await connections.get(p.instanceId)!;',
+    tests: ['test/broadcasts.test.ts'],
+  },
+
   // Send replay (domain/messaging/send-keys.ts): a completed send's Idempotency-Key replays it for 10 minutes.
   {
     id: 'send-replay-11-minutes',
