@@ -1,4 +1,4 @@
-import type { Config, Db } from '../domain/platform';
+import { DEFAULT_BROADCAST_BATCH_SIZE, type Config, type Db } from '../domain/platform';
 import { broadcastForRun, completeBroadcast, freezeAudience, releaseCancelled, sendBatch, type BatchResult } from '../domain/broadcasts';
 import { DEFAULT_RECONCILE_WINDOW_MS } from '../types/messaging';
 import { heartbeat, heartbeating } from './providers/heartbeat';
@@ -25,7 +25,7 @@ export function createBroadcastActivities({
     port: providerPort({ allowPrivateUrls: config.allowPrivateUrls ?? false }),
     keys: config.encryptionKeys!,
     windowMs: config.sendReconcileWindowMs ?? DEFAULT_RECONCILE_WINDOW_MS,
-    batchSize: config.broadcastBatchSize ?? 2400,
+    batchSize: config.broadcastBatchSize ?? DEFAULT_BROADCAST_BATCH_SIZE,
     rateScale: config.rateLimitScale ?? 1,
     heartbeat,
   };

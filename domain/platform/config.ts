@@ -4,6 +4,9 @@ import { DEFAULT_RECONCILE_WINDOW_MS } from '../../types/messaging';
  * Every setting the service reads from the environment, parsed once: nothing else in the service
  * reads process.env. The README's configuration table documents each of them.
  */
+/** BROADCAST_BATCH_SIZE's default: 30 s of calls at the highest rate (80 a second), so at any rate a batch ends by its 30 s budget. */
+export const DEFAULT_BROADCAST_BATCH_SIZE = 2400;
+
 export interface Config {
   port: number;
   databaseUrl: string;
@@ -211,7 +214,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     outboxPollMs: positive('OUTBOX_POLL_MS', env.OUTBOX_POLL_MS, 100),
     deliverySweepMs: positive('DELIVERY_SWEEP_MS', env.DELIVERY_SWEEP_MS, 10_000),
     sendReconcileWindowMs: positive('SEND_RECONCILE_WINDOW_MS', env.SEND_RECONCILE_WINDOW_MS, DEFAULT_RECONCILE_WINDOW_MS),
-    broadcastBatchSize: count('BROADCAST_BATCH_SIZE', env.BROADCAST_BATCH_SIZE, 2400),
+    broadcastBatchSize: count('BROADCAST_BATCH_SIZE', env.BROADCAST_BATCH_SIZE, DEFAULT_BROADCAST_BATCH_SIZE),
     dbPoolMax: count('DB_POOL_MAX', env.DB_POOL_MAX, 20),
     encryptionKeys: env.ENCRYPTION_KEYS ? parseKeyRing(env.ENCRYPTION_KEYS) : null,
     statementTimeoutMs: count('DB_STATEMENT_TIMEOUT_MS', env.DB_STATEMENT_TIMEOUT_MS, 15_000),

@@ -8,7 +8,7 @@ export {
   issueCodecSession,
   validCodecSession,
 } from './codec-session';
-export { assertAdminToken, type Config, loadConfig, sendTaskQueueOf } from './config';
+export { assertAdminToken, type Config, DEFAULT_BROADCAST_BATCH_SIZE, loadConfig, sendTaskQueueOf } from './config';
 export { cursorPage, encodeCursor, FIRST_MICROS, FROM_MICROS, LAST_MICROS, microsOf, settledHorizon } from './cursor';
 export {
   compiledOnce,

@@ -223,7 +223,8 @@ class AttemptWrites {
       else claims.set(c.reference, c);
     }
     this.claims = later;
-    const claimed = [...claims.values()].sort((a, b) => (a.reference < b.reference ? -1 : 1));
+    // The statement inserts them in reference order (its ORDER BY): the lock order two processes share.
+    const claimed = [...claims.values()];
     prepared(
       this.db.raw<{ rows: { reference: string; fresh: boolean }[] }>(WRITE_ATTEMPTS_SQL, [
         marks.map((m) => m.reference),
